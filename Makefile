@@ -1,0 +1,57 @@
+# Nexus Event Gateway. `make demo` runs the main job; `make test` runs lint, types and every test.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help install demo test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean
+
+help:
+	@echo "make demo    - start the embedded stack, run misbehaving agents through it, check the invariants"
+	@echo "make test    - lint, types and all tests (starts the local Kafka broker)"
+	@echo "make chaos   - the chaos scenarios at CI size"
+	@echo "make bench   - the benchmark suite (writes benchmarks/results/)"
+	@echo "make kafka-up / kafka-down - a local single-node Kafka broker from Maven Central"
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/nexus demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+schemas: $(STAMP)
+	$(BIN)/python -m nexus.core.schemas_export schemas/events
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+test: $(STAMP) lint typecheck kafka-up
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+kafka-up:
+	bash scripts/kafka.sh up
+
+kafka-down:
+	bash scripts/kafka.sh down
+
+chaos: $(STAMP) kafka-up
+	$(BIN)/nexus chaos
+
+bench: $(STAMP)
+	$(BIN)/nexus bench
+
+clean:
+	rm -rf .nexus .cache/kafka/node-* .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,385 @@
+#!/usr/bin/env bash
+# Single-node Apache Kafka broker (KRaft, combined broker+controller) for tests
+# and demos, run as a plain process on 127.0.0.1 -- no Docker.
+#
+# The broker is the official org.apache.kafka:kafka_2.13 artifact from Maven
+# Central, resolved once with `mvn` (scripts/kafka/pom.xml) into a cache
+# directory and run with the machine's Java (17+).
+#
+# Usage: scripts/kafka.sh up|down|status|restart
+#
+#   up       resolve artifacts (first time only), format storage (first time
+#            only), start the broker, wait until it answers metadata requests,
+#            create the topics (idempotent). Already running -> says so, exit 0.
+#   down     stop it: SIGTERM, then SIGKILL after NEXUS_KAFKA_STOP_TIMEOUT s.
+#            Not running -> exit 0.
+#   restart  down + up; data is kept.
+#   status   exit 0 if running (and prints where), 1 if not.
+#
+# Environment (all optional):
+#   NEXUS_KAFKA_HOME             cache dir (default: <repo>/.cache/kafka)
+#   NEXUS_KAFKA_PORT             PLAINTEXT port (default 9092)
+#   NEXUS_KAFKA_CONTROLLER_PORT  KRaft controller port (default PORT+1)
+#   NEXUS_KAFKA_TOPICS           topics to create (default "nexus.events nexus.events.dlq")
+#   NEXUS_KAFKA_TOPIC_PARTITIONS partitions of those topics (default 4)
+#   NEXUS_KAFKA_START_TIMEOUT    seconds `up` waits for the broker (default 60)
+#   NEXUS_KAFKA_STOP_TIMEOUT     seconds `down` waits before SIGKILL (default 30)
+#   NEXUS_KAFKA_HEAP_OPTS        default "-Xms256m -Xmx512m"
+#   NEXUS_KAFKA_JVM_OPTS         default "-XX:+UseSerialGC"
+#   NEXUS_KAFKA_PYTHON           python with aiokafka used for the readiness check and
+#                                topic creation (default <repo>/.venv/bin/python if it
+#                                imports aiokafka; otherwise Kafka's own TopicCommand)
+#   JAVA_HOME                    picks $JAVA_HOME/bin/java instead of `java` on PATH
+#
+# Layout of the cache dir:
+#   libs/                 broker jars (+ .resolved stamp = sha256 of pom.xml)
+#   node-<PORT>/          one per port: server.properties, log4j2*.properties,
+#                         cluster.id, kafka.pid, kafka.log, data/ (log.dirs)
+set -euo pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+POM="$REPO_ROOT/scripts/kafka/pom.xml"
+
+KAFKA_HOME=${NEXUS_KAFKA_HOME:-$REPO_ROOT/.cache/kafka}
+HOST=127.0.0.1
+PORT=${NEXUS_KAFKA_PORT:-9092}
+CONTROLLER_PORT=${NEXUS_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
+TOPICS=${NEXUS_KAFKA_TOPICS:-nexus.events nexus.events.dlq}
+TOPIC_PARTITIONS=${NEXUS_KAFKA_TOPIC_PARTITIONS:-4}
+START_TIMEOUT=${NEXUS_KAFKA_START_TIMEOUT:-60}
+STOP_TIMEOUT=${NEXUS_KAFKA_STOP_TIMEOUT:-30}
+HEAP_OPTS=${NEXUS_KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}
+JVM_OPTS=${NEXUS_KAFKA_JVM_OPTS:--XX:+UseSerialGC}
+JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
+
+LIBS="$KAFKA_HOME/libs"
+NODE_DIR="$KAFKA_HOME/node-$PORT"
+DATA_DIR="$NODE_DIR/data"
+PROPS="$NODE_DIR/server.properties"
+LOG4J_BROKER="$NODE_DIR/log4j2.properties"
+LOG4J_TOOLS="$NODE_DIR/log4j2-tools.properties"
+CLUSTER_ID_FILE="$NODE_DIR/cluster.id"
+PID_FILE="$NODE_DIR/kafka.pid"
+LOG_FILE="$NODE_DIR/kafka.log"
+BOOTSTRAP="$HOST:$PORT"
+
+say() { echo "kafka.sh: $*"; }
+die() { echo "kafka.sh: error: $*" >&2; exit 1; }
+
+# --------------------------------------------------------------------------
+# helpers
+
+# Serialise up/down/restart on one node (several shells may call this at once).
+# The lock fd (9) must not leak into the broker JVM: see start_broker.
+lock_node() {
+    mkdir -p "$NODE_DIR"
+    exec 9>"$NODE_DIR/.lock"
+    flock -w 300 9 || die "timed out waiting for the lock on $NODE_DIR"
+}
+
+broker_pid() {
+    # Prints the pid of *our* broker for this port, or nothing. Guards against
+    # stale pid files and pid reuse by checking the command line.
+    [[ -f $PID_FILE ]] || return 0
+    local pid
+    pid=$(cat "$PID_FILE" 2>/dev/null || true)
+    [[ $pid =~ ^[0-9]+$ ]] || return 0
+    kill -0 "$pid" 2>/dev/null || return 0
+    if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "kafka.Kafka $PROPS"; then
+        echo "$pid"
+    fi
+}
+
+port_open() { (exec 3<>"/dev/tcp/$HOST/$1") 2>/dev/null; }
+
+check_java() {
+    command -v "$JAVA" >/dev/null 2>&1 || die "java not found (install a JDK 17+ or set JAVA_HOME)"
+    local v
+    v=$("$JAVA" -XshowSettings:properties -version 2>&1 | sed -n 's/^ *java.specification.version = //p')
+    [[ ${v%%.*} -ge 17 ]] 2>/dev/null || die "Kafka 4 needs Java 17+, $JAVA is ${v:-unknown}"
+}
+
+resolve_libs() {
+    local stamp
+    stamp=$(sha256sum "$POM" | cut -d' ' -f1)
+    [[ -f $LIBS/.resolved && $(cat "$LIBS/.resolved") == "$stamp" ]] && return 0
+    mkdir -p "$KAFKA_HOME"
+    (
+        exec 8>"$KAFKA_HOME/.resolve.lock"
+        flock -w 600 8 || die "timed out waiting for $KAFKA_HOME/.resolve.lock"
+        [[ -f $LIBS/.resolved && $(cat "$LIBS/.resolved") == "$stamp" ]] && exit 0
+        command -v mvn >/dev/null 2>&1 || die "mvn not found (apt-get install maven)"
+        say "resolving Kafka broker artifacts with mvn into $LIBS (first run only)..."
+        local tmp="$KAFKA_HOME/libs.tmp.$$"
+        rm -rf "$tmp"
+        mvn -q -B -f "$POM" dependency:copy-dependencies \
+            -DoutputDirectory="$tmp" -DincludeScope=runtime >"$KAFKA_HOME/mvn.log" 2>&1 8>&- 9>&- \
+            || { cat "$KAFKA_HOME/mvn.log" >&2; rm -rf "$tmp"; die "mvn could not resolve the Kafka artifacts"; }
+        ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || { rm -rf "$tmp"; die "kafka_2.13 jar missing after mvn"; }
+        echo "$stamp" >"$tmp/.resolved"
+        rm -rf "$LIBS"
+        mv "$tmp" "$LIBS"
+    )
+}
+
+kafka_version() {
+    local jar
+    jar=$(ls "$LIBS"/kafka_2.13-*.jar 2>/dev/null | head -n1)
+    jar=${jar##*/kafka_2.13-}
+    echo "${jar%.jar}"
+}
+
+write_config() {
+    mkdir -p "$DATA_DIR"
+    cat >"$PROPS" <<EOF
+# Generated by scripts/kafka.sh -- edits are overwritten on every 'up'.
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@$HOST:$CONTROLLER_PORT
+listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$HOST:$PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$DATA_DIR
+
+# single node: every internal topic has one replica
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=4
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+default.replication.factor=1
+min.insync.replicas=1
+
+num.partitions=4
+auto.create.topics.enable=true
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=4
+num.recovery.threads.per.data.dir=1
+log.retention.hours=168
+EOF
+
+    cat >"$LOG4J_BROKER" <<'EOF'
+# Broker logging (stdout is redirected to kafka.log by scripts/kafka.sh).
+status = warn
+appender.out.type = Console
+appender.out.name = STDOUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = STDOUT
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.apache.name = org.apache.kafka
+logger.apache.level = INFO
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.level = WARN
+EOF
+
+    cat >"$LOG4J_TOOLS" <<'EOF'
+# Kafka CLI tools used by scripts/kafka.sh: warnings only, to stderr.
+status = warn
+appender.err.type = Console
+appender.err.name = STDERR
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = STDERR
+EOF
+}
+
+run_tool() {
+    # run_tool <main class> args...  (a short-lived JVM on the broker classpath)
+    "$JAVA" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+        -Dlog4j2.configurationFile="$LOG4J_TOOLS" -cp "$LIBS/*" "$@" 9>&-
+}
+
+format_storage() {
+    [[ -f $DATA_DIR/meta.properties ]] && return 0
+    local cid
+    if [[ -s $CLUSTER_ID_FILE ]]; then
+        cid=$(cat "$CLUSTER_ID_FILE")
+    else
+        # A Kafka cluster id is 16 random bytes, base64url without padding.
+        cid=$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+        echo "$cid" >"$CLUSTER_ID_FILE"
+    fi
+    say "formatting KRaft storage in $DATA_DIR (cluster id $cid)"
+    # Static quorum (controller.quorum.voters) -> plain `format` with no
+    # --standalone / --initial-controllers flag; works on Kafka 3.7 .. 4.x.
+    run_tool kafka.tools.StorageTool format --ignore-formatted \
+        -t "$cid" -c "$PROPS" >>"$LOG_FILE" 2>&1 \
+        || { tail -n 30 "$LOG_FILE" >&2; die "storage format failed (see $LOG_FILE)"; }
+}
+
+start_broker() {
+    : >>"$LOG_FILE"
+    echo "=== $(date -u +%FT%TZ) kafka.sh starting broker on $BOOTSTRAP" >>"$LOG_FILE"
+    # setsid: own session, so the broker outlives the calling shell/job.
+    # 9>&-: do not hand the node lock to the JVM.
+    # shellcheck disable=SC2086
+    setsid "$JAVA" $HEAP_OPTS $JVM_OPTS \
+        -Djava.awt.headless=true \
+        -Dlog4j2.configurationFile="$LOG4J_BROKER" \
+        -Dkafka.logs.dir="$NODE_DIR" \
+        -cp "$LIBS/*" kafka.Kafka "$PROPS" \
+        </dev/null >>"$LOG_FILE" 2>&1 9>&- &
+    echo $! >"$PID_FILE"
+}
+
+python_for_admin() {
+    local py=${NEXUS_KAFKA_PYTHON:-$REPO_ROOT/.venv/bin/python}
+    if [[ -x $py ]] && "$py" -c 'import aiokafka' 2>/dev/null; then echo "$py"; fi
+}
+
+# Readiness check + idempotent topic creation with aiokafka. Exit 0 only when
+# the broker answered metadata and every topic exists with a leader on every
+# partition.
+ensure_topics_python() {
+    "$1" - "$BOOTSTRAP" "$TOPIC_PARTITIONS" $TOPICS <<'PY'
+import asyncio, sys
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+bootstrap, partitions, topics = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+
+async def main() -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [t for t in topics if t not in existing]
+        if missing:
+            resp = (await admin.create_topics(
+                [NewTopic(t, partitions, 1) for t in missing], timeout_ms=10000)).to_object()
+            for err in resp.get("topic_errors", []):
+                code = err.get("error_code", 0)
+                if code not in (0, 36):  # 36 = TOPIC_ALREADY_EXISTS
+                    print(f"create {err.get('topic')}: error {code} {err.get('error_message')}",
+                          file=sys.stderr)
+                    return 1
+        for _ in range(50):
+            desc = await admin.describe_topics(topics)
+            ok = len(desc) == len(topics) and all(
+                t.get("error_code", 0) == 0 and t["partitions"]
+                and all(p["leader"] >= 0 for p in t["partitions"]) for t in desc)
+            if ok:
+                return 0
+            await asyncio.sleep(0.2)
+        print("topics have no leaders yet", file=sys.stderr)
+        return 1
+    finally:
+        await admin.close()
+
+sys.exit(asyncio.run(main()))
+PY
+}
+
+ensure_topics_java() {
+    local t
+    for t in $TOPICS; do
+        run_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" \
+            --create --if-not-exists --topic "$t" \
+            --partitions "$TOPIC_PARTITIONS" --replication-factor 1 >/dev/null || return 1
+    done
+    # Also proves the broker answers metadata requests.
+    local listed
+    listed=$(run_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" --list) || return 1
+    for t in $TOPICS; do grep -qxF "$t" <<<"$listed" || return 1; done
+}
+
+wait_ready() {
+    local deadline=$((SECONDS + START_TIMEOUT)) py err
+    py=$(python_for_admin)
+    while ! port_open "$PORT"; do
+        [[ -n $(broker_pid) ]] || { tail -n 40 "$LOG_FILE" >&2; die "broker exited during start-up (see $LOG_FILE)"; }
+        ((SECONDS < deadline)) || die "broker did not open $BOOTSTRAP within ${START_TIMEOUT}s (see $LOG_FILE)"
+        sleep 0.3
+    done
+    err="$NODE_DIR/.admin.err"
+    while :; do
+        if [[ -n $py ]]; then
+            ensure_topics_python "$py" 2>"$err" && return 0
+        else
+            ensure_topics_java 2>"$err" && return 0
+        fi
+        [[ -n $(broker_pid) ]] || { tail -n 40 "$LOG_FILE" >&2; die "broker exited during start-up (see $LOG_FILE)"; }
+        if ((SECONDS >= deadline)); then
+            tail -n 20 "$err" >&2
+            die "broker on $BOOTSTRAP not ready within ${START_TIMEOUT}s (see $LOG_FILE)"
+        fi
+        sleep 0.5
+    done
+}
+
+# --------------------------------------------------------------------------
+# commands
+
+cmd_status() {
+    local pid
+    pid=$(broker_pid)
+    if [[ -n $pid ]]; then
+        say "running: Kafka $(kafka_version) on $BOOTSTRAP (pid $pid, controller $HOST:$CONTROLLER_PORT, dir $NODE_DIR)"
+        return 0
+    fi
+    say "not running on $BOOTSTRAP"
+    return 1
+}
+
+do_up() {
+    local pid t0=$SECONDS
+    pid=$(broker_pid)
+    if [[ -n $pid ]]; then
+        say "already running: Kafka $(kafka_version) on $BOOTSTRAP (pid $pid)"
+        return 0
+    fi
+    if port_open "$PORT" || port_open "$CONTROLLER_PORT"; then
+        die "port $PORT or $CONTROLLER_PORT on $HOST is taken by another process (set NEXUS_KAFKA_PORT)"
+    fi
+    check_java
+    resolve_libs
+    write_config
+    format_storage
+    start_broker
+    wait_ready
+    say "Kafka $(kafka_version) (KRaft) up on $BOOTSTRAP (pid $(cat "$PID_FILE"), topics: $TOPICS; $((SECONDS - t0))s; log $LOG_FILE)"
+}
+
+do_down() {
+    local pid i
+    pid=$(broker_pid)
+    if [[ -z $pid ]]; then
+        rm -f "$PID_FILE"
+        say "not running on $BOOTSTRAP"
+        return 0
+    fi
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < STOP_TIMEOUT * 5; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        say "broker (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        for ((i = 0; i < 50; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    fi
+    rm -f "$PID_FILE"
+    say "stopped broker on $BOOTSTRAP (pid $pid)"
+}
+
+case ${1:-} in
+    up) lock_node; do_up ;;
+    down) lock_node; do_down ;;
+    restart) lock_node; do_down; do_up ;;
+    status) cmd_status ;;
+    *)
+        echo "usage: $0 up|down|status|restart" >&2
+        exit 2
+        ;;
+esac

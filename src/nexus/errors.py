@@ -1,0 +1,93 @@
+"""Typed errors of the gateway.
+
+One base, `NexusError`, carries a stable `ErrorCode` (used in API bodies, dead-letter records and metric
+labels) and says whether retrying can help::
+
+    NexusError
+     +-- InvalidEventError        permanent  INVALID_EVENT / PARSE_ERROR
+     +-- PlanMismatchError        permanent  PLAN_MISMATCH
+     +-- DatabaseError
+     |    +-- TransientDatabaseError   transient  DATABASE_UNAVAILABLE (server down, timeout, deadlock)
+     |    +-- PermanentDatabaseError   permanent  DATABASE_REJECTED (constraint, bad data)
+     +-- NotFoundError            permanent  NOT_FOUND
+     +-- ConfigurationError       permanent  CONFIGURATION
+
+Driver errors are translated at the adapter (`nexus.store.errors`) with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.StrEnum):
+    """Stable codes: part of the public contract (HTTP bodies, DLQ headers, metric labels)."""
+
+    PARSE_ERROR = "PARSE_ERROR"
+    INVALID_EVENT = "INVALID_EVENT"
+    PLAN_MISMATCH = "PLAN_MISMATCH"
+    BUFFER_TIMEOUT = "BUFFER_TIMEOUT"
+    DATABASE_UNAVAILABLE = "DATABASE_UNAVAILABLE"
+    DATABASE_REJECTED = "DATABASE_REJECTED"
+    PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
+    NOT_FOUND = "NOT_FOUND"
+    CONFIGURATION = "CONFIGURATION"
+
+
+class NexusError(Exception):
+    """Something went wrong in the gateway."""
+
+    code: ErrorCode = ErrorCode.DATABASE_REJECTED
+    transient: bool = False
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or self.__class__.__name__).strip())
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class InvalidEventError(NexusError):
+    """The event does not match the envelope or its type's data model."""
+
+    code = ErrorCode.INVALID_EVENT
+
+    def __init__(self, message: str | None = None, *, code: ErrorCode = ErrorCode.INVALID_EVENT) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class PlanMismatchError(NexusError):
+    """The event belongs to another plan than the one its order follows."""
+
+    code = ErrorCode.PLAN_MISMATCH
+
+
+class DatabaseError(NexusError):
+    """The database failed to complete the operation."""
+
+
+class TransientDatabaseError(DatabaseError):
+    """The database is unreachable or asked us to retry; the same operation may succeed later."""
+
+    code = ErrorCode.DATABASE_UNAVAILABLE
+    transient = True
+
+
+class PermanentDatabaseError(DatabaseError):
+    """The database rejected the operation; retrying it unchanged will fail again."""
+
+    code = ErrorCode.DATABASE_REJECTED
+
+
+class NotFoundError(NexusError):
+    """The requested resource does not exist."""
+
+    code = ErrorCode.NOT_FOUND
+
+
+class ConfigurationError(NexusError):
+    """A setting is missing or malformed."""
+
+    code = ErrorCode.CONFIGURATION

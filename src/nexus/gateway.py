@@ -1,0 +1,343 @@
+"""`Gateway.submit`: the one entry point. Validate, lock, decide, apply: one transaction per batch.
+
+Every ingress (HTTP, Kafka, redrive) hands its events here. A batch is written with a fixed number of
+set-based statements whatever its size: advisory locks for its orders (in key order, so batches never
+deadlock), one read of their state and buffer, the pure `resolve` per order, then one statement per table.
+If the shared transaction fails for a permanent reason, each order is retried alone so one culprit cannot
+fail its neighbours; transient failures propagate for the caller to retry as a whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+
+from nexus import metrics
+from nexus.core.envelope import EventEnvelope, parse_envelope
+from nexus.core.process import STATUS_AFTER, OrderStatus
+from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, resolve
+from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError
+from nexus.store.database import Database
+from nexus.store.errors import wrap_db_errors
+from nexus.store.queries import query
+
+log = logging.getLogger(__name__)
+
+_OUTBOX_NAMESPACE = uuid.UUID("6d1f3c1e-8f43-4a43-9d5c-6e6578757300")
+
+
+def outbox_id_for(event_id: uuid.UUID) -> uuid.UUID:
+    """The notification id (and Idempotency-Key) of an applied event: derived, so it never changes."""
+    return uuid.uuid5(_OUTBOX_NAMESPACE, str(event_id))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Incoming:
+    """One item handed to the gateway: a parsed envelope, or the raw input and why it failed to parse."""
+
+    raw: str
+    envelope: EventEnvelope | None = None
+    error: InvalidEventError | None = None
+    traceparent: str | None = None
+
+    @classmethod
+    def parse(cls, raw: bytes | str | dict[str, Any], traceparent: str | None = None) -> Incoming:
+        text = raw if isinstance(raw, str) else (
+            raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw, default=str)
+        )
+        try:
+            return cls(text, parse_envelope(raw), None, traceparent)
+        except InvalidEventError as exc:
+            return cls(text, None, exc, traceparent)
+
+    @classmethod
+    def of(cls, envelope: EventEnvelope, traceparent: str | None = None) -> Incoming:
+        return cls(envelope.model_dump_json(), envelope, None, traceparent)
+
+    @property
+    def event_id(self) -> str | None:
+        if self.envelope is not None:
+            return str(self.envelope.event_id)
+        try:
+            obj = json.loads(self.raw)
+        except ValueError:
+            return None
+        value = obj.get("event_id") if isinstance(obj, dict) else None
+        return str(value) if value is not None else None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    """The gateway's answer for one item."""
+
+    event_id: str | None
+    decision: Decision
+    code: ErrorCode | None = None
+    error: str | None = None
+    status: OrderStatus | None = None
+    last_seq: int | None = None
+    dead_letter_id: int | None = None
+
+    @property
+    def is_dead_letter(self) -> bool:
+        return self.decision in (Decision.DEAD_LETTER, Decision.PLAN_MISMATCH)
+
+    def as_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "event_id": self.event_id,
+            "decision": self.decision.value,
+            "code": self.code.value if self.code else None,
+            "order": None if self.status is None and self.last_seq is None else {
+                "status": self.status.value if self.status else None,
+                "last_seq": self.last_seq,
+            },
+        }
+        if self.error:
+            body["error"] = self.error
+        return body
+
+
+@dataclasses.dataclass(slots=True)
+class _Writes:
+    """The set-based writes of one transaction, accumulated column by column."""
+
+    orders: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    outbox: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    pending_add: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    pending_del: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    dead: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+
+    async def run(self, conn: asyncpg.Connection) -> list[int]:
+        if self.orders:
+            await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 7))
+        if self.pending_del:
+            await conn.execute(query("gateway.sql", "delete_pending"), *_columns(self.pending_del, 2))
+        if self.pending_add:
+            await conn.execute(query("gateway.sql", "insert_pending"), *_columns(self.pending_add, 6))
+        if self.outbox:
+            cols = _columns(self.outbox, 9)
+            await conn.execute(query("gateway.sql", "insert_outbox"), *cols)
+            await conn.execute(query("gateway.sql", "insert_deliveries"), cols[0])
+        if self.dead:
+            rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(self.dead, 7))
+            return [r["id"] for r in rows]
+        return []
+
+
+def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+
+
+class Gateway:
+    """Decides and applies agents' steps. Safe to call concurrently, from any number of processes."""
+
+    def __init__(self, db: Database, *, record_plan_mismatch: bool = True) -> None:
+        self.db = db
+        # Kafka ingress sends plan mismatches to its DLQ topic instead of the dead_letters table.
+        self.record_plan_mismatch = record_plan_mismatch
+
+    async def submit(self, items: Sequence[Incoming], *, source: str = "http") -> list[Outcome]:
+        """Decide and apply a batch; one outcome per item, in the items' order.
+
+        Raises TransientDatabaseError when the database cannot be reached: nothing was written, and the
+        same batch may be submitted again.
+        """
+        if not items:
+            return []
+        try:
+            return await self._submit_once(items, source)
+        except PermanentDatabaseError as exc:
+            log.warning("batch rejected, isolating orders", extra={"action": "isolate", "error": str(exc)})
+            return await self._isolate(items, source)
+
+    async def _isolate(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
+        groups: dict[str | None, list[int]] = defaultdict(list)
+        for i, item in enumerate(items):
+            groups[item.envelope.order_id if item.envelope else None].append(i)
+        outcomes: list[Outcome | None] = [None] * len(items)
+        for indexes in groups.values():
+            group = [items[i] for i in indexes]
+            try:
+                results = await self._submit_once(group, source)
+            except PermanentDatabaseError as exc:
+                results = await self._reject(group, source, exc)
+            for i, result in zip(indexes, results, strict=True):
+                outcomes[i] = result
+        return [o for o in outcomes if o is not None]
+
+    async def _reject(self, group: list[Incoming], source: str, exc: PermanentDatabaseError) -> list[Outcome]:
+        """Dead-letter a group the database refuses, in a transaction of its own."""
+        failed = [
+            dataclasses.replace(item, envelope=None, error=InvalidEventError(str(exc), code=exc.code))
+            for item in group
+        ]
+        return await self._submit_once(failed, source)
+
+    async def _submit_once(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
+        by_order: dict[str, list[int]] = defaultdict(list)
+        for i, item in enumerate(items):
+            if item.envelope is not None:
+                by_order[item.envelope.order_id].append(i)
+        order_ids = sorted(by_order)
+        outcomes: list[Outcome | None] = [None] * len(items)
+        writes = _Writes()
+        dead_index: list[int] = []
+        drained = 0
+
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                if order_ids:
+                    await conn.execute(query("gateway.sql", "lock_orders"), order_ids)
+                    states, pending = await self._read(conn, order_ids)
+                    for order_id in order_ids:
+                        indexes = by_order[order_id]
+                        resolution = resolve(
+                            states.get(order_id) or OrderState(order_id),
+                            [items[i].envelope for i in indexes],  # type: ignore[misc]
+                            pending.get(order_id, {}),
+                        )
+                        traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
+                        drained += self._plan(resolution, traces, writes)
+                        for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
+                            outcomes[i] = Outcome(
+                                str(event.event_id), decision, code_of(decision),
+                                status=after.status, last_seq=after.last_seq,
+                            )
+                            if decision is Decision.PLAN_MISMATCH and self.record_plan_mismatch:
+                                dead_index.append(i)
+                                writes.dead.append(self._dead_row(
+                                    source, ErrorCode.PLAN_MISMATCH,
+                                    f"order {order_id} follows plan {resolution.before.plan_id}, "
+                                    f"not {event.plan_id}", items[i],
+                                ))
+                for i, item in enumerate(items):
+                    if item.envelope is None:
+                        assert item.error is not None
+                        dead_index.append(i)
+                        writes.dead.append(self._dead_row(source, item.error.code, str(item.error), item))
+                        outcomes[i] = Outcome(item.event_id, Decision.DEAD_LETTER, item.error.code, str(item.error))
+                dead_ids = await writes.run(conn)
+
+        for i, dead_id in zip(dead_index, dead_ids, strict=False):
+            outcomes[i] = dataclasses.replace(outcomes[i], dead_letter_id=dead_id)  # type: ignore[type-var]
+        final = [o for o in outcomes if o is not None]
+        metrics.record_outcomes(items, final, drained)
+        return final
+
+    async def _read(
+        self, conn: asyncpg.Connection, order_ids: list[str]
+    ) -> tuple[dict[str, OrderState], dict[str, dict[int, EventEnvelope]]]:
+        pending: dict[str, dict[int, EventEnvelope]] = defaultdict(dict)
+        plans: dict[str, str] = {}
+        for row in await conn.fetch(query("gateway.sql", "read_pending"), order_ids):
+            envelope = parse_envelope(row["envelope"])
+            pending[row["order_id"]][row["seq_id"]] = envelope
+            plans[row["order_id"]] = envelope.plan_id
+        states: dict[str, OrderState] = {}
+        for row in await conn.fetch(query("gateway.sql", "read_orders"), order_ids):
+            oid = row["order_id"]
+            states[oid] = OrderState(
+                order_id=oid,
+                plan_id=row["plan_id"],
+                status=OrderStatus(row["status"]),
+                last_seq=row["last_seq"],
+                buffered=frozenset(pending.get(oid, {})),
+                tombstone=row["tombstone"],
+                outbox_count=row["outbox_count"],
+            )
+        for oid, seqs in pending.items():
+            if oid not in states:
+                states[oid] = OrderState(oid, plan_id=plans[oid], buffered=frozenset(seqs))
+        return states, pending
+
+    @staticmethod
+    def _plan(
+        resolution: Resolution,
+        traces: dict[uuid.UUID, str | None],
+        writes: _Writes,
+    ) -> int:
+        """Turn one order's resolution into rows; return how many buffered events it drained."""
+        after = resolution.after
+        if after.status is not None and after != resolution.before:
+            writes.orders.append((
+                after.order_id, _tenant(resolution), after.plan_id, after.status.value,
+                after.last_seq, after.tombstone, after.outbox_count,
+            ))
+        for seq in resolution.unbuffered:
+            writes.pending_del.append((after.order_id, seq))
+        for event in resolution.buffered:
+            writes.pending_add.append((
+                event.order_id, event.seq_id, event.event_id, event.plan_id, event.model_dump_json(),
+                traces.get(event.event_id),
+            ))
+        status_after: OrderStatus | None = None
+        for applied in resolution.applied:
+            event = applied.event
+            status_after = STATUS_AFTER[event.event_type]
+            notification_id = outbox_id_for(event.event_id)
+            payload = {
+                "notification_id": str(notification_id),
+                "order_id": event.order_id,
+                "plan_id": event.plan_id,
+                "tenant_id": event.tenant_id,
+                "position": applied.position,
+                "event_type": event.event_type.value,
+                "seq_id": event.seq_id,
+                "status": status_after.value,
+                "event": json.loads(event.model_dump_json()),
+            }
+            writes.outbox.append((
+                notification_id, event.order_id, applied.position, event.event_id, event.event_type.value,
+                event.seq_id, event.plan_id, json.dumps(payload), traces.get(event.event_id),
+            ))
+        return sum(1 for a in resolution.applied if a.drained)
+
+    @staticmethod
+    def _dead_row(source: str, code: ErrorCode, error: str, item: Incoming) -> tuple[Any, ...]:
+        env = item.envelope
+        return (
+            source, code.value, error, item.event_id,
+            env.order_id if env else None, env.plan_id if env else None, item.raw,
+        )
+
+    async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
+        """Dead-letter buffered steps whose gap has not filled for `timeout_s`; return the dead-letter ids.
+
+        Each expired step leaves the buffer and enters dead_letters in the same transaction, under its
+        order's advisory lock, so it is dead-lettered once and never applied afterwards.
+        """
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                candidates = [
+                    r["order_id"] for r in await conn.fetch(query("gateway.sql", "expiry_candidates"), timeout_s, limit)
+                ]
+                if not candidates:
+                    return []
+                candidates.sort()
+                await conn.execute(query("gateway.sql", "lock_orders"), candidates)
+                rows = await conn.fetch(query("gateway.sql", "expire_pending"), candidates, timeout_s)
+                if not rows:
+                    return []
+                dead = [
+                    ("buffer", ErrorCode.BUFFER_TIMEOUT.value,
+                     f"seq {r['seq_id']} waited more than {timeout_s:g}s for its predecessor",
+                     r["event_id"], r["order_id"], r["plan_id"], r["envelope"])
+                    for r in rows
+                ]
+                ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(dead, 7))
+        metrics.record_buffer_timeouts(len(rows))
+        log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(rows)})
+        return [r["id"] for r in ids]
+
+
+def _tenant(resolution: Resolution) -> str:
+    for event, _, _ in resolution.decisions:
+        return event.tenant_id
+    return "default"

@@ -1,0 +1,1 @@
+"""Ingress adapters: they parse what arrives and hand it to `Gateway.submit`."""

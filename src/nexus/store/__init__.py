@@ -1,0 +1,1 @@
+"""PostgreSQL adapter: embedded server, connection pool, migrations, named queries, error mapping."""

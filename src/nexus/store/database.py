@@ -1,0 +1,89 @@
+"""Connecting to PostgreSQL: the embedded server or a given URL, a pool, and the migrations."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import asyncpg
+
+from nexus.settings import Settings
+from nexus.store.embedded import EmbeddedPostgres
+from nexus.store.errors import wrap_db_errors
+from nexus.store.migrate import apply_migrations
+
+log = logging.getLogger(__name__)
+
+
+class Database:
+    """The gateway's handle on PostgreSQL: resolves the URL, owns the pool."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.embedded: EmbeddedPostgres | None = None
+        self.url = settings.database_url
+        self._pool: asyncpg.Pool | None = None
+
+    def resolve_url(self) -> str:
+        """The server URL, starting the embedded server first if no URL was given."""
+        if self.url is None:
+            self.embedded = EmbeddedPostgres(self.settings.data_dir)
+            self.url = self.embedded.start()
+        return self.url
+
+    async def open(self, *, migrate: bool = True) -> Database:
+        url = self.resolve_url()
+        with wrap_db_errors():
+            if migrate:
+                conn = await asyncpg.connect(url)
+                try:
+                    applied = await apply_migrations(conn)
+                finally:
+                    await conn.close()
+                for m in applied:
+                    log.info("migration applied", extra={"action": "migrate", "version": m.version})
+            self._pool = await asyncpg.create_pool(
+                url,
+                min_size=1,
+                max_size=self.settings.db_pool_size,
+                command_timeout=30,
+                max_inactive_connection_lifetime=60,
+            )
+        return self
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("Database.open() first")
+        return self._pool
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+        if self.embedded is not None:
+            self.embedded.close()
+            self.embedded = None
+
+    async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn:
+                rows: list[asyncpg.Record] = await conn.fetch(sql, *args)
+                return rows
+
+    async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn:
+                row: asyncpg.Record | None = await conn.fetchrow(sql, *args)
+                return row
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn:
+                return await conn.fetchval(sql, *args)
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        with wrap_db_errors():
+            async with self.pool.acquire() as conn:
+                status: str = await conn.execute(sql, *args)
+                return status

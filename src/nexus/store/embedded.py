@@ -1,0 +1,55 @@
+"""The embedded PostgreSQL 16 (the `pgserver` wheel): what runs when no NEXUS_DATABASE_URL is given.
+
+The server listens on a Unix socket only. Several processes may share one data directory: pgserver
+starts the server once and counts its users.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server whose data lives under `data_dir/pgdata`."""
+
+    def __init__(self, data_dir: Path, *, cleanup_mode: str | None = "stop") -> None:
+        self.pgdata = (Path(data_dir) / "pgdata").resolve()
+        self._cleanup_mode = cleanup_mode
+        self._server: Any = None
+
+    def start(self) -> str:
+        """Start (or join) the server and return its URL."""
+        import pgserver  # heavy import, only where the embedded server is used
+
+        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        self._server = pgserver.get_server(self.pgdata, cleanup_mode=self._cleanup_mode)
+        url: str = self._server.get_uri()
+        log.info("embedded postgres ready", extra={"action": "embedded_pg_start", "pgdata": str(self.pgdata)})
+        return url
+
+    def url(self, database: str | None = None) -> str:
+        assert self._server is not None, "start() first"
+        result: str = self._server.get_uri(database)
+        return result
+
+    def stop_server(self) -> None:
+        """Stop the server process now (fast shutdown), as an outage would. `resume()` brings it back."""
+        import pgserver
+
+        assert self._server is not None
+        pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._server.system_user)
+
+    def resume(self) -> None:
+        """Start the server again after `stop_server()`, on the same socket."""
+        assert self._server is not None
+        with self._server._lock:
+            self._server.ensure_postgres_running()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.cleanup()
+            self._server = None

@@ -1,0 +1,67 @@
+-- Queries of Gateway.submit: one transaction per batch, set-based whatever the batch size.
+
+-- name: lock_orders
+-- Advisory locks in one fixed order (by key), so two batches never deadlock on each other.
+SELECT pg_advisory_xact_lock(k)
+FROM (SELECT DISTINCT hashtextextended(o, 0) AS k FROM unnest($1::text[]) AS o ORDER BY k OFFSET 0) AS keys;
+
+-- name: read_orders
+SELECT order_id, plan_id, status, last_seq, tombstone, outbox_count
+FROM orders WHERE order_id = ANY($1::text[]);
+
+-- name: read_pending
+SELECT order_id, seq_id, envelope::text AS envelope, traceparent
+FROM pending_events WHERE order_id = ANY($1::text[]);
+
+-- name: upsert_orders
+INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::int[])
+ON CONFLICT (order_id) DO UPDATE SET
+    plan_id = EXCLUDED.plan_id,
+    status = EXCLUDED.status,
+    last_seq = EXCLUDED.last_seq,
+    tombstone = EXCLUDED.tombstone,
+    outbox_count = EXCLUDED.outbox_count,
+    updated_at = now();
+
+-- name: insert_outbox
+INSERT INTO outbox (id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent)
+SELECT id, order_id, position, event_id, event_type, seq_id, plan_id, payload::jsonb, traceparent
+FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::int[], $7::text[], $8::text[],
+            $9::text[])
+    AS u(id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent);
+
+-- name: insert_deliveries
+-- One delivery per (notification, enabled subscription whose filter takes its type).
+INSERT INTO deliveries (outbox_id, subscription_id, order_id, position)
+SELECT o.id, s.id, o.order_id, o.position
+FROM outbox AS o
+JOIN subscriptions AS s ON s.enabled AND (s.event_types IS NULL OR o.event_type = ANY (s.event_types))
+WHERE o.id = ANY($1::uuid[]);
+
+-- name: insert_pending
+INSERT INTO pending_events (order_id, seq_id, event_id, plan_id, envelope, traceparent)
+SELECT order_id, seq_id, event_id, plan_id, envelope::jsonb, traceparent
+FROM unnest($1::text[], $2::int[], $3::uuid[], $4::text[], $5::text[], $6::text[])
+    AS u(order_id, seq_id, event_id, plan_id, envelope, traceparent);
+
+-- name: delete_pending
+DELETE FROM pending_events AS p
+USING unnest($1::text[], $2::int[]) AS u(order_id, seq_id)
+WHERE p.order_id = u.order_id AND p.seq_id = u.seq_id;
+
+-- name: insert_dead_letters
+INSERT INTO dead_letters (source, code, error, event_id, order_id, plan_id, payload)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+RETURNING id;
+
+-- name: expiry_candidates
+SELECT DISTINCT order_id FROM pending_events
+WHERE received_at < now() - make_interval(secs => $1)
+LIMIT $2;
+
+-- name: expire_pending
+-- Buffered steps whose gap never filled, of orders already locked: removed and returned to dead-letter.
+DELETE FROM pending_events
+WHERE order_id = ANY($1::text[]) AND received_at < now() - make_interval(secs => $2)
+RETURNING order_id, seq_id, event_id::text AS event_id, plan_id, envelope::text AS envelope;

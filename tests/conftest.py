@@ -1,0 +1,215 @@
+"""Shared fixtures: a real PostgreSQL (embedded, or NEXUS_TEST_DATABASE_URL), a migrated template database
+cloned per test, settings with short intervals, and helpers to run `nexus` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import asyncpg
+import httpx
+import pytest
+
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus.store.embedded import EmbeddedPostgres
+from nexus.store.migrate import apply_migrations
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = "nexus_template"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class PostgresForTests:
+    """The session's PostgreSQL server: hands out fresh databases cloned from a migrated template."""
+
+    def __init__(self) -> None:
+        self._tmp = tempfile.mkdtemp(prefix="nexus-test-pg-")
+        self.embedded = EmbeddedPostgres(Path(self._tmp), cleanup_mode="delete")
+        self.admin_url = self.embedded.start()
+
+    def url(self, database: str) -> str:
+        return self.embedded.url(database)
+
+    async def create_template(self) -> None:
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            await conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
+            await conn.execute(f"CREATE DATABASE {TEMPLATE}")
+        finally:
+            await conn.close()
+        conn = await asyncpg.connect(self.url(TEMPLATE))
+        try:
+            await apply_migrations(conn)
+        finally:
+            await conn.close()
+
+    async def new_database(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            await conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+        finally:
+            await conn.close()
+        return self.url(name)
+
+    def stop_server(self) -> None:
+        self.embedded.stop_server()
+
+    def resume(self) -> None:
+        self.embedded.resume()
+
+    def close(self) -> None:
+        self.embedded.close()
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[PostgresForTests]:
+    server = PostgresForTests()
+    asyncio.run(server.create_template())
+    yield server
+    server.close()
+
+
+@pytest.fixture
+async def database_url(pg: PostgresForTests) -> str:
+    """A fresh, migrated database of its own for each test."""
+    return await pg.new_database()
+
+
+def fast_settings(database_url: str, **overrides: object) -> Settings:
+    """Settings with every interval shrunk for tests."""
+    base: dict[str, object] = {
+        "database_url": database_url,
+        "buffer_sweep_interval_s": 0.2,
+        "retry_base_ms": 20,
+        "retry_max_ms": 200,
+        "lease_s": 2.0,
+        "breaker_cooldown_s": 1.0,
+        "webhook_timeout_s": 2.0,
+        "dispatcher_poll_s": 0.05,
+        "db_pool_size": 5,
+    }
+    base.update(overrides)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return fast_settings(database_url)
+
+
+@pytest.fixture
+async def db(settings: Settings) -> AsyncIterator[Database]:
+    database = await Database(settings).open(migrate=False)
+    yield database
+    await database.close()
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The NEXUS_* environment that reproduces `settings` in a child process."""
+    from nexus.settings import _ENV_NAMES
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
+    for name, var in _ENV_NAMES.items():
+        value = getattr(settings, name)
+        if value is not None:
+            env[var] = str(value)
+    return env
+
+
+class NexusProcess:
+    """A `nexus ...` child process, in its own process group so it can be SIGKILLed whole."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.args = args
+        self.env = env
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> NexusProcess:
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "nexus.cli", *self.args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=ROOT,
+        )
+        return self
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def wait_http(url: str, timeout: float = 30.0, proc: NexusProcess | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.proc is not None and proc.proc.poll() is not None:
+            raise RuntimeError(f"process exited early:\n{proc.log()[-3000:]}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer in {timeout}s" + (f"\n{proc.log()[-3000:]}" if proc else ""))
+
+
+@pytest.fixture
+def nexus_procs(tmp_path: Path) -> Iterator[list[NexusProcess]]:
+    """Collects started processes and kills whatever is still running at teardown."""
+    procs: list[NexusProcess] = []
+    yield procs
+    for p in procs:
+        p.kill()
+
+
+@pytest.fixture
+def start_gateway(settings: Settings, nexus_procs: list[NexusProcess], tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Start `nexus serve` on a free port against the test database; returns (process, base_url)."""
+
+    def _start(*extra: str, settings_: Settings | None = None, port: int | None = None) -> tuple[NexusProcess, str]:
+        s = settings_ or settings
+        port = port or free_port()
+        env = settings_env(s.replace(http_port=port))
+        proc = NexusProcess(["serve", *extra], env, tmp_path / f"serve-{port}-{len(nexus_procs)}.log").start()
+        nexus_procs.append(proc)
+        base = f"http://127.0.0.1:{port}"
+        if "--dispatcher-only" not in extra:
+            wait_http(base + "/healthz", proc=proc)
+        return proc, base
+
+    return _start
