@@ -144,8 +144,12 @@ class NexusProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> NexusProcess:
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
+        with self.log_path.open("ab") as log:
+            self.proc = self._spawn(log)
+        return self
+
+    def _spawn(self, log: object) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [sys.executable, "-m", "nexus.cli", *self.args],
             env=self.env,
             stdout=log,
@@ -153,7 +157,6 @@ class NexusProcess:
             start_new_session=True,
             cwd=ROOT,
         )
-        return self
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:

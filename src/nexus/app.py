@@ -7,7 +7,8 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import uvicorn
 
@@ -30,7 +31,7 @@ async def sweep_buffer(gateway: Gateway, settings: Settings) -> None:
         try:
             while await gateway.expire_buffered(settings.buffer_timeout_s):
                 pass
-        except Exception:  # noqa: BLE001 - a sweep failing (database down) must not stop the process
+        except Exception:
             log.warning("buffer sweep failed", exc_info=True, extra={"action": "buffer_sweep"})
         await asyncio.sleep(settings.buffer_sweep_interval_s)
 
@@ -52,7 +53,7 @@ async def serve(
         max_events=settings.batch_max_events,
         window_ms=settings.batch_window_ms,
     )
-    services: list[Awaitable[None]] = [sweep_buffer(gateway, settings)]
+    services: list[Coroutine[Any, Any, None]] = [sweep_buffer(gateway, settings)]
     if dispatcher:
         from nexus.delivery.dispatcher import OutboxDispatcher
         from nexus.delivery.subscriptions import ensure_default_subscription
@@ -97,7 +98,7 @@ async def serve(
 
 
 async def _announce(server: uvicorn.Server, settings: Settings, on_ready: Callable[[str], None]) -> None:
-    while not server.started:
+    while not server.started:  # noqa: ASYNC110 - uvicorn exposes a flag, not an event
         await asyncio.sleep(0.02)
     on_ready(f"http://{settings.http_host}:{settings.http_port}")
 

@@ -49,8 +49,10 @@ class Incoming:
 
     @classmethod
     def parse(cls, raw: bytes | str | dict[str, Any], traceparent: str | None = None) -> Incoming:
-        text = raw if isinstance(raw, str) else (
-            raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw, default=str)
+        text = (
+            raw
+            if isinstance(raw, str)
+            else (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw, default=str))
         )
         try:
             return cls(text, parse_envelope(raw), None, traceparent)
@@ -94,7 +96,9 @@ class Outcome:
             "event_id": self.event_id,
             "decision": self.decision.value,
             "code": self.code.value if self.code else None,
-            "order": None if self.status is None and self.last_seq is None else {
+            "order": None
+            if self.status is None and self.last_seq is None
+            else {
                 "status": self.status.value if self.status else None,
                 "last_seq": self.last_seq,
             },
@@ -175,8 +179,7 @@ class Gateway:
     async def _reject(self, group: list[Incoming], source: str, exc: PermanentDatabaseError) -> list[Outcome]:
         """Dead-letter a group the database refuses, in a transaction of its own."""
         failed = [
-            dataclasses.replace(item, envelope=None, error=InvalidEventError(str(exc), code=exc.code))
-            for item in group
+            dataclasses.replace(item, envelope=None, error=InvalidEventError(str(exc), code=exc.code)) for item in group
         ]
         return await self._submit_once(failed, source)
 
@@ -207,16 +210,23 @@ class Gateway:
                         drained += self._plan(resolution, traces, writes)
                         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
                             outcomes[i] = Outcome(
-                                str(event.event_id), decision, code_of(decision),
-                                status=after.status, last_seq=after.last_seq,
+                                str(event.event_id),
+                                decision,
+                                code_of(decision),
+                                status=after.status,
+                                last_seq=after.last_seq,
                             )
                             if decision is Decision.PLAN_MISMATCH and self.record_plan_mismatch:
                                 dead_index.append(i)
-                                writes.dead.append(self._dead_row(
-                                    source, ErrorCode.PLAN_MISMATCH,
-                                    f"order {order_id} follows plan {resolution.before.plan_id}, "
-                                    f"not {event.plan_id}", items[i],
-                                ))
+                                writes.dead.append(
+                                    self._dead_row(
+                                        source,
+                                        ErrorCode.PLAN_MISMATCH,
+                                        f"order {order_id} follows plan {resolution.before.plan_id}, "
+                                        f"not {event.plan_id}",
+                                        items[i],
+                                    )
+                                )
                 for i, item in enumerate(items):
                     if item.envelope is None:
                         assert item.error is not None
@@ -266,17 +276,30 @@ class Gateway:
         """Turn one order's resolution into rows; return how many buffered events it drained."""
         after = resolution.after
         if after.status is not None and after != resolution.before:
-            writes.orders.append((
-                after.order_id, _tenant(resolution), after.plan_id, after.status.value,
-                after.last_seq, after.tombstone, after.outbox_count,
-            ))
+            writes.orders.append(
+                (
+                    after.order_id,
+                    _tenant(resolution),
+                    after.plan_id,
+                    after.status.value,
+                    after.last_seq,
+                    after.tombstone,
+                    after.outbox_count,
+                )
+            )
         for seq in resolution.unbuffered:
             writes.pending_del.append((after.order_id, seq))
         for event in resolution.buffered:
-            writes.pending_add.append((
-                event.order_id, event.seq_id, event.event_id, event.plan_id, event.model_dump_json(),
-                traces.get(event.event_id),
-            ))
+            writes.pending_add.append(
+                (
+                    event.order_id,
+                    event.seq_id,
+                    event.event_id,
+                    event.plan_id,
+                    event.model_dump_json(),
+                    traces.get(event.event_id),
+                )
+            )
         status_after: OrderStatus | None = None
         for applied in resolution.applied:
             event = applied.event
@@ -293,18 +316,32 @@ class Gateway:
                 "status": status_after.value,
                 "event": json.loads(event.model_dump_json()),
             }
-            writes.outbox.append((
-                notification_id, event.order_id, applied.position, event.event_id, event.event_type.value,
-                event.seq_id, event.plan_id, json.dumps(payload), traces.get(event.event_id),
-            ))
+            writes.outbox.append(
+                (
+                    notification_id,
+                    event.order_id,
+                    applied.position,
+                    event.event_id,
+                    event.event_type.value,
+                    event.seq_id,
+                    event.plan_id,
+                    json.dumps(payload),
+                    traces.get(event.event_id),
+                )
+            )
         return sum(1 for a in resolution.applied if a.drained)
 
     @staticmethod
     def _dead_row(source: str, code: ErrorCode, error: str, item: Incoming) -> tuple[Any, ...]:
         env = item.envelope
         return (
-            source, code.value, error, item.event_id,
-            env.order_id if env else None, env.plan_id if env else None, item.raw,
+            source,
+            code.value,
+            error,
+            item.event_id,
+            env.order_id if env else None,
+            env.plan_id if env else None,
+            item.raw,
         )
 
     async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
@@ -326,9 +363,15 @@ class Gateway:
                 if not rows:
                     return []
                 dead = [
-                    ("buffer", ErrorCode.BUFFER_TIMEOUT.value,
-                     f"seq {r['seq_id']} waited more than {timeout_s:g}s for its predecessor",
-                     r["event_id"], r["order_id"], r["plan_id"], r["envelope"])
+                    (
+                        "buffer",
+                        ErrorCode.BUFFER_TIMEOUT.value,
+                        f"seq {r['seq_id']} waited more than {timeout_s:g}s for its predecessor",
+                        r["event_id"],
+                        r["order_id"],
+                        r["plan_id"],
+                        r["envelope"],
+                    )
                     for r in rows
                 ]
                 ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(dead, 7))

@@ -18,7 +18,8 @@ from nexus.errors import ErrorCode
 if TYPE_CHECKING:
     from nexus.gateway import Incoming, Outcome
 
-disable_created_metrics()  # the *_created series double the exposition and no dashboard reads them
+# The *_created series double the exposition and no dashboard reads them.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 EVENTS_PROCESSED = Counter(
@@ -91,6 +92,7 @@ def record_outcomes(items: Sequence[Incoming], outcomes: Sequence[Outcome], drai
 
 def record_buffer_timeouts(count: int) -> None:
     DEAD_LETTERS.labels(code=ErrorCode.BUFFER_TIMEOUT.value).inc(count)
+
 
 PENDING_EVENTS = Gauge(
     "nexus_pending_events",

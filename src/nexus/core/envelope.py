@@ -92,7 +92,7 @@ class EventEnvelope(BaseModel):
     order_id: Identifier
     seq_id: Annotated[int, Field(ge=1)] | None = None
     timestamp: dt.datetime
-    schema_version: Literal["1.0"] = SCHEMA_VERSION
+    schema_version: Literal["1.0"] = "1.0"
     data: dict[str, Any] = Field(default_factory=dict)
     tenant_id: Identifier = "default"
     correlation_id: Identifier | None = None

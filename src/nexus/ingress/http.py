@@ -36,7 +36,9 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
     async def _nexus_error(_: Request, exc: NexusError) -> JSONResponse:
         if exc.transient:
             return JSONResponse(
-                error_body(exc.code, exc.message, retryable=True), status_code=503, headers={"Retry-After": "1"}
+                error_body(exc.code, exc.message, retryable=True),
+                status_code=503,
+                headers={"Retry-After": "1"},
             )
         status = 404 if isinstance(exc, NotFoundError) else 500
         return JSONResponse(error_body(exc.code, exc.message, retryable=False), status_code=status)
@@ -46,7 +48,8 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         body = await _read_limited(request)
         if body is None:
             return JSONResponse(
-                error_body(ErrorCode.PAYLOAD_TOO_LARGE, f"body exceeds {MAX_BODY_BYTES} bytes"), status_code=413
+                error_body(ErrorCode.PAYLOAD_TOO_LARGE, f"body exceeds {MAX_BODY_BYTES} bytes"),
+                status_code=413,
             )
         traceparent = request.headers.get("traceparent")
         try:

@@ -23,10 +23,16 @@ class EmbeddedPostgres:
 
     def start(self) -> str:
         """Start (or join) the server and return its URL."""
-        import pgserver  # heavy import, only where the embedded server is used
+        import warnings
+
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); its /tmp fallback is fine
+            warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+            import pgserver  # heavy import, only where the embedded server is used
 
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
-        self._server = pgserver.get_server(self.pgdata, cleanup_mode=self._cleanup_mode)
+        get_server = pgserver.get_server  # type: ignore[attr-defined]
+        self._server = get_server(self.pgdata, cleanup_mode=self._cleanup_mode)
         url: str = self._server.get_uri()
         log.info("embedded postgres ready", extra={"action": "embedded_pg_start", "pgdata": str(self.pgdata)})
         return url
@@ -41,7 +47,9 @@ class EmbeddedPostgres:
         import pgserver
 
         assert self._server is not None
-        pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._server.system_user)
+        pgserver.pg_ctl(  # type: ignore[attr-defined]
+            ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._server.system_user
+        )
 
     def resume(self) -> None:
         """Start the server again after `stop_server()`, on the same socket."""

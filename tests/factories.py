@@ -1,0 +1,65 @@
+"""Builders of envelopes for tests."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from nexus.core.envelope import EventEnvelope
+from nexus.core.process import STEPS, EventType
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def step_json(order_id: str, plan_id: str, seq: int, **overrides: Any) -> dict[str, Any]:
+    """One step of the order process as wire JSON."""
+    event_type = STEPS[seq - 1]
+    data: dict[str, Any] = {}
+    if event_type is EventType.ORDER_CREATED:
+        data = {
+            "user_id": "u1",
+            "items": [{"product_id": "p", "quantity": 1, "unit_price": 10}],
+            "total_amount": 10,
+            "currency": "USD",
+        }
+    elif event_type is EventType.PAYMENT_PROCESSED:
+        data = {"payment_id": "pay-1", "amount": 10, "currency": "USD"}
+    body: dict[str, Any] = {
+        "event_id": str(uuid.uuid4()),
+        "event_type": event_type.value,
+        "plan_id": plan_id,
+        "order_id": order_id,
+        "seq_id": seq,
+        "timestamp": (T0 + dt.timedelta(seconds=seq)).isoformat(),
+        "schema_version": "1.0",
+        "data": data,
+    }
+    body.update(overrides)
+    return body
+
+
+def abort_json(order_id: str, plan_id: str, at_seq: int = 0, **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "event_id": str(uuid.uuid4()),
+        "event_type": "ABORT_PLAN",
+        "plan_id": plan_id,
+        "order_id": order_id,
+        "timestamp": T0.isoformat(),
+        "schema_version": "1.0",
+        "data": {"reason": "test", "abort_code": "manual", "aborted_at_seq": at_seq},
+    }
+    body.update(overrides)
+    return body
+
+
+def step(order_id: str, plan_id: str, seq: int, **overrides: Any) -> EventEnvelope:
+    return EventEnvelope.model_validate(step_json(order_id, plan_id, seq, **overrides))
+
+
+def abort(order_id: str, plan_id: str, at_seq: int = 0) -> EventEnvelope:
+    return EventEnvelope.model_validate(abort_json(order_id, plan_id, at_seq))
+
+
+def plan_json(order_id: str, plan_id: str, steps: int = 5) -> list[dict[str, Any]]:
+    return [step_json(order_id, plan_id, s) for s in range(1, steps + 1)]

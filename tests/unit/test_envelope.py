@@ -1,0 +1,102 @@
+"""The wire format: strict envelopes and JSON Schemas that agree with the models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from nexus.core.envelope import json_schemas, parse_envelope
+from nexus.core.schemas_export import render
+from nexus.errors import ErrorCode, InvalidEventError
+from tests.factories import abort_json, step_json
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_valid_step_parses() -> None:
+    """A well-formed step parses into an envelope with its type and seq."""
+    env = parse_envelope(json.dumps(step_json("o1", "p1", 3)))
+    assert env.seq_id == 3
+    assert env.event_type.value == "PaymentProcessed"
+    assert env.tenant_id == "default"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "fragment"),
+    [
+        (lambda e: e.update(event_type="OrderTeleported"), "event_type"),
+        (lambda e: e.pop("order_id"), "order_id"),
+        (lambda e: e.pop("seq_id"), "needs a seq_id"),
+        (lambda e: e.update(seq_id=4), "step 1 of the process"),
+        (lambda e: e.update(seq_id=0), "seq_id"),
+        (lambda e: e.update(event_id="not-a-uuid"), "event_id"),
+        (lambda e: e.update(timestamp="2026-01-01T00:00:00"), "UTC offset"),
+        (lambda e: e["data"].update(total_amount=-1), "total_amount"),
+        (lambda e: e["data"]["items"][0].update(quantity=0), "quantity"),
+        (lambda e: e.update(schema_version="2.0"), "schema_version"),
+        (lambda e: e.update(surprise=True), "surprise"),
+    ],
+)
+def test_invalid_envelopes_are_invalid_event(mutate, fragment) -> None:  # type: ignore[no-untyped-def]
+    """Unknown types, missing fields, wrong seq, negative amounts and extra fields are INVALID_EVENT."""
+    event = step_json("o1", "p1", 1)
+    mutate(event)
+    with pytest.raises(InvalidEventError) as info:
+        parse_envelope(json.dumps(event))
+    assert info.value.code is ErrorCode.INVALID_EVENT
+    assert fragment in str(info.value)
+
+
+def test_abort_plan_rejects_seq_id() -> None:
+    """ABORT_PLAN carries no seq_id, and needs a reason and an abort code."""
+    with pytest.raises(InvalidEventError, match="no seq_id"):
+        parse_envelope(abort_json("o1", "p1", seq_id=2))
+    bad = abort_json("o1", "p1")
+    bad["data"]["abort_code"] = "bored"
+    with pytest.raises(InvalidEventError, match="abort_code"):
+        parse_envelope(bad)
+
+
+def test_not_json_is_parse_error() -> None:
+    """Bytes that are not JSON are PARSE_ERROR, not INVALID_EVENT."""
+    with pytest.raises(InvalidEventError) as info:
+        parse_envelope(b"{nope")
+    assert info.value.code is ErrorCode.PARSE_ERROR
+
+
+def test_committed_schemas_match_models() -> None:
+    """schemas/events/ holds exactly what the models export (run `make schemas` after changing them)."""
+    folder = ROOT / "schemas" / "events"
+    on_disk = {p.name: p.read_text(encoding="utf-8") for p in folder.glob("*.json")}
+    assert on_disk == render()
+
+
+@pytest.mark.parametrize("seq", [1, 2, 3, 4, 5])
+def test_schema_and_model_agree_on_samples(seq: int) -> None:
+    """A step the model accepts validates against its schema, and a negative amount fails both."""
+    schemas = json_schemas()
+    good = step_json("o1", "p1", seq)
+    jsonschema.validate(good, schemas[good["event_type"]])
+    parse_envelope(good)
+    wrong_seq = dict(good, seq_id=seq % 5 + 1)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(wrong_seq, schemas[good["event_type"]])
+    with pytest.raises(InvalidEventError):
+        parse_envelope(wrong_seq)
+
+
+def test_abort_schema_agrees_with_model() -> None:
+    """ABORT_PLAN validates against its schema, and without a reason fails both."""
+    schema = json_schemas()["ABORT_PLAN"]
+    good = abort_json("o1", "p1", 2)
+    jsonschema.validate(good, schema)
+    parse_envelope(good)
+    bad = abort_json("o1", "p1", 2)
+    del bad["data"]["reason"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+    with pytest.raises(InvalidEventError):
+        parse_envelope(bad)
