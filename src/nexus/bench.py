@@ -215,7 +215,9 @@ def table(results: list[dict[str, Any]]) -> str:
     lines.append("")
     for r in results:
         if not r["scenario"].startswith("raw") and r["concurrency"] in floor:
-            lines.append(f"- {r['scenario']} c={r['concurrency']}: {r['events_per_s'] / floor[r['concurrency']]:.2f}x floor")
+            lines.append(
+                f"- {r['scenario']} c={r['concurrency']}: {r['events_per_s'] / floor[r['concurrency']]:.2f}x floor"
+            )
     return "\n".join(lines)
 
 
