@@ -4,6 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The local broker's port; tests and the consumer find it through NEXUS_KAFKA_BOOTSTRAP.
+export NEXUS_KAFKA_PORT ?= 9092
+export NEXUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NEXUS_KAFKA_PORT)
 
 .PHONY: help install demo test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean
 
