@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export NEXUS_KAFKA_PORT ?= 9092
 export NEXUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NEXUS_KAFKA_PORT)
 
-.PHONY: help install demo test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean
+.PHONY: help install demo test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean agent-e2e agent-test
 
 help:
 	@echo "make demo    - start the embedded stack, run misbehaving agents through it, check the invariants"
@@ -55,6 +55,21 @@ chaos: $(STAMP) kafka-up
 
 bench: $(STAMP)
 	$(BIN)/nexus bench
+
+# A bigger agent run end to end: agent -> gateway -> dispatcher -> faulty sink -> checker.
+ORDERS ?= 200
+SEED ?= agent-e2e
+INV_RATE ?= 0.2
+PAY_RATE ?= 0.25
+HOSTILE_RATE ?= 0.3
+DELAY_MS ?= 0
+agent-e2e: $(STAMP)
+	$(BIN)/nexus demo --orders $(ORDERS) --seed $(SEED) --inventory-failure-rate $(INV_RATE) \
+		--payment-rejection-rate $(PAY_RATE) --hostile-rate $(HOSTILE_RATE) --step-delay-ms $(DELAY_MS) \
+		--concurrency 32 --settle-timeout 120
+
+agent-test: $(STAMP)
+	$(BIN)/pytest tests/unit/test_agent_graph.py tests/unit/test_hostile.py
 
 clean:
 	rm -rf .nexus .cache/kafka/node-* .pytest_cache .mypy_cache .ruff_cache

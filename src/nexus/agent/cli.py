@@ -1,0 +1,154 @@
+"""`nexus agent`: run N plans through the LangGraph planner and publish their steps.
+
+Simulation flags take their defaults from `SIM_INVENTORY_FAILURE_RATE`, `SIM_PAYMENT_REJECTION_RATE`,
+`SIM_STEP_DELAY_MS` (and `SIM_<MODE>_RATE`, `SIM_HOSTILE_RATE` for the hostile modes); all default to 0.
+Exit 0 when every plan was published, 1 when a publish failed (the partial report is still written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import secrets
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nexus.agent import runner
+from nexus.agent.hostile import Mode
+from nexus.agent.runner import AgentConfig
+from nexus.agent.transport import HttpTransport, KafkaTransport, PublishError, Transport
+
+MODE_HELP: dict[Mode, str] = {
+    Mode.DUPLICATE: "resend a step right after sending it",
+    Mode.OUT_OF_ORDER: "send two consecutive steps swapped",
+    Mode.RESTART: "restart mid-plan and resend from seq 1",
+    Mode.ZOMBIE: "send the next step after the plan's own ABORT_PLAN",
+    Mode.OTHER_PLAN: "send a step of the same order under another plan_id",
+    Mode.MALFORMED: "send a message that is not a valid envelope",
+}
+
+
+def _env_float(env: Mapping[str, str], name: str) -> float | None:
+    raw = env.get(name)
+    return float(raw) if raw not in (None, "") else None
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a rate is between 0 and 1, not {text}")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--orders", type=int, default=1, help="plans to run, each with a new order_id")
+    parser.add_argument(
+        "--inventory-failure-rate",
+        type=_rate,
+        default=None,
+        help="fraction of plans whose inventory fails (SIM_INVENTORY_FAILURE_RATE, 0)",
+    )
+    parser.add_argument(
+        "--payment-rejection-rate",
+        type=_rate,
+        default=None,
+        help="fraction of plans reaching payment whose payment is refused (SIM_PAYMENT_REJECTION_RATE, 0)",
+    )
+    parser.add_argument(
+        "--step-delay-ms", type=float, default=None, help="pause between the steps of one plan (SIM_STEP_DELAY_MS, 0)"
+    )
+    parser.add_argument("--seed", default=None, help="decides every plan's path: plan i uses <seed>:<i> (random)")
+    parser.add_argument("--report", type=Path, default=None, help="write the report (JSON) here")
+    parser.add_argument("--transport", choices=["http", "kafka"], default="http")
+    parser.add_argument("--gateway-url", default=None, help="HTTP gateway (default http://127.0.0.1:8080)")
+    parser.add_argument("--kafka-bootstrap", default=None, help="Kafka bootstrap (NEXUS_KAFKA_BOOTSTRAP)")
+    parser.add_argument("--kafka-topic", default=None, help="events topic (NEXUS_KAFKA_TOPIC, nexus.events)")
+    parser.add_argument("--concurrency", type=int, default=8, help="plans in flight at once")
+    parser.add_argument(
+        "--publish-retries",
+        type=int,
+        default=4,
+        help="HTTP: retries of a 503 or connection error before the agent stops",
+    )
+    hostile = parser.add_argument_group("hostile modes (fraction of plans that misbehave so)")
+    hostile.add_argument(
+        "--hostile-rate", type=_rate, default=None, help="default for every mode below (SIM_HOSTILE_RATE, 0)"
+    )
+    for mode in Mode:
+        flag = mode.value.replace("_", "-")
+        what = MODE_HELP[mode]
+        hostile.add_argument(
+            f"--{flag}-rate",
+            dest=f"{mode.value}_rate",
+            type=_rate,
+            default=None,
+            help=f"{what} (SIM_{mode.value.upper()}_RATE)",
+        )
+
+
+def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfig:
+    """The run's configuration: flags first, then SIM_* variables, then 0."""
+
+    def pick(flag: Any, var: str) -> float:
+        if flag is not None:
+            return float(flag)
+        return _env_float(env, var) or 0.0
+
+    default_hostile = pick(args.hostile_rate, "SIM_HOSTILE_RATE")
+    hostile: dict[Mode, float] = {}
+    for mode in Mode:
+        flag = getattr(args, f"{mode.value}_rate")
+        var = f"SIM_{mode.value.upper()}_RATE"
+        hostile[mode] = pick(flag, var) if flag is not None or env.get(var) else default_hostile
+    return AgentConfig(
+        orders=args.orders,
+        seed=args.seed or secrets.token_hex(4),
+        inventory_failure_rate=pick(args.inventory_failure_rate, "SIM_INVENTORY_FAILURE_RATE"),
+        payment_rejection_rate=pick(args.payment_rejection_rate, "SIM_PAYMENT_REJECTION_RATE"),
+        step_delay_ms=pick(args.step_delay_ms, "SIM_STEP_DELAY_MS"),
+        concurrency=args.concurrency,
+        hostile=hostile,
+    )
+
+
+async def open_transport(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[Transport, str]:
+    """The transport the flags ask for, started, and a description of where it sends."""
+    if args.transport == "kafka":
+        bootstrap = args.kafka_bootstrap or env.get("NEXUS_KAFKA_BOOTSTRAP") or "127.0.0.1:9092"
+        topic = args.kafka_topic or env.get("NEXUS_KAFKA_TOPIC") or "nexus.events"
+        return await KafkaTransport(bootstrap, topic).start(), f"kafka://{bootstrap}/{topic}"
+    url = args.gateway_url or "http://127.0.0.1:8080"
+    return HttpTransport(url, retries=args.publish_retries), url
+
+
+async def _main(args: argparse.Namespace) -> int:
+    env = os.environ
+    config = config_from(args, env)
+    try:
+        transport, target = await open_transport(args, env)
+    except PublishError as exc:
+        print(f"nexus agent: {exc}", file=sys.stderr)
+        return 1
+    try:
+        report = await runner.run_agent(config, transport, target=target)
+    finally:
+        await transport.close()
+    if args.report is not None:
+        runner.write_report(report, args.report)
+    summary = report["summary"]
+    outcomes = ", ".join(f"{k} {v}" for k, v in summary["outcomes"].items())
+    print(
+        f"agent: {len(report['plans'])} plans (seed {config.seed}): {outcomes}; "
+        f"{summary['messages']} messages over {transport.name}"
+    )
+    if report["error"]:
+        print(f"nexus agent: stopped: {report['error']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_main(args))

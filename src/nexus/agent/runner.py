@@ -1,0 +1,255 @@
+"""Runs N plans through the graph, C at a time, publishing each event as its node produces it.
+
+Plan i uses the seed `<seed>:<i>`; its outcome (completed, inventory_failed, payment_rejected) and its
+hostile moves depend on that seed only. order_id and plan_id are fresh for every run, so the same seed can
+run again against the same database. If the transport fails to acknowledge a message, every plan stops,
+the report is written with `"complete": false` and the error, and `nexus agent` exits 1.
+
+Report (JSON, version 1)::
+
+    {
+      "version": 1,
+      "complete": true,                 # false: a publish failed, the report is partial
+      "error": null,                    # the publish failure, if any
+      "started_at": "...", "finished_at": "...",
+      "config": {"orders", "seed", "inventory_failure_rate", "payment_rejection_rate", "step_delay_ms",
+                 "concurrency", "transport", "target", "hostile": {"<mode>": rate, ...}},
+      "summary": {"outcomes": {"completed": n, ...}, "hostile": {"<mode>": plans, ...},
+                  "decisions": {"APPLY": n, ...}, "messages": n, "unexpected_decisions": n},
+      "plans": [{
+        "index": 0, "plan_seed": "<seed>:0", "order_id": "...", "plan_id": "...",
+        "outcome": "completed" | "inventory_failed" | "payment_rejected",
+        "expected": {"status": "completed", "last_seq": 5, "notifications": 5},
+        "last_seq": 5,                  # the highest seq_id the agent sent honestly
+        "hostile": ["duplicate", ...],  # modes this plan used
+        "finished": true,               # false: stopped by a publish failure
+        "events": [{                    # every message sent, in sending order
+          "n": 1, "honest": true,       # honest: part of the plan, applied once -> one notification
+          "mode": null | "<mode>", "variant": null | "<malformed variant>",
+          "event_id": "...", "event_type": "OrderCreated", "seq_id": 1, "plan_id": "...",
+          "expected_decision": "APPLY", "expected_code": null,
+          "decision": "APPLY" | null,   # the gateway's answer (HTTP); null over Kafka
+          "code": null, "http_status": 200, "attempts": 1
+        }, ...]
+      }, ...]
+    }
+
+The expected final state of each plan is `expected`; the notifications it must produce are exactly its
+honest events' event_ids, in order; every other message must change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from nexus.agent import hostile
+from nexus.agent.graph import (
+    EXPECTED,
+    AgentContext,
+    Simulation,
+    graph,
+    initial_state,
+    shape_of,
+)
+from nexus.agent.hostile import HostileStream, Message, Mode
+from nexus.agent.transport import Ack, PublishError, Transport
+from nexus.core.envelope import EventEnvelope
+
+log = logging.getLogger(__name__)
+
+REPORT_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """One agent run."""
+
+    orders: int = 1
+    seed: str = "0"
+    inventory_failure_rate: float = 0.0
+    payment_rejection_rate: float = 0.0
+    step_delay_ms: float = 0.0
+    concurrency: int = 8
+    hostile: Mapping[Mode, float] = dataclasses.field(default_factory=dict)
+
+    def as_json(self, transport: str, target: str) -> dict[str, Any]:
+        return {
+            "orders": self.orders,
+            "seed": self.seed,
+            "inventory_failure_rate": self.inventory_failure_rate,
+            "payment_rejection_rate": self.payment_rejection_rate,
+            "step_delay_ms": self.step_delay_ms,
+            "concurrency": self.concurrency,
+            "transport": transport,
+            "target": target,
+            "hostile": {m.value: float(self.hostile.get(m, 0.0)) for m in Mode},
+        }
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+class PlanRun:
+    """One plan: decides its path and moves, runs the graph, sends what the hostile stream says."""
+
+    def __init__(self, index: int, config: AgentConfig, transport: Transport) -> None:
+        self.index = index
+        self.transport = transport
+        self.step_delay_s = config.step_delay_ms / 1000
+        self.seed = f"{config.seed}:{index}"
+        self.order_id = str(uuid.uuid4())
+        self.plan_id = f"plan_{uuid.uuid4().hex[:16]}"
+        self.simulation = Simulation(config.inventory_failure_rate, config.payment_rejection_rate, self.seed)
+        self.outcome = self.simulation.outcome()
+        self.shape = shape_of(self.outcome)
+        self.actions = hostile.choose(self.seed, config.hostile, self.shape)
+        self.stream = HostileStream(
+            hostile.schedule(self.shape, self.actions), order_id=self.order_id, plan_id=self.plan_id
+        )
+        self.events: list[dict[str, Any]] = []
+        self.last_seq = 0
+        self.finished = False
+
+    async def _send(self, message: Message) -> None:
+        ack: Ack = await self.transport.send(message)
+        self.events.append(
+            {
+                "n": len(self.events) + 1,
+                "honest": message.honest,
+                "mode": message.mode.value if message.mode else None,
+                "variant": message.variant,
+                "event_id": message.event_id,
+                "event_type": message.event_type,
+                "seq_id": message.seq_id,
+                "plan_id": message.plan_id,
+                "expected_decision": message.expected.value,
+                "expected_code": message.expected_code,
+                "decision": ack.decision,
+                "code": ack.code,
+                "http_status": ack.http_status,
+                "attempts": ack.attempts,
+            }
+        )
+        if message.honest and message.seq_id is not None:
+            self.last_seq = max(self.last_seq, message.seq_id)
+
+    async def _publish(self, envelope: EventEnvelope) -> None:
+        for message in self.stream.push(envelope):
+            await self._send(message)
+
+    async def run(self) -> None:
+        for message in self.stream.ready():
+            await self._send(message)
+        state = initial_state(
+            order_id=self.order_id,
+            plan_id=self.plan_id,
+            seed=self.seed,
+            inventory_failure_rate=self.simulation.inventory_failure_rate,
+            payment_rejection_rate=self.simulation.payment_rejection_rate,
+        )
+        final = await graph.ainvoke(state, context=AgentContext(self._publish, self.step_delay_s))
+        produced = tuple(e["event_type"] for e in final["events"])
+        if produced != tuple(t.value for t in self.shape) or not self.stream.done:
+            raise AssertionError(f"plan {self.plan_id}: the graph produced {produced}, expected {self.shape}")
+        self.finished = True
+        log.debug("plan done", extra={"action": "plan_done", "plan_id": self.plan_id, "order_id": self.order_id})
+
+    def as_json(self) -> dict[str, Any]:
+        expected = EXPECTED[self.outcome]
+        return {
+            "index": self.index,
+            "plan_seed": self.seed,
+            "order_id": self.order_id,
+            "plan_id": self.plan_id,
+            "outcome": self.outcome.value,
+            "expected": {
+                "status": expected.status.value,
+                "last_seq": expected.last_seq,
+                "notifications": expected.notifications,
+            },
+            "last_seq": self.last_seq,
+            "hostile": sorted({a.mode.value for a in self.actions}),
+            "finished": self.finished,
+            "events": self.events,
+        }
+
+
+def summarize(plans: list[dict[str, Any]]) -> dict[str, Any]:
+    """Counts over a report's plans: outcomes, hostile modes used, decisions answered."""
+    outcomes = collections.Counter(p["outcome"] for p in plans)
+    modes = collections.Counter(m for p in plans for m in p["hostile"])
+    decisions = collections.Counter(e["decision"] for p in plans for e in p["events"] if e["decision"])
+    unexpected = sum(
+        1 for p in plans for e in p["events"] if e["decision"] is not None and e["decision"] != e["expected_decision"]
+    )
+    return {
+        "outcomes": dict(sorted(outcomes.items())),
+        "hostile": {m.value: modes.get(m.value, 0) for m in Mode},
+        "decisions": dict(sorted(decisions.items())),
+        "messages": sum(len(p["events"]) for p in plans),
+        "unexpected_decisions": unexpected,
+    }
+
+
+async def run_agent(config: AgentConfig, transport: Transport, *, target: str) -> dict[str, Any]:
+    """Run every plan; return the report (partial, with `error`, if a publish failed)."""
+    started = _now()
+    runs: list[PlanRun] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(config.orders):
+        queue.put_nowait(i)
+
+    async def worker() -> None:
+        while True:
+            try:
+                i = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            run = PlanRun(i, config, transport)
+            runs.append(run)
+            await run.run()
+
+    error: str | None = None
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(max(1, min(config.concurrency, config.orders))):
+                group.create_task(worker())
+    except* PublishError as failures:
+        error = "; ".join(str(e) for e in failures.exceptions)
+        log.error(  # noqa: TRY400 - the error is the report's, not a traceback
+            "publish failed, agent stopped", extra={"action": "publish_failed", "error": error}
+        )
+    except* Exception as failures:
+        # Anything else is a bug of the agent; the report still says how far it got.
+        error = "agent crashed: " + "; ".join(f"{type(e).__name__}: {e}" for e in failures.exceptions)
+        log.exception("agent crashed", extra={"action": "agent_crashed"})
+    plans = [r.as_json() for r in sorted(runs, key=lambda r: r.index)]
+    return {
+        "version": REPORT_VERSION,
+        "complete": error is None and len(plans) == config.orders,
+        "error": error,
+        "started_at": started,
+        "finished_at": _now(),
+        "config": config.as_json(transport.name, target),
+        "summary": summarize(plans),
+        "plans": plans,
+    }
+
+
+def write_report(report: Mapping[str, Any], path: Path) -> None:
+    """Write the report atomically (a reader never sees half of it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,426 @@
+"""`nexus check REPORT --sink-log FILE`: prove an agent run's outcome from PostgreSQL and the sink's log.
+
+For every plan of the report (see `nexus.agent.runner` for its format) it checks:
+
+- `acks`: every message got the decision the report expected (HTTP; Kafka acks carry no decision);
+- `order`: the order's status, last_seq and plan_id are the expected ones;
+- `outbox`: one outbox row per applied (honest) event, exactly those event_ids, positions 1..n in
+  process order, and `orders.outbox_count` agrees; nothing is left in the reordering buffer;
+- `delivered`: every notification of the order was delivered to every subscription (none pending, none dead);
+- `sink`: the sink accepted each notification once (no 2xx twice for one Idempotency-Key), all of them,
+  in position order, with valid signatures;
+- `dead_letters`: each malformed or other-plan message is in `dead_letters` (HTTP) or the DLQ topic (Kafka);
+
+and for the run: the report is complete, and every failure kind and hostile mode whose rate is > 0
+happened at least once. It waits (`--wait`) for the notifications to settle before judging, prints a
+table of what held and what did not, names every plan that failed, and exits 1 if anything did not hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nexus.core.process import STEPS, EventType
+from nexus.settings import Settings
+from nexus.store.database import Database
+
+_ORDERS = """
+SELECT order_id, plan_id, status, last_seq, outbox_count, tombstone FROM orders WHERE order_id = ANY($1::text[])
+"""
+_OUTBOX = """
+SELECT id, order_id, position, event_id, event_type, seq_id, plan_id
+FROM outbox WHERE order_id = ANY($1::text[]) ORDER BY order_id, position
+"""
+_DELIVERIES = """
+SELECT d.outbox_id, d.subscription_id, d.order_id, d.position, d.state, d.attempts
+FROM deliveries d WHERE d.order_id = ANY($1::text[])
+"""
+_PENDING_EVENTS = "SELECT order_id, seq_id FROM pending_events WHERE order_id = ANY($1::text[])"
+_DEAD_LETTERS = "SELECT event_id, code FROM dead_letters WHERE event_id = ANY($1::text[])"
+_SETTLED = """
+SELECT
+  (SELECT coalesce(sum(outbox_count), 0) FROM orders WHERE order_id = ANY($1::text[])) AS notifications,
+  (SELECT count(*) FROM deliveries WHERE order_id = ANY($1::text[]) AND state = 'pending') AS pending
+"""
+
+CHECKS: dict[str, str] = {
+    "acks": "each message got the expected decision",
+    "order": "order status, last_seq and plan_id as expected",
+    "outbox": "one outbox row per applied event, in order, nothing buffered",
+    "delivered": "every notification delivered to every subscription",
+    "sink": "sink accepted each notification once, all, in order, signed",
+    "dead_letters": "malformed and other-plan messages dead-lettered",
+}
+DEAD_LETTERED = ("DEAD_LETTER", "PLAN_MISMATCH")
+_PROCESS_ORDER = [t.value for t in (*STEPS, EventType.ABORT_PLAN)]
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """What held and what did not, plus the delivery counts the demo prints."""
+
+    held: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    failed: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+    failures: list[str] = dataclasses.field(default_factory=list)
+    run_checks: list[tuple[str, bool, str]] = dataclasses.field(default_factory=list)
+    stats: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures and all(ok for _, ok, _ in self.run_checks)
+
+    def record(self, check: str, plan: Mapping[str, Any], problems: Sequence[str]) -> None:
+        if problems:
+            self.failed[check] += 1
+            who = f"plan {plan['plan_id']} (order {plan['order_id']}, #{plan['index']})"
+            self.failures.extend(f"{who}: {check}: {p}" for p in problems)
+        else:
+            self.held[check] += 1
+
+    def table(self, plans: int) -> str:
+        rows = [("invariant", "held", "failed", "what")]
+        for name, what in CHECKS.items():
+            if name in self.skipped:
+                rows.append((name, "-", "-", f"{what} (not checked: {self.skipped[name]})"))
+            else:
+                rows.append((name, f"{self.held[name]}/{plans}", str(self.failed[name]), what))
+        for name, ok, detail in self.run_checks:
+            rows.append((name, "yes" if ok else "no", "" if ok else "1", detail))
+        widths = [max(len(r[i]) for r in rows) for i in range(3)]
+        lines = [f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}" for r in rows]
+        lines.insert(1, "-" * max(len(line) for line in lines))
+        return "\n".join(lines)
+
+
+def read_sink_log(path: Path) -> list[dict[str, Any]]:
+    """The sink's records, in the order it wrote them; a torn last line is ignored."""
+    records: list[dict[str, Any]] = []
+    if not path.exists():
+        return records
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
+def _accepted(record: Mapping[str, Any]) -> bool:
+    status = record.get("status")
+    return isinstance(status, int) and 200 <= status < 300
+
+
+def _honest_in_process_order(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    honest = [e for e in plan["events"] if e["honest"]]
+    return sorted(honest, key=lambda e: _PROCESS_ORDER.index(e["event_type"]))
+
+
+def check_acks(plan: Mapping[str, Any]) -> list[str]:
+    problems = []
+    for e in plan["events"]:
+        got, want = e["decision"], e["expected_decision"]
+        # A retried request whose first attempt was applied is answered DUPLICATE: still once.
+        retried_ok = e.get("attempts", 1) > 1 and got == "DUPLICATE" and want in ("APPLY", "BUFFER")
+        if got != want and not retried_ok:
+            problems.append(f"message {e['n']} ({e['mode'] or 'honest'} {e['event_type']}) got {got}, expected {want}")
+    return problems
+
+
+def check_order(plan: Mapping[str, Any], row: Mapping[str, Any] | None) -> list[str]:
+    expected = plan["expected"]
+    if row is None:
+        return ["no order row"]
+    problems = []
+    if row["status"] != expected["status"]:
+        problems.append(f"status {row['status']!r}, expected {expected['status']!r}")
+    if row["last_seq"] != expected["last_seq"]:
+        problems.append(f"last_seq {row['last_seq']}, expected {expected['last_seq']}")
+    if row["plan_id"] != plan["plan_id"]:
+        problems.append(f"plan_id {row['plan_id']!r}, expected {plan['plan_id']!r}")
+    return problems
+
+
+def check_outbox(
+    plan: Mapping[str, Any], row: Mapping[str, Any] | None, outbox: Sequence[Mapping[str, Any]], buffered: list[int]
+) -> list[str]:
+    problems = []
+    want = [e["event_id"] for e in _honest_in_process_order(plan)]
+    got = [str(r["event_id"]) for r in outbox]
+    if got != want:
+        problems.append(f"outbox event_ids {got}, expected {want} (the honest events, in process order)")
+    positions = [r["position"] for r in outbox]
+    if positions != list(range(1, len(outbox) + 1)):
+        problems.append(f"outbox positions {positions}")
+    if len(outbox) != plan["expected"]["notifications"]:
+        problems.append(f"{len(outbox)} notifications, expected {plan['expected']['notifications']}")
+    if row is not None and row["outbox_count"] != len(outbox):
+        problems.append(f"orders.outbox_count {row['outbox_count']} but {len(outbox)} outbox rows")
+    if buffered:
+        problems.append(f"seqs {sorted(buffered)} still buffered")
+    return problems
+
+
+def check_delivered(outbox: Sequence[Mapping[str, Any]], deliveries: Sequence[Mapping[str, Any]]) -> list[str]:
+    problems = []
+    by_outbox: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for d in deliveries:
+        by_outbox[str(d["outbox_id"])].append(d)
+    for r in outbox:
+        rows = by_outbox.get(str(r["id"]), [])
+        if not rows:
+            problems.append(f"notification {r['position']} has no delivery")
+        for d in rows:
+            if d["state"] != "delivered":
+                problems.append(f"notification {r['position']} is {d['state']} for subscription {d['subscription_id']}")
+    return problems
+
+
+def check_sink(
+    outbox: Sequence[Mapping[str, Any]], records: Sequence[Mapping[str, Any]], *, allow_duplicates: bool
+) -> list[str]:
+    problems = []
+    ids = {str(r["id"]): r["position"] for r in outbox}
+    accepted: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    order_by_path: dict[str, list[int]] = collections.defaultdict(list)
+    for rec in records:
+        if rec.get("signature_valid") is False:
+            problems.append(f"invalid signature on {rec.get('event_type')} attempt {rec.get('attempt')}")
+        if not _accepted(rec):
+            continue
+        key, path = str(rec.get("idempotency_key")), str(rec.get("path", "/"))
+        if key not in ids:
+            problems.append(f"sink accepted an unknown notification {key}")
+            continue
+        accepted[path][key] += 1
+        if accepted[path][key] == 1:
+            order_by_path[path].append(ids[key])
+    if not accepted and ids:
+        return [*problems, f"sink accepted none of the {len(ids)} notifications"]
+    for path, counts in accepted.items():
+        missing = sorted(ids[k] for k in ids if k not in counts)
+        if missing:
+            problems.append(f"positions {missing} never accepted on {path}")
+        twice = sorted(ids[k] for k, n in counts.items() if n > 1)
+        if twice and not allow_duplicates:
+            problems.append(f"positions {twice} accepted more than once on {path}")
+        if order_by_path[path] != sorted(order_by_path[path]):
+            problems.append(f"accepted out of order on {path}: positions {order_by_path[path]}")
+    return problems
+
+
+def check_dead_letters(plan: Mapping[str, Any], dead: set[str]) -> list[str]:
+    problems = []
+    for e in plan["events"]:
+        if e["expected_decision"] not in DEAD_LETTERED or e.get("variant") == "not_json" or not e["event_id"]:
+            continue  # a message that is not JSON has no event_id to find it by
+        if e["event_id"] not in dead:
+            problems.append(f"message {e['n']} ({e['mode']}) {e['event_id']} is not dead-lettered")
+    return problems
+
+
+def check_run(report: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
+    """Run-wide checks: complete report; every failure kind and hostile mode with rate > 0 happened."""
+    config, plans = report["config"], report["plans"]
+    out: list[tuple[str, bool, str]] = []
+    complete = bool(report.get("complete")) and all(p["finished"] for p in plans)
+    out.append(("report", complete, f"{len(plans)}/{config['orders']} plans, error: {report.get('error')}"))
+    outcomes = collections.Counter(p["outcome"] for p in plans)
+    for kind, rate_key in (
+        ("inventory_failed", "inventory_failure_rate"),
+        ("payment_rejected", "payment_rejection_rate"),
+    ):
+        if config[rate_key] > 0:
+            out.append((kind, outcomes[kind] > 0, f"rate {config[rate_key]:g}: {outcomes[kind]} plans"))
+    modes = collections.Counter(m for p in plans for m in p["hostile"])
+    for mode, rate in config["hostile"].items():
+        if rate > 0:
+            out.append((mode, modes[mode] > 0, f"rate {rate:g}: {modes[mode]} plans"))
+    return out
+
+
+async def _dlq_event_ids(report: Mapping[str, Any], settings: Settings) -> set[str] | None:
+    """Event ids found on the Kafka DLQ topic, or None when it cannot be read."""
+    target = str(report["config"].get("target", ""))
+    bootstrap = target.removeprefix("kafka://").split("/", 1)[0] or settings.kafka_bootstrap
+    try:
+        from nexus.kafka_io import read_topic
+
+        records = await read_topic(bootstrap, settings.kafka_dlq_topic)
+    except Exception:  # noqa: BLE001 - the DLQ check is then reported as not checked
+        return None
+    ids = set()
+    for r in records:
+        try:
+            value = json.loads(r.value or b"")
+        except ValueError:
+            continue
+        if isinstance(value, dict) and value.get("event_id"):
+            ids.add(str(value["event_id"]))
+    return ids
+
+
+async def wait_settled(db: Database, report: Mapping[str, Any], sink_log: Path | None, timeout_s: float) -> bool:
+    """Wait until every plan's notifications exist, none is pending, and the sink logged them all."""
+    order_ids = [p["order_id"] for p in report["plans"]]
+    expected = sum(p["expected"]["notifications"] for p in report["plans"])
+    deadline = time.monotonic() + timeout_s
+    while True:
+        row = await db.fetchrow(_SETTLED, order_ids)
+        settled = row is not None and row["notifications"] >= expected and row["pending"] == 0
+        if settled and sink_log is not None:
+            keys = {str(r.get("idempotency_key")) for r in read_sink_log(sink_log) if _accepted(r)}
+            outbox = await db.fetch(_OUTBOX, order_ids)
+            settled = all(str(r["id"]) in keys for r in outbox)
+        if settled or time.monotonic() >= deadline:
+            return settled
+        await asyncio.sleep(0.2)
+
+
+def _index(rows: Iterable[Mapping[str, Any]], key: str) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = collections.defaultdict(list)
+    for r in rows:
+        out[str(r[key])].append(r)
+    return out
+
+
+async def check_report(
+    report: Mapping[str, Any],
+    db: Database,
+    sink_log: Path | None,
+    *,
+    settings: Settings | None = None,
+    wait_s: float = 30.0,
+    allow_duplicates: bool = False,
+) -> CheckResult:
+    """Check every plan of `report` against the database and the sink's log."""
+    result = CheckResult()
+    plans = report["plans"]
+    order_ids = [p["order_id"] for p in plans]
+    await wait_settled(db, report, sink_log, wait_s)
+    orders = {r["order_id"]: dict(r) for r in await db.fetch(_ORDERS, order_ids)}
+    outbox = _index([dict(r) for r in await db.fetch(_OUTBOX, order_ids)], "order_id")
+    deliveries = [dict(r) for r in await db.fetch(_DELIVERIES, order_ids)]
+    by_order_deliveries = _index(deliveries, "order_id")
+    buffered: dict[str, list[int]] = collections.defaultdict(list)
+    for r in await db.fetch(_PENDING_EVENTS, order_ids):
+        buffered[r["order_id"]].append(r["seq_id"])
+    sink_records = _index(
+        [r for r in read_sink_log(sink_log) if r.get("order_id")] if sink_log is not None else [], "order_id"
+    )
+
+    transport = report["config"].get("transport")
+    dead: set[str] | None
+    wanted = [e["event_id"] for p in plans for e in p["events"] if e["expected_decision"] in DEAD_LETTERED]
+    dead = {str(r["event_id"]) for r in await db.fetch(_DEAD_LETTERS, [w for w in wanted if w])}
+    if transport == "kafka":
+        result.skipped["acks"] = "Kafka acks carry no decision"
+        # Kafka ingress records invalid messages in the table and plan mismatches on the DLQ topic.
+        on_topic = await _dlq_event_ids(report, settings or Settings.from_env())
+        if on_topic is None:
+            result.skipped["dead_letters"] = "the Kafka DLQ topic could not be read"
+            dead = None
+        else:
+            dead |= on_topic
+    if sink_log is None:
+        result.skipped["sink"] = "no --sink-log"
+
+    for plan in plans:
+        oid = plan["order_id"]
+        row, rows = orders.get(oid), outbox.get(oid, [])
+        if "acks" not in result.skipped:
+            result.record("acks", plan, check_acks(plan))
+        result.record("order", plan, check_order(plan, row))
+        result.record("outbox", plan, check_outbox(plan, row, rows, buffered.get(oid, [])))
+        result.record("delivered", plan, check_delivered(rows, by_order_deliveries.get(oid, [])))
+        if "sink" not in result.skipped:
+            result.record("sink", plan, check_sink(rows, sink_records.get(oid, []), allow_duplicates=allow_duplicates))
+        if dead is not None:
+            result.record("dead_letters", plan, check_dead_letters(plan, dead))
+    result.run_checks = check_run(report)
+    states = collections.Counter(d["state"] for d in deliveries)
+    created = sum(len(v) for v in outbox.values())
+    settled = states["delivered"] + states["dead"] + states["pending"]
+    result.run_checks.append(
+        (
+            "notifications",
+            settled == len(deliveries) and len(deliveries) >= created > 0 and not states["pending"],
+            f"{created} created, {len(deliveries)} deliveries: {states['delivered']} delivered, "
+            f"{states['dead']} dead, {states['pending']} pending",
+        )
+    )
+
+    all_records = [r for rs in sink_records.values() for r in rs]
+    result.stats = {
+        "notifications": created,
+        "delivered": states["delivered"],
+        "dead": states["dead"],
+        "pending": states["pending"],
+        "attempts": sum(d["attempts"] for d in deliveries),
+        "retried": sum(max(0, d["attempts"] - 1) for d in deliveries),
+        "sink_requests": len(all_records),
+        "sink_accepted": sum(1 for r in all_records if _accepted(r)),
+        "sink_faults": sum(1 for r in all_records if r.get("fault")),
+        "sink_duplicates": sum(1 for r in all_records if r.get("duplicate")),
+    }
+    return result
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from nexus.cli import add_common
+
+    parser.add_argument("report", type=Path, help="the agent's report (nexus agent --report)")
+    parser.add_argument("--sink-log", type=Path, default=None, help="the sink's log (nexus sink --log)")
+    parser.add_argument("--wait", type=float, default=30.0, help="seconds to wait for deliveries to settle")
+    parser.add_argument(
+        "--allow-duplicates", action="store_true", help="accept redeliveries (at-least-once) of a notification"
+    )
+    add_common(parser)
+
+
+def render(result: CheckResult, plans: int) -> str:
+    lines = [result.table(plans)]
+    if result.failures:
+        lines.append("")
+        lines.append(f"FAILED ({len(result.failures)}):")
+        lines.extend(f"  {f}" for f in result.failures[:200])
+        if len(result.failures) > 200:
+            lines.append(f"  ... and {len(result.failures) - 200} more")
+    lines.append("")
+    lines.append("all invariants held" if result.ok else "some invariants did NOT hold")
+    return "\n".join(lines)
+
+
+async def _main(args: argparse.Namespace) -> int:
+    from nexus.cli import settings_from
+
+    report = json.loads(args.report.read_text())
+    settings = settings_from(args)
+    db = await Database(settings).open(migrate=False)
+    try:
+        result = await check_report(
+            report, db, args.sink_log, settings=settings, wait_s=args.wait, allow_duplicates=args.allow_duplicates
+        )
+    finally:
+        await db.close()
+    print(render(result, len(report["plans"])))
+    return 0 if result.ok else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_main(args))
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"nexus check: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,228 @@
+"""`nexus demo` (`make demo`): the whole story in under a minute, with nothing installed beforehand.
+
+It starts `nexus serve` (embedded PostgreSQL under a fresh temporary --data-dir, HTTP API, dispatcher)
+and a `nexus sink` that fails some deliveries, runs the agent in this process on 20 plans with simulated
+failures and every hostile mode on, waits for the notifications to settle, runs the checker, prints what
+happened as tables, and stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+from nexus.agent import runner
+from nexus.agent.hostile import Mode
+from nexus.agent.transport import HttpTransport
+from nexus.checker import CheckResult, check_report, render
+from nexus.delivery.signing import generate_secret
+from nexus.settings import Settings
+from nexus.store.database import Database
+
+SINK_FAULTS = ["--fail-rate", "0.15", "--fail-status", "500,503,429", "--seed", "7"]
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--orders", type=int, default=20, help="plans the agent runs")
+    parser.add_argument("--seed", default="demo", help="decides every plan's path (plan i uses <seed>:<i>)")
+    parser.add_argument("--inventory-failure-rate", type=float, default=0.2)
+    parser.add_argument("--payment-rejection-rate", type=float, default=0.25)
+    parser.add_argument("--hostile-rate", type=float, default=0.35, help="rate of every hostile mode")
+    parser.add_argument("--step-delay-ms", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--settle-timeout", type=float, default=30.0, help="seconds to wait for deliveries")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, report)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Child:
+    """A `nexus ...` child process in its own process group, its output in a log file."""
+
+    def __init__(self, name: str, args: Sequence[str], env: dict[str, str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log: IO[bytes] = log_path.open("wb")
+        self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter running our own CLI
+            [sys.executable, "-m", "nexus.cli", *args],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._log.close()
+
+    def tail(self) -> str:
+        return self.log_path.read_text(errors="replace")[-2000:]
+
+
+async def _wait_http(url: str, child: Child, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            if child.proc.poll() is not None:
+                raise RuntimeError(f"{child.name} exited early:\n{child.tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if (await client.get(url)).status_code < 500:
+                    return
+            await asyncio.sleep(0.1)
+    raise TimeoutError(f"{child.name} did not answer at {url} within {timeout_s:g}s:\n{child.tail()}")
+
+
+def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table: a title, a header, a rule, left-aligned first column, right-aligned numbers."""
+    cells = [[str(c) for c in header], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        first = f"{row[0]:<{widths[0]}}"
+        rest = [f"{c:>{w}}" for c, w in zip(row[1:], widths[1:], strict=True)]
+        return "  ".join([first, *rest]).rstrip()
+
+    rule = "-" * len(line(cells[0]))
+    return "\n".join([title, line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def summary(report: dict[str, Any], result: CheckResult, elapsed_s: float) -> str:
+    """The tables the demo prints: outcomes, hostile modes, decisions, notifications, invariants."""
+    plans = report["plans"]
+    by_outcome = collections.Counter(p["outcome"] for p in plans)
+    expected = {p["outcome"]: p["expected"] for p in plans}
+    outcome_rows = [
+        (o, n, expected[o]["status"], expected[o]["last_seq"], expected[o]["notifications"])
+        for o, n in sorted(by_outcome.items())
+    ]
+    mode_messages = collections.Counter(e["mode"] for p in plans for e in p["events"] if e["mode"])
+    mode_plans = report["summary"]["hostile"]
+    expected_of: dict[str, list[str]] = collections.defaultdict(list)
+    for e in (e for p in plans for e in p["events"] if e["mode"]):
+        if e["expected_decision"] not in expected_of[e["mode"]]:
+            expected_of[e["mode"]].append(e["expected_decision"])
+    mode_rows = [
+        (m.value, mode_plans[m.value], mode_messages[m.value], ", then ".join(expected_of[m.value]) or "-")
+        for m in Mode
+    ]
+    decisions = collections.Counter(e["decision"] for p in plans for e in p["events"])
+    decision_rows = sorted(decisions.items(), key=lambda kv: -kv[1])
+    st = result.stats
+    notification_rows = [
+        ("created (outbox rows)", st["notifications"]),
+        ("delivered", st["delivered"]),
+        ("retried (extra attempts)", st["retried"]),
+        ("dead", st["dead"]),
+        ("pending", st["pending"]),
+        ("sink requests", st["sink_requests"]),
+        ("sink faults injected", st["sink_faults"]),
+        ("sink duplicates", st["sink_duplicates"]),
+    ]
+    parts = [
+        table("Plans by outcome", ["outcome", "plans", "status", "last_seq", "notifications"], outcome_rows),
+        table("Hostile modes", ["mode", "plans", "messages", "gateway must answer"], mode_rows),
+        table("Gateway decisions (all messages)", ["decision", "messages"], decision_rows),
+        table("Notifications", ["", "count"], notification_rows),
+        "Invariants (nexus check)\n" + render(result, len(plans)),
+        f"{len(plans)} plans, {report['summary']['messages']} messages, checked in {elapsed_s:.1f}s",
+    ]
+    return "\n\n".join(parts)
+
+
+async def _main(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="nexus-demo-"))
+    data_dir = tmp / "data"
+    sink_log = tmp / "sink.log"
+    secret = generate_secret()
+    sink_port, http_port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
+    serve_env = {
+        **env,
+        "NEXUS_WEBHOOK_URL": f"http://127.0.0.1:{sink_port}/hook",
+        "NEXUS_WEBHOOK_SECRET": secret,
+        "NEXUS_RETRY_BASE_MS": "50",
+        "NEXUS_RETRY_MAX_MS": "1000",
+        "NEXUS_DISPATCHER_POLL_S": "0.05",
+        "NEXUS_LOG_LEVEL": "WARNING",
+    }
+    children: list[Child] = []
+    print(f"nexus demo: working in {tmp}", flush=True)
+    try:
+        sink_args = ["sink", "--port", str(sink_port), "--log", str(sink_log), "--secret", secret, *SINK_FAULTS]
+        children.append(Child("sink", sink_args, env, tmp / "sink.out"))
+        serve_args = ["serve", "--data-dir", str(data_dir), "--http-port", str(http_port)]
+        children.append(Child("gateway", serve_args, serve_env, tmp / "serve.out"))
+        gateway_url = f"http://127.0.0.1:{http_port}"
+        await _wait_http(f"http://127.0.0.1:{sink_port}/healthz", children[0], 20)
+        print(f"  sink on :{sink_port} (fails ~15% of attempts with 500/503/429)", flush=True)
+        await _wait_http(gateway_url + "/readyz", children[1], 45)
+        print(f"  gateway on {gateway_url} (embedded PostgreSQL, dispatcher)", flush=True)
+
+        config = runner.AgentConfig(
+            orders=args.orders,
+            seed=args.seed,
+            inventory_failure_rate=args.inventory_failure_rate,
+            payment_rejection_rate=args.payment_rejection_rate,
+            step_delay_ms=args.step_delay_ms,
+            concurrency=args.concurrency,
+            hostile=dict.fromkeys(Mode, args.hostile_rate),
+        )
+        transport = HttpTransport(gateway_url)
+        try:
+            report = await runner.run_agent(config, transport, target=gateway_url)
+        finally:
+            await transport.close()
+        runner.write_report(report, tmp / "agent-report.json")
+        print(f"  agent: {len(report['plans'])} plans, {report['summary']['messages']} messages sent", flush=True)
+        if report["error"]:
+            print(f"nexus demo: the agent stopped: {report['error']}", file=sys.stderr)
+            return 1
+
+        db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
+        try:
+            result = await check_report(report, db, sink_log, wait_s=args.settle_timeout)
+        finally:
+            await db.close()
+        print()
+        print(summary(report, result, time.monotonic() - started))
+        if args.keep:
+            print(f"\nreport, sink log and process logs kept in {tmp}")
+        return 0 if result.ok else 1
+    finally:
+        for child in reversed(children):
+            child.stop()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    return asyncio.run(_main(args))

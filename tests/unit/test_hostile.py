@@ -1,0 +1,201 @@
+"""Hostile-agent modes as pure functions: where they act, what they send, what the gateway must answer."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nexus.agent import hostile
+from nexus.agent.graph import EXPECTED, Outcome, shape_of
+from nexus.agent.hostile import HostileStream, Message, Mode
+from nexus.core.envelope import EventEnvelope, parse_envelope
+from nexus.core.process import STEPS, EventType, seq_of
+from nexus.core.sequencing import Decision, OrderState, resolve
+from nexus.errors import InvalidEventError
+
+PLANNED = (Outcome.COMPLETED, Outcome.INVENTORY_FAILED, Outcome.PAYMENT_REJECTED)
+ALL_ON = dict.fromkeys(Mode, 1.0)
+ORDER = [t.value for t in (*STEPS, EventType.ABORT_PLAN)]
+
+
+def honest_events(outcome: Outcome, order_id: str = "o-1", plan_id: str = "p-1") -> list[EventEnvelope]:
+    """The events the graph would produce for this outcome."""
+    shape = shape_of(outcome)
+    events = []
+    for event_type in shape:
+        data: dict[str, object] = {}
+        if event_type is EventType.ABORT_PLAN:
+            data = {"reason": "simulated", "abort_code": "inventory_failed", "aborted_at_seq": len(shape) - 1}
+        events.append(
+            EventEnvelope(
+                event_id=uuid.uuid4(),
+                event_type=event_type,
+                plan_id=plan_id,
+                order_id=order_id,
+                seq_id=seq_of(event_type),
+                timestamp=dt.datetime.now(dt.UTC),
+                data=data,
+            )
+        )
+    return events
+
+
+def messages_for(outcome: Outcome, actions: Sequence[hostile.Action]) -> list[Message]:
+    """Stream the honest events of `outcome` through the hostile moves, as the runner does."""
+    events = honest_events(outcome)
+    stream = HostileStream(hostile.schedule(shape_of(outcome), actions), order_id="o-1", plan_id="p-1")
+    sent = stream.ready()
+    for event in events:
+        sent += stream.push(event)
+    assert stream.done
+    return sent
+
+
+def fold(messages: Sequence[Message]) -> tuple[list[Decision], OrderState]:
+    """What the pure core decides for each message, in order, and the order's final state."""
+    state = OrderState("o-1")
+    pending: dict[int, EventEnvelope] = {}
+    decisions = []
+    for message in messages:
+        try:
+            envelope = parse_envelope(message.body)
+        except InvalidEventError as exc:
+            assert exc.code.value == message.expected_code
+            decisions.append(Decision.DEAD_LETTER)
+            continue
+        resolution = resolve(state, [envelope], pending)
+        for seq in resolution.unbuffered:
+            pending.pop(seq, None)
+        for event in resolution.buffered:
+            assert event.seq_id is not None
+            pending[event.seq_id] = event
+        decisions.append(resolution.decisions[0][1])
+        state = resolution.after
+    return decisions, state
+
+
+def test_zero_rates_choose_nothing() -> None:
+    """With every rate at 0 no plan misbehaves, whatever its seed."""
+    for i in range(50):
+        assert hostile.choose(f"s:{i}", dict.fromkeys(Mode, 0.0), shape_of(Outcome.COMPLETED)) == ()
+
+
+def test_choice_depends_only_on_the_seed() -> None:
+    """The same seed, rates and shape give the same actions; another seed gives others somewhere."""
+    rates = dict.fromkeys(Mode, 0.5)
+    shape = shape_of(Outcome.COMPLETED)
+    first = [hostile.choose(f"x:{i}", rates, shape) for i in range(30)]
+    assert first == [hostile.choose(f"x:{i}", rates, shape) for i in range(30)]
+    assert first != [hostile.choose(f"y:{i}", rates, shape) for i in range(30)]
+
+
+@pytest.mark.parametrize(
+    ("mode", "outcome", "expected"),
+    [
+        (Mode.OUT_OF_ORDER, Outcome.INVENTORY_FAILED, []),
+        (Mode.OUT_OF_ORDER, Outcome.PAYMENT_REJECTED, [0]),
+        (Mode.OUT_OF_ORDER, Outcome.COMPLETED, [0, 1, 2, 3]),
+        (Mode.ZOMBIE, Outcome.COMPLETED, []),
+        (Mode.ZOMBIE, Outcome.INVENTORY_FAILED, [2]),
+        (Mode.OTHER_PLAN, Outcome.INVENTORY_FAILED, [1, 2]),
+        (Mode.RESTART, Outcome.COMPLETED, [1, 2, 3, 4]),
+        (Mode.RESTART, Outcome.PAYMENT_REJECTED, [1, 2]),
+        (Mode.MALFORMED, Outcome.INVENTORY_FAILED, [0, 1, 2]),
+        (Mode.DUPLICATE, Outcome.PAYMENT_REJECTED, [0, 1, 2]),
+    ],
+)
+def test_candidates(mode: Mode, outcome: Outcome, expected: list[int]) -> None:
+    """Each mode acts only where its expected decision is certain (e.g. no impostor before the order)."""
+    assert hostile.candidates(mode, shape_of(outcome), None) == expected
+
+
+def test_no_boundary_inside_an_out_of_order_pair() -> None:
+    """Extras never land between the two halves of a swapped pair."""
+    shape = shape_of(Outcome.COMPLETED)
+    assert 2 not in hostile.candidates(Mode.MALFORMED, shape, swap_at=1)
+    assert 2 not in hostile.candidates(Mode.RESTART, shape, swap_at=1)
+
+
+@pytest.mark.parametrize("variant", sorted(hostile.MALFORMED_VARIANTS))
+def test_malformed_variants_are_rejected_with_their_code(variant: str) -> None:
+    """Every malformed variant fails envelope parsing with the code the report expects."""
+    event = honest_events(Outcome.COMPLETED)[0]
+    body = hostile.malformed_body(variant, event.model_dump(mode="json"))
+    with pytest.raises(InvalidEventError) as caught:
+        parse_envelope(body)
+    assert caught.value.code.value == hostile.MALFORMED_VARIANTS[variant]
+
+
+def test_out_of_order_holds_the_first_half_until_its_successor_exists() -> None:
+    """The stream sends nothing for step i of a swapped pair until step i+1 is produced, then i+1, i."""
+    events = honest_events(Outcome.COMPLETED)
+    specs = hostile.schedule(shape_of(Outcome.COMPLETED), [hostile.Action(Mode.OUT_OF_ORDER, 2)])
+    stream = HostileStream(specs, order_id="o-1", plan_id="p-1")
+    assert [m.seq_id for m in stream.push(events[0])] == [1]
+    assert [m.seq_id for m in stream.push(events[1])] == [2]
+    assert stream.push(events[2]) == []
+    pair = stream.push(events[3])
+    assert [(m.seq_id, m.expected) for m in pair] == [(4, Decision.BUFFER), (3, Decision.APPLY)]
+
+
+def test_restart_resends_from_seq_one_with_new_ids() -> None:
+    """A restart after step 3 resends steps 1..3 under new event_ids, each expected DUPLICATE."""
+    sent = messages_for(Outcome.COMPLETED, [hostile.Action(Mode.RESTART, 3)])
+    restarted = [m for m in sent if m.mode is Mode.RESTART]
+    assert [m.seq_id for m in restarted] == [1, 2, 3]
+    honest_ids = {m.event_id for m in sent if m.honest}
+    assert not honest_ids & {m.event_id for m in restarted}
+    assert all(m.expected is Decision.DUPLICATE for m in restarted)
+
+
+def test_zombie_is_the_step_after_the_abort() -> None:
+    """After an inventory failure (aborted at seq 1), the zombie is InventoryValidated, expected DISCARD."""
+    sent = messages_for(Outcome.INVENTORY_FAILED, [hostile.Action(Mode.ZOMBIE, 2)])
+    assert [(m.event_type, m.expected) for m in sent] == [
+        ("OrderCreated", Decision.APPLY),
+        ("ABORT_PLAN", Decision.APPLY),
+        ("InventoryValidated", Decision.DISCARD),
+    ]
+
+
+def test_other_plan_keeps_the_order_and_changes_the_plan() -> None:
+    """The impostor step names the same order under another plan_id and expects PLAN_MISMATCH."""
+    sent = messages_for(Outcome.PAYMENT_REJECTED, [hostile.Action(Mode.OTHER_PLAN, 1)])
+    impostor = next(m for m in sent if m.mode is Mode.OTHER_PLAN)
+    assert impostor.envelope is not None and impostor.envelope.order_id == "o-1"
+    assert impostor.plan_id == "p-1" + hostile.OTHER_PLAN_SUFFIX
+    assert impostor.expected is Decision.PLAN_MISMATCH
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.text(min_size=1, max_size=8),
+    outcome=st.sampled_from(PLANNED),
+    rates=st.fixed_dictionaries({m: st.sampled_from([0.0, 0.5, 1.0]) for m in Mode}),
+)
+def test_expected_decisions_are_what_the_core_decides(seed: str, outcome: Outcome, rates: dict[Mode, float]) -> None:
+    """Whatever modes a seed picks, the pure core answers each message as expected and ends as the honest plan."""
+    sent = messages_for(outcome, hostile.choose(seed, rates, shape_of(outcome)))
+    decisions, final = fold(sent)
+    assert decisions == [m.expected for m in sent]
+    expected = EXPECTED[outcome]
+    assert (final.status, final.last_seq, final.outbox_count) == (
+        expected.status,
+        expected.last_seq,
+        expected.notifications,
+    )
+    honest = [m.event_type for m in sent if m.honest]
+    assert sorted(honest, key=ORDER.index) == [t.value for t in shape_of(outcome)]
+
+
+def test_all_modes_on_each_acts_somewhere() -> None:
+    """At rate 1 every mode applicable to an outcome acts on it."""
+    for outcome in PLANNED:
+        modes = {a.mode for a in hostile.choose("all", ALL_ON, shape_of(outcome))}
+        applicable = {m for m in Mode if hostile.candidates(m, shape_of(outcome), None)}
+        assert modes == applicable
