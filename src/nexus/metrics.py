@@ -107,3 +107,34 @@ OUTBOX_ENTRIES = Gauge(
 )
 for _state in ("pending", "dead"):
     OUTBOX_ENTRIES.labels(state=_state)
+
+# Webhook delivery (nexus.delivery.dispatcher).
+DELIVERY_RESULTS = ("delivered", "retry_scheduled", "dead_max_attempts", "dead_rejected", "released")
+WEBHOOK_DELIVERIES = Counter(
+    "nexus_webhook_deliveries_total",
+    "Result of each webhook delivery attempt, as recorded in Postgres.",
+    ["result"],
+    registry=REGISTRY,
+)
+WEBHOOK_REQUEST_SECONDS = Histogram(
+    "nexus_webhook_request_seconds",
+    "Duration of webhook requests, from send to response or failure.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+CIRCUIT_BREAKER_STATE = Gauge(
+    "nexus_circuit_breaker_state",
+    "Circuit breaker of each subscription: 0 closed, 1 half-open, 2 open.",
+    ["subscription"],
+    registry=REGISTRY,
+)
+CIRCUIT_BREAKER_TRANSITIONS = Counter(
+    "nexus_circuit_breaker_transitions_total",
+    "Circuit breaker state changes made by this instance, by the state entered.",
+    ["to"],
+    registry=REGISTRY,
+)
+for _result in DELIVERY_RESULTS:
+    WEBHOOK_DELIVERIES.labels(result=_result)
+for _to in ("closed", "open", "half_open"):
+    CIRCUIT_BREAKER_TRANSITIONS.labels(to=_to)

@@ -145,6 +145,9 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
             return JSONResponse({"status": "unavailable", "code": exc.code.value}, status_code=503)
         return JSONResponse({"status": "ready"})
 
+    from nexus.delivery.api import router as delivery_router
+
+    app.include_router(delivery_router)
     app.state.db = db
     app.state.gateway = gateway
     return app

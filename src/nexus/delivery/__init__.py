@@ -1,0 +1,1 @@
+"""Delivery of the outbox as signed webhooks: subscriptions, the dispatcher, signing, CLI and API."""

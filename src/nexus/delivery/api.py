@@ -1,0 +1,74 @@
+"""HTTP API of webhook subscriptions and dead deliveries (a FastAPI router the app includes).
+
+The Database comes from ``request.app.state.db``, so the router needs nothing else from the app.
+Secrets are accepted on creation and never returned.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from nexus.delivery import subscriptions as subs
+from nexus.delivery.signing import generate_secret
+from nexus.errors import ConfigurationError, PermanentDatabaseError
+from nexus.store.database import Database
+
+router = APIRouter(tags=["delivery"])
+
+
+class NewSubscription(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    url: str
+    secret: str | None = Field(default=None, description="whsec_<base64>; generated and returned if absent")
+    event_types: list[str] | None = None
+
+
+def _db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+@router.get("/v1/subscriptions")
+async def list_subscriptions(request: Request) -> dict[str, Any]:
+    return {"subscriptions": [s.as_json() for s in await subs.list_subscriptions(_db(request))]}
+
+
+@router.post("/v1/subscriptions", status_code=201)
+async def create_subscription(request: Request, body: NewSubscription) -> JSONResponse:
+    secret = body.secret or generate_secret()
+    try:
+        sub = await subs.add_subscription(_db(request), body.name, body.url, secret, body.event_types)
+    except ConfigurationError as exc:
+        return JSONResponse({"code": exc.code.value, "message": exc.message}, status_code=422)
+    except PermanentDatabaseError as exc:  # the unique name is taken
+        return JSONResponse({"code": exc.code.value, "message": exc.message}, status_code=409)
+    content = sub.as_json()
+    if body.secret is None:
+        content["secret"] = secret  # shown once, so the subscriber can verify signatures
+    return JSONResponse(content, status_code=201)
+
+
+@router.post("/v1/subscriptions/{id_or_name}/disable")
+async def disable_subscription(request: Request, id_or_name: str) -> dict[str, Any]:
+    return (await subs.disable_subscription(_db(request), id_or_name)).as_json()
+
+
+@router.get("/v1/deliveries/dead")
+async def dead_deliveries(
+    request: Request,
+    subscription_id: int | None = None,
+    limit: int = Query(100, ge=1, le=1000),
+    offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    rows = await subs.list_dead_deliveries(_db(request), subscription_id, limit, offset)
+    return {"deliveries": rows}
+
+
+@router.post("/v1/deliveries/{outbox_id}/{subscription_id}/redrive")
+async def redrive(request: Request, outbox_id: uuid.UUID, subscription_id: int) -> dict[str, Any]:
+    return await subs.redrive_delivery(_db(request), outbox_id, subscription_id)

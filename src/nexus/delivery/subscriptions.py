@@ -1,0 +1,155 @@
+"""Webhook subscriptions and dead deliveries: the operations behind the CLI and the HTTP API.
+
+A subscription is an endpoint (url, secret, optional event-type filter). `Gateway.submit` writes one
+delivery per (notification, enabled subscription) in the applying transaction, so each subscriber has
+its own queue (a bulkhead): a dead or slow one never delays another. A subscription added later does
+not receive notifications created before it; a disabled one keeps its pending deliveries, unsent,
+until it is enabled again (the upsert of the same name re-enables it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from nexus.delivery.signing import parse_secret
+from nexus.errors import ConfigurationError, NotFoundError
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus.store.queries import query
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAME = "default"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Subscription:
+    id: int
+    name: str
+    url: str
+    event_types: tuple[str, ...] | None
+    enabled: bool
+    created_at: dt.datetime
+    breaker_state: str = "closed"
+
+    @classmethod
+    def of(cls, row: Any) -> Subscription:
+        types = row["event_types"]
+        return cls(
+            id=row["id"],
+            name=row["name"],
+            url=row["url"],
+            event_types=tuple(types) if types is not None else None,
+            enabled=row["enabled"],
+            created_at=row["created_at"],
+            breaker_state=row.get("breaker_state", "closed"),
+        )
+
+    def as_json(self) -> dict[str, Any]:
+        """The public view: never the secret."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "url": self.url,
+            "event_types": list(self.event_types) if self.event_types is not None else None,
+            "enabled": self.enabled,
+            "created_at": self.created_at.isoformat(),
+            "breaker_state": self.breaker_state,
+        }
+
+
+def _validate(url: str, secret: str) -> None:
+    if not url.startswith(("http://", "https://")):
+        raise ConfigurationError(f"webhook url must be http(s): {url!r}")
+    parse_secret(secret)
+
+
+async def add_subscription(
+    db: Database,
+    name: str,
+    url: str,
+    secret: str,
+    event_types: Sequence[str] | None = None,
+    *,
+    replace: bool = False,
+) -> Subscription:
+    """Create a subscription (or, with `replace`, update the one of the same name and enable it)."""
+    _validate(url, secret)
+    types = list(event_types) if event_types else None
+    sql = query("delivery.sql", "upsert_subscription" if replace else "insert_subscription")
+    row = await db.fetchrow(sql, name, url, secret, types)
+    assert row is not None
+    await db.execute(query("delivery.sql", "ensure_breakers"), [row["id"]])
+    return Subscription.of(row)
+
+
+async def list_subscriptions(db: Database) -> list[Subscription]:
+    return [Subscription.of(r) for r in await db.fetch(query("delivery.sql", "list_subscriptions"))]
+
+
+async def disable_subscription(db: Database, id_or_name: str) -> Subscription:
+    """Stop claiming for a subscription; its pending deliveries stay pending."""
+    row = await db.fetchrow(query("delivery.sql", "disable_subscription"), id_or_name)
+    if row is None:
+        raise NotFoundError(f"no subscription {id_or_name!r}")
+    return Subscription.of(row)
+
+
+async def ensure_default_subscription(db: Database, settings: Settings) -> Subscription | None:
+    """The subscription named "default" from NEXUS_WEBHOOK_URL and NEXUS_WEBHOOK_SECRET, if the URL is set.
+
+    Every gateway process calls this at start, so it is an upsert: concurrent starts agree, and a
+    changed URL or secret in the environment replaces the stored one.
+    """
+    if not settings.webhook_url:
+        return None
+    if not settings.webhook_secret:
+        raise ConfigurationError("NEXUS_WEBHOOK_URL is set but NEXUS_WEBHOOK_SECRET (whsec_...) is not")
+    sub = await add_subscription(db, DEFAULT_NAME, settings.webhook_url, settings.webhook_secret, replace=True)
+    log.info("default subscription", extra={"action": "subscription", "subscription": sub.name, "url": sub.url})
+    return sub
+
+
+def _dead_json(row: Any) -> dict[str, Any]:
+    return {
+        "outbox_id": str(row["outbox_id"]),
+        "subscription_id": row["subscription_id"],
+        "subscription": row["subscription"],
+        "order_id": row["order_id"],
+        "position": row["position"],
+        "event_type": row["event_type"],
+        "attempts": row["attempts"],
+        "last_status": row["last_status"],
+        "last_error": row["last_error"],
+        "dead_reason": row["dead_reason"],
+        "dead_at": row["dead_at"].isoformat() if row["dead_at"] else None,
+    }
+
+
+async def list_dead_deliveries(
+    db: Database, subscription_id: int | None = None, limit: int = 100, offset: int = 0
+) -> list[dict[str, Any]]:
+    rows = await db.fetch(query("delivery.sql", "dead_deliveries"), subscription_id, limit, offset)
+    return [_dead_json(r) for r in rows]
+
+
+async def redrive_delivery(db: Database, outbox_id: uuid.UUID, subscription_id: int) -> dict[str, Any]:
+    """Send a dead delivery again, with fresh attempts, when it is its order's oldest pending one."""
+    row = await db.fetchrow(query("delivery.sql", "redrive_delivery"), outbox_id, subscription_id)
+    if row is None:
+        raise NotFoundError(f"no dead delivery {outbox_id}/{subscription_id}")
+    log.info(
+        "delivery redriven",
+        extra={"action": "redrive", "order_id": row["order_id"], "outbox_id": str(outbox_id)},
+    )
+    return {"outbox_id": str(row["outbox_id"]), "subscription_id": row["subscription_id"], "state": "pending"}
+
+
+async def accounting(db: Database) -> list[dict[str, Any]]:
+    """Per subscription: total deliveries and how many are delivered, dead, pending."""
+    return [dict(r) for r in await db.fetch(query("delivery.sql", "accounting"))]

@@ -1,0 +1,167 @@
+-- Queries of the webhook dispatcher, subscriptions and dead deliveries.
+
+-- name: claim
+-- The oldest pending notification of each (order, subscription) that is due, not leased, of an enabled
+-- subscription whose breaker is closed. A row is never claimed while a lower position of the same
+-- (order, subscription) is still pending, even one leased by another instance: that is what keeps
+-- each order in position order. SKIP LOCKED lets instances claim side by side; the lease (not the row
+-- lock, released at commit) is what keeps a claimed row away from others while its request runs.
+WITH claimable AS (
+    SELECT d.outbox_id, d.subscription_id
+    FROM deliveries AS d
+    JOIN subscriptions AS s ON s.id = d.subscription_id AND s.enabled
+    LEFT JOIN circuit_breakers AS b ON b.subscription_id = d.subscription_id
+    WHERE d.state = 'pending'
+      AND d.next_attempt_at <= now()
+      AND (d.lease_until IS NULL OR d.lease_until < now())
+      AND coalesce(b.state, 'closed') = 'closed'
+      AND NOT EXISTS (
+          SELECT 1 FROM deliveries AS p
+          WHERE p.subscription_id = d.subscription_id AND p.order_id = d.order_id
+            AND p.state = 'pending' AND p.position < d.position)
+    ORDER BY d.next_attempt_at
+    LIMIT $3
+    FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE deliveries AS d
+SET lease_owner = $1, lease_until = now() + make_interval(secs => $2), attempts = d.attempts + 1
+FROM claimable AS c, outbox AS o, subscriptions AS s
+WHERE d.outbox_id = c.outbox_id AND d.subscription_id = c.subscription_id
+  AND o.id = d.outbox_id AND s.id = d.subscription_id
+RETURNING d.outbox_id, d.subscription_id, d.order_id, d.position, d.attempts,
+          o.event_type, o.payload::text AS body, o.traceparent, o.created_at, s.url, s.secret;
+
+-- name: claim_probe
+-- The one delivery a half-open breaker lets through, for the instance holding its probe slot.
+WITH claimable AS (
+    SELECT d.outbox_id, d.subscription_id
+    FROM deliveries AS d
+    JOIN subscriptions AS s ON s.id = d.subscription_id AND s.enabled
+    WHERE d.subscription_id = $3
+      AND d.state = 'pending'
+      AND d.next_attempt_at <= now()
+      AND (d.lease_until IS NULL OR d.lease_until < now())
+      AND NOT EXISTS (
+          SELECT 1 FROM deliveries AS p
+          WHERE p.subscription_id = d.subscription_id AND p.order_id = d.order_id
+            AND p.state = 'pending' AND p.position < d.position)
+    ORDER BY d.next_attempt_at
+    LIMIT 1
+    FOR UPDATE OF d SKIP LOCKED
+)
+UPDATE deliveries AS d
+SET lease_owner = $1, lease_until = now() + make_interval(secs => $2), attempts = d.attempts + 1
+FROM claimable AS c, outbox AS o, subscriptions AS s
+WHERE d.outbox_id = c.outbox_id AND d.subscription_id = c.subscription_id
+  AND o.id = d.outbox_id AND s.id = d.subscription_id
+RETURNING d.outbox_id, d.subscription_id, d.order_id, d.position, d.attempts,
+          o.event_type, o.payload::text AS body, o.traceparent, o.created_at, s.url, s.secret;
+
+-- name: finish
+-- Record the results of attempts, each only if this instance still holds its lease: a dispatcher whose
+-- lease expired (and whose row another instance re-claimed) cannot overwrite the newer outcome.
+-- outcome: delivered | retry | dead | released (cancelled by shutdown: the attempt is not counted).
+UPDATE deliveries AS d
+SET state = CASE u.outcome WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END,
+    attempts = CASE WHEN u.outcome = 'released' THEN greatest(d.attempts - 1, 0) ELSE d.attempts END,
+    next_attempt_at = CASE WHEN u.outcome = 'retry'
+                           THEN now() + make_interval(secs => u.delay_ms / 1000.0)
+                           ELSE d.next_attempt_at END,
+    last_status = CASE WHEN u.outcome = 'released' THEN d.last_status ELSE u.status END,
+    last_error = CASE WHEN u.outcome = 'released' THEN d.last_error ELSE u.error END,
+    delivered_at = CASE WHEN u.outcome = 'delivered' THEN now() ELSE d.delivered_at END,
+    dead_at = CASE WHEN u.outcome = 'dead' THEN now() ELSE d.dead_at END,
+    dead_reason = CASE WHEN u.outcome = 'dead' THEN u.dead_reason ELSE d.dead_reason END,
+    lease_owner = NULL,
+    lease_until = NULL
+FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::float8[], $6::int[], $7::text[], $8::text[])
+    AS u(outbox_id, subscription_id, outcome, delay_ms, status, error, dead_reason)
+WHERE d.outbox_id = u.outbox_id AND d.subscription_id = u.subscription_id
+  AND d.state = 'pending' AND d.lease_owner = $1
+RETURNING d.outbox_id, d.subscription_id, u.outcome;
+
+-- name: ensure_breakers
+INSERT INTO circuit_breakers (subscription_id)
+SELECT unnest($1::bigint[])
+ON CONFLICT (subscription_id) DO NOTHING;
+
+-- name: lock_breakers
+SELECT subscription_id, state, failure_count, last_failure_at, open_until, probe_owner, probe_until,
+       now() AS now
+FROM circuit_breakers
+WHERE subscription_id = ANY($1::bigint[])
+ORDER BY subscription_id
+FOR UPDATE;
+
+-- name: lock_probe_candidates
+-- Breakers that are not closed, for an instance to try and take a probe slot; SKIP LOCKED because
+-- another instance deciding on the same breaker right now is as good as us deciding.
+SELECT subscription_id, state, failure_count, last_failure_at, open_until, probe_owner, probe_until,
+       now() AS now
+FROM circuit_breakers
+WHERE state <> 'closed'
+ORDER BY subscription_id
+FOR UPDATE SKIP LOCKED;
+
+-- name: write_breaker
+UPDATE circuit_breakers
+SET state = $2, failure_count = $3, last_failure_at = $4, open_until = $5, probe_owner = $6,
+    probe_until = $7, updated_at = now()
+WHERE subscription_id = $1;
+
+-- name: breaker_states
+SELECT b.subscription_id, s.name, b.state FROM circuit_breakers AS b
+JOIN subscriptions AS s ON s.id = b.subscription_id;
+
+-- name: upsert_subscription
+INSERT INTO subscriptions (name, url, secret, event_types, enabled)
+VALUES ($1, $2, $3, $4::text[], true)
+ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, secret = EXCLUDED.secret,
+    event_types = EXCLUDED.event_types, enabled = true
+RETURNING id, name, url, event_types, enabled, created_at;
+
+-- name: insert_subscription
+INSERT INTO subscriptions (name, url, secret, event_types, enabled)
+VALUES ($1, $2, $3, $4::text[], true)
+RETURNING id, name, url, event_types, enabled, created_at;
+
+-- name: list_subscriptions
+SELECT s.id, s.name, s.url, s.event_types, s.enabled, s.created_at,
+       coalesce(b.state, 'closed') AS breaker_state
+FROM subscriptions AS s LEFT JOIN circuit_breakers AS b ON b.subscription_id = s.id
+ORDER BY s.id;
+
+-- name: disable_subscription
+UPDATE subscriptions SET enabled = false
+WHERE id::text = $1 OR name = $1
+RETURNING id, name, url, event_types, enabled, created_at;
+
+-- name: dead_deliveries
+SELECT d.outbox_id, d.subscription_id, s.name AS subscription, d.order_id, d.position, o.event_type,
+       d.attempts, d.last_status, d.last_error, d.dead_reason, d.dead_at
+FROM deliveries AS d
+JOIN subscriptions AS s ON s.id = d.subscription_id
+JOIN outbox AS o ON o.id = d.outbox_id
+WHERE d.state = 'dead' AND ($1::bigint IS NULL OR d.subscription_id = $1)
+ORDER BY d.dead_at, d.order_id, d.position
+LIMIT $2 OFFSET $3;
+
+-- name: redrive_delivery
+-- A dead delivery back to pending with fresh attempts. It goes out when it is its order's oldest
+-- pending notification again; if later ones were already delivered, the subscriber sees it after them.
+UPDATE deliveries
+SET state = 'pending', attempts = 0, next_attempt_at = now(), dead_at = NULL, dead_reason = NULL,
+    lease_owner = NULL, lease_until = NULL
+WHERE outbox_id = $1 AND subscription_id = $2 AND state = 'dead'
+RETURNING outbox_id, subscription_id, order_id, position;
+
+-- name: accounting
+-- Per subscription: notifications it should get, and where each one is (delivered + dead + pending).
+SELECT s.id AS subscription_id, s.name,
+       count(d.outbox_id) AS total,
+       count(*) FILTER (WHERE d.state = 'delivered') AS delivered,
+       count(*) FILTER (WHERE d.state = 'dead') AS dead,
+       count(*) FILTER (WHERE d.state = 'pending') AS pending
+FROM subscriptions AS s LEFT JOIN deliveries AS d ON d.subscription_id = s.id
+GROUP BY s.id, s.name
+ORDER BY s.id;
