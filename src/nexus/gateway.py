@@ -129,6 +129,8 @@ class _Writes:
             cols = _columns(self.outbox, 9)
             await conn.execute(query("gateway.sql", "insert_outbox"), *cols)
             await conn.execute(query("gateway.sql", "insert_deliveries"), cols[0])
+            # Delivered at commit, and only then: wakes dispatchers without waiting for their poll.
+            await conn.execute(query("gateway.sql", "notify_outbox"))
         if self.dead:
             rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(self.dead, 7))
             return [r["id"] for r in rows]

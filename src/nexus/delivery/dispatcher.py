@@ -152,7 +152,11 @@ class OutboxDispatcher:
             for _ in range(0, self.workers, _SLOTS_PER_CLIENT)
         ]
         log.info("dispatcher started", extra={"action": "dispatcher_start", "workers": self.workers})
-        loops = [asyncio.create_task(self._claim_loop()), asyncio.create_task(self._flush_loop())]
+        loops = [
+            asyncio.create_task(self._claim_loop()),
+            asyncio.create_task(self._flush_loop()),
+            asyncio.create_task(self._listen_loop()),
+        ]
         try:
             await asyncio.gather(*loops)
         finally:
@@ -322,6 +326,31 @@ class OutboxDispatcher:
             retry_after = parse_retry_after(response.headers.get("retry-after"), dt.datetime.now(dt.UTC))
         error = None if verdict is Verdict.DELIVERED else f"HTTP {response.status_code}"
         return Result(c, verdict, response.status_code, error, retry_after)
+
+    async def _listen_loop(self) -> None:
+        """Wake the claimer when a gateway commits new notifications (LISTEN/NOTIFY).
+
+        Only a latency shortcut: the claimer still polls every `dispatcher_poll_s`, so a lost
+        connection (PostgreSQL restarting) costs latency, never a notification.
+        """
+        url = self.db.url
+        assert url is not None
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(url)
+                closed = asyncio.Event()
+                conn.add_termination_listener(lambda *_, closed=closed: closed.set())
+                await conn.add_listener("nexus_outbox", lambda *_: self._wake.set())
+                while not conn.is_closed():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(closed.wait(), timeout=5.0)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                log.debug("outbox listener lost its connection", exc_info=True)
+            finally:
+                if conn is not None and not conn.is_closed():
+                    await conn.close()
+            await asyncio.sleep(1.0)
 
     # -- recording -----------------------------------------------------------------------------------
 

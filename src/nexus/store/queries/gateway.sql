@@ -39,6 +39,9 @@ FROM outbox AS o
 JOIN subscriptions AS s ON s.enabled AND (s.event_types IS NULL OR o.event_type = ANY (s.event_types))
 WHERE o.id = ANY($1::uuid[]);
 
+-- name: notify_outbox
+SELECT pg_notify('nexus_outbox', '');
+
 -- name: insert_pending
 INSERT INTO pending_events (order_id, seq_id, event_id, plan_id, envelope, traceparent)
 SELECT order_id, seq_id, event_id, plan_id, envelope::jsonb, traceparent
