@@ -339,11 +339,11 @@ class Gateway:
         return (
             source,
             code.value,
-            error,
-            item.event_id,
+            _text(error),
+            item.event_id and _text(item.event_id),
             env.order_id if env else None,
             env.plan_id if env else None,
-            item.raw,
+            _text(item.raw),
         )
 
     async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
@@ -380,6 +380,11 @@ class Gateway:
         metrics.record_buffer_timeouts(len(rows))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(rows)})
         return [r["id"] for r in ids]
+
+
+def _text(value: str) -> str:
+    """PostgreSQL text cannot hold NUL: keep the dead letter, escaped, rather than lose it."""
+    return value.replace("\x00", "\\u0000")
 
 
 def _tenant(resolution: Resolution) -> str:

@@ -147,7 +147,8 @@ class EventProducer:
 
 
 async def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 4) -> None:
-    """Create the topics that do not exist yet (replication 1: the local broker is a single node)."""
+    """Create the topics that do not exist yet (replication 1: the local broker is a single node) and
+    wait until every partition has a leader, so the first produce does not bounce."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
     await admin.start()
     try:
@@ -158,8 +159,30 @@ async def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: in
             for name, code, *_ in response.topic_errors:
                 if code not in (0, _TOPIC_ALREADY_EXISTS):
                     raise RuntimeError(f"cannot create topic {name}: error {code}")
+        for _ in range(100):
+            described = await admin.describe_topics(list(topics))
+            if all(
+                t.get("error_code", 0) == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
+                for t in described
+            ):
+                return
+            await asyncio.sleep(0.1)
+        raise RuntimeError(f"topics {list(topics)} have no leader yet")
     finally:
         await admin.close()
+
+
+async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
+    """The partition numbers of `topic` (empty if it does not exist)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        [described] = await admin.describe_topics([topic])
+    finally:
+        await admin.close()
+    if described.get("error_code", 0) != 0:
+        return []
+    return sorted(p["partition"] for p in described["partitions"])
 
 
 async def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
@@ -173,16 +196,12 @@ async def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
 
 async def read_topic(bootstrap: str, topic: str, *, limit: int | None = None) -> list[StoredRecord]:
     """Every record of `topic` from the beginning up to its current end, without joining a group."""
+    tps = [TopicPartition(topic, p) for p in await topic_partitions(bootstrap, topic)]
+    if not tps:
+        return []
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        partitions = consumer.partitions_for_topic(topic)
-        if not partitions:
-            await consumer.force_metadata_update()
-            partitions = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        if not tps:
-            return []
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends: dict[TopicPartition, int] = await consumer.end_offsets(tps)

@@ -23,6 +23,12 @@ _ENV_NAMES: dict[str, str] = {
     "kafka_topic": "NEXUS_KAFKA_TOPIC",
     "kafka_dlq_topic": "NEXUS_KAFKA_DLQ_TOPIC",
     "kafka_group": "NEXUS_KAFKA_GROUP",
+    "kafka_max_poll_records": "NEXUS_KAFKA_MAX_POLL_RECORDS",
+    "kafka_poll_timeout_ms": "NEXUS_KAFKA_POLL_TIMEOUT_MS",
+    "kafka_revoke_wait_s": "NEXUS_KAFKA_REVOKE_WAIT_S",
+    "kafka_session_timeout_ms": "NEXUS_KAFKA_SESSION_TIMEOUT_MS",
+    "kafka_heartbeat_interval_ms": "NEXUS_KAFKA_HEARTBEAT_INTERVAL_MS",
+    "kafka_max_poll_interval_ms": "NEXUS_KAFKA_MAX_POLL_INTERVAL_MS",
     "buffer_timeout_s": "NEXUS_BUFFER_TIMEOUT_S",
     "buffer_sweep_interval_s": "NEXUS_BUFFER_SWEEP_INTERVAL_S",
     "webhook_url": "NEXUS_WEBHOOK_URL",
@@ -60,6 +66,13 @@ class Settings:
     kafka_topic: str = "nexus.events"
     kafka_dlq_topic: str = "nexus.events.dlq"
     kafka_group: str = "nexus-gateway"
+    kafka_max_poll_records: int = 2000
+    kafka_poll_timeout_ms: int = 200
+    kafka_revoke_wait_s: float = 10.0
+    """How long in-flight work of revoked partitions may finish (and be committed) at a rebalance."""
+    kafka_session_timeout_ms: int = 10_000
+    kafka_heartbeat_interval_ms: int = 3_000
+    kafka_max_poll_interval_ms: int = 300_000
     buffer_timeout_s: float = 3600.0
     buffer_sweep_interval_s: float = 5.0
     webhook_url: str | None = None

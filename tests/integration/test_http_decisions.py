@@ -145,6 +145,24 @@ async def test_malformed_input_is_dead_lettered_and_the_batch_goes_on(api: httpx
     assert codes == ["PARSE_ERROR", "INVALID_EVENT", "INVALID_EVENT"]
 
 
+async def test_nul_bytes_are_dead_lettered_not_lost(api: httpx.AsyncClient) -> None:
+    """A body with a NUL byte, and a step whose data holds NUL (which jsonb refuses), are kept as dead letters."""
+    response = await api.post("/v1/events", content=b'{"event_id": "\x00"}')
+    assert (response.status_code, response.json()["code"]) == (400, "PARSE_ERROR")
+    poisoned = step_json("o-nul", "p", 1)
+    poisoned["data"]["note"] = "\u0000"
+    neighbour = step_json("o-nul-neighbour", "p", 1)
+    status, body = await post(api, {"events": [poisoned, neighbour]})
+    assert status == 200
+    assert [(r["decision"], r["code"]) for r in body["results"]] == [
+        ("DEAD_LETTER", "DATABASE_REJECTED"),
+        ("APPLY", None),
+    ]
+    codes = [d["code"] for d in (await api.get("/v1/dead-letters")).json()["dead_letters"]]
+    assert codes == ["PARSE_ERROR", "DATABASE_REJECTED"]
+    assert (await api.get("/v1/orders/o-nul")).status_code == 404
+
+
 async def test_oversized_body_is_413(api: httpx.AsyncClient) -> None:
     """A body over 1 MiB is refused with 413 before it is parsed."""
     response = await api.post("/v1/events", content=b"x" * (1024 * 1024 + 1))

@@ -1,0 +1,250 @@
+"""Kafka ingress throughput: events/s from produce to applied, against direct `Gateway.submit`, same run.
+
+Three measurements on fresh databases cloned from one migrated template, with the same events:
+
+* **end to end**: the topic starts empty; events are produced (acks=all, idempotent, one ack per event,
+  pipelined) while a `KafkaIngress` consumes them; the clock stops when every event is resolved and
+  its offset committed.
+* **drain**: the topic is filled first; the clock runs from starting the consumer until the last commit.
+  This is the consumer's own rate, without the producer sharing the CPU.
+* **direct**: the same raw bytes, parsed with `Incoming.parse` and handed to `Gateway.submit` in batches
+  of the poll size, one concurrent stream per partition (orders hashed to partitions as Kafka does), so
+  the difference is what Kafka costs: fetching, committing, the poll loop.
+
+Run: `.venv/bin/python benchmarks/kafka_ingress.py --plans 10000 [--record]` with the broker up
+(`bash scripts/kafka.sh up`). Without --database-url an embedded PostgreSQL is started in a temp dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import os
+import platform
+import re
+import tempfile
+import time
+import uuid
+import zlib
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from nexus.core.process import STEPS, EventType
+from nexus.gateway import Gateway, Incoming
+from nexus.ingress.kafka import KafkaIngress
+from nexus.kafka_io import EventProducer, delete_topics, ensure_topics
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus.store.embedded import EmbeddedPostgres
+from nexus.store.migrate import apply_migrations
+
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
+SECTION = "## Kafka ingress"
+PARTITIONS = 4
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def plan_bytes(plans: int, tag: str) -> list[tuple[bytes, bytes]]:
+    """(key, value) of every step of `plans` five-step plans, plan after plan."""
+    out: list[tuple[bytes, bytes]] = []
+    for i in range(plans):
+        order = f"bench-{tag}-{i:06d}"
+        for seq, event_type in enumerate(STEPS, start=1):
+            data: dict[str, Any] = {}
+            if event_type is EventType.ORDER_CREATED:
+                data = {
+                    "user_id": "u1",
+                    "items": [{"product_id": "p", "quantity": 1, "unit_price": 10}],
+                    "total_amount": 10,
+                    "currency": "USD",
+                }
+            elif event_type is EventType.PAYMENT_PROCESSED:
+                data = {"payment_id": f"pay-{i}", "amount": 10, "currency": "USD"}
+            body = {
+                "event_id": str(uuid.uuid4()),
+                "event_type": event_type.value,
+                "plan_id": f"plan-{tag}-{i}",
+                "order_id": order,
+                "seq_id": seq,
+                "timestamp": (T0 + dt.timedelta(seconds=seq)).isoformat(),
+                "schema_version": "1.0",
+                "data": data,
+            }
+            out.append((order.encode(), json.dumps(body).encode()))
+    return out
+
+
+class Databases:
+    """Fresh migrated databases on one server (embedded unless a URL is given)."""
+
+    def __init__(self, url: str | None) -> None:
+        self.embedded: EmbeddedPostgres | None = None
+        if url is None:
+            self.embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="nexus-bench-")), cleanup_mode="delete")
+            url = self.embedded.start()
+        self.admin_url = url
+
+    async def fresh(self) -> str:
+        name = f"bench_{uuid.uuid4().hex[:10]}"
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            await conn.execute(f"CREATE DATABASE {name}")
+        finally:
+            await conn.close()
+        url = re.sub(r"/[^/?]*(\?|$)", rf"/{name}\1", self.admin_url.split("://", 1)[1], count=1)
+        url = self.admin_url.split("://", 1)[0] + "://" + url
+        conn = await asyncpg.connect(url)
+        try:
+            await apply_migrations(conn)
+        finally:
+            await conn.close()
+        return url
+
+    def close(self) -> None:
+        if self.embedded is not None:
+            self.embedded.close()
+
+
+async def produce(settings: Settings, records: list[tuple[bytes, bytes]]) -> float:
+    start = time.perf_counter()
+    async with EventProducer.from_settings(settings, linger_ms=5) as producer:
+        await producer.send_many(value for _, value in records)
+    return time.perf_counter() - start
+
+
+async def consume_until(ingress: KafkaIngress, total: int, limit_s: float) -> None:
+    deadline = time.monotonic() + limit_s
+    while sum(ingress.committed.values()) < total:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"consumed {sum(ingress.committed.values())}/{total} in {limit_s}s")
+        await asyncio.sleep(0.01)
+
+
+async def kafka_run(
+    base: Settings, dbs: Databases, records: list[tuple[bytes, bytes]], *, prefill: bool, poll: int
+) -> dict[str, float]:
+    tag = uuid.uuid4().hex[:8]
+    s = base.replace(
+        database_url=await dbs.fresh(),
+        kafka_topic=f"nexus.bench.{tag}",
+        kafka_dlq_topic=f"nexus.bench.{tag}.dlq",
+        kafka_group=f"nexus-bench-{tag}",
+    )
+    await ensure_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=PARTITIONS)
+    db = await Database(s).open(migrate=False)
+    try:
+        produce_s = await produce(s, records) if prefill else 0.0
+        ingress = KafkaIngress(Gateway(db, record_plan_mismatch=False), s)
+        ingress.max_records = poll
+        start = time.perf_counter()
+        task = asyncio.create_task(ingress.run())
+        if not prefill:
+            # produce -> applied: the clock starts when the consumer is in its group and the first event goes
+            await asyncio.wait_for(ingress.assigned.wait(), 60)
+            start = time.perf_counter()
+            produce_s = await produce(s, records)
+        await consume_until(ingress, len(records), limit_s=600)
+        elapsed = time.perf_counter() - start
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        applied = await db.fetchval("SELECT count(*) FROM outbox")
+        assert applied == len(records), f"{applied} applied of {len(records)}"
+    finally:
+        await db.close()
+        await delete_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
+    return {"seconds": elapsed, "produce_seconds": produce_s, "rate": len(records) / elapsed}
+
+
+async def direct_run(
+    base: Settings, dbs: Databases, records: list[tuple[bytes, bytes]], batch: int
+) -> dict[str, float]:
+    s = base.replace(database_url=await dbs.fresh())
+    streams: list[list[bytes]] = [[] for _ in range(PARTITIONS)]
+    for key, value in records:
+        streams[zlib.crc32(key) % PARTITIONS].append(value)
+    db = await Database(s).open(migrate=False)
+    gateway = Gateway(db, record_plan_mismatch=False)
+
+    async def stream(values: list[bytes]) -> None:
+        for i in range(0, len(values), batch):
+            await gateway.submit([Incoming.parse(v) for v in values[i : i + batch]], source="kafka")
+
+    try:
+        start = time.perf_counter()
+        await asyncio.gather(*(stream(v) for v in streams))
+        elapsed = time.perf_counter() - start
+        applied = await db.fetchval("SELECT count(*) FROM outbox")
+        assert applied == len(records), f"{applied} applied of {len(records)}"
+    finally:
+        await db.close()
+    return {"seconds": elapsed, "rate": len(records) / elapsed}
+
+
+def record(lines: list[str]) -> None:
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    section = "\n".join(lines).rstrip() + "\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text).rstrip() + "\n"
+    else:
+        text = text.rstrip() + "\n\n" + section
+    RESULTS.write_text(text)
+
+
+async def main(args: argparse.Namespace) -> None:
+    settings = Settings.from_env(db_pool_size=10).replace(
+        kafka_bootstrap=args.bootstrap or Settings.from_env().kafka_bootstrap
+    )
+    dbs = Databases(args.database_url)
+    try:
+        records = plan_bytes(args.plans, uuid.uuid4().hex[:6])
+        n = len(records)
+        direct = await direct_run(settings, dbs, records, args.poll)
+        drain = await kafka_run(settings, dbs, records, prefill=True, poll=args.poll)
+        e2e = await kafka_run(settings, dbs, records, prefill=False, poll=args.poll)
+    finally:
+        dbs.close()
+    rows = [
+        ("direct Gateway.submit", direct["rate"], direct["seconds"], 1.0),
+        ("Kafka drain (pre-filled topic)", drain["rate"], drain["seconds"], drain["rate"] / direct["rate"]),
+        ("Kafka produce -> applied", e2e["rate"], e2e["seconds"], e2e["rate"] / direct["rate"]),
+    ]
+    cmd = f".venv/bin/python benchmarks/kafka_ingress.py --plans {args.plans} --poll {args.poll}"
+    lines = [
+        SECTION,
+        "",
+        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores ({platform.machine()}, {platform.python_version()}), "
+        f"PostgreSQL 16 ({'embedded' if args.database_url is None else 'given URL'}) and the local Kafka broker "
+        "on the same machine. "
+        f"{args.plans} plans = {n} events, {PARTITIONS} partitions, poll/batch size {args.poll}.",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        "| path | events/s | seconds | vs direct |",
+        "|---|---:|---:|---:|",
+        *[f"| {name} | {rate:,.0f} | {secs:.2f} | {ratio:.2f} |" for name, rate, secs, ratio in rows],
+        "",
+        f"Producing alone (acks=all, idempotent, one ack per event, pipelined): {n / e2e['produce_seconds']:,.0f} "
+        f"events/s in the end-to-end run, {n / drain['produce_seconds']:,.0f} events/s when filling the topic. "
+        "Commit/poll overhead of the Kafka path versus direct submit: "
+        f"{(1 - drain['rate'] / direct['rate']) * 100:.0f}% (drain), "
+        f"{(1 - e2e['rate'] / direct['rate']) * 100:.0f}% (end to end, producer in the same process).",
+    ]
+    print("\n".join(lines))
+    if args.record:
+        record(lines)
+        print(f"\nrecorded in {RESULTS}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plans", type=int, default=10_000)
+    parser.add_argument("--poll", type=int, default=2000, help="max records per poll (and direct batch size)")
+    parser.add_argument("--database-url", default=os.environ.get("NEXUS_DATABASE_URL"))
+    parser.add_argument("--bootstrap", default=None)
+    parser.add_argument("--record", action="store_true", help=f"write the '{SECTION}' section of RESULTS.md")
+    asyncio.run(main(parser.parse_args()))

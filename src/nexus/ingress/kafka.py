@@ -1,0 +1,454 @@
+"""Kafka ingress: consume agents' steps, hand each poll batch to `Gateway.submit`, commit only what is resolved.
+
+Why it is shaped this way:
+
+* **Commit after resolution.** A record is resolved when the gateway has decided it (applied, buffered,
+  ignored as a duplicate...) or when the dead-letter topic has acknowledged it. A partition's offset is
+  committed only up to its last contiguous resolved record; a crash before the commit makes Kafka deliver
+  the records again, and the gateway's decision (DUPLICATE) makes that harmless.
+* **Transient errors are retried in place.** If Postgres is down, `submit` raises
+  `TransientDatabaseError` having written nothing; the same records are submitted again with exponential
+  backoff, never skipped and never committed past. The same holds for a dead-letter topic that does not
+  acknowledge.
+* **Only what can never work goes to the DLQ topic**: PARSE_ERROR, INVALID_EVENT, DATABASE_REJECTED and
+  PLAN_MISMATCH, with the original bytes and key, and `x-dlq-*` headers saying why and where from.
+* **Partitions are the unit of concurrency.** Records are keyed by order_id, so a partition's records
+  belong to orders no other partition carries: each partition's slice of a poll batch is one set-based
+  `submit`, and the slices run concurrently without contending for the same advisory locks.
+* **Rebalances.** Before partitions are taken away, the in-flight batch is given a moment to resolve and
+  its offsets are committed; offsets of partitions we no longer own are never committed afterwards. A
+  commit refused because the group moved on is dropped: the new owner re-reads those records and the
+  gateway answers DUPLICATE.
+
+BUFFER_TIMEOUT is not produced to the DLQ topic: an expired buffered step has no offset left to hold back
+(its record was committed when it was buffered). `Gateway.expire_buffered` (run by every `nexus serve`)
+moves it to the dead_letters table, under its order's lock, exactly once; that table is its record, and
+`nexus dlq` lists and redrives it like any other dead letter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import random
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+
+from nexus import metrics
+from nexus.core.backoff import RetryPolicy, jittered_ms
+from nexus.core.sequencing import Decision
+from nexus.errors import ErrorCode, PermanentDatabaseError, TransientDatabaseError
+from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+_MAX_ERROR_HEADER = 1000
+
+
+def retry_delay_s(attempt: int, base_ms: int, max_ms: int) -> float:
+    """Seconds to wait before retry number `attempt` + 1 (attempt 0 follows the first failure).
+
+    The consumer never gives up on a transient failure (skipping would lose records), so only the
+    schedule of `core.backoff` is used, not its attempt limit.
+    """
+    policy = RetryPolicy(base_ms=base_ms, max_ms=max_ms, max_attempts=1)
+    return jittered_ms(policy, attempt + 1, random.random()) / 1000
+
+
+def traceparent_of(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
+    """The W3C traceparent a producer attached to the record, if any and well formed."""
+    for name, value in headers or ():
+        if name.lower() == "traceparent" and value:
+            text = value.decode("ascii", "replace").strip()
+            return text if _TRACEPARENT.match(text) else None
+    return None
+
+
+def dlq_headers(record: Any, code: ErrorCode, error: str) -> list[tuple[str, bytes]]:
+    """The `x-dlq-*` headers of a dead-lettered record; the original headers are kept after them."""
+    headers = [
+        ("x-dlq-code", code.value.encode()),
+        ("x-dlq-error", error[:_MAX_ERROR_HEADER].encode()),
+        ("x-dlq-source-topic", record.topic.encode()),
+        ("x-dlq-source-partition", str(record.partition).encode()),
+        ("x-dlq-source-offset", str(record.offset).encode()),
+    ]
+    headers.extend((k, v) for k, v in (record.headers or ()) if not k.startswith("x-dlq-"))
+    return headers
+
+
+def _dead_reason(item: Incoming, outcome: Outcome) -> tuple[ErrorCode, str]:
+    code = outcome.code or ErrorCode.INVALID_EVENT
+    if outcome.error:
+        return code, outcome.error
+    env = item.envelope
+    if code is ErrorCode.PLAN_MISMATCH and env is not None:
+        return code, f"order {env.order_id} follows another plan than {env.plan_id}"
+    return code, code.value
+
+
+class _PartitionWorker:
+    """Resolves one partition's records in offset order, one `submit` per slice, while polling goes on.
+
+    A worker per partition lets the partitions' transactions overlap (they never share an order) and lets
+    polling run ahead; when a worker falls `2 * max_records` behind, its partition is paused.
+    """
+
+    def __init__(self, ingress: KafkaIngress, tp: TopicPartition) -> None:
+        self.ingress = ingress
+        self.tp = tp
+        self.queue: collections.deque[list[Any]] = collections.deque()
+        self.queued = 0
+        self.paused = False
+        self.idle = asyncio.Event()
+        self.idle.set()
+        self._wakeup = asyncio.Event()
+        self._failures = 0
+        self.task = asyncio.create_task(self._run(), name=f"kafka-partition-{tp.partition}")
+
+    def put(self, records: list[Any]) -> None:
+        self.queue.append(records)
+        self.queued += len(records)
+        self._wakeup.set()
+
+    def drop_queue(self) -> None:
+        self.queue.clear()
+        self.queued = 0
+
+    def _take(self) -> list[Any]:
+        """Consecutive queued slices, merged up to the poll size: one `submit` for what piled up."""
+        records = self.queue.popleft()
+        while self.queue and len(records) + len(self.queue[0]) <= self.ingress.max_records:
+            records = records + self.queue.popleft()
+        self.queued -= len(records)
+        return records
+
+    async def _run(self) -> None:
+        while True:
+            if not self.queue:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            records = self._take()
+            self.idle.clear()
+            try:
+                await self.ingress._resolve(self.tp, records)
+                self._failures = 0
+            except Exception:
+                # A bug or an unforeseen failure: rewind to these records and try again later; moving on
+                # would let a later commit skip them.
+                log.exception("partition slice failed, rewinding", extra={"action": "kafka_rewind"})
+                self.drop_queue()
+                with contextlib.suppress(IllegalStateError):
+                    self.ingress._consumer.seek(self.tp, records[0].offset)
+                metrics.CONSUMER_RETRIES.inc()
+                s = self.ingress.settings
+                await asyncio.sleep(retry_delay_s(self._failures, s.retry_base_ms, s.retry_max_ms))
+                self._failures += 1
+            finally:
+                self.idle.set()
+            if self.paused and self.queued < self.ingress.max_records:
+                self.paused = False
+                with contextlib.suppress(IllegalStateError):
+                    self.ingress._consumer.resume(self.tp)
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, ingress: KafkaIngress) -> None:
+        self._ingress = ingress
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._ingress._on_revoked(set(revoked))
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self._ingress._on_assigned(set(assigned))
+
+
+class KafkaIngress:
+    """Consumes `settings.kafka_topic` in group `settings.kafka_group` and feeds `Gateway.submit`."""
+
+    def __init__(self, gateway: Gateway, settings: Settings) -> None:
+        self.gateway = gateway
+        self.settings = settings
+        self.max_records: int = getattr(settings, "kafka_max_poll_records", 2000)
+        self.poll_timeout_ms: int = getattr(settings, "kafka_poll_timeout_ms", 200)
+        self.revoke_wait_s: float = getattr(settings, "kafka_revoke_wait_s", 10.0)
+        self.owned: set[TopicPartition] = set()
+        self.assigned = asyncio.Event()
+        """Set once the group has given this consumer its first assignment (possibly empty)."""
+        self.committed: dict[TopicPartition, int] = {}
+        """The last offsets this consumer committed, per partition."""
+        self.resolved_records = 0
+        self._to_commit: dict[TopicPartition, int] = {}
+        self._commit_wanted = asyncio.Event()
+        self._workers: dict[TopicPartition, _PartitionWorker] = {}
+        self._consumer: Any = None
+        self._producer: Any = None
+
+    async def run(self) -> None:
+        """Consume until cancelled; the broker may come and go, the database may come and go."""
+        s = self.settings
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.kafka_bootstrap,
+            group_id=s.kafka_group,
+            client_id=f"nexus-gateway-{os.getpid()}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_interval_ms=getattr(s, "kafka_max_poll_interval_ms", 300_000),
+            session_timeout_ms=getattr(s, "kafka_session_timeout_ms", 10_000),
+            heartbeat_interval_ms=getattr(s, "kafka_heartbeat_interval_ms", 3_000),
+        )
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=s.kafka_bootstrap,
+            client_id=f"nexus-dlq-{os.getpid()}",
+            acks="all",
+            enable_idempotence=True,
+        )
+        committer: asyncio.Task[None] | None = None
+        try:
+            await self._start(self._producer, "producer")
+            self._consumer.subscribe([s.kafka_topic], listener=_Listener(self))
+            await self._start(self._consumer, "consumer")
+            committer = asyncio.create_task(self._commit_loop(), name="kafka-commit")
+            log.info("kafka ingress started", extra={"action": "kafka_start", "topic": s.kafka_topic})
+            while True:
+                await self._poll()
+        finally:
+            workers = list(self._workers.values())
+            self._workers.clear()
+            for task in [w.task for w in workers] + ([committer] if committer else []):
+                task.cancel()
+            await asyncio.gather(*(w.task for w in workers), return_exceptions=True)
+            if committer is not None:
+                await asyncio.gather(committer, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._commit(), 5)
+            for client in (self._consumer, self._producer):
+                with contextlib.suppress(Exception):
+                    await client.stop()
+            log.info("kafka ingress stopped", extra={"action": "kafka_stop"})
+
+    async def _start(self, client: Any, what: str) -> None:
+        attempt = 0
+        while True:
+            try:
+                await client.start()
+            except KafkaError as exc:
+                log.warning("kafka %s cannot start yet: %s", what, exc, extra={"action": "kafka_start_retry"})
+                await asyncio.sleep(retry_delay_s(attempt, self.settings.retry_base_ms, 5000))
+                attempt += 1
+            else:
+                return
+
+    async def _poll(self) -> None:
+        """Fetch what the broker has and hand each partition's records to its worker."""
+        try:
+            batch: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
+                timeout_ms=self.poll_timeout_ms, max_records=self.max_records
+            )
+            # getmany hands out one fetched chunk at a time; take what is already buffered too, so that a
+            # backlog becomes few large set-based transactions rather than many small ones.
+            count = sum(len(r) for r in batch.values())
+            while 0 < count < self.max_records:
+                more: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
+                    timeout_ms=0, max_records=self.max_records - count
+                )
+                if not more:
+                    break
+                for tp, records in more.items():
+                    batch[tp] = batch.get(tp, []) + records
+                    count += len(records)
+        except KafkaError as exc:
+            log.warning("kafka poll failed: %s", exc, extra={"action": "kafka_poll_retry"})
+            await asyncio.sleep(retry_delay_s(0, self.settings.retry_base_ms, self.settings.retry_max_ms))
+            return
+        for tp, records in batch.items():
+            worker = self._workers.get(tp)
+            if worker is None or not records:
+                continue
+            worker.put(records)
+            if not worker.paused and worker.queued >= 2 * self.max_records:
+                worker.paused = True
+                self._consumer.pause(tp)
+
+    async def _resolve(self, tp: TopicPartition, records: list[Any]) -> None:
+        """Resolve a slice of one partition; then its offset may be committed."""
+        started = time.monotonic()
+        items = [Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)) for r in records]
+        outcomes = await self._submit(tp, items)
+        dead = [(r, i, o) for r, i, o in zip(records, items, outcomes, strict=True) if o.is_dead_letter]
+        if dead:
+            await self._dead_letter(dead)
+        elapsed = time.monotonic() - started
+        for _ in records:
+            metrics.EVENT_SETTLE.observe(elapsed)
+        self.resolved_records += len(records)
+        next_offset: int = records[-1].offset + 1
+        if tp in self.owned:
+            self._to_commit[tp] = next_offset
+            self._commit_wanted.set()
+        highwater = self._consumer.highwater(tp)
+        if highwater is not None:
+            lag = max(0, highwater - next_offset)
+            metrics.CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
+
+    async def _submit(self, tp: TopicPartition, items: list[Incoming]) -> list[Outcome]:
+        """`Gateway.submit`, retried in place for as long as the failure is transient.
+
+        A permanent failure that escapes `submit` (the database refuses even the dead-letter row, e.g. a
+        NUL byte in the payload) is narrowed down one record at a time; each record the database refuses
+        alone goes to the DLQ topic as DATABASE_REJECTED.
+        """
+        attempt = 0
+        while True:
+            try:
+                return await self.gateway.submit(items, source="kafka")
+            except TransientDatabaseError as exc:
+                metrics.CONSUMER_RETRIES.inc()
+                delay = retry_delay_s(attempt, self.settings.retry_base_ms, self.settings.retry_max_ms)
+                log.warning(
+                    "transient failure, retrying in place",
+                    extra={
+                        "action": "kafka_retry",
+                        "partition": tp.partition,
+                        "attempt": attempt + 1,
+                        "delay_s": round(delay, 3),
+                        "error": str(exc),
+                    },
+                )
+                await asyncio.sleep(delay)
+                attempt += 1
+            except PermanentDatabaseError as exc:
+                if len(items) == 1:
+                    return [Outcome(items[0].event_id, Decision.DEAD_LETTER, ErrorCode.DATABASE_REJECTED, str(exc))]
+                log.warning(
+                    "slice refused, submitting one by one", extra={"action": "kafka_isolate", "error": str(exc)}
+                )
+                outcomes: list[Outcome] = []
+                for item in items:
+                    outcomes.extend(await self._submit(tp, [item]))
+                return outcomes
+
+    async def _dead_letter(self, dead: list[tuple[Any, Incoming, Outcome]]) -> None:
+        """Produce each record to the DLQ topic and wait for every ack, retrying in place until acked."""
+        waiting = list(dead)
+        attempt = 0
+        while waiting:
+            sends = []
+            for record, item, outcome in waiting:
+                code, error = _dead_reason(item, outcome)
+                sends.append(self._send_dlq(record, code, error))
+            results = await asyncio.gather(*sends, return_exceptions=True)
+            failed = []
+            for entry, result in zip(waiting, results, strict=True):
+                if isinstance(result, BaseException):
+                    if not isinstance(result, KafkaError):
+                        raise result
+                    failed.append(entry)
+                else:
+                    metrics.DLQ_MESSAGES.labels(code=result.value).inc()
+                    record, _, _ = entry
+                    log.info(
+                        "dead-lettered to kafka",
+                        extra={
+                            "action": "kafka_dlq",
+                            "code": result.value,
+                            "partition": record.partition,
+                            "offset": record.offset,
+                            "event_id": entry[1].event_id,
+                        },
+                    )
+            waiting = failed
+            if waiting:
+                metrics.CONSUMER_RETRIES.inc()
+                await asyncio.sleep(retry_delay_s(attempt, self.settings.retry_base_ms, self.settings.retry_max_ms))
+                attempt += 1
+
+    async def _send_dlq(self, record: Any, code: ErrorCode, error: str) -> ErrorCode:
+        fut = await self._producer.send(
+            self.settings.kafka_dlq_topic,
+            value=record.value,
+            key=record.key,
+            headers=dlq_headers(record, code, error),
+        )
+        await fut
+        return code
+
+    async def _commit_loop(self) -> None:
+        """Commit resolved offsets as they appear, one commit at a time, off the workers' path."""
+        failures = 0
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted.clear()
+            if await self._commit():
+                failures = 0
+                continue
+            self._commit_wanted.set()
+            await asyncio.sleep(retry_delay_s(failures, self.settings.retry_base_ms, self.settings.retry_max_ms))
+            failures += 1
+
+    async def _commit(self) -> bool:
+        """Commit what is resolved in partitions we own; False if the broker should be asked again."""
+        offsets = {tp: off for tp, off in self._to_commit.items() if tp in self.owned}
+        for tp in set(self._to_commit) - set(offsets):
+            del self._to_commit[tp]
+        if not offsets:
+            return True
+        try:
+            await self._consumer.commit(offsets)
+        except (CommitFailedError, IllegalStateError) as exc:
+            # The group moved on: whoever owns these partitions now re-reads from the last commit.
+            log.info("commit refused after rebalance: %s", exc, extra={"action": "kafka_commit_refused"})
+            for tp, off in offsets.items():
+                if self._to_commit.get(tp) == off:
+                    del self._to_commit[tp]
+            return True
+        except KafkaError as exc:
+            log.warning("commit failed, will retry: %s", exc, extra={"action": "kafka_commit_retry"})
+            return False
+        for tp, off in offsets.items():
+            self.committed[tp] = off
+            if self._to_commit.get(tp) == off:
+                del self._to_commit[tp]
+        return True
+
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Let the revoked partitions' in-flight slices resolve (bounded), commit them, stop their workers."""
+        workers = [self._workers.pop(tp) for tp in revoked if tp in self._workers]
+        for worker in workers:
+            worker.drop_queue()
+        if workers:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(w.idle.wait() for w in workers)), self.revoke_wait_s)
+        for worker in workers:
+            worker.task.cancel()
+        await asyncio.gather(*(w.task for w in workers), return_exceptions=True)
+        offsets = {tp: off for tp, off in self._to_commit.items() if tp in revoked}
+        if offsets:
+            try:
+                await self._consumer.commit(offsets)
+                self.committed.update(offsets)
+            except KafkaError as exc:
+                log.info("commit before revocation failed: %s", exc, extra={"action": "kafka_commit_refused"})
+        for tp in revoked:
+            self._to_commit.pop(tp, None)
+        self.owned -= revoked
+        log.info("partitions revoked: %s", sorted(p.partition for p in revoked), extra={"action": "kafka_revoked"})
+
+    def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.owned = set(assigned)
+        for tp in assigned:
+            if tp not in self._workers:
+                self._workers[tp] = _PartitionWorker(self, tp)
+        self.assigned.set()
+        log.info("partitions assigned: %s", sorted(p.partition for p in assigned), extra={"action": "kafka_assigned"})

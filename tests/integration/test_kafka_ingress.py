@@ -1,0 +1,198 @@
+"""The Kafka ingress against the real broker and a real PostgreSQL: poison records, traceparent, the
+consumer beside the HTTP API, buffer timeouts and the `nexus dlq` command."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import sys
+import uuid
+
+import asyncpg
+import httpx
+import pytest
+
+from nexus import metrics
+from nexus.app import sweep_buffer
+from nexus.gateway import Gateway
+from nexus.kafka_io import read_topic
+from nexus.settings import Settings
+from nexus.store.database import Database
+from tests.conftest import ROOT, settings_env
+from tests.factories import plan_json, step_json
+from tests.integration.kafka_helpers import (
+    BOOTSTRAP,
+    committed_offsets,
+    kafka_settings,
+    plan_events,
+    produce_plans,
+    producer,
+    running_ingress,
+    wait_committed_to_end,
+    wait_until,
+)
+
+pytestmark = pytest.mark.kafka
+__all__ = ["kafka_settings"]  # the fixture, imported for pytest
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def dlq_count(code: str) -> float:
+    return metrics.REGISTRY.get_sample_value("nexus_dlq_messages_total", {"code": code}) or 0.0
+
+
+async def test_poison_records_go_to_the_dlq_and_the_partition_goes_on(kafka_settings: Settings) -> None:
+    """Not-JSON, invalid-envelope and other-plan records mid-partition are dead-lettered; later steps apply."""
+    s = kafka_settings
+    order = f"poison-{uuid.uuid4().hex[:6]}"
+    steps = plan_json(order, "plan-a")
+    invalid = json.dumps({"event_id": str(uuid.uuid4()), "order_id": order, "event_type": "Nope"}).encode()
+    mismatch = step_json(order, "plan-b", 3)
+    before = {c: dlq_count(c) for c in ("PARSE_ERROR", "INVALID_EVENT", "PLAN_MISMATCH")}
+    async with producer(s) as p:
+        await p.send(steps[0], traceparent=TRACEPARENT)
+        await p.send(steps[1])
+        poison = [
+            await p.send(b"{not json", key=order),
+            await p.send(invalid, key=order),
+            await p.send(mismatch),
+        ]
+        for event in steps[2:]:
+            await p.send(event)
+    assert len({d.partition for d in poison}) == 1, "all records of an order share its partition"
+
+    async with running_ingress(s):
+        await wait_committed_to_end(s.kafka_group, s.kafka_topic, timeout=60)
+
+    conn = await asyncpg.connect(s.database_url)
+    try:
+        seqs = await conn.fetch("SELECT seq_id, traceparent FROM outbox WHERE order_id = $1 ORDER BY position", order)
+        table = await conn.fetch("SELECT source, code FROM dead_letters ORDER BY id")
+        status = await conn.fetchval("SELECT status FROM orders WHERE order_id = $1", order)
+    finally:
+        await conn.close()
+    assert [r["seq_id"] for r in seqs] == [1, 2, 3, 4, 5] and status == "completed"
+    assert seqs[0]["traceparent"] == TRACEPARENT, "the record's traceparent is kept with the event"
+    assert [(r["source"], r["code"]) for r in table] == [("kafka", "PARSE_ERROR"), ("kafka", "INVALID_EVENT")]
+
+    dlq = await read_topic(BOOTSTRAP, s.kafka_dlq_topic)
+    assert [r.headers["x-dlq-code"] for r in dlq] == ["PARSE_ERROR", "INVALID_EVENT", "PLAN_MISMATCH"]
+    for record, source in zip(dlq, poison, strict=True):
+        assert record.key == order.encode()
+        assert record.headers["x-dlq-source-topic"] == s.kafka_topic
+        assert int(record.headers["x-dlq-source-partition"]) == source.partition
+        assert int(record.headers["x-dlq-source-offset"]) == source.offset
+        assert record.headers["x-dlq-error"]
+    assert dlq[0].value == b"{not json" and dlq[1].value == invalid
+    assert json.loads(dlq[2].value or b"")["event_id"] == mismatch["event_id"]
+    for code, count in before.items():
+        assert dlq_count(code) == count + 1
+
+
+async def test_serve_kafka_consumes_beside_the_http_api(kafka_settings: Settings, start_gateway) -> None:  # type: ignore[no-untyped-def]
+    """`nexus serve --kafka` applies plans from the topic while status queries answer over HTTP."""
+    plans = plan_events(f"serve-{uuid.uuid4().hex[:6]}", 30)
+    _, base = start_gateway("--kafka", "--no-dispatcher", settings_=kafka_settings)
+    async with producer(kafka_settings) as p:
+        await produce_plans(p, plans)
+    orders = [plan[0]["order_id"] for plan in plans]
+    async with httpx.AsyncClient(base_url=base, timeout=10) as api:
+
+        async def all_completed() -> bool:
+            for order in orders:
+                r = await api.get(f"/v1/orders/{order}")
+                if r.status_code != 200 or r.json()["status"] != "completed":
+                    return False
+            return True
+
+        await wait_until(all_completed, 60, "every plan completed, seen over HTTP")
+        body = (await api.get(f"/v1/orders/{orders[0]}")).json()
+        assert body["last_seq"] == 5 and body["notifications"] == 5
+        exposition = (await api.get("/metrics")).text
+    assert 'nexus_consumer_lag{partition="0",topic="' + kafka_settings.kafka_topic in exposition
+    settled = [line for line in exposition.splitlines() if line.startswith("nexus_event_settle_seconds_count")]
+    assert settled and float(settled[0].split()[-1]) >= 150
+    await wait_committed_to_end(kafka_settings.kafka_group, kafka_settings.kafka_topic)
+
+
+def nexus_dlq(s: Settings, *args: str) -> str:
+    env = settings_env(s)
+    out = subprocess.run(
+        [sys.executable, "-m", "nexus.cli", "dlq", *args], env=env, cwd=ROOT, capture_output=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr.decode()
+    return out.stdout.decode()
+
+
+async def test_buffered_gap_is_dead_lettered_once_and_can_be_redriven(kafka_settings: Settings) -> None:
+    """A gap that never fills dead-letters the buffered step once (BUFFER_TIMEOUT); `nexus dlq redrive` replays it."""
+    s = kafka_settings.replace(buffer_timeout_s=1.0, buffer_sweep_interval_s=0.2)
+    order = f"gap-{uuid.uuid4().hex[:6]}"
+    steps = plan_json(order, "plan-gap")
+    db = await Database(s).open(migrate=False)
+    sweeper = asyncio.create_task(sweep_buffer(Gateway(db), s))
+    conn = await asyncpg.connect(s.database_url)
+    try:
+        async with running_ingress(s), producer(s) as p:
+            await p.send(steps[0])
+            await p.send(steps[2])  # seq 2 never comes: seq 3 waits in the buffer
+
+            async def expired() -> bool:
+                return bool(await conn.fetchval("SELECT count(*) FROM dead_letters WHERE code = 'BUFFER_TIMEOUT'"))
+
+            await wait_until(expired, 30, "the buffered step to expire")
+            await asyncio.sleep(1.5)  # several more sweeps: still dead-lettered once
+            rows = await conn.fetch("SELECT id, source, event_id, order_id FROM dead_letters")
+            assert [(r["source"], r["event_id"], r["order_id"]) for r in rows] == [
+                ("buffer", steps[2]["event_id"], order)
+            ]
+            assert await conn.fetchval("SELECT count(*) FROM pending_events WHERE order_id = $1", order) == 0
+            assert await conn.fetchval("SELECT last_seq FROM orders WHERE order_id = $1", order) == 1
+
+            listed = json.loads(await asyncio.to_thread(nexus_dlq, s, "list", "--json"))
+            assert [r["code"] for r in listed["table"]] == ["BUFFER_TIMEOUT"] and listed["kafka"] == []
+
+            await p.send(steps[1])  # the gap fills late; seq 3 was already dead-lettered and is not applied
+            await asyncio.to_thread(nexus_dlq, s, "redrive", str(rows[0]["id"]))
+
+            async def applied() -> bool:
+                return await conn.fetchval("SELECT last_seq FROM orders WHERE order_id = $1", order) == 3
+
+            await wait_until(applied, 30, "the redriven step to apply")
+        assert await conn.fetchval("SELECT redriven_at IS NOT NULL FROM dead_letters WHERE id = $1", rows[0]["id"])
+        assert await conn.fetchval("SELECT count(*) FROM outbox WHERE order_id = $1", order) == 3
+    finally:
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
+        await conn.close()
+        await db.close()
+
+
+async def test_dlq_list_shows_the_topic_and_the_table(kafka_settings: Settings) -> None:
+    """`nexus dlq list` shows poison records: PARSE_ERROR in table and topic, a database-refused one in the topic."""
+    s = kafka_settings
+    async with producer(s) as p:
+        garbage = await p.send(b"\xff\xfe binary garbage", key="garbage")
+        # A valid envelope whose data holds NUL: jsonb refuses it, so the database rejects the step.
+        poisoned = step_json("o-nul", "p-nul", 1)
+        poisoned["data"]["note"] = "\u0000"
+        refused = await p.send(json.dumps(poisoned).encode(), key="garbage")
+    async with running_ingress(s):
+        await wait_committed_to_end(s.kafka_group, s.kafka_topic)
+    assert (await committed_offsets(s.kafka_group, s.kafka_topic))[garbage.partition] == refused.offset + 1
+    listed = json.loads(await asyncio.to_thread(nexus_dlq, s, "list", "--source", "all", "--json"))
+    assert [(r["source"], r["code"]) for r in listed["table"]] == [
+        ("kafka", "PARSE_ERROR"),
+        ("kafka", "DATABASE_REJECTED"),
+    ]
+    assert [(r["code"], r["key"], r["source_offset"]) for r in listed["kafka"]] == [
+        ("PARSE_ERROR", "garbage", garbage.offset),
+        ("DATABASE_REJECTED", "garbage", refused.offset),
+    ]
+    assert dlq_count("DATABASE_REJECTED") >= 1
+    text = await asyncio.to_thread(nexus_dlq, s, "list", "--source", "kafka")
+    assert "DATABASE_REJECTED" in text and s.kafka_dlq_topic in text
