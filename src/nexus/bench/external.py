@@ -1,0 +1,140 @@
+"""The Kafka-ingress and delivery scenarios, borrowed from `benchmarks/kafka_ingress.py` and
+`benchmarks/delivery.py` (their own scripts, with their own notes) rather than written twice.
+
+Those scripts live beside the package in the repository, so they are loaded by path; when a script, the
+module it measures or the Kafka broker is missing, the scenario is skipped with a note saying which.
+
+- kafka: `kafka_run` (produce -> applied, end to end) with `concurrency` partitions, so `concurrency`
+  partition workers of one `KafkaIngress` submit at once; latency is that of one `Gateway.submit` of a
+  partition's slice (records fetched -> decided and committed in PostgreSQL);
+- delivery: `run_one` with `concurrency` webhook workers in a `nexus serve --dispatcher-only` process
+  delivering to a `nexus sink` process; throughput from the span of `delivered_at`; latency from
+  `outbox.created_at` to `delivered_at` at a steady offered load of half that throughput.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import socket
+import time
+import types
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from nexus.bench.scenarios import Row, row
+from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.settings import Settings
+from nexus.store.embedded import EmbeddedPostgres
+
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+
+
+class Skipped(Exception):
+    """A scenario that cannot run here; the message says why."""
+
+
+def load(script: str, needs: str) -> types.ModuleType:
+    """Import `benchmarks/<script>.py`, or say why not."""
+    path = BENCHMARKS / f"{script}.py"
+    if not path.exists():
+        raise Skipped(f"{path} not found")
+    try:
+        importlib.import_module(needs)
+    except ImportError as exc:
+        raise Skipped(f"{needs} not available ({exc})") from exc
+    spec = importlib.util.spec_from_file_location(f"nexus_bench_{script}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise Skipped(f"{path.name} does not import ({type(exc).__name__}: {exc})") from exc
+    return module
+
+
+def broker_up(bootstrap: str) -> bool:
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+class _TimedGateway(Gateway):
+    """`Gateway.submit` that records how long each call took (one partition slice per call)."""
+
+    latencies: list[float] = []
+
+    async def submit(self, items: Sequence[Incoming], *, source: str = "http") -> list[Outcome]:
+        t = time.perf_counter()
+        try:
+            return await super().submit(items, source=source)
+        finally:
+            _TimedGateway.latencies.append(time.perf_counter() - t)
+
+
+async def bench_kafka(
+    admin_url: str, plans: int, concurrencies: Sequence[int], poll: int, on_row: Callable[[Row], None]
+) -> list[Row]:
+    module: Any = load("kafka_ingress", "nexus.ingress.kafka")
+    settings = Settings.from_env(db_pool_size=max(concurrencies) + 4)
+    if not broker_up(settings.kafka_bootstrap):
+        raise Skipped(f"no Kafka broker at {settings.kafka_bootstrap} (make kafka-up)")
+    # A fresh topic answers NotLeaderForPartition until its leaders are elected; aiokafka retries and
+    # logs each retry, which would bury the progress lines.
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    # The script's knobs are module constants: partitions, and the Gateway its ingress is built with.
+    module.Gateway = _TimedGateway
+    dbs = module.Databases(admin_url)
+    rows: list[Row] = []
+    for conc in concurrencies:
+        module.PARTITIONS = conc
+        _TimedGateway.latencies = []
+        records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
+        result: dict[str, float] = await module.kafka_run(settings, dbs, records, prefill=False, poll=poll)
+        rows.append(
+            row(
+                "kafka",
+                "Kafka produce -> applied (partition slice)",
+                conc,
+                len(records),
+                result["seconds"],
+                _TimedGateway.latencies,
+                "batch",
+            )
+        )
+        on_row(rows[-1])
+    return rows
+
+
+async def bench_delivery(
+    admin_url: str, embedded: EmbeddedPostgres | None, notifications: int, concurrencies: Sequence[int],
+    latency_s: float, on_row: Callable[[Row], None],
+) -> list[Row]:  # fmt: skip
+    module: Any = load("delivery", "nexus.delivery.dispatcher")
+    secret = module.generate_secret()
+    port = module.free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
+    sink = module.start(["sink", "--port", str(port)], env)
+    rows: list[Row] = []
+    try:
+        module.wait_http(f"http://127.0.0.1:{port}/healthz")
+        for conc in concurrencies:
+            r: dict[str, Any] = await module.run_one(
+                admin_url, embedded, conc, notifications, f"http://127.0.0.1:{port}", secret, latency_s
+            )
+            out = row("delivery", "delivery outbox -> webhook", conc, notifications, notifications / r["rate"], [],
+                      "notification")  # fmt: skip
+            out.update(
+                p50_ms=round(float(r["p50"]), 2), p99_ms=round(float(r["p99"]), 2), offered_per_s=round(r["offered"])
+            )
+            rows.append(out)
+            on_row(out)
+    finally:
+        module.stop(sink)
+    return rows

@@ -1,0 +1,258 @@
+"""The in-process scenarios of `nexus bench`: the raw-SQL floor, `Gateway.submit`, and HTTP ingress.
+
+Each runs one plan's five steps in order per order, many orders at once: `concurrency` streams, orders
+hashed to streams, so two streams never touch the same order (as the gateway's own partitioning does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import asyncpg
+import httpx
+
+from nexus.core.envelope import EventEnvelope
+from nexus.core.process import STEPS
+from nexus.gateway import Gateway, Incoming
+from nexus.store.database import Database
+
+# The floor: the gateway's writes for one in-order step, by hand, one transaction per event.
+RAW_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+RAW_READ = "SELECT last_seq FROM orders WHERE order_id = $1"
+RAW_UPSERT = (
+    "INSERT INTO orders (order_id, plan_id, status, last_seq, outbox_count) VALUES ($1, $2, $3, $4, $4)"
+    " ON CONFLICT (order_id) DO UPDATE SET status = EXCLUDED.status, last_seq = EXCLUDED.last_seq,"
+    " outbox_count = EXCLUDED.outbox_count, updated_at = now()"
+)
+RAW_OUTBOX = (
+    "INSERT INTO outbox (id, order_id, position, event_id, event_type, seq_id, plan_id, payload)"
+    " VALUES ($1, $2, $3, $4, $5, $3, $6, $7::jsonb)"
+)
+
+Row = dict[str, Any]
+
+
+def make_plans(prefix: str, plans: int) -> list[list[EventEnvelope]]:
+    now = dt.datetime.now(dt.UTC)
+    return [
+        [
+            EventEnvelope(
+                event_id=uuid.uuid4(),
+                event_type=t,
+                plan_id=f"{prefix}-plan-{i}",
+                order_id=f"{prefix}-{i}",
+                seq_id=n,
+                timestamp=now,
+                data={"amount": 10} if n == 3 else {},
+            )
+            for n, t in enumerate(STEPS, start=1)
+        ]
+        for i in range(plans)
+    ]
+
+
+def split(plans: list[list[EventEnvelope]], workers: int) -> list[list[list[EventEnvelope]]]:
+    parts: list[list[list[EventEnvelope]]] = [[] for _ in range(workers)]
+    for plan in plans:
+        parts[zlib.crc32(plan[0].order_id.encode()) % workers].append(plan)
+    return parts
+
+
+async def timed(
+    parts: list[list[list[EventEnvelope]]], call: Callable[[list[EventEnvelope]], Awaitable[None]], chunk: int
+) -> tuple[float, list[float]]:
+    """Run every worker's events in `chunk`-sized calls (in plan order); return elapsed s and call latencies."""
+    latencies: list[float] = []
+
+    async def worker(plans: list[list[EventEnvelope]]) -> None:
+        # Interleave plans step by step so a batch holds many orders, as real traffic does.
+        events = [plan[s] for s in range(len(STEPS)) for plan in plans]
+        for lo in range(0, len(events), chunk):
+            t = time.perf_counter()
+            await call(events[lo : lo + chunk])
+            latencies.append(time.perf_counter() - t)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(p) for p in parts))
+    return time.perf_counter() - start, latencies
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
+
+
+def row(
+    suite: str, name: str, conc: int, events: int, elapsed: float, lat: Sequence[float], unit: str = "event"
+) -> Row:
+    """One result; latencies in seconds, reported in ms (p50/p95/p99 of whatever `unit` is timed)."""
+    s = sorted(lat)
+    return {
+        "suite": suite,
+        "scenario": name,
+        "concurrency": conc,
+        "events": events,
+        "seconds": round(elapsed, 3),
+        "events_per_s": round(events / elapsed, 1),
+        "p50_ms": round(statistics.median(s) * 1000, 2) if s else None,
+        "p95_ms": round(percentile(s, 0.95) * 1000, 2) if s else None,
+        "p99_ms": round(percentile(s, 0.99) * 1000, 2) if s else None,
+        "latency_of": unit,
+    }
+
+
+async def raw_write_values(
+    conn: asyncpg.Connection, order_id: str, plan_id: str, seq_id: int, event_id: uuid.UUID, event_type: str,
+    payload: str,
+) -> None:  # fmt: skip
+    """The floor's one transaction for one event; the DBOS peer's step does the same."""
+    async with conn.transaction():
+        await conn.execute(RAW_LOCK, order_id)
+        await conn.fetchval(RAW_READ, order_id)
+        await conn.execute(RAW_UPSERT, order_id, plan_id, "created", seq_id)
+        await conn.execute(RAW_OUTBOX, uuid.uuid4(), order_id, seq_id, event_id, event_type, plan_id, payload)
+
+
+async def raw_write(conn: asyncpg.Connection, e: EventEnvelope) -> None:
+    await raw_write_values(
+        conn, e.order_id, e.plan_id, e.seq_id or 0, e.event_id, e.event_type.value, e.model_dump_json()
+    )
+
+
+async def bench_raw(url: str, plans: int, conc: int) -> Row:
+    pool = await asyncpg.create_pool(url, min_size=conc, max_size=conc)
+    try:
+
+        async def call(events: list[EventEnvelope]) -> None:
+            for e in events:
+                async with pool.acquire() as conn:
+                    await raw_write(conn, e)
+
+        elapsed, lat = await timed(split(make_plans(f"raw{conc}", plans), conc), call, 1)
+        return row("raw", "raw SQL floor (1 tx/event)", conc, plans * len(STEPS), elapsed, lat)
+    finally:
+        await pool.close()
+
+
+async def bench_submit(db: Database, plans: int, conc: int, chunk: int) -> Row:
+    gateway = Gateway(db)
+
+    async def call(events: list[EventEnvelope]) -> None:
+        await gateway.submit([Incoming.of(e) for e in events])
+
+    elapsed, lat = await timed(split(make_plans(f"sub{conc}x{chunk}", plans), conc), call, chunk)
+    if chunk == 1:
+        return row("submit", "Gateway.submit, 1 event/call", conc, plans * len(STEPS), elapsed, lat)
+    return row("submit", f"Gateway.submit, batches of {chunk}", conc, plans * len(STEPS), elapsed, lat, "batch")
+
+
+async def _http_client(base: str, prefix: str, plans: int, conc: int) -> tuple[float, list[float], float]:
+    limits = httpx.Limits(max_connections=conc, max_keepalive_connections=conc)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+
+        async def call(events: list[EventEnvelope]) -> None:
+            response = await client.post("/v1/events", content=events[0].model_dump_json())
+            response.raise_for_status()
+
+        cpu = time.process_time()
+        elapsed, lat = await timed(split(make_plans(prefix, plans), conc), call, 1)
+        return elapsed, lat, time.process_time() - cpu
+
+
+def _http_client_process(base: str, prefix: str, plans: int, conc: int) -> tuple[float, list[float], float]:
+    return asyncio.run(_http_client(base, prefix, plans, conc))
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of live processes (Linux /proc), 0 for any that is gone."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
+async def backend_pids(db: Database) -> list[int]:
+    """The PostgreSQL backends connected to the bench database (the server's pool and ours)."""
+    rows = await db.fetch("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+    return [int(r["pid"]) for r in rows]
+
+
+async def bench_http(
+    base: str, plans: int, conc: int, *, server_pid: int | None, db: Database, processes: int = 2
+) -> Row:
+    """One event per request, from `processes` client processes: one Python HTTP client saturates near
+    1,000 requests/s, which would measure the client rather than the gateway. Also reports the CPU used
+    by the server, the PostgreSQL backends of the bench database and the clients, as % of one core."""
+    processes = max(1, min(processes, conc))
+    loop = asyncio.get_running_loop()
+    pg = await backend_pids(db)
+    watched = [*pg, *([server_pid] if server_pid else [])]
+    before = {pid: cpu_seconds([pid]) for pid in watched}
+    with concurrent.futures.ProcessPoolExecutor(processes) as pool:
+        jobs = [
+            loop.run_in_executor(
+                pool,
+                _http_client_process,
+                base,
+                f"http{conc}-{k}-{uuid.uuid4().hex[:6]}",
+                plans // processes,
+                conc // processes,
+            )
+            for k in range(processes)
+        ]
+        done = await asyncio.gather(*jobs)
+    elapsed = max(e for e, _, _ in done)
+    result = row(
+        "http",
+        "HTTP, 1 event/request",
+        conc,
+        (plans // processes) * processes * len(STEPS),
+        elapsed,
+        [x for _, lat, _ in done for x in lat],
+        "request",
+    )
+    # Pools open connections lazily: a backend born during the run spent all its CPU in it.
+    pg = sorted(set(pg) | set(await backend_pids(db)))
+    spent = {pid: cpu_seconds([pid]) - before.get(pid, 0.0) for pid in {*pg, *watched}}
+    result["cpu_pct"] = {
+        "server": round(spent[server_pid] / elapsed * 100, 1) if server_pid else None,
+        # Without our own server the backends we see are not the ones doing its work.
+        "postgres": round(sum(spent[p] for p in pg) / elapsed * 100, 1) if server_pid else None,
+        "clients": round(sum(c for _, _, c in done) / elapsed * 100, 1),
+    }
+    return result
+
+
+def start_server(url: str, port: int) -> subprocess.Popen[bytes]:
+    """`nexus serve` (HTTP + group commit, no dispatcher) on the bench database, ready to answer."""
+    env = {**os.environ, "NEXUS_DATABASE_URL": url, "NEXUS_HTTP_PORT": str(port), "NEXUS_LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nexus.cli", "serve", "--no-dispatcher"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("nexus serve did not start")
