@@ -89,7 +89,7 @@ class Settings:
     batch_max_events: int = 500
     batch_window_ms: float = 0.0
     """Extra wait for more requests before a shared transaction; 0 batches only what is already queued."""
-    batch_workers: int = 4
+    batch_workers: int = 2
     """Concurrent shared transactions; orders are partitioned across them by hash."""
     db_pool_size: int = 10
     llm_base_url: str | None = None
