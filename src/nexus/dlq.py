@@ -17,6 +17,7 @@ from typing import Any
 
 from nexus.cli import add_common, settings_from
 from nexus.errors import NexusError, NotFoundError
+from nexus.ingress.http import dead_letter_json
 from nexus.kafka_io import EventProducer, StoredRecord, read_topic
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -65,7 +66,7 @@ async def _list(settings: Settings, args: argparse.Namespace) -> int:
             )
         finally:
             await db.close()
-        table = [_row_json(r) for r in rows]
+        table = [dead_letter_json(r) for r in rows]
     if args.source in ("kafka", "all"):
         records = await read_topic(settings.kafka_bootstrap, settings.kafka_dlq_topic)
         kafka = [_record_json(r) for r in records if args.code is None or r.headers.get("x-dlq-code") == args.code]
@@ -132,21 +133,6 @@ async def redrive_to_topic(db: Database, settings: Settings, dead_letter_id: int
         "topic": delivered.topic,
         "partition": delivered.partition,
         "offset": delivered.offset,
-    }
-
-
-def _row_json(row: Any) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "source": row["source"],
-        "code": row["code"],
-        "error": row["error"],
-        "event_id": row["event_id"],
-        "order_id": row["order_id"],
-        "plan_id": row["plan_id"],
-        "payload": row["payload"],
-        "created_at": row["created_at"].isoformat(),
-        "redriven_at": row["redriven_at"].isoformat() if row["redriven_at"] else None,
     }
 
 

@@ -121,7 +121,7 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         offset: int = Query(0, ge=0),
     ) -> dict[str, Any]:
         rows = await db.fetch(query("api.sql", "dead_letters"), code, source, include_redriven, limit, offset)
-        return {"dead_letters": [_dead_letter_json(r) for r in rows]}
+        return {"dead_letters": [dead_letter_json(r) for r in rows]}
 
     @app.post("/v1/dead-letters/{dead_letter_id}/redrive")
     async def redrive(dead_letter_id: int) -> dict[str, Any]:
@@ -175,7 +175,8 @@ async def _read_limited(request: Request) -> bytes | None:
     return b"".join(chunks)
 
 
-def _dead_letter_json(row: Any) -> dict[str, Any]:
+def dead_letter_json(row: Any) -> dict[str, Any]:
+    """A dead_letters row as the API and `nexus dlq` show it."""
     return {
         "id": row["id"],
         "source": row["source"],
