@@ -50,8 +50,10 @@ kafka-up:
 kafka-down:
 	bash scripts/kafka.sh down
 
+CHAOS_PLANS ?= 40
+CHAOS_SEED ?= ci
 chaos: $(STAMP) kafka-up
-	$(BIN)/nexus chaos
+	$(BIN)/nexus chaos --plans $(CHAOS_PLANS) --seed $(CHAOS_SEED)
 
 bench: $(STAMP)
 	$(BIN)/nexus bench

@@ -53,19 +53,41 @@ async def serve(
         max_events=settings.batch_max_events,
         window_ms=settings.batch_window_ms,
     )
-    services: list[Coroutine[Any, Any, None]] = [sweep_buffer(gateway, settings)]
+    services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
     if dispatcher:
         from nexus.delivery.dispatcher import OutboxDispatcher
         from nexus.delivery.subscriptions import ensure_default_subscription
 
         await ensure_default_subscription(db, settings)
-        services.append(OutboxDispatcher(db, settings, instance_id()).run())
+        services.append(("dispatcher", OutboxDispatcher(db, settings, instance_id()).run()))
     if kafka:
         from nexus.ingress.kafka import KafkaIngress
 
-        services.append(KafkaIngress(Gateway(db, record_plan_mismatch=False), settings).run())
+        services.append(("kafka-consumer", KafkaIngress(Gateway(db, record_plan_mismatch=False), settings).run()))
 
-    tasks = [asyncio.create_task(s) for s in services]
+    stop = asyncio.Event()
+    failures: list[str] = []
+
+    def watch(task: asyncio.Task[None]) -> None:
+        # A service never returns on its own: if one ends, the process is no longer what it claims to
+        # be (a gateway whose dispatcher died delivers nothing). Stop, and exit non-zero so a supervisor
+        # restarts it, instead of living on half-dead.
+        if task.cancelled():
+            return
+        exc = task.exception()
+        log.critical(
+            "service stopped; shutting down",
+            exc_info=exc,
+            extra={"action": "service_failed", "service": task.get_name()},
+        )
+        failures.append(f"{task.get_name()}: {exc!r}")
+        stop.set()
+
+    tasks = []
+    for name, service in services:
+        task = asyncio.create_task(service, name=name)
+        task.add_done_callback(watch)
+        tasks.append(task)
     committer.start()
     try:
         if http:
@@ -82,19 +104,33 @@ async def serve(
             server = uvicorn.Server(config)
             if on_ready is not None:
                 asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006
+            stopper = asyncio.create_task(_stop_server_on(stop, server))
             await server.serve()
+            stopper.cancel()
         else:
             if on_ready is not None:
                 on_ready("no http")
-            await _wait_for_signal()
+            await _wait_for_signal(stop)
     finally:
         for task in tasks:
+            task.remove_done_callback(watch)
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await committer.stop()
         await db.close()
+    if failures:
+        raise ServiceFailed("; ".join(failures))
+
+
+class ServiceFailed(RuntimeError):
+    """A background service of the process (dispatcher, consumer, sweeper) ended unexpectedly."""
+
+
+async def _stop_server_on(stop: asyncio.Event, server: uvicorn.Server) -> None:
+    await stop.wait()
+    server.should_exit = True
 
 
 async def _announce(server: uvicorn.Server, settings: Settings, on_ready: Callable[[str], None]) -> None:
@@ -103,11 +139,15 @@ async def _announce(server: uvicorn.Server, settings: Settings, on_ready: Callab
     on_ready(f"http://{settings.http_host}:{settings.http_port}")
 
 
-async def _wait_for_signal() -> None:
+async def _wait_for_signal(stop: asyncio.Event) -> None:
     import signal
 
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    try:
+        await stop.wait()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)

@@ -54,20 +54,24 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from nexus.app import serve
+    from nexus.app import ServiceFailed, serve
 
     settings = settings_from(args, http_host=args.http_host, http_port=args.http_port)
     setup_logging(settings.log_level)
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        runner.run(
-            serve(
-                settings,
-                http=not args.dispatcher_only,
-                dispatcher=not args.no_dispatcher,
-                kafka=args.kafka,
-                on_ready=lambda where: print(f"nexus serving at {where}", flush=True),
+        try:
+            runner.run(
+                serve(
+                    settings,
+                    http=not args.dispatcher_only,
+                    dispatcher=not args.no_dispatcher,
+                    kafka=args.kafka,
+                    on_ready=lambda where: print(f"nexus serving at {where}", flush=True),
+                )
             )
-        )
+        except ServiceFailed as exc:
+            print(f"nexus serve: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -338,25 +338,26 @@ class OutboxDispatcher:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await asyncpg.connect(url)
+                conn = await asyncpg.connect(url, timeout=10)
                 closed = asyncio.Event()
                 conn.add_termination_listener(lambda *_, closed=closed: closed.set())
                 await conn.add_listener("nexus_outbox", lambda *_: self._wake.set())
                 while not conn.is_closed():
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(closed.wait(), timeout=5.0)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            except Exception:  # a shortcut must never take the dispatcher down with it
                 log.debug("outbox listener lost its connection", exc_info=True)
             finally:
-                if conn is not None and not conn.is_closed():
-                    await conn.close()
+                if conn is not None:
+                    conn.terminate()
             await asyncio.sleep(1.0)
 
     # -- recording -----------------------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:
         while True:
-            self._unflushed.append(await self._results.get())
+            if not self._unflushed:
+                self._unflushed.append(await self._results.get())
             while not self._results.empty() and len(self._unflushed) < _FLUSH_MAX:
                 self._unflushed.append(self._results.get_nowait())
             try:

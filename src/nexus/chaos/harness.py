@@ -1,0 +1,349 @@
+"""The real processes a chaos scenario runs on, and the hands that hurt them.
+
+`ChaosSession` owns one embedded PostgreSQL server for a whole `nexus chaos` run (each scenario gets a
+fresh database on it) and can stop and resume it as an outage would. `Stack` is one scenario's processes:
+a `nexus sink`, one or more `nexus serve` gateways (HTTP, optionally `--kafka`) and optional
+`--dispatcher-only` dispatchers, each in its own process group so SIGKILL takes it whole. The command that
+starts a gateway or dispatcher can be substituted (`gateway_cmd`): the tests use that to run deliberately
+broken variants; it is test plumbing, not a production switch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+import asyncpg
+import httpx
+
+from nexus.delivery.signing import generate_secret
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus.store.embedded import EmbeddedPostgres
+
+NEXUS_CMD: tuple[str, ...] = (sys.executable, "-m", "nexus.cli")
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+# Every interval shrunk so a scenario settles in seconds; the values a scenario may override.
+FAST_ENV: dict[str, str] = {
+    "NEXUS_RETRY_BASE_MS": "20",
+    "NEXUS_RETRY_MAX_MS": "500",
+    "NEXUS_MAX_ATTEMPTS": "30",
+    "NEXUS_LEASE_S": "2",
+    "NEXUS_WEBHOOK_TIMEOUT_S": "0.8",
+    "NEXUS_BREAKER_COOLDOWN_S": "1",
+    "NEXUS_DISPATCHER_POLL_S": "0.05",
+    "NEXUS_BUFFER_SWEEP_INTERVAL_S": "0.5",
+    "NEXUS_WEBHOOK_WORKERS": "8",
+    "NEXUS_DB_POOL_SIZE": "4",
+    "NEXUS_BATCH_WORKERS": "2",
+    "NEXUS_LOG_LEVEL": "WARNING",
+}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any NEXUS_*/SIM_* variable: children get only what we set."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
+
+
+class Proc:
+    """A child process in its own process group, its output appended to a log file; restartable."""
+
+    def __init__(self, name: str, cmd: Sequence[str], env: dict[str, str], log_path: Path) -> None:
+        self.name = name
+        self.cmd = list(cmd)
+        self.env = env
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> Proc:
+        with self.log_path.open("ab") as log:
+            log.write(f"=== start #{self.starts + 1}: {' '.join(self.cmd)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter running our own code
+                self.cmd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=REPO_ROOT,
+            )
+        self.starts += 1
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
+
+    def log_since_start(self) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return text.rsplit("=== start #", 1)[-1]
+
+
+async def wait_ready(proc: Proc, url: str | None, timeout_s: float = 60.0) -> None:
+    """Wait until `url` answers below 500 (HTTP processes) or the process says it serves (the others)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            if not proc.alive:
+                raise RuntimeError(f"{proc.name} exited early:\n{proc.tail()}")
+            if url is None:
+                text = proc.log_since_start()
+                if "nexus serving at" in text or "sink listening" in text:
+                    return
+            else:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(url)).status_code < 500:
+                        return
+            await asyncio.sleep(0.1)
+    raise TimeoutError(f"{proc.name} not ready within {timeout_s:g}s:\n{proc.tail()}")
+
+
+async def wait_for_log(proc: Proc, text: str, timeout_s: float = 60.0) -> None:
+    """Wait until the process, since its last start, logged `text`."""
+    deadline = time.monotonic() + timeout_s
+    while text not in proc.log_since_start():
+        if not proc.alive:
+            raise RuntimeError(f"{proc.name} exited early:\n{proc.tail()}")
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"{proc.name} did not log {text!r} within {timeout_s:g}s:\n{proc.tail()}")
+        await asyncio.sleep(0.1)
+
+
+class ChaosSession:
+    """One PostgreSQL server for a chaos run, a scratch directory, and the Kafka broker's address."""
+
+    def __init__(self, *, kafka_bootstrap: str | None = None, keep: bool = False) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="nexus-chaos-"))
+        self.keep = keep
+        self.kafka_bootstrap = kafka_bootstrap or os.environ.get(
+            "NEXUS_KAFKA_BOOTSTRAP", f"127.0.0.1:{os.environ.get('NEXUS_KAFKA_PORT', '9092')}"
+        )
+        self.pg = EmbeddedPostgres(self.tmp / "pg", cleanup_mode="stop" if keep else "delete")
+        self.admin_url = ""
+        self.pg_restarts = 0
+
+    def start(self) -> ChaosSession:
+        self.admin_url = self.pg.start()
+        return self
+
+    async def new_database(self, label: str) -> str:
+        """A fresh, migrated database for one scenario; returns its URL."""
+        name = f"chaos_{label.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
+        conn = await asyncpg.connect(self.admin_url)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        url = self.pg.url(name)
+        db = await Database(Settings(database_url=url)).open(migrate=True)
+        await db.close()
+        return url
+
+    async def stop_pg(self) -> None:
+        await asyncio.to_thread(self.pg.stop_server)
+
+    async def resume_pg(self) -> None:
+        await asyncio.to_thread(self.pg.resume)
+        self.pg_restarts += 1
+
+    async def restart_kafka(self) -> None:
+        """`scripts/kafka.sh restart` on the session's broker port; returns once it answers again."""
+        port = self.kafka_bootstrap.rsplit(":", 1)[-1]
+        env = {**os.environ, "NEXUS_KAFKA_PORT": port}
+        done = await asyncio.to_thread(
+            subprocess.run,
+            ["bash", str(REPO_ROOT / "scripts" / "kafka.sh"), "restart"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"kafka.sh restart failed: {done.stdout}{done.stderr}")
+
+    def close(self) -> None:
+        self.pg.close()
+        if not self.keep:
+            import shutil
+
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@dataclasses.dataclass
+class StackSpec:
+    """What processes one scenario runs."""
+
+    gateways: int = 1
+    dispatchers: int = 0
+    """Separate `--dispatcher-only` processes; when > 0 the gateways do not dispatch."""
+    kafka: bool = False
+    """Gateways also consume the scenario's topic (`--kafka`); they log at INFO to say when they own partitions."""
+    sink_args: tuple[str, ...] = ()
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+class Stack:
+    """One scenario's processes against its own database: sink, gateways, dispatchers."""
+
+    def __init__(
+        self,
+        session: ChaosSession,
+        name: str,
+        spec: StackSpec,
+        database_url: str,
+        *,
+        gateway_cmd: Sequence[str] | None = None,
+    ) -> None:
+        self.session = session
+        self.name = name
+        self.spec = spec
+        self.database_url = database_url
+        self.gateway_cmd = list(gateway_cmd or NEXUS_CMD)
+        self.dir = session.tmp / name
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.sink_log = self.dir / "sink.log"
+        self.secret = generate_secret()
+        self.sink_port = free_port()
+        tag = uuid.uuid4().hex[:10]
+        self.kafka_topic = f"nexus.chaos.{tag}"
+        self.kafka_dlq_topic = f"nexus.chaos.{tag}.dlq"
+        self.kafka_group = f"nexus-chaos-{tag}"
+        self.sink: Proc | None = None
+        self.gateways: list[Proc] = []
+        self.gateway_urls: list[str] = []
+        self.dispatchers: list[Proc] = []
+        self._out: IO[str] | None = None
+
+    def settings(self) -> Settings:
+        return Settings(
+            database_url=self.database_url,
+            kafka_bootstrap=self.session.kafka_bootstrap,
+            kafka_topic=self.kafka_topic,
+            kafka_dlq_topic=self.kafka_dlq_topic,
+            kafka_group=self.kafka_group,
+        )
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            **clean_env(),
+            **FAST_ENV,
+            "NEXUS_DATABASE_URL": self.database_url,
+            "NEXUS_WEBHOOK_URL": f"http://127.0.0.1:{self.sink_port}/hook",
+            "NEXUS_WEBHOOK_SECRET": self.secret,
+            "NEXUS_KAFKA_BOOTSTRAP": self.session.kafka_bootstrap,
+            "NEXUS_KAFKA_TOPIC": self.kafka_topic,
+            "NEXUS_KAFKA_DLQ_TOPIC": self.kafka_dlq_topic,
+            "NEXUS_KAFKA_GROUP": self.kafka_group,
+            **({"NEXUS_LOG_LEVEL": "INFO"} if self.spec.kafka else {}),
+            **self.spec.env,
+            **extra,
+        }
+
+    async def start(self) -> None:
+        if self.spec.kafka:
+            from nexus.kafka_io import ensure_topics
+
+            await ensure_topics(self.session.kafka_bootstrap, [self.kafka_topic, self.kafka_dlq_topic], partitions=4)
+        sink_cmd = [*NEXUS_CMD, "sink", "--port", str(self.sink_port), "--log", str(self.sink_log)]
+        sink_cmd += ["--secret", self.secret, *self.spec.sink_args]
+        self.sink = Proc("sink", sink_cmd, clean_env(), self.dir / "sink.out").start()
+        serve_flags = ["--kafka"] if self.spec.kafka else []
+        if self.spec.dispatchers:
+            serve_flags.append("--no-dispatcher")
+        for i in range(self.spec.gateways):
+            port = free_port()
+            cmd = [*self.gateway_cmd, "serve", *serve_flags]
+            env = self.env(NEXUS_HTTP_PORT=str(port))
+            self.gateways.append(Proc(f"gateway-{i}", cmd, env, self.dir / f"gateway-{i}.log").start())
+            self.gateway_urls.append(f"http://127.0.0.1:{port}")
+        for i in range(self.spec.dispatchers):
+            cmd = [*self.gateway_cmd, "serve", "--dispatcher-only"]
+            self.dispatchers.append(Proc(f"dispatcher-{i}", cmd, self.env(), self.dir / f"dispatcher-{i}.log").start())
+        await wait_ready(self.sink, f"http://127.0.0.1:{self.sink_port}/healthz")
+        await asyncio.gather(
+            *(wait_ready(g, url + "/readyz") for g, url in zip(self.gateways, self.gateway_urls, strict=True)),
+            *(wait_ready(d, None) for d in self.dispatchers),
+        )
+        if self.spec.kafka:
+            # The consumers must own their partitions before the agent produces, or a fault injected in
+            # the first seconds would hit a consumer that has not read anything yet.
+            await asyncio.gather(*(wait_for_log(g, "partitions assigned") for g in self.gateways))
+
+    async def restart(self, proc: Proc, *, attempts: int = 10) -> None:
+        """Start a killed process again and wait until it serves.
+
+        A gateway cannot start while PostgreSQL is down (another fault of the same scenario may be
+        under way): it exits, and is started again a moment later, as a supervisor would.
+        """
+        url = None
+        if proc in self.gateways:
+            url = self.gateway_urls[self.gateways.index(proc)] + "/readyz"
+        elif proc is self.sink:
+            url = f"http://127.0.0.1:{self.sink_port}/healthz"
+        for attempt in range(1, attempts + 1):
+            proc.start()
+            try:
+                await wait_ready(proc, url)
+            except RuntimeError:
+                if attempt == attempts:
+                    raise
+                await asyncio.sleep(1.0)
+            else:
+                return
+
+    def processes(self) -> list[Proc]:
+        return [*self.dispatchers, *self.gateways, *([self.sink] if self.sink else [])]
+
+    async def close(self) -> None:
+        for proc in self.processes():
+            await asyncio.to_thread(proc.stop)
+        if self.spec.kafka:
+            from nexus.kafka_io import delete_topics
+
+            with contextlib.suppress(Exception):
+                await delete_topics(self.session.kafka_bootstrap, [self.kafka_topic, self.kafka_dlq_topic])
+
+    def logs_tail(self) -> str:
+        return "\n".join(f"--- {p.name} ({p.log_path})\n{p.tail(1500)}" for p in self.processes())

@@ -1,0 +1,192 @@
+"""Run one scenario: start its processes, run the agent while its faults strike, settle, and check.
+
+The checker (`nexus.checker.check_report`) is the judge: it waits until every notification is delivered
+or dead and nothing is pending, then proves the invariants from PostgreSQL and the sink's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from nexus.agent import runner as agent
+from nexus.agent.transport import KafkaTransport, Transport
+from nexus.chaos.faults import BreakerWatch, FaultContext
+from nexus.chaos.harness import ChaosSession, Stack
+from nexus.chaos.scenarios import Scenario
+from nexus.chaos.transports import PatientTransport, RacingTransport, SpreadTransport, http_transports, relax_report
+from nexus.checker import CHECKS, CheckResult, check_report, render
+from nexus.store.database import Database
+
+# Run-wide checks of the checker that are invariants; the others say whether a mode happened at all.
+RUN_INVARIANTS = ("report", "notifications")
+
+
+@dataclasses.dataclass
+class ScenarioResult:
+    """What one scenario did and what held."""
+
+    name: str
+    plans: int
+    faults: dict[str, int]
+    held: int
+    checked: int
+    elapsed_s: float
+    proof: str
+    failures: list[str] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    check_text: str = ""
+
+    @property
+    def invariants_ok(self) -> bool:
+        return self.error is None and self.held == self.checked and not self.failures
+
+    @property
+    def injected(self) -> int:
+        return sum(self.faults.values())
+
+    @property
+    def fault_proved(self) -> bool:
+        return self.faults.get(self.proof, 0) > 0 or (self.proof == "faults" and self.injected > 0)
+
+    @property
+    def ok(self) -> bool:
+        return self.invariants_ok
+
+
+def judge(result: CheckResult) -> tuple[int, int, list[str]]:
+    """(invariants held, invariants checked, what broke) from the checker's result."""
+    held = checked = 0
+    broke = list(result.failures)
+    for name in CHECKS:
+        if name in result.skipped:
+            continue
+        checked += 1
+        held += result.failed[name] == 0
+    for name, ok, detail in result.run_checks:
+        if name in RUN_INVARIANTS:
+            checked += 1
+            held += ok
+            if not ok:
+                broke.append(f"{name}: {detail}")
+    return held, checked, broke
+
+
+async def _transport(scenario: Scenario, stack: Stack) -> tuple[Transport, str]:
+    if scenario.transport == "kafka":
+        inner = await KafkaTransport(stack.session.kafka_bootstrap, stack.kafka_topic).start()
+        return PatientTransport(inner), f"kafka://{stack.session.kafka_bootstrap}/{stack.kafka_topic}"
+    urls = stack.gateway_urls
+    if scenario.transport == "race":
+        return RacingTransport(http_transports(urls)), urls[0]
+    return SpreadTransport(http_transports(urls)), urls[0]
+
+
+def _counted(scenario: Scenario, report: dict[str, Any], check: CheckResult, counts: collections.Counter[str]) -> None:
+    hostile = sum(1 for p in report["plans"] for e in p["events"] if e["mode"])
+    if hostile:
+        counts["hostile messages"] += hostile
+    if scenario.sink_faults and check.stats.get("sink_faults"):
+        counts["sink faults"] += check.stats["sink_faults"]
+
+
+async def run_scenario(
+    session: ChaosSession,
+    scenario: Scenario,
+    *,
+    plans: int,
+    seed: str,
+    settle_timeout_s: float = 60.0,
+    gateway_cmd: Sequence[str] | None = None,
+    progress: Callable[[str], None] = print,
+) -> ScenarioResult:
+    """Run `scenario` on fresh processes and a fresh database; never raises for what the system did."""
+    started = time.monotonic()
+    rng = random.Random(f"{seed}:{scenario.name}")
+
+    def say(text: str) -> None:
+        progress(f"[{scenario.name}] {text}")
+
+    url = await session.new_database(scenario.name)
+    stack = Stack(session, scenario.name, scenario.stack, url, gateway_cmd=gateway_cmd)
+    ctx = FaultContext(session, stack, rng, asyncio.Event(), say)
+    result = ScenarioResult(scenario.name, plans, {}, 0, 0, 0.0, scenario.proof)
+    tasks: list[asyncio.Task[None]] = []
+    watches: list[asyncio.Task[None]] = []
+    transport: Transport | None = None
+    try:
+        await stack.start()
+        spec = scenario.stack
+        say(
+            f"started sink, {spec.gateways} gateway(s){' --kafka' if spec.kafka else ''}, "
+            f"{spec.dispatchers} dispatcher(s); agent: {plans} plans over {scenario.transport}"
+        )
+        transport, target = await _transport(scenario, stack)
+        config = agent.AgentConfig(
+            orders=plans,
+            seed=f"{seed}:{scenario.name}",
+            inventory_failure_rate=scenario.inventory_failure_rate,
+            payment_rejection_rate=scenario.payment_rejection_rate,
+            step_delay_ms=scenario.step_delay_ms,
+            concurrency=8,
+            hostile=dict(scenario.hostile),
+        )
+        ctx.started = time.monotonic()
+        for fault in scenario.faults:
+            task = asyncio.create_task(fault.run(ctx))
+            (watches if isinstance(fault, BreakerWatch) else tasks).append(task)
+        report = await agent.run_agent(config, transport, target=target)
+        ctx.agent_done.set()
+        say(f"agent done at {ctx.elapsed():.1f}s: {report['summary']['messages']} messages")
+        await asyncio.gather(*tasks)
+        if isinstance(transport, RacingTransport):
+            relax_report(report, transport.raced)
+            ctx.count("out-of-order pairs raced", transport.races)
+        if isinstance(transport, PatientTransport) and transport.retried:
+            ctx.count("publishes retried", transport.retried)
+        agent.write_report(report, stack.dir / "agent-report.json")
+        db = await Database(stack.settings()).open(migrate=False)
+        try:
+            say("settling: waiting for every notification to be delivered or dead")
+            check = await check_report(
+                report,
+                db,
+                stack.sink_log,
+                settings=stack.settings(),
+                wait_s=settle_timeout_s,
+                allow_duplicates=scenario.allow_duplicates,
+            )
+        finally:
+            await db.close()
+        _counted(scenario, report, check, ctx.counts)
+        result.held, result.checked, result.failures = judge(check)
+        result.check_text = render(check, len(report["plans"]))
+        (stack.dir / "check.txt").write_text(result.check_text + "\n")
+    except Exception as exc:  # noqa: BLE001 - a scenario that could not run is reported, the others go on
+        result.error = f"{type(exc).__name__}: {exc}"
+        (stack.dir / "error.txt").write_text(result.error + "\n\n" + stack.logs_tail())
+    finally:
+        for task in [*tasks, *watches]:
+            task.cancel()
+        await asyncio.gather(*tasks, *watches, return_exceptions=True)
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                await transport.close()
+        await stack.close()
+        result.faults = dict(ctx.counts)
+        result.elapsed_s = time.monotonic() - started
+    (stack.dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2, default=str) + "\n")
+    status = "ok" if result.ok else "FAILED"
+    say(f"{status}: invariants {result.held}/{result.checked}, faults {result.faults}, {result.elapsed_s:.1f}s")
+    for line in result.failures[:10]:
+        say(f"  broke: {line}")
+    if result.error:
+        say(f"  error: {result.error}")
+    return result

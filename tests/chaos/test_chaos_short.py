@@ -1,0 +1,121 @@
+"""The short version of every chaos scenario (`nexus chaos` at test size): real processes, real faults.
+
+Each test runs one scenario on its own fresh database and processes and asserts two things: every
+invariant the checker proves held, and the scenario's fault really happened (a kill count, an outage,
+a breaker that opened...), so a scenario that silently injected nothing cannot pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from nexus.chaos.harness import ChaosSession
+from nexus.chaos.runner import ScenarioResult, run_scenario
+from nexus.chaos.scenarios import SCENARIOS
+
+pytestmark = [pytest.mark.slow]
+
+PLANS = 10
+SEED = "ci"
+
+
+@pytest.fixture(scope="module")
+def session() -> Iterator[ChaosSession]:
+    """One embedded PostgreSQL server for the module; each scenario gets a fresh database on it."""
+    s = ChaosSession().start()
+    yield s
+    s.close()
+
+
+async def run_short(session: ChaosSession, name: str) -> ScenarioResult:
+    result = await run_scenario(session, SCENARIOS[name], plans=PLANS, seed=SEED, settle_timeout_s=60)
+    assert result.error is None, result.error
+    assert result.invariants_ok, "\n".join([*result.failures[:20], result.check_text])
+    assert result.fault_proved, f"{name} injected no {result.proof!r}: {result.faults}"
+    return result
+
+
+async def test_reordering(session: ChaosSession) -> None:
+    """Out-of-order pairs raced through two gateways are buffered or applied, once and in order."""
+    result = await run_short(session, "reordering")
+    assert result.faults["out-of-order pairs raced"] > 0
+
+
+async def test_duplicates(session: ChaosSession) -> None:
+    """Resent steps and restarted plans change nothing."""
+    await run_short(session, "duplicates")
+
+
+async def test_zombies(session: ChaosSession) -> None:
+    """A step sent after its plan's ABORT_PLAN is discarded."""
+    await run_short(session, "zombies")
+
+
+async def test_poison(session: ChaosSession) -> None:
+    """Malformed and other-plan messages are dead-lettered and the stream goes on."""
+    await run_short(session, "poison")
+
+
+async def test_gateway_kill(session: ChaosSession) -> None:
+    """Gateways SIGKILLed repeatedly lose nothing the agent was told was accepted."""
+    result = await run_short(session, "gateway-kill")
+    assert result.faults["gateway SIGKILLed"] >= 2
+
+
+async def test_dispatcher_kill(session: ChaosSession) -> None:
+    """Dispatchers SIGKILLed holding leases: their deliveries are resent, in order, none lost."""
+    await run_short(session, "dispatcher-kill")
+
+
+async def test_postgres_restart(session: ChaosSession) -> None:
+    """PostgreSQL stopped and started twice mid-run: 503s are retried and every plan completes."""
+    result = await run_short(session, "postgres-restart")
+    assert result.faults["PostgreSQL stopped"] == 2
+
+
+@pytest.mark.kafka
+async def test_kafka_restart(session: ChaosSession) -> None:
+    """The Kafka broker restarted mid-run: producer and consumer resume, every step applied once."""
+    await run_short(session, "kafka-restart")
+
+
+@pytest.mark.kafka
+async def test_consumer_kill(session: ChaosSession) -> None:
+    """A Kafka consumer SIGKILLed mid-stream: its successor re-reads what was not committed."""
+    await run_short(session, "consumer-kill")
+
+
+async def test_receiver_unstable(session: ChaosSession) -> None:
+    """5xx, 408, 429 with Retry-After and hangs: every notification still delivered once, in order."""
+    await run_short(session, "receiver-unstable")
+
+
+async def test_circuit_breaker(session: ChaosSession) -> None:
+    """The receiver down for seconds opens the breaker; it closes again and everything is delivered."""
+    result = await run_short(session, "circuit-breaker")
+    assert result.faults.get("breaker closed again", 0) > 0
+
+
+async def test_everything(session: ChaosSession) -> None:
+    """Every fault at once, and still every invariant holds."""
+    result = await run_short(session, "everything")
+    assert len(result.faults) >= 4, result.faults
+
+
+def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    """`nexus chaos --list` prints one line per scenario and exits 0."""
+    from nexus.cli import main
+
+    assert main(["chaos", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()] == list(SCENARIOS)
+
+
+def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown scenario name exits 2 before anything starts."""
+    from nexus.cli import main
+
+    assert main(["chaos", "no-such-scenario"]) == 2
+    assert "unknown scenario" in capsys.readouterr().err
