@@ -23,7 +23,7 @@ from nexus import metrics
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import STATUS_AFTER, OrderStatus
 from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, resolve
-from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError
+from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
@@ -159,6 +159,10 @@ class Gateway:
             return []
         try:
             return await self._submit_once(items, source)
+        except TransientDatabaseError:
+            # The server went away: its pooled connections may be half-dead; replace them all.
+            await self.db.expire_connections()
+            raise
         except PermanentDatabaseError as exc:
             log.warning("batch rejected, isolating orders", extra={"action": "isolate", "error": str(exc)})
             return await self._isolate(items, source)

@@ -19,6 +19,7 @@ from nexus.store.errors import is_transient, wrap_db_errors
         asyncpg.exceptions.DeadlockDetectedError("deadlock"),
         asyncpg.exceptions.AdminShutdownError("shutdown"),
         asyncpg.exceptions.TooManyConnectionsError("too many"),
+        asyncpg.InternalClientError("cannot switch to state 15; another operation (2) is in progress"),
     ],
 )
 def test_unreachable_or_conflicting_database_is_transient(exc: BaseException) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import asyncpg
 
+from nexus.errors import TransientDatabaseError
 from nexus.settings import Settings
 from nexus.store.embedded import EmbeddedPostgres
 from nexus.store.errors import wrap_db_errors
@@ -65,25 +66,35 @@ class Database:
             self.embedded.close()
             self.embedded = None
 
+    async def expire_connections(self) -> None:
+        """After an outage pooled connections may be half-dead: have the pool replace them all."""
+        if self._pool is not None:
+            await self._pool.expire_connections()
+
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
-        with wrap_db_errors():
-            async with self.pool.acquire() as conn:
-                rows: list[asyncpg.Record] = await conn.fetch(sql, *args)
-                return rows
+        try:
+            with wrap_db_errors():
+                async with self.pool.acquire() as conn:
+                    rows: list[asyncpg.Record] = await conn.fetch(sql, *args)
+                    return rows
+        except TransientDatabaseError:
+            await self.expire_connections()
+            raise
 
     async def fetchrow(self, sql: str, *args: Any) -> asyncpg.Record | None:
-        with wrap_db_errors():
-            async with self.pool.acquire() as conn:
-                row: asyncpg.Record | None = await conn.fetchrow(sql, *args)
-                return row
+        rows = await self.fetch(sql, *args)
+        return rows[0] if rows else None
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
-        with wrap_db_errors():
-            async with self.pool.acquire() as conn:
-                return await conn.fetchval(sql, *args)
+        row = await self.fetchrow(sql, *args)
+        return row[0] if row is not None else None
 
     async def execute(self, sql: str, *args: Any) -> str:
-        with wrap_db_errors():
-            async with self.pool.acquire() as conn:
-                status: str = await conn.execute(sql, *args)
-                return status
+        try:
+            with wrap_db_errors():
+                async with self.pool.acquire() as conn:
+                    status: str = await conn.execute(sql, *args)
+                    return status
+        except TransientDatabaseError:
+            await self.expire_connections()
+            raise

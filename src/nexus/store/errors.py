@@ -19,6 +19,8 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, asyncpg.PostgresError):
         state = getattr(exc, "sqlstate", None) or ""
         return state.startswith(_TRANSIENT_SQLSTATE_PREFIXES)
+    # InternalClientError: a pooled connection left in a broken protocol state by a dropped server
+    # ("cannot switch to state ..."): a fresh connection succeeds.
     return isinstance(
         exc,
         OSError
@@ -26,6 +28,7 @@ def is_transient(exc: BaseException) -> bool:
         | ConnectionError
         | socket.gaierror
         | asyncpg.InterfaceError
+        | asyncpg.InternalClientError
         | asyncpg.exceptions.ConnectionDoesNotExistError,
     )
 
@@ -37,7 +40,7 @@ def wrap_db_errors() -> Iterator[None]:
         yield
     except (TransientDatabaseError, PermanentDatabaseError):
         raise
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError, OSError, TimeoutError) as exc:
         if is_transient(exc):
             raise TransientDatabaseError(f"database unavailable: {type(exc).__name__}: {exc}") from exc
         raise PermanentDatabaseError(f"database rejected the operation: {type(exc).__name__}: {exc}") from exc
