@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
-from collections.abc import Callable, Coroutine
+import threading
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import uvicorn
@@ -101,7 +103,7 @@ async def serve(
                 access_log=False,
                 timeout_graceful_shutdown=5,
             )
-            server = uvicorn.Server(config)
+            server = _Server(config)
             if on_ready is not None:
                 asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006
             stopper = asyncio.create_task(_stop_server_on(stop, server))
@@ -124,6 +126,24 @@ async def serve(
         raise ServiceFailed("; ".join(failures))
 
 
+class _Server(uvicorn.Server):
+    """uvicorn re-raises the signal it caught once it has shut down: with the default handler back in
+    place that kills the process before our own shutdown (leases released, pool closed, embedded
+    PostgreSQL stopped). Catch SIGINT/SIGTERM the same way, but let `serve()` finish instead."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+
 class ServiceFailed(RuntimeError):
     """A background service of the process (dispatcher, consumer, sweeper) ended unexpectedly."""
 
@@ -140,8 +160,6 @@ async def _announce(server: uvicorn.Server, settings: Settings, on_ready: Callab
 
 
 async def _wait_for_signal(stop: asyncio.Event) -> None:
-    import signal
-
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
     for sig in signals:
