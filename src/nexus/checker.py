@@ -32,25 +32,7 @@ from typing import Any
 from nexus.core.process import STEPS, EventType
 from nexus.settings import Settings
 from nexus.store.database import Database
-
-_ORDERS = """
-SELECT order_id, plan_id, status, last_seq, outbox_count, tombstone FROM orders WHERE order_id = ANY($1::text[])
-"""
-_OUTBOX = """
-SELECT id, order_id, position, event_id, event_type, seq_id, plan_id
-FROM outbox WHERE order_id = ANY($1::text[]) ORDER BY order_id, position
-"""
-_DELIVERIES = """
-SELECT d.outbox_id, d.subscription_id, d.order_id, d.position, d.state, d.attempts
-FROM deliveries d WHERE d.order_id = ANY($1::text[])
-"""
-_PENDING_EVENTS = "SELECT order_id, seq_id FROM pending_events WHERE order_id = ANY($1::text[])"
-_DEAD_LETTERS = "SELECT event_id, code FROM dead_letters WHERE event_id = ANY($1::text[])"
-_SETTLED = """
-SELECT
-  (SELECT coalesce(sum(outbox_count), 0) FROM orders WHERE order_id = ANY($1::text[])) AS notifications,
-  (SELECT count(*) FROM deliveries WHERE order_id = ANY($1::text[]) AND state = 'pending') AS pending
-"""
+from nexus.store.queries import query
 
 CHECKS: dict[str, str] = {
     "acks": "each message got the expected decision",
@@ -277,11 +259,11 @@ async def wait_settled(db: Database, report: Mapping[str, Any], sink_log: Path |
     expected = sum(p["expected"]["notifications"] for p in report["plans"])
     deadline = time.monotonic() + timeout_s
     while True:
-        row = await db.fetchrow(_SETTLED, order_ids)
+        row = await db.fetchrow(query("checker.sql", "settled"), order_ids)
         settled = row is not None and row["notifications"] >= expected and row["pending"] == 0
         if settled and sink_log is not None:
             keys = {str(r.get("idempotency_key")) for r in read_sink_log(sink_log) if _accepted(r)}
-            outbox = await db.fetch(_OUTBOX, order_ids)
+            outbox = await db.fetch(query("checker.sql", "outbox"), order_ids)
             settled = all(str(r["id"]) in keys for r in outbox)
         if settled or time.monotonic() >= deadline:
             return settled
@@ -309,12 +291,12 @@ async def check_report(
     plans = report["plans"]
     order_ids = [p["order_id"] for p in plans]
     await wait_settled(db, report, sink_log, wait_s)
-    orders = {r["order_id"]: dict(r) for r in await db.fetch(_ORDERS, order_ids)}
-    outbox = _index([dict(r) for r in await db.fetch(_OUTBOX, order_ids)], "order_id")
-    deliveries = [dict(r) for r in await db.fetch(_DELIVERIES, order_ids)]
+    orders = {r["order_id"]: dict(r) for r in await db.fetch(query("checker.sql", "orders"), order_ids)}
+    outbox = _index([dict(r) for r in await db.fetch(query("checker.sql", "outbox"), order_ids)], "order_id")
+    deliveries = [dict(r) for r in await db.fetch(query("checker.sql", "deliveries"), order_ids)]
     by_order_deliveries = _index(deliveries, "order_id")
     buffered: dict[str, list[int]] = collections.defaultdict(list)
-    for r in await db.fetch(_PENDING_EVENTS, order_ids):
+    for r in await db.fetch(query("checker.sql", "pending_events"), order_ids):
         buffered[r["order_id"]].append(r["seq_id"])
     sink_records = _index(
         [r for r in read_sink_log(sink_log) if r.get("order_id")] if sink_log is not None else [], "order_id"
@@ -323,7 +305,7 @@ async def check_report(
     transport = report["config"].get("transport")
     dead: set[str] | None
     wanted = [e["event_id"] for p in plans for e in p["events"] if e["expected_decision"] in DEAD_LETTERED]
-    dead = {str(r["event_id"]) for r in await db.fetch(_DEAD_LETTERS, [w for w in wanted if w])}
+    dead = {str(r["event_id"]) for r in await db.fetch(query("checker.sql", "dead_letters"), [w for w in wanted if w])}
     if transport == "kafka":
         result.skipped["acks"] = "Kafka acks carry no decision"
         # Kafka ingress records invalid messages in the table and plan mismatches on the DLQ topic.
