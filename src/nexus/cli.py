@@ -112,10 +112,15 @@ def setup_logging(level: str) -> None:
     logging.getLogger("pgserver").setLevel(logging.WARNING)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `only`, just that subcommand's module is imported (the agent's pulls in
+    LangGraph, ~0.4 s), so `nexus serve` and the rest start fast."""
     parser = argparse.ArgumentParser(prog="nexus", description="Nexus Event Gateway")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module_name, help_text) in COMMANDS.items():
+        if only is not None and name != only:
+            sub.add_parser(name, help=help_text)
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError:
@@ -131,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
     try:
         code: int = args._run(args)
     except KeyboardInterrupt:
