@@ -129,6 +129,7 @@ class OutboxDispatcher:
         self._keys: dict[str, bytes] = {}
         self._names: dict[int, str] = {}
         self._next_probe_check = 0.0
+        self._turn = 0
         self._next_gauges = 0.0
         self._clients: list[httpx.AsyncClient] = []
         self._free_slots: list[int] = list(range(self.workers))
@@ -222,8 +223,34 @@ class OutboxDispatcher:
         )
 
     async def _claim(self, limit: int) -> list[Claimed]:
-        rows = await self.db.fetch(query("delivery.sql", "claim"), self.owner, self.settings.lease_s, limit)
+        """Claim up to `limit` heads, shared across the claimable subscriptions (rotating who goes first),
+        then any capacity left over to whoever still has work."""
+        subscriptions = [r["id"] for r in await self.db.fetch(query("delivery.sql", "claimable_subscriptions"))]
+        if not subscriptions:
+            return []
+        self._turn = (self._turn + 1) % len(subscriptions)
+        subscriptions = subscriptions[self._turn :] + subscriptions[: self._turn]
+        share = max(1, -(-limit // len(subscriptions)))
+        rows: list[asyncpg.Record] = []
+        busy: list[int] = []
+        for subscription_id in subscriptions:
+            want = min(share, limit - len(rows))
+            if want <= 0:
+                break
+            got = await self._claim_for(subscription_id, want)
+            rows.extend(got)
+            if len(got) == want:
+                busy.append(subscription_id)
+        for subscription_id in busy:
+            if len(rows) >= limit:
+                break
+            rows.extend(await self._claim_for(subscription_id, limit - len(rows)))
         return [self._claimed(r) for r in rows]
+
+    async def _claim_for(self, subscription_id: int, limit: int) -> list[asyncpg.Record]:
+        return await self.db.fetch(
+            query("delivery.sql", "claim"), self.owner, self.settings.lease_s, limit, subscription_id
+        )
 
     async def _claim_probes(self) -> int:
         """Take the probe slot of breakers whose cooldown is over, and claim one delivery for each."""
@@ -381,9 +408,12 @@ class OutboxDispatcher:
         """Record a batch of results and their breaker evidence in one transaction."""
         columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
         labels: dict[tuple[Any, int], str] = {}
+        ending: set[str] = set()
         for r in results:
             outcome, delay_ms, dead_reason, label = self._outcome(r)
             c = r.claimed
+            if outcome in ("delivered", "dead"):
+                ending.add(c.order_id)
             labels[(c.outbox_id, c.subscription_id)] = label
             for column, value in zip(
                 columns,
@@ -391,9 +421,22 @@ class OutboxDispatcher:
                 strict=True,
             ):
                 column.append(value)
+        # A delivered or dead head hands the order over to its next notification: under the orders'
+        # advisory locks, as the gateway adds notifications under them (see move_heads).
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
+                if ending:
+                    await conn.execute(query("gateway.sql", "lock_orders"), sorted(ending))
                 applied = await conn.fetch(query("delivery.sql", "finish"), self.owner, *columns)
+                moved = [
+                    (row["subscription_id"], row["order_id"])
+                    for row in applied
+                    if row["outcome"] in ("delivered", "dead")
+                ]
+                if moved:
+                    await conn.execute(
+                        query("delivery.sql", "move_heads"), [s for s, _ in moved], [o for _, o in moved]
+                    )
                 changes = await self._feed_breakers(conn, results)
         for row in applied:
             metrics.WEBHOOK_DELIVERIES.labels(result=labels[(row["outbox_id"], row["subscription_id"])]).inc()

@@ -20,6 +20,7 @@ from nexus.delivery.signing import parse_secret
 from nexus.errors import ConfigurationError, NotFoundError
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -140,7 +141,16 @@ async def list_dead_deliveries(
 
 async def redrive_delivery(db: Database, outbox_id: uuid.UUID, subscription_id: int) -> dict[str, Any]:
     """Send a dead delivery again, with fresh attempts, when it is its order's oldest pending one."""
-    row = await db.fetchrow(query("delivery.sql", "redrive_delivery"), outbox_id, subscription_id)
+    with wrap_db_errors():
+        async with db.pool.acquire() as conn, conn.transaction():
+            order_id = await conn.fetchval(query("delivery.sql", "delivery_order"), outbox_id, subscription_id)
+            row = None
+            if order_id is not None:
+                # Under the order's advisory lock, like every change of an order's head (migration 0003).
+                await conn.execute(query("gateway.sql", "lock_orders"), [order_id])
+                row = await conn.fetchrow(query("delivery.sql", "redrive_delivery"), outbox_id, subscription_id)
+                if row is not None:
+                    await conn.execute(query("delivery.sql", "move_heads"), [subscription_id], [order_id])
     if row is None:
         raise NotFoundError(f"no dead delivery {outbox_id}/{subscription_id}")
     log.info(

@@ -1,24 +1,32 @@
 -- Queries of the webhook dispatcher, subscriptions and dead deliveries.
 
+-- name: claimable_subscriptions
+-- Subscriptions a dispatcher may claim for: enabled, breaker closed. Claims are made per subscription,
+-- so one with a backlog or an open breaker never slows the claims of another (a bulkhead).
+SELECT s.id FROM subscriptions AS s
+LEFT JOIN circuit_breakers AS b ON b.subscription_id = s.id
+WHERE s.enabled AND coalesce(b.state, 'closed') = 'closed'
+ORDER BY s.id;
+
 -- name: claim
--- The oldest pending notification of each (order, subscription) that is due, not leased, of an enabled
--- subscription whose breaker is closed. A row is never claimed while a lower position of the same
--- (order, subscription) is still pending, even one leased by another instance: that is what keeps
--- each order in position order. SKIP LOCKED lets instances claim side by side; the lease (not the row
--- lock, released at commit) is what keeps a claimed row away from others while its request runs.
+-- The due, unleased heads of one subscription, oldest first. Only a head (the oldest pending
+-- notification of its order for this subscription, see migration 0003) is ever claimed: that is what
+-- keeps each order in position order, across any number of instances. The subscription is checked
+-- again here in case its breaker opened since `claimable_subscriptions`. SKIP LOCKED lets instances
+-- claim side by side; the lease (not the row lock, released at commit) keeps a claimed row away from
+-- others while its request runs.
 WITH claimable AS (
     SELECT d.outbox_id, d.subscription_id
     FROM deliveries AS d
-    JOIN subscriptions AS s ON s.id = d.subscription_id AND s.enabled
-    LEFT JOIN circuit_breakers AS b ON b.subscription_id = d.subscription_id
-    WHERE d.state = 'pending'
+    WHERE d.subscription_id = $4
+      AND d.state = 'pending'
+      AND d.head
       AND d.next_attempt_at <= now()
       AND (d.lease_until IS NULL OR d.lease_until < now())
-      AND coalesce(b.state, 'closed') = 'closed'
-      AND NOT EXISTS (
-          SELECT 1 FROM deliveries AS p
-          WHERE p.subscription_id = d.subscription_id AND p.order_id = d.order_id
-            AND p.state = 'pending' AND p.position < d.position)
+      AND EXISTS (
+          SELECT 1 FROM subscriptions AS s
+          LEFT JOIN circuit_breakers AS b ON b.subscription_id = s.id
+          WHERE s.id = $4 AND s.enabled AND coalesce(b.state, 'closed') = 'closed')
     ORDER BY d.next_attempt_at
     LIMIT $3
     FOR UPDATE OF d SKIP LOCKED
@@ -39,12 +47,9 @@ WITH claimable AS (
     JOIN subscriptions AS s ON s.id = d.subscription_id AND s.enabled
     WHERE d.subscription_id = $3
       AND d.state = 'pending'
+      AND d.head
       AND d.next_attempt_at <= now()
       AND (d.lease_until IS NULL OR d.lease_until < now())
-      AND NOT EXISTS (
-          SELECT 1 FROM deliveries AS p
-          WHERE p.subscription_id = d.subscription_id AND p.order_id = d.order_id
-            AND p.state = 'pending' AND p.position < d.position)
     ORDER BY d.next_attempt_at
     LIMIT 1
     FOR UPDATE OF d SKIP LOCKED
@@ -72,13 +77,30 @@ SET state = CASE u.outcome WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'd
     delivered_at = CASE WHEN u.outcome = 'delivered' THEN now() ELSE d.delivered_at END,
     dead_at = CASE WHEN u.outcome = 'dead' THEN now() ELSE d.dead_at END,
     dead_reason = CASE WHEN u.outcome = 'dead' THEN u.dead_reason ELSE d.dead_reason END,
+    head = d.head AND u.outcome NOT IN ('delivered', 'dead'),
     lease_owner = NULL,
     lease_until = NULL
 FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::float8[], $6::int[], $7::text[], $8::text[])
     AS u(outbox_id, subscription_id, outcome, delay_ms, status, error, dead_reason)
 WHERE d.outbox_id = u.outbox_id AND d.subscription_id = u.subscription_id
   AND d.state = 'pending' AND d.lease_owner = $1
-RETURNING d.outbox_id, d.subscription_id, u.outcome;
+RETURNING d.outbox_id, d.subscription_id, d.order_id, u.outcome;
+
+-- name: move_heads
+-- Make the oldest pending notification of each given (subscription, order) its head, and no other.
+-- Run under the orders' advisory locks, like the gateway's writes of new deliveries, so a head that
+-- is delivered while the gateway adds the order's next notification is never lost between the two.
+UPDATE deliveries AS d SET head = (d.outbox_id = first.outbox_id)
+FROM (
+    SELECT DISTINCT ON (p.subscription_id, p.order_id) p.outbox_id, p.subscription_id, p.order_id
+    FROM deliveries AS p
+    JOIN unnest($1::bigint[], $2::text[]) AS u(subscription_id, order_id)
+      ON p.subscription_id = u.subscription_id AND p.order_id = u.order_id
+    WHERE p.state = 'pending'
+    ORDER BY p.subscription_id, p.order_id, p.position
+) AS first
+WHERE d.subscription_id = first.subscription_id AND d.order_id = first.order_id AND d.state = 'pending'
+  AND d.head <> (d.outbox_id = first.outbox_id);
 
 -- name: ensure_breakers
 INSERT INTO circuit_breakers (subscription_id)
@@ -145,6 +167,9 @@ JOIN outbox AS o ON o.id = d.outbox_id
 WHERE d.state = 'dead' AND ($1::bigint IS NULL OR d.subscription_id = $1)
 ORDER BY d.dead_at, d.order_id, d.position
 LIMIT $2 OFFSET $3;
+
+-- name: delivery_order
+SELECT order_id FROM deliveries WHERE outbox_id = $1 AND subscription_id = $2;
 
 -- name: redrive_delivery
 -- A dead delivery back to pending with fresh attempts. It goes out when it is its order's oldest

@@ -32,9 +32,15 @@ FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::int[]
     AS u(id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent);
 
 -- name: insert_deliveries
--- One delivery per (notification, enabled subscription whose filter takes its type).
-INSERT INTO deliveries (outbox_id, subscription_id, order_id, position)
-SELECT o.id, s.id, o.order_id, o.position
+-- One delivery per (notification, enabled subscription whose filter takes its type). The first new one
+-- of an (order, subscription) with nothing pending yet is its head (see migration 0003); we hold the
+-- order's advisory lock, as does a dispatcher moving heads, so the two never miss each other.
+INSERT INTO deliveries (outbox_id, subscription_id, order_id, position, head)
+SELECT o.id, s.id, o.order_id, o.position,
+       o.position = min(o.position) OVER (PARTITION BY s.id, o.order_id)
+       AND NOT EXISTS (
+           SELECT 1 FROM deliveries AS p
+           WHERE p.subscription_id = s.id AND p.order_id = o.order_id AND p.state = 'pending')
 FROM outbox AS o
 JOIN subscriptions AS s ON s.enabled AND (s.event_types IS NULL OR o.event_type = ANY (s.event_types))
 WHERE o.id = ANY($1::uuid[]);
