@@ -422,20 +422,22 @@ class OutboxDispatcher:
             ):
                 column.append(value)
         # A delivered or dead head hands the order over to its next notification: under the orders'
-        # advisory locks, as the gateway adds notifications under them (see move_heads).
+        # advisory locks, as the gateway adds notifications under them (see promote_heads).
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 if ending:
                     await conn.execute(query("gateway.sql", "lock_orders"), sorted(ending))
                 applied = await conn.fetch(query("delivery.sql", "finish"), self.owner, *columns)
-                moved = [
-                    (row["subscription_id"], row["order_id"])
-                    for row in applied
-                    if row["outcome"] in ("delivered", "dead")
-                ]
+                moved = sorted(
+                    {
+                        (row["subscription_id"], row["order_id"])
+                        for row in applied
+                        if row["outcome"] in ("delivered", "dead")
+                    }
+                )
                 if moved:
                     await conn.execute(
-                        query("delivery.sql", "move_heads"), [s for s, _ in moved], [o for _, o in moved]
+                        query("delivery.sql", "promote_heads"), [s for s, _ in moved], [o for _, o in moved]
                     )
                 changes = await self._feed_breakers(conn, results)
         for row in applied:

@@ -150,7 +150,8 @@ async def redrive_delivery(db: Database, outbox_id: uuid.UUID, subscription_id: 
                 await conn.execute(query("gateway.sql", "lock_orders"), [order_id])
                 row = await conn.fetchrow(query("delivery.sql", "redrive_delivery"), outbox_id, subscription_id)
                 if row is not None:
-                    await conn.execute(query("delivery.sql", "move_heads"), [subscription_id], [order_id])
+                    await conn.execute(query("delivery.sql", "clear_heads"), subscription_id, order_id)
+                    await conn.execute(query("delivery.sql", "promote_heads"), [subscription_id], [order_id])
     if row is None:
         raise NotFoundError(f"no dead delivery {outbox_id}/{subscription_id}")
     log.info(

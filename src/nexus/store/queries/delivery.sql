@@ -82,25 +82,33 @@ SET state = CASE u.outcome WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'd
     lease_until = NULL
 FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::float8[], $6::int[], $7::text[], $8::text[])
     AS u(outbox_id, subscription_id, outcome, delay_ms, status, error, dead_reason)
+-- Only pending rows carry a lease, so the lease test is also the state test; leaving `state` out keeps
+-- the planner on the primary key even before the table has statistics (a fresh database), instead of
+-- a scan of every pending row through a partial index.
 WHERE d.outbox_id = u.outbox_id AND d.subscription_id = u.subscription_id
-  AND d.state = 'pending' AND d.lease_owner = $1
+  AND d.lease_owner = $1
 RETURNING d.outbox_id, d.subscription_id, d.order_id, u.outcome;
 
--- name: move_heads
--- Make the oldest pending notification of each given (subscription, order) its head, and no other.
--- Run under the orders' advisory locks, like the gateway's writes of new deliveries, so a head that
--- is delivered while the gateway adds the order's next notification is never lost between the two.
-UPDATE deliveries AS d SET head = (d.outbox_id = first.outbox_id)
-FROM (
-    SELECT DISTINCT ON (p.subscription_id, p.order_id) p.outbox_id, p.subscription_id, p.order_id
-    FROM deliveries AS p
-    JOIN unnest($1::bigint[], $2::text[]) AS u(subscription_id, order_id)
-      ON p.subscription_id = u.subscription_id AND p.order_id = u.order_id
-    WHERE p.state = 'pending'
-    ORDER BY p.subscription_id, p.order_id, p.position
+-- name: promote_heads
+-- Make the oldest pending notification of each given (subscription, order) its head. Run after the
+-- old head was delivered or died (finish clears its flag) or was redriven (see clear_heads), under the
+-- orders' advisory locks like the gateway's writes of new deliveries, so a head that ends while the
+-- gateway adds the order's next notification is never lost between the two. Driven from the given
+-- pairs by index and primary key, whatever the size of the backlog or the table's statistics.
+UPDATE deliveries AS d SET head = true
+FROM unnest($1::bigint[], $2::text[]) AS u(subscription_id, order_id)
+CROSS JOIN LATERAL (
+    SELECT p.outbox_id FROM deliveries AS p
+    WHERE p.subscription_id = u.subscription_id AND p.order_id = u.order_id AND p.state = 'pending'
+    ORDER BY p.position
+    LIMIT 1
 ) AS first
-WHERE d.subscription_id = first.subscription_id AND d.order_id = first.order_id AND d.state = 'pending'
-  AND d.head <> (d.outbox_id = first.outbox_id);
+WHERE d.outbox_id = first.outbox_id AND d.subscription_id = u.subscription_id AND NOT d.head;
+
+-- name: clear_heads
+-- Before a redriven (lower) position takes over: the (subscription, order) loses its current head.
+UPDATE deliveries SET head = false
+WHERE subscription_id = $1 AND order_id = $2 AND state = 'pending' AND head;
 
 -- name: ensure_breakers
 INSERT INTO circuit_breakers (subscription_id)

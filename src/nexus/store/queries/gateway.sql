@@ -38,9 +38,10 @@ FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::int[]
 INSERT INTO deliveries (outbox_id, subscription_id, order_id, position, head)
 SELECT o.id, s.id, o.order_id, o.position,
        o.position = min(o.position) OVER (PARTITION BY s.id, o.order_id)
-       AND NOT EXISTS (
-           SELECT 1 FROM deliveries AS p
-           WHERE p.subscription_id = s.id AND p.order_id = o.order_id AND p.state = 'pending')
+       -- a correlated probe per new row (index deliveries_pending), never a scan of the whole backlog
+       AND (SELECT p.position FROM deliveries AS p
+            WHERE p.subscription_id = s.id AND p.order_id = o.order_id AND p.state = 'pending'
+            LIMIT 1) IS NULL
 FROM outbox AS o
 JOIN subscriptions AS s ON s.enabled AND (s.event_types IS NULL OR o.event_type = ANY (s.event_types))
 WHERE o.id = ANY($1::uuid[]);
