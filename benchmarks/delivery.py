@@ -111,7 +111,7 @@ async def delivered_count(db: Database) -> int:
 
 
 async def run_one(admin_url: str, embedded: EmbeddedPostgres | None, workers: int, notifications: int,
-                  sink_url: str, secret: str, latency_s: float) -> dict[str, Any]:  # fmt: skip
+                  sink_url: str, secret: str, latency_s: float, processes: int = 1) -> dict[str, Any]:  # fmt: skip
     url = await new_database(admin_url, embedded)
     db = await Database(Settings(database_url=url, db_pool_size=4)).open()
     gateway = Gateway(db)
@@ -121,7 +121,7 @@ async def run_one(admin_url: str, embedded: EmbeddedPostgres | None, workers: in
     try:
         await add_subscription(db, "bench", sink_url + "/hook", secret)
         await apply_plans(gateway, notifications // 5, "t")
-        dispatcher = start(["serve", "--dispatcher-only"], env)
+        dispatchers = [start(["serve", "--dispatcher-only"], env) for _ in range(processes)]
         try:
             deadline = time.monotonic() + 600
             while await delivered_count(db) < notifications:
@@ -152,7 +152,8 @@ async def run_one(admin_url: str, embedded: EmbeddedPostgres | None, workers: in
             )
             assert row is not None
         finally:
-            stop(dispatcher)
+            for dispatcher in dispatchers:
+                stop(dispatcher)
         return {"workers": workers, "notifications": notifications, "rate": rate,
                 "offered": ticks * plans_per_tick * 5 / latency_s, "p50": row["p50"], "p99": row["p99"],
                 "latency_n": row["n"]}  # fmt: skip
@@ -165,6 +166,7 @@ async def main() -> None:
     parser.add_argument("--notifications", type=int, default=10_000)
     parser.add_argument("--workers", default="1,8,32")
     parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--processes", type=int, default=1, help="dispatcher processes (each with --workers)")
     parser.add_argument("--verify", action="store_true", help="the sink verifies every signature")
     args = parser.parse_args()
 
@@ -184,7 +186,14 @@ async def main() -> None:
         for workers in (int(w) for w in args.workers.split(",")):
             n = args.notifications if workers > 1 else min(args.notifications, 2_000)
             result = await run_one(
-                admin_url, embedded, workers, n, f"http://127.0.0.1:{port}", secret, args.latency_seconds
+                admin_url,
+                embedded,
+                workers,
+                n,
+                f"http://127.0.0.1:{port}",
+                secret,
+                args.latency_seconds,
+                args.processes,
             )
             results.append(result)
             print(f"workers={workers}: {result['rate']:.0f}/s", flush=True)
