@@ -249,7 +249,7 @@ class OutboxDispatcher:
 
     async def _claim_for(self, subscription_id: int, limit: int) -> list[asyncpg.Record]:
         return await self.db.fetch(
-            query("delivery.sql", "claim"), self.owner, self.settings.lease_s, limit, subscription_id
+            query("delivery.sql", "claim"), self.owner, self.settings.lease_s, limit, subscription_id, False
         )
 
     async def _claim_probes(self) -> int:
@@ -267,7 +267,7 @@ class OutboxDispatcher:
         started = 0
         for subscription_id in taken:
             row = await self.db.fetchrow(
-                query("delivery.sql", "claim_probe"), self.owner, self.settings.lease_s, subscription_id
+                query("delivery.sql", "claim"), self.owner, self.settings.lease_s, 1, subscription_id, True
             )
             if row is None:
                 await self._release_probe(subscription_id)

@@ -12,7 +12,8 @@ ORDER BY s.id;
 -- The due, unleased heads of one subscription, oldest first. Only a head (the oldest pending
 -- notification of its order for this subscription, see migration 0003) is ever claimed: that is what
 -- keeps each order in position order, across any number of instances. The subscription is checked
--- again here in case its breaker opened since `claimable_subscriptions`. SKIP LOCKED lets instances
+-- again here in case its breaker opened since `claimable_subscriptions`, unless $5 says this is the
+-- one probe a half-open breaker lets through (for the instance holding its probe slot). SKIP LOCKED lets instances
 -- claim side by side; the lease (not the row lock, released at commit) keeps a claimed row away from
 -- others while its request runs.
 WITH claimable AS (
@@ -26,32 +27,9 @@ WITH claimable AS (
       AND EXISTS (
           SELECT 1 FROM subscriptions AS s
           LEFT JOIN circuit_breakers AS b ON b.subscription_id = s.id
-          WHERE s.id = $4 AND s.enabled AND coalesce(b.state, 'closed') = 'closed')
+          WHERE s.id = $4 AND s.enabled AND ($5::boolean OR coalesce(b.state, 'closed') = 'closed'))
     ORDER BY d.next_attempt_at
     LIMIT $3
-    FOR UPDATE OF d SKIP LOCKED
-)
-UPDATE deliveries AS d
-SET lease_owner = $1, lease_until = now() + make_interval(secs => $2), attempts = d.attempts + 1
-FROM claimable AS c, outbox AS o, subscriptions AS s
-WHERE d.outbox_id = c.outbox_id AND d.subscription_id = c.subscription_id
-  AND o.id = d.outbox_id AND s.id = d.subscription_id
-RETURNING d.outbox_id, d.subscription_id, d.order_id, d.position, d.attempts,
-          o.event_type, o.payload::text AS body, o.traceparent, o.created_at, s.url, s.secret;
-
--- name: claim_probe
--- The one delivery a half-open breaker lets through, for the instance holding its probe slot.
-WITH claimable AS (
-    SELECT d.outbox_id, d.subscription_id
-    FROM deliveries AS d
-    JOIN subscriptions AS s ON s.id = d.subscription_id AND s.enabled
-    WHERE d.subscription_id = $3
-      AND d.state = 'pending'
-      AND d.head
-      AND d.next_attempt_at <= now()
-      AND (d.lease_until IS NULL OR d.lease_until < now())
-    ORDER BY d.next_attempt_at
-    LIMIT 1
     FOR UPDATE OF d SKIP LOCKED
 )
 UPDATE deliveries AS d
