@@ -1,4 +1,5 @@
-"""`nexus dlq`: list dead letters (the dead_letters table and the Kafka DLQ topic) and redrive one.
+"""`nexus dlq`: list dead letters (the dead_letters table, the Kafka DLQ topic, and dead webhook
+deliveries) and redrive one.
 
 Two records exist because the two ingresses differ: the table is the durable, queryable record of every
 dead letter (HTTP rejections, Kafka PARSE_ERROR / INVALID_EVENT / DATABASE_REJECTED, BUFFER_TIMEOUT), and
@@ -13,9 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import uuid
 from typing import Any
 
 from nexus.cli import add_common, settings_from
+from nexus.delivery.subscriptions import list_dead_deliveries, redrive_delivery
 from nexus.errors import NexusError, NotFoundError
 from nexus.ingress.http import dead_letter_json
 from nexus.kafka_io import EventProducer, StoredRecord, read_topic
@@ -31,7 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dlq-topic", default=None, help="dead-letter topic (default: NEXUS_KAFKA_DLQ_TOPIC)")
     sub = parser.add_subparsers(dest="dlq_command", required=True)
     listing = sub.add_parser("list", help="list dead letters")
-    listing.add_argument("--source", choices=("table", "kafka", "all"), default="all")
+    listing.add_argument("--source", choices=("table", "kafka", "deliveries", "all"), default="all")
     listing.add_argument("--code", default=None, help="only this code (e.g. PARSE_ERROR)")
     listing.add_argument("--limit", type=int, default=100)
     listing.add_argument("--include-redriven", action="store_true", help="table rows already redriven too")
@@ -40,6 +43,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     redrive.add_argument("id", type=int, help="dead_letters id")
     redrive.add_argument("--http", action="store_true", help="submit via Gateway.submit instead of the topic")
     redrive.add_argument("--json", action="store_true", help="machine-readable output")
+    again = sub.add_parser("redrive-delivery", help="send a dead webhook delivery again, with fresh attempts")
+    again.add_argument("outbox_id", help="the notification (outbox id, its Idempotency-Key)")
+    again.add_argument("subscription_id", type=int)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.dlq_command == "list":
             return asyncio.run(_list(settings, args))
+        if args.dlq_command == "redrive-delivery":
+            return asyncio.run(_redrive_delivery(settings, args))
         return asyncio.run(_redrive(settings, args))
     except NexusError as exc:
         print(f"nexus dlq: {exc.code.value}: {exc}")
@@ -58,22 +66,33 @@ def run(args: argparse.Namespace) -> int:
 async def _list(settings: Settings, args: argparse.Namespace) -> int:
     table: list[dict[str, Any]] = []
     kafka: list[dict[str, Any]] = []
-    if args.source in ("table", "all"):
+    deliveries: list[dict[str, Any]] = []
+    if args.source in ("table", "deliveries", "all"):
         db = await Database(settings).open(migrate=False)
         try:
-            rows = await db.fetch(
-                query("api.sql", "dead_letters"), args.code, None, args.include_redriven, args.limit, 0
-            )
+            if args.source != "deliveries":
+                rows = await db.fetch(
+                    query("api.sql", "dead_letters"), args.code, None, args.include_redriven, args.limit, 0
+                )
+                table = [dead_letter_json(r) for r in rows]
+            if args.source in ("deliveries", "all"):
+                deliveries = [_jsonable(d) for d in await list_dead_deliveries(db, limit=args.limit)]
         finally:
             await db.close()
-        table = [dead_letter_json(r) for r in rows]
     if args.source in ("kafka", "all"):
         records = await read_topic(settings.kafka_bootstrap, settings.kafka_dlq_topic)
         kafka = [_record_json(r) for r in records if args.code is None or r.headers.get("x-dlq-code") == args.code]
         kafka = kafka[: args.limit]
     if args.json:
-        print(json.dumps({"table": table, "kafka": kafka}, indent=2))
+        print(json.dumps({"table": table, "kafka": kafka, "deliveries": deliveries}, indent=2))
         return 0
+    if args.source in ("deliveries", "all"):
+        print(f"dead webhook deliveries: {len(deliveries)}")
+        for d in deliveries:
+            print(
+                f"  {d['outbox_id']} sub={d['subscription_id']} order={d['order_id']} pos={d['position']} "
+                f"attempts={d['attempts']} {d['dead_reason']}"
+            )
     if args.source in ("table", "all"):
         print(f"dead_letters table: {len(table)}")
         for t in table:
@@ -92,6 +111,23 @@ async def _list(settings: Settings, args: argparse.Namespace) -> int:
             )
             print(f"          {(k['error'] or '')[:150]}")
     return 0
+
+
+async def _redrive_delivery(settings: Settings, args: argparse.Namespace) -> int:
+    db = await Database(settings).open(migrate=False)
+    try:
+        result = await redrive_delivery(db, uuid.UUID(args.outbox_id), args.subscription_id)
+    finally:
+        await db.close()
+    print(json.dumps(result))
+    return 0
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: (v.isoformat() if hasattr(v, "isoformat") else str(v) if isinstance(v, uuid.UUID) else v)
+        for k, v in row.items()
+    }
 
 
 async def _redrive(settings: Settings, args: argparse.Namespace) -> int:
