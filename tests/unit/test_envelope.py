@@ -50,6 +50,14 @@ def test_invalid_envelopes_are_invalid_event(mutate, fragment) -> None:  # type:
     assert fragment in str(info.value)
 
 
+def test_float_arithmetic_amounts_are_accepted() -> None:
+    """Amounts computed in binary floating point (0.1 * 3) are valid; only a negative amount is not."""
+    event = step_json("o1", "p1", 1)
+    event["data"]["total_amount"] = 0.1 * 3
+    event["data"]["items"][0]["unit_price"] = 0.1
+    assert str(parse_envelope(json.dumps(event)).data["total_amount"]) == "0.30000000000000004"
+
+
 def test_abort_plan_rejects_seq_id() -> None:
     """ABORT_PLAN carries no seq_id, and needs a reason and an abort code."""
     with pytest.raises(InvalidEventError, match="no seq_id"):

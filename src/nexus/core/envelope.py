@@ -19,7 +19,8 @@ from nexus.errors import ErrorCode, InvalidEventError
 
 SCHEMA_VERSION = "1.0"
 
-Amount = Annotated[Decimal, Field(ge=0, max_digits=14, decimal_places=4)]
+# Any precision: agents compute totals in binary floats (0.1 * 3 == 0.30000000000000004); only sign matters here.
+Amount = Annotated[Decimal, Field(ge=0)]
 Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
 Identifier = Annotated[str, Field(min_length=1, max_length=200)]
 
