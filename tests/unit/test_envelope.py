@@ -33,7 +33,7 @@ def test_valid_step_parses() -> None:
         (lambda e: e.update(seq_id=4), "step 1 of the process"),
         (lambda e: e.update(seq_id=0), "seq_id"),
         (lambda e: e.update(event_id="not-a-uuid"), "event_id"),
-        (lambda e: e.update(timestamp="2026-01-01T00:00:00"), "UTC offset"),
+        (lambda e: e.update(timestamp="yesterday"), "timestamp"),
         (lambda e: e["data"].update(total_amount=-1), "total_amount"),
         (lambda e: e["data"]["items"][0].update(quantity=0), "quantity"),
         (lambda e: e.update(schema_version="2.0"), "schema_version"),
@@ -48,6 +48,12 @@ def test_invalid_envelopes_are_invalid_event(mutate, fragment) -> None:  # type:
         parse_envelope(json.dumps(event))
     assert info.value.code is ErrorCode.INVALID_EVENT
     assert fragment in str(info.value)
+
+
+def test_timestamp_without_offset_is_read_as_utc() -> None:
+    """A timestamp without an offset (datetime.utcnow().isoformat()) is accepted and read as UTC."""
+    env = parse_envelope(step_json("o1", "p1", 1, timestamp="2026-01-01T10:00:00"))
+    assert env.timestamp.isoformat() == "2026-01-01T10:00:00+00:00"
 
 
 def test_float_arithmetic_amounts_are_accepted() -> None:

@@ -12,7 +12,7 @@ import uuid
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from nexus.core.process import AbortCode, EventType, seq_of
 from nexus.errors import ErrorCode, InvalidEventError
@@ -98,10 +98,14 @@ class EventEnvelope(BaseModel):
     tenant_id: Identifier = "default"
     correlation_id: Identifier | None = None
 
+    @field_validator("timestamp", mode="after")
+    @classmethod
+    def _utc_if_naive(cls, value: dt.datetime) -> dt.datetime:
+        # Many agents write datetime.utcnow().isoformat(), which carries no offset: read it as UTC.
+        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+
     @model_validator(mode="after")
     def _check_shape(self) -> EventEnvelope:
-        if self.timestamp.tzinfo is None:
-            raise ValueError("timestamp must carry a UTC offset (ISO 8601, e.g. 2026-01-01T00:00:00Z)")
         expected = seq_of(self.event_type)
         if expected is None:
             if self.seq_id is not None:
