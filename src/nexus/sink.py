@@ -55,7 +55,7 @@ from starlette.routing import Route
 class Faults:
     """What the sink does wrong, and to which notifications."""
 
-    seed: int = 0
+    seed: int | str = 0
     fail_rate: float = 0.0
     fail_status: tuple[int, ...] = (500, 503)
     hang_rate: float = 0.0
@@ -66,7 +66,7 @@ class Faults:
     """Only notifications of these types get faults (None: all)."""
 
 
-def draw(seed: int, key: str, attempt: int, purpose: str) -> float:
+def draw(seed: int | str, key: str, attempt: int, purpose: str) -> float:
     """A reproducible uniform draw in [0, 1) for one attempt of one notification."""
     digest = hashlib.sha256(f"{seed}|{key}|{attempt}|{purpose}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64
@@ -332,7 +332,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--log", type=Path, default=None, help="append one JSON line per request here")
     parser.add_argument("--secret", default=None, help="whsec_... to verify signatures (401 when invalid)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the fault decisions")
+    parser.add_argument("--seed", default="0", help="seed of the fault decisions (any string, like the agent's)")
     parser.add_argument("--fail-rate", type=float, default=0.0, help="share of attempts answered with a failure")
     parser.add_argument(
         "--fail-status",
