@@ -152,6 +152,7 @@ class Sink:
         valid = self._verify(body, dict(h))
         concurrent = self._inflight[(path, key)] > 0
         self._inflight[(path, key)] += 1
+        seen = _Seen(started, path, key, order_id, event_type, position, attempt, valid, concurrent, h, body)
         try:
             fault, status = decide_fault(self.faults, key, attempt, event_type)
             if valid is False:
@@ -160,23 +161,7 @@ class Sink:
                 await asyncio.sleep(self.faults.latency_ms / 1000.0)
             if status is None:
                 self.counts["hung"] += 1
-                self._record(
-                    started,
-                    path,
-                    key,
-                    order_id,
-                    event_type,
-                    position,
-                    attempt,
-                    None,
-                    fault,
-                    valid,
-                    False,
-                    False,
-                    concurrent,
-                    h,
-                    body,
-                )
+                self._record(seen, None, fault)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closing.wait(), timeout=3600)
                 return Response(status_code=503)
@@ -191,23 +176,7 @@ class Sink:
             out_of_order = position is not None and top > position
             if position is not None:
                 self._max_position[(path, order_id)] = max(top, position)
-        self._record(
-            started,
-            path,
-            key,
-            order_id,
-            event_type,
-            position,
-            attempt,
-            status,
-            fault,
-            valid,
-            duplicate,
-            out_of_order,
-            concurrent,
-            h,
-            body,
-        )
+        self._record(seen, status, fault, duplicate=duplicate, out_of_order=out_of_order)
         headers = {}
         if self.faults.retry_after is not None and status in (429, 503):
             headers["retry-after"] = f"{self.faults.retry_after:g}"
@@ -224,54 +193,56 @@ class Sink:
         return True
 
     def _record(
-        self,
-        started: float,
-        path: str,
-        key: str,
-        order_id: str,
-        event_type: str,
-        position: int | None,
-        attempt: int,
-        status: int | None,
-        fault: str | None,
-        valid: bool | None,
-        duplicate: bool,
-        out_of_order: bool,
-        concurrent: bool,
-        headers: Mapping[str, str],
-        body: bytes,
+        self, seen: _Seen, status: int | None, fault: str | None, *, duplicate: bool = False, out_of_order: bool = False
     ) -> None:
         self.by_status[str(status) if status is not None else "hang"] += 1
         self.counts["duplicates"] += duplicate
         self.counts["order_violations"] += out_of_order
-        self.counts["concurrent"] += concurrent
+        self.counts["concurrent"] += seen.concurrent
         try:
-            parsed: Any = json.loads(body)
+            parsed: Any = json.loads(seen.body)
         except ValueError:
-            parsed = body.decode("utf-8", "replace")
+            parsed = seen.body.decode("utf-8", "replace")
         record = {
             "ts": time.time(),
-            "started": started,
-            "path": path,
-            "idempotency_key": key,
-            "order_id": order_id,
-            "event_type": event_type,
-            "position": position,
-            "attempt": attempt,
+            "started": seen.started,
+            "path": seen.path,
+            "idempotency_key": seen.key,
+            "order_id": seen.order_id,
+            "event_type": seen.event_type,
+            "position": seen.position,
+            "attempt": seen.attempt,
             "status": status,
             "fault": fault,
-            "signature_valid": valid,
+            "signature_valid": seen.valid,
             "duplicate": duplicate,
             "out_of_order": out_of_order,
-            "concurrent": concurrent,
-            "traceparent": headers.get("traceparent"),
-            "user_agent": headers.get("user-agent"),
+            "concurrent": seen.concurrent,
+            "traceparent": seen.headers.get("traceparent"),
+            "user_agent": seen.headers.get("user-agent"),
             "body": parsed,
         }
         if self.keep_records:
             self.records.append(record)
         if self._log is not None:
             self._log.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Seen:
+    """What the sink read off one request, before deciding how to answer it."""
+
+    started: float
+    path: str
+    key: str
+    order_id: str
+    event_type: str
+    position: int | None
+    attempt: int
+    valid: bool | None
+    concurrent: bool
+    headers: Mapping[str, str]
+    body: bytes
 
 
 def _int(value: str | None) -> int | None:
