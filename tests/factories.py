@@ -6,8 +6,10 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from nexus.core.envelope import EventEnvelope
+from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import STEPS, EventType
+from nexus.core.sequencing import Decision, OrderState, resolve
+from nexus.errors import InvalidEventError
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -63,3 +65,27 @@ def abort(order_id: str, plan_id: str, at_seq: int = 0) -> EventEnvelope:
 
 def plan_json(order_id: str, plan_id: str, steps: int = 5) -> list[dict[str, Any]]:
     return [step_json(order_id, plan_id, s) for s in range(1, steps + 1)]
+
+
+def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderState]:
+    """What the pure core decides for each agent message (`.body`, `.expected_code`), in sending order,
+    and the order's final state: the gateway without the database."""
+    state = OrderState(order_id)
+    pending: dict[int, EventEnvelope] = {}
+    decisions = []
+    for message in messages:
+        try:
+            envelope = parse_envelope(message.body)
+        except InvalidEventError as exc:
+            assert exc.code.value == message.expected_code
+            decisions.append(Decision.DEAD_LETTER)
+            continue
+        resolution = resolve(state, [envelope], pending)
+        for seq in resolution.unbuffered:
+            pending.pop(seq, None)
+        for event in resolution.buffered:
+            assert event.seq_id is not None
+            pending[event.seq_id] = event
+        decisions.append(resolution.decisions[0][1])
+        state = resolution.after
+    return decisions, state

@@ -15,9 +15,9 @@ from nexus.agent.graph import AgentContext, Outcome, Simulation, graph, initial_
 from nexus.agent.hostile import Message, Mode
 from nexus.agent.runner import AgentConfig, run_agent, write_report
 from nexus.agent.transport import Ack, PublishError
-from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.sequencing import Decision, OrderState, resolve
-from nexus.errors import InvalidEventError
+from nexus.core.envelope import EventEnvelope
+from nexus.core.sequencing import Decision, OrderState
+from tests.factories import fold_messages
 
 
 class RecordingTransport:
@@ -51,24 +51,7 @@ async def run(transport: RecordingTransport, **kwargs: Any) -> dict[str, Any]:
 
 def fold(plan: dict[str, Any], messages: list[Message]) -> tuple[list[Decision], OrderState]:
     """What the pure core decides for one plan's messages, in sending order."""
-    state = OrderState(plan["order_id"])
-    pending: dict[int, EventEnvelope] = {}
-    decisions = []
-    for message in messages:
-        try:
-            envelope = parse_envelope(message.body)
-        except InvalidEventError:
-            decisions.append(Decision.DEAD_LETTER)
-            continue
-        resolution = resolve(state, [envelope], pending)
-        for seq in resolution.unbuffered:
-            pending.pop(seq, None)
-        for event in resolution.buffered:
-            assert event.seq_id is not None
-            pending[event.seq_id] = event
-        decisions.append(resolution.decisions[0][1])
-        state = resolution.after
-    return decisions, state
+    return fold_messages(plan["order_id"], messages)
 
 
 def types(plan: dict[str, Any]) -> list[tuple[str | None, int | None]]:

@@ -15,8 +15,9 @@ from nexus.agent.graph import EXPECTED, Outcome, shape_of
 from nexus.agent.hostile import HostileStream, Message, Mode
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import STEPS, EventType, seq_of
-from nexus.core.sequencing import Decision, OrderState, resolve
+from nexus.core.sequencing import Decision, OrderState
 from nexus.errors import InvalidEventError
+from tests.factories import fold_messages
 
 PLANNED = (Outcome.COMPLETED, Outcome.INVENTORY_FAILED, Outcome.PAYMENT_REJECTED)
 ALL_ON = dict.fromkeys(Mode, 1.0)
@@ -58,25 +59,7 @@ def messages_for(outcome: Outcome, actions: Sequence[hostile.Action]) -> list[Me
 
 def fold(messages: Sequence[Message]) -> tuple[list[Decision], OrderState]:
     """What the pure core decides for each message, in order, and the order's final state."""
-    state = OrderState("o-1")
-    pending: dict[int, EventEnvelope] = {}
-    decisions = []
-    for message in messages:
-        try:
-            envelope = parse_envelope(message.body)
-        except InvalidEventError as exc:
-            assert exc.code.value == message.expected_code
-            decisions.append(Decision.DEAD_LETTER)
-            continue
-        resolution = resolve(state, [envelope], pending)
-        for seq in resolution.unbuffered:
-            pending.pop(seq, None)
-        for event in resolution.buffered:
-            assert event.seq_id is not None
-            pending[event.seq_id] = event
-        decisions.append(resolution.decisions[0][1])
-        state = resolution.after
-    return decisions, state
+    return fold_messages("o-1", messages)
 
 
 def test_zero_rates_choose_nothing() -> None:
