@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import json
 import os
 import platform
 import re
@@ -29,53 +27,28 @@ import time
 import uuid
 import zlib
 from pathlib import Path
-from typing import Any
 
-import asyncpg
-
-from nexus.core.process import STEPS, EventType
+from nexus.bench import create_database
+from nexus.bench.scenarios import make_plans
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.kafka import KafkaIngress
 from nexus.kafka_io import EventProducer, delete_topics, ensure_topics
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
-from nexus.store.migrate import apply_migrations
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SECTION = "## Kafka ingress"
 PARTITIONS = 4
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def plan_bytes(plans: int, tag: str) -> list[tuple[bytes, bytes]]:
     """(key, value) of every step of `plans` five-step plans, plan after plan."""
-    out: list[tuple[bytes, bytes]] = []
-    for i in range(plans):
-        order = f"bench-{tag}-{i:06d}"
-        for seq, event_type in enumerate(STEPS, start=1):
-            data: dict[str, Any] = {}
-            if event_type is EventType.ORDER_CREATED:
-                data = {
-                    "user_id": "u1",
-                    "items": [{"product_id": "p", "quantity": 1, "unit_price": 10}],
-                    "total_amount": 10,
-                    "currency": "USD",
-                }
-            elif event_type is EventType.PAYMENT_PROCESSED:
-                data = {"payment_id": f"pay-{i}", "amount": 10, "currency": "USD"}
-            body = {
-                "event_id": str(uuid.uuid4()),
-                "event_type": event_type.value,
-                "plan_id": f"plan-{tag}-{i}",
-                "order_id": order,
-                "seq_id": seq,
-                "timestamp": (T0 + dt.timedelta(seconds=seq)).isoformat(),
-                "schema_version": "1.0",
-                "data": data,
-            }
-            out.append((order.encode(), json.dumps(body).encode()))
-    return out
+    return [
+        (event.order_id.encode(), event.model_dump_json().encode())
+        for plan in make_plans(f"bench-{tag}", plans)
+        for event in plan
+    ]
 
 
 class Databases:
@@ -89,20 +62,7 @@ class Databases:
         self.admin_url = url
 
     async def fresh(self) -> str:
-        name = f"bench_{uuid.uuid4().hex[:10]}"
-        conn = await asyncpg.connect(self.admin_url)
-        try:
-            await conn.execute(f"CREATE DATABASE {name}")
-        finally:
-            await conn.close()
-        url = re.sub(r"/[^/?]*(\?|$)", rf"/{name}\1", self.admin_url.split("://", 1)[1], count=1)
-        url = self.admin_url.split("://", 1)[0] + "://" + url
-        conn = await asyncpg.connect(url)
-        try:
-            await apply_migrations(conn)
-        finally:
-            await conn.close()
-        return url
+        return await create_database(self.admin_url, f"bench_{uuid.uuid4().hex[:10]}", migrate=True)
 
     def close(self) -> None:
         if self.embedded is not None:
