@@ -36,6 +36,11 @@ def free_port() -> int:
         return port
 
 
+def api_headers(**extra: str) -> dict[str, str]:
+    """Headers every test request to the gateway's API carries (identity puts the test key here)."""
+    return {**extra}
+
+
 class PostgresForTests:
     """The session's PostgreSQL server: hands out fresh databases cloned from a migrated template."""
 
