@@ -76,7 +76,7 @@ def wait_http(url: str, timeout: float = 30) -> None:
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "nexus.cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-m", "nexus_cli", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
 
 

@@ -28,14 +28,15 @@ import uuid
 import zlib
 from pathlib import Path
 
-from nexus.bench import create_database
-from nexus.bench.scenarios import make_plans
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.kafka import KafkaIngress
-from nexus.kafka_io import EventProducer, delete_topics, ensure_topics
+from nexus.kafka_io import EventProducer
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
+from nexus_lab.bench import create_database
+from nexus_lab.bench.scenarios import make_plans
+from nexus_lab.kafka_admin import delete_topics, ensure_topics
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 SECTION = "## Kafka ingress"

@@ -155,7 +155,7 @@ class NexusProcess:
 
     def _spawn(self, log: object) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [sys.executable, "-m", "nexus.cli", *self.args],
+            [sys.executable, "-m", "nexus_cli", *self.args],
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,

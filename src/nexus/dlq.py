@@ -17,7 +17,7 @@ import json
 import uuid
 from typing import Any
 
-from nexus.cli import add_common, settings_from
+from nexus.cli_common import add_common, settings_from
 from nexus.delivery.subscriptions import list_dead_deliveries, redrive_delivery
 from nexus.errors import NexusError, NotFoundError
 from nexus.ingress.http import dead_letter_json

@@ -1,4 +1,4 @@
-"""Kafka plumbing shared by agents, tools and the consumer: the event producer and small admin helpers.
+"""Kafka plumbing of the gateway's tools: the producer `nexus dlq redrive` uses, and reading a topic back.
 
 Producing is where an agent hands a step to the gateway, so the producer is the strict kind: acks=all and
 idempotent, and `send` returns only once the broker has acknowledged that one event. Records are keyed by
@@ -12,20 +12,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import AIOKafkaAdminClient
 
 from nexus.core.envelope import EventEnvelope
 from nexus.settings import Settings
 
 Event = EventEnvelope | bytes | str | Mapping[str, Any]
 Headers = list[tuple[str, bytes]]
-
-_TOPIC_ALREADY_EXISTS = 36
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -146,32 +144,6 @@ class EventProducer:
         return fut
 
 
-async def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 4) -> None:
-    """Create the topics that do not exist yet (replication 1: the local broker is a single node) and
-    wait until every partition has a leader, so the first produce does not bounce."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        missing = [t for t in topics if t not in existing]
-        if missing:
-            response = await admin.create_topics([NewTopic(t, partitions, 1) for t in missing], timeout_ms=10_000)
-            for name, code, *_ in response.topic_errors:
-                if code not in (0, _TOPIC_ALREADY_EXISTS):
-                    raise RuntimeError(f"cannot create topic {name}: error {code}")
-        for _ in range(100):
-            described = await admin.describe_topics(list(topics))
-            if all(
-                t.get("error_code", 0) == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
-                for t in described
-            ):
-                return
-            await asyncio.sleep(0.1)
-        raise RuntimeError(f"topics {list(topics)} have no leader yet")
-    finally:
-        await admin.close()
-
-
 async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
     """The partition numbers of `topic` (empty if it does not exist)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
@@ -183,15 +155,6 @@ async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
     if described.get("error_code", 0) != 0:
         return []
     return sorted(p["partition"] for p in described["partitions"])
-
-
-async def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
-    await admin.start()
-    try:
-        await admin.delete_topics(list(topics), timeout_ms=10_000)
-    finally:
-        await admin.close()
 
 
 async def read_topic(bootstrap: str, topic: str, *, limit: int | None = None) -> list[StoredRecord]:

@@ -7,16 +7,31 @@ to Kafka is counted after the broker's acknowledgement.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from nexus.core.envelope import EventEnvelope
 from nexus.core.process import EventType
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode
 
-if TYPE_CHECKING:
-    from nexus.gateway import Incoming, Outcome
+
+# What `record_outcomes` reads of the gateway's `Incoming` and `Outcome`, as protocols: metrics is imported
+# by the gateway, so it must not import the gateway back.
+class _Item(Protocol):
+    @property
+    def envelope(self) -> EventEnvelope | None: ...
+
+
+class _Outcome(Protocol):
+    @property
+    def decision(self) -> Decision: ...
+    @property
+    def code(self) -> ErrorCode | None: ...
+    @property
+    def dead_letter_id(self) -> int | None: ...
+
 
 # The *_created series double the exposition and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -80,7 +95,7 @@ for _code in ErrorCode:
     DLQ_MESSAGES.labels(code=_code.value)
 
 
-def record_outcomes(items: Sequence[Incoming], outcomes: Sequence[Outcome], drained: int) -> None:
+def record_outcomes(items: Sequence[_Item], outcomes: Sequence[_Outcome], drained: int) -> None:
     for item, outcome in zip(items, outcomes, strict=True):
         kind = item.envelope.event_type.value if item.envelope is not None else "unknown"
         EVENTS_PROCESSED.labels(kind=kind, outcome=outcome.decision.value.lower()).inc()

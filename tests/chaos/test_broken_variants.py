@@ -2,7 +2,7 @@
 removed on purpose (`tests/chaos/broken/`), must report the violation.
 
 The broken variants are launchers that patch one thing and run `nexus`; the harness starts them in
-place of `python -m nexus.cli` (its `gateway_cmd`), so nothing in the product can switch them on.
+place of `python -m nexus_cli` (its `gateway_cmd`), so nothing in the product can switch them on.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from nexus.chaos.harness import ChaosSession
-from nexus.chaos.runner import ScenarioResult, run_scenario
-from nexus.chaos.scenarios import SCENARIOS
+from nexus_lab.chaos.harness import ChaosSession
+from nexus_lab.chaos.runner import ScenarioResult, run_scenario
+from nexus_lab.chaos.scenarios import SCENARIOS
 
 pytestmark = [pytest.mark.slow]
 

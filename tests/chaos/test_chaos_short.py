@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from nexus.chaos.harness import ChaosSession
-from nexus.chaos.runner import ScenarioResult, run_scenario
-from nexus.chaos.scenarios import SCENARIOS
+from nexus_lab.chaos.harness import ChaosSession
+from nexus_lab.chaos.runner import ScenarioResult, run_scenario
+from nexus_lab.chaos.scenarios import SCENARIOS
 
 pytestmark = [pytest.mark.slow]
 
@@ -106,7 +106,7 @@ async def test_everything(session: ChaosSession) -> None:
 
 def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     """`nexus chaos --list` prints one line per scenario and exits 0."""
-    from nexus.cli import main
+    from nexus_cli import main
 
     assert main(["chaos", "--list"]) == 0
     out = capsys.readouterr().out
@@ -115,7 +115,7 @@ def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown scenario name exits 2 before anything starts."""
-    from nexus.cli import main
+    from nexus_cli import main
 
     assert main(["chaos", "no-such-scenario"]) == 2
     assert "unknown scenario" in capsys.readouterr().err

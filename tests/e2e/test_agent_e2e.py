@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from nexus.delivery.signing import generate_secret
-from nexus.kafka_io import delete_topics, ensure_topics
 from nexus.settings import Settings
+from nexus_lab.kafka_admin import delete_topics, ensure_topics
 from tests.conftest import ROOT, NexusProcess, free_port, settings_env, wait_http
 
 ALL_MODES = [
@@ -63,7 +63,7 @@ def start_stack(
 def nexus(args: list[str], env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """Run `nexus ...` to completion, capturing its output."""
     return subprocess.run(
-        [sys.executable, "-m", "nexus.cli", *args],
+        [sys.executable, "-m", "nexus_cli", *args],
         env=env,
         cwd=ROOT,
         capture_output=True,

@@ -18,7 +18,7 @@ def test_quick_submit_and_raw_write_rows_with_throughput(tmp_path: Path) -> None
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
     env = {k: v for k, v in os.environ.items() if k != "NEXUS_DATABASE_URL"}
     done = subprocess.run(
-        [sys.executable, "-m", "nexus.cli", "bench", "--quick", "--suite", "submit,raw", "--plans", "20",
+        [sys.executable, "-m", "nexus_cli", "bench", "--quick", "--suite", "submit,raw", "--plans", "20",
          "--json", str(out), "--plot", str(png)],
         capture_output=True, text=True, timeout=90, env=env, check=False,
     )  # fmt: skip

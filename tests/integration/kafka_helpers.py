@@ -19,9 +19,10 @@ from aiokafka.errors import KafkaError
 
 from nexus.gateway import Gateway
 from nexus.ingress.kafka import KafkaIngress
-from nexus.kafka_io import EventProducer, delete_topics, ensure_topics
+from nexus.kafka_io import EventProducer
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.kafka_admin import delete_topics, ensure_topics
 from tests.factories import plan_json
 
 BOOTSTRAP = os.environ.get("NEXUS_KAFKA_BOOTSTRAP", "127.0.0.1:9092")

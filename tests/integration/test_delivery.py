@@ -23,8 +23,8 @@ from nexus.delivery.subscriptions import Subscription, accounting, add_subscript
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.http import create_app
 from nexus.settings import Settings
-from nexus.sink import Faults, start_sink
 from nexus.store.database import Database
+from nexus_lab.sink import Faults, start_sink
 from tests.factories import plan_json
 
 SECRET = generate_secret()

@@ -14,8 +14,8 @@ import httpx
 
 from nexus.delivery.subscriptions import ensure_default_subscription
 from nexus.settings import Settings
-from nexus.sink import Faults, start_sink
 from nexus.store.database import Database
+from nexus_lab.sink import Faults, start_sink
 from tests.factories import plan_json
 from tests.integration.test_delivery import (
     SECRET,

@@ -15,7 +15,7 @@ from tests.factories import plan_json
 
 def nexus_dlq(settings: Settings, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "nexus.cli", "dlq", *args],
+        [sys.executable, "-m", "nexus_cli", "dlq", *args],
         env=settings_env(settings),
         cwd=ROOT,
         capture_output=True,

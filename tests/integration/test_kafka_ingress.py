@@ -121,7 +121,7 @@ async def test_serve_kafka_consumes_beside_the_http_api(kafka_settings: Settings
 def nexus_dlq(s: Settings, *args: str) -> str:
     env = settings_env(s)
     out = subprocess.run(
-        [sys.executable, "-m", "nexus.cli", "dlq", *args], env=env, cwd=ROOT, capture_output=True, timeout=60
+        [sys.executable, "-m", "nexus_cli", "dlq", *args], env=env, cwd=ROOT, capture_output=True, timeout=60
     )
     assert out.returncode == 0, out.stderr.decode()
     return out.stdout.decode()

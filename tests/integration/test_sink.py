@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from nexus.delivery.signing import delivery_headers, generate_secret, parse_secret
-from nexus.sink import Faults, decide_fault, start_sink
+from nexus_lab.sink import Faults, decide_fault, start_sink
 from tests.conftest import NexusProcess, free_port, wait_http
 
 SECRET = generate_secret()

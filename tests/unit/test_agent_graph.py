@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from nexus.agent import cli as agent_cli
-from nexus.agent.graph import AgentContext, Outcome, Simulation, graph, initial_state
-from nexus.agent.hostile import Message, Mode
-from nexus.agent.runner import AgentConfig, run_agent, write_report
-from nexus.agent.transport import Ack, PublishError
 from nexus.core.envelope import EventEnvelope
 from nexus.core.sequencing import Decision, OrderState
+from nexus_lab.agent import cli as agent_cli
+from nexus_lab.agent.graph import AgentContext, Outcome, Simulation, graph, initial_state
+from nexus_lab.agent.hostile import Message, Mode
+from nexus_lab.agent.runner import AgentConfig, run_agent, write_report
+from nexus_lab.agent.transport import Ack, PublishError
 from tests.factories import fold_messages
 
 

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexus.agent import hostile
-from nexus.agent.graph import EXPECTED, Outcome, shape_of
-from nexus.agent.hostile import HostileStream, Message, Mode
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import STEPS, EventType, seq_of
 from nexus.core.sequencing import Decision, OrderState
 from nexus.errors import InvalidEventError
+from nexus_lab.agent import hostile
+from nexus_lab.agent.graph import EXPECTED, Outcome, shape_of
+from nexus_lab.agent.hostile import HostileStream, Message, Mode
 from tests.factories import fold_messages
 
 PLANNED = (Outcome.COMPLETED, Outcome.INVENTORY_FAILED, Outcome.PAYMENT_REJECTED)

@@ -25,7 +25,7 @@ from nexus.store.database import Database
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from nexus.cli import add_common
+    from nexus.cli_common import add_common
 
     add_common(parser)
     sub = parser.add_subparsers(dest="action", required=True)
@@ -47,7 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nexus.cli import settings_from
+    from nexus.cli_common import settings_from
 
     actions: dict[str, Callable[[Database], Awaitable[Any]]] = {
         "add": lambda db: _add(db, args),

@@ -21,7 +21,7 @@ def main() -> int:
     if found != 1:
         raise SystemExit("the claim query changed shape: update this broken variant")
     queries["claim"] = claim
-    from nexus.cli import main as nexus_main
+    from nexus_cli import main as nexus_main
 
     return nexus_main(sys.argv[1:])
 

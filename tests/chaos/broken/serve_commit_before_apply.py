@@ -26,7 +26,7 @@ async def _commit_then_resolve(self: KafkaIngress, tp: Any, records: list[Any]) 
 
 def main() -> int:
     KafkaIngress._resolve = _commit_then_resolve  # type: ignore[method-assign]
-    from nexus.cli import main as nexus_main
+    from nexus_cli import main as nexus_main
 
     return nexus_main(sys.argv[1:])
 

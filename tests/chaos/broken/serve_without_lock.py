@@ -14,7 +14,7 @@ from nexus.store.queries import load
 def main() -> int:
     # Same parameter ($1: the batch's order ids), no lock taken.
     load("gateway.sql")["lock_orders"] = "SELECT cardinality($1::text[])"
-    from nexus.cli import main as nexus_main
+    from nexus_cli import main as nexus_main
 
     return nexus_main(sys.argv[1:])
 

@@ -1,6 +1,6 @@
 """How the chaos agent reaches the gateways: spread over several, raced through two, patient with Kafka.
 
-All three wrap the agent's own transports (`nexus.agent.transport`) and keep their contract: `send`
+All three wrap the agent's own transports (`nexus_lab.agent.transport`) and keep their contract: `send`
 returns once the message is acknowledged.
 """
 
@@ -11,9 +11,9 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from nexus.agent.hostile import Message, Mode
-from nexus.agent.transport import Ack, HttpTransport, PublishError, Transport
 from nexus.core.sequencing import Decision
+from nexus_lab.agent.hostile import Message, Mode
+from nexus_lab.agent.transport import Ack, HttpTransport, PublishError, Transport
 
 # A gateway SIGKILLed and restarted, or PostgreSQL down for a few seconds, answers nothing or 503 for a
 # while: the agent retries (doubling from 0.1 s) for up to ~50 s before it gives up.
@@ -101,7 +101,7 @@ def _first_of(x: Ack, y: Ack) -> Ack:
 
 def relax_report(report: dict[str, Any], raced: dict[str, Ack]) -> None:
     """Put the raced steps' real answers in the report, accepting either order of a raced pair."""
-    from nexus.agent.runner import summarize
+    from nexus_lab.agent.runner import summarize
 
     for plan in report["plans"]:
         for e in plan["events"]:

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nexus.agent import runner
-from nexus.agent.hostile import Mode
-from nexus.agent.runner import AgentConfig
-from nexus.agent.transport import HttpTransport, KafkaTransport, PublishError, Transport
+from nexus_lab.agent import runner
+from nexus_lab.agent.hostile import Mode
+from nexus_lab.agent.runner import AgentConfig
+from nexus_lab.agent.transport import HttpTransport, KafkaTransport, PublishError, Transport
 
 MODE_HELP: dict[Mode, str] = {
     Mode.DUPLICATE: "resend a step right after sending it",
@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", default=None, help="decides every plan's path: plan i uses <seed>:<i> (random)")
     parser.add_argument("--report", type=Path, default=None, help="write the report (JSON) here")
     parser.add_argument("--transport", choices=["http", "kafka"], default="http")
-    parser.add_argument("--gateway-url", default=None, help="HTTP gateway (default http://127.0.0.1:8080)")
+    parser.add_argument("--gateway-url", default=None, help="HTTP gateway (NEXUS_GATEWAY_URL, http://127.0.0.1:8080)")
     parser.add_argument("--kafka-bootstrap", default=None, help="Kafka bootstrap (NEXUS_KAFKA_BOOTSTRAP)")
     parser.add_argument("--kafka-topic", default=None, help="events topic (NEXUS_KAFKA_TOPIC, nexus.events)")
     parser.add_argument("--concurrency", type=int, default=8, help="plans in flight at once")
@@ -120,8 +120,8 @@ async def open_transport(args: argparse.Namespace, env: Mapping[str, str]) -> tu
         bootstrap = args.kafka_bootstrap or env.get("NEXUS_KAFKA_BOOTSTRAP") or "127.0.0.1:9092"
         topic = args.kafka_topic or env.get("NEXUS_KAFKA_TOPIC") or "nexus.events"
         return await KafkaTransport(bootstrap, topic).start(), f"kafka://{bootstrap}/{topic}"
-    url = args.gateway_url or "http://127.0.0.1:8080"
-    return HttpTransport(url, retries=args.publish_retries), url
+    transport = HttpTransport(args.gateway_url, retries=args.publish_retries)
+    return transport, transport.gateway_url
 
 
 async def _main(args: argparse.Namespace) -> int:

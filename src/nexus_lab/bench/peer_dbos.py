@@ -6,7 +6,7 @@ order row, insert an outbox row) in one transaction on the bench database; DBOS 
 and every step's output in its system database (`dbos` schema, its own database on the same server).
 
 Runs in its own process (DBOS is a process-wide singleton with background threads), started by
-`nexus bench`: ``python -m nexus.bench.peer_dbos --url URL --system-url URL --plans N --concurrency C...``.
+`nexus bench`: ``python -m nexus_lab.bench.peer_dbos --url URL --system-url URL --plans N --concurrency C...``.
 Prints one JSON result per concurrency on stdout as it finishes.
 
 Latency of an event: from the previous event's step returning (for the first, from starting the
@@ -29,8 +29,8 @@ from collections import defaultdict
 import asyncpg
 from dbos import DBOS, DBOSConfig
 
-from nexus.bench.scenarios import make_plans, raw_write_values, row, split
 from nexus.core.envelope import EventEnvelope
+from nexus_lab.bench.scenarios import make_plans, raw_write_values, row, split
 
 Event = tuple[str, str, int, str, str, str]  # order_id, plan_id, seq_id, event_id, event_type, payload
 

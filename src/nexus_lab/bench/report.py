@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nexus.bench.scenarios import Row
+from nexus_lab.bench.scenarios import Row
 
 # The gateway paths compared with the baselines, by their scenario names.
 GATEWAY = {"http": "HTTP, 1 event/request", "submit": "Gateway.submit, 1 event/call"}

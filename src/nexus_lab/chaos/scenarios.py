@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from nexus.agent.hostile import Mode
-from nexus.chaos.faults import BreakerWatch, Fault, KafkaRestart, KillLoop, PostgresOutage, ReceiverOutage
-from nexus.chaos.harness import StackSpec
+from nexus_lab.agent.hostile import Mode
+from nexus_lab.chaos.faults import BreakerWatch, Fault, KafkaRestart, KillLoop, PostgresOutage, ReceiverOutage
+from nexus_lab.chaos.harness import StackSpec
 
 UNSTABLE_SINK = ("--fail-rate", "0.3", "--fail-status", "500,503,429,408", "--retry-after", "1", "--hang-rate", "0.04")
 

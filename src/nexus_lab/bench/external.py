@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nexus.bench.scenarios import Row, row
 from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.settings import Settings
 from nexus.store.embedded import EmbeddedPostgres
+from nexus_lab.bench.scenarios import Row, row
 
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
 

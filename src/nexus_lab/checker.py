@@ -1,6 +1,6 @@
 """`nexus check REPORT --sink-log FILE`: prove an agent run's outcome from PostgreSQL and the sink's log.
 
-For every plan of the report (see `nexus.agent.runner` for its format) it checks:
+For every plan of the report (see `nexus_lab.agent.runner` for its format) it checks:
 
 - `acks`: every message got the decision the report expected (HTTP; Kafka acks carry no decision);
 - `order`: the order's status, last_seq and plan_id are the expected ones;
@@ -360,7 +360,7 @@ async def check_report(
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from nexus.cli import add_common
+    from nexus.cli_common import add_common
 
     parser.add_argument("report", type=Path, help="the agent's report (nexus agent --report)")
     parser.add_argument("--sink-log", type=Path, default=None, help="the sink's log (nexus sink --log)")
@@ -385,7 +385,7 @@ def render(result: CheckResult, plans: int) -> str:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from nexus.cli import settings_from
+    from nexus.cli_common import settings_from
 
     report = json.loads(args.report.read_text())
     settings = settings_from(args)

@@ -32,7 +32,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 
-NEXUS_CMD: tuple[str, ...] = (sys.executable, "-m", "nexus.cli")
+NEXUS_CMD: tuple[str, ...] = (sys.executable, "-m", "nexus_cli")
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 # Every interval shrunk so a scenario settles in seconds; the values a scenario may override.
@@ -283,7 +283,7 @@ class Stack:
 
     async def start(self) -> None:
         if self.spec.kafka:
-            from nexus.kafka_io import ensure_topics
+            from nexus_lab.kafka_admin import ensure_topics
 
             await ensure_topics(self.session.kafka_bootstrap, [self.kafka_topic, self.kafka_dlq_topic], partitions=4)
         sink_cmd = [*NEXUS_CMD, "sink", "--port", str(self.sink_port), "--log", str(self.sink_log)]
@@ -340,7 +340,7 @@ class Stack:
         for proc in self.processes():
             await asyncio.to_thread(proc.stop)
         if self.spec.kafka:
-            from nexus.kafka_io import delete_topics
+            from nexus_lab.kafka_admin import delete_topics
 
             with contextlib.suppress(Exception):
                 await delete_topics(self.session.kafka_bootstrap, [self.kafka_topic, self.kafka_dlq_topic])

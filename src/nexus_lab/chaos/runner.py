@@ -1,6 +1,6 @@
 """Run one scenario: start its processes, run the agent while its faults strike, settle, and check.
 
-The checker (`nexus.checker.check_report`) is the judge: it waits until every notification is delivered
+The checker (`nexus_lab.checker.check_report`) is the judge: it waits until every notification is delivered
 or dead and nothing is pending, then proves the invariants from PostgreSQL and the sink's log.
 """
 
@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nexus.agent import runner as agent
-from nexus.agent.transport import KafkaTransport, Transport
-from nexus.chaos.faults import BreakerWatch, FaultContext
-from nexus.chaos.harness import ChaosSession, Stack
-from nexus.chaos.scenarios import Scenario
-from nexus.chaos.transports import PatientTransport, RacingTransport, SpreadTransport, http_transports, relax_report
-from nexus.checker import CHECKS, CheckResult, check_report, render
 from nexus.store.database import Database
+from nexus_lab.agent import runner as agent
+from nexus_lab.agent.transport import KafkaTransport, Transport
+from nexus_lab.chaos.faults import BreakerWatch, FaultContext
+from nexus_lab.chaos.harness import ChaosSession, Stack
+from nexus_lab.chaos.scenarios import Scenario
+from nexus_lab.chaos.transports import PatientTransport, RacingTransport, SpreadTransport, http_transports, relax_report
+from nexus_lab.checker import CHECKS, CheckResult, check_report, render
 
 # Run-wide checks of the checker that are invariants; the others say whether a mode happened at all.
 RUN_INVARIANTS = ("report", "notifications")

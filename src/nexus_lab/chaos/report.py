@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nexus.chaos.runner import ScenarioResult
-from nexus.demo import table
+from nexus_lab.chaos.runner import ScenarioResult
+from nexus_lab.demo import table
 
 HEADER = ("scenario", "plans", "faults injected", "invariants held", "time", "result")
 

@@ -251,7 +251,7 @@ def start_server(url: str, port: int) -> subprocess.Popen[bytes]:
     """`nexus serve` (HTTP + group commit, no dispatcher) on the bench database, ready to answer."""
     env = {**os.environ, "NEXUS_DATABASE_URL": url, "NEXUS_HTTP_PORT": str(port), "NEXUS_LOG_LEVEL": "WARNING"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "nexus.cli", "serve", "--no-dispatcher"],
+        [sys.executable, "-m", "nexus_cli", "serve", "--no-dispatcher"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -12,13 +12,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from typing import Any, Protocol
 
-import httpx
-
-from nexus.agent.hostile import Message
+from nexus.core.backoff import Jitter, RetryPolicy
+from nexus_client import AsyncNexusClient, ClientConfig, ClientError
+from nexus_lab.agent.hostile import Message
 
 
 class PublishError(Exception):
@@ -48,71 +47,51 @@ class Transport(Protocol):
 
 
 class HttpTransport:
-    """POSTs one envelope per request to `{gateway_url}/v1/events`."""
+    """POSTs one envelope per request to `{gateway_url}/v1/events`, through the SDK's HTTP client."""
 
     name = "http"
 
     def __init__(
         self,
-        gateway_url: str,
+        gateway_url: str | None = None,
         *,
         timeout_s: float = 10.0,
         retries: int = 4,
         backoff_s: float = 0.2,
         max_connections: int = 64,
     ) -> None:
-        self.url = gateway_url.rstrip("/") + "/v1/events"
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self._client = httpx.AsyncClient(
-            timeout=timeout_s,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        # Doubling from backoff_s, uncapped within the retries asked for (the chaos agent waits ~50 s).
+        retry = RetryPolicy(
+            base_ms=backoff_s * 1000.0,
+            max_ms=backoff_s * 1000.0 * 2**retries,
+            max_attempts=retries + 1,
+            jitter=Jitter.NONE,
         )
+        config = ClientConfig.from_env(
+            gateway_url=gateway_url, timeout_s=timeout_s, retry=retry, max_connections=max_connections
+        )
+        self.gateway_url = config.gateway_url
+        self.url = config.url("/v1/events")
+        self._client = AsyncNexusClient(config)
 
     async def send(self, message: Message) -> Ack:
-        last_error = "no attempt"
-        for attempt in range(1, self.retries + 2):
-            try:
-                response = await self._client.post(
-                    self.url, content=message.body, headers={"content-type": "application/json"}
-                )
-            except httpx.TransportError as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
-            else:
-                ack = _ack_of(response, attempt)
-                if ack is not None:
-                    return ack
-                last_error = f"HTTP {response.status_code}: {response.text[:200]}"
-                if response.status_code != 503:
-                    break
-            if attempt <= self.retries:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
-        raise PublishError(f"gateway did not acknowledge event {message.event_id}: {last_error}")
+        try:
+            result = await self._client.submit_raw(message.body)
+        except ClientError as exc:
+            raise PublishError(f"gateway did not acknowledge event {message.event_id}: {exc}") from exc
+        first = result.results[0] if result.results else None
+        order = first.order if first is not None else None
+        return Ack(
+            decision=first.decision.value if first is not None else None,
+            code=first.code if first is not None else None,
+            http_status=result.http_status,
+            order_status=order.status if order is not None else None,
+            order_last_seq=order.last_seq if order is not None else None,
+            attempts=result.attempts,
+        )
 
     async def close(self) -> None:
         await self._client.aclose()
-
-
-def _ack_of(response: httpx.Response, attempt: int) -> Ack | None:
-    if response.status_code >= 500:
-        return None
-    try:
-        body: Any = response.json()
-    except ValueError:
-        body = None
-    results = body.get("results") if isinstance(body, dict) else None
-    if response.status_code >= 400 and not results:
-        return None
-    first: dict[str, Any] = results[0] if results else {}
-    order = first.get("order") or {}
-    return Ack(
-        decision=first.get("decision"),
-        code=first.get("code"),
-        http_status=response.status_code,
-        order_status=order.get("status"),
-        order_last_seq=order.get("last_seq"),
-        attempts=attempt,
-    )
 
 
 class KafkaTransport:
@@ -126,7 +105,7 @@ class KafkaTransport:
         self._producer: Any = None
 
     async def start(self) -> KafkaTransport:
-        from nexus.kafka_io import EventProducer  # aiokafka is only needed on this path
+        from nexus_client.kafka import EventProducer  # aiokafka is only needed on this path
 
         producer = EventProducer(self.bootstrap, self.topic, client_id="nexus-agent")
         try:
@@ -141,7 +120,7 @@ class KafkaTransport:
         if self._producer is None:
             raise PublishError("KafkaTransport.start() first")
         try:
-            delivered = await self._producer.send(message.body, key=message.key)
+            delivered = await self._producer.send_raw(message.body, key=message.key)
         except Exception as exc:
             raise PublishError(f"broker did not acknowledge event {message.event_id}: {exc}") from exc
         return Ack(partition=delivered.partition, offset=delivered.offset)

@@ -17,9 +17,9 @@ import socket
 import time
 from collections.abc import Callable
 
-from nexus.chaos.harness import ChaosSession, Proc, Stack
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.chaos.harness import ChaosSession, Proc, Stack
 
 Range = tuple[float, float]
 

@@ -33,12 +33,12 @@ from typing import Any
 
 import asyncpg
 
-from nexus.bench import external, report
-from nexus.bench.scenarios import Row, bench_http, bench_raw, bench_submit, start_server
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 from nexus.store.migrate import apply_migrations
+from nexus_lab.bench import external, report
+from nexus_lab.bench.scenarios import Row, bench_http, bench_raw, bench_submit, start_server
 
 SUITES = ("raw", "submit", "http", "peer", "kafka", "delivery")
 
@@ -149,7 +149,7 @@ class Bench:
         if importlib.util.find_spec("dbos") is None:
             raise external.Skipped("dbos not installed (pip install -e '.[bench]')")
         name = f"bench_dbos_{uuid.uuid4().hex[:8]}"
-        command = [sys.executable, "-m", "nexus.bench.peer_dbos", "--url", url, "--plans", str(self.args.plans),
+        command = [sys.executable, "-m", "nexus_lab.bench.peer_dbos", "--url", url, "--plans", str(self.args.plans),
                    "--system-url", with_database(self.admin_url, name)]  # fmt: skip
         for conc in self.args.concurrency:
             command += ["--concurrency", str(conc)]

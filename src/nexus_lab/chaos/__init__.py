@@ -15,10 +15,10 @@ import logging
 import sys
 import time
 
-from nexus.chaos.harness import ChaosSession
-from nexus.chaos.report import render
-from nexus.chaos.runner import ScenarioResult, run_scenario
-from nexus.chaos.scenarios import SCENARIOS
+from nexus_lab.chaos.harness import ChaosSession
+from nexus_lab.chaos.report import render
+from nexus_lab.chaos.runner import ScenarioResult, run_scenario
+from nexus_lab.chaos.scenarios import SCENARIOS
 
 __all__ = ["SCENARIOS", "configure", "run"]
 

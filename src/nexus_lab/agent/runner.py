@@ -52,8 +52,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nexus.agent import hostile
-from nexus.agent.graph import (
+from nexus.core.envelope import EventEnvelope
+from nexus_lab.agent import hostile
+from nexus_lab.agent.graph import (
     EXPECTED,
     AgentContext,
     Simulation,
@@ -61,9 +62,8 @@ from nexus.agent.graph import (
     initial_state,
     shape_of,
 )
-from nexus.agent.hostile import HostileStream, Message, Mode
-from nexus.agent.transport import Ack, PublishError, Transport
-from nexus.core.envelope import EventEnvelope
+from nexus_lab.agent.hostile import HostileStream, Message, Mode
+from nexus_lab.agent.transport import Ack, PublishError, Transport
 
 log = logging.getLogger(__name__)
 

@@ -26,13 +26,13 @@ from typing import IO, Any
 
 import httpx
 
-from nexus.agent import runner
-from nexus.agent.hostile import Mode
-from nexus.agent.transport import HttpTransport
-from nexus.checker import CheckResult, check_report, render
 from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.agent import runner
+from nexus_lab.agent.hostile import Mode
+from nexus_lab.agent.transport import HttpTransport
+from nexus_lab.checker import CheckResult, check_report, render
 
 SINK_FAULTS = ["--fail-rate", "0.15", "--fail-status", "500,503,429", "--seed", "7"]
 
@@ -64,7 +64,7 @@ class Child:
         self.log_path = log_path
         self._log: IO[bytes] = log_path.open("wb")
         self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter running our own CLI
-            [sys.executable, "-m", "nexus.cli", *args],
+            [sys.executable, "-m", "nexus_cli", *args],
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

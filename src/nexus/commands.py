@@ -1,0 +1,79 @@
+"""The gateway's own commands: `serve` and `migrate`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+
+from nexus.cli_common import add_common, settings_from
+
+
+def configure_serve(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--http-host", default=None)
+    parser.add_argument("--http-port", type=int, default=None)
+    parser.add_argument("--kafka", action="store_true", help="also consume the Kafka topic")
+    parser.add_argument("--no-dispatcher", action="store_true", help="do not deliver webhooks here")
+    parser.add_argument("--dispatcher-only", action="store_true", help="only deliver webhooks (no HTTP API)")
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from nexus.app import ServiceFailed, serve
+
+    settings = settings_from(args, http_host=args.http_host, http_port=args.http_port)
+    setup_logging(settings.log_level)
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        try:
+            runner.run(
+                serve(
+                    settings,
+                    http=not args.dispatcher_only,
+                    dispatcher=not args.no_dispatcher,
+                    kafka=args.kafka,
+                    on_ready=lambda where: print(f"nexus serving at {where}", flush=True),
+                )
+            )
+        except ServiceFailed as exc:
+            print(f"nexus serve: {exc}", file=sys.stderr)
+            return 1
+    return 0
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where available: the HTTP and PostgreSQL I/O of the gateway is its hot path."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def configure_migrate(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    from nexus.store.database import Database
+
+    async def go() -> None:
+        db = Database(settings_from(args))
+        await db.open(migrate=True)
+        await db.close()
+
+    asyncio.run(go())
+    print("migrations applied")
+    return 0
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+    # pgserver narrates every pg_ctl call at INFO; keep its warnings only.
+    logging.getLogger("pgserver").setLevel(logging.WARNING)

@@ -1,0 +1,33 @@
+"""The `nexus` command: the gateway's commands and the lab's, in one table. Only this package knows both;
+the gateway (`nexus`) holds no reference to the lab."""
+
+from __future__ import annotations
+
+import sys
+
+from nexus.cli import GATEWAY_COMMANDS
+from nexus.cli import main as route
+
+# name -> (module, one-line help), in the order `nexus --help` lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": GATEWAY_COMMANDS["serve"],
+    "migrate": GATEWAY_COMMANDS["migrate"],
+    "demo": ("nexus_lab.demo", "start the embedded stack, send misbehaving plans, show what the gateway decided"),
+    "agent": ("nexus_lab.agent.cli", "run the LangGraph agent: generate plans and publish their steps"),
+    "sink": ("nexus_lab.sink", "run a webhook receiver that verifies, records and injects faults"),
+    "check": ("nexus_lab.checker", "check an agent report against PostgreSQL and the sink's log"),
+    "chaos": ("nexus_lab.chaos", "run chaos scenarios on real processes and check the invariants"),
+    "bench": ("nexus_lab.bench", "measure throughput and latency"),
+    "dlq": GATEWAY_COMMANDS["dlq"],
+    "subscriptions": GATEWAY_COMMANDS["subscriptions"],
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return route(argv, COMMANDS)
+
+
+__all__ = ["COMMANDS", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

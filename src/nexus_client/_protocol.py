@@ -1,0 +1,99 @@
+"""What the sync and async clients share: encoding requests, reading answers, deciding to retry and
+whether an order changed. Pure (no I/O), so both clients behave the same (as httpx's `_auth.py`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from nexus.core.backoff import RetryPolicy, decide
+from nexus.core.envelope import EventEnvelope
+from nexus_client.errors import ApiError, ClientError, GatewayUnreachable, NotFound, Unavailable
+from nexus_client.models import Order, SubmitResult
+
+M = TypeVar("M", bound=BaseModel)
+
+JSON_HEADERS = {"content-type": "application/json"}
+
+
+def encode_steps(steps: EventEnvelope | Sequence[EventEnvelope]) -> bytes:
+    """One envelope as itself, several as `{"events": [...]}`."""
+    if isinstance(steps, EventEnvelope):
+        return steps.model_dump_json().encode()
+    return b'{"events": [' + b", ".join(s.model_dump_json().encode() for s in steps) + b"]}"
+
+
+def _json(content: bytes) -> Any:
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None
+
+
+def api_error(status: int, content: bytes) -> ApiError:
+    """The typed error of a non-2xx answer, carrying its {code, message} body."""
+    body = _json(content)
+    fields = body if isinstance(body, dict) else {}
+    code = str(fields.get("code") or f"HTTP_{status}")
+    message = str(fields.get("message") or content[:200].decode("utf-8", "replace"))
+    request_id = fields.get("request_id")
+    kind = NotFound if status == 404 else Unavailable if status == 503 else ApiError
+    return kind(status, code, message, body, str(request_id) if request_id is not None else None)
+
+
+def submit_result(status: int, content: bytes, attempt: int) -> SubmitResult:
+    """The gateway's decisions, or the typed error. A 4xx with `results` is a decision (dead letter)."""
+    body = _json(content)
+    results = body.get("results") if isinstance(body, dict) else None
+    if status < 500 and (status < 400 or results):
+        try:
+            return SubmitResult.model_validate({"results": results or [], "http_status": status, "attempts": attempt})
+        except ValidationError as exc:
+            raise ApiError(status, "UNREADABLE_ANSWER", str(exc), body) from exc
+    raise api_error(status, content)
+
+
+def read_model(model: type[M], status: int, content: bytes) -> M:
+    if status >= 400:
+        raise api_error(status, content)
+    try:
+        return model.model_validate_json(content)
+    except ValidationError as exc:
+        raise ApiError(status, "UNREADABLE_ANSWER", str(exc), _json(content)) from exc
+
+
+def retry_delay_s(policy: RetryPolicy, attempt: int, error: ClientError, rand: float) -> float | None:
+    """Seconds to wait before resending after failed attempt `attempt`, or None to give up. Only a 503 and
+    an unreachable gateway are worth another attempt."""
+    if not isinstance(error, Unavailable | GatewayUnreachable):
+        return None
+    decision = decide(policy, attempt, rand)
+    return decision.delay_ms / 1000.0 if decision.retry else None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Change:
+    """What `wait` waits for: the order past `after_seq`, or out of `after_status`. With neither, any
+    change from the first reading."""
+
+    after_seq: int | None = None
+    after_status: str | None = None
+
+    def seen_in(self, order: Order | None, baseline: Order | None) -> bool:
+        if order is None:
+            return False
+        if self.after_seq is None and self.after_status is None:
+            if baseline is None:
+                return False
+            return (order.last_seq, order.status, order.buffered) != (
+                baseline.last_seq,
+                baseline.status,
+                baseline.buffered,
+            )
+        if self.after_seq is not None and order.last_seq > self.after_seq:
+            return True
+        return self.after_status is not None and order.status != self.after_status

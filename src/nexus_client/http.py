@@ -1,0 +1,212 @@
+"""Typed HTTP clients of the public API, sync (`NexusClient`) and async (`AsyncNexusClient`), same methods.
+
+    with NexusClient(ClientConfig.from_env()) as client:
+        client.submit(envelope)                      # one step -> SubmitResult
+        client.submit([step1, step2])                # a batch, one transaction per order
+        client.order("o-1"); client.plan("p-1")
+        client.wait("o-1", after_seq=2, timeout=30)  # the order once its last_seq passed 2
+
+`wait` polls GET /v1/orders/{id} on the config's bounded `poll` schedule; its signature is the one the
+long poll (`?wait=S&after_seq=N|after_status=X`) will keep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Self
+
+import httpx
+
+from nexus.core.backoff import jittered_ms
+from nexus.core.envelope import EventEnvelope
+from nexus_client import _protocol as proto
+from nexus_client.config import ClientConfig
+from nexus_client.errors import ClientError, GatewayUnreachable, NotFound, WaitTimeout
+from nexus_client.models import Order, Plan, SubmitResult
+
+Steps = EventEnvelope | Sequence[EventEnvelope]
+
+
+def _limits(config: ClientConfig) -> httpx.Limits:
+    return httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_connections)
+
+
+def _unreachable(exc: httpx.TransportError) -> GatewayUnreachable:
+    return GatewayUnreachable(f"{type(exc).__name__}: {exc}")
+
+
+class AsyncNexusClient:
+    """The public API over one pooled `httpx.AsyncClient`."""
+
+    def __init__(
+        self, config: ClientConfig | None = None, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self.config = config or ClientConfig.from_env()
+        self._http = httpx.AsyncClient(
+            timeout=self.config.timeout_s,
+            limits=_limits(self.config),
+            headers=self.config.headers(),
+            transport=transport,
+        )
+
+    async def submit(self, steps: Steps) -> SubmitResult:
+        """POST /v1/events with one envelope or a batch; resent on 503 and transport errors."""
+        return await self.submit_raw(proto.encode_steps(steps))
+
+    async def submit_raw(self, body: bytes | str) -> SubmitResult:
+        """POST a body as it is (the lab sends malformed ones on purpose); same answers and retries."""
+        content = body.encode() if isinstance(body, str) else body
+        attempt = 1
+        while True:
+            try:
+                response = await self._http.post(
+                    self.config.url("/v1/events"), content=content, headers=proto.JSON_HEADERS
+                )
+                return proto.submit_result(response.status_code, response.content, attempt)
+            except httpx.TransportError as exc:
+                error: ClientError = _unreachable(exc)
+            except ClientError as exc:
+                error = exc
+            delay = proto.retry_delay_s(self.config.retry, attempt, error, random.random())
+            if delay is None:
+                raise error
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    async def order(self, order_id: str) -> Order:
+        """GET /v1/orders/{order_id}; `NotFound` when the gateway knows no such order."""
+        return proto.read_model(Order, *await self._get(f"/v1/orders/{order_id}"))
+
+    async def plan(self, plan_id: str) -> Plan:
+        """GET /v1/plans/{plan_id}; `NotFound` when no order follows that plan."""
+        return proto.read_model(Plan, *await self._get(f"/v1/plans/{plan_id}"))
+
+    async def wait(
+        self, order_id: str, *, after_seq: int | None = None, after_status: str | None = None, timeout: float = 30.0
+    ) -> Order:
+        """The order once it changed (past `after_seq`, out of `after_status`, or else from its first reading);
+        `WaitTimeout` when it did not within `timeout` seconds."""
+        change = proto.Change(after_seq, after_status)
+        deadline = time.monotonic() + timeout
+        baseline: Order | None = None
+        attempt = 1
+        while True:
+            try:
+                current: Order | None = await self.order(order_id)
+            except NotFound:
+                current = None
+            if change.seen_in(current, baseline):
+                assert current is not None
+                return current
+            baseline = baseline or current
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(f"order {order_id} did not change within {timeout}s")
+            await asyncio.sleep(min(left, jittered_ms(self.config.poll, attempt, random.random()) / 1000.0))
+            attempt += 1
+
+    async def _get(self, path: str) -> tuple[int, bytes]:
+        try:
+            response = await self._http.get(self.config.url(path))
+        except httpx.TransportError as exc:
+            raise _unreachable(exc) from exc
+        return response.status_code, response.content
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class NexusClient:
+    """The public API over one pooled `httpx.Client` (blocking)."""
+
+    def __init__(self, config: ClientConfig | None = None, *, transport: httpx.BaseTransport | None = None) -> None:
+        self.config = config or ClientConfig.from_env()
+        self._http = httpx.Client(
+            timeout=self.config.timeout_s,
+            limits=_limits(self.config),
+            headers=self.config.headers(),
+            transport=transport,
+        )
+
+    def submit(self, steps: Steps) -> SubmitResult:
+        """POST /v1/events with one envelope or a batch; resent on 503 and transport errors."""
+        return self.submit_raw(proto.encode_steps(steps))
+
+    def submit_raw(self, body: bytes | str) -> SubmitResult:
+        """POST a body as it is; same answers and retries as `submit`."""
+        content = body.encode() if isinstance(body, str) else body
+        attempt = 1
+        while True:
+            try:
+                response = self._http.post(self.config.url("/v1/events"), content=content, headers=proto.JSON_HEADERS)
+                return proto.submit_result(response.status_code, response.content, attempt)
+            except httpx.TransportError as exc:
+                error: ClientError = _unreachable(exc)
+            except ClientError as exc:
+                error = exc
+            delay = proto.retry_delay_s(self.config.retry, attempt, error, random.random())
+            if delay is None:
+                raise error
+            time.sleep(delay)
+            attempt += 1
+
+    def order(self, order_id: str) -> Order:
+        """GET /v1/orders/{order_id}; `NotFound` when the gateway knows no such order."""
+        return proto.read_model(Order, *self._get(f"/v1/orders/{order_id}"))
+
+    def plan(self, plan_id: str) -> Plan:
+        """GET /v1/plans/{plan_id}; `NotFound` when no order follows that plan."""
+        return proto.read_model(Plan, *self._get(f"/v1/plans/{plan_id}"))
+
+    def wait(
+        self, order_id: str, *, after_seq: int | None = None, after_status: str | None = None, timeout: float = 30.0
+    ) -> Order:
+        """As `AsyncNexusClient.wait`, blocking."""
+        change = proto.Change(after_seq, after_status)
+        deadline = time.monotonic() + timeout
+        baseline: Order | None = None
+        attempt = 1
+        while True:
+            try:
+                current: Order | None = self.order(order_id)
+            except NotFound:
+                current = None
+            if change.seen_in(current, baseline):
+                assert current is not None
+                return current
+            baseline = baseline or current
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(f"order {order_id} did not change within {timeout}s")
+            time.sleep(min(left, jittered_ms(self.config.poll, attempt, random.random()) / 1000.0))
+            attempt += 1
+
+    def _get(self, path: str) -> tuple[int, bytes]:
+        try:
+            response = self._http.get(self.config.url(path))
+        except httpx.TransportError as exc:
+            raise _unreachable(exc) from exc
+        return response.status_code, response.content
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

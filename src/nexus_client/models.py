@@ -1,0 +1,74 @@
+"""What the public API answers, as frozen models. Unknown fields are kept (`extra="allow"`), so a gateway
+that adds fields does not break an older client."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from nexus.core.sequencing import Decision
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+
+class OrderSummary(_Model):
+    """The order as a submission left it."""
+
+    status: str | None = None
+    last_seq: int | None = None
+
+
+class StepResult(_Model):
+    """The gateway's decision about one submitted item."""
+
+    event_id: str | None = None
+    decision: Decision
+    code: str | None = None
+    order: OrderSummary | None = None
+    error: str | None = None
+
+
+class SubmitResult(_Model):
+    """The answer to one POST /v1/events: a result per item, the HTTP status, and how many attempts it took.
+
+    A 4xx whose body carries `results` is here too, not raised: the gateway decided about the item (a
+    dead letter, e.g. INVALID_EVENT or PLAN_MISMATCH) and recorded it."""
+
+    results: list[StepResult]
+    http_status: int
+    attempts: int = 1
+
+    @property
+    def first(self) -> StepResult:
+        return self.results[0]
+
+
+class Order(_Model):
+    """GET /v1/orders/{order_id}."""
+
+    order_id: str
+    plan_id: str
+    status: str | None = None
+    last_seq: int = 0
+    buffered: list[int] = []
+    notifications: int = 0
+    tombstone: bool = False
+
+
+class PlanOrder(_Model):
+    """One order of a plan."""
+
+    order_id: str
+    status: str | None = None
+    last_seq: int = 0
+    buffered: list[int] = []
+    notifications: int = 0
+
+
+class Plan(_Model):
+    """GET /v1/plans/{plan_id}."""
+
+    plan_id: str
+    terminal: bool
+    orders: list[PlanOrder]
