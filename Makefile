@@ -17,25 +17,37 @@ help:
 	@echo "make bench   - the benchmark suite (writes benchmarks/results/)"
 	@echo "make kafka-up / kafka-down - a local single-node Kafka broker from Maven Central"
 
-$(STAMP): pyproject.toml
+# Each target installs only what it needs: the demo the base dependencies, tests the dev extra, the
+# benchmarks the bench extra (DBOS, matplotlib...) and wrk. A stamp per extra, redone when pyproject changes.
+$(VENV)/.base: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,bench]'
-	touch $(STAMP)
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(STAMP): $(VENV)/.base
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+$(VENV)/.bench: $(VENV)/.base
+	$(BIN)/pip install --quiet -e '.[bench]'
+	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	touch $@
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(VENV)/.base
 	$(BIN)/nexus demo
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/lint-imports
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-schemas: $(STAMP)
+schemas: $(VENV)/.base
 	$(BIN)/python -m nexus.core.schemas_export schemas/events
 
 unit: $(STAMP)
@@ -52,10 +64,10 @@ kafka-down:
 
 CHAOS_PLANS ?= 40
 CHAOS_SEED ?= ci
-chaos: $(STAMP) kafka-up
+chaos: $(VENV)/.base kafka-up
 	$(BIN)/nexus chaos --plans $(CHAOS_PLANS) --seed $(CHAOS_SEED)
 
-bench: $(STAMP)
+bench: $(VENV)/.bench
 	$(BIN)/nexus bench
 
 # A bigger agent run end to end: agent -> gateway -> dispatcher -> faulty sink -> checker.
@@ -65,7 +77,7 @@ INV_RATE ?= 0.2
 PAY_RATE ?= 0.25
 HOSTILE_RATE ?= 0.3
 DELAY_MS ?= 0
-agent-e2e: $(STAMP)
+agent-e2e: $(VENV)/.base
 	$(BIN)/nexus demo --orders $(ORDERS) --seed $(SEED) --inventory-failure-rate $(INV_RATE) \
 		--payment-rejection-rate $(PAY_RATE) --hostile-rate $(HOSTILE_RATE) --step-delay-ms $(DELAY_MS) \
 		--concurrency 32 --settle-timeout 120

@@ -2,7 +2,7 @@
 
 Each subcommand lives in a module exposing `configure(parser)` and `run(args) -> int` (or
 `configure_<name>` / `run_<name>`). The full `nexus` command (gateway and lab) is assembled outside this
-package, in `nexus_cli`, from `GATEWAY_COMMANDS` and its own table; `python -m nexus.cli` runs the
+package, from `GATEWAY_COMMANDS` and its own table; `python -m nexus.cli` runs the
 gateway's commands alone.
 """
 

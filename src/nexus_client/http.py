@@ -85,8 +85,13 @@ class AsyncNexusClient:
         """GET /v1/plans/{plan_id}; `NotFound` when no order follows that plan."""
         return proto.read_model(Plan, *await self._get(f"/v1/plans/{plan_id}"))
 
-    async def wait(
-        self, order_id: str, *, after_seq: int | None = None, after_status: str | None = None, timeout: float = 30.0
+    async def wait(  # same signature as the sync client and the long poll (`wait=S`): no asyncio.timeout
+        self,
+        order_id: str,
+        *,
+        after_seq: int | None = None,
+        after_status: str | None = None,
+        timeout: float = 30.0,  # noqa: ASYNC109
     ) -> Order:
         """The order once it changed (past `after_seq`, out of `after_status`, or else from its first reading);
         `WaitTimeout` when it did not within `timeout` seconds."""
