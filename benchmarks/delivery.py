@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import os
 import platform
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 
 from nexus.delivery.signing import generate_secret
 from nexus.delivery.subscriptions import add_subscription
@@ -37,6 +35,7 @@ from nexus.gateway import Gateway, Incoming
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
+from nexus_lab.procs import free_port, wait_http
 
 T0 = "2026-01-01T00:00:00Z"
 STEPS = ["OrderCreated", "InventoryValidated", "PaymentProcessed", "OrderShipped", "OrderCompleted"]
@@ -53,25 +52,6 @@ def plan(order_id: str) -> list[dict[str, Any]]:
          "seq_id": i + 1, "timestamp": T0, "schema_version": "1.0", "data": data[i]}
         for i, t in enumerate(STEPS)
     ]  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_http(url: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            httpx.get(url, timeout=1)
-        except httpx.HTTPError:
-            time.sleep(0.1)
-        else:
-            return
-    raise TimeoutError(url)
 
 
 def start(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -4,36 +4,25 @@ cloned per test, settings with short intervals, and helpers to run `nexus` proce
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
-import httpx
 import pytest
 
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 from nexus.store.migrate import apply_migrations
+from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_http
+
+__all__ = ["NexusProcess", "free_port", "wait_http"]
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = "nexus_template"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def api_headers(**extra: str) -> dict[str, str]:
@@ -139,61 +128,20 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
-class NexusProcess:
-    """A `nexus ...` child process, in its own process group so it can be SIGKILLed whole."""
+class NexusProcess(Proc):
+    """A `nexus ...` child process (`python -m nexus_cli`), in its own process group so it can be SIGKILLed
+    whole; the lab's `Proc` under the tests' names."""
 
     def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
+        super().__init__(args[0] if args else "nexus", [*NEXUS_CMD, *args], env, log_path)
         self.args = args
-        self.env = env
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> NexusProcess:
-        with self.log_path.open("ab") as log:
-            self.proc = self._spawn(log)
+        super().start()
         return self
 
-    def _spawn(self, log: object) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "nexus_cli", *self.args],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=ROOT,
-        )
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
     def terminate(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
-def wait_http(url: str, timeout: float = 30.0, proc: NexusProcess | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.proc is not None and proc.proc.poll() is not None:
-            raise RuntimeError(f"process exited early:\n{proc.log()[-3000:]}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError(f"{url} did not answer in {timeout}s" + (f"\n{proc.log()[-3000:]}" if proc else ""))
+        self.stop(15.0)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ from nexus.core.process import STEPS, EventType
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus_lab.tables import text_table
 
 CHECKS: dict[str, str] = {
     "acks": "each message got the expected decision",
@@ -70,7 +71,7 @@ class CheckResult:
             self.held[check] += 1
 
     def table(self, plans: int) -> str:
-        rows = [("invariant", "held", "failed", "what")]
+        rows = []
         for name, what in CHECKS.items():
             if name in self.skipped:
                 rows.append((name, "-", "-", f"{what} (not checked: {self.skipped[name]})"))
@@ -78,10 +79,7 @@ class CheckResult:
                 rows.append((name, f"{self.held[name]}/{plans}", str(self.failed[name]), what))
         for name, ok, detail in self.run_checks:
             rows.append((name, "yes" if ok else "no", "" if ok else "1", detail))
-        widths = [max(len(r[i]) for r in rows) for i in range(3)]
-        lines = [f"{r[0]:<{widths[0]}}  {r[1]:>{widths[1]}}  {r[2]:>{widths[2]}}  {r[3]}" for r in rows]
-        lines.insert(1, "-" * max(len(line) for line in lines))
-        return "\n".join(lines)
+        return text_table(None, ("invariant", "held", "failed", "what"), rows, align="lrrl")
 
 
 def read_sink_log(path: Path) -> list[dict[str, Any]]:

@@ -11,20 +11,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
-
-import httpx
+from typing import Any
 
 from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
@@ -33,6 +26,8 @@ from nexus_lab.agent import runner
 from nexus_lab.agent.hostile import Mode
 from nexus_lab.agent.transport import HttpTransport
 from nexus_lab.checker import CheckResult, check_report, render
+from nexus_lab.procs import Proc, free_port, nexus, wait_ready
+from nexus_lab.tables import text_table
 
 SINK_FAULTS = ["--fail-rate", "0.15", "--fail-status", "500,503,429", "--seed", "7"]
 
@@ -47,71 +42,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--settle-timeout", type=float, default=30.0, help="seconds to wait for deliveries")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, report)")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Child:
-    """A `nexus ...` child process in its own process group, its output in a log file."""
-
-    def __init__(self, name: str, args: Sequence[str], env: dict[str, str], log_path: Path) -> None:
-        self.name = name
-        self.log_path = log_path
-        self._log: IO[bytes] = log_path.open("wb")
-        self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter running our own CLI
-            [sys.executable, "-m", "nexus_cli", *args],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def stop(self, timeout: float = 15.0) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
-        self._log.close()
-
-    def tail(self) -> str:
-        return self.log_path.read_text(errors="replace")[-2000:]
-
-
-async def _wait_http(url: str, child: Child, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=1.0) as client:
-        while time.monotonic() < deadline:
-            if child.proc.poll() is not None:
-                raise RuntimeError(f"{child.name} exited early:\n{child.tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if (await client.get(url)).status_code < 500:
-                    return
-            await asyncio.sleep(0.1)
-    raise TimeoutError(f"{child.name} did not answer at {url} within {timeout_s:g}s:\n{child.tail()}")
-
-
-def table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text table: a title, a header, a rule, left-aligned first column, right-aligned numbers."""
-    cells = [[str(c) for c in header], *[[str(c) for c in row] for row in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-
-    def line(row: Sequence[str]) -> str:
-        first = f"{row[0]:<{widths[0]}}"
-        rest = [f"{c:>{w}}" for c, w in zip(row[1:], widths[1:], strict=True)]
-        return "  ".join([first, *rest]).rstrip()
-
-    rule = "-" * len(line(cells[0]))
-    return "\n".join([title, line(cells[0]), rule, *(line(r) for r in cells[1:])])
 
 
 def summary(report: dict[str, Any], result: CheckResult, elapsed_s: float) -> str:
@@ -147,10 +77,10 @@ def summary(report: dict[str, Any], result: CheckResult, elapsed_s: float) -> st
         ("sink duplicates", st["sink_duplicates"]),
     ]
     parts = [
-        table("Plans by outcome", ["outcome", "plans", "status", "last_seq", "notifications"], outcome_rows),
-        table("Hostile modes", ["mode", "plans", "messages", "gateway must answer"], mode_rows),
-        table("Gateway decisions (all messages)", ["decision", "messages"], decision_rows),
-        table("Notifications", ["", "count"], notification_rows),
+        text_table("Plans by outcome", ["outcome", "plans", "status", "last_seq", "notifications"], outcome_rows),
+        text_table("Hostile modes", ["mode", "plans", "messages", "gateway must answer"], mode_rows),
+        text_table("Gateway decisions (all messages)", ["decision", "messages"], decision_rows),
+        text_table("Notifications", ["", "count"], notification_rows),
         "Invariants (nexus check)\n" + render(result, len(plans)),
         f"{len(plans)} plans, {report['summary']['messages']} messages, checked in {elapsed_s:.1f}s",
     ]
@@ -163,7 +93,7 @@ async def _main(args: argparse.Namespace) -> int:
     data_dir = tmp / "data"
     sink_log = tmp / "sink.log"
     secret = generate_secret()
-    sink_port, http_port = _free_port(), _free_port()
+    sink_port, http_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
     serve_env = {
         **env,
@@ -174,17 +104,17 @@ async def _main(args: argparse.Namespace) -> int:
         "NEXUS_DISPATCHER_POLL_S": "0.05",
         "NEXUS_LOG_LEVEL": "WARNING",
     }
-    children: list[Child] = []
+    children: list[Proc] = []
     print(f"nexus demo: working in {tmp}", flush=True)
     try:
         sink_args = ["sink", "--port", str(sink_port), "--log", str(sink_log), "--secret", secret, *SINK_FAULTS]
-        children.append(Child("sink", sink_args, env, tmp / "sink.out"))
+        children.append(nexus("sink", sink_args, env, tmp / "sink.out").start())
         serve_args = ["serve", "--data-dir", str(data_dir), "--http-port", str(http_port)]
-        children.append(Child("gateway", serve_args, serve_env, tmp / "serve.out"))
+        children.append(nexus("gateway", serve_args, serve_env, tmp / "serve.out").start())
         gateway_url = f"http://127.0.0.1:{http_port}"
-        await _wait_http(f"http://127.0.0.1:{sink_port}/healthz", children[0], 20)
+        await wait_ready(children[0], f"http://127.0.0.1:{sink_port}/healthz", 20)
         print(f"  sink on :{sink_port} (fails ~15% of attempts with 500/503/429)", flush=True)
-        await _wait_http(gateway_url + "/readyz", children[1], 45)
+        await wait_ready(children[1], gateway_url + "/readyz", 45)
         print(f"  gateway on {gateway_url} (embedded PostgreSQL, dispatcher)", flush=True)
 
         config = runner.AgentConfig(
@@ -219,7 +149,7 @@ async def _main(args: argparse.Namespace) -> int:
         return 0 if result.ok else 1
     finally:
         for child in reversed(children):
-            child.stop()
+            child.stop(15.0)
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)
 

@@ -5,6 +5,8 @@ Scenarios (``--suite``, each on its own orders in one fresh database, at every `
 - ``raw``: the floor, the same writes without the gateway, one transaction per event;
 - ``submit``: `Gateway.submit` with one event per call (and batches of 200 at concurrency <= 4);
 - ``http``: one event per request to a `nexus serve` process, from two client processes;
+- ``wrk``: the same under wrk (``--connections``, ``--duration`` after ``--warmup``), with CPU seconds per
+  1,000 events of the gateway and PostgreSQL and pgbench's per-event floor in the same run (`bench/wrk.py`);
 - ``peer``: DBOS Transact on the same PostgreSQL, a durable workflow per order, a step per event;
 - ``kafka``: produce -> applied through `KafkaIngress` (needs the broker: make kafka-up);
 - ``delivery``: outbox -> webhook through `OutboxDispatcher` to a `nexus sink`.
@@ -37,10 +39,10 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 from nexus.store.migrate import apply_migrations
-from nexus_lab.bench import external, report
+from nexus_lab.bench import external, report, wrk
 from nexus_lab.bench.scenarios import Row, bench_http, bench_raw, bench_submit, start_server
 
-SUITES = ("raw", "submit", "http", "peer", "kafka", "delivery")
+SUITES = ("raw", "submit", "http", "wrk", "peer", "kafka", "delivery")
 
 
 def with_database(url: str, name: str) -> str:
@@ -98,6 +100,7 @@ class Bench:
         self.admin_url = admin_url
         self.embedded = embedded
         self.rows: list[Row] = []
+        self.wrk_rows: list[Row] = []
         self.skipped: dict[str, str] = {}
 
     def add(self, r: Row) -> None:
@@ -145,6 +148,20 @@ class Bench:
                 server.wait(10)
             await db.close()
 
+    async def run_wrk(self, url: str) -> None:
+        command = shlex.split(self.args.gateway_cmd) if self.args.gateway_cmd else None
+        server = None if self.args.http_url else start_server(url, self.args.port, command)
+        base = self.args.http_url or f"http://127.0.0.1:{self.args.port}"
+        try:
+            self.wrk_rows = await wrk.bench_wrk(
+                url, base, server.pid if server else None, self.args.connections, self.args.duration,
+                self.args.warmup, self.add,
+            )  # fmt: skip
+        finally:
+            if server is not None:
+                server.terminate()
+                server.wait(10)
+
     async def run_peer(self, url: str) -> None:
         if importlib.util.find_spec("dbos") is None:
             raise external.Skipped("dbos not installed (pip install -e '.[bench]')")
@@ -190,6 +207,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default="benchmarks/results/suite.png", help="PNG path ('' for none)")
     parser.add_argument("--port", type=int, default=18080, help="port of the `nexus serve` the bench starts")
     parser.add_argument("--http-url", default=None, help="drive this running server instead (e.g. under py-spy)")
+    parser.add_argument("--connections", type=int, action="append", help="wrk: repeatable (default 16, 64)")
+    parser.add_argument("--duration", type=float, default=None, help="wrk: measured seconds (default 15)")
+    parser.add_argument("--warmup", type=float, default=None, help="wrk: warm-up seconds first (default 3)")
+    parser.add_argument(
+        "--gateway-cmd", default=None, help="wrk: start the gateway with this command (e.g. another checkout's)"
+    )
     parser.add_argument("--kafka-poll", type=int, default=500, help="max records per poll (kafka scenario)")
     parser.add_argument("--delivery-latency-s", type=float, default=None, help="delivery latency run (default 5 s)")
 
@@ -203,6 +226,9 @@ def run(args: argparse.Namespace) -> int:
     args.plans = args.plans or (40 if args.quick else 500)
     args.concurrency = args.concurrency or ([1, 16] if args.quick else [1, 4, 16, 64])
     args.delivery_latency_s = args.delivery_latency_s or (1.0 if args.quick else 5.0)
+    args.connections = args.connections or ([16] if args.quick else [16, 64])
+    args.duration = args.duration if args.duration is not None else (3.0 if args.quick else 15.0)
+    args.warmup = args.warmup if args.warmup is not None else (1.0 if args.quick else 3.0)
     started = time.perf_counter()
     load_before = os.getloadavg()
 
@@ -240,6 +266,9 @@ def run(args: argparse.Namespace) -> int:
     if entries:
         print("\nevents/s ratios, same concurrency, same run:\n")
         print(report.ratio_table(entries))
+    if bench.wrk_rows:
+        print()
+        print(wrk.wrk_table(bench.wrk_rows))
     for suite, why in bench.skipped.items():
         print(f"\n{suite} suite: {why}")
     report.write_json(args.json, meta, bench.rows, bench.skipped)

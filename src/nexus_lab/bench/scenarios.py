@@ -12,7 +12,6 @@ import datetime as dt
 import os
 import statistics
 import subprocess
-import sys
 import time
 import uuid
 import zlib
@@ -20,12 +19,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
-import httpx
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import STEPS
 from nexus.gateway import Gateway, Incoming
 from nexus.store.database import Database
+from nexus_lab.procs import NEXUS_CMD, wait_http
 
 # The floor: the gateway's writes for one in-order step, by hand, one transaction per event.
 RAW_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
@@ -247,21 +246,19 @@ async def bench_http(
     return result
 
 
-def start_server(url: str, port: int) -> subprocess.Popen[bytes]:
-    """`nexus serve` (HTTP + group commit, no dispatcher) on the bench database, ready to answer."""
+def start_server(url: str, port: int, command: Sequence[str] | None = None) -> subprocess.Popen[bytes]:
+    """`nexus serve` (HTTP + group commit, no dispatcher) on the bench database, ready to answer; `command`
+    starts another build's gateway instead (e.g. the previous commit's, for a same-run comparison)."""
     env = {**os.environ, "NEXUS_DATABASE_URL": url, "NEXUS_HTTP_PORT": str(port), "NEXUS_LOG_LEVEL": "WARNING"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "nexus_cli", "serve", "--no-dispatcher"],
+    proc = subprocess.Popen(  # noqa: S603 - our own gateway, or the command the operator gave
+        list(command or [*NEXUS_CMD, "serve", "--no-dispatcher"]),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("nexus serve did not start")
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=30)
+    except TimeoutError:
+        proc.kill()
+        raise RuntimeError("nexus serve did not start") from None
+    return proc

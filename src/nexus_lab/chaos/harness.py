@@ -14,9 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -25,15 +23,15 @@ from pathlib import Path
 from typing import IO
 
 import asyncpg
-import httpx
 
 from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
+from nexus_lab.procs import NEXUS_CMD, REPO_ROOT, Proc, free_port, wait_ready
 
-NEXUS_CMD: tuple[str, ...] = (sys.executable, "-m", "nexus_cli")
-REPO_ROOT = Path(__file__).resolve().parents[3]
+__all__ = ["NEXUS_CMD", "REPO_ROOT", "ChaosSession", "Proc", "Stack", "StackSpec", "free_port", "wait_ready"]
+
 
 # Every interval shrunk so a scenario settles in seconds; the values a scenario may override.
 FAST_ENV: dict[str, str] = {
@@ -52,91 +50,9 @@ FAST_ENV: dict[str, str] = {
 }
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def clean_env() -> dict[str, str]:
     """This process's environment without any NEXUS_*/SIM_* variable: children get only what we set."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
-
-
-class Proc:
-    """A child process in its own process group, its output appended to a log file; restartable."""
-
-    def __init__(self, name: str, cmd: Sequence[str], env: dict[str, str], log_path: Path) -> None:
-        self.name = name
-        self.cmd = list(cmd)
-        self.env = env
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> Proc:
-        with self.log_path.open("ab") as log:
-            log.write(f"=== start #{self.starts + 1}: {' '.join(self.cmd)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter running our own code
-                self.cmd,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                cwd=REPO_ROOT,
-            )
-        self.starts += 1
-        return self
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group, as a crash would."""
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
-
-    def log_since_start(self) -> str:
-        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        return text.rsplit("=== start #", 1)[-1]
-
-
-async def wait_ready(proc: Proc, url: str | None, timeout_s: float = 60.0) -> None:
-    """Wait until `url` answers below 500 (HTTP processes) or the process says it serves (the others)."""
-    deadline = time.monotonic() + timeout_s
-    async with httpx.AsyncClient(timeout=1.0) as client:
-        while time.monotonic() < deadline:
-            if not proc.alive:
-                raise RuntimeError(f"{proc.name} exited early:\n{proc.tail()}")
-            if url is None:
-                text = proc.log_since_start()
-                if "nexus serving at" in text or "sink listening" in text:
-                    return
-            else:
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(url)).status_code < 500:
-                        return
-            await asyncio.sleep(0.1)
-    raise TimeoutError(f"{proc.name} not ready within {timeout_s:g}s:\n{proc.tail()}")
 
 
 async def wait_for_log(proc: Proc, text: str, timeout_s: float = 60.0) -> None:

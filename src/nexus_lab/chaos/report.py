@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from nexus_lab.chaos.runner import ScenarioResult
-from nexus_lab.demo import table
+from nexus_lab.tables import text_table
 
 HEADER = ("scenario", "plans", "faults injected", "invariants held", "time", "result")
 
@@ -24,7 +24,7 @@ def row(r: ScenarioResult) -> tuple[str, ...]:
 
 def render(results: Sequence[ScenarioResult], seed: str) -> str:
     """The summary table, then what each scenario injected."""
-    lines = [table(f"nexus chaos (seed {seed})", HEADER, [row(r) for r in results]), ""]
+    lines = [text_table(f"nexus chaos (seed {seed})", HEADER, [row(r) for r in results]), ""]
     for r in results:
         what = ", ".join(f"{n} {k}" for k, n in sorted(r.faults.items())) or "nothing"
         lines.append(f"{r.name}: {what}")

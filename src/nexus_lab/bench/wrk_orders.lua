@@ -1,0 +1,48 @@
+-- wrk script of `nexus bench --suite wrk`: one event per request, POST /v1/events.
+-- Run with one connection per thread (-t N -c N): a thread's Lua state is then one connection, and wrk
+-- asks it for its next request only once the previous answer arrived, so each connection publishes its
+-- own orders' five steps in order (order 0 seq 1..5, then order 1, ...), as an agent does.
+-- Arguments (after --): run id (8 hex digits), Authorization header value or "".
+
+local STEPS = {"OrderCreated", "InventoryValidated", "PaymentProcessed", "OrderShipped", "OrderCompleted"}
+local threads = {}
+local counter = 0
+local run = "00000000"
+
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("thread_id", #threads)
+end
+
+function init(args)
+  run = args[1] or run
+  wrk.method = "POST"
+  wrk.headers["Content-Type"] = "application/json"
+  if args[2] ~= nil and args[2] ~= "" then
+    wrk.headers["Authorization"] = args[2]
+  end
+end
+
+function request()
+  local order = math.floor(counter / 5)
+  local seq = counter % 5 + 1
+  counter = counter + 1
+  local order_id = string.format("wrk-%s-%d-%d", run, thread_id, order)
+  local event_id = string.format("%s-%04x-4000-8000-%012x", run, thread_id, counter)
+  local data = "{}"
+  if seq == 3 then data = '{"amount": 10}' end
+  local body = string.format(
+    '{"event_id":"%s","event_type":"%s","plan_id":"%s-plan","order_id":"%s","seq_id":%d,' ..
+    '"timestamp":"%s","schema_version":"1.0","data":%s}',
+    event_id, STEPS[seq], order_id, order_id, seq, os.date("!%Y-%m-%dT%H:%M:%SZ"), data)
+  return wrk.format(nil, "/v1/events", nil, body)
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'NEXUS_WRK {"requests":%d,"duration_us":%d,"p50_us":%d,"p99_us":%d,"mean_us":%.1f,' ..
+    '"connect_errors":%d,"read_errors":%d,"write_errors":%d,"status_errors":%d,"timeouts":%d}\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), latency.mean,
+    e.connect, e.read, e.write, e.status, e.timeout))
+end

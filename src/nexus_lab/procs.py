@@ -1,0 +1,126 @@
+"""Child processes for the lab and the tests, written once: a free port, a `nexus ...` process in its own
+process group (so a crash can be simulated by SIGKILLing the whole group), and waiting until it answers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# How every harness starts the `nexus` command: this interpreter, this checkout.
+NEXUS_CMD: tuple[str, ...] = (sys.executable, "-m", "nexus_cli")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on (now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Proc:
+    """A child process in its own process group, its output appended to a log file; restartable."""
+
+    def __init__(self, name: str, cmd: Sequence[str], env: dict[str, str], log_path: Path) -> None:
+        self.name = name
+        self.cmd = list(cmd)
+        self.env = env
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> Proc:
+        with self.log_path.open("ab") as log:
+            log.write(f"=== start #{self.starts + 1}: {' '.join(self.cmd)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(  # noqa: S603 - our own interpreter running our own code
+                self.cmd,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=REPO_ROOT,
+            )
+        self.starts += 1
+        return self
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the process group; SIGKILL it if it has not exited within `timeout`."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.log()[-chars:]
+
+    def log_since_start(self) -> str:
+        return self.log().rsplit("=== start #", 1)[-1]
+
+
+def nexus(name: str, args: Sequence[str], env: dict[str, str], log_path: Path) -> Proc:
+    """A `nexus <args>` process (not started)."""
+    return Proc(name, [*NEXUS_CMD, *args], env, log_path)
+
+
+def _ready(proc: Proc | None) -> None:
+    if proc is not None and proc.proc is not None and not proc.alive:
+        raise RuntimeError(f"{proc.name} exited early:\n{proc.tail()}")
+
+
+def wait_http(url: str, timeout: float = 30.0, proc: Proc | None = None) -> None:
+    """Block until `url` answers below 500; fail at once if `proc` exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        _ready(proc)
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=1.0).status_code < 500:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer in {timeout:g}s" + (f"\n{proc.tail()}" if proc else ""))
+
+
+async def wait_ready(proc: Proc, url: str | None, timeout_s: float = 60.0) -> None:
+    """Wait until `url` answers below 500 (HTTP processes) or the process says it serves (the others)."""
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            _ready(proc)
+            if url is None:
+                text = proc.log_since_start()
+                if "nexus serving at" in text or "sink listening" in text:
+                    return
+            else:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(url)).status_code < 500:
+                        return
+            await asyncio.sleep(0.1)
+    raise TimeoutError(f"{proc.name} not ready within {timeout_s:g}s:\n{proc.tail()}")
