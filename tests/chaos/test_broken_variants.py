@@ -8,7 +8,6 @@ place of `python -m nexus_cli` (its `gateway_cmd`), so nothing in the product ca
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +20,6 @@ pytestmark = [pytest.mark.slow]
 
 BROKEN = Path(__file__).parent / "broken"
 SEED = "ci"
-
-
-@pytest.fixture(scope="module")
-def session() -> Iterator[ChaosSession]:
-    """One embedded PostgreSQL server for the module; each run gets a fresh database on it."""
-    s = ChaosSession().start()
-    yield s
-    s.close()
 
 
 async def run_broken(session: ChaosSession, scenario: str, launcher: str, plans: int) -> ScenarioResult:
@@ -50,20 +41,20 @@ def broke(result: ScenarioResult, *fragments: str) -> bool:
     return any(f in line for line in result.failures for f in fragments)
 
 
-async def test_reordering_catches_a_gateway_without_the_advisory_lock(session: ChaosSession) -> None:
+async def test_reordering_catches_a_gateway_without_the_advisory_lock(chaos_session: ChaosSession) -> None:
     """Without the per-order lock, raced steps of one order are decided on stale state: steps stay buffered."""
-    result = await run_broken(session, "reordering", "serve_without_lock.py", plans=16)
+    result = await run_broken(chaos_session, "reordering", "serve_without_lock.py", plans=16)
     assert broke(result, "still buffered", ": order: ", ": outbox: ")
 
 
-async def test_receiver_unstable_catches_a_dispatcher_ignoring_the_order(session: ChaosSession) -> None:
+async def test_receiver_unstable_catches_a_dispatcher_ignoring_the_order(chaos_session: ChaosSession) -> None:
     """A claim that skips the per-order condition delivers positions out of order to a failing receiver."""
-    result = await run_broken(session, "receiver-unstable", "serve_claim_any_position.py", plans=10)
+    result = await run_broken(chaos_session, "receiver-unstable", "serve_claim_any_position.py", plans=10)
     assert broke(result, "accepted out of order")
 
 
 @pytest.mark.kafka
-async def test_consumer_kill_catches_offsets_committed_before_applying(session: ChaosSession) -> None:
+async def test_consumer_kill_catches_offsets_committed_before_applying(chaos_session: ChaosSession) -> None:
     """A consumer that commits before applying and is SIGKILLed loses steps: plans do not complete."""
-    result = await run_broken(session, "consumer-kill", "serve_commit_before_apply.py", plans=10)
+    result = await run_broken(chaos_session, "consumer-kill", "serve_commit_before_apply.py", plans=10)
     assert broke(result, ": order: ", ": outbox: ")

@@ -7,8 +7,6 @@ a breaker that opened...), so a scenario that silently injected nothing cannot p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from nexus_lab.chaos.harness import ChaosSession
@@ -21,14 +19,6 @@ PLANS = 10
 SEED = "ci"
 
 
-@pytest.fixture(scope="module")
-def session() -> Iterator[ChaosSession]:
-    """One embedded PostgreSQL server for the module; each scenario gets a fresh database on it."""
-    s = ChaosSession().start()
-    yield s
-    s.close()
-
-
 async def run_short(session: ChaosSession, name: str) -> ScenarioResult:
     result = await run_scenario(session, SCENARIOS[name], plans=PLANS, seed=SEED, settle_timeout_s=60)
     assert result.error is None, result.error
@@ -37,85 +27,68 @@ async def run_short(session: ChaosSession, name: str) -> ScenarioResult:
     return result
 
 
-async def test_reordering(session: ChaosSession) -> None:
+async def test_reordering(chaos_session: ChaosSession) -> None:
     """Out-of-order pairs raced through two gateways are buffered or applied, once and in order."""
-    result = await run_short(session, "reordering")
+    result = await run_short(chaos_session, "reordering")
     assert result.faults["out-of-order pairs raced"] > 0
 
 
-async def test_duplicates(session: ChaosSession) -> None:
+async def test_duplicates(chaos_session: ChaosSession) -> None:
     """Resent steps and restarted plans change nothing."""
-    await run_short(session, "duplicates")
+    await run_short(chaos_session, "duplicates")
 
 
-async def test_zombies(session: ChaosSession) -> None:
+async def test_zombies(chaos_session: ChaosSession) -> None:
     """A step sent after its plan's ABORT_PLAN is discarded."""
-    await run_short(session, "zombies")
+    await run_short(chaos_session, "zombies")
 
 
-async def test_poison(session: ChaosSession) -> None:
+async def test_poison(chaos_session: ChaosSession) -> None:
     """Malformed and other-plan messages are dead-lettered and the stream goes on."""
-    await run_short(session, "poison")
+    await run_short(chaos_session, "poison")
 
 
-async def test_gateway_kill(session: ChaosSession) -> None:
+async def test_gateway_kill(chaos_session: ChaosSession) -> None:
     """Gateways SIGKILLed repeatedly lose nothing the agent was told was accepted."""
-    result = await run_short(session, "gateway-kill")
+    result = await run_short(chaos_session, "gateway-kill")
     assert result.faults["gateway SIGKILLed"] >= 2
 
 
-async def test_dispatcher_kill(session: ChaosSession) -> None:
+async def test_dispatcher_kill(chaos_session: ChaosSession) -> None:
     """Dispatchers SIGKILLed holding leases: their deliveries are resent, in order, none lost."""
-    await run_short(session, "dispatcher-kill")
+    await run_short(chaos_session, "dispatcher-kill")
 
 
-async def test_postgres_restart(session: ChaosSession) -> None:
+async def test_postgres_restart(chaos_session: ChaosSession) -> None:
     """PostgreSQL stopped and started twice mid-run: 503s are retried and every plan completes."""
-    result = await run_short(session, "postgres-restart")
+    result = await run_short(chaos_session, "postgres-restart")
     assert result.faults["PostgreSQL stopped"] == 2
 
 
 @pytest.mark.kafka
-async def test_kafka_restart(session: ChaosSession) -> None:
+async def test_kafka_restart(chaos_session: ChaosSession) -> None:
     """The Kafka broker restarted mid-run: producer and consumer resume, every step applied once."""
-    await run_short(session, "kafka-restart")
+    await run_short(chaos_session, "kafka-restart")
 
 
 @pytest.mark.kafka
-async def test_consumer_kill(session: ChaosSession) -> None:
+async def test_consumer_kill(chaos_session: ChaosSession) -> None:
     """A Kafka consumer SIGKILLed mid-stream: its successor re-reads what was not committed."""
-    await run_short(session, "consumer-kill")
+    await run_short(chaos_session, "consumer-kill")
 
 
-async def test_receiver_unstable(session: ChaosSession) -> None:
+async def test_receiver_unstable(chaos_session: ChaosSession) -> None:
     """5xx, 408, 429 with Retry-After and hangs: every notification still delivered once, in order."""
-    await run_short(session, "receiver-unstable")
+    await run_short(chaos_session, "receiver-unstable")
 
 
-async def test_circuit_breaker(session: ChaosSession) -> None:
+async def test_circuit_breaker(chaos_session: ChaosSession) -> None:
     """The receiver down for seconds opens the breaker; it closes again and everything is delivered."""
-    result = await run_short(session, "circuit-breaker")
+    result = await run_short(chaos_session, "circuit-breaker")
     assert result.faults.get("breaker closed again", 0) > 0
 
 
-async def test_everything(session: ChaosSession) -> None:
+async def test_everything(chaos_session: ChaosSession) -> None:
     """Every fault at once, and still every invariant holds."""
-    result = await run_short(session, "everything")
+    result = await run_short(chaos_session, "everything")
     assert len(result.faults) >= 4, result.faults
-
-
-def test_list_names_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
-    """`nexus chaos --list` prints one line per scenario and exits 0."""
-    from nexus_cli import main
-
-    assert main(["chaos", "--list"]) == 0
-    out = capsys.readouterr().out
-    assert [line.split()[0] for line in out.splitlines()] == list(SCENARIOS)
-
-
-def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    """An unknown scenario name exits 2 before anything starts."""
-    from nexus_cli import main
-
-    assert main(["chaos", "no-such-scenario"]) == 2
-    assert "unknown scenario" in capsys.readouterr().err

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -24,6 +23,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.kafka_admin import delete_topics, ensure_topics
 from tests.factories import plan_json
+from tests.helpers import wait_until
 
 BOOTSTRAP = os.environ.get("NEXUS_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 PARTITIONS = 4
@@ -105,20 +105,6 @@ async def produce_plans(
     await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float, what: str, interval: float = 0.2) -> None:
-    """Poll `check` until it is true; errors count as "not yet" (the broker or database may be restarting)."""
-    deadline = time.monotonic() + timeout
-    last_error: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            if await check():
-                return
-        except Exception as exc:
-            last_error = exc
-        await asyncio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last error: {last_error!r})")
-
-
 async def group_state(group: str) -> tuple[str, int]:
     """The consumer group's state (e.g. Stable) and number of members, from the broker."""
     admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP, request_timeout_ms=10_000)
@@ -138,32 +124,6 @@ async def outbox_count(database_url: str, prefix: str) -> int:
         return count
     finally:
         await conn.close()
-
-
-async def assert_plans_completed_once(database_url: str, prefix: str, n: int, steps: int = 5) -> None:
-    """Every order of the prefix: exactly one outbox row per step, positions 1..n in seq order, completed."""
-    conn = await asyncpg.connect(database_url)
-    try:
-        rows = await conn.fetch(
-            "SELECT order_id, array_agg(seq_id ORDER BY position) AS seqs,"
-            " array_agg(position ORDER BY position) AS pos FROM outbox WHERE order_id LIKE $1 GROUP BY order_id",
-            f"{prefix}-%",
-        )
-        orders = await conn.fetch(
-            "SELECT order_id, status, last_seq, outbox_count FROM orders WHERE order_id LIKE $1", f"{prefix}-%"
-        )
-        pending = await conn.fetchval("SELECT count(*) FROM pending_events WHERE order_id LIKE $1", f"{prefix}-%")
-        rejected = await conn.fetchval("SELECT count(*) FROM dead_letters WHERE code = 'DATABASE_REJECTED'")
-    finally:
-        await conn.close()
-    expected = list(range(1, steps + 1))
-    assert len(rows) == n, f"{len(rows)} orders have notifications, expected {n}"
-    bad = [r["order_id"] for r in rows if list(r["seqs"]) != expected or list(r["pos"]) != expected]
-    assert not bad, f"orders with missing, doubled or misordered notifications: {bad[:5]}"
-    assert len(orders) == n
-    assert all(o["status"] == "completed" and o["last_seq"] == steps and o["outbox_count"] == steps for o in orders)
-    assert pending == 0
-    assert rejected == 0, "a step was applied twice (the outbox's unique keys rejected it)"
 
 
 async def committed_offsets(group: str, topic: str) -> dict[int, int]:

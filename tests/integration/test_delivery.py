@@ -11,7 +11,7 @@ import itertools
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import httpx
@@ -26,6 +26,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.sink import Faults, start_sink
 from tests.factories import plan_json
+from tests.helpers import wait_until
 
 SECRET = generate_secret()
 
@@ -38,14 +39,6 @@ async def submit_plans(db: Database, orders: int, prefix: str = "o") -> list[str
         items = [Incoming.parse(e) for oid in ids[start : start + 50] for e in plan_json(oid, f"plan-{oid}")]
         await gateway.submit(items)
     return ids
-
-
-async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 async def settled(db: Database) -> bool:

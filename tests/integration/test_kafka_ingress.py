@@ -22,6 +22,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from tests.conftest import ROOT, settings_env
 from tests.factories import plan_json, step_json
+from tests.helpers import wait_until
 from tests.integration.kafka_helpers import (
     BOOTSTRAP,
     committed_offsets,
@@ -31,7 +32,6 @@ from tests.integration.kafka_helpers import (
     producer,
     running_ingress,
     wait_committed_to_end,
-    wait_until,
 )
 
 pytestmark = pytest.mark.kafka

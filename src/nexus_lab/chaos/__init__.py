@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 import time
 
@@ -20,7 +21,7 @@ from nexus_lab.chaos.report import render
 from nexus_lab.chaos.runner import ScenarioResult, run_scenario
 from nexus_lab.chaos.scenarios import SCENARIOS
 
-__all__ = ["SCENARIOS", "configure", "run"]
+__all__ = ["SCENARIOS", "broker_answers", "configure", "needs_kafka", "run"]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,9 +34,34 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep", action="store_true", help="keep the working directory (logs, reports)")
 
 
+def needs_kafka(names: list[str]) -> list[str]:
+    """The scenarios among `names` that run on the Kafka broker."""
+    return [n for n in names if SCENARIOS[n].stack.kafka or SCENARIOS[n].transport == "kafka"]
+
+
+def broker_answers(bootstrap: str, timeout_s: float = 2.0) -> bool:
+    """Whether something accepts TCP connections at the first `host:port` of `bootstrap`."""
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 async def _main(args: argparse.Namespace) -> int:
     names = args.scenarios or list(SCENARIOS)
     session = ChaosSession(kafka_bootstrap=args.kafka_bootstrap, keep=args.keep)
+    kafka = needs_kafka(names)
+    if kafka and not broker_answers(session.kafka_bootstrap):
+        session.close()
+        print(
+            f"nexus chaos: no Kafka broker answers at {session.kafka_bootstrap}, and {', '.join(kafka)} "
+            "need(s) one.\nStart the local broker with `make kafka-up` (NEXUS_KAFKA_PORT picks its port), "
+            "point --kafka-bootstrap at a running one, or name only the HTTP scenarios (see --list).",
+            file=sys.stderr,
+        )
+        return 2
     print(f"nexus chaos: {len(names)} scenario(s), {args.plans} plans each, seed {args.seed!r}; in {session.tmp}")
     started = time.monotonic()
     results: list[ScenarioResult] = []

@@ -6,7 +6,6 @@ the dispatchers are separate processes sharing the test's PostgreSQL database.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import Counter
 
@@ -17,6 +16,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.sink import Faults, start_sink
 from tests.factories import plan_json
+from tests.helpers import wait_until
 from tests.integration.test_delivery import (
     SECRET,
     accepted_by_key,
@@ -24,7 +24,6 @@ from tests.integration.test_delivery import (
     assert_in_position_order,
     settled,
     submit_plans,
-    wait_until,
 )
 
 
@@ -43,7 +42,8 @@ async def test_killed_dispatcher_is_replaced_after_its_lease(db: Database, setti
         first.kill()
         in_flight = sink.sink.in_flight()
         assert not sink.sink.records  # killed before any answer
-        await asyncio.sleep(1.0)  # the in-flight requests are answered to a dead client
+        # the in-flight requests are answered to a dead client
+        await wait_until(lambda: _true(not sink.sink.in_flight()), 10, "the sink to answer the dead dispatcher")
         start_gateway("--dispatcher-only", settings_=s)
         await wait_until(lambda: settled(db), 60, "all delivered by the second dispatcher")
         records = list(sink.sink.records)

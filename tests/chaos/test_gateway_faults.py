@@ -6,12 +6,12 @@ import asyncio
 import random
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
 from tests.conftest import PostgresForTests
 from tests.factories import plan_json
+from tests.helpers import assert_plans_completed_once
 
 pytestmark = pytest.mark.slow
 
@@ -44,27 +44,6 @@ async def send_all(
     return statuses
 
 
-async def assert_every_plan_completed_once(database_url: str, prefix: str, n: int) -> None:
-    conn = await asyncpg.connect(database_url)
-    try:
-        rows = await conn.fetch(
-            "SELECT order_id, array_agg(seq_id ORDER BY position) AS seqs, array_agg(position ORDER BY position) AS pos"
-            " FROM outbox WHERE order_id LIKE $1 GROUP BY order_id",
-            f"{prefix}-%",
-        )
-        orders = await conn.fetch(
-            "SELECT status, last_seq, outbox_count FROM orders WHERE order_id LIKE $1", f"{prefix}-%"
-        )
-        pending = await conn.fetchval("SELECT count(*) FROM pending_events WHERE order_id LIKE $1", f"{prefix}-%")
-    finally:
-        await conn.close()
-    assert len(rows) == n
-    bad = [r["order_id"] for r in rows if list(r["seqs"]) != [1, 2, 3, 4, 5] or list(r["pos"]) != [1, 2, 3, 4, 5]]
-    assert bad == []
-    assert {(o["status"], o["last_seq"], o["outbox_count"]) for o in orders} == {("completed", 5, 5)}
-    assert pending == 0
-
-
 async def test_concurrent_clients_through_two_gateways(start_gateway, database_url: str) -> None:  # type: ignore[no-untyped-def]
     """8 clients send 200 plans' steps, shuffled and duplicated, via two gateway processes: one row per step."""
     _, base_a = start_gateway("--no-dispatcher")
@@ -73,7 +52,7 @@ async def test_concurrent_clients_through_two_gateways(start_gateway, database_u
     random.Random(7).shuffle(events)
     statuses = await send_all([base_a, base_b], events, tasks=8)
     assert set(statuses) == {200}
-    await assert_every_plan_completed_once(database_url, "conc", 200)
+    await assert_plans_completed_once(database_url, "conc", 200)
 
 
 async def test_sigkill_mid_burst_then_resend(start_gateway, database_url: str) -> None:  # type: ignore[no-untyped-def]
@@ -101,7 +80,7 @@ async def test_sigkill_mid_burst_then_resend(start_gateway, database_url: str) -
     _, base2 = start_gateway("--no-dispatcher")
     statuses = await send_all([base2], events)
     assert set(statuses) == {200}
-    await assert_every_plan_completed_once(database_url, "kill", 100)
+    await assert_plans_completed_once(database_url, "kill", 100)
 
 
 async def test_postgres_down_and_back(start_gateway, database_url: str, pg: PostgresForTests) -> None:  # type: ignore[no-untyped-def]
@@ -123,4 +102,4 @@ async def test_postgres_down_and_back(start_gateway, database_url: str, pg: Post
         pg.resume()
     statuses = await send_all([base], events)
     assert set(statuses) == {200}
-    await assert_every_plan_completed_once(database_url, "pgdown", 60)
+    await assert_plans_completed_once(database_url, "pgdown", 60)

@@ -13,8 +13,8 @@ import pytest
 from nexus import metrics
 from nexus.settings import Settings
 from tests.conftest import ROOT, PostgresForTests
+from tests.helpers import assert_plans_completed_once, wait_until
 from tests.integration.kafka_helpers import (
-    assert_plans_completed_once,
     committed_offsets,
     end_offsets,
     group_state,
@@ -25,7 +25,6 @@ from tests.integration.kafka_helpers import (
     producer,
     running_ingress,
     wait_committed_to_end,
-    wait_until,
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -64,21 +63,21 @@ async def test_postgres_outage_is_retried_in_place(kafka_settings: Settings, pg:
     """With PostgreSQL down ~10 s the consumer retries in place, commits nothing further, and finishes afterwards."""
     s = kafka_settings
     before_outage, during_outage = prefix("pgup"), prefix("pgdown")
-    retries_before = metrics.REGISTRY.get_sample_value("nexus_consumer_retries_total") or 0.0
+    retries_before = _retries()
     async with running_ingress(s), producer(s) as p:
         await produce_plans(p, plan_events(before_outage, PLANS // 2))
         await wait_committed_to_end(s.kafka_group, s.kafka_topic)
         await asyncio.to_thread(pg.stop_server)
         try:
             await produce_plans(p, plan_events(during_outage, PLANS // 2))
-            await asyncio.sleep(2)
+            await wait_until(lambda: _retried_beyond(retries_before), 30, "the consumer to retry in place")
             held = await committed_offsets(s.kafka_group, s.kafka_topic)
-            await asyncio.sleep(7)
+            several_more = _retries() + 3
+            await wait_until(lambda: _retried_beyond(several_more - 1), 60, "several more retries")
             assert await committed_offsets(s.kafka_group, s.kafka_topic) == held, "nothing committed while down"
             ends = await end_offsets(s.kafka_topic)
             assert sum(ends.values()) - sum(held.values()) == PLANS // 2 * 5, "the outage's records wait"
-            retries = metrics.REGISTRY.get_sample_value("nexus_consumer_retries_total") or 0.0
-            assert retries > retries_before
+            assert _retries() > retries_before
         finally:
             await asyncio.to_thread(pg.resume)
         await wait_committed_to_end(s.kafka_group, s.kafka_topic, timeout=90)
@@ -139,3 +138,11 @@ async def _applied(s: Settings, name: str, rows: int) -> bool:
 async def _group_is(group: str, members: int) -> bool:
     state, count = await group_state(group)
     return state == "Stable" and count == members
+
+
+def _retries() -> float:
+    return metrics.REGISTRY.get_sample_value("nexus_consumer_retries_total") or 0.0
+
+
+async def _retried_beyond(count: float) -> bool:
+    return _retries() > count
