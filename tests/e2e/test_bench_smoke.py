@@ -29,3 +29,25 @@ def test_quick_submit_and_raw_write_rows_with_throughput(tmp_path: Path) -> None
     assert all(r["events_per_s"] > 0 for r in body["results"])
     assert body["ratios"][0]["submit/raw"] > 0
     assert png.stat().st_size > 10_000
+
+
+def test_wrk_suite_reports_rate_cpu_and_the_floor(tmp_path: Path) -> None:
+    """`nexus bench --suite wrk` (short) reports events/s, p50/p99, CPU per 1,000 events and pgbench's floor."""
+    out = tmp_path / "wrk.json"
+    env = {k: v for k, v in os.environ.items() if k != "NEXUS_DATABASE_URL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "nexus_cli", "bench", "--suite", "wrk", "--connections", "2", "--duration", "2",
+         "--warmup", "1", "--json", str(out), "--plot", ""],
+        capture_output=True, text=True, timeout=90, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    body = json.loads(out.read_text())
+    assert body["skipped"] == {}, body["skipped"]
+    [row] = body["results"]
+    assert row["suite"] == "wrk" and row["concurrency"] == 2 and row["errors"] == 0
+    assert row["events_per_s"] > 0 and 0 < row["p50_ms"] <= row["p99_ms"]
+    # Every request was an applied step: each connection sent its orders' steps in order.
+    assert row["events"] <= row["applied"] <= row["events"] + 2
+    assert row["cpu_s_per_1k_events"]["gateway"] > 0 and row["cpu_s_per_1k_events"]["postgres"] > 0
+    assert row["floor"]["events_per_s"] > 0 and row["ratio_to_floor"] > 0
+    assert "HTTP under wrk" in done.stdout and "x floor" in done.stdout
