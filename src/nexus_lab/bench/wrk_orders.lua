@@ -2,6 +2,9 @@
 -- Run with one connection per thread (-t N -c N): a thread's Lua state is then one connection, and wrk
 -- asks it for its next request only once the previous answer arrived, so each connection publishes its
 -- own orders' five steps in order (order 0 seq 1..5, then order 1, ...), as an agent does.
+-- The step advances in response(), not in request(): wrk calls request() once more than it sends (to
+-- check the script, on the first thread), and a request lost to a reconnect is sent again (same event_id,
+-- which the gateway answers DUPLICATE if it had applied it).
 -- Arguments (after --): run id (8 hex digits), Authorization header value or "".
 
 local STEPS = {"OrderCreated", "InventoryValidated", "PaymentProcessed", "OrderShipped", "OrderCompleted"}
@@ -26,9 +29,8 @@ end
 function request()
   local order = math.floor(counter / 5)
   local seq = counter % 5 + 1
-  counter = counter + 1
   local order_id = string.format("wrk-%s-%d-%d", run, thread_id, order)
-  local event_id = string.format("%s-%04x-4000-8000-%012x", run, thread_id, counter)
+  local event_id = string.format("%s-%04x-4000-8000-%012x", run, thread_id, counter + 1)
   local data = "{}"
   if seq == 3 then data = '{"amount": 10}' end
   local body = string.format(
@@ -36,6 +38,10 @@ function request()
     '"timestamp":"%s","schema_version":"1.0","data":%s}',
     event_id, STEPS[seq], order_id, order_id, seq, os.date("!%Y-%m-%dT%H:%M:%SZ"), data)
   return wrk.format(nil, "/v1/events", nil, body)
+end
+
+function response(status, headers, body)
+  counter = counter + 1
 end
 
 function done(summary, latency, requests)
