@@ -26,9 +26,9 @@ def _gateway_modules() -> set[str]:
     return {f"nexus.{n}" for n in names}
 
 
-@pytest.mark.parametrize("contract_id", ["core-alone", "sdk-on-core"])
+@pytest.mark.parametrize("contract_id", ["core-alone", "sdk-on-core", "agent-through-sdk"])
 def test_contracts_name_every_gateway_module(contract_id: str) -> None:
-    """A module added to the gateway must be added to the contracts that keep the core and the SDK off it."""
+    """A module added to the gateway must be added to the contracts that keep the core, the SDK and the agent off it."""
     forbidden = set(_contract(contract_id)["forbidden_modules"])  # type: ignore[arg-type]
     allowed = {"nexus.core", "nexus.errors"}
     assert _gateway_modules() - allowed - forbidden == set()
