@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nexus.errors import ConfigurationError
+from nexus.logging import setup_logging
 from nexus.settings import Settings
 
 # name -> (module, one-line help)
@@ -102,16 +103,6 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    # pgserver narrates every pg_ctl call at INFO; keep its warnings only.
-    logging.getLogger("pgserver").setLevel(logging.WARNING)
-
-
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with `only`, just that subcommand's module is imported (the agent's pulls in
     LangGraph, ~0.4 s), so `nexus serve` and the rest start fast."""
@@ -142,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         code: int = args._run(args)
     except KeyboardInterrupt:
         return 130
+    except ConfigurationError as exc:
+        # A bad setting is the operator's to fix: say which, without a traceback (argparse's exit code).
+        print(f"nexus {args.command}: configuration error: {exc}", file=sys.stderr)
+        return 2
     return code
 
 
