@@ -56,7 +56,7 @@ def test_exceptions_are_rendered_into_the_line(restore_logging: None) -> None:
     out = io.StringIO()
     setup_logging("INFO", stream=out, json=True)
     try:
-        raise RuntimeError("boom")
+        _fail()
     except RuntimeError:
         logging.getLogger("nexus.test").exception("failed", extra={"action": "x"})
     (line,) = out.getvalue().splitlines()
@@ -67,3 +67,7 @@ def test_a_bad_level_names_the_variable(restore_logging: None) -> None:
     """NEXUS_LOG_LEVEL that is not a level fails naming the variable."""
     with pytest.raises(ConfigurationError, match="NEXUS_LOG_LEVEL"):
         setup_logging("LOUD", stream=io.StringIO())
+
+
+def _fail() -> None:
+    raise RuntimeError("boom")

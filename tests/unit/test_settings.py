@@ -20,9 +20,9 @@ def test_every_field_has_its_public_variable() -> None:
 def test_variables_are_converted_by_type() -> None:
     """Integers, floats and paths arrive typed; an empty variable counts as unset."""
     s = Settings.from_env(
-        {"NEXUS_HTTP_PORT": "9001", "NEXUS_LEASE_S": "2.5", "NEXUS_DATA_DIR": "/tmp/x", "NEXUS_WEBHOOK_URL": ""}
+        {"NEXUS_HTTP_PORT": "9001", "NEXUS_LEASE_S": "2.5", "NEXUS_DATA_DIR": "/srv/nexus", "NEXUS_WEBHOOK_URL": ""}
     )
-    assert (s.http_port, s.lease_s, s.data_dir, s.webhook_url) == (9001, 2.5, Path("/tmp/x"), None)
+    assert (s.http_port, s.lease_s, s.data_dir, s.webhook_url) == (9001, 2.5, Path("/srv/nexus"), None)
 
 
 def test_flags_override_variables() -> None:
