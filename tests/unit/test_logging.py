@@ -71,3 +71,26 @@ def test_a_bad_level_names_the_variable(restore_logging: None) -> None:
 
 def _fail() -> None:
     raise RuntimeError("boom")
+
+
+class _Stdout:
+    def __init__(self, tty: bool) -> None:
+        self.tty = tty
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+@pytest.mark.parametrize(("tty", "is_json"), [(False, True), (True, False)])
+def test_format_follows_the_terminal(
+    restore_logging: None, monkeypatch: pytest.MonkeyPatch, tty: bool, is_json: bool
+) -> None:
+    """Without an explicit choice: JSON lines when stdout is not a terminal, console lines when it is."""
+    monkeypatch.setattr("sys.stdout", _Stdout(tty))
+    out = io.StringIO()
+    setup_logging("INFO", stream=out)
+    logging.getLogger("nexus.test").info("hello", extra={"action": "a"})
+    text = out.getvalue().strip()
+    assert text.startswith("{") == is_json
+    if is_json:
+        assert json.loads(text)["action"] == "a"

@@ -109,7 +109,9 @@ class OutboxDispatcher:
             try:
                 await asyncio.wait_for(self._flush_remaining(), timeout=_SHUTDOWN_FLUSH_S)
             except (NexusError, TimeoutError, OSError):
-                log.warning("results lost at shutdown; their leases will expire", exc_info=True)
+                log.warning(
+                    "results lost at shutdown; their leases will expire", exc_info=True, extra={"action": "finish"}
+                )
             await self._sender.aclose()
             log.info("dispatcher stopped", extra={"action": "dispatcher_stop"})
 
@@ -194,7 +196,7 @@ class OutboxDispatcher:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(closed.wait(), timeout=5.0)
             except Exception:  # a shortcut must never take the dispatcher down with it
-                log.debug("outbox listener lost its connection", exc_info=True)
+                log.debug("outbox listener lost its connection", exc_info=True, extra={"action": "listen"})
             finally:
                 if conn is not None:
                     conn.terminate()
