@@ -401,7 +401,8 @@ def _tenant(resolution: Resolution) -> str:
 
 def _log_decisions(items: Sequence[Incoming], outcomes: Sequence[Outcome], source: str) -> None:
     """One line per decided step, with the stable keys that let a person follow an order through the logs."""
-    for item, outcome in zip(items, outcomes, strict=True):
+    # strict=False: a log line must never be what fails a submission
+    for item, outcome in zip(items, outcomes, strict=False):
         env = item.envelope
         log.info(
             "step %s",
