@@ -99,6 +99,7 @@ async def serve(
                 host=settings.http_host,
                 port=settings.http_port,
                 log_level="warning",
+                log_config=None,  # uvicorn's records go through our handler (nexus.logging), not its own
                 lifespan="off",
                 access_log=False,
                 timeout_graceful_shutdown=5,

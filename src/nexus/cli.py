@@ -13,6 +13,8 @@ import importlib
 import sys
 from collections.abc import Mapping
 
+from nexus.errors import ConfigurationError
+
 # name -> (module, one-line help)
 Commands = Mapping[str, tuple[str, str]]
 
@@ -60,6 +62,10 @@ def main(argv: list[str] | None = None, commands: Commands = GATEWAY_COMMANDS) -
         code: int = args._run(args)
     except KeyboardInterrupt:
         return 130
+    except ConfigurationError as exc:
+        # A bad setting is the operator's to fix: say which, without a traceback (argparse's exit code).
+        print(f"nexus {args.command}: configuration error: {exc}", file=sys.stderr)
+        return 2
     return code
 
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import sys
 from collections.abc import Callable
 
 from nexus.cli_common import add_common, settings_from
+from nexus.logging import setup_logging
 
 
 def configure_serve(parser: argparse.ArgumentParser) -> None:
@@ -67,13 +67,3 @@ def run_migrate(args: argparse.Namespace) -> int:
     asyncio.run(go())
     print("migrations applied")
     return 0
-
-
-def setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
-    # pgserver narrates every pg_ctl call at INFO; keep its warnings only.
-    logging.getLogger("pgserver").setLevel(logging.WARNING)

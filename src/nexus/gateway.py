@@ -245,6 +245,8 @@ class Gateway:
             outcomes[i] = dataclasses.replace(outcomes[i], dead_letter_id=dead_id)  # type: ignore[type-var]
         final = [o for o in outcomes if o is not None]
         metrics.record_outcomes(items, final, drained)
+        if log.isEnabledFor(logging.INFO):
+            _log_decisions(items, final, source)
         return final
 
     async def _read(
@@ -395,3 +397,34 @@ def _tenant(resolution: Resolution) -> str:
     for event, _, _ in resolution.decisions:
         return event.tenant_id
     return "default"
+
+
+def _log_decisions(items: Sequence[Incoming], outcomes: Sequence[Outcome], source: str) -> None:
+    """One line per decided step, with the stable keys that let a person follow an order through the logs."""
+    # strict=False: a log line must never be what fails a submission
+    for item, outcome in zip(items, outcomes, strict=False):
+        env = item.envelope
+        log.info(
+            "step %s",
+            outcome.decision.value,
+            extra={
+                "action": "decide",
+                "decision": outcome.decision.value,
+                "event_id": outcome.event_id,
+                "order_id": env.order_id if env else None,
+                "plan_id": env.plan_id if env else None,
+                "tenant_id": env.tenant_id if env else None,
+                "trace_id": trace_id_of(item.traceparent),
+                "seq_id": env.seq_id if env else None,
+                "code": outcome.code.value if outcome.code else None,
+                "source": source,
+            },
+        )
+
+
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id (32 hex digits) of a W3C traceparent ``00-<trace id>-<span id>-<flags>``."""
+    if not traceparent:
+        return None
+    parts = traceparent.split("-")
+    return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None

@@ -2,17 +2,28 @@
 
 Nothing deeper than the CLI and app wiring reads `os.environ`. Every interval and timeout is a setting so
 tests can shrink it.
+
+`Settings` is a pydantic-settings model: the variable of a field is `NEXUS_` + its name in capitals
+(`_ENV_NAMES` lists them, a unit test holds the two together), and pydantic converts and checks each
+value by the field's type. Building `Settings(...)` directly reads no environment (tests and tools pass
+their values explicitly); `Settings.from_env()` is the one place variables are read, with flags applied
+on top. A malformed value raises `ConfigurationError` naming the variable (or the setting, when it came
+from a flag), which `nexus` reports without a traceback.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
 from nexus.errors import ConfigurationError
+
+ENV_PREFIX = "NEXUS_"
 
 _ENV_NAMES: dict[str, str] = {
     "database_url": "NEXUS_DATABASE_URL",
@@ -50,18 +61,31 @@ _ENV_NAMES: dict[str, str] = {
     "llm_model": "NEXUS_LLM_MODEL",
     "llm_api_key": "NEXUS_LLM_API_KEY",
     "log_level": "NEXUS_LOG_LEVEL",
+    # issue 9: one retry mechanism (Kafka reconnects, the outbox listener)
+    "kafka_reconnect_max_ms": "NEXUS_KAFKA_RECONNECT_MAX_MS",
+    "listen_retry_s": "NEXUS_LISTEN_RETRY_S",
 }
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(BaseSettings):
     """Configuration of one gateway process."""
 
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_ignore_empty=True,
+        frozen=True,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    # -- storage -----------------------------------------------------------------------------------------
     database_url: str | None = None
     """PostgreSQL URL; None starts the embedded server under `data_dir`."""
     data_dir: Path = Path(".nexus")
+    # -- HTTP ingress ------------------------------------------------------------------------------------
     http_host: str = "127.0.0.1"
     http_port: int = 8080
+    # -- Kafka ingress -----------------------------------------------------------------------------------
     kafka_bootstrap: str = "127.0.0.1:9092"
     kafka_topic: str = "nexus.events"
     kafka_dlq_topic: str = "nexus.events.dlq"
@@ -73,8 +97,10 @@ class Settings:
     kafka_session_timeout_ms: int = 10_000
     kafka_heartbeat_interval_ms: int = 3_000
     kafka_max_poll_interval_ms: int = 300_000
+    # -- sequencing buffer -------------------------------------------------------------------------------
     buffer_timeout_s: float = 3600.0
     buffer_sweep_interval_s: float = 5.0
+    # -- webhook delivery --------------------------------------------------------------------------------
     webhook_url: str | None = None
     webhook_secret: str | None = None
     webhook_workers: int = 16
@@ -86,48 +112,84 @@ class Settings:
     breaker_threshold: int = 5
     breaker_cooldown_s: float = 30.0
     dispatcher_poll_s: float = 0.2
+    # -- group commit and pool ---------------------------------------------------------------------------
     batch_max_events: int = 500
     batch_window_ms: float = 0.0
     """Extra wait for more requests before a shared transaction; 0 batches only what is already queued."""
     batch_workers: int = 2
     """Concurrent shared transactions; orders are partitioned across them by hash."""
     db_pool_size: int = 10
+    # -- the lab's agent ---------------------------------------------------------------------------------
     llm_base_url: str | None = None
     llm_model: str | None = None
     llm_api_key: str | None = None
+    # -- logging -----------------------------------------------------------------------------------------
     log_level: str = "INFO"
+    # issue 9: one retry mechanism (Kafka reconnects, the outbox listener)
+    kafka_reconnect_max_ms: int = 5_000
+    """Cap of the wait between two attempts to start a Kafka client (the broker is not up yet)."""
+    listen_retry_s: float = 1.0
+    """Wait before the dispatcher's LISTEN connection (a latency shortcut) is opened again after a loss."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Build settings from `NEXUS_*` variables, then apply explicit overrides (flags) that are not None."""
-        source = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        for name, var in _ENV_NAMES.items():
-            raw = source.get(var)
-            if raw is None or raw == "":
-                continue
-            values[name] = _convert(name, var, raw, fields[name].type)
-        for name, value in overrides.items():
-            if name not in fields:
+        for name in overrides:
+            if name not in cls.model_fields:
                 raise ConfigurationError(f"unknown setting {name!r}")
-            if value is not None:
-                values[name] = value
-        return cls(**values)
+        from_vars = _Variables(cls, os.environ if env is None else env)()
+        flags = {name: value for name, value in overrides.items() if value is not None}
+        return _validated(cls, {**from_vars, **flags}, from_vars.keys() - flags.keys())
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Only what the caller passes: the environment is read by `from_env` alone, at the edge.
+        return (init_settings,)
 
     def replace(self, **changes: Any) -> Settings:
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes` applied, validated like any other settings."""
+        return _validated(type(self), {**self.model_dump(), **changes}, set())
+
+    def to_env(self) -> dict[str, str]:
+        """The `NEXUS_*` variables that make `from_env` rebuild these settings (unset fields left out)."""
+        return {
+            _ENV_NAMES.get(name, ENV_PREFIX + name.upper()): str(value)
+            for name, value in self.model_dump().items()
+            if value is not None
+        }
 
 
-def _convert(name: str, var: str, raw: str, annotation: Any) -> Any:
-    kind = str(annotation)
+def env_name(field: str) -> str:
+    """The variable that sets `field`."""
+    return ENV_PREFIX + field.upper()
+
+
+class _Variables(EnvSettingsSource):
+    """pydantic-settings' reading of `NEXUS_*` variables, from a given mapping instead of `os.environ`."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]) -> None:
+        self._given = env
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        # An empty variable means "not set", as it always did (`env_ignore_empty` applies to os.environ only).
+        return {key.lower(): value for key, value in self._given.items() if value != ""}
+
+
+def _validated(cls: type[Settings], values: dict[str, Any], from_vars: set[str] | Any) -> Settings:
     try:
-        if kind.startswith("int"):
-            return int(raw)
-        if kind.startswith("float"):
-            return float(raw)
-        if kind.startswith("Path"):
-            return Path(raw)
-    except ValueError as exc:
-        raise ConfigurationError(f"{var}={raw!r} is not a valid {kind} for {name}") from exc
-    return raw
+        return cls(**values)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            where = env_name(field) if field in from_vars else f"setting {field}"
+            problems.append(f"{where}={error.get('input')!r}: {error['msg']}")
+        raise ConfigurationError("; ".join(problems)) from None

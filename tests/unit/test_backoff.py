@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nexus.core.backoff import Jitter, RetryPolicy, decide, exponential_ms, jittered_ms, parse_retry_after
+from nexus.core.backoff import Backoff, Jitter, RetryPolicy, decide, exponential_ms, jittered_ms, parse_retry_after
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 
@@ -73,3 +73,24 @@ def test_policy_rejects_nonsense() -> None:
         RetryPolicy(max_attempts=0)
     with pytest.raises(ValueError):
         exponential_ms(RetryPolicy(), 0)
+
+
+def test_backoff_follows_the_schedule_and_resets() -> None:
+    """A retry-in-place loop's waits grow with failures in a row, stop growing at the cap, never give
+    up (max_attempts is not theirs) and start over after a success."""
+    backoff = Backoff(RetryPolicy(base_ms=100, max_ms=500, max_attempts=1, jitter=Jitter.NONE))
+    delays = []
+    for _ in range(6):
+        delay, backoff = backoff.after_failure(0.5)
+        delays.append(delay)
+    assert delays == [100, 200, 400, 500, 500, 500]
+    assert backoff.failures == 6
+    assert backoff.reset().after_failure(0.5)[0] == 100
+
+
+def test_constant_policy_always_waits_the_same() -> None:
+    """RetryPolicy.constant waits its delay after every failure, without jitter."""
+    backoff = Backoff(RetryPolicy.constant(250))
+    for _ in range(5):
+        delay, backoff = backoff.after_failure(0.99)
+        assert delay == 250

@@ -1,7 +1,10 @@
 """Retry schedules: how long a failed attempt waits before the next one. Pure: randomness and clock passed in.
 
-Every retry in Nexus (webhook deliveries today, effects later) asks this module, so one policy, one cap
-and one reading of ``Retry-After`` hold everywhere.
+Every retry in Nexus asks this module, so one policy, one cap and one reading of ``Retry-After`` hold
+everywhere: webhook deliveries (`decide`, which gives up after `max_attempts`) and the retry-in-place
+loops that must never give up because skipping would lose work (the Kafka consumer's submit, dead-letter,
+commit and reconnect loops; the dispatcher's result writes): those keep a `Backoff`, the loop's position
+in the same schedule, and sleep what it says (nexus/retrying.py does the sleeping).
 
 The schedule is exponential, ``base * 2 ** (attempt - 1)``, capped at ``max_ms``, with jitter so that
 many notifications failing together (a receiver restarting) do not come back together:
@@ -48,6 +51,31 @@ class RetryPolicy:
             raise ValueError("retry delays must not be negative")
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
+
+    @classmethod
+    def constant(cls, delay_ms: float) -> RetryPolicy:
+        """Always `delay_ms`, no growth, no jitter: for loops whose pace is set elsewhere (a poll interval)."""
+        return cls(base_ms=delay_ms, max_ms=delay_ms, max_attempts=1, jitter=Jitter.NONE)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backoff:
+    """Where a retry-in-place loop stands: its policy and its failures in a row so far.
+
+    For loops that never give up (skipping would lose records or results): the policy's schedule is
+    followed, its `max_attempts` is not. A success starts the schedule over (`reset`).
+    """
+
+    policy: RetryPolicy
+    failures: int = 0
+
+    def after_failure(self, rand: float) -> tuple[float, Backoff]:
+        """One more failure: the delay (ms) before the next try, and the loop's next position."""
+        failures = self.failures + 1
+        return jittered_ms(self.policy, failures, rand), dataclasses.replace(self, failures=failures)
+
+    def reset(self) -> Backoff:
+        return dataclasses.replace(self, failures=0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from nexus.core.delivery import DeliveryState, redrive
 from nexus.delivery.signing import parse_secret
 from nexus.errors import ConfigurationError, NotFoundError
 from nexus.settings import Settings
@@ -148,7 +149,13 @@ async def redrive_delivery(db: Database, outbox_id: uuid.UUID, subscription_id: 
             if order_id is not None:
                 # Under the order's advisory lock, like every change of an order's head (migration 0003).
                 await conn.execute(query("gateway.sql", "lock_orders"), [order_id])
-                row = await conn.fetchrow(query("delivery.sql", "redrive_delivery"), outbox_id, subscription_id)
+                row = await conn.fetchrow(
+                    query("delivery.sql", "redrive_delivery"),
+                    outbox_id,
+                    subscription_id,
+                    redrive(DeliveryState.DEAD).value,
+                    DeliveryState.DEAD.value,
+                )
                 if row is not None:
                     await conn.execute(query("delivery.sql", "clear_heads"), subscription_id, order_id)
                     await conn.execute(query("delivery.sql", "promote_heads"), [subscription_id], [order_id])

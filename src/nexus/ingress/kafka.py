@@ -33,7 +33,6 @@ import collections
 import contextlib
 import logging
 import os
-import random
 import re
 import time
 from collections.abc import Sequence
@@ -43,10 +42,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from nexus import metrics
-from nexus.core.backoff import RetryPolicy, jittered_ms
+from nexus.core.backoff import RetryPolicy
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, PermanentDatabaseError, TransientDatabaseError
 from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.retrying import Retrying
 from nexus.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -55,14 +55,11 @@ _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _MAX_ERROR_HEADER = 1000
 
 
-def retry_delay_s(attempt: int, base_ms: int, max_ms: int) -> float:
-    """Seconds to wait before retry number `attempt` + 1 (attempt 0 follows the first failure).
-
-    The consumer never gives up on a transient failure (skipping would lose records), so only the
-    schedule of `core.backoff` is used, not its attempt limit.
-    """
-    policy = RetryPolicy(base_ms=base_ms, max_ms=max_ms, max_attempts=1)
-    return jittered_ms(policy, attempt + 1, random.random()) / 1000
+def retry_policy(settings: Settings, *, max_ms: float | None = None) -> RetryPolicy:
+    """The schedule of the consumer's retry-in-place loops (`core.backoff`; a `Backoff` never gives up:
+    skipping would lose records). `max_ms` caps it below `retry_max_ms` where a loop must come back fast."""
+    cap = settings.retry_max_ms if max_ms is None else max_ms
+    return RetryPolicy(base_ms=settings.retry_base_ms, max_ms=cap)
 
 
 def traceparent_of(headers: Sequence[tuple[str, bytes]] | None) -> str | None:
@@ -113,7 +110,7 @@ class _PartitionWorker:
         self.idle = asyncio.Event()
         self.idle.set()
         self._wakeup = asyncio.Event()
-        self._failures = 0
+        self._retrying = Retrying(retry_policy(ingress.settings))
         self.task = asyncio.create_task(self._run(), name=f"kafka-partition-{tp.partition}")
 
     def put(self, records: list[Any]) -> None:
@@ -143,7 +140,7 @@ class _PartitionWorker:
             self.idle.clear()
             try:
                 await self.ingress._resolve(self.tp, records)
-                self._failures = 0
+                self._retrying.reset()
             except Exception:
                 # A bug or an unforeseen failure: rewind to these records and try again later; moving on
                 # would let a later commit skip them.
@@ -152,9 +149,7 @@ class _PartitionWorker:
                 with contextlib.suppress(IllegalStateError):
                     self.ingress._consumer.seek(self.tp, records[0].offset)
                 metrics.CONSUMER_RETRIES.inc()
-                s = self.ingress.settings
-                await asyncio.sleep(retry_delay_s(self._failures, s.retry_base_ms, s.retry_max_ms))
-                self._failures += 1
+                await self._retrying.wait()
             finally:
                 self.idle.set()
             if self.paused and self.queued < self.ingress.max_records:
@@ -180,9 +175,9 @@ class KafkaIngress:
     def __init__(self, gateway: Gateway, settings: Settings) -> None:
         self.gateway = gateway
         self.settings = settings
-        self.max_records: int = getattr(settings, "kafka_max_poll_records", 2000)
-        self.poll_timeout_ms: int = getattr(settings, "kafka_poll_timeout_ms", 200)
-        self.revoke_wait_s: float = getattr(settings, "kafka_revoke_wait_s", 10.0)
+        self.max_records = settings.kafka_max_poll_records
+        self.poll_timeout_ms = settings.kafka_poll_timeout_ms
+        self.revoke_wait_s = settings.kafka_revoke_wait_s
         self.owned: set[TopicPartition] = set()
         self.assigned = asyncio.Event()
         """Set once the group has given this consumer its first assignment (possibly empty)."""
@@ -204,9 +199,9 @@ class KafkaIngress:
             client_id=f"nexus-gateway-{os.getpid()}",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
-            max_poll_interval_ms=getattr(s, "kafka_max_poll_interval_ms", 300_000),
-            session_timeout_ms=getattr(s, "kafka_session_timeout_ms", 10_000),
-            heartbeat_interval_ms=getattr(s, "kafka_heartbeat_interval_ms", 3_000),
+            max_poll_interval_ms=s.kafka_max_poll_interval_ms,
+            session_timeout_ms=s.kafka_session_timeout_ms,
+            heartbeat_interval_ms=s.kafka_heartbeat_interval_ms,
         )
         self._producer = AIOKafkaProducer(
             bootstrap_servers=s.kafka_bootstrap,
@@ -239,14 +234,13 @@ class KafkaIngress:
             log.info("kafka ingress stopped", extra={"action": "kafka_stop"})
 
     async def _start(self, client: Any, what: str) -> None:
-        attempt = 0
+        retrying = Retrying(retry_policy(self.settings, max_ms=self.settings.kafka_reconnect_max_ms))
         while True:
             try:
                 await client.start()
             except KafkaError as exc:
                 log.warning("kafka %s cannot start yet: %s", what, exc, extra={"action": "kafka_start_retry"})
-                await asyncio.sleep(retry_delay_s(attempt, self.settings.retry_base_ms, 5000))
-                attempt += 1
+                await retrying.wait()
             else:
                 return
 
@@ -270,7 +264,9 @@ class KafkaIngress:
                     count += len(records)
         except KafkaError as exc:
             log.warning("kafka poll failed: %s", exc, extra={"action": "kafka_poll_retry"})
-            await asyncio.sleep(retry_delay_s(0, self.settings.retry_base_ms, self.settings.retry_max_ms))
+            # The next poll is the retry; the wait stays at the first step of the schedule (the broker
+            # client reconnects by itself, and a long wait here would only add lag once it is back).
+            await Retrying(retry_policy(self.settings)).wait()
             return
         for tp, records in batch.items():
             worker = self._workers.get(tp)
@@ -309,25 +305,24 @@ class KafkaIngress:
         NUL byte in the payload) is narrowed down one record at a time; each record the database refuses
         alone goes to the DLQ topic as DATABASE_REJECTED.
         """
-        attempt = 0
+        retrying = Retrying(retry_policy(self.settings))
         while True:
             try:
                 return await self.gateway.submit(items, source="kafka")
             except TransientDatabaseError as exc:
                 metrics.CONSUMER_RETRIES.inc()
-                delay = retry_delay_s(attempt, self.settings.retry_base_ms, self.settings.retry_max_ms)
+                delay = retrying.next_delay_s()
                 log.warning(
                     "transient failure, retrying in place",
                     extra={
                         "action": "kafka_retry",
                         "partition": tp.partition,
-                        "attempt": attempt + 1,
+                        "attempt": retrying.failures,
                         "delay_s": round(delay, 3),
                         "error": str(exc),
                     },
                 )
                 await asyncio.sleep(delay)
-                attempt += 1
             except PermanentDatabaseError as exc:
                 if len(items) == 1:
                     return [Outcome(items[0].event_id, Decision.DEAD_LETTER, ErrorCode.DATABASE_REJECTED, str(exc))]
@@ -342,7 +337,7 @@ class KafkaIngress:
     async def _dead_letter(self, dead: list[tuple[Any, Incoming, Outcome]]) -> None:
         """Produce each record to the DLQ topic and wait for every ack, retrying in place until acked."""
         waiting = list(dead)
-        attempt = 0
+        retrying = Retrying(retry_policy(self.settings))
         while waiting:
             sends = []
             for record, item, outcome in waiting:
@@ -371,8 +366,7 @@ class KafkaIngress:
             waiting = failed
             if waiting:
                 metrics.CONSUMER_RETRIES.inc()
-                await asyncio.sleep(retry_delay_s(attempt, self.settings.retry_base_ms, self.settings.retry_max_ms))
-                attempt += 1
+                await retrying.wait()
 
     async def _send_dlq(self, record: Any, code: ErrorCode, error: str) -> ErrorCode:
         fut = await self._producer.send(
@@ -386,16 +380,15 @@ class KafkaIngress:
 
     async def _commit_loop(self) -> None:
         """Commit resolved offsets as they appear, one commit at a time, off the workers' path."""
-        failures = 0
+        retrying = Retrying(retry_policy(self.settings))
         while True:
             await self._commit_wanted.wait()
             self._commit_wanted.clear()
             if await self._commit():
-                failures = 0
+                retrying.reset()
                 continue
             self._commit_wanted.set()
-            await asyncio.sleep(retry_delay_s(failures, self.settings.retry_base_ms, self.settings.retry_max_ms))
-            failures += 1
+            await retrying.wait()
 
     async def _commit(self) -> bool:
         """Commit what is resolved in partitions we own; False if the broker should be asked again."""

@@ -1,14 +1,23 @@
 """The embedded PostgreSQL 16 (the `pgserver` wheel): what runs when no NEXUS_DATABASE_URL is given.
 
 The server listens on a Unix socket only. Several processes may share one data directory: pgserver
-starts the server once and counts its users.
+starts the server once and counts its users (their pids, in ``pgdata/.handle_pids.json``); the last
+user to leave stops it.
+
+A user that died without leaving (SIGKILL, OOM) stays on that list, and the server it leaves running
+would never be stopped: the next process would join it, count the dead user as still there, and leave
+it running at its own clean stop. So before joining, users that no longer exist are struck off (under
+pgserver's lock): whoever adopts a server left by a crash owns it, and stops it when it stops.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +40,15 @@ class EmbeddedPostgres:
             import pgserver  # heavy import, only where the embedded server is used
 
         self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+        from pgserver.postgres_server import PostgresServer
+
+        with PostgresServer._lock:
+            dead = forget_dead_users(self.pgdata)
+        if dead:
+            log.info(
+                "adopting the embedded postgres of a process that died",
+                extra={"action": "embedded_pg_adopt", "pgdata": str(self.pgdata), "dead_pids": dead},
+            )
         get_server = pgserver.get_server  # type: ignore[attr-defined]
         self._server = get_server(self.pgdata, cleanup_mode=self._cleanup_mode)
         url: str = self._server.get_uri()
@@ -61,3 +79,27 @@ class EmbeddedPostgres:
         if self._server is not None:
             self._server.cleanup()
             self._server = None
+
+
+def forget_dead_users(pgdata: Path) -> list[int]:
+    """Strike the processes that no longer exist off pgserver's list of the server's users; return them.
+
+    Call under pgserver's inter-process lock. A zombie (killed, not yet reaped) counts as dead.
+    """
+    handles = pgdata / ".handle_pids.json"
+    try:
+        pids: list[int] = json.loads(handles.read_text())
+    except (FileNotFoundError, ValueError):
+        return []
+    dead = [pid for pid in pids if not _alive(pid)]
+    if dead:
+        handles.write_text(json.dumps([pid for pid in pids if pid not in dead]))
+    return dead
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status: str = psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return False
+    return bool(status != psutil.STATUS_ZOMBIE)

@@ -1,4 +1,10 @@
 -- Queries of the webhook dispatcher, subscriptions and dead deliveries.
+--
+-- Delivery states and their transitions are core/delivery.py's (`DeliveryState`, `next_step`): the
+-- statements that change a state (finish, redrive_delivery) take the states as parameters. Filters on
+-- 'pending' stay literal where a partial index (WHERE state = 'pending', migrations 0002/0003) must serve
+-- them: the planner can only use such an index when it sees the constant. tests/unit/test_delivery_states.py
+-- checks every state literal here is a DeliveryState value.
 
 -- name: claimable_subscriptions
 -- Subscriptions a dispatcher may claim for: enabled, breaker closed. Claims are made per subscription,
@@ -43,29 +49,32 @@ RETURNING d.outbox_id, d.subscription_id, d.order_id, d.position, d.attempts,
 -- name: finish
 -- Record the results of attempts, each only if this instance still holds its lease: a dispatcher whose
 -- lease expired (and whose row another instance re-claimed) cannot overwrite the newer outcome.
--- outcome: delivered | retry | dead | released (cancelled by shutdown: the attempt is not counted).
+-- Each row's next state, whether its attempt counts and its retry delay come decided from
+-- core/delivery.py (`next_step`); the state values are passed in: $10 pending, $11 delivered, $12 dead.
+-- An attempt that does not count (cancelled by our shutdown) gives its attempt back and keeps the last
+-- answer; a delay (NULL: none) reschedules the next attempt.
 UPDATE deliveries AS d
-SET state = CASE u.outcome WHEN 'delivered' THEN 'delivered' WHEN 'dead' THEN 'dead' ELSE 'pending' END,
-    attempts = CASE WHEN u.outcome = 'released' THEN greatest(d.attempts - 1, 0) ELSE d.attempts END,
-    next_attempt_at = CASE WHEN u.outcome = 'retry'
+SET state = u.state,
+    attempts = CASE WHEN u.counted THEN d.attempts ELSE greatest(d.attempts - 1, 0) END,
+    next_attempt_at = CASE WHEN u.delay_ms IS NOT NULL
                            THEN now() + make_interval(secs => u.delay_ms / 1000.0)
                            ELSE d.next_attempt_at END,
-    last_status = CASE WHEN u.outcome = 'released' THEN d.last_status ELSE u.status END,
-    last_error = CASE WHEN u.outcome = 'released' THEN d.last_error ELSE u.error END,
-    delivered_at = CASE WHEN u.outcome = 'delivered' THEN now() ELSE d.delivered_at END,
-    dead_at = CASE WHEN u.outcome = 'dead' THEN now() ELSE d.dead_at END,
-    dead_reason = CASE WHEN u.outcome = 'dead' THEN u.dead_reason ELSE d.dead_reason END,
-    head = d.head AND u.outcome NOT IN ('delivered', 'dead'),
+    last_status = CASE WHEN u.counted THEN u.status ELSE d.last_status END,
+    last_error = CASE WHEN u.counted THEN u.error ELSE d.last_error END,
+    delivered_at = CASE WHEN u.state = $11 THEN now() ELSE d.delivered_at END,
+    dead_at = CASE WHEN u.state = $12 THEN now() ELSE d.dead_at END,
+    dead_reason = CASE WHEN u.state = $12 THEN u.dead_reason ELSE d.dead_reason END,
+    head = d.head AND u.state = $10,
     lease_owner = NULL,
     lease_until = NULL
-FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::float8[], $6::int[], $7::text[], $8::text[])
-    AS u(outbox_id, subscription_id, outcome, delay_ms, status, error, dead_reason)
+FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::boolean[], $6::float8[], $7::int[], $8::text[], $9::text[])
+    AS u(outbox_id, subscription_id, state, counted, delay_ms, status, error, dead_reason)
 -- Only pending rows carry a lease, so the lease test is also the state test; leaving `state` out keeps
 -- the planner on the primary key even before the table has statistics (a fresh database), instead of
 -- a scan of every pending row through a partial index.
 WHERE d.outbox_id = u.outbox_id AND d.subscription_id = u.subscription_id
   AND d.lease_owner = $1
-RETURNING d.outbox_id, d.subscription_id, d.order_id, u.outcome;
+RETURNING d.outbox_id, d.subscription_id, d.order_id, u.state;
 
 -- name: promote_heads
 -- Make the oldest pending notification of each given (subscription, order) its head. Run after the
@@ -160,10 +169,11 @@ SELECT order_id FROM deliveries WHERE outbox_id = $1 AND subscription_id = $2;
 -- name: redrive_delivery
 -- A dead delivery back to pending with fresh attempts. It goes out when it is its order's oldest
 -- pending notification again; if later ones were already delivered, the subscriber sees it after them.
+-- The transition (core/delivery.py `redrive`): $4 (dead) to $3 (pending).
 UPDATE deliveries
-SET state = 'pending', attempts = 0, next_attempt_at = now(), dead_at = NULL, dead_reason = NULL,
+SET state = $3, attempts = 0, next_attempt_at = now(), dead_at = NULL, dead_reason = NULL,
     lease_owner = NULL, lease_until = NULL
-WHERE outbox_id = $1 AND subscription_id = $2 AND state = 'dead'
+WHERE outbox_id = $1 AND subscription_id = $2 AND state = $4
 RETURNING outbox_id, subscription_id, order_id, position;
 
 -- name: accounting

@@ -1,0 +1,63 @@
+"""The subscriptions' circuit breakers as stored: rows to `Breaker` values and back, and what a
+transition tells the metrics and the log. The decisions themselves are core/breaker.py's."""
+
+from __future__ import annotations
+
+import logging
+
+import asyncpg
+
+from nexus import metrics
+from nexus.core.breaker import Breaker, BreakerState, transitions
+from nexus.store.database import Database
+from nexus.store.queries import query
+
+log = logging.getLogger(__name__)
+
+
+def breaker_of(row: asyncpg.Record) -> Breaker:
+    """The breaker held by a `circuit_breakers` row."""
+    return Breaker(
+        state=BreakerState(row["state"]),
+        failure_count=row["failure_count"],
+        last_failure_at=row["last_failure_at"],
+        open_until=row["open_until"],
+        probe_owner=row["probe_owner"],
+        probe_until=row["probe_until"],
+    )
+
+
+async def write_breaker(conn: asyncpg.Connection, subscription_id: int, b: Breaker) -> None:
+    await conn.execute(
+        query("delivery.sql", "write_breaker"),
+        subscription_id,
+        b.state.value,
+        b.failure_count,
+        b.last_failure_at,
+        b.open_until,
+        b.probe_owner,
+        b.probe_until,
+    )
+
+
+class BreakerReport:
+    """Publishes breaker states and transitions as metrics and log lines, by subscription name."""
+
+    def __init__(self) -> None:
+        self._names: dict[int, str] = {}
+
+    async def refresh_gauges(self, db: Database) -> None:
+        for row in await db.fetch(query("delivery.sql", "breaker_states")):
+            self._names[row["subscription_id"]] = row["name"]
+            metrics.CIRCUIT_BREAKER_STATE.labels(subscription=row["name"]).set(BreakerState(row["state"]).gauge)
+
+    def transitioned(self, subscription_id: int, before: Breaker, after: Breaker) -> None:
+        for state in transitions(before, after):
+            metrics.CIRCUIT_BREAKER_TRANSITIONS.labels(to=state.value).inc()
+            name = self._names.get(subscription_id, str(subscription_id))
+            metrics.CIRCUIT_BREAKER_STATE.labels(subscription=name).set(state.gauge)
+            log.warning(
+                "circuit breaker %s",
+                state.value,
+                extra={"action": "breaker", "subscription_id": subscription_id, "state": state.value},
+            )

@@ -1,0 +1,153 @@
+"""Recording: the results of attempts written back in batches, one transaction per batch (group commit).
+
+Each result's next state is `core.delivery.next_step`'s; it is written only if this instance still holds
+the lease (``finish`` in delivery.sql), and the batch's evidence is fed to the subscriptions' circuit
+breakers in the same transaction. A delivery that leaves PENDING hands its order over to the order's next
+notification, under the orders' advisory locks, as the gateway adds notifications under them.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+import asyncpg
+
+from nexus import metrics
+from nexus.core.backoff import RetryPolicy
+from nexus.core.breaker import Breaker, BreakerConfig
+from nexus.core.delivery import AttemptOutcome, DeliveryDecision, DeliveryState, next_step
+from nexus.delivery.breakers import BreakerReport, breaker_of, write_breaker
+from nexus.delivery.sender import Result
+from nexus.store.database import Database
+from nexus.store.errors import wrap_db_errors
+from nexus.store.queries import query
+
+log = logging.getLogger(__name__)
+
+
+class OutcomeWriter:
+    """Writes batches of results for `owner`: the deliveries' next states and the breakers' evidence."""
+
+    def __init__(
+        self,
+        db: Database,
+        owner: str,
+        policy: RetryPolicy,
+        breaker_config: BreakerConfig,
+        report: BreakerReport,
+        rng: random.Random,
+    ) -> None:
+        self.db = db
+        self.owner = owner
+        self.policy = policy
+        self.breaker_config = breaker_config
+        self.report = report
+        self._rng = rng
+
+    def decide(self, r: Result) -> DeliveryDecision:
+        return next_step(
+            DeliveryState.PENDING,
+            r.outcome,
+            r.claimed.attempt,
+            self.policy,
+            rand=self._rng.random(),
+            retry_after_ms=r.retry_after_ms,
+            error=r.error,
+        )
+
+    async def write(self, results: list[Result]) -> None:
+        """Record a batch of results and their breaker evidence in one transaction."""
+        columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
+        labels: dict[tuple[Any, int], str] = {}
+        ending: set[str] = set()
+        for r in results:
+            decision = self.decide(r)
+            c = r.claimed
+            if decision.leaves_pending:
+                ending.add(c.order_id)
+            labels[(c.outbox_id, c.subscription_id)] = decision.label
+            row = (
+                c.outbox_id,
+                c.subscription_id,
+                decision.state.value,
+                decision.counted,
+                decision.delay_ms,
+                r.status,
+                r.error,
+                decision.dead_reason,
+            )
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                if ending:
+                    await conn.execute(query("gateway.sql", "lock_orders"), sorted(ending))
+                applied = await conn.fetch(
+                    query("delivery.sql", "finish"),
+                    self.owner,
+                    *columns,
+                    DeliveryState.PENDING.value,
+                    DeliveryState.DELIVERED.value,
+                    DeliveryState.DEAD.value,
+                )
+                moved = sorted(
+                    {
+                        (row["subscription_id"], row["order_id"])
+                        for row in applied
+                        if DeliveryState(row["state"]) is not DeliveryState.PENDING
+                    }
+                )
+                if moved:
+                    await conn.execute(
+                        query("delivery.sql", "promote_heads"), [s for s, _ in moved], [o for _, o in moved]
+                    )
+                changes = await self._feed_breakers(conn, results)
+        for row in applied:
+            metrics.WEBHOOK_DELIVERIES.labels(result=labels[(row["outbox_id"], row["subscription_id"])]).inc()
+        for subscription_id, before, after in changes:
+            self.report.transitioned(subscription_id, before, after)
+        for r in results:
+            if r.outcome is not AttemptOutcome.DELIVERED:
+                c = r.claimed
+                log.info(
+                    "delivery attempt failed",
+                    extra={
+                        "action": labels[(c.outbox_id, c.subscription_id)],
+                        "order_id": c.order_id,
+                        "outbox_id": str(c.outbox_id),
+                        "attempt": c.attempt,
+                        "error": r.error,
+                    },
+                )
+
+    async def _feed_breakers(
+        self, conn: asyncpg.Connection, results: list[Result]
+    ) -> list[tuple[int, Breaker, Breaker]]:
+        evidence = [r for r in results if r.outcome is not AttemptOutcome.RELEASED or r.claimed.probe]
+        if not evidence:
+            return []
+        ids = sorted({r.claimed.subscription_id for r in evidence})
+        rows = await conn.fetch(query("delivery.sql", "lock_breakers"), ids)
+        if len(rows) < len(ids):
+            await conn.execute(query("delivery.sql", "ensure_breakers"), ids)
+            rows = await conn.fetch(query("delivery.sql", "lock_breakers"), ids)
+        current = {row["subscription_id"]: breaker_of(row) for row in rows}
+        now = rows[0]["now"]
+        before = dict(current)
+        for r in evidence:
+            sid = r.claimed.subscription_id
+            probe = self.owner if r.claimed.probe else None
+            if r.outcome is AttemptOutcome.RELEASED:
+                current[sid] = current[sid].release_probe(self.owner)
+            else:
+                # A subscriber that answers, even with a rejection, is up: only failures count.
+                success = r.outcome is not AttemptOutcome.RETRYABLE
+                current[sid] = current[sid].record(success, now, self.breaker_config, probe_owner=probe)
+        changes = []
+        for sid, after in current.items():
+            if after != before[sid]:
+                await write_breaker(conn, sid, after)
+                changes.append((sid, before[sid], after))
+        return changes
