@@ -30,6 +30,7 @@ import datetime as dt
 import enum
 import logging
 import random
+import re
 import time
 from typing import Any
 
@@ -60,6 +61,7 @@ class Verdict(enum.StrEnum):
     RETRYABLE = "retryable"  # 5xx, 408, 429, timeout, connection error
     REJECTED = "rejected"  # any other status: the subscriber will never take it
     RELEASED = "released"  # cancelled by our shutdown: no answer, no evidence
+    UNSENDABLE = "unsendable"  # the request cannot even be built: dead, and no evidence about the subscriber
 
 
 def classify(status: int) -> Verdict:
@@ -292,9 +294,12 @@ class OutboxDispatcher:
                         await _write_breaker(conn, subscription_id, after)
 
     async def _refresh_gauges(self) -> None:
-        for row in await self.db.fetch(query("delivery.sql", "breaker_states")):
-            self._names[row["subscription_id"]] = row["name"]
-            metrics.CIRCUIT_BREAKER_STATE.labels(subscription=row["name"]).set(BreakerState(row["state"]).gauge)
+        rows = await self.db.fetch(query("delivery.sql", "breaker_states"))
+        states = {row["subscription_id"]: BreakerState(row["state"]).gauge for row in rows}
+        self._names = {row["subscription_id"]: row["name"] for row in rows}
+        metrics.set_breaker_states(
+            {self._names[sid]: gauge for sid, gauge in states.items()}, self.settings.metrics_max_subscriptions
+        )
 
     # -- sending -------------------------------------------------------------------------------------
 
@@ -327,20 +332,13 @@ class OutboxDispatcher:
         self._results.put_nowait(result)
 
     async def _send(self, c: Claimed, client: httpx.AsyncClient) -> Result:
-        headers = delivery_headers(
-            key=c.key,
-            outbox_id=str(c.outbox_id),
-            order_id=c.order_id,
-            event_type=c.event_type,
-            position=c.position,
-            attempt=c.attempt,
-            timestamp=int(time.time()),
-            body=c.body,
-            traceparent=c.traceparent,
-        )
+        try:
+            request = build_request(client, c, int(time.time()))
+        except UnsendableRequest as exc:
+            return Result(c, Verdict.UNSENDABLE, error=str(exc))
         started = time.perf_counter()
         try:
-            response = await client.post(c.url, content=c.body, headers=headers)
+            response = await client.send(request)
         except httpx.TimeoutException:
             return Result(c, Verdict.RETRYABLE, error=f"timeout after {self.request_timeout_s:g}s")
         except httpx.HTTPError as exc:
@@ -466,6 +464,8 @@ class OutboxDispatcher:
             return "released", 0.0, None, "released"
         if r.verdict is Verdict.REJECTED:
             return "dead", 0.0, f"rejected: {r.error}", "dead_rejected"
+        if r.verdict is Verdict.UNSENDABLE:
+            return "dead", 0.0, f"unsendable: {r.error}", "dead_rejected"
         decision = decide(self.policy, r.claimed.attempt, self._rng.random(), r.retry_after_ms)
         if decision.retry:
             return "retry", decision.delay_ms, None, "retry_scheduled"
@@ -474,7 +474,10 @@ class OutboxDispatcher:
     async def _feed_breakers(
         self, conn: asyncpg.Connection, results: list[Result]
     ) -> list[tuple[int, Breaker, Breaker]]:
-        evidence = [r for r in results if r.verdict is not Verdict.RELEASED or r.claimed.probe]
+        # Released and unsendable attempts never reached the subscriber: they say nothing about it (a
+        # probe among them gives its slot back).
+        silent = (Verdict.RELEASED, Verdict.UNSENDABLE)
+        evidence = [r for r in results if r.verdict not in silent or r.claimed.probe]
         if not evidence:
             return []
         ids = sorted({r.claimed.subscription_id for r in evidence})
@@ -488,7 +491,7 @@ class OutboxDispatcher:
         for r in evidence:
             sid = r.claimed.subscription_id
             probe = self.owner if r.claimed.probe else None
-            if r.verdict is Verdict.RELEASED:
+            if r.verdict in silent:
                 current[sid] = current[sid].release_probe(self.owner)
             else:
                 # A subscriber that answers, even with a rejection, is up: only failures count.
@@ -504,13 +507,48 @@ class OutboxDispatcher:
     def _transitioned(self, subscription_id: int, before: Breaker, after: Breaker) -> None:
         for state in transitions(before, after):
             metrics.CIRCUIT_BREAKER_TRANSITIONS.labels(to=state.value).inc()
-            name = self._names.get(subscription_id, str(subscription_id))
-            metrics.CIRCUIT_BREAKER_STATE.labels(subscription=name).set(state.gauge)
+            name = self._names.get(subscription_id)
+            if name is not None:
+                metrics.set_breaker_state(name, state.gauge)
             log.warning(
                 "circuit breaker %s",
                 state.value,
                 extra={"action": "breaker", "subscription_id": subscription_id, "state": state.value},
             )
+
+
+class UnsendableRequest(ValueError):
+    """A webhook request that cannot be built (a header value HTTP cannot carry, an unusable URL)."""
+
+
+# RFC 9110 field-value: visible ASCII, spaces and tabs between them; nothing else goes on the wire.
+_FIELD_VALUE = re.compile(r"^[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?$|^$")
+
+
+def build_request(client: httpx.AsyncClient, c: Claimed, timestamp: int) -> httpx.Request:
+    """The signed webhook request of a claimed delivery; `UnsendableRequest` if HTTP cannot carry it.
+
+    A permanent property of the notification (e.g. an order id with a newline, stored before
+    identifiers were restricted): retrying cannot help, and the subscriber is not to blame.
+    """
+    headers = delivery_headers(
+        key=c.key,
+        outbox_id=str(c.outbox_id),
+        order_id=c.order_id,
+        event_type=c.event_type,
+        position=c.position,
+        attempt=c.attempt,
+        timestamp=timestamp,
+        body=c.body,
+        traceparent=c.traceparent,
+    )
+    for name, value in headers.items():
+        if not _FIELD_VALUE.match(value):
+            raise UnsendableRequest(f"header {name} cannot carry its value")
+    try:
+        return client.build_request("POST", c.url, content=c.body, headers=headers)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, UnicodeError, ValueError) as exc:
+        raise UnsendableRequest(f"request cannot be built: {type(exc).__name__}") from exc
 
 
 def _breaker(row: asyncpg.Record) -> Breaker:
