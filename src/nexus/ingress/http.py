@@ -6,7 +6,7 @@ import logging
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Path, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nexus import metrics
@@ -126,7 +126,7 @@ def create_app(
         outcome = await redrive_dead_letter(db, gateway, dead_letter_id)
         return {"dead_letter_id": dead_letter_id, "result": outcome.as_json()}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def get_metrics() -> Response:
         await refresh_db_gauges(db)
         return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
@@ -140,7 +140,7 @@ def create_app(
         try:
             await db.fetchval("SELECT 1")
         except NexusError as exc:
-            return JSONResponse({"status": "unavailable", "code": exc.code.value}, status_code=503)
+            return error_response(503, exc.code, "database unavailable", status="unavailable")
         return JSONResponse({"status": "ready"})
 
     from nexus.delivery.api import router as delivery_router
