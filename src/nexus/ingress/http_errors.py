@@ -64,13 +64,13 @@ def request_id() -> str:
     return _request_id.get() or uuid.uuid4().hex
 
 
-def error_body(code: ErrorCode, message: str, **extra: Any) -> dict[str, Any]:
+def error_body(code: ErrorCode, message: str, /, **extra: Any) -> dict[str, Any]:
     return {"code": code.value, "message": message, "request_id": request_id(), **extra}
 
 
-def error_response(status: int, code: ErrorCode, message: str, **extra: Any) -> JSONResponse:
-    headers = {"Retry-After": "1"} if status == 503 else None
-    return JSONResponse(error_body(code, message, **extra), status_code=status, headers=headers)
+def error_response(http_status: int, code: ErrorCode, message: str, /, **extra: Any) -> JSONResponse:
+    headers = {"Retry-After": "1"} if http_status == 503 else None
+    return JSONResponse(error_body(code, message, **extra), status_code=http_status, headers=headers)
 
 
 def status_of(exc: NexusError) -> int:
