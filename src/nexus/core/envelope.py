@@ -199,7 +199,7 @@ def _summarize(exc: ValidationError) -> str:
     # The message names where and what, never the input itself: it is echoed in API answers and logs.
     parts = []
     for err in exc.errors(include_input=False, include_url=False)[:5]:
-        where = ".".join(str(p) for p in err["loc"]) or "envelope"
+        where = ".".join(str(p)[:64] for p in err["loc"][:8]) or "envelope"
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
 
