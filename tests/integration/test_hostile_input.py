@@ -187,8 +187,8 @@ def _port(api: httpx.AsyncClient) -> int:
 
 
 async def test_half_sent_and_idle_connections_are_closed_and_disconnects_are_quiet(served: Any) -> None:
-    """A half-sent head or body, or an idle keep-alive, is closed after its timeout; 50 clients leaving
-    mid-body leave no traceback in the log."""
+    """A half-sent head or body, or an idle keep-alive, is closed after its timeout; a head over the cap is
+    431 (a large body sent with its head is not); 50 clients leaving mid-body leave no traceback in the log."""
     proc, api = served
     port = _port(api)
     loop = asyncio.get_running_loop()
@@ -220,6 +220,23 @@ async def test_half_sent_and_idle_connections_are_closed_and_disconnects_are_qui
             s.sendall(head)
 
     await asyncio.gather(*(loop.run_in_executor(None, leave_mid_body) for _ in range(50)))
+
+    def raw_exchange(payload: bytes) -> bytes:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(payload)
+            s.shutdown(socket.SHUT_WR)
+            return b"".join(iter(lambda: s.recv(65536), b""))
+
+    huge_head = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 70_000 + b"\r\n\r\n"
+    assert (await loop.run_in_executor(None, raw_exchange, huge_head)).startswith(b"HTTP/1.1 431")
+    trickled = await loop.run_in_executor(None, raw_exchange, huge_head[:-4])  # never completes
+    assert trickled.startswith(b"HTTP/1.1 431")
+    big = b"[" + b",".join([b"{}"] * 300_000) + b"]"
+    one_chunk = (
+        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        % len(big)
+    )
+    assert b"BATCH_TOO_LARGE" in await loop.run_in_executor(None, raw_exchange, one_chunk + big)
     await asyncio.sleep(0.5)
     assert (await api.get("/healthz")).status_code == 200
     log = Path(proc.log_path).read_text(errors="replace")

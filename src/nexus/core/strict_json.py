@@ -50,19 +50,20 @@ class OversizedInt(int):
 def depth_of(body: bytes, cap: int = 64) -> int:
     """The deepest nesting of arrays/objects in `body` without decoding it (brackets in strings ignored).
 
-    Exact up to `cap`; beyond it, and for unbalanced input, a linear count that is at least `cap`+1 or
-    exact. Each pass of the fast path deletes the innermost `[]`/`{}` pairs at C speed.
+    Exact up to `cap`, `cap`+1 beyond it. Each pass deletes the innermost `[]`/`{}` pairs at C speed, so
+    the cost is at most `cap`+1 linear passes and the GIL is released between them.
     """
     skeleton = _STRING.sub(b"", _ESCAPE.sub(b"", body)).translate(None, _NOT_BRACKETS)
     for level in range(cap + 1):
         if not skeleton:
             return level
         reduced = _PAIR.sub(b"", skeleton)
-        if reduced == skeleton:  # unbalanced: fall back to counting
-            break
+        if reduced == skeleton:  # unbalanced (invalid JSON anyway): count what is left
+            counted = skeleton.translate(_STEP)
+            return max(0, *itertools.accumulate(map(int.__sub__, counted, itertools.repeat(1))))
         skeleton = reduced
-    counted = skeleton.translate(_STEP)
-    return max(0, *itertools.accumulate(map(int.__sub__, counted, itertools.repeat(1))))
+    # Pairs were still being removed at level cap+1: deeper than the cap; the exact depth does not matter.
+    return cap + 1
 
 
 def loads(body: bytes | str, limits: InputLimits | None = None) -> Any:

@@ -24,27 +24,26 @@ from nexus.settings import Settings
 log = logging.getLogger(__name__)
 
 
-async def _busy(scope: Any, receive: Any, send: Any) -> None:
-    body = json.dumps(
-        {
-            "code": ErrorCode.SERVER_BUSY.value,
-            "message": "too many connections or requests in flight; retry later",
-            "request_id": uuid.uuid4().hex,
-        }
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 503,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", b"1"),
-                (b"connection", b"close"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+def _refusal(status: int, code: ErrorCode, message: str) -> Any:
+    """An ASGI app answering every request with one error in the API's shape, closing the connection."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        body = json.dumps({"code": code.value, "message": message, "request_id": uuid.uuid4().hex}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        if status == 503:
+            headers.append((b"retry-after", b"1"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return app
+
+
+_busy = _refusal(503, ErrorCode.SERVER_BUSY, "too many connections or requests in flight; retry later")
+_head_too_large = _refusal(431, ErrorCode.INVALID_REQUEST, "request line and headers too large")
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -57,7 +56,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
         self._head_bytes = 0
-        self._in_head = True
+        self._in_head = False
         super().connection_made(transport)
         self._arm()
 
@@ -66,7 +65,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._in_head:
+        super().data_received(data)
+        # Counted after parsing: a chunk that completes the head (and carries body bytes) is not head.
+        if self._in_head and not self.transport.is_closing():
             self._head_bytes += len(data)
             if self._head_bytes > self.max_head_bytes:
                 log.debug("request head too large; closing", extra={"action": "http_head_too_large"})
@@ -74,32 +75,35 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
                 )
                 self.transport.close()
-                return
-        super().data_received(data)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._in_head = True
+        self._head_bytes = 0
         self._arm()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
         cap = self.max_concurrency
-        if cap is not None and (len(self.connections) > cap or len(self.tasks) >= cap):
-            app, self.app = self.app, _busy
+        refusal = None
+        if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > self.max_head_bytes:
+            refusal = _head_too_large
+        elif cap is not None and (len(self.connections) > cap or len(self.tasks) >= cap):
             log.warning("connection cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
-            try:
-                super().on_headers_complete()
-            finally:
-                self.app = app
+            refusal = _busy
+        if refusal is None:
+            super().on_headers_complete()
             return
-        super().on_headers_complete()
+        app, self.app = self.app, refusal
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._disarm()
-        self._in_head = True
 
     def _arm(self) -> None:
         self._disarm()
