@@ -8,13 +8,14 @@ PYTEST_ARGS ?=
 export NEXUS_KAFKA_PORT ?= 9092
 export NEXUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NEXUS_KAFKA_PORT)
 
-.PHONY: help install demo test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean agent-e2e agent-test
+.PHONY: help install demo test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean agent-e2e agent-test fuzz
 
 help:
 	@echo "make demo    - start the embedded stack, run misbehaving agents through it, check the invariants"
 	@echo "make test    - lint, types and all tests (starts the local Kafka broker)"
 	@echo "make chaos   - the chaos scenarios at CI size"
 	@echo "make bench   - the benchmark suite (writes benchmarks/results/)"
+	@echo "make fuzz    - a longer fuzz of the HTTP API (FUZZ_EXAMPLES=200)"
 	@echo "make kafka-up / kafka-down - a local single-node Kafka broker from Maven Central"
 
 # Each target installs only what it needs: the demo the base dependencies; the tests the dev extra, and the
@@ -57,6 +58,11 @@ unit: $(STAMP)
 
 test: $(STAMP) $(VENV)/.bench lint typecheck kafka-up
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The fuzz run of `make test`, longer: schemathesis on every route and arbitrary JSON beside valid traffic.
+FUZZ_EXAMPLES ?= 200
+fuzz: $(STAMP)
+	NEXUS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/pytest tests/integration/test_fuzz.py -p no:cacheprovider --timeout 1800
 
 kafka-up:
 	bash scripts/kafka.sh up

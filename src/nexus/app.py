@@ -17,6 +17,7 @@ import uvicorn
 from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.http import create_app
+from nexus.ingress.http_server import server_config
 from nexus.settings import Settings
 from nexus.store.database import Database
 
@@ -93,18 +94,8 @@ async def serve(
     committer.start()
     try:
         if http:
-            app = create_app(db, gateway, committer)
-            config = uvicorn.Config(
-                app,
-                host=settings.http_host,
-                port=settings.http_port,
-                log_level="warning",
-                log_config=None,  # uvicorn's records go through our handler (nexus.logging), not its own
-                lifespan="off",
-                access_log=False,
-                timeout_graceful_shutdown=5,
-            )
-            server = _Server(config)
+            app = create_app(db, gateway, committer, settings=settings)
+            server = _Server(server_config(app, settings))
             if on_ready is not None:
                 asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006
             stopper = asyncio.create_task(_stop_server_on(stop, server))

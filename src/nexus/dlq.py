@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import uuid
 from typing import Any
 
 from nexus.cli_common import add_common, settings_from
 from nexus.delivery.subscriptions import list_dead_deliveries, redrive_delivery
-from nexus.errors import NexusError, NotFoundError
+from nexus.errors import AlreadyRedrivenError, NexusError, NotFoundError
 from nexus.ingress.http import dead_letter_json
 from nexus.kafka_io import EventProducer, StoredRecord, read_topic
 from nexus.settings import Settings
@@ -141,6 +142,9 @@ async def _redrive(settings: Settings, args: argparse.Namespace) -> int:
             result: dict[str, Any] = {"dead_letter_id": args.id, "via": "gateway", "result": outcome.as_json()}
         else:
             result = await redrive_to_topic(db, settings, args.id)
+    except (NotFoundError, AlreadyRedrivenError) as exc:
+        print(f"nexus dlq: {exc.code.value}: {exc.message}", file=sys.stderr)
+        return 1
     finally:
         await db.close()
     if args.json:
@@ -160,9 +164,16 @@ async def redrive_to_topic(db: Database, settings: Settings, dead_letter_id: int
     row = await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id)
     if row is None:
         raise NotFoundError(f"no dead letter {dead_letter_id}")
-    async with EventProducer.from_settings(settings, client_id="nexus-dlq-redrive") as producer:
-        delivered = await producer.send(row["payload"].encode(), key=row["order_id"])
-    await db.execute(query("api.sql", "mark_redriven"), dead_letter_id)
+    # Claimed first (a primary key: a second redrive is ALREADY_REDRIVEN), withdrawn if the send fails.
+    if await db.fetchrow(query("api.sql", "claim_redrive"), dead_letter_id) is None:
+        raise AlreadyRedrivenError(f"dead letter {dead_letter_id} was already redriven")
+    try:
+        async with EventProducer.from_settings(settings, client_id="nexus-dlq-redrive") as producer:
+            delivered = await producer.send(row["payload"].encode(), key=row["order_id"])
+    except BaseException:
+        await db.execute(query("api.sql", "withdraw_redrive"), dead_letter_id)
+        raise
+    await db.execute(query("api.sql", "record_redrive"), dead_letter_id, "REDRIVEN_TO_TOPIC", None)
     return {
         "dead_letter_id": dead_letter_id,
         "via": "kafka",

@@ -10,6 +10,7 @@ labels) and says whether retrying can help::
      |    +-- TransientDatabaseError   transient  DATABASE_UNAVAILABLE (server down, timeout, deadlock)
      |    +-- PermanentDatabaseError   permanent  DATABASE_REJECTED (constraint, bad data)
      +-- NotFoundError            permanent  NOT_FOUND
+     +-- AlreadyRedrivenError     permanent  ALREADY_REDRIVEN
      +-- ConfigurationError       permanent  CONFIGURATION
 
 Driver errors are translated at the adapter (`nexus.store.errors`) with ``raise ... from exc``.
@@ -32,6 +33,16 @@ class ErrorCode(enum.StrEnum):
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     NOT_FOUND = "NOT_FOUND"
     CONFIGURATION = "CONFIGURATION"
+    # issue 10
+    BATCH_TOO_LARGE = "BATCH_TOO_LARGE"
+    NESTING_TOO_DEEP = "NESTING_TOO_DEEP"
+    UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+    INVALID_IDENTIFIER = "INVALID_IDENTIFIER"
+    ALREADY_REDRIVEN = "ALREADY_REDRIVEN"
+    INVALID_REQUEST = "INVALID_REQUEST"
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    INTERNAL_ERROR = "INTERNAL_ERROR"
+    SERVER_BUSY = "SERVER_BUSY"
 
 
 class NexusError(Exception):
@@ -79,12 +90,20 @@ class PermanentDatabaseError(DatabaseError):
     """The database rejected the operation; retrying it unchanged will fail again."""
 
     code = ErrorCode.DATABASE_REJECTED
+    constraint: str | None = None
+    """The unique or check constraint the operation violated, when the server named one."""
 
 
 class NotFoundError(NexusError):
     """The requested resource does not exist."""
 
     code = ErrorCode.NOT_FOUND
+
+
+class AlreadyRedrivenError(NexusError):
+    """The dead letter was redriven before; a dead letter is redriven at most once."""
+
+    code = ErrorCode.ALREADY_REDRIVEN
 
 
 class ConfigurationError(NexusError):

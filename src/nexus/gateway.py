@@ -20,9 +20,11 @@ from typing import Any
 import asyncpg
 
 from nexus import metrics
+from nexus.core import strict_json
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import STATUS_AFTER, OrderStatus
 from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, resolve
+from nexus.core.strict_json import InputLimits
 from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
@@ -48,14 +50,16 @@ class Incoming:
     traceparent: str | None = None
 
     @classmethod
-    def parse(cls, raw: bytes | str | dict[str, Any], traceparent: str | None = None) -> Incoming:
+    def parse(
+        cls, raw: bytes | str | dict[str, Any], traceparent: str | None = None, limits: InputLimits | None = None
+    ) -> Incoming:
         text = (
             raw
             if isinstance(raw, str)
             else (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw, default=str))
         )
         try:
-            return cls(text, parse_envelope(raw), None, traceparent)
+            return cls(text, parse_envelope(raw, limits), None, traceparent)
         except InvalidEventError as exc:
             return cls(text, None, exc, traceparent)
 
@@ -68,8 +72,8 @@ class Incoming:
         if self.envelope is not None:
             return str(self.envelope.event_id)
         try:
-            obj = json.loads(self.raw)
-        except ValueError:
+            obj = strict_json.loads(self.raw)
+        except InvalidEventError:
             return None
         value = obj.get("event_id") if isinstance(obj, dict) else None
         return str(value) if value is not None else None
@@ -163,11 +167,17 @@ class Gateway:
             # The server went away: its pooled connections may be half-dead; replace them all.
             await self.db.expire_connections()
             raise
-        except PermanentDatabaseError as exc:
-            log.warning("batch rejected, isolating orders", extra={"action": "isolate", "error": str(exc)})
+        except Exception as exc:  # a poisonous item (refused by the database, or unserializable)
+            log.warning(
+                "batch rejected, isolating orders",
+                exc_info=not isinstance(exc, PermanentDatabaseError),
+                extra={"action": "isolate", "error": str(exc), "cause": repr(exc.__cause__)},
+            )
             return await self._isolate(items, source)
 
     async def _isolate(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
+        """Each order alone; an order that still fails, each of its items alone, in order; an item that
+        fails alone is dead-lettered. So a poisonous item never fails another request's events."""
         groups: dict[str | None, list[int]] = defaultdict(list)
         for i, item in enumerate(items):
             groups[item.envelope.order_id if item.envelope else None].append(i)
@@ -176,17 +186,29 @@ class Gateway:
             group = [items[i] for i in indexes]
             try:
                 results = await self._submit_once(group, source)
-            except PermanentDatabaseError as exc:
-                results = await self._reject(group, source, exc)
+            except TransientDatabaseError:
+                raise
+            except Exception:  # noqa: BLE001 - narrowed down below, one item at a time
+                results = []
+                for item in group:
+                    try:
+                        results.extend(await self._submit_once([item], source))
+                    except TransientDatabaseError:
+                        raise
+                    except Exception as exc:  # this item is the poison
+                        log.warning(
+                            "item refused, dead-lettered",
+                            exc_info=not isinstance(exc, PermanentDatabaseError),
+                            extra={"action": "isolate_item", "event_id": item.event_id, "cause": repr(exc.__cause__)},
+                        )
+                        results.extend(await self._reject([item], source, exc))
             for i, result in zip(indexes, results, strict=True):
                 outcomes[i] = result
         return [o for o in outcomes if o is not None]
 
-    async def _reject(self, group: list[Incoming], source: str, exc: PermanentDatabaseError) -> list[Outcome]:
-        """Dead-letter a group the database refuses, in a transaction of its own."""
-        failed = [
-            dataclasses.replace(item, envelope=None, error=InvalidEventError(str(exc), code=exc.code)) for item in group
-        ]
+    async def _reject(self, group: list[Incoming], source: str, exc: Exception) -> list[Outcome]:
+        """Dead-letter items the database refuses (or that cannot be serialized), in a transaction of their own."""
+        failed = [dataclasses.replace(item, envelope=None, error=_refusal(exc)) for item in group]
         return await self._submit_once(failed, source)
 
     async def _submit_once(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
@@ -389,8 +411,21 @@ class Gateway:
 
 
 def _text(value: str) -> str:
-    """PostgreSQL text cannot hold NUL: keep the dead letter, escaped, rather than lose it."""
-    return value.replace("\x00", "\\u0000")
+    """PostgreSQL text holds neither NUL nor lone surrogates: keep the dead letter, escaped, rather than lose it."""
+    return value.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+# Unique keys on a step's event_id: a second step reusing an event_id hits one of them.
+_EVENT_ID_CONSTRAINTS = frozenset({"outbox_pkey", "outbox_event_id_key", "pending_events_event_id_key"})
+
+
+def _refusal(exc: Exception) -> InvalidEventError:
+    """Why an item was refused, in words safe to show its sender (no driver text)."""
+    if isinstance(exc, PermanentDatabaseError):
+        if exc.constraint in _EVENT_ID_CONSTRAINTS:
+            return InvalidEventError("event_id is already used by another step", code=ErrorCode.INVALID_EVENT)
+        return InvalidEventError(f"{exc.message}: the item cannot be stored", code=exc.code)
+    return InvalidEventError("the item cannot be serialized or stored", code=ErrorCode.DATABASE_REJECTED)
 
 
 def _tenant(resolution: Resolution) -> str:

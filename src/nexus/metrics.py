@@ -149,6 +149,34 @@ CIRCUIT_BREAKER_TRANSITIONS = Counter(
     ["to"],
     registry=REGISTRY,
 )
+OTHER_SUBSCRIPTIONS = "other"
+_breaker_labels: set[str] = set()
+
+
+def set_breaker_states(states: dict[str, int], max_series: int) -> None:
+    """One breaker series per enabled subscription, for the first `max_series` (the dict's order);
+    the rest share the series `other` (their worst state). Series of subscriptions gone or disabled
+    are removed, so the label set stays bounded whoever creates subscriptions."""
+    names = list(states)
+    own = names[:max_series]
+    wanted = {name: states[name] for name in own}
+    rest = [states[name] for name in names[max_series:]]
+    if rest:
+        wanted[OTHER_SUBSCRIPTIONS] = max(rest)
+    for stale in _breaker_labels - set(wanted):
+        CIRCUIT_BREAKER_STATE.remove(stale)
+    for name, gauge in wanted.items():
+        CIRCUIT_BREAKER_STATE.labels(subscription=name).set(gauge)
+    _breaker_labels.clear()
+    _breaker_labels.update(wanted)
+
+
+def set_breaker_state(name: str, gauge: int) -> None:
+    """A transition seen by this instance, on an existing series only (never a new label)."""
+    if name in _breaker_labels:
+        CIRCUIT_BREAKER_STATE.labels(subscription=name).set(gauge)
+
+
 for _result in DELIVERY_RESULTS:
     WEBHOOK_DELIVERIES.labels(result=_result)
 for _to in ("closed", "open", "half_open"):

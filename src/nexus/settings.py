@@ -64,6 +64,18 @@ _ENV_NAMES: dict[str, str] = {
     # issue 9: one retry mechanism (Kafka reconnects, the outbox listener)
     "kafka_reconnect_max_ms": "NEXUS_KAFKA_RECONNECT_MAX_MS",
     "listen_retry_s": "NEXUS_LISTEN_RETRY_S",
+    # issue 10: bounded requests, connection limits, bounded metric labels
+    "max_body_bytes": "NEXUS_MAX_BODY_BYTES",
+    "max_events_per_request": "NEXUS_MAX_EVENTS_PER_REQUEST",
+    "max_nesting_depth": "NEXUS_MAX_NESTING_DEPTH",
+    "max_string_length": "NEXUS_MAX_STRING_LENGTH",
+    "parse_in_thread_bytes": "NEXUS_PARSE_IN_THREAD_BYTES",
+    "http_limit_concurrency": "NEXUS_HTTP_LIMIT_CONCURRENCY",
+    "http_keep_alive_s": "NEXUS_HTTP_KEEP_ALIVE_S",
+    "http_read_timeout_s": "NEXUS_HTTP_READ_TIMEOUT_S",
+    "http_backlog": "NEXUS_HTTP_BACKLOG",
+    "http_max_head_bytes": "NEXUS_HTTP_MAX_HEAD_BYTES",
+    "metrics_max_subscriptions": "NEXUS_METRICS_MAX_SUBSCRIPTIONS",
 }
 
 
@@ -130,6 +142,27 @@ class Settings(BaseSettings):
     """Cap of the wait between two attempts to start a Kafka client (the broker is not up yet)."""
     listen_retry_s: float = 1.0
     """Wait before the dispatcher's LISTEN connection (a latency shortcut) is opened again after a loss."""
+    # issue 10: bounded requests, connection limits, bounded metric labels
+    max_body_bytes: int = 1024 * 1024
+    max_events_per_request: int = 1000
+    """More events in one request: 413 BATCH_TOO_LARGE, nothing written."""
+    max_nesting_depth: int = 32
+    """Deeper JSON (arrays/objects, the outermost counts 1): 400 NESTING_TOO_DEEP, nothing written."""
+    max_string_length: int = 65_536
+    """A longer key or string anywhere in a request: 413 PAYLOAD_TOO_LARGE, nothing written."""
+    parse_in_thread_bytes: int = 64 * 1024
+    """Bodies at least this large are decoded and validated in a worker thread, off the event loop."""
+    http_limit_concurrency: int = 1000
+    """Connections plus in-flight requests beyond which uvicorn answers 503 at once."""
+    http_keep_alive_s: float = 5.0
+    """An idle keep-alive connection is closed after this long."""
+    http_read_timeout_s: float = 30.0
+    """A request whose head and body have not fully arrived this long after its first byte is dropped."""
+    http_backlog: int = 2048
+    http_max_head_bytes: int = 65_536
+    """A request line plus headers larger than this: 431 and the connection is closed."""
+    metrics_max_subscriptions: int = 50
+    """Subscriptions with their own breaker series; more (by id) share the label `other`."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

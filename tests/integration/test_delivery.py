@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from nexus.delivery.api import router
+from nexus.ingress.delivery_api import router
 from nexus.delivery.dispatcher import OutboxDispatcher
 from nexus.delivery.signing import generate_secret
 from nexus.delivery.subscriptions import Subscription, accounting, add_subscription

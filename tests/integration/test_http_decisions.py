@@ -147,7 +147,9 @@ async def test_malformed_input_is_dead_lettered_and_the_batch_goes_on(api: httpx
 
 async def test_nul_bytes_are_dead_lettered_not_lost(api: httpx.AsyncClient) -> None:
     """A body with a NUL byte, and a step whose data holds NUL (which jsonb refuses), are kept as dead letters."""
-    response = await api.post("/v1/events", content=b'{"event_id": "\x00"}')
+    response = await api.post(
+        "/v1/events", content=b'{"event_id": "\x00"}', headers={"content-type": "application/json"}
+    )
     assert (response.status_code, response.json()["code"]) == (400, "PARSE_ERROR")
     poisoned = step_json("o-nul", "p", 1)
     poisoned["data"]["note"] = "\u0000"
@@ -165,7 +167,9 @@ async def test_nul_bytes_are_dead_lettered_not_lost(api: httpx.AsyncClient) -> N
 
 async def test_oversized_body_is_413(api: httpx.AsyncClient) -> None:
     """A body over 1 MiB is refused with 413 before it is parsed."""
-    response = await api.post("/v1/events", content=b"x" * (1024 * 1024 + 1))
+    response = await api.post(
+        "/v1/events", content=b"x" * (1024 * 1024 + 1), headers={"content-type": "application/json"}
+    )
     assert response.status_code == 413
     assert response.json()["code"] == "PAYLOAD_TOO_LARGE"
 

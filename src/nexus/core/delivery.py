@@ -39,6 +39,12 @@ class AttemptOutcome(enum.StrEnum):
     RETRYABLE = "retryable"  # 5xx, 408, 429, timeout, connection error
     REJECTED = "rejected"  # any other status: the subscriber will never take it
     RELEASED = "released"  # cancelled by our shutdown: no answer, no evidence
+    UNSENDABLE = "unsendable"  # the request cannot even be built: dead, and no evidence about the subscriber
+
+    @property
+    def is_evidence(self) -> bool:
+        """Whether the attempt says anything about the subscriber (for its circuit breaker)."""
+        return self not in (AttemptOutcome.RELEASED, AttemptOutcome.UNSENDABLE)
 
 
 def outcome_of_status(status: int) -> AttemptOutcome:
@@ -92,6 +98,9 @@ def next_step(
         return DeliveryDecision(DeliveryState.PENDING, counted=False, label="released")
     if outcome is AttemptOutcome.REJECTED:
         return DeliveryDecision(DeliveryState.DEAD, dead_reason=f"rejected: {error}", label="dead_rejected")
+    if outcome is AttemptOutcome.UNSENDABLE:
+        # A permanent property of the notification: retrying cannot help, and the subscriber is not to blame.
+        return DeliveryDecision(DeliveryState.DEAD, dead_reason=f"unsendable: {error}", label="dead_rejected")
     retry = decide(policy, attempts, rand, retry_after_ms)
     if retry.retry:
         return DeliveryDecision(DeliveryState.PENDING, delay_ms=retry.delay_ms, label="retry_scheduled")

@@ -7,14 +7,26 @@ a seq_id that is not the step's position in the process, or a negative amount is
 from __future__ import annotations
 
 import datetime as dt
-import json
+import re
 import uuid
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
+from nexus.core import strict_json
 from nexus.core.process import AbortCode, EventType, seq_of
+from nexus.core.strict_json import INT64_MAX, InputLimits
 from nexus.errors import ErrorCode, InvalidEventError
 
 SCHEMA_VERSION = "1.0"
@@ -23,6 +35,40 @@ SCHEMA_VERSION = "1.0"
 Amount = Annotated[Decimal, Field(ge=0)]
 Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
 Identifier = Annotated[str, Field(min_length=1, max_length=200)]
+# What names an order, a plan, a tenant: it travels in URLs, webhook headers and metric labels, so only
+# characters safe in all three (DESIGN.md section 4, INVALID_IDENTIFIER).
+SAFE_IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$"
+SafeIdentifier = Annotated[str, Strict(), Field(min_length=1, max_length=200, pattern=SAFE_IDENTIFIER_PATTERN)]
+_SAFE_IDENTIFIER = re.compile(SAFE_IDENTIFIER_PATTERN)
+_IDENTIFIER_FIELDS = frozenset({"plan_id", "order_id", "tenant_id", "correlation_id"})
+# Integers are JSON integers (not "1", not true) and fit the int64 columns and clients downstream.
+Int64 = Annotated[int, Strict(), Field(le=INT64_MAX)]
+_DATE_AND_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}")
+
+
+def is_safe_identifier(value: str) -> bool:
+    return _SAFE_IDENTIFIER.fullmatch(value) is not None
+
+
+def _date_and_time(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value
+    if not isinstance(value, str) or not _DATE_AND_TIME.match(value):
+        raise ValueError("expected an ISO 8601 date and time, e.g. 2026-01-01T10:00:00Z")
+    return value
+
+
+def _representable_in_utc(value: dt.datetime) -> dt.datetime:
+    # Many agents write datetime.utcnow().isoformat(), which carries no offset: read it as UTC.
+    value = value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+    try:
+        value.astimezone(dt.UTC)
+    except OverflowError as exc:
+        raise ValueError("the time is outside the representable UTC range") from exc
+    return value
+
+
+Timestamp = Annotated[dt.datetime, BeforeValidator(_date_and_time), AfterValidator(_representable_in_utc)]
 
 
 class _Data(BaseModel):
@@ -34,7 +80,7 @@ class Item(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     product_id: Identifier
-    quantity: Annotated[int, Field(gt=0)]
+    quantity: Annotated[Int64, Field(gt=0)]
     unit_price: Amount
 
 
@@ -63,13 +109,13 @@ class OrderShippedData(_Data):
 
 
 class OrderCompletedData(_Data):
-    completed_at: dt.datetime | None = None
+    completed_at: Timestamp | None = None
 
 
 class AbortPlanData(_Data):
     reason: Annotated[str, Field(min_length=1, max_length=2000)]
     abort_code: AbortCode
-    aborted_at_seq: Annotated[int, Field(ge=0)]
+    aborted_at_seq: Annotated[Int64, Field(ge=0)]
 
 
 DATA_MODELS: dict[EventType, type[_Data]] = {
@@ -89,20 +135,14 @@ class EventEnvelope(BaseModel):
 
     event_id: uuid.UUID
     event_type: EventType
-    plan_id: Identifier
-    order_id: Identifier
-    seq_id: Annotated[int, Field(ge=1)] | None = None
-    timestamp: dt.datetime
+    plan_id: SafeIdentifier
+    order_id: SafeIdentifier
+    seq_id: Annotated[Int64, Field(ge=1)] | None = None
+    timestamp: Timestamp
     schema_version: Literal["1.0"] = "1.0"
     data: dict[str, Any] = Field(default_factory=dict)
-    tenant_id: Identifier = "default"
-    correlation_id: Identifier | None = None
-
-    @field_validator("timestamp", mode="after")
-    @classmethod
-    def _utc_if_naive(cls, value: dt.datetime) -> dt.datetime:
-        # Many agents write datetime.utcnow().isoformat(), which carries no offset: read it as UTC.
-        return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value
+    tenant_id: SafeIdentifier = "default"
+    correlation_id: SafeIdentifier | None = None
 
     @model_validator(mode="after")
     def _check_shape(self) -> EventEnvelope:
@@ -131,27 +171,35 @@ class EventEnvelope(BaseModel):
 _ENVELOPE = TypeAdapter(EventEnvelope)
 
 
-def parse_envelope(raw: bytes | str | dict[str, Any]) -> EventEnvelope:
-    """Parse one envelope from bytes, text or an already decoded object; raise `InvalidEventError`."""
-    if isinstance(raw, bytes | str):
-        try:
-            obj = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise InvalidEventError(f"not JSON: {exc}", code=ErrorCode.PARSE_ERROR) from exc
-    else:
-        obj = raw
+def parse_envelope(raw: bytes | str | dict[str, Any], limits: InputLimits | None = None) -> EventEnvelope:
+    """Parse one envelope from bytes, text or an already decoded object; raise `InvalidEventError`.
+
+    Bytes and text go through the strict decoder (`strict_json`); an object is expected to come from it.
+    """
+    obj = strict_json.loads(raw, limits) if isinstance(raw, bytes | str) else raw
     if not isinstance(obj, dict):
         raise InvalidEventError("an envelope is a JSON object")
+    oversized = strict_json.find_oversized_int(obj)
+    if oversized is not None:
+        raise InvalidEventError(f"{oversized}: integer outside the 64-bit range")
     try:
         return _ENVELOPE.validate_python(obj)
     except ValidationError as exc:
-        raise InvalidEventError(_summarize(exc)) from exc
+        raise InvalidEventError(_summarize(exc), code=_code_of(exc)) from exc
+
+
+def _code_of(exc: ValidationError) -> ErrorCode:
+    for err in exc.errors():
+        if err["loc"] and err["loc"][0] in _IDENTIFIER_FIELDS and err["type"] != "missing":
+            return ErrorCode.INVALID_IDENTIFIER
+    return ErrorCode.INVALID_EVENT
 
 
 def _summarize(exc: ValidationError) -> str:
+    # The message names where and what, never the input itself: it is echoed in API answers and logs.
     parts = []
-    for err in exc.errors()[:5]:
-        where = ".".join(str(p) for p in err["loc"]) or "envelope"
+    for err in exc.errors(include_input=False, include_url=False)[:5]:
+        where = ".".join(str(p)[:64] for p in err["loc"][:8]) or "envelope"
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
 

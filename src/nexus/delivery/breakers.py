@@ -43,19 +43,22 @@ async def write_breaker(conn: asyncpg.Connection, subscription_id: int, b: Break
 class BreakerReport:
     """Publishes breaker states and transitions as metrics and log lines, by subscription name."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_subscriptions: int) -> None:
         self._names: dict[int, str] = {}
+        self._max_subscriptions = max_subscriptions
 
     async def refresh_gauges(self, db: Database) -> None:
-        for row in await db.fetch(query("delivery.sql", "breaker_states")):
-            self._names[row["subscription_id"]] = row["name"]
-            metrics.CIRCUIT_BREAKER_STATE.labels(subscription=row["name"]).set(BreakerState(row["state"]).gauge)
+        rows = await db.fetch(query("delivery.sql", "breaker_states"))
+        states = {row["subscription_id"]: BreakerState(row["state"]).gauge for row in rows}
+        self._names = {row["subscription_id"]: row["name"] for row in rows}
+        metrics.set_breaker_states({self._names[sid]: gauge for sid, gauge in states.items()}, self._max_subscriptions)
 
     def transitioned(self, subscription_id: int, before: Breaker, after: Breaker) -> None:
         for state in transitions(before, after):
             metrics.CIRCUIT_BREAKER_TRANSITIONS.labels(to=state.value).inc()
-            name = self._names.get(subscription_id, str(subscription_id))
-            metrics.CIRCUIT_BREAKER_STATE.labels(subscription=name).set(state.gauge)
+            name = self._names.get(subscription_id)
+            if name is not None:
+                metrics.set_breaker_state(name, state.gauge)
             log.warning(
                 "circuit breaker %s",
                 state.value,

@@ -125,7 +125,9 @@ class OutcomeWriter:
     async def _feed_breakers(
         self, conn: asyncpg.Connection, results: list[Result]
     ) -> list[tuple[int, Breaker, Breaker]]:
-        evidence = [r for r in results if r.outcome is not AttemptOutcome.RELEASED or r.claimed.probe]
+        # Released and unsendable attempts never reached the subscriber: they say nothing about it (a
+        # probe among them gives its slot back).
+        evidence = [r for r in results if r.outcome.is_evidence or r.claimed.probe]
         if not evidence:
             return []
         ids = sorted({r.claimed.subscription_id for r in evidence})
@@ -139,7 +141,7 @@ class OutcomeWriter:
         for r in evidence:
             sid = r.claimed.subscription_id
             probe = self.owner if r.claimed.probe else None
-            if r.outcome is AttemptOutcome.RELEASED:
+            if not r.outcome.is_evidence:
                 current[sid] = current[sid].release_probe(self.owner)
             else:
                 # A subscriber that answers, even with a rejection, is up: only failures count.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 import time
 
 import httpx
@@ -56,20 +57,13 @@ class Sender:
     async def send(self, c: Claimed, slot: int) -> Result:
         """Send `c` from worker slot `slot`; network failures are a RETRYABLE result, never an exception."""
         client = self._clients[slot // SLOTS_PER_CLIENT]
-        headers = delivery_headers(
-            key=c.key,
-            outbox_id=str(c.outbox_id),
-            order_id=c.order_id,
-            event_type=c.event_type,
-            position=c.position,
-            attempt=c.attempt,
-            timestamp=int(time.time()),
-            body=c.body,
-            traceparent=c.traceparent,
-        )
+        try:
+            request = build_request(client, c, int(time.time()))
+        except UnsendableRequest as exc:
+            return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc))
         started = time.perf_counter()
         try:
-            response = await client.post(c.url, content=c.body, headers=headers)
+            response = await client.send(request)
         except httpx.TimeoutException:
             return Result(c, AttemptOutcome.RETRYABLE, error=f"timeout after {self.request_timeout_s:g}s")
         except httpx.HTTPError as exc:
@@ -82,3 +76,37 @@ class Sender:
             retry_after = parse_retry_after(response.headers.get("retry-after"), dt.datetime.now(dt.UTC))
         error = None if outcome is AttemptOutcome.DELIVERED else f"HTTP {response.status_code}"
         return Result(c, outcome, response.status_code, error, retry_after)
+
+
+class UnsendableRequest(ValueError):
+    """A webhook request that cannot be built (a header value HTTP cannot carry, an unusable URL)."""
+
+
+# RFC 9110 field-value: visible ASCII, spaces and tabs between them; nothing else goes on the wire.
+_FIELD_VALUE = re.compile(r"^[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?$|^$")
+
+
+def build_request(client: httpx.AsyncClient, c: Claimed, timestamp: int) -> httpx.Request:
+    """The signed webhook request of a claimed delivery; `UnsendableRequest` if HTTP cannot carry it.
+
+    A permanent property of the notification (e.g. an order id with a newline, stored before
+    identifiers were restricted): retrying cannot help, and the subscriber is not to blame.
+    """
+    headers = delivery_headers(
+        key=c.key,
+        outbox_id=str(c.outbox_id),
+        order_id=c.order_id,
+        event_type=c.event_type,
+        position=c.position,
+        attempt=c.attempt,
+        timestamp=timestamp,
+        body=c.body,
+        traceparent=c.traceparent,
+    )
+    for name, value in headers.items():
+        if not _FIELD_VALUE.match(value):
+            raise UnsendableRequest(f"header {name} cannot carry its value")
+    try:
+        return client.build_request("POST", c.url, content=c.body, headers=headers)
+    except (httpx.InvalidURL, httpx.UnsupportedProtocol, UnicodeError, ValueError) as exc:
+        raise UnsendableRequest(f"request cannot be built: {type(exc).__name__}") from exc

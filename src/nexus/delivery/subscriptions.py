@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nexus.core.delivery import DeliveryState, redrive
+from nexus.core.envelope import is_safe_identifier
 from nexus.delivery.signing import parse_secret
 from nexus.errors import ConfigurationError, NotFoundError
 from nexus.settings import Settings
@@ -81,6 +82,8 @@ async def add_subscription(
     replace: bool = False,
 ) -> Subscription:
     """Create a subscription (or, with `replace`, update the one of the same name and enable it)."""
+    if not is_safe_identifier(name):
+        raise ConfigurationError("a subscription name is 1-200 characters of A-Za-z0-9._:@- (letter or digit first)")
     _validate(url, secret)
     types = list(event_types) if event_types else None
     sql = query("delivery.sql", "upsert_subscription" if replace else "insert_subscription")

@@ -2,75 +2,73 @@
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nexus import metrics
+from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.core.sequencing import Decision
-from nexus.errors import ErrorCode, NexusError, NotFoundError
+from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
 from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.ingress import http_errors
 from nexus.ingress.batcher import GroupCommitter
+from nexus.ingress.events_body import Refusal, media_type_refusal, parse, read_body
+from nexus.ingress.http_errors import ERROR_RESPONSES, error_body, error_response
+from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
 
 log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 1024 * 1024
+INT64_MAX = 2**63 - 1
+# Path parameters naming an order or a plan: the identifier character set of the envelope.
+OrderId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
+PlanId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
+
+_EVENTS_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "description": "One envelope (see schemas/events/) or {'events': [envelope, ...]}",
+                    "type": "object",
+                }
+            }
+        },
+    }
+}
 
 
-def error_body(code: ErrorCode, message: str, **extra: Any) -> dict[str, Any]:
-    return {"code": code.value, "message": message, **extra}
-
-
-def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None = None) -> FastAPI:
+def create_app(
+    db: Database,
+    gateway: Gateway,
+    committer: GroupCommitter | None = None,
+    *,
+    settings: Settings | None = None,
+) -> FastAPI:
     """The ASGI app. `committer` shares transactions between concurrent requests (group commit)."""
-    app = FastAPI(title="Nexus Event Gateway", version="1.0")
+    settings = settings or Settings()
+    app = FastAPI(title="Nexus Event Gateway", version="1.0", responses=ERROR_RESPONSES)
     submitter = committer or GroupCommitter(gateway, workers=1)
+    http_errors.install(app)
 
-    @app.exception_handler(NexusError)
-    async def _nexus_error(_: Request, exc: NexusError) -> JSONResponse:
-        if exc.transient:
-            return JSONResponse(
-                error_body(exc.code, exc.message, retryable=True),
-                status_code=503,
-                headers={"Retry-After": "1"},
-            )
-        status = 404 if isinstance(exc, NotFoundError) else 500
-        return JSONResponse(error_body(exc.code, exc.message, retryable=False), status_code=status)
-
-    @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}")
+    @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
     async def post_events(request: Request) -> JSONResponse:
-        body = await _read_limited(request)
-        if body is None:
-            return JSONResponse(
-                error_body(ErrorCode.PAYLOAD_TOO_LARGE, f"body exceeds {MAX_BODY_BYTES} bytes"),
-                status_code=413,
-            )
-        traceparent = request.headers.get("traceparent")
-        try:
-            obj = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            obj = None
-            items = [Incoming.parse(body, traceparent)]
-            single = True
-        else:
-            if isinstance(obj, dict) and "events" in obj and isinstance(obj["events"], list):
-                items = [Incoming.parse(e, traceparent) for e in obj["events"]]
-                single = False
-            elif isinstance(obj, list):
-                items = [Incoming.parse(e, traceparent) for e in obj]
-                single = False
-            else:
-                items = [Incoming.parse(obj if isinstance(obj, dict) else body, traceparent)]
-                single = True
-        outcomes = await submitter.submit(items)
+        refusal = media_type_refusal(request.headers.get("content-type"))
+        body = refusal or await read_body(request, settings.max_body_bytes)
+        if isinstance(body, Refusal):
+            return error_response(body.status, body.code, body.message)
+        parsed = await parse(body, request.headers.get("traceparent"), settings)
+        if isinstance(parsed, Refusal):
+            return error_response(parsed.status, parsed.code, parsed.message)
+        outcomes = await submitter.submit(parsed.items)
         results = [o.as_json() for o in outcomes]
-        status = _single_status(outcomes[0]) if single and outcomes else 200
+        status = _single_status(outcomes[0]) if parsed.single and outcomes else 200
         content: dict[str, Any] = {"results": results}
         if status >= 400:
             first = outcomes[0]
@@ -79,7 +77,7 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         return JSONResponse(content, status_code=status)
 
     @app.get("/v1/orders/{order_id}")
-    async def get_order(order_id: str) -> dict[str, Any]:
+    async def get_order(order_id: OrderId) -> dict[str, Any]:
         row = await db.fetchrow(query("api.sql", "order"), order_id)
         buffered = await db.fetch(query("api.sql", "order_buffered"), order_id)
         if row is None and not buffered:
@@ -95,7 +93,7 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         }
 
     @app.get("/v1/plans/{plan_id}")
-    async def get_plan(plan_id: str) -> dict[str, Any]:
+    async def get_plan(plan_id: PlanId) -> dict[str, Any]:
         rows = await db.fetch(query("api.sql", "plan_orders"), plan_id)
         if not rows:
             raise NotFoundError(f"no plan {plan_id!r}")
@@ -114,21 +112,21 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
 
     @app.get("/v1/dead-letters")
     async def list_dead_letters(
-        code: str | None = None,
-        source: str | None = None,
+        code: Annotated[str | None, Query(pattern=r"^[A-Z_]{1,64}$")] = None,
+        source: Annotated[str | None, Query(pattern=r"^(http|kafka|buffer)$")] = None,
         include_redriven: bool = True,
         limit: int = Query(100, ge=1, le=1000),
-        offset: int = Query(0, ge=0),
+        offset: int = Query(0, ge=0, le=INT64_MAX),
     ) -> dict[str, Any]:
         rows = await db.fetch(query("api.sql", "dead_letters"), code, source, include_redriven, limit, offset)
         return {"dead_letters": [dead_letter_json(r) for r in rows]}
 
     @app.post("/v1/dead-letters/{dead_letter_id}/redrive")
-    async def redrive(dead_letter_id: int) -> dict[str, Any]:
+    async def redrive(dead_letter_id: Annotated[int, Path(ge=1, le=INT64_MAX)]) -> dict[str, Any]:
         outcome = await redrive_dead_letter(db, gateway, dead_letter_id)
         return {"dead_letter_id": dead_letter_id, "result": outcome.as_json()}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def get_metrics() -> Response:
         await refresh_db_gauges(db)
         return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
@@ -142,10 +140,10 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         try:
             await db.fetchval("SELECT 1")
         except NexusError as exc:
-            return JSONResponse({"status": "unavailable", "code": exc.code.value}, status_code=503)
+            return error_response(503, exc.code, "database unavailable", status="unavailable")
         return JSONResponse({"status": "ready"})
 
-    from nexus.delivery.api import router as delivery_router
+    from nexus.ingress.delivery_api import router as delivery_router
 
     app.include_router(delivery_router)
     app.state.db = db
@@ -159,20 +157,6 @@ def _single_status(outcome: Outcome) -> int:
     if outcome.decision is Decision.PLAN_MISMATCH:
         return 409
     return 200
-
-
-async def _read_limited(request: Request) -> bytes | None:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def dead_letter_json(row: Any) -> dict[str, Any]:
@@ -192,12 +176,23 @@ def dead_letter_json(row: Any) -> dict[str, Any]:
 
 
 async def redrive_dead_letter(db: Database, gateway: Gateway, dead_letter_id: int) -> Outcome:
-    """Submit a dead letter's original payload again; it is marked redriven whatever the new outcome."""
-    row = await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id)
-    if row is None:
-        raise NotFoundError(f"no dead letter {dead_letter_id}")
-    [outcome] = await gateway.submit([Incoming.parse(row["payload"])], source="http")
-    await db.execute(query("api.sql", "mark_redriven"), dead_letter_id)
+    """Submit a dead letter's original payload again, once: a second redrive is ALREADY_REDRIVEN.
+
+    The claim is a row keyed by the dead letter (dead_letter_redrives, migration 0004): two redrives,
+    concurrent or not, cannot both insert it. If the submission fails (database unreachable), the
+    claim is withdrawn so the redrive can be tried again.
+    """
+    claimed = await db.fetchrow(query("api.sql", "claim_redrive"), dead_letter_id)
+    if claimed is None:
+        if await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id) is None:
+            raise NotFoundError(f"no dead letter {dead_letter_id}")
+        raise AlreadyRedrivenError(f"dead letter {dead_letter_id} was already redriven")
+    try:
+        [outcome] = await gateway.submit([Incoming.parse(claimed["payload"])], source="http")
+    except BaseException:
+        await db.execute(query("api.sql", "withdraw_redrive"), dead_letter_id)
+        raise
+    await db.execute(query("api.sql", "record_redrive"), dead_letter_id, outcome.decision.value, outcome.dead_letter_id)
     return outcome
 
 

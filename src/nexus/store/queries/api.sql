@@ -26,11 +26,27 @@ LIMIT $4 OFFSET $5;
 SELECT id, source, code, error, event_id, order_id, plan_id, payload, created_at, redriven_at
 FROM dead_letters WHERE id = $1;
 
--- name: mark_redriven
-UPDATE dead_letters SET redriven_at = now() WHERE id = $1;
-
 -- name: gauges
 SELECT
     (SELECT count(*) FROM pending_events) AS pending_events,
     (SELECT count(*) FROM deliveries WHERE state = 'pending') AS outbox_pending,
     (SELECT count(*) FROM deliveries WHERE state = 'dead') AS outbox_dead;
+
+-- name: claim_redrive
+-- Returns the payload only to the one caller whose claim row went in.
+WITH claim AS (
+    INSERT INTO dead_letter_redrives (dead_letter_id)
+    SELECT id FROM dead_letters WHERE id = $1
+    ON CONFLICT (dead_letter_id) DO NOTHING
+    RETURNING dead_letter_id, redriven_at
+)
+UPDATE dead_letters AS d SET redriven_at = claim.redriven_at
+FROM claim WHERE d.id = claim.dead_letter_id
+RETURNING d.id, d.payload;
+
+-- name: withdraw_redrive
+WITH gone AS (DELETE FROM dead_letter_redrives WHERE dead_letter_id = $1 AND decision IS NULL RETURNING dead_letter_id)
+UPDATE dead_letters AS d SET redriven_at = NULL FROM gone WHERE d.id = gone.dead_letter_id;
+
+-- name: record_redrive
+UPDATE dead_letter_redrives SET decision = $2, new_dead_letter_id = $3 WHERE dead_letter_id = $1;

@@ -127,8 +127,11 @@ SET state = $2, failure_count = $3, last_failure_at = $4, open_until = $5, probe
 WHERE subscription_id = $1;
 
 -- name: breaker_states
+-- Enabled subscriptions only, oldest first: the metric series follow this list (bounded, see dispatcher).
 SELECT b.subscription_id, s.name, b.state FROM circuit_breakers AS b
-JOIN subscriptions AS s ON s.id = b.subscription_id;
+JOIN subscriptions AS s ON s.id = b.subscription_id
+WHERE s.enabled
+ORDER BY s.id;
 
 -- name: upsert_subscription
 INSERT INTO subscriptions (name, url, secret, event_types, enabled)

@@ -7,22 +7,29 @@ Secrets are accepted on creation and never returned.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.delivery import subscriptions as subs
 from nexus.delivery.signing import generate_secret
 from nexus.errors import ConfigurationError, PermanentDatabaseError
+from nexus.ingress.http_errors import error_response
 from nexus.store.database import Database
 
 router = APIRouter(tags=["delivery"])
 
 
+INT64_MAX = 2**63 - 1
+# A subscription's name is a metric label and a CLI argument: the identifier character set.
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=SAFE_IDENTIFIER_PATTERN)]
+
+
 class NewSubscription(BaseModel):
-    name: str = Field(min_length=1, max_length=200)
+    name: Name
     url: str
     secret: str | None = Field(default=None, description="whsec_<base64>; generated and returned if absent")
     event_types: list[str] | None = None
@@ -44,9 +51,9 @@ async def create_subscription(request: Request, body: NewSubscription) -> JSONRe
     try:
         sub = await subs.add_subscription(_db(request), body.name, body.url, secret, body.event_types)
     except ConfigurationError as exc:
-        return JSONResponse({"code": exc.code.value, "message": exc.message}, status_code=422)
+        return error_response(422, exc.code, exc.message)
     except PermanentDatabaseError as exc:  # the unique name is taken
-        return JSONResponse({"code": exc.code.value, "message": exc.message}, status_code=409)
+        return error_response(409, exc.code, exc.message)
     content = sub.as_json()
     if body.secret is None:
         content["secret"] = secret  # shown once, so the subscriber can verify signatures
@@ -54,14 +61,16 @@ async def create_subscription(request: Request, body: NewSubscription) -> JSONRe
 
 
 @router.post("/v1/subscriptions/{id_or_name}/disable")
-async def disable_subscription(request: Request, id_or_name: str) -> dict[str, Any]:
+async def disable_subscription(
+    request: Request, id_or_name: Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
+) -> dict[str, Any]:
     return (await subs.disable_subscription(_db(request), id_or_name)).as_json()
 
 
 @router.get("/v1/deliveries/dead")
 async def dead_deliveries(
     request: Request,
-    subscription_id: int | None = None,
+    subscription_id: Annotated[int | None, Query(ge=1, le=INT64_MAX)] = None,
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0),
 ) -> dict[str, Any]:
@@ -70,5 +79,7 @@ async def dead_deliveries(
 
 
 @router.post("/v1/deliveries/{outbox_id}/{subscription_id}/redrive")
-async def redrive(request: Request, outbox_id: uuid.UUID, subscription_id: int) -> dict[str, Any]:
+async def redrive(
+    request: Request, outbox_id: uuid.UUID, subscription_id: Annotated[int, Path(ge=1, le=INT64_MAX)]
+) -> dict[str, Any]:
     return await subs.redrive_delivery(_db(request), outbox_id, subscription_id)

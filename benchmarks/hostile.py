@@ -1,0 +1,186 @@
+"""Hostile input, timed: health-check latency while maximal requests are being refused or applied, and
+the gateway's memory before and after a burst of arbitrary JSON (the fuzz bodies of the tests).
+
+Against a `nexus serve --no-dispatcher` it starts (its own database), with default limits:
+
+1. idle: /healthz latency with nothing else going on (the baseline);
+2. maximal batch: /healthz polled every 10 ms while clients send, back to back, the largest bodies a
+   request may carry: 1,000 valid events (applied), 1 MiB of `{}` (refused, 413 BATCH_TOO_LARGE) and
+   1 MiB of nested arrays (refused, 400 NESTING_TOO_DEEP);
+3. memory: the server's RSS before and after N hostile bodies (deep nesting, huge numbers, odd strings,
+   duplicate keys, NaN) sent beside valid traffic.
+
+Usage: ``.venv/bin/python benchmarks/hostile.py [--seconds 10] [--bodies 2000]``.
+PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an embedded pgserver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import psutil
+from delivery import free_port, plan  # benchmarks/ is the script's directory, first on sys.path
+
+from nexus.store.embedded import EmbeddedPostgres
+
+JSON = {"content-type": "application/json"}
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {
+        "n": len(ordered),
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 2),
+        "max_ms": round(ordered[-1] * 1000, 2),
+    }
+
+
+async def poll_health(client: httpx.AsyncClient, stop: asyncio.Event) -> list[float]:
+    samples = []
+    while not stop.is_set():
+        started = time.perf_counter()
+        response = await client.get("/healthz")
+        samples.append(time.perf_counter() - started)
+        assert response.status_code == 200
+        await asyncio.sleep(0.01)
+    return samples
+
+
+def maximal_bodies() -> list[tuple[str, bytes]]:
+    valid = json.dumps({"events": [e for i in range(200) for e in plan(f"max-{uuid.uuid4().hex[:8]}-{i}")]})
+    flood = b"[" + b",".join([b"{}"] * 349_000) + b"]"
+    deep = b"[" * 500_000 + b"]" * 500_000
+    return [("1000 valid events", valid.encode()), ("1 MiB of {}", flood), ("1 MiB of nesting", deep)]
+
+
+def hostile_body(rng: random.Random) -> bytes:
+    choice = rng.randrange(6)
+    if choice == 0:
+        depth = rng.randrange(30, 5000)
+        return b"[" * depth + b"]" * depth
+    if choice == 1:
+        return json.dumps({"events": [{"x": 2 ** rng.randrange(60, 4000)}] * rng.randrange(1, 50)}).encode()
+    if choice == 2:
+        return json.dumps({"s": "".join(chr(rng.randrange(1, 0xD7FF)) for _ in range(rng.randrange(1, 5000)))}).encode()
+    if choice == 3:
+        return b'{"a":1,"a":2,"b":[NaN, 1e309]}'
+    if choice == 4:
+        event = plan(f"h-{uuid.uuid4().hex[:8]}")[0]
+        event["order_id"] = "bad\norder/" + "\u00e9"
+        return json.dumps(event).encode()
+    return os.urandom(rng.randrange(1, 2000))
+
+
+async def run(seconds: float, bodies: int, admin_url: str) -> dict[str, Any]:
+    name = f"bench_hostile_{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(admin_url)
+    await conn.execute(f"CREATE DATABASE {name}")
+    await conn.close()
+    parts = urllib.parse.urlsplit(admin_url)
+    database_url = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+    port = free_port()
+    env = {**os.environ, "NEXUS_DATABASE_URL": database_url, "NEXUS_HTTP_PORT": str(port)}
+    log = (Path(__file__).resolve().parent / "results" / "hostile-serve.log").open("wb")  # noqa: ASYNC240 - before timing
+    proc = subprocess.Popen(  # noqa: ASYNC220 - started once, runs for the whole measurement
+        [sys.executable, "-m", "nexus.cli", "serve", "--no-dispatcher"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    result: dict[str, Any] = {}
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+            for _ in range(300):
+                try:
+                    if (await client.get("/healthz")).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    await asyncio.sleep(0.1)
+            server = psutil.Process(proc.pid)
+            stop = asyncio.Event()
+            poller = asyncio.create_task(poll_health(client, stop))
+            await asyncio.sleep(min(3.0, seconds / 3))
+            stop.set()
+            result["healthz_idle"] = percentiles(await poller)
+
+            # Per kind of maximal request: its answer times, and /healthz latency while it is sent back to back.
+            result["maximal_requests"] = {}
+            for label, body in maximal_bodies():
+                answers: dict[int, list[float]] = {}
+                stop = asyncio.Event()
+                poller = asyncio.create_task(poll_health(client, stop))
+                deadline = time.monotonic() + seconds / 3
+                while time.monotonic() < deadline:
+                    if label.startswith("1000"):
+                        [(_, body)] = [b for b in maximal_bodies()[:1]]  # fresh orders: every event applies
+                    started = time.perf_counter()
+                    response = await client.post("/v1/events", content=body, headers=JSON)
+                    answers.setdefault(response.status_code, []).append(time.perf_counter() - started)
+                stop.set()
+                result["maximal_requests"][label] = {
+                    "answers": {status: percentiles(times) for status, times in answers.items()},
+                    "healthz_meanwhile": percentiles(await poller),
+                }
+
+            rss_before = server.memory_info().rss
+            rng = random.Random(10)
+            statuses: dict[int, int] = {}
+            server_errors: list[str] = []
+            for i in range(bodies):
+                body = hostile_body(rng)
+                response = await client.post("/v1/events", content=body, headers=JSON)
+                statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
+                if response.status_code >= 500:
+                    server_errors.append(f"{body[:200]!r} -> {response.text[:200]}")
+                if i % 10 == 0:
+                    await client.post("/v1/events", json=plan(f"fz-{i}")[0])
+            result["fuzz_statuses"] = statuses
+            result["fuzz_server_errors"] = server_errors
+            result["rss_mib_before_fuzz"] = round(rss_before / 2**20, 1)
+            result["rss_mib_after_fuzz"] = round(server.memory_info().rss / 2**20, 1)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        log.close()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--bodies", type=int, default=2000)
+    args = parser.parse_args()
+    admin_url = os.environ.get("NEXUS_DATABASE_URL")
+    embedded = None
+    if admin_url is None:
+        embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="nexus-bench-hostile-")), cleanup_mode="delete")
+        admin_url = embedded.start()
+    try:
+        result = asyncio.run(run(args.seconds, args.bodies, admin_url))
+    finally:
+        if embedded is not None:
+            embedded.close()
+    print(json.dumps(result, indent=2))
+    out = Path(__file__).resolve().parent / "results" / "hostile.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Strict JSON for untrusted input: one parser for every ingress, with limits that bound its cost.
+
+The standard library's decoder is lenient where an attacker profits: it takes the last of duplicate keys,
+accepts `NaN`/`Infinity` (stored later as null), turns `1e309` into infinity, and guesses UTF-16/32 from
+bytes. Here those are `PARSE_ERROR`. Depth is measured on the bytes before the decoder recurses, so a
+body of 5,000 nested arrays costs one linear scan and no stack. Integers are checked against int64
+while decoding: larger ones are a type violation (`INVALID_EVENT`), reported for the item that holds
+them rather than for the whole body.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import re
+from typing import Any
+
+from nexus.errors import ErrorCode, InvalidEventError
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+# Escapes first (outside strings a backslash is invalid JSON anyway), then strings have no backslash and
+# each one ends at the next quote: two linear passes, whatever the input (no backtracking).
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')
+# Everything but the four brackets is deleted; what remains is the nesting skeleton of the document.
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+# A bracket as its effect on the depth (+1 opening, -1 closing), through translate() and a subtraction.
+_PAIR = re.compile(rb"\[\]|\{\}")
+_STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InputLimits:
+    """Bounds on one request or message; every one is a setting (NEXUS_MAX_*)."""
+
+    max_depth: int = 32
+    """Nesting of arrays and objects, counting the outermost one as 1 (an envelope's data.items is 3)."""
+    max_string_length: int = 65_536
+    max_events: int = 1_000
+
+
+class OversizedInt(int):
+    """An integer literal outside int64, kept (as a marker) so the item holding it is INVALID_EVENT."""
+
+
+def depth_of(body: bytes, cap: int = 64) -> int:
+    """The deepest nesting of arrays/objects in `body` without decoding it (brackets in strings ignored).
+
+    Exact up to `cap`, `cap`+1 beyond it. Each pass deletes the innermost `[]`/`{}` pairs at C speed, so
+    the cost is at most `cap`+1 linear passes and the GIL is released between them.
+    """
+    skeleton = _STRING.sub(b"", _ESCAPE.sub(b"", body)).translate(None, _NOT_BRACKETS)
+    for level in range(cap + 1):
+        if not skeleton:
+            return level
+        reduced = _PAIR.sub(b"", skeleton)
+        if reduced == skeleton:  # unbalanced (invalid JSON anyway): count what is left
+            counted = skeleton.translate(_STEP)
+            return max(0, *itertools.accumulate(map(int.__sub__, counted, itertools.repeat(1))))
+        skeleton = reduced
+    # Pairs were still being removed at level cap+1: deeper than the cap; the exact depth does not matter.
+    return cap + 1
+
+
+def loads(body: bytes | str, limits: InputLimits | None = None) -> Any:
+    """Decode strict JSON; raise `InvalidEventError` with PARSE_ERROR, NESTING_TOO_DEEP or PAYLOAD_TOO_LARGE."""
+    limits = limits or InputLimits()
+    raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+    depth = depth_of(raw, limits.max_depth)
+    if depth > limits.max_depth:
+        raise InvalidEventError(
+            f"JSON nested more than {limits.max_depth} levels deep (the limit)",
+            code=ErrorCode.NESTING_TOO_DEEP,
+        )
+    try:
+        text = raw.decode("utf-8") if isinstance(body, bytes) else body
+    except UnicodeDecodeError as exc:
+        raise InvalidEventError(f"not UTF-8: invalid byte at position {exc.start}", code=ErrorCode.PARSE_ERROR) from exc
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constant,
+            parse_float=_finite_float,
+            parse_int=_int64,
+        )
+    except InvalidEventError:
+        raise
+    except RecursionError as exc:  # the byte scan bounds depth; this is only a second line of defence
+        raise InvalidEventError("JSON nested too deep", code=ErrorCode.NESTING_TOO_DEEP) from exc
+    except ValueError as exc:
+        raise InvalidEventError(f"not JSON: {exc}", code=ErrorCode.PARSE_ERROR) from exc
+
+
+def check_strings(obj: Any, limits: InputLimits) -> None:
+    """Raise PAYLOAD_TOO_LARGE if any key or string value of `obj` exceeds the limit (iterative, no recursion)."""
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if len(value) > limits.max_string_length:
+                raise InvalidEventError(
+                    f"a string of {len(value)} characters; at most {limits.max_string_length} are accepted",
+                    code=ErrorCode.PAYLOAD_TOO_LARGE,
+                )
+        elif isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+
+
+def find_oversized_int(obj: Any) -> str | None:
+    """Where in `obj` an integer beyond int64 sits (a dotted path), or None."""
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, OversizedInt):
+            return path or "value"
+        if isinstance(value, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{path}.{i}" if path else str(i), v) for i, v in enumerate(value))
+    return None
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InvalidEventError(f"duplicate key {key[:100]!r}", code=ErrorCode.PARSE_ERROR)
+            seen.add(key)
+    return result
+
+
+def _no_constant(name: str) -> Any:
+    raise InvalidEventError(f"{name} is not a JSON number", code=ErrorCode.PARSE_ERROR)
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise InvalidEventError(f"number {literal[:40]} is out of range", code=ErrorCode.PARSE_ERROR)
+    return value
+
+
+def _int64(literal: str) -> int:
+    if len(literal) > 4300:  # int() itself refuses longer literals (CPython's int max str digits)
+        return OversizedInt(INT64_MAX + 1)
+    value = int(literal)
+    return OversizedInt(value) if not INT64_MIN <= value <= INT64_MAX else value

@@ -1,0 +1,113 @@
+"""The body of `POST /v1/events`: media type, size, strict JSON, limits, and its items.
+
+A body is refused as a whole, writing nothing, when it is not `application/json` (415), too large (413
+PAYLOAD_TOO_LARGE, or BATCH_TOO_LARGE by events, or a string beyond the limit), or nested too deep (400
+NESTING_TOO_DEEP). A body that is not strict JSON is one PARSE_ERROR dead letter (the stream goes on);
+every other problem stays with its item.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from typing import Any
+
+from fastapi import Request
+
+from nexus.core import strict_json
+from nexus.core.strict_json import InputLimits
+from nexus.errors import ErrorCode, InvalidEventError
+from nexus.gateway import Incoming
+from nexus.settings import Settings
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Refusal:
+    """The request as a whole is refused; nothing is written."""
+
+    status: int
+    code: ErrorCode
+    message: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Parsed:
+    items: list[Incoming]
+    single: bool
+
+
+def limits_of(settings: Settings) -> InputLimits:
+    return InputLimits(
+        max_depth=settings.max_nesting_depth,
+        max_string_length=settings.max_string_length,
+        max_events=settings.max_events_per_request,
+    )
+
+
+def media_type_refusal(content_type: str | None) -> Refusal | None:
+    """None when the Content-Type is application/json (optionally `; charset=utf-8`)."""
+    if content_type is not None:
+        media, _, params = content_type.partition(";")
+        charset = params.strip().lower()
+        if media.strip().lower() == "application/json" and charset in ("", "charset=utf-8", 'charset="utf-8"'):
+            return None
+    return Refusal(415, ErrorCode.UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json (UTF-8)")
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes | Refusal:
+    """The body, or a refusal once it exceeds `max_bytes` (declared or streamed)."""
+    too_large = Refusal(413, ErrorCode.PAYLOAD_TOO_LARGE, f"body exceeds {max_bytes} bytes")
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        return too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            return too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_body(body: bytes, traceparent: str | None, limits: InputLimits) -> Parsed | Refusal:
+    """Decode and validate a body: CPU-bound, so large ones run in a worker thread (see `parse`)."""
+    try:
+        obj = strict_json.loads(body, limits)
+    except InvalidEventError as exc:
+        if exc.code is ErrorCode.NESTING_TOO_DEEP:
+            return Refusal(400, exc.code, exc.message)
+        return Parsed([Incoming(body.decode("utf-8", "replace"), None, exc, traceparent)], single=True)
+    try:
+        strict_json.check_strings(obj, limits)
+    except InvalidEventError as exc:
+        return Refusal(413, exc.code, exc.message)
+    events: list[Any]
+    if isinstance(obj, dict) and "events" in obj and isinstance(obj["events"], list):
+        events, single = obj["events"], False
+    elif isinstance(obj, list):
+        events, single = obj, False
+    else:
+        events, single = [obj], True
+    if len(events) > limits.max_events:
+        return Refusal(
+            413, ErrorCode.BATCH_TOO_LARGE, f"{len(events)} events in one request; at most {limits.max_events}"
+        )
+    return Parsed([_item(e, traceparent, limits) for e in events], single)
+
+
+def _item(event: Any, traceparent: str | None, limits: InputLimits) -> Incoming:
+    if isinstance(event, dict):
+        return Incoming.parse(event, traceparent, limits)
+    # Not an object: an INVALID_EVENT of its own (a string is not decoded again as JSON).
+    return Incoming(json.dumps(event), None, InvalidEventError("an envelope is a JSON object"), traceparent)
+
+
+async def parse(body: bytes, traceparent: str | None, settings: Settings) -> Parsed | Refusal:
+    limits = limits_of(settings)
+    if len(body) >= settings.parse_in_thread_bytes:
+        # The GIL is handed back every few milliseconds, so the event loop (health checks, other
+        # requests) keeps answering while a large body is decoded and validated.
+        return await asyncio.to_thread(parse_body, body, traceparent, limits)
+    return parse_body(body, traceparent, limits)

@@ -1,0 +1,168 @@
+"""One error shape for every error the API gives: `{"code", "message", "request_id"}`.
+
+Every request gets a request id (the caller's `X-Request-ID` when it is a safe identifier, else a new
+one), returned in the `X-Request-ID` header and in every error body. The framework's own answers (404
+of an unknown path, 405, 422 of a malformed parameter) are rewritten to the shape; their messages name
+where and what, never the input. Every 5xx is logged with the request id and a traceback; a client that
+disconnects mid-request is logged once, at debug, and nothing else happens.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import uuid
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from nexus.core.envelope import is_safe_identifier
+from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
+
+log = logging.getLogger(__name__)
+
+REQUEST_ID_HEADER = "X-Request-ID"
+_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("nexus_request_id", default="")
+# Parameters that name things: a malformed one is INVALID_IDENTIFIER, not a generic INVALID_REQUEST.
+IDENTIFIER_PARAMS = frozenset({"order_id", "plan_id", "tenant_id", "correlation_id", "name", "id_or_name"})
+
+
+class ErrorBody(BaseModel):
+    """Every error answer of the API."""
+
+    model_config = ConfigDict(extra="allow")
+
+    code: str
+    message: str
+    request_id: str
+
+
+_DESCRIPTIONS = {
+    400: "Malformed request (PARSE_ERROR, NESTING_TOO_DEEP)",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict (PLAN_MISMATCH, ALREADY_REDRIVEN, name taken)",
+    413: "Too large (PAYLOAD_TOO_LARGE, BATCH_TOO_LARGE)",
+    415: "Content-Type is not application/json (UNSUPPORTED_MEDIA_TYPE)",
+    422: "Invalid input (INVALID_EVENT, INVALID_IDENTIFIER, INVALID_REQUEST)",
+    500: "Internal error",
+    503: "Database unavailable or server busy; retry (Retry-After)",
+}
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text} for status, text in _DESCRIPTIONS.items()
+}
+
+
+def request_id() -> str:
+    return _request_id.get() or uuid.uuid4().hex
+
+
+def error_body(code: ErrorCode, message: str, /, **extra: Any) -> dict[str, Any]:
+    return {"code": code.value, "message": message, "request_id": request_id(), **extra}
+
+
+def error_response(http_status: int, code: ErrorCode, message: str, /, **extra: Any) -> JSONResponse:
+    headers = {"Retry-After": "1"} if http_status == 503 else None
+    return JSONResponse(error_body(code, message, **extra), status_code=http_status, headers=headers)
+
+
+def status_of(exc: NexusError) -> int:
+    if exc.transient:
+        return 503
+    if isinstance(exc, NotFoundError):
+        return 404
+    if isinstance(exc, AlreadyRedrivenError):
+        return 409
+    return 500
+
+
+class RequestContext:
+    """Pure ASGI middleware: request id, the last word on unhandled errors, quiet client disconnects."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers") or []).get(REQUEST_ID_HEADER.lower().encode(), b"")
+        try:
+            candidate = given.decode("ascii")
+        except UnicodeDecodeError:
+            candidate = ""
+        rid = candidate if candidate and len(candidate) <= 100 and is_safe_identifier(candidate) else uuid.uuid4().hex
+        token = _request_id.set(rid)
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                MutableHeaders(scope=message).append(REQUEST_ID_HEADER, rid)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        except ClientDisconnect:
+            log.debug(
+                "client disconnected", extra={"action": "client_disconnect", "request_id": rid, "path": scope["path"]}
+            )
+        except Exception:
+            log.exception(
+                "request failed", extra={"action": "http_5xx", "request_id": rid, "path": scope["path"], "status": 500}
+            )
+            if not started:
+                response = JSONResponse(
+                    {"code": ErrorCode.INTERNAL_ERROR.value, "message": "internal error", "request_id": rid},
+                    status_code=500,
+                )
+                await response(scope, receive, send_with_id)
+        finally:
+            _request_id.reset(token)
+
+
+def install(app: FastAPI) -> None:
+    """Route every error of `app` through the one shape."""
+
+    @app.exception_handler(NexusError)
+    async def _nexus_error(request: Request, exc: NexusError) -> JSONResponse:
+        status = status_of(exc)
+        if status >= 500:
+            log.error(
+                "request failed",
+                exc_info=exc,
+                extra={"action": "http_5xx", "request_id": request_id(), "path": request.url.path, "status": status},
+            )
+        return error_response(status, exc.code, exc.message, retryable=exc.transient)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        codes = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}
+        code = codes.get(exc.status_code, ErrorCode.INVALID_REQUEST)
+        message = {404: "no such resource", 405: "method not allowed"}.get(exc.status_code, "invalid request")
+        response = error_response(exc.status_code, code, message)
+        for name, value in (exc.headers or {}).items():
+            response.headers[name] = value
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        code = ErrorCode.INVALID_REQUEST
+        parts = []
+        for err in errors[:5]:
+            loc = [str(p) for p in err.get("loc", ())]
+            if loc and loc[-1] in IDENTIFIER_PARAMS and err.get("type") != "missing":
+                code = ErrorCode.INVALID_IDENTIFIER
+            parts.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
+        return error_response(422, code, "; ".join(parts) or "invalid request")
+
+    app.add_middleware(RequestContext)

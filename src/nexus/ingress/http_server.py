@@ -1,0 +1,149 @@
+"""The HTTP server's own limits: uvicorn's settings, plus what uvicorn lacks, in its protocol class.
+
+uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but never a connection whose request
+head or body stops half way (one byte a minute keeps it forever), and its connection cap answers in
+plain text. `GuardedHttpToolsProtocol` adds a read deadline per request (from its first byte until its
+body has fully arrived), a cap on the bytes of a request head, and the cap on connections and in-flight
+requests answered with the API's one error shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from nexus.errors import ErrorCode
+from nexus.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def _refusal(status: int, code: ErrorCode, message: str) -> Any:
+    """An ASGI app answering every request with one error in the API's shape, closing the connection."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        body = json.dumps({"code": code.value, "message": message, "request_id": uuid.uuid4().hex}).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ]
+        if status == 503:
+            headers.append((b"retry-after", b"1"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return app
+
+
+_busy = _refusal(503, ErrorCode.SERVER_BUSY, "too many connections or requests in flight; retry later")
+_head_too_large = _refusal(431, ErrorCode.INVALID_REQUEST, "request line and headers too large")
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a per-request read deadline, a head size cap and a JSON 503 cap."""
+
+    read_timeout_s: float = 30.0
+    max_head_bytes: int = 65_536
+    max_concurrency: int | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._deadline: asyncio.TimerHandle | None = None
+        self._head_bytes = 0
+        self._in_head = False
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # Counted after parsing: a chunk that completes the head (and carries body bytes) is not head.
+        if self._in_head and not self.transport.is_closing():
+            self._head_bytes += len(data)
+            if self._head_bytes > self.max_head_bytes:
+                log.debug("request head too large; closing", extra={"action": "http_head_too_large"})
+                self.transport.write(
+                    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                )
+                self.transport.close()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+        self._head_bytes = 0
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
+        cap = self.max_concurrency
+        refusal = None
+        if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > self.max_head_bytes:
+            refusal = _head_too_large
+        elif cap is not None and (len(self.connections) > cap or len(self.tasks) >= cap):
+            log.warning("connection cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
+            refusal = _busy
+        if refusal is None:
+            super().on_headers_complete()
+            return
+        app, self.app = self.app, refusal
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self.read_timeout_s, self._read_timed_out)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _read_timed_out(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            log.debug("request not received in time; closing", extra={"action": "http_read_timeout"})
+            self.transport.close()
+
+
+def server_config(app: Any, settings: Settings) -> uvicorn.Config:
+    """uvicorn's configuration for the gateway's API, every limit from `settings`."""
+    protocol = type(
+        "NexusHttpProtocol",
+        (GuardedHttpToolsProtocol,),
+        {
+            "read_timeout_s": settings.http_read_timeout_s,
+            "max_head_bytes": settings.http_max_head_bytes,
+            "max_concurrency": settings.http_limit_concurrency,
+        },
+    )
+    return uvicorn.Config(
+        app,
+        host=settings.http_host,
+        port=settings.http_port,
+        http=protocol,
+        log_level="warning",
+        log_config=None,  # uvicorn's records go through our handler (nexus.logging), not its own
+        lifespan="off",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        timeout_keep_alive=settings.http_keep_alive_s,  # type: ignore[arg-type]  # used as a float by call_later
+        backlog=settings.http_backlog,
+        # The cap is enforced by the protocol above, which answers in the API's error shape.
+        limit_concurrency=None,
+    )
