@@ -4,7 +4,9 @@ and stops it when it stops."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,7 +53,9 @@ def _wait_gone(data: Path, timeout: float) -> list[psutil.Process]:
 def test_the_server_left_by_a_killed_serve_is_adopted_and_stopped_by_its_adopter(tmp_path: Path) -> None:
     """SIGKILL `nexus serve`; a new `nexus serve` on the same --data-dir adopts the running PostgreSQL, and on
     SIGTERM stops it (no postgres process of that data directory is left); the data written before survives."""
-    data = tmp_path / "data"
+    # Not under tmp_path: the embedded server runs as another user when we are root, and pytest resets
+    # the permissions of its base directory when another pytest process starts (see PostgresForTests).
+    data = Path(tempfile.mkdtemp(prefix="nexus-adopt-")) / "data"
     first, base = _serve(tmp_path, data, "first")
     procs = [first]
     try:
@@ -84,3 +88,4 @@ def test_the_server_left_by_a_killed_serve_is_adopted_and_stopped_by_its_adopter
             p.kill()
         for p in _postgres_of(data):
             p.kill()
+        shutil.rmtree(data.parent, ignore_errors=True)
