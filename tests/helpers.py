@@ -9,8 +9,9 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 
-async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float, what: str, interval: float = 0.2) -> None:
-    """Poll `check` until it is true; errors count as "not yet" (the broker or database may be restarting)."""
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float, what: str, interval: float = 0.05) -> None:
+    """Poll `check` every `interval` s until it is true; errors count as "not yet" (the broker or database
+    may be restarting). Timing tests need the short default; the Kafka tests poll the broker at 0.2 s."""
     deadline = time.monotonic() + timeout
     last_error: BaseException | None = None
     while time.monotonic() < deadline:

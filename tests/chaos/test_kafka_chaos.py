@@ -48,7 +48,7 @@ async def test_sigkill_mid_run_redelivers_what_was_not_committed(
     first, _ = start_gateway("--kafka", "--no-dispatcher", settings_=s)
     async with producer(s) as p:
         sending = asyncio.create_task(produce_plans(p, plan_events(name, PLANS), concurrency=10, pace_s=PACE_S))
-        await wait_until(lambda: _applied(s, name, PLANS), 60, "a fifth of the steps applied")
+        await wait_until(lambda: _applied(s, name, PLANS), 60, "a fifth of the steps applied", interval=0.2)
         first.kill()
         committed = sum((await committed_offsets(s.kafka_group, s.kafka_topic)).values())
         await sending
@@ -70,10 +70,12 @@ async def test_postgres_outage_is_retried_in_place(kafka_settings: Settings, pg:
         await asyncio.to_thread(pg.stop_server)
         try:
             await produce_plans(p, plan_events(during_outage, PLANS // 2))
-            await wait_until(lambda: _retried_beyond(retries_before), 30, "the consumer to retry in place")
+            await wait_until(
+                lambda: _retried_beyond(retries_before), 30, "the consumer to retry in place", interval=0.2
+            )
             held = await committed_offsets(s.kafka_group, s.kafka_topic)
             several_more = _retries() + 3
-            await wait_until(lambda: _retried_beyond(several_more - 1), 60, "several more retries")
+            await wait_until(lambda: _retried_beyond(several_more - 1), 60, "several more retries", interval=0.2)
             assert await committed_offsets(s.kafka_group, s.kafka_topic) == held, "nothing committed while down"
             ends = await end_offsets(s.kafka_topic)
             assert sum(ends.values()) - sum(held.values()) == PLANS // 2 * 5, "the outage's records wait"
@@ -94,15 +96,15 @@ async def test_rebalance_after_a_member_dies_applies_no_step_twice(
     name = prefix("rebalance")
     start_gateway("--kafka", "--no-dispatcher", settings_=s)
     doomed, _ = start_gateway("--kafka", "--no-dispatcher", settings_=s)
-    await wait_until(lambda: _group_is(s.kafka_group, 2), 60, "both consumers in the group")
+    await wait_until(lambda: _group_is(s.kafka_group, 2), 60, "both consumers in the group", interval=0.2)
     async with producer(s) as p:
         sending = asyncio.create_task(produce_plans(p, plan_events(name, PLANS), concurrency=10, pace_s=PACE_S))
-        await wait_until(lambda: _applied(s, name, PLANS), 60, "a fifth of the steps applied")
+        await wait_until(lambda: _applied(s, name, PLANS), 60, "a fifth of the steps applied", interval=0.2)
         doomed.kill()
         committed = sum((await committed_offsets(s.kafka_group, s.kafka_topic)).values())
         await sending
     assert committed < PLANS * 5, "the member died mid-run"
-    await wait_until(lambda: _group_is(s.kafka_group, 1), 60, "the dead member to leave the group")
+    await wait_until(lambda: _group_is(s.kafka_group, 1), 60, "the dead member to leave the group", interval=0.2)
     await wait_committed_to_end(s.kafka_group, s.kafka_topic, timeout=90)
     await assert_plans_completed_once(s.database_url or "", name, PLANS)
 
@@ -119,7 +121,7 @@ async def test_broker_restart_mid_run_loses_and_doubles_nothing(
         sending = asyncio.create_task(
             produce_plans(p, plan_events(name, PLANS), concurrency=10, tolerate=True, pace_s=PACE_S)
         )
-        await wait_until(lambda: _applied(s, name, PLANS), 60, "a fifth of the steps applied")
+        await wait_until(lambda: _applied(s, name, PLANS), 60, "a fifth of the steps applied", interval=0.2)
         assert not sending.done(), "the broker restarts mid-run"
         restart = await asyncio.to_thread(
             subprocess.run, ["bash", "scripts/kafka.sh", "restart"], cwd=ROOT, capture_output=True, timeout=120

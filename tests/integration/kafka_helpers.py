@@ -157,4 +157,4 @@ async def wait_committed_to_end(group: str, topic: str, timeout: float = 60) -> 
         committed = await committed_offsets(group, topic)
         return all(committed.get(p, 0) == end for p, end in ends.items())
 
-    await wait_until(done, timeout, f"group {group} to commit the end of {topic}")
+    await wait_until(done, timeout, f"group {group} to commit the end of {topic}", interval=0.2)

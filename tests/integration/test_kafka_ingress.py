@@ -108,7 +108,7 @@ async def test_serve_kafka_consumes_beside_the_http_api(kafka_settings: Settings
                     return False
             return True
 
-        await wait_until(all_completed, 60, "every plan completed, seen over HTTP")
+        await wait_until(all_completed, 60, "every plan completed, seen over HTTP", interval=0.2)
         body = (await api.get(f"/v1/orders/{orders[0]}")).json()
         assert body["last_seq"] == 5 and body["notifications"] == 5
         exposition = (await api.get("/metrics")).text
@@ -143,7 +143,7 @@ async def test_buffered_gap_is_dead_lettered_once_and_can_be_redriven(kafka_sett
             async def expired() -> bool:
                 return bool(await conn.fetchval("SELECT count(*) FROM dead_letters WHERE code = 'BUFFER_TIMEOUT'"))
 
-            await wait_until(expired, 30, "the buffered step to expire")
+            await wait_until(expired, 30, "the buffered step to expire", interval=0.2)
             await asyncio.sleep(1.5)  # several more sweeps: still dead-lettered once
             rows = await conn.fetch("SELECT id, source, event_id, order_id FROM dead_letters")
             assert [(r["source"], r["event_id"], r["order_id"]) for r in rows] == [
@@ -161,7 +161,7 @@ async def test_buffered_gap_is_dead_lettered_once_and_can_be_redriven(kafka_sett
             async def applied() -> bool:
                 return await conn.fetchval("SELECT last_seq FROM orders WHERE order_id = $1", order) == 3
 
-            await wait_until(applied, 30, "the redriven step to apply")
+            await wait_until(applied, 30, "the redriven step to apply", interval=0.2)
         assert await conn.fetchval("SELECT redriven_at IS NOT NULL FROM dead_letters WHERE id = $1", rows[0]["id"])
         assert await conn.fetchval("SELECT count(*) FROM outbox WHERE order_id = $1", order) == 3
     finally:
