@@ -229,7 +229,7 @@ def _message(spec: SendSpec, envelope: EventEnvelope) -> Message:
         expected=spec.expected,
         expected_code=spec.expected_code,
         event_id=str(envelope.event_id),
-        event_type=envelope.event_type.value,
+        event_type=str(envelope.event_type),
         seq_id=envelope.seq_id,
         plan_id=envelope.plan_id,
     )

@@ -75,7 +75,8 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         if status >= 400:
             first = outcomes[0]
             code = first.code or ErrorCode.INVALID_EVENT
-            content = {**error_body(code, first.error or code.value), "results": results}
+            extra = {"check": first.check} if first.decision is Decision.REJECTED else {}
+            content = {**error_body(code, first.message or first.error or code.value, **extra), "results": results}
         return JSONResponse(content, status_code=status)
 
     @app.get("/v1/orders/{order_id}")
@@ -158,6 +159,8 @@ def _single_status(outcome: Outcome) -> int:
         return 400 if outcome.code is ErrorCode.PARSE_ERROR else 422
     if outcome.decision is Decision.PLAN_MISMATCH:
         return 409
+    if outcome.decision is Decision.REJECTED:
+        return 422
     return 200
 
 
