@@ -26,6 +26,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("nexus.bench", "measure throughput and latency"),
     "dlq": ("nexus.dlq", "list and redrive dead letters"),
     "subscriptions": ("nexus.delivery.cli", "manage webhook subscriptions"),
+    # issue 12
+    "processes": ("nexus.processes.cli", "list, show and check process definitions"),
+    "tenants": ("nexus.processes.cli", "per-tenant limits (set-limit, list)"),
 }
 
 

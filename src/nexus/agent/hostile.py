@@ -244,8 +244,9 @@ def malformed_body(variant: str, base: dict[str, Any]) -> bytes:
     if variant == "missing_plan_id":
         obj.pop("plan_id", None)
     elif variant == "wrong_seq_id":
+        # A step out of turn is the process's business now (REJECTED); a seq_id below 1 is still malformed.
         obj["event_type"] = EventType.ORDER_SHIPPED.value
-        obj["seq_id"] = 2
+        obj["seq_id"] = 0
         obj["data"] = {}
     elif variant == "negative_quantity":
         obj["event_type"] = EventType.ORDER_CREATED.value

@@ -113,6 +113,23 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         terminal = all(o["status"] in ("completed", "aborted") for o in orders)
         return {"plan_id": plan_id, "terminal": terminal, "orders": orders}
 
+    @app.get("/v1/processes")
+    async def list_processes() -> dict[str, Any]:
+        from nexus.processes import builtin_catalog, describe
+
+        catalog = gateway.catalog or builtin_catalog()
+        return {"processes": [describe(p) for _, p in sorted(catalog.versions.items())]}
+
+    @app.get("/v1/processes/{name}")
+    async def get_process(name: str, version: int | None = None) -> dict[str, Any]:
+        from nexus.processes import builtin_catalog, describe, mermaid
+
+        catalog = gateway.catalog or builtin_catalog()
+        process = catalog.get(name, version)
+        if process is None:
+            raise NotFoundError(f"no process {name!r}" + (f" version {version}" if version else ""))
+        return {**describe(process), "mermaid": mermaid(process)}
+
     @app.get("/v1/dead-letters")
     async def list_dead_letters(
         code: str | None = None,
