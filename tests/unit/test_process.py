@@ -62,9 +62,13 @@ def test_processes_check_cli_exits_1_with_line(tmp_path: Path) -> None:
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
     good.write_text(GOOD)
     bad.write_text(GOOD + "  Again: {from: [done], to: a}\n")
-    ok = subprocess.run([sys.executable, "-m", "nexus.cli", "processes", "check", str(good)], capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "nexus.cli", "processes", "check", str(good)], capture_output=True, text=True
+    )
     assert ok.returncode == 0 and "two v1" in ok.stdout
-    no = subprocess.run([sys.executable, "-m", "nexus.cli", "processes", "check", str(bad)], capture_output=True, text=True)
+    no = subprocess.run(
+        [sys.executable, "-m", "nexus.cli", "processes", "check", str(bad)], capture_output=True, text=True
+    )
     assert no.returncode == 1
     assert f"{bad}:8:" in no.stderr and "outgoing step Again" in no.stderr
 
@@ -89,8 +93,20 @@ def test_each_code_of_the_order_process() -> None:
     cases = [
         ("Teleported", "created", {}, ErrorCode.UNKNOWN_STEP, None),
         ("PaymentProcessed", "created", {"amount": 10}, ErrorCode.INVALID_TRANSITION, None),
-        ("PaymentProcessed", "inventory_validated", {"amount": 11}, ErrorCode.CHECK_FAILED, "payment_amount_matches_order"),
-        ("PaymentProcessed", "inventory_validated", {"amount": 10, "currency": "EUR"}, ErrorCode.CHECK_FAILED, "payment_currency_matches_order"),
+        (
+            "PaymentProcessed",
+            "inventory_validated",
+            {"amount": 11},
+            ErrorCode.CHECK_FAILED,
+            "payment_amount_matches_order",
+        ),
+        (
+            "PaymentProcessed",
+            "inventory_validated",
+            {"amount": 10, "currency": "EUR"},
+            ErrorCode.CHECK_FAILED,
+            "payment_currency_matches_order",
+        ),
         ("PaymentProcessed", "inventory_validated", {"amount": 10}, None, None),
     ]
     for event_type, status, data, code, check in cases:

@@ -49,9 +49,13 @@ def test_corrected_step_after_rejection_applies() -> None:
 
 def test_drained_step_failing_its_check_is_rejected_and_successors_wait() -> None:
     """A buffered step rejected when drained leaves the buffer; its successor stays buffered until a fix."""
-    res = resolve(OrderState(O), [step(O, P, 1), bad_payment(3), step(O, P, 4)], {}, catalog=builtin_catalog(), limits=LIMITS)
+    res = resolve(
+        OrderState(O), [step(O, P, 1), bad_payment(3), step(O, P, 4)], {}, catalog=builtin_catalog(), limits=LIMITS
+    )
     assert [d for _, d, _ in res.decisions] == [Decision.APPLY, Decision.BUFFER, Decision.BUFFER]
-    res2 = resolve(res.after, [step(O, P, 2)], {3: bad_payment(3), 4: step(O, P, 4)}, catalog=builtin_catalog(), limits=LIMITS)
+    res2 = resolve(
+        res.after, [step(O, P, 2)], {3: bad_payment(3), 4: step(O, P, 4)}, catalog=builtin_catalog(), limits=LIMITS
+    )
     assert res2.after.last_seq == 2 and res2.after.buffered == frozenset({4})
     assert [(r.verdict.check, r.drained) for r in res2.rejections] == [("payment_amount_matches_order", True)]
     assert 3 in res2.unbuffered and [a.event.seq_id for a in res2.applied] == [2]
@@ -65,8 +69,13 @@ def test_after_terminal_and_after_abort() -> None:
     extra = step(O, P, 6, event_type="OrderShipped")
     decisions, _ = run([*done, extra])
     assert decisions[-1] is Decision.REJECTED
-    res = resolve(OrderState(O, P, OrderStatus.COMPLETED, 5, process="order", process_version=1), [extra], {},
-                  catalog=builtin_catalog(), limits=LIMITS)
+    res = resolve(
+        OrderState(O, P, OrderStatus.COMPLETED, 5, process="order", process_version=1),
+        [extra],
+        {},
+        catalog=builtin_catalog(),
+        limits=LIMITS,
+    )
     assert res.rejections[0].verdict.code is ErrorCode.AFTER_TERMINAL
     aborted = OrderState(O, P, OrderStatus.ABORTED, 2, process="order", process_version=1)
     res = resolve(aborted, [step(O, P, 3)], {}, catalog=builtin_catalog(), limits=LIMITS)
@@ -77,8 +86,18 @@ def test_max_rejections_aborts_the_plan_once() -> None:
     """Reaching a definition's max_rejections aborts the plan: policy_violation, one notification."""
     refund = builtin_catalog().latest["refund"]
     assert refund.definition.max_rejections == 3
-    bad = [step(O, P, 1, event_type="RefundRequested", process="refund", data={"amount": -1, "currency": "USD", "reason": "x"},
-                event_id=uuid.uuid4()) for _ in range(3)]
+    bad = [
+        step(
+            O,
+            P,
+            1,
+            event_type="RefundRequested",
+            process="refund",
+            data={"amount": -1, "currency": "USD", "reason": "x"},
+            event_id=uuid.uuid4(),
+        )
+        for _ in range(3)
+    ]
     decisions, state = run(bad)
     assert decisions == [Decision.REJECTED] * 3
     assert state.status == OrderStatus.ABORTED and state.outbox_count == 1
@@ -98,7 +117,12 @@ def invalid(seq: int, kind: str) -> EventEnvelope:
     if kind == "invented":
         return step(O, P, seq, event_type="OrderTeleported")
     # skipped: the step two ahead of its turn (or before the order exists)
-    return step(O, P, seq, event_type=["OrderShipped", "OrderCompleted", "OrderCreated", "OrderCreated", "OrderShipped"][seq - 1])
+    return step(
+        O,
+        P,
+        seq,
+        event_type=["OrderShipped", "OrderCompleted", "OrderCreated", "OrderCreated", "OrderShipped"][seq - 1],
+    )
 
 
 @st.composite
@@ -113,7 +137,9 @@ def arrivals(draw: st.DrawFn) -> tuple[list[EventEnvelope], list[int], set[uuid.
 
 @settings(max_examples=300, deadline=None)
 @given(arrivals())
-def test_valid_survivors_apply_in_order_and_invalid_never(case: tuple[list[EventEnvelope], list[int], set[uuid.UUID]]) -> None:
+def test_valid_survivors_apply_in_order_and_invalid_never(
+    case: tuple[list[EventEnvelope], list[int], set[uuid.UUID]],
+) -> None:
     """Whatever the interleaving and batching of valid and invalid steps: the valid ones apply once, in
     seq order; an invalid one never applies; the order never passes a seq without its valid step."""
     order, cuts, valid_ids = case
