@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import OrderStatus, ProcessCatalog, compile_definition
+from nexus.core.process import OrderStatus, ProcessCatalog
 from nexus.core.sequencing import Decision, OrderState, resolve
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog

@@ -40,7 +40,7 @@ from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 from nexus.store.migrate import apply_migrations
 
-SUITES = ("raw", "submit", "http", "peer", "kafka", "delivery")
+SUITES = ("raw", "submit", "http", "peer", "kafka", "delivery", "validation")
 
 
 def with_database(url: str, name: str) -> str:
@@ -130,6 +130,19 @@ class Bench:
                     self.add(await bench_submit(db, self.args.plans * 4, conc, 200))
             finally:
                 await db.close()
+
+    async def run_validation(self, url: str) -> None:
+        from nexus.bench.validation import bench_validation, cel_engines
+
+        db = await Database(Settings(database_url=url, db_pool_size=4)).open(migrate=False)
+        try:
+            rows, summary = await bench_validation(db, self.args.plans * 4, 2)
+            for r in rows:
+                self.add(r)
+            print(f"validation: {summary}", flush=True)
+        finally:
+            await db.close()
+        print(f"CEL engines (us): {cel_engines()}", flush=True)
 
     async def run_http(self, url: str) -> None:
         db = await Database(Settings(database_url=url, db_pool_size=2)).open(migrate=False)

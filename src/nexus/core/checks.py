@@ -13,6 +13,7 @@ sent as a binary float is 30 cents, never 0.30000000000000004.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
@@ -84,13 +85,20 @@ def _sum(values: object) -> object:
     return total
 
 
-def _context(variables: Mapping[str, Any]) -> cel.Context:
+def build_context(variables: Mapping[str, Any], *, with_sum: bool) -> cel.Context:
+    """One evaluation context, shared by every rule of a step: converting Python values into CEL values
+    costs more than evaluating a rule, so it is done once per step, for the variables its rules name."""
     context = cel.Context()
-    # CEL has no fold over a list; `sum(list)` is the one function checks need beyond the standard library.
-    context.add_function("sum", _sum)
+    if with_sum:
+        # CEL has no fold over a list; `sum(list)` is the one function checks need beyond the standard library.
+        context.add_function("sum", _sum)
     for name, value in variables.items():
         context.add_variable(name, value)
     return context
+
+
+_NAMES = re.compile(r"\b(data|order|step|limits|result)\b")
+_SUM = re.compile(r"\bsum\s*\(")
 
 
 class CheckSyntaxError(ValueError):
@@ -103,22 +111,26 @@ class CompiledRule:
 
     source: str
     program: Any
+    names: frozenset[str] = frozenset()
+    """The context variables the rule mentions (only those are converted for it)."""
+    uses_sum: bool = False
 
     @classmethod
     def compile(cls, source: str) -> CompiledRule:
         try:
-            return cls(source, cel.compile(source))
+            program = cel.compile(source)
         except Exception as exc:  # the binding raises ValueError, or a Rust panic surfaced as another type
             raise CheckSyntaxError(str(exc).splitlines()[0] if str(exc) else "invalid CEL") from exc
+        return cls(source, program, frozenset(_NAMES.findall(source)), bool(_SUM.search(source)))
 
-    def passes(self, variables: Mapping[str, Any]) -> bool:
+    def passes(self, context: cel.Context) -> bool:
         """True only if the rule evaluates to exactly true; an error or a missing field denies."""
         try:
-            result = self.program.execute(_context(variables))
+            result = self.program.execute(context)
         except Exception:  # noqa: BLE001 -- any failure to evaluate is a denial, by contract
             return False
         return result is True
 
     def evaluate(self, variables: Mapping[str, Any]) -> Any:
         """The rule's value (raises on an evaluation error): for conditions that are not checks."""
-        return self.program.execute(_context(variables))
+        return self.program.execute(build_context(variables, with_sum=self.uses_sum))

@@ -24,7 +24,7 @@ import jsonschema
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from nexus.core.checks import CheckSyntaxError, CompiledRule, convert_money, exponent_of, to_minor
+from nexus.core.checks import CheckSyntaxError, CompiledRule, build_context, convert_money, exponent_of, to_minor
 from nexus.errors import ErrorCode
 
 
@@ -207,6 +207,9 @@ class CompiledStep:
     data_schema: Any
     defaults: Mapping[str, Any]
     """Top-level `default`s of the data schema: what an absent field means, for checks and facts."""
+    names: frozenset[str] = frozenset()
+    """The CEL variables the step's rules mention: only those are built for an evaluation."""
+    uses_sum: bool = False
 
     def with_defaults(self, data: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.defaults, **data} if self.defaults else dict(data)
@@ -329,7 +332,9 @@ def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
             ) from exc
         properties = step.data.get("properties", {}) if isinstance(step.data, dict) else {}
         defaults = {k: v["default"] for k, v in properties.items() if isinstance(v, dict) and "default" in v}
-        steps[name] = CompiledStep(name, step, tuple(rules), validator, defaults)
+        names = frozenset().union(*(r.names for _, r in rules)) if rules else frozenset()
+        uses_sum = any(r.uses_sum for _, r in rules)
+        steps[name] = CompiledStep(name, step, tuple(rules), validator, defaults, names, uses_sum)
     if None not in allowed:
         raise DefinitionError("no initial step: at least one step needs `from: [null]`", _line_of(text, ["steps"]))
     return CompiledProcess(
@@ -400,14 +405,19 @@ def validate_step(
         return None
     currency = data.get(process.definition.currency_field, facts.get(process.definition.currency_field))
     exponent = exponent_of(currency)
-    variables = {
-        "data": convert_money(data, compiled.step.money, exponent) if compiled.step.money else dict(data),
-        "order": dict(facts),
-        "step": {"seq": seq_id or 0, "type": event_type},
-        "limits": {k: _limit(v, exponent) for k, v in limits.items()},
-    }
+    names = compiled.names
+    variables: dict[str, Any] = {}
+    if "data" in names:
+        variables["data"] = convert_money(data, compiled.step.money, exponent) if compiled.step.money else data
+    if "order" in names:
+        variables["order"] = facts
+    if "step" in names:
+        variables["step"] = {"seq": seq_id or 0, "type": event_type}
+    if "limits" in names:
+        variables["limits"] = {k: _limit(v, exponent) for k, v in limits.items()}
+    context = build_context(variables, with_sum=compiled.uses_sum)
     for check, rule in compiled.rules:
-        if not rule.passes(variables):
+        if not rule.passes(context):
             code = ErrorCode(check.code)
             return Verdict(code, check.message or f"check {check.id} failed: {check.rule}", check.id)
     return None

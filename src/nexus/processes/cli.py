@@ -63,7 +63,8 @@ def run_processes(args: argparse.Namespace) -> int:
             print(json.dumps([describe(p) for p in known], indent=2))
         else:
             for p in known:
-                print(f"{p.name:<20} v{p.version:<4} {p.content_hash[:12]}  {len(p.steps)} steps  {p.definition.description or ''}")
+                about = p.definition.description or ""
+                print(f"{p.name:<20} v{p.version:<4} {p.content_hash[:12]}  {len(p.steps)} steps  {about}")
         return 0
     matches = [p for p in known if p.name == args.name and (args.version is None or p.version == args.version)]
     if not matches:
@@ -110,6 +111,3 @@ def run_tenants(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(go())
-
-
-
