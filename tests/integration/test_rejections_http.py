@@ -161,7 +161,10 @@ async def test_changed_definition_without_new_version_is_refused(start_gateway, 
     """A definition file changed without raising its version makes `nexus serve` refuse to start."""
     folder = tmp_path / "procs"
     folder.mkdir()
-    text = "name: tiny\nversion: 1\nstates: [a, b]\nterminal: [b]\nsteps:\n  Go: {from: [null], to: a}\n  End: {from: [a], to: b}\n"
+    text = (
+        "name: tiny\nversion: 1\nstates: [a, b]\nterminal: [b]\nsteps:\n"
+        "  Go: {from: [null], to: a}\n  End: {from: [a], to: b}\n"
+    )
     (folder / "tiny.yaml").write_text(text)
     proc, _ = start_gateway("--no-dispatcher", settings_=settings.replace(process_dir=folder))
     proc.terminate()
