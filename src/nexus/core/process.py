@@ -237,7 +237,7 @@ class CompiledProcess:
         return state is not None and (state == ABORTED or state in self.definition.terminal)
 
     def status_after(self, event_type: str) -> str:
-        return ABORTED if event_type == ABORT_STEP else as_status(self.steps[event_type].step.to)
+        return as_status(ABORTED if event_type == ABORT_STEP else self.steps[event_type].step.to)
 
     def facts_after(self, facts: Mapping[str, Any], event_type: str, data: Mapping[str, Any]) -> dict[str, Any]:
         """The order's facts once a step applied: its data (money in minor units) merged over them."""
