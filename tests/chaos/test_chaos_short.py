@@ -58,6 +58,11 @@ async def test_poison(session: ChaosSession) -> None:
     await run_short(session, "poison")
 
 
+async def test_hallucinations(session: ChaosSession) -> None:
+    """Hallucinated steps (issue 12) are each REJECTED with their code and change no order."""
+    await run_short(session, "hallucinations")
+
+
 async def test_gateway_kill(session: ChaosSession) -> None:
     """Gateways SIGKILLed repeatedly lose nothing the agent was told was accepted."""
     result = await run_short(session, "gateway-kill")
