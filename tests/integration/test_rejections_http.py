@@ -179,3 +179,20 @@ async def test_changed_definition_without_new_version_is_refused(start_gateway, 
     )
     assert done.returncode == 1
     assert "tiny v1 changed since it was registered" in done.stderr
+
+
+async def test_max_rejections_aborts_the_plan(api: httpx.AsyncClient) -> None:
+    """The refund process allows 3 rejections per plan: the third aborts it (policy_violation, 1 notification)."""
+    bad = [
+        step_json("r-policy", "rp", 1, event_type="RefundRequested", process="refund",
+                  data={"amount": 0, "currency": "EUR", "reason": "x"})
+        for _ in range(3)
+    ]  # fmt: skip
+    answers = [(await api.post("/v1/events", json=b)).json() for b in bad]
+    assert [a["check"] for a in answers] == ["amount_positive"] * 3
+    assert answers[2]["results"][0]["order"]["status"] == "aborted"
+    order = (await api.get("/v1/orders/r-policy")).json()
+    assert (order["status"], order["notifications"]) == ("aborted", 1)
+    late = step_json("r-policy", "rp", 1, event_type="RefundRequested", process="refund",
+                     data={"amount": 5, "currency": "EUR", "reason": "x"})  # fmt: skip
+    assert (await api.post("/v1/events", json=late)).json()["results"][0]["decision"] == "DISCARD"
