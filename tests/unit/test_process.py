@@ -135,3 +135,11 @@ def test_shipped_schema_matches_models() -> None:
     assert (ROOT / "src/nexus/processes/schema.json").read_text(encoding="utf-8") == expected
     assert (ROOT / "schemas/process.json").read_text(encoding="utf-8") == expected
     assert json.loads(expected)["properties"]["steps"]
+
+
+def test_data_schema_failure_is_check_failed_data() -> None:
+    """A step whose data breaks its JSON Schema is CHECK_FAILED with check `data`, naming the field."""
+    refund = builtin_catalog().latest["refund"]
+    verdict = validate_step(refund, None, {}, "RefundRequested", 1, {"amount": 5, "currency": "eur"}, LIMITS)
+    assert verdict is not None and (verdict.code, verdict.check) == (ErrorCode.CHECK_FAILED, "data")
+    assert "reason" in verdict.message or "currency" in verdict.message
