@@ -196,3 +196,21 @@ async def test_max_rejections_aborts_the_plan(api: httpx.AsyncClient) -> None:
     late = step_json("r-policy", "rp", 1, event_type="RefundRequested", process="refund",
                      data={"amount": 5, "currency": "EUR", "reason": "x"})  # fmt: skip
     assert (await api.post("/v1/events", json=late)).json()["results"][0]["decision"] == "DISCARD"
+
+
+def test_processes_list_and_show_cli(settings: Settings) -> None:
+    """`nexus processes list` registers and lists the definitions; `show NAME --mermaid` draws one."""
+    env = settings_env(settings)
+
+    def nexus(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "nexus.cli", *args], env=env, capture_output=True, text=True, timeout=60
+        )
+
+    listed = nexus("processes", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "order" in listed.stdout and "refund" in listed.stdout
+    shown = nexus("processes", "show", "refund", "--mermaid")
+    assert shown.returncode == 0 and shown.stdout.startswith("stateDiagram-v2")
+    assert "requested --> under_review: RefundReviewStarted" in shown.stdout
+    assert nexus("processes", "show", "nope").returncode == 1
