@@ -214,3 +214,29 @@ def test_processes_list_and_show_cli(settings: Settings) -> None:
     assert shown.returncode == 0 and shown.stdout.startswith("stateDiagram-v2")
     assert "requested --> under_review: RefundReviewStarted" in shown.stdout
     assert nexus("processes", "show", "nope").returncode == 1
+
+
+async def test_drained_step_rejected_and_successors_wait(api: httpx.AsyncClient, settings: Settings) -> None:
+    """A buffered payment of the wrong amount is rejected when its gap fills; seq 4 stays buffered until
+    the corrected payment arrives, then drains."""
+    s1, s2, s3, s4 = plan_json("o-drain", "p", 4)
+    wrong = pay("o-drain", amount=99)
+    body = (await api.post("/v1/events", json={"events": [s1, wrong, s4]})).json()
+    assert [r["decision"] for r in body["results"]] == ["APPLY", "BUFFER", "BUFFER"]
+    assert (await api.post("/v1/events", json=s2)).json()["results"][0]["order"] == {
+        "status": "inventory_validated",
+        "last_seq": 2,
+    }
+    order = (await api.get("/v1/orders/o-drain")).json()
+    assert (order["last_seq"], order["buffered"], order["notifications"]) == (2, [4], 2)
+    again = (await api.post("/v1/events", json=wrong)).json()
+    assert (again["code"], again["check"]) == ("CHECK_FAILED", "payment_amount_matches_order")
+    drained = (await api.post("/v1/events", json=s3)).json()["results"][0]
+    assert drained["decision"] == "APPLY" and drained["order"] == {"status": "shipped", "last_seq": 4}
+    conn = await asyncpg.connect(settings.database_url)
+    try:
+        assert await conn.fetchval(
+            "SELECT drained FROM rejected_events WHERE event_id = $1", uuid.UUID(wrong["event_id"])
+        )
+    finally:
+        await conn.close()
