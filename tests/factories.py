@@ -16,7 +16,7 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 def step_json(order_id: str, plan_id: str, seq: int, **overrides: Any) -> dict[str, Any]:
     """One step of the order process as wire JSON."""
-    event_type = STEPS[seq - 1]
+    event_type = STEPS[seq - 1] if seq <= len(STEPS) else EventType.ORDER_COMPLETED
     data: dict[str, Any] = {}
     if event_type is EventType.ORDER_CREATED:
         data = {
@@ -69,9 +69,12 @@ def plan_json(order_id: str, plan_id: str, steps: int = 5) -> list[dict[str, Any
 
 def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderState]:
     """What the pure core decides for each agent message (`.body`, `.expected_code`), in sending order,
-    and the order's final state: the gateway without the database."""
+    and the order's final state: the gateway without the database (the built-in processes, default limit)."""
+    from nexus.processes import builtin_catalog
+
     state = OrderState(order_id)
     pending: dict[int, EventEnvelope] = {}
+    rejected: dict[Any, Any] = {}
     decisions = []
     for message in messages:
         try:
@@ -80,12 +83,23 @@ def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderSt
             assert exc.code.value == message.expected_code
             decisions.append(Decision.DEAD_LETTER)
             continue
-        resolution = resolve(state, [envelope], pending)
+        resolution = resolve(
+            state,
+            [envelope],
+            pending,
+            catalog=builtin_catalog(),
+            limits={"max_order_amount": 100000},
+            rejected=rejected,
+        )
         for seq in resolution.unbuffered:
             pending.pop(seq, None)
         for event in resolution.buffered:
             assert event.seq_id is not None
             pending[event.seq_id] = event
+        for rejection in resolution.rejections:
+            rejected[rejection.event.event_id] = rejection.verdict
+            if not rejection.drained:
+                assert rejection.verdict.code.value == message.expected_code
         decisions.append(resolution.decisions[0][1])
         state = resolution.after
     return decisions, state

@@ -137,8 +137,11 @@ async def _redrive(settings: Settings, args: argparse.Namespace) -> int:
         if args.http:
             from nexus.gateway import Gateway
             from nexus.ingress.http import redrive_dead_letter
+            from nexus.processes import register
 
-            outcome = await redrive_dead_letter(db, Gateway(db), args.id)
+            catalog = await register(db, settings.process_dir)
+            gateway = Gateway(db, catalog=catalog, default_max_order_amount=settings.default_max_order_amount)
+            outcome = await redrive_dead_letter(db, gateway, args.id)
             result: dict[str, Any] = {"dead_letter_id": args.id, "via": "gateway", "result": outcome.as_json()}
         else:
             result = await redrive_to_topic(db, settings, args.id)

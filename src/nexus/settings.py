@@ -76,6 +76,9 @@ _ENV_NAMES: dict[str, str] = {
     "http_backlog": "NEXUS_HTTP_BACKLOG",
     "http_max_head_bytes": "NEXUS_HTTP_MAX_HEAD_BYTES",
     "metrics_max_subscriptions": "NEXUS_METRICS_MAX_SUBSCRIPTIONS",
+    # issue 12: process definitions and per-tenant limits
+    "process_dir": "NEXUS_PROCESS_DIR",
+    "default_max_order_amount": "NEXUS_DEFAULT_MAX_ORDER_AMOUNT",
 }
 
 
@@ -163,6 +166,11 @@ class Settings(BaseSettings):
     """A request line plus headers larger than this: 431 and the connection is closed."""
     metrics_max_subscriptions: int = 50
     """Subscriptions with their own breaker series; more (by id) share the label `other`."""
+    # issue 12: process definitions and per-tenant limits
+    process_dir: Path | None = None
+    """Extra process definitions (*.yaml) registered beside the built-in ones."""
+    default_max_order_amount: str = "100000"
+    """A tenant's limit on an amount (major units, decimal text) until `nexus tenants set-limit`."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -42,6 +42,7 @@ CHECKS: dict[str, str] = {
     "delivered": "every notification delivered to every subscription",
     "sink": "sink accepted each notification once, all, in order, signed",
     "dead_letters": "malformed and other-plan messages dead-lettered",
+    "rejected": "each hallucinated step REJECTED with its expected code, and nothing else rejected",
 }
 DEAD_LETTERED = ("DEAD_LETTER", "PLAN_MISMATCH")
 _PROCESS_ORDER = [t.value for t in (*STEPS, EventType.ABORT_PLAN)]
@@ -115,6 +116,12 @@ def check_acks(plan: Mapping[str, Any]) -> list[str]:
         retried_ok = e.get("attempts", 1) > 1 and got == "DUPLICATE" and want in ("APPLY", "BUFFER")
         if got != want and not retried_ok:
             problems.append(f"message {e['n']} ({e['mode'] or 'honest'} {e['event_type']}) got {got}, expected {want}")
+        elif got == "REJECTED" and e.get("code") != e.get("expected_code"):
+            # A blocked hallucination must be blocked for its own reason (issue 12).
+            problems.append(
+                f"message {e['n']} ({e['mode']} {e['event_type']}) was REJECTED {e.get('code')}, "
+                f"expected {e.get('expected_code')}"
+            )
     return problems
 
 
@@ -207,6 +214,18 @@ def check_dead_letters(plan: Mapping[str, Any], dead: set[str]) -> list[str]:
             continue  # a message that is not JSON has no event_id to find it by
         if e["event_id"] not in dead:
             problems.append(f"message {e['n']} ({e['mode']}) {e['event_id']} is not dead-lettered")
+    return problems
+
+
+def check_rejected(plan: Mapping[str, Any], rejected: Mapping[str, str]) -> list[str]:
+    """Every message expected REJECTED is recorded as rejected with its code; no other one is."""
+    problems = []
+    for e in plan["events"]:
+        got = rejected.get(e["event_id"] or "")
+        if e["expected_decision"] == "REJECTED" and got != e.get("expected_code"):
+            problems.append(f"message {e['n']} ({e['mode']}) rejected as {got}, expected {e.get('expected_code')}")
+        elif e["expected_decision"] != "REJECTED" and got is not None:
+            problems.append(f"message {e['n']} ({e['mode'] or 'honest'} {e['event_type']}) was rejected: {got}")
     return problems
 
 
@@ -315,6 +334,7 @@ async def check_report(
             dead |= on_topic
     if sink_log is None:
         result.skipped["sink"] = "no --sink-log"
+    rejected = {r["event_id"]: r["code"] for r in await db.fetch(query("checker.sql", "rejected"), order_ids)}
 
     for plan in plans:
         oid = plan["order_id"]
@@ -328,6 +348,7 @@ async def check_report(
             result.record("sink", plan, check_sink(rows, sink_records.get(oid, []), allow_duplicates=allow_duplicates))
         if dead is not None:
             result.record("dead_letters", plan, check_dead_letters(plan, dead))
+        result.record("rejected", plan, check_rejected(plan, rejected))
     result.run_checks = check_run(report)
     states = collections.Counter(d["state"] for d in deliveries)
     created = sum(len(v) for v in outbox.values())

@@ -65,6 +65,11 @@ def summary(report: dict[str, Any], result: CheckResult, elapsed_s: float) -> st
     ]
     decisions = collections.Counter(e["decision"] for p in plans for e in p["events"])
     decision_rows = sorted(decisions.items(), key=lambda kv: -kv[1])
+    # issue 12: the hallucinations the gateway blocked, by the code it answered.
+    blocked = collections.Counter(
+        (e.get("code") or "?", e["mode"] or "honest") for p in plans for e in p["events"] if e["decision"] == "REJECTED"
+    )
+    blocked_rows = [(code, mode, n) for (code, mode), n in sorted(blocked.items())] or [("-", "-", 0)]
     st = result.stats
     notification_rows = [
         ("created (outbox rows)", st["notifications"]),
@@ -80,6 +85,7 @@ def summary(report: dict[str, Any], result: CheckResult, elapsed_s: float) -> st
         text_table("Plans by outcome", ["outcome", "plans", "status", "last_seq", "notifications"], outcome_rows),
         text_table("Hostile modes", ["mode", "plans", "messages", "gateway must answer"], mode_rows),
         text_table("Gateway decisions (all messages)", ["decision", "messages"], decision_rows),
+        text_table("Blocked actions (REJECTED, by code)", ["code", "hostile mode", "messages"], blocked_rows),
         text_table("Notifications", ["", "count"], notification_rows),
         "Invariants (nexus check)\n" + render(result, len(plans)),
         f"{len(plans)} plans, {report['summary']['messages']} messages, checked in {elapsed_s:.1f}s",

@@ -48,6 +48,11 @@ async def test_poison(chaos_session: ChaosSession) -> None:
     await run_short(chaos_session, "poison")
 
 
+async def test_hallucinations(chaos_session: ChaosSession) -> None:
+    """Hallucinated steps (issue 12) are each REJECTED with their code and change no order."""
+    await run_short(chaos_session, "hallucinations")
+
+
 async def test_gateway_kill(chaos_session: ChaosSession) -> None:
     """Gateways SIGKILLed repeatedly lose nothing the agent was told was accepted."""
     result = await run_short(chaos_session, "gateway-kill")

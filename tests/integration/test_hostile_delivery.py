@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nexus.sink import start_sink
+from nexus_lab.sink import start_sink
 
 from nexus import metrics
 from nexus.delivery.dispatcher import OutboxDispatcher

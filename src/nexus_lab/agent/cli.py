@@ -28,6 +28,11 @@ MODE_HELP: dict[Mode, str] = {
     Mode.ZOMBIE: "send the next step after the plan's own ABORT_PLAN",
     Mode.OTHER_PLAN: "send a step of the same order under another plan_id",
     Mode.MALFORMED: "send a message that is not a valid envelope",
+    Mode.SKIPPED_STEP: "skip a step: send the one after next (REJECTED INVALID_TRANSITION)",
+    Mode.WRONG_AMOUNT: "pay more than the order's total (REJECTED CHECK_FAILED)",
+    Mode.WRONG_CURRENCY: "pay in another currency than the order's (REJECTED CHECK_FAILED)",
+    Mode.INVENTED_STEP: "send a step type the process does not have (REJECTED UNKNOWN_STEP)",
+    Mode.AFTER_COMPLETION: "send one more step after the order completed (REJECTED AFTER_TERMINAL)",
 }
 
 

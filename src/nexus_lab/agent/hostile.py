@@ -14,6 +14,14 @@ stays computable from the report alone: whatever the modes did, the order ends a
 | other_plan    | sends a step with another plan_id, once the order     | PLAN_MISMATCH (dead letter) |
 |               | exists (before it would create it under that plan)    |                             |
 | malformed     | sends a message that is not a valid envelope          | DEAD_LETTER                 |
+| skipped_step  | sends the step after next in the next step's seq      | REJECTED INVALID_TRANSITION |
+| wrong_amount  | pays more than the order's total                      | REJECTED CHECK_FAILED       |
+| wrong_currency| pays in another currency than the order's             | REJECTED CHECK_FAILED       |
+| invented_step | sends a step type the process does not have           | REJECTED UNKNOWN_STEP       |
+| after_completion | sends one more step once the order is completed    | REJECTED AFTER_TERMINAL     |
+
+The last five are the hallucinations the order's process catches (issue 12): each is sent at a boundary,
+is rejected with its code and changes nothing, so the honest plan's outcome stands.
 
 Extras (restart, other_plan, malformed, zombie) go at a boundary: a point where every honest event before
 it was sent and none after it, never inside an out-of-order pair, so the gateway's state there is exactly
@@ -24,11 +32,13 @@ it was sent and none after it, never inside an out-of-order pair, so the gateway
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import json
 import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from nexus.core.envelope import EventEnvelope
@@ -43,6 +53,11 @@ class Mode(enum.StrEnum):
     ZOMBIE = "zombie"
     OTHER_PLAN = "other_plan"
     MALFORMED = "malformed"
+    SKIPPED_STEP = "skipped_step"
+    WRONG_AMOUNT = "wrong_amount"
+    WRONG_CURRENCY = "wrong_currency"
+    INVENTED_STEP = "invented_step"
+    AFTER_COMPLETION = "after_completion"
 
 
 # The order modes are drawn in: out_of_order first, since it decides which boundaries exist.
@@ -53,9 +68,34 @@ DRAW_ORDER: tuple[Mode, ...] = (
     Mode.OTHER_PLAN,
     Mode.MALFORMED,
     Mode.ZOMBIE,
+    # Drawn after the older modes so that a seed's older moves stay where they were.
+    Mode.SKIPPED_STEP,
+    Mode.WRONG_AMOUNT,
+    Mode.WRONG_CURRENCY,
+    Mode.INVENTED_STEP,
+    Mode.AFTER_COMPLETION,
 )
 # The order extras take at one boundary.
-BOUNDARY_ORDER: tuple[Mode, ...] = (Mode.RESTART, Mode.OTHER_PLAN, Mode.MALFORMED, Mode.ZOMBIE)
+BOUNDARY_ORDER: tuple[Mode, ...] = (
+    Mode.RESTART,
+    Mode.OTHER_PLAN,
+    Mode.MALFORMED,
+    Mode.ZOMBIE,
+    Mode.SKIPPED_STEP,
+    Mode.WRONG_AMOUNT,
+    Mode.WRONG_CURRENCY,
+    Mode.INVENTED_STEP,
+    Mode.AFTER_COMPLETION,
+)
+# The hallucinations the process rejects: mode -> the code the gateway answers (the mutation's name is the mode's).
+REJECTED_MODES: dict[Mode, str] = {
+    Mode.SKIPPED_STEP: "INVALID_TRANSITION",
+    Mode.WRONG_AMOUNT: "CHECK_FAILED",
+    Mode.WRONG_CURRENCY: "CHECK_FAILED",
+    Mode.INVENTED_STEP: "UNKNOWN_STEP",
+    Mode.AFTER_COMPLETION: "AFTER_TERMINAL",
+}
+INVENTED_TYPE = "OrderTeleported"
 
 MALFORMED_VARIANTS: dict[str, str] = {
     # variant -> the error code the gateway gives it
@@ -121,6 +161,15 @@ def candidates(mode: Mode, shape: Sequence[EventType], swap_at: int | None) -> l
     if mode is Mode.ZOMBIE:
         aborted = n >= 1 and shape[-1] is EventType.ABORT_PLAN and n - 1 < len(STEPS)
         return [n] if aborted else []
+    live = [b for b in boundaries if b < n and all(_is_step(t) for t in shape[:b])]
+    if mode is Mode.SKIPPED_STEP:
+        return [b for b in live if b + 1 < len(STEPS)]
+    if mode is Mode.INVENTED_STEP:
+        return live
+    if mode in (Mode.WRONG_AMOUNT, Mode.WRONG_CURRENCY):
+        return [b for b in live if b >= 1 and shape[b] is EventType.PAYMENT_PROCESSED]
+    if mode is Mode.AFTER_COMPLETION:
+        return [n] if n == len(STEPS) and tuple(shape) == STEPS and n in boundaries else []
     raise AssertionError(mode)
 
 
@@ -186,6 +235,9 @@ def schedule(shape: Sequence[EventType], actions: Sequence[Action]) -> list[Send
                     )
                 elif mode is Mode.ZOMBIE:
                     specs.append(SendSpec(b - 1, "zombie", mode, False, Decision.DISCARD))
+                elif mode in REJECTED_MODES:
+                    after = b - 1 if b else None
+                    specs.append(SendSpec(after, mode.value, mode, False, Decision.REJECTED, REJECTED_MODES[mode]))
 
     i = 0
     boundary(0)
@@ -229,7 +281,7 @@ def _message(spec: SendSpec, envelope: EventEnvelope) -> Message:
         expected=spec.expected,
         expected_code=spec.expected_code,
         event_id=str(envelope.event_id),
-        event_type=envelope.event_type.value,
+        event_type=str(envelope.event_type),
         seq_id=envelope.seq_id,
         plan_id=envelope.plan_id,
     )
@@ -244,8 +296,9 @@ def malformed_body(variant: str, base: dict[str, Any]) -> bytes:
     if variant == "missing_plan_id":
         obj.pop("plan_id", None)
     elif variant == "wrong_seq_id":
+        # A step out of turn is the process's business now (REJECTED); a seq_id below 1 is still malformed.
         obj["event_type"] = EventType.ORDER_SHIPPED.value
-        obj["seq_id"] = 2
+        obj["seq_id"] = 0
         obj["data"] = {}
     elif variant == "negative_quantity":
         obj["event_type"] = EventType.ORDER_CREATED.value
@@ -290,6 +343,8 @@ def materialize(
             correlation_id=ref.correlation_id,
         )
         return _message(spec, zombie)
+    if spec.mode in REJECTED_MODES:
+        return _message(spec, hallucination(spec.mode, honest, order_id=order_id, plan_id=plan_id, new_id=new_id))
     if spec.mutation == "malformed":
         assert spec.variant is not None
         event_id = new_id()
@@ -319,6 +374,51 @@ def materialize(
             variant=spec.variant,
         )
     raise ValueError(f"unknown mutation {spec.mutation!r}")
+
+
+def hallucination(
+    mode: Mode,
+    honest: Sequence[EventEnvelope],
+    *,
+    order_id: str,
+    plan_id: str,
+    new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+) -> EventEnvelope:
+    """The step a hallucinating agent sends at the boundary after the honest events so far."""
+    b = len(honest)
+    first = honest[0] if honest else None
+    timestamp = honest[-1].timestamp if honest else dt.datetime.now(dt.UTC)
+    common: dict[str, Any] = {
+        "event_id": new_id(),
+        "plan_id": plan_id,
+        "order_id": order_id,
+        "timestamp": timestamp,
+        "correlation_id": first.correlation_id if first else None,
+    }
+    if mode is Mode.SKIPPED_STEP:
+        return EventEnvelope(event_type=STEPS[b + 1], seq_id=b + 1, data=_data_for(STEPS[b + 1], first), **common)
+    if mode is Mode.INVENTED_STEP:
+        return EventEnvelope(event_type=INVENTED_TYPE, seq_id=b + 1, data={"note": "a step no process has"}, **common)
+    if mode is Mode.AFTER_COMPLETION:
+        return EventEnvelope(event_type=EventType.ORDER_SHIPPED, seq_id=b + 1, data={"carrier": "again"}, **common)
+    assert first is not None
+    data = _data_for(EventType.PAYMENT_PROCESSED, first)
+    if mode is Mode.WRONG_AMOUNT:
+        data["amount"] = str(Decimal(str(data["amount"])) + 1)
+    else:
+        data["currency"] = "JPY" if data["currency"] != "JPY" else "USD"
+    return EventEnvelope(event_type=EventType.PAYMENT_PROCESSED, seq_id=b + 1, data=data, **common)
+
+
+def _data_for(event_type: EventType, first: EventEnvelope | None) -> dict[str, Any]:
+    created = first.data if first is not None else {}
+    if event_type is EventType.PAYMENT_PROCESSED:
+        return {
+            "payment_id": "pay_hallucinated",
+            "amount": str(created.get("total_amount", "0")),
+            "currency": created.get("currency", "USD"),
+        }
+    return {}
 
 
 class HostileStream:

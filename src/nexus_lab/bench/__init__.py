@@ -42,7 +42,7 @@ from nexus.store.migrate import apply_migrations
 from nexus_lab.bench import external, report, wrk
 from nexus_lab.bench.scenarios import Row, bench_http, bench_raw, bench_submit, start_server
 
-SUITES = ("raw", "submit", "http", "wrk", "peer", "kafka", "delivery")
+SUITES = ("raw", "submit", "http", "wrk", "peer", "kafka", "delivery", "validation")
 
 
 def with_database(url: str, name: str) -> str:
@@ -133,6 +133,19 @@ class Bench:
                     self.add(await bench_submit(db, self.args.plans * 4, conc, 200))
             finally:
                 await db.close()
+
+    async def run_validation(self, url: str) -> None:
+        from nexus.bench.validation import bench_validation, cel_engines
+
+        db = await Database(Settings(database_url=url, db_pool_size=4)).open(migrate=False)
+        try:
+            rows, summary = await bench_validation(db, self.args.plans * 4, 2)
+            for r in rows:
+                self.add(r)
+            print(f"validation: {summary}", flush=True)
+        finally:
+            await db.close()
+        print(f"CEL engines (us): {cel_engines()}", flush=True)
 
     async def run_http(self, url: str) -> None:
         db = await Database(Settings(database_url=url, db_pool_size=2)).open(migrate=False)

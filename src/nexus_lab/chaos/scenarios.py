@@ -74,6 +74,18 @@ SCENARIOS: dict[str, Scenario] = {
             hostile={Mode.MALFORMED: 1.0, Mode.OTHER_PLAN: 1.0},
         ),
         Scenario(
+            "hallucinations",
+            "hallucinated steps: skipped steps, wrong amounts and currencies, invented types, steps after completion",
+            "hostile messages",
+            hostile={
+                Mode.SKIPPED_STEP: 1.0,
+                Mode.WRONG_AMOUNT: 1.0,
+                Mode.WRONG_CURRENCY: 1.0,
+                Mode.INVENTED_STEP: 1.0,
+                Mode.AFTER_COMPLETION: 1.0,
+            },
+        ),
+        Scenario(
             "gateway-kill",
             "gateways (HTTP ingress + dispatcher) SIGKILLed repeatedly at random moments",
             "gateway SIGKILLed",

@@ -21,3 +21,7 @@ SELECT event_id, code FROM dead_letters WHERE event_id = ANY($1::text[]);
 SELECT
   (SELECT coalesce(sum(outbox_count), 0) FROM orders WHERE order_id = ANY($1::text[])) AS notifications,
   (SELECT count(*) FROM deliveries WHERE order_id = ANY($1::text[]) AND state = 'pending') AS pending;
+
+-- name: rejected
+-- issue 12: the blocked steps of the report's orders, with the code they were refused for.
+SELECT event_id::text AS event_id, code FROM rejected_events WHERE order_id = ANY($1::text[]);

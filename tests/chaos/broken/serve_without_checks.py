@@ -1,0 +1,22 @@
+"""`nexus ...` whose process never rejects a step in turn (`validate_step` approves everything).
+
+Hallucinated steps then apply: a payment of the wrong amount or currency, an invented step type, a
+skipped step are applied and notified, and the honest step that follows them is a DUPLICATE.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import nexus.core.sequencing
+
+
+def main() -> int:
+    nexus.core.sequencing.validate_step = lambda *args, **kwargs: None  # type: ignore[assignment]
+    from nexus.cli import main as nexus_main
+
+    return nexus_main(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
