@@ -26,6 +26,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("nexus.bench", "measure throughput and latency"),
     "dlq": ("nexus.dlq", "list and redrive dead letters"),
     "subscriptions": ("nexus.delivery.cli", "manage webhook subscriptions"),
+    # issue 12
+    "audit": ("nexus.audit.cli", "verify, checkpoint and export the hash-chained decision log"),
+    "report": ("nexus.audit.cli", "reports from the decision log: `nexus report blocked`"),
 }
 
 

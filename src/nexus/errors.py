@@ -32,6 +32,9 @@ class ErrorCode(enum.StrEnum):
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     NOT_FOUND = "NOT_FOUND"
     CONFIGURATION = "CONFIGURATION"
+    # issue 12: the decision log and the blocked-actions report
+    INVALID_PARAMETER = "INVALID_PARAMETER"
+    AUDIT_LOG_INVALID = "AUDIT_LOG_INVALID"
 
 
 class NexusError(Exception):

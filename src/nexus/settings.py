@@ -50,6 +50,9 @@ _ENV_NAMES: dict[str, str] = {
     "llm_model": "NEXUS_LLM_MODEL",
     "llm_api_key": "NEXUS_LLM_API_KEY",
     "log_level": "NEXUS_LOG_LEVEL",
+    # issue 12: the decision log's signed checkpoints
+    "audit_checkpoint_s": "NEXUS_AUDIT_CHECKPOINT_S",
+    "audit_signing_key": "NEXUS_AUDIT_SIGNING_KEY",
 }
 
 
@@ -96,6 +99,11 @@ class Settings:
     llm_model: str | None = None
     llm_api_key: str | None = None
     log_level: str = "INFO"
+    # issue 12: the decision log's signed checkpoints
+    audit_checkpoint_s: float = 60.0
+    """How often `nexus serve` signs a checkpoint of the chain heads changed since the previous one."""
+    audit_signing_key: str | None = None
+    """Ed25519 key: base64 of the raw 32-byte seed, or a PKCS#8 PEM; None: <data_dir>/audit_ed25519.key."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

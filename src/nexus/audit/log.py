@@ -23,9 +23,7 @@ async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at:
     chains = sorted({e.chain for e in entries})
     if any(order_id == INGRESS_ORDER for _, order_id in chains):
         await conn.execute(query("gateway.sql", "lock_orders"), [INGRESS_ORDER])
-    rows = await conn.fetch(
-        query("audit.sql", "read_heads"), [t for t, _ in chains], [o for _, o in chains]
-    )
+    rows = await conn.fetch(query("audit.sql", "read_heads"), [t for t, _ in chains], [o for _, o in chains])
     heads = {(r["tenant_id"], r["order_id"]): (r["position"], bytes(r["hash"])) for r in rows}
     now = at or dt.datetime.now(dt.UTC)
     records = append(entries, heads, now)

@@ -135,7 +135,7 @@ class Record:
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Record:
-        values = {name: body.get(name) for name in CANONICAL_FIELDS}
+        values: dict[str, Any] = {name: body.get(name) for name in CANONICAL_FIELDS}
         return cls(
             **values,
             prev_hash=bytes.fromhex(str(body.get("prev_hash", ""))),
