@@ -53,11 +53,8 @@ BEGIN
 END;
 $$;
 
-CREATE TRIGGER decision_log_append_only BEFORE UPDATE OR DELETE ON decision_log
-    FOR EACH ROW EXECUTE FUNCTION nexus_append_only();
-CREATE TRIGGER decision_log_no_truncate BEFORE TRUNCATE ON decision_log
+-- statement-level: refuses even a statement that would touch no row
+CREATE TRIGGER decision_log_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON decision_log
     FOR EACH STATEMENT EXECUTE FUNCTION nexus_append_only();
-CREATE TRIGGER audit_checkpoints_append_only BEFORE UPDATE OR DELETE ON audit_checkpoints
-    FOR EACH ROW EXECUTE FUNCTION nexus_append_only();
-CREATE TRIGGER audit_checkpoints_no_truncate BEFORE TRUNCATE ON audit_checkpoints
+CREATE TRIGGER audit_checkpoints_append_only BEFORE UPDATE OR DELETE OR TRUNCATE ON audit_checkpoints
     FOR EACH STATEMENT EXECUTE FUNCTION nexus_append_only();

@@ -41,13 +41,13 @@ SELECT pg_current_snapshot()::text AS snapshot, now() AS at;
 -- (NULL: every chain). Runs in the same REPEATABLE READ snapshot as current_snapshot.
 SELECT DISTINCT ON (order_id, tenant_id) tenant_id, order_id, position, hash
 FROM decision_log
-WHERE $1::pg_snapshot IS NULL
-   OR (txid >= pg_snapshot_xmin($1::pg_snapshot) AND NOT pg_visible_in_snapshot(txid, $1::pg_snapshot))
+WHERE $1::text::pg_snapshot IS NULL
+   OR (txid >= pg_snapshot_xmin($1::text::pg_snapshot) AND NOT pg_visible_in_snapshot(txid, $1::text::pg_snapshot))
 ORDER BY order_id, tenant_id, position DESC;
 
 -- name: insert_checkpoint
 INSERT INTO audit_checkpoints (at, snapshot, prev_digest, heads, digest, signature, key_id, public_key)
-VALUES ($1, $2::pg_snapshot, $3, $4::jsonb, $5, $6, $7, $8)
+VALUES ($1, $2::text::pg_snapshot, $3, $4::jsonb, $5, $6, $7, $8)
 RETURNING id;
 
 -- name: checkpoints
