@@ -245,9 +245,7 @@ async def test_checkpoint_signature_verifies_and_a_forged_one_fails(
     assert verify_json(s, "--public-key", trusted)[0] == 0
     # Forged: the second checkpoint's heads rewritten (its stored signature no longer matches).
     await db.execute("ALTER TABLE audit_checkpoints DISABLE TRIGGER audit_checkpoints_append_only")
-    await db.execute(
-        "UPDATE audit_checkpoints SET heads = jsonb_set(heads, '{0,2}', '1') WHERE id = $1", second.id
-    )
+    await db.execute("UPDATE audit_checkpoints SET heads = jsonb_set(heads, '{0,2}', '1') WHERE id = $1", second.id)
     code, out = verify_json(s, "--public-key", trusted)
     assert (code, out["fault"]["kind"]) == (1, "BAD_SIGNATURE")
     # Re-signed by another key: verifies only when no trusted key is named.
