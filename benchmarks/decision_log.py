@@ -14,10 +14,11 @@ import argparse
 import asyncio
 import os
 import statistics
+import time
 import uuid
 
 from nexus.bench import create_database, drop_database, start_embedded
-from nexus.bench.scenarios import make_plans, split, timed
+from nexus.bench.scenarios import backend_pids, cpu_seconds, make_plans, split, timed
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import STEPS
 from nexus.gateway import Gateway, Incoming
@@ -25,14 +26,24 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 
 
-async def one(db: Database, log_on: bool, prefix: str, plans: int, chunk: int, conc: int) -> tuple[float, float]:
+async def one(
+    db: Database, log_on: bool, prefix: str, plans: int, chunk: int, conc: int
+) -> tuple[float, float, float, float]:
+    """events/s, p50 batch ms, and CPU us per event of this process and of PostgreSQL's backends: CPU is
+    what the log costs; wall-clock throughput on a shared, loaded machine mostly measures the neighbours."""
     gateway = Gateway(db, decision_log=log_on)
+    workload = split(make_plans(prefix, plans), conc)
 
     async def call(events: list[EventEnvelope]) -> None:
         await gateway.submit([Incoming.of(e) for e in events])
 
-    elapsed, lat = await timed(split(make_plans(prefix, plans), conc), call, chunk)
-    return plans * len(STEPS) / elapsed, statistics.median(lat) * 1000
+    pids = await backend_pids(db)
+    cpu_py, cpu_pg = time.process_time(), cpu_seconds(pids)
+    elapsed, lat = await timed(workload, call, chunk)
+    events = plans * len(STEPS)
+    py_us = (time.process_time() - cpu_py) / events * 1e6
+    pg_us = (cpu_seconds(pids) - cpu_pg) / events * 1e6
+    return events / elapsed, statistics.median(lat) * 1000, py_us, pg_us
 
 
 async def main(args: argparse.Namespace, admin: str) -> None:
@@ -43,11 +54,20 @@ async def main(args: argparse.Namespace, admin: str) -> None:
         await one(db, True, "warm", 50, args.chunk, args.conc)
         on: list[float] = []
         off: list[float] = []
+        cpu: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
         for r in range(args.rounds):
             for log_on in (True, False) if r % 2 == 0 else (False, True):
-                rate, p50 = await one(db, log_on, f"r{r}{int(log_on)}", args.plans, args.chunk, args.conc)
+                rate, p50, py_us, pg_us = await one(db, log_on, f"r{r}{int(log_on)}", args.plans, args.chunk, args.conc)
                 (on if log_on else off).append(rate)
-                print(f"round {r} log {'on ' if log_on else 'off'}: {rate:9,.0f} events/s  p50 batch {p50:6.2f} ms")
+                cpu[log_on].append((py_us, pg_us))
+                print(
+                    f"round {r} log {'on ' if log_on else 'off'}: {rate:9,.0f} events/s  p50 batch {p50:6.2f} ms"
+                    f"  CPU/event: gateway {py_us:6.1f} us, postgres {pg_us:6.1f} us"
+                )
+        for log_on in (True, False):
+            py = statistics.median(p for p, _ in cpu[log_on])
+            pg = statistics.median(g for _, g in cpu[log_on])
+            print(f"median CPU/event, log {'on ' if log_on else 'off'}: gateway {py:.1f} us + postgres {pg:.1f} us")
         rows = await db.fetchval("SELECT count(*) FROM decision_log")
         ratios = [a / b for a, b in zip(on, off, strict=True)]
         print(f"decision_log rows written: {rows}")

@@ -128,7 +128,7 @@ def test_checkpoint_catches_truncated_tail_and_rewritten_history() -> None:
     heads = heads_of(records)
     assert full_check(records, heads) is None
     assert full_check(records[:-1], heads) is Fault.DELETED
-    rewritten = stored(append([dataclasses.replace(e, decision="DISCARD") for e in entries(1, 4)], {}, AT))
+    rewritten = stored(append([e._replace(decision="DISCARD") for e in entries(1, 4)], {}, AT))
     assert full_check(rewritten) is None  # the chain alone cannot tell
     assert full_check(rewritten, heads) is Fault.MODIFIED
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from nexus.core.audit import INGRESS_ORDER, Entry, Record, append
+from nexus.core.audit import INGRESS_ORDER, Entry, place
 from nexus.store.queries import query
 
 
@@ -26,25 +26,22 @@ async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at:
     rows = await conn.fetch(query("audit.sql", "read_heads"), [t for t, _ in chains], [o for _, o in chains])
     heads = {(r["tenant_id"], r["order_id"]): (r["position"], bytes(r["hash"])) for r in rows}
     now = at or dt.datetime.now(dt.UTC)
-    records = append(entries, heads, now)
-    await conn.execute(query("audit.sql", "insert_records"), *_columns(records, now))
-
-
-def _columns(records: Sequence[Record], at: dt.datetime) -> list[list[object]]:
-    return [
-        [r.tenant_id for r in records],
-        [r.order_id for r in records],
-        [r.position for r in records],
-        [at] * len(records),
-        [r.actor for r in records],
-        [r.event_id for r in records],
-        [r.plan_id for r in records],
-        [r.seq for r in records],
-        [r.event_type for r in records],
-        [r.decision for r in records],
-        [r.code for r in records],
-        [r.check for r in records],
-        [r.message for r in records],
-        [r.prev_hash for r in records],
-        [r.hash for r in records],
-    ]
+    positions, prevs, hashes = place(entries, heads, now)
+    await conn.execute(
+        query("audit.sql", "insert_records"),
+        [e.tenant_id for e in entries],
+        [e.order_id for e in entries],
+        positions,
+        [now] * len(entries),
+        [e.actor for e in entries],
+        [e.event_id for e in entries],
+        [e.plan_id for e in entries],
+        [e.seq for e in entries],
+        [e.event_type for e in entries],
+        [e.decision for e in entries],
+        [e.code for e in entries],
+        [e.check for e in entries],
+        [e.message for e in entries],
+        prevs,
+        hashes,
+    )

@@ -34,7 +34,7 @@ import hashlib
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.sequencing import Decision, Resolution, code_of
@@ -77,9 +77,9 @@ def format_at(at: dt.datetime) -> str:
     return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Entry:
-    """One decision to log, before it has a place in its chain."""
+class Entry(NamedTuple):
+    """One decision to log, before it has a place in its chain. (A NamedTuple: one per step on the hot
+    path, where it builds in a third of a frozen dataclass's time.)"""
 
     tenant_id: str
     order_id: str
@@ -159,21 +159,29 @@ def chain_hash(record: Record | Mapping[str, Any], prev_hash: bytes) -> bytes:
     return hashlib.sha256(canonical_bytes(record) + prev_hash).digest()
 
 
-def append(
-    entries: Iterable[Entry],
+def place(
+    entries: Sequence[Entry],
     heads: Mapping[tuple[str, str], tuple[int, bytes]],
     at: dt.datetime,
-) -> list[Record]:
-    """Place entries, in order, at the end of their chains. `heads` maps a chain to its last (position, hash)."""
+) -> tuple[list[int], list[bytes], list[bytes]]:
+    """Place entries, in order, at the end of their chains: each one's position, prev_hash and hash.
+
+    `heads` maps a chain to its last (position, hash). This is the hot path of every `Gateway.submit`.
+    """
     stamp = format_at(at)
     current = dict(heads)
-    records = []
+    positions: list[int] = []
+    prevs: list[bytes] = []
+    hashes: list[bytes] = []
     for e in entries:
-        position, prev = current.get(e.chain, (0, GENESIS))
-        fields: dict[str, Any] = {
+        chain = (e.tenant_id, e.order_id)
+        position, prev = current.get(chain, (0, GENESIS))
+        position += 1
+        # the canonical form of `canonical_bytes`, built directly
+        fields = {
             "tenant_id": e.tenant_id,
             "order_id": e.order_id,
-            "position": position + 1,
+            "position": position,
             "at": stamp,
             "actor": e.actor,
             "event_id": e.event_id,
@@ -186,12 +194,41 @@ def append(
             "message": e.message,
             "v": FORMAT_VERSION,
         }
-        # the hot path of every Gateway.submit: the canonical form of `canonical_bytes`, without copying
         digest = hashlib.sha256(_CANONICAL.encode(fields).encode() + prev).digest()
-        del fields["v"]
-        records.append(Record(**fields, prev_hash=prev, hash=digest))
-        current[e.chain] = (position + 1, digest)
-    return records
+        positions.append(position)
+        prevs.append(prev)
+        hashes.append(digest)
+        current[chain] = (position, digest)
+    return positions, prevs, hashes
+
+
+def append(
+    entries: Sequence[Entry],
+    heads: Mapping[tuple[str, str], tuple[int, bytes]],
+    at: dt.datetime,
+) -> list[Record]:
+    """`place`, as records."""
+    stamp = format_at(at)
+    return [
+        Record(
+            tenant_id=e.tenant_id,
+            order_id=e.order_id,
+            position=position,
+            at=stamp,
+            actor=e.actor,
+            event_id=e.event_id,
+            plan_id=e.plan_id,
+            seq=e.seq,
+            event_type=e.event_type,
+            decision=e.decision,
+            code=e.code,
+            check=e.check,
+            message=e.message,
+            prev_hash=prev,
+            hash=digest,
+        )
+        for e, position, prev, digest in zip(entries, *place(entries, heads, at), strict=True)
+    ]
 
 
 class Fault(enum.StrEnum):
