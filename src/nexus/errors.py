@@ -34,7 +34,6 @@ class ErrorCode(enum.StrEnum):
     CONFIGURATION = "CONFIGURATION"
     # issue 12: the decision log and the blocked-actions report
     INVALID_PARAMETER = "INVALID_PARAMETER"
-    AUDIT_LOG_INVALID = "AUDIT_LOG_INVALID"
 
 
 class NexusError(Exception):

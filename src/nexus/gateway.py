@@ -219,7 +219,8 @@ class Gateway:
                         )
                         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
                         drained += self._plan(resolution, traces, writes)
-                        audit += resolution_entries(resolution, pending.get(order_id, {}))
+                        if self.decision_log:
+                            audit += resolution_entries(resolution, pending.get(order_id, {}))
                         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
                             outcomes[i] = Outcome(
                                 str(event.event_id),
@@ -247,8 +248,7 @@ class Gateway:
                         outcomes[i] = Outcome(item.event_id, Decision.DEAD_LETTER, item.error.code, str(item.error))
                         audit.append(_ingress_entry(item))
                 dead_ids = await writes.run(conn)
-                if self.decision_log:
-                    await record_entries(conn, audit)
+                await record_entries(conn, audit if self.decision_log else [])
 
         for i, dead_id in zip(dead_index, dead_ids, strict=False):
             outcomes[i] = dataclasses.replace(outcomes[i], dead_letter_id=dead_id)  # type: ignore[type-var]

@@ -95,14 +95,18 @@ async def test_a_batch_whose_effects_fail_leaves_no_log_rows(db: Database) -> No
         "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
         " IF NEW.order_id LIKE 'boom%' THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$"
     )
-    await db.execute("CREATE TRIGGER boom BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION boom()")
+    # Deferred to COMMIT: the effects fail after the log rows were written, as late as a failure can come.
+    await db.execute(
+        "CREATE CONSTRAINT TRIGGER boom AFTER INSERT ON outbox DEFERRABLE INITIALLY DEFERRED"
+        " FOR EACH ROW EXECUTE FUNCTION boom()"
+    )
     await db.execute("CREATE TRIGGER boom BEFORE INSERT ON decision_log FOR EACH ROW EXECUTE FUNCTION boom()")
-    # 'boom-effects' fails at its outbox row; 'boom' in decision_log would fail any boom* row too, so the
-    # outbox trigger is dropped for the second half to isolate the log's own failure.
+    await db.execute("ALTER TABLE decision_log DISABLE TRIGGER boom")
     await submit(db, step_json("boom-effects", "p1", 1), step_json("fine", "p2", 1))
     assert await log_rows(db, "boom-effects") == []
     assert await log_rows(db, "fine") == [(1, 1, "APPLY", None)]
     await db.execute("DROP TRIGGER boom ON outbox")
+    await db.execute("ALTER TABLE decision_log ENABLE TRIGGER boom")
     await submit(db, step_json("boom-log", "p3", 1))
     assert await db.fetchval("SELECT count(*) FROM outbox WHERE order_id LIKE 'boom%'") == 0
     assert await db.fetchval("SELECT count(*) FROM orders WHERE order_id LIKE 'boom%'") == 0

@@ -254,9 +254,11 @@ class Finding:
     detail: str
 
     def describe(self) -> str:
-        where = f"order ({self.tenant_id}, {self.order_id}) position {self.position}" if self.order_id else ""
-        rid = f" record id {self.record_id}" if self.record_id is not None else ""
-        return f"{self.fault.value}: {where}{rid}: {self.detail}".replace(":  ", ": ")
+        if self.order_id is None:  # a checkpoint: its id is in the detail
+            return f"{self.fault.value}: {self.detail}"
+        rid = f" (record id {self.record_id})" if self.record_id is not None else ""
+        where = f"order ({self.tenant_id}, {self.order_id}) position {self.position}{rid}"
+        return f"{self.fault.value}: {where}: {self.detail}"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
