@@ -14,6 +14,7 @@ from typing import Any
 
 import uvicorn
 
+from nexus.audit.signing import checkpoint_loop, load_signing_key
 from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.http import create_app
@@ -48,6 +49,7 @@ async def serve(
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Run until SIGINT/SIGTERM: whichever of HTTP ingress, dispatcher and Kafka consumer are asked for."""
+    signing_key = load_signing_key(settings)  # issue 12: a bad key stops the start, before anything runs
     db = await Database(settings).open()
     from nexus.errors import ConfigurationError
     from nexus.processes import register
@@ -66,6 +68,7 @@ async def serve(
         window_ms=settings.batch_window_ms,
     )
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
+    services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))  # issue 12
     if dispatcher:
         from nexus.delivery.dispatcher import OutboxDispatcher
         from nexus.delivery.subscriptions import ensure_default_subscription

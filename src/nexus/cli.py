@@ -26,6 +26,8 @@ GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     # issue 12
     "processes": ("nexus.processes.cli", "list, show and check process definitions"),
     "tenants": ("nexus.processes.cli", "per-tenant limits (set-limit, list)"),
+    "audit": ("nexus.audit.cli", "verify, checkpoint and export the hash-chained decision log"),
+    "report": ("nexus.audit.cli", "reports from the decision log: `nexus report blocked`"),
 }
 
 

@@ -49,6 +49,8 @@ class ErrorCode(enum.StrEnum):
     UNKNOWN_STEP = "UNKNOWN_STEP"
     CHECK_FAILED = "CHECK_FAILED"
     LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+    # issue 12: the decision log and the blocked-actions report
+    INVALID_PARAMETER = "INVALID_PARAMETER"
 
 
 class NexusError(Exception):

@@ -21,7 +21,9 @@ from typing import Any
 import asyncpg
 
 from nexus import metrics
+from nexus.audit.log import record_entries
 from nexus.core import strict_json
+from nexus.core.audit import INGRESS_ORDER, Entry, resolution_entries
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import ProcessCatalog, Verdict, as_status
 from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, resolve
@@ -167,6 +169,7 @@ class Gateway:
         catalog: ProcessCatalog | None = None,
         validate: bool = True,
         default_max_order_amount: Decimal | str = Decimal(100000),
+        decision_log: bool = True,
     ) -> None:
         self.db = db
         # Kafka ingress sends plan mismatches to its DLQ topic instead of the dead_letters table.
@@ -178,6 +181,8 @@ class Gateway:
         # None: no process validation (steps apply by position only): the bench's "checks off" baseline.
         self.catalog = catalog if validate else None
         self.default_max_order_amount = Decimal(default_max_order_amount)
+        # issue 12: every decision is a row of the decision log; off only to measure its cost (bench).
+        self.decision_log = decision_log
 
     async def submit(self, items: Sequence[Incoming], *, source: str = "http") -> list[Outcome]:
         """Decide and apply a batch; one outcome per item, in the items' order.
@@ -248,6 +253,7 @@ class Gateway:
         dead_index: list[int] = []
         drained = 0
         blocked: list[ErrorCode] = []
+        audit: list[Entry] = []  # issue 12: the decision log's rows, in decision order
 
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
@@ -273,6 +279,8 @@ class Gateway:
                         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
                         drained += self._plan(resolution, traces, writes)
                         blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
+                        if self.decision_log:
+                            audit += resolution_entries(resolution, pending.get(order_id, {}))
                         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
                             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
                             outcomes[i] = Outcome(
@@ -301,7 +309,9 @@ class Gateway:
                         dead_index.append(i)
                         writes.dead.append(self._dead_row(source, item.error.code, str(item.error), item))
                         outcomes[i] = Outcome(item.event_id, Decision.DEAD_LETTER, item.error.code, str(item.error))
+                        audit.append(_ingress_entry(item))
                 dead_ids = await writes.run(conn)
+                await record_entries(conn, audit if self.decision_log else [])
 
         for i, dead_id in zip(dead_index, dead_ids, strict=False):
             outcomes[i] = dataclasses.replace(outcomes[i], dead_letter_id=dead_id)  # type: ignore[type-var]
@@ -486,6 +496,8 @@ class Gateway:
                     for r in rows
                 ]
                 ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(dead, 7))
+                if self.decision_log:
+                    await record_entries(conn, [_expiry_entry(r, d[2]) for r, d in zip(rows, dead, strict=True)])
         metrics.record_buffer_timeouts(len(rows))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(rows)})
         return [r["id"] for r in ids]
@@ -544,3 +556,35 @@ def trace_id_of(traceparent: str | None) -> str | None:
         return None
     parts = traceparent.split("-")
     return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
+
+
+# --- issue 12: decision-log rows of decisions taken outside an order's resolution ------------------
+
+
+def _ingress_entry(item: Incoming) -> Entry:
+    """An item with no valid envelope has no trustworthy order: it is logged in the ingress chain."""
+    assert item.error is not None
+    event_id = item.event_id
+    return Entry(
+        tenant_id="default",
+        order_id=INGRESS_ORDER,
+        decision=Decision.DEAD_LETTER.value,
+        event_id=_text(event_id)[:200] if event_id is not None else None,
+        code=item.error.code.value,
+        message=_text(str(item.error))[:1000],
+    )
+
+
+def _expiry_entry(row: Any, message: str) -> Entry:
+    envelope = parse_envelope(row["envelope"])
+    return Entry(
+        tenant_id=envelope.tenant_id,
+        order_id=row["order_id"],
+        decision=Decision.DEAD_LETTER.value,
+        event_id=row["event_id"],
+        plan_id=row["plan_id"],
+        seq=row["seq_id"],
+        event_type=str(envelope.event_type),
+        code=ErrorCode.BUFFER_TIMEOUT.value,
+        message=message,
+    )

@@ -79,6 +79,9 @@ _ENV_NAMES: dict[str, str] = {
     # issue 12: process definitions and per-tenant limits
     "process_dir": "NEXUS_PROCESS_DIR",
     "default_max_order_amount": "NEXUS_DEFAULT_MAX_ORDER_AMOUNT",
+    # issue 12: the decision log's signed checkpoints
+    "audit_checkpoint_s": "NEXUS_AUDIT_CHECKPOINT_S",
+    "audit_signing_key": "NEXUS_AUDIT_SIGNING_KEY",
 }
 
 
@@ -171,6 +174,11 @@ class Settings(BaseSettings):
     """Extra process definitions (*.yaml) registered beside the built-in ones."""
     default_max_order_amount: str = "100000"
     """A tenant's limit on an amount (major units, decimal text) until `nexus tenants set-limit`."""
+    # issue 12: the decision log's signed checkpoints
+    audit_checkpoint_s: float = 60.0
+    """How often `nexus serve` signs a checkpoint of the chain heads changed since the previous one."""
+    audit_signing_key: str | None = None
+    """Ed25519 key: base64 of the raw 32-byte seed, or a PKCS#8 PEM; None: <data_dir>/audit_ed25519.key."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 
-from nexus.ingress.delivery_api import router
 from nexus.delivery.dispatcher import OutboxDispatcher
 from nexus.delivery.signing import generate_secret
 from nexus.delivery.subscriptions import Subscription, accounting, add_subscription
 from nexus.gateway import Gateway, Incoming
+from nexus.ingress.delivery_api import router
 from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from nexus_lab.sink import start_sink
-
 from nexus import metrics
 from nexus.delivery.dispatcher import OutboxDispatcher
 from nexus.delivery.subscriptions import disable_subscription
 from nexus.gateway import Gateway, Incoming
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.sink import start_sink
 from tests.factories import step
 from tests.integration.test_delivery import dispatching, settled, submit_plans, subscribe, wait_until
 

@@ -23,6 +23,7 @@ from pydantic import (
     Strict,
     TypeAdapter,
     ValidationError,
+    field_validator,
     model_validator,
 )
 

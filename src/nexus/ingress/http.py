@@ -164,6 +164,9 @@ def create_app(
     from nexus.ingress.delivery_api import router as delivery_router
 
     app.include_router(delivery_router)
+    from nexus.audit.api import router as audit_router  # issue 12: the blocked-actions report
+
+    app.include_router(audit_router)
     app.state.db = db
     app.state.gateway = gateway
     return app

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nexus.bench.scenarios import Row, bench_submit, make_plans, percentile
+
 from nexus.core.process import validate_step
 from nexus.processes import builtin_catalog
 from nexus.store.database import Database

@@ -1,0 +1,47 @@
+"""Writing the decision log inside the caller's transaction: one read of the chain heads, one INSERT."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+import asyncpg
+
+from nexus.core.audit import INGRESS_ORDER, Entry, place
+from nexus.store.queries import query
+
+
+async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at: dt.datetime | None = None) -> None:
+    """Append `entries` to their chains, in order, in the transaction open on `conn`.
+
+    The caller holds the advisory lock of every order named (Gateway.submit and the buffer sweeper do):
+    the heads read here cannot move before commit. The ingress chain (items that never had an order) is
+    locked here, last, after every order lock, so lock order stays acyclic.
+    """
+    if not entries:
+        return
+    chains = sorted({e.chain for e in entries})
+    if any(order_id == INGRESS_ORDER for _, order_id in chains):
+        await conn.execute(query("gateway.sql", "lock_orders"), [INGRESS_ORDER])
+    rows = await conn.fetch(query("audit.sql", "read_heads"), [t for t, _ in chains], [o for _, o in chains])
+    heads = {(r["tenant_id"], r["order_id"]): (r["position"], bytes(r["hash"])) for r in rows}
+    now = at or dt.datetime.now(dt.UTC)
+    positions, prevs, hashes = place(entries, heads, now)
+    await conn.execute(
+        query("audit.sql", "insert_records"),
+        [e.tenant_id for e in entries],
+        [e.order_id for e in entries],
+        positions,
+        [now] * len(entries),
+        [e.actor for e in entries],
+        [e.event_id for e in entries],
+        [e.plan_id for e in entries],
+        [e.seq for e in entries],
+        [e.event_type for e in entries],
+        [e.decision for e in entries],
+        [e.code for e in entries],
+        [e.check for e in entries],
+        [e.message for e in entries],
+        prevs,
+        hashes,
+    )

@@ -1,0 +1,119 @@
+"""Loading the decision log (from PostgreSQL or an export file), verifying it, exporting it.
+
+Export format (JSON Lines, UTF-8): a header line
+``{"type": "header", "format": "nexus-decision-log", "version": 1, "public_keys": [{"key_id", "public_key"}]}``
+(raw Ed25519 public keys in hex), then one ``{"type": "record", ...}`` line per record in storage order
+(`Record.as_json`), then one ``{"type": "checkpoint", ...}`` line per checkpoint (`Checkpoint.as_json`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from nexus.audit.signing import signature_checker
+from nexus.core.audit import Checkpoint, Head, Record, Verification, format_at, verify_checkpoints, verify_records
+from nexus.errors import ConfigurationError
+from nexus.store.database import Database
+from nexus.store.queries import query
+
+FORMAT = "nexus-decision-log"
+
+
+def record_of(row: Any) -> Record:
+    return Record(
+        tenant_id=row["tenant_id"],
+        order_id=row["order_id"],
+        position=row["position"],
+        at=format_at(row["at"]),
+        actor=row["actor"],
+        event_id=row["event_id"],
+        plan_id=row["plan_id"],
+        seq=row["seq"],
+        event_type=row["event_type"],
+        decision=row["decision"],
+        code=row["code"],
+        check=row["check"],
+        message=row["message"],
+        prev_hash=bytes(row["prev_hash"]),
+        hash=bytes(row["hash"]),
+        id=row["id"],
+    )
+
+
+def checkpoint_of(row: Any) -> Checkpoint:
+    return Checkpoint(
+        at=format_at(row["at"]),
+        prev_digest=bytes(row["prev_digest"]),
+        heads=tuple(Head.from_json(h) for h in json.loads(row["heads"])),
+        digest=bytes(row["digest"]),
+        signature=bytes(row["signature"]),
+        key_id=row["key_id"],
+        public_key=bytes(row["public_key"]),
+        id=row["id"],
+    )
+
+
+async def load(db: Database, order_id: str | None = None) -> tuple[list[Record], list[Checkpoint]]:
+    records = [record_of(r) for r in await db.fetch(query("audit.sql", "records"), order_id)]
+    checkpoints = [checkpoint_of(r) for r in await db.fetch(query("audit.sql", "checkpoints"))]
+    return records, checkpoints
+
+
+def verify(
+    records: Sequence[Record],
+    checkpoints: Sequence[Checkpoint],
+    *,
+    trusted: set[bytes] | None = None,
+    complete: bool = True,
+) -> Verification:
+    """Recompute every chain, then check every checkpoint against them."""
+    finding, chains = verify_records(records)
+    if finding is None:
+        finding = verify_checkpoints(checkpoints, chains, signature_checker(trusted), complete=complete)
+    return Verification(len(records), len({r.chain for r in records}), len(checkpoints), finding)
+
+
+def write_export(out: TextIO, records: Iterable[Record], checkpoints: Sequence[Checkpoint]) -> int:
+    keys = {c.key_id: c.public_key.hex() for c in checkpoints}
+    header = {
+        "type": "header",
+        "format": FORMAT,
+        "version": 1,
+        "public_keys": [{"key_id": k, "public_key": v} for k, v in sorted(keys.items())],
+    }
+    out.write(json.dumps(header) + "\n")
+    n = 0
+    for r in records:
+        out.write(json.dumps({"type": "record", **r.as_json()}, ensure_ascii=False) + "\n")
+        n += 1
+    for c in checkpoints:
+        out.write(json.dumps({"type": "checkpoint", **c.as_json()}) + "\n")
+    return n
+
+
+def read_export(path: Path) -> tuple[list[Record], list[Checkpoint], set[bytes]]:
+    """Records (in line order), checkpoints and the header's public keys of an export."""
+    records: list[Record] = []
+    checkpoints: list[Checkpoint] = []
+    keys: set[bytes] = set()
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                body = json.loads(line)
+                kind = body.get("type")
+                if kind == "header":
+                    if body.get("format") != FORMAT:
+                        raise ConfigurationError(f"{path}: not a {FORMAT} export")
+                    keys = {bytes.fromhex(k["public_key"]) for k in body.get("public_keys", [])}
+                elif kind == "record":
+                    records.append(Record.from_json(body))
+                elif kind == "checkpoint":
+                    checkpoints.append(Checkpoint.from_json(body))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ConfigurationError(f"{path}:{number}: unreadable line: {exc}") from exc
+    return records, checkpoints, keys

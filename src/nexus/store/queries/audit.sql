@@ -1,0 +1,82 @@
+-- issue 12: the decision log (writes in Gateway.submit's transaction), checkpoints, verification, report.
+
+-- name: read_heads
+-- The last (position, hash) of each chain; the caller holds each order's advisory lock.
+SELECT u.tenant_id, u.order_id, h.position, h.hash
+FROM unnest($1::text[], $2::text[]) AS u(tenant_id, order_id)
+CROSS JOIN LATERAL (
+    SELECT d.position, d.hash FROM decision_log AS d
+    WHERE d.order_id = u.order_id AND d.tenant_id = u.tenant_id
+    ORDER BY d.position DESC LIMIT 1
+) AS h;
+
+-- name: insert_records
+INSERT INTO decision_log (tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
+                          decision, code, "check", message, prev_hash, hash)
+SELECT tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
+       decision, code, "check", message, prev_hash, hash
+FROM unnest($1::text[], $2::text[], $3::int[], $4::timestamptz[], $5::text[], $6::text[], $7::text[],
+            $8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bytea[],
+            $15::bytea[]) WITH ORDINALITY
+    AS u(tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type, decision, code,
+         "check", message, prev_hash, hash, n)
+ORDER BY n;
+
+-- name: records
+-- In storage order; $1: one order only (NULL: all).
+SELECT id, tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type, decision, code,
+       "check", message, prev_hash, hash
+FROM decision_log
+WHERE $1::text IS NULL OR order_id = $1
+ORDER BY id;
+
+-- name: last_checkpoint
+SELECT id, digest, snapshot::text AS snapshot FROM audit_checkpoints ORDER BY id DESC LIMIT 1;
+
+-- name: current_snapshot
+SELECT pg_current_snapshot()::text AS snapshot, now() AS at;
+
+-- name: changed_heads
+-- Heads of the chains written by transactions the previous checkpoint's snapshot ($1) could not see
+-- (NULL: every chain). Runs in the same REPEATABLE READ snapshot as current_snapshot.
+SELECT DISTINCT ON (order_id, tenant_id) tenant_id, order_id, position, hash
+FROM decision_log
+WHERE $1::text::pg_snapshot IS NULL
+   OR (txid >= pg_snapshot_xmin($1::text::pg_snapshot) AND NOT pg_visible_in_snapshot(txid, $1::text::pg_snapshot))
+ORDER BY order_id, tenant_id, position DESC;
+
+-- name: insert_checkpoint
+INSERT INTO audit_checkpoints (at, snapshot, prev_digest, heads, digest, signature, key_id, public_key)
+VALUES ($1, $2::text::pg_snapshot, $3, $4::jsonb, $5, $6, $7, $8)
+RETURNING id;
+
+-- name: checkpoints
+SELECT id, at, prev_digest, heads::text AS heads, digest, signature, key_id, public_key
+FROM audit_checkpoints ORDER BY id;
+
+-- name: blocked
+-- The blocked-actions report: REJECTED decisions, newest first; $6 a keyset cursor (the last id seen).
+SELECT id, at, tenant_id, order_id, plan_id, seq, event_type, event_id, code, "check", message, actor
+FROM decision_log
+WHERE decision = 'REJECTED'
+  AND ($1::text IS NULL OR tenant_id = $1)
+  AND ($2::text IS NULL OR order_id = $2)
+  AND ($3::text IS NULL OR plan_id = $3)
+  AND ($4::text IS NULL OR code = $4)
+  AND ($5::timestamptz IS NULL OR at >= $5)
+  AND ($6::bigint IS NULL OR id < $6)
+ORDER BY id DESC
+LIMIT $7 OFFSET $8;
+
+-- name: blocked_summary
+-- Counts of REJECTED decisions by one dimension at a time (grouping sets), same filters as `blocked`.
+SELECT code, "check", event_type, actor, GROUPING(code, "check", event_type, actor) AS g, count(*) AS n
+FROM decision_log
+WHERE decision = 'REJECTED'
+  AND ($1::text IS NULL OR tenant_id = $1)
+  AND ($2::text IS NULL OR order_id = $2)
+  AND ($3::text IS NULL OR plan_id = $3)
+  AND ($4::text IS NULL OR code = $4)
+  AND ($5::timestamptz IS NULL OR at >= $5)
+GROUP BY GROUPING SETS ((code), ("check"), (event_type), (actor), ())
+ORDER BY n DESC;
