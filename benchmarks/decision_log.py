@@ -17,14 +17,13 @@ import statistics
 import time
 import uuid
 
-from nexus.bench import create_database, drop_database, start_embedded
-from nexus.bench.scenarios import backend_pids, cpu_seconds, make_plans, split, timed
-
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import STEPS
 from nexus.gateway import Gateway, Incoming
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.bench import create_database, drop_database, start_embedded
+from nexus_lab.bench.scenarios import backend_pids, cpu_seconds, make_plans, split, timed
 
 
 async def one(

@@ -20,6 +20,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("nexus_lab.bench", "measure throughput and latency"),
     "dlq": GATEWAY_COMMANDS["dlq"],
     "subscriptions": GATEWAY_COMMANDS["subscriptions"],
+    "processes": GATEWAY_COMMANDS["processes"],
+    "tenants": GATEWAY_COMMANDS["tenants"],
+    "audit": GATEWAY_COMMANDS["audit"],
+    "report": GATEWAY_COMMANDS["report"],
 }
 
 

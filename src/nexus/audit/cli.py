@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from nexus.cli import add_common, settings_from
+from nexus.cli_common import add_common, settings_from
 from nexus.errors import NexusError
 from nexus.settings import Settings
 from nexus.store.database import Database

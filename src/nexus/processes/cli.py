@@ -9,7 +9,7 @@ import sys
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from nexus.cli import add_common, settings_from
+from nexus.cli_common import add_common, settings_from
 from nexus.core.process import DefinitionError, compile_definition
 from nexus.processes import describe, mermaid, register
 from nexus.store.database import Database

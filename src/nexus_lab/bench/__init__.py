@@ -135,7 +135,7 @@ class Bench:
                 await db.close()
 
     async def run_validation(self, url: str) -> None:
-        from nexus.bench.validation import bench_validation, cel_engines
+        from nexus_lab.bench.validation import bench_validation, cel_engines
 
         db = await Database(Settings(database_url=url, db_pool_size=4)).open(migrate=False)
         try:

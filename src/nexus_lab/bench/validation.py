@@ -8,11 +8,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nexus.bench.scenarios import Row, bench_submit, make_plans, percentile
-
 from nexus.core.process import validate_step
 from nexus.processes import builtin_catalog
 from nexus.store.database import Database
+from nexus_lab.bench.scenarios import Row, bench_submit, make_plans, percentile
 
 LIMITS = {"max_order_amount": 100000}
 
