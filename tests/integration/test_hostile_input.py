@@ -261,3 +261,22 @@ async def test_every_error_carries_a_request_id_and_5xx_are_logged(db: Any, sett
     assert "internal detail" not in response.text
     [record] = [r for r in caplog.records if getattr(r, "action", None) == "http_5xx"]
     assert record.request_id == response.json()["request_id"] and record.exc_info is not None
+
+
+async def test_connection_cap_answers_503_in_the_one_shape(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    """Beyond the connection cap a request is answered 503 SERVER_BUSY in the error shape, at once."""
+    _, base = start_gateway("--no-dispatcher", settings_=settings.replace(http_limit_concurrency=2))
+    port = int(base.rsplit(":", 1)[1])
+    idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+    try:
+        async with httpx.AsyncClient(base_url=base, timeout=10, headers=api_headers()) as api:
+            response = await api.get("/healthz")
+            busy = response.json()
+            assert response.status_code == 503 and busy["code"] == "SERVER_BUSY"
+            assert {"code", "message", "request_id"} <= set(busy)
+    finally:
+        for _, writer in idle:
+            writer.close()
+    await asyncio.sleep(0.3)
+    async with httpx.AsyncClient(base_url=base, timeout=10, headers=api_headers()) as api:
+        assert (await api.get("/healthz")).status_code == 200
