@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("nexus.bench", "measure throughput and latency"),
     "dlq": ("nexus.dlq", "list and redrive dead letters"),
     "subscriptions": ("nexus.delivery.cli", "manage webhook subscriptions"),
+    "keys": ("nexus.auth.cli", "create, list and revoke API keys"),
 }
 
 
@@ -110,6 +111,8 @@ def setup_logging(level: str) -> None:
     )
     # pgserver narrates every pg_ctl call at INFO; keep its warnings only.
     logging.getLogger("pgserver").setLevel(logging.WARNING)
+    # httpx logs every request's full URL at INFO: webhook URLs may carry tokens (issue 11).
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

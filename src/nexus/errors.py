@@ -11,6 +11,7 @@ labels) and says whether retrying can help::
      |    +-- PermanentDatabaseError   permanent  DATABASE_REJECTED (constraint, bad data)
      +-- NotFoundError            permanent  NOT_FOUND
      +-- ConfigurationError       permanent  CONFIGURATION
+     |    +-- UnsafeUrlError          permanent  UNSAFE_URL (issue 11: an outbound URL aimed inside)
 
 Driver errors are translated at the adapter (`nexus.store.errors`) with ``raise ... from exc``.
 """
@@ -32,6 +33,12 @@ class ErrorCode(enum.StrEnum):
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     NOT_FOUND = "NOT_FOUND"
     CONFIGURATION = "CONFIGURATION"
+    # issue 11: identity, tenancy, outbound URLs, rate limits
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    FORBIDDEN = "FORBIDDEN"
+    TENANT_MISMATCH = "TENANT_MISMATCH"
+    RATE_LIMITED = "RATE_LIMITED"
+    UNSAFE_URL = "UNSAFE_URL"
 
 
 class NexusError(Exception):
@@ -91,3 +98,10 @@ class ConfigurationError(NexusError):
     """A setting is missing or malformed."""
 
     code = ErrorCode.CONFIGURATION
+
+
+# issue 11
+class UnsafeUrlError(ConfigurationError):
+    """The URL is not an allowed outbound target (malformed, credentials, or a private address)."""
+
+    code = ErrorCode.UNSAFE_URL

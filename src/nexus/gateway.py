@@ -33,9 +33,11 @@ log = logging.getLogger(__name__)
 _OUTBOX_NAMESPACE = uuid.UUID("6d1f3c1e-8f43-4a43-9d5c-6e6578757300")
 
 
-def outbox_id_for(event_id: uuid.UUID) -> uuid.UUID:
-    """The notification id (and Idempotency-Key) of an applied event: derived, so it never changes."""
-    return uuid.uuid5(_OUTBOX_NAMESPACE, str(event_id))
+def outbox_id_for(event_id: uuid.UUID, tenant_id: str = "default") -> uuid.UUID:
+    """The notification id (and Idempotency-Key) of an applied event: derived, so it never changes.
+    Two tenants' events with the same event_id get different ids (the default tenant keeps the old ones)."""
+    name = str(event_id) if tenant_id == "default" else f"{tenant_id}\x1f{event_id}"
+    return uuid.uuid5(_OUTBOX_NAMESPACE, name)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,6 +48,8 @@ class Incoming:
     envelope: EventEnvelope | None = None
     error: InvalidEventError | None = None
     traceparent: str | None = None
+    tenant_id: str = "default"
+    """The tenant the caller's key (or the Kafka topic) speaks for; see nexus.auth.tenants."""
 
     @classmethod
     def parse(cls, raw: bytes | str | dict[str, Any], traceparent: str | None = None) -> Incoming:
@@ -122,17 +126,17 @@ class _Writes:
         if self.orders:
             await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 7))
         if self.pending_del:
-            await conn.execute(query("gateway.sql", "delete_pending"), *_columns(self.pending_del, 2))
+            await conn.execute(query("gateway.sql", "delete_pending"), *_columns(self.pending_del, 3))
         if self.pending_add:
-            await conn.execute(query("gateway.sql", "insert_pending"), *_columns(self.pending_add, 6))
+            await conn.execute(query("gateway.sql", "insert_pending"), *_columns(self.pending_add, 7))
         if self.outbox:
-            cols = _columns(self.outbox, 9)
+            cols = _columns(self.outbox, 10)
             await conn.execute(query("gateway.sql", "insert_outbox"), *cols)
             await conn.execute(query("gateway.sql", "insert_deliveries"), cols[0])
             # Delivered at commit, and only then: wakes dispatchers without waiting for their poll.
             await conn.execute(query("gateway.sql", "notify_outbox"))
         if self.dead:
-            rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(self.dead, 7))
+            rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(self.dead, 8))
             return [r["id"] for r in rows]
         return []
 
@@ -168,9 +172,9 @@ class Gateway:
             return await self._isolate(items, source)
 
     async def _isolate(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
-        groups: dict[str | None, list[int]] = defaultdict(list)
+        groups: dict[tuple[str, str] | None, list[int]] = defaultdict(list)
         for i, item in enumerate(items):
-            groups[item.envelope.order_id if item.envelope else None].append(i)
+            groups[_key(item.envelope) if item.envelope else None].append(i)
         outcomes: list[Outcome | None] = [None] * len(items)
         for indexes in groups.values():
             group = [items[i] for i in indexes]
@@ -190,10 +194,10 @@ class Gateway:
         return await self._submit_once(failed, source)
 
     async def _submit_once(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
-        by_order: dict[str, list[int]] = defaultdict(list)
+        by_order: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, item in enumerate(items):
             if item.envelope is not None:
-                by_order[item.envelope.order_id].append(i)
+                by_order[_key(item.envelope)].append(i)
         order_ids = sorted(by_order)
         outcomes: list[Outcome | None] = [None] * len(items)
         writes = _Writes()
@@ -203,14 +207,15 @@ class Gateway:
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 if order_ids:
-                    await conn.execute(query("gateway.sql", "lock_orders"), order_ids)
+                    await conn.execute(query("gateway.sql", "lock_orders"), *_pairs(order_ids))
                     states, pending = await self._read(conn, order_ids)
-                    for order_id in order_ids:
-                        indexes = by_order[order_id]
+                    for key in order_ids:
+                        order_id = key[1]
+                        indexes = by_order[key]
                         resolution = resolve(
-                            states.get(order_id) or OrderState(order_id),
+                            states.get(key) or OrderState(order_id),
                             [items[i].envelope for i in indexes],  # type: ignore[misc]
-                            pending.get(order_id, {}),
+                            pending.get(key, {}),
                         )
                         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
                         drained += self._plan(resolution, traces, writes)
@@ -248,19 +253,20 @@ class Gateway:
         return final
 
     async def _read(
-        self, conn: asyncpg.Connection, order_ids: list[str]
-    ) -> tuple[dict[str, OrderState], dict[str, dict[int, EventEnvelope]]]:
-        pending: dict[str, dict[int, EventEnvelope]] = defaultdict(dict)
-        plans: dict[str, str] = {}
-        for row in await conn.fetch(query("gateway.sql", "read_pending"), order_ids):
+        self, conn: asyncpg.Connection, order_ids: list[tuple[str, str]]
+    ) -> tuple[dict[tuple[str, str], OrderState], dict[tuple[str, str], dict[int, EventEnvelope]]]:
+        pending: dict[tuple[str, str], dict[int, EventEnvelope]] = defaultdict(dict)
+        plans: dict[tuple[str, str], str] = {}
+        for row in await conn.fetch(query("gateway.sql", "read_pending"), *_pairs(order_ids)):
             envelope = parse_envelope(row["envelope"])
-            pending[row["order_id"]][row["seq_id"]] = envelope
-            plans[row["order_id"]] = envelope.plan_id
-        states: dict[str, OrderState] = {}
-        for row in await conn.fetch(query("gateway.sql", "read_orders"), order_ids):
-            oid = row["order_id"]
+            key = (row["tenant_id"], row["order_id"])
+            pending[key][row["seq_id"]] = envelope
+            plans[key] = envelope.plan_id
+        states: dict[tuple[str, str], OrderState] = {}
+        for row in await conn.fetch(query("gateway.sql", "read_orders"), *_pairs(order_ids)):
+            oid = (row["tenant_id"], row["order_id"])
             states[oid] = OrderState(
-                order_id=oid,
+                order_id=row["order_id"],
                 plan_id=row["plan_id"],
                 status=OrderStatus(row["status"]),
                 last_seq=row["last_seq"],
@@ -270,7 +276,7 @@ class Gateway:
             )
         for oid, seqs in pending.items():
             if oid not in states:
-                states[oid] = OrderState(oid, plan_id=plans[oid], buffered=frozenset(seqs))
+                states[oid] = OrderState(oid[1], plan_id=plans[oid], buffered=frozenset(seqs))
         return states, pending
 
     @staticmethod
@@ -293,8 +299,9 @@ class Gateway:
                     after.outbox_count,
                 )
             )
+        tenant = _tenant(resolution)
         for seq in resolution.unbuffered:
-            writes.pending_del.append((after.order_id, seq))
+            writes.pending_del.append((after.order_id, seq, tenant))
         for event in resolution.buffered:
             writes.pending_add.append(
                 (
@@ -304,13 +311,14 @@ class Gateway:
                     event.plan_id,
                     event.model_dump_json(),
                     traces.get(event.event_id),
+                    event.tenant_id,
                 )
             )
         status_after: OrderStatus | None = None
         for applied in resolution.applied:
             event = applied.event
             status_after = STATUS_AFTER[event.event_type]
-            notification_id = outbox_id_for(event.event_id)
+            notification_id = outbox_id_for(event.event_id, event.tenant_id)
             payload = {
                 "notification_id": str(notification_id),
                 "order_id": event.order_id,
@@ -333,6 +341,7 @@ class Gateway:
                     event.plan_id,
                     json.dumps(payload),
                     traces.get(event.event_id),
+                    event.tenant_id,
                 )
             )
         return sum(1 for a in resolution.applied if a.drained)
@@ -348,6 +357,7 @@ class Gateway:
             env.order_id if env else None,
             env.plan_id if env else None,
             _text(item.raw),
+            env.tenant_id if env else item.tenant_id,
         )
 
     async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
@@ -359,13 +369,14 @@ class Gateway:
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 candidates = [
-                    r["order_id"] for r in await conn.fetch(query("gateway.sql", "expiry_candidates"), timeout_s, limit)
+                    (r["tenant_id"], r["order_id"])
+                    for r in await conn.fetch(query("gateway.sql", "expiry_candidates"), timeout_s, limit)
                 ]
                 if not candidates:
                     return []
                 candidates.sort()
-                await conn.execute(query("gateway.sql", "lock_orders"), candidates)
-                rows = await conn.fetch(query("gateway.sql", "expire_pending"), candidates, timeout_s)
+                await conn.execute(query("gateway.sql", "lock_orders"), *_pairs(candidates))
+                rows = await conn.fetch(query("gateway.sql", "expire_pending"), *_pairs(candidates), timeout_s)
                 if not rows:
                     return []
                 dead = [
@@ -377,10 +388,11 @@ class Gateway:
                         r["order_id"],
                         r["plan_id"],
                         r["envelope"],
+                        r["tenant_id"],
                     )
                     for r in rows
                 ]
-                ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(dead, 7))
+                ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(dead, 8))
         metrics.record_buffer_timeouts(len(rows))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(rows)})
         return [r["id"] for r in ids]
@@ -389,6 +401,16 @@ class Gateway:
 def _text(value: str) -> str:
     """PostgreSQL text cannot hold NUL: keep the dead letter, escaped, rather than lose it."""
     return value.replace("\x00", "\\u0000")
+
+
+def _key(envelope: EventEnvelope) -> tuple[str, str]:
+    """An order's identity: (tenant, order_id)."""
+    return (envelope.tenant_id, envelope.order_id)
+
+
+def _pairs(keys: Sequence[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """(tenant, order_id) pairs as the two arrays the queries take."""
+    return [t for t, _ in keys], [o for _, o in keys]
 
 
 def _tenant(resolution: Resolution) -> str:

@@ -50,6 +50,16 @@ _ENV_NAMES: dict[str, str] = {
     "llm_model": "NEXUS_LLM_MODEL",
     "llm_api_key": "NEXUS_LLM_API_KEY",
     "log_level": "NEXUS_LOG_LEVEL",
+    # issue 11: identity, tenancy, outbound URL guard, rate limits
+    "auth_cache_ttl_s": "NEXUS_AUTH_CACHE_TTL_S",
+    "metrics_bind": "NEXUS_METRICS_BIND",
+    "kafka_tenant": "NEXUS_KAFKA_TENANT",
+    "allow_private_urls": "NEXUS_ALLOW_PRIVATE_URLS",
+    "rate_limit_agent": "NEXUS_RATE_LIMIT_AGENT",
+    "rate_limit_operator": "NEXUS_RATE_LIMIT_OPERATOR",
+    "rate_limit_approver": "NEXUS_RATE_LIMIT_APPROVER",
+    "rate_limit_admin": "NEXUS_RATE_LIMIT_ADMIN",
+    "rate_limit_processes": "NEXUS_RATE_LIMIT_PROCESSES",
 }
 
 
@@ -96,6 +106,23 @@ class Settings:
     llm_model: str | None = None
     llm_api_key: str | None = None
     log_level: str = "INFO"
+    # issue 11: identity, tenancy, outbound URL guard, rate limits
+    auth_cache_ttl_s: float = 1.0
+    """How long a key lookup is trusted: a revoked key is refused by every process within this time."""
+    metrics_bind: str | None = None
+    """host:port serving /metrics without a key on its own address; unset: /metrics needs an operator key."""
+    kafka_tenant: str = "default"
+    """The tenant the Kafka topic is bound to; an envelope naming another is dead-lettered TENANT_MISMATCH."""
+    allow_private_urls: str | None = None
+    """`true`, or comma-separated networks, that subscription URLs may reach despite the outbound guard."""
+    rate_limit_agent: float = 2000.0
+    """Requests per second per key holding the role (burst: one second's worth); 0 = unlimited. A key with
+    several roles gets the highest of their limits."""
+    rate_limit_operator: float = 200.0
+    rate_limit_approver: float = 50.0
+    rate_limit_admin: float = 20.0
+    rate_limit_processes: int = 1
+    """Gateway processes sharing the load: each enforces limit / processes (limits are divided, not shared)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -37,10 +37,12 @@ import asyncpg
 import httpx
 
 from nexus import metrics
+from nexus.auth.transport import guarded_transport
 from nexus.core.backoff import RetryPolicy, decide, parse_retry_after
 from nexus.core.breaker import Breaker, BreakerConfig, BreakerState, transitions
+from nexus.delivery.formats import render_body
 from nexus.delivery.signing import delivery_headers, parse_secret
-from nexus.errors import NexusError
+from nexus.errors import NexusError, UnsafeUrlError
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
@@ -85,6 +87,8 @@ class Claimed:
     url: str
     key: bytes
     probe: bool = False
+    tenant_id: str = "default"
+    content_type: str = "application/json"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -149,6 +153,8 @@ class OutboxDispatcher:
                 limits=httpx.Limits(max_connections=_SLOTS_PER_CLIENT, max_keepalive_connections=_SLOTS_PER_CLIENT),
                 headers={"user-agent": f"nexus-dispatcher ({self.owner})"},
                 follow_redirects=False,
+                # issue 11: the address actually connected to is checked (no webhook aimed inside)
+                transport=guarded_transport(self.settings, limits=_SLOTS_PER_CLIENT),
             )
             for _ in range(0, self.workers, _SLOTS_PER_CLIENT)
         ]
@@ -208,6 +214,7 @@ class OutboxDispatcher:
         key = self._keys.get(secret)
         if key is None:
             key = self._keys[secret] = parse_secret(secret)
+        body, content_type = render_body(row["format"], row["body"], row["created_at"])
         return Claimed(
             outbox_id=row["outbox_id"],
             subscription_id=row["subscription_id"],
@@ -215,11 +222,13 @@ class OutboxDispatcher:
             position=row["position"],
             attempt=row["attempts"],
             event_type=row["event_type"],
-            body=row["body"].encode(),
+            body=body,
             traceparent=row["traceparent"],
             url=row["url"],
             key=key,
             probe=probe,
+            tenant_id=row["tenant_id"],
+            content_type=content_type,
         )
 
     async def _claim(self, limit: int) -> list[Claimed]:
@@ -338,11 +347,14 @@ class OutboxDispatcher:
             body=c.body,
             traceparent=c.traceparent,
         )
+        headers["content-type"] = c.content_type
         started = time.perf_counter()
         try:
             response = await client.post(c.url, content=c.body, headers=headers)
         except httpx.TimeoutException:
             return Result(c, Verdict.RETRYABLE, error=f"timeout after {self.request_timeout_s:g}s")
+        except UnsafeUrlError as exc:  # issue 11: aimed inside; never sent, never retried
+            return Result(c, Verdict.REJECTED, error=str(exc)[:500])
         except httpx.HTTPError as exc:
             return Result(c, Verdict.RETRYABLE, error=f"{type(exc).__name__}: {exc}"[:500])
         finally:
@@ -408,12 +420,12 @@ class OutboxDispatcher:
         """Record a batch of results and their breaker evidence in one transaction."""
         columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [])
         labels: dict[tuple[Any, int], str] = {}
-        ending: set[str] = set()
+        ending: set[tuple[str, str]] = set()
         for r in results:
             outcome, delay_ms, dead_reason, label = self._outcome(r)
             c = r.claimed
             if outcome in ("delivered", "dead"):
-                ending.add(c.order_id)
+                ending.add((c.tenant_id, c.order_id))
             labels[(c.outbox_id, c.subscription_id)] = label
             for column, value in zip(
                 columns,
@@ -426,18 +438,23 @@ class OutboxDispatcher:
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 if ending:
-                    await conn.execute(query("gateway.sql", "lock_orders"), sorted(ending))
+                    await conn.execute(
+                        query("gateway.sql", "lock_orders"), [t for t, _ in ending], [o for _, o in ending]
+                    )
                 applied = await conn.fetch(query("delivery.sql", "finish"), self.owner, *columns)
                 moved = sorted(
                     {
-                        (row["subscription_id"], row["order_id"])
+                        (row["subscription_id"], row["order_id"], row["tenant_id"])
                         for row in applied
                         if row["outcome"] in ("delivered", "dead")
                     }
                 )
                 if moved:
                     await conn.execute(
-                        query("delivery.sql", "promote_heads"), [s for s, _ in moved], [o for _, o in moved]
+                        query("delivery.sql", "promote_heads"),
+                        [s for s, _, _ in moved],
+                        [o for _, o, _ in moved],
+                        [t for _, _, t in moved],
                     )
                 changes = await self._feed_breakers(conn, results)
         for row in applied:

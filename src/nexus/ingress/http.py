@@ -11,6 +11,11 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nexus import metrics
+from nexus.auth import tenants
+from nexus.auth.keys import KeyCache
+from nexus.auth.middleware import AuthMiddleware, principal_of, request_id_of
+from nexus.auth.ratelimit import RateLimiter
+from nexus.auth.roles import Principal
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, NexusError, NotFoundError
 from nexus.gateway import Gateway, Incoming, Outcome
@@ -31,6 +36,12 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
     """The ASGI app. `committer` shares transactions between concurrent requests (group commit)."""
     app = FastAPI(title="Nexus Event Gateway", version="1.0")
     submitter = committer or GroupCommitter(gateway, workers=1)
+    # issue 11: every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
+    app.add_middleware(
+        AuthMiddleware,
+        keys=KeyCache(db, ttl_s=db.settings.auth_cache_ttl_s),
+        limiter=RateLimiter(rate_limits(db.settings)),
+    )
 
     @app.exception_handler(NexusError)
     async def _nexus_error(_: Request, exc: NexusError) -> JSONResponse:
@@ -68,6 +79,19 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
             else:
                 items = [Incoming.parse(obj if isinstance(obj, dict) else body, traceparent)]
                 single = True
+        principal = principal_of(request)
+        bound = [tenants.bind(item, principal.tenant_id) for item in items]
+        if any(b is None for b in bound):
+            # Refused as a whole, before anything is decided or written (no dead letter either).
+            return JSONResponse(
+                {
+                    "code": ErrorCode.TENANT_MISMATCH.value,
+                    "message": f"an envelope names another tenant than this key's ({principal.tenant_id})",
+                    "request_id": request_id_of(request.scope),
+                },
+                status_code=403,
+            )
+        items = [b for b in bound if b is not None]
         outcomes = await submitter.submit(items)
         results = [o.as_json() for o in outcomes]
         status = _single_status(outcomes[0]) if single and outcomes else 200
@@ -79,9 +103,10 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         return JSONResponse(content, status_code=status)
 
     @app.get("/v1/orders/{order_id}")
-    async def get_order(order_id: str) -> dict[str, Any]:
-        row = await db.fetchrow(query("api.sql", "order"), order_id)
-        buffered = await db.fetch(query("api.sql", "order_buffered"), order_id)
+    async def get_order(request: Request, order_id: str, tenant: str | None = None) -> dict[str, Any]:
+        tenant_id = _read_tenant(principal_of(request), tenant)
+        row = await db.fetchrow(query("api.sql", "order"), order_id, tenant_id)
+        buffered = await db.fetch(query("api.sql", "order_buffered"), order_id, tenant_id)
         if row is None and not buffered:
             raise NotFoundError(f"no order {order_id!r}")
         return {
@@ -95,8 +120,8 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         }
 
     @app.get("/v1/plans/{plan_id}")
-    async def get_plan(plan_id: str) -> dict[str, Any]:
-        rows = await db.fetch(query("api.sql", "plan_orders"), plan_id)
+    async def get_plan(request: Request, plan_id: str) -> dict[str, Any]:
+        rows = await db.fetch(query("api.sql", "plan_orders"), plan_id, principal_of(request).tenant_id)
         if not rows:
             raise NotFoundError(f"no plan {plan_id!r}")
         orders = [
@@ -114,18 +139,27 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
 
     @app.get("/v1/dead-letters")
     async def list_dead_letters(
+        request: Request,
         code: str | None = None,
         source: str | None = None,
         include_redriven: bool = True,
         limit: int = Query(100, ge=1, le=1000),
         offset: int = Query(0, ge=0),
     ) -> dict[str, Any]:
-        rows = await db.fetch(query("api.sql", "dead_letters"), code, source, include_redriven, limit, offset)
+        rows = await db.fetch(
+            query("api.sql", "dead_letters"),
+            code,
+            source,
+            include_redriven,
+            limit,
+            offset,
+            principal_of(request).tenant_id,
+        )
         return {"dead_letters": [dead_letter_json(r) for r in rows]}
 
     @app.post("/v1/dead-letters/{dead_letter_id}/redrive")
-    async def redrive(dead_letter_id: int) -> dict[str, Any]:
-        outcome = await redrive_dead_letter(db, gateway, dead_letter_id)
+    async def redrive(request: Request, dead_letter_id: int) -> dict[str, Any]:
+        outcome = await redrive_dead_letter(db, gateway, dead_letter_id, principal_of(request).tenant_id)
         return {"dead_letter_id": dead_letter_id, "result": outcome.as_json()}
 
     @app.get("/metrics")
@@ -145,12 +179,36 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
             return JSONResponse({"status": "unavailable", "code": exc.code.value}, status_code=503)
         return JSONResponse({"status": "ready"})
 
+    from nexus.auth.api import router as keys_router
     from nexus.delivery.api import router as delivery_router
 
     app.include_router(delivery_router)
+    app.include_router(keys_router)
     app.state.db = db
     app.state.gateway = gateway
     return app
+
+
+def rate_limits(settings: Any) -> Any:
+    from nexus.auth.ratelimit import RateLimits
+    from nexus.auth.roles import Role
+
+    return RateLimits(
+        {
+            Role.AGENT: settings.rate_limit_agent,
+            Role.OPERATOR: settings.rate_limit_operator,
+            Role.APPROVER: settings.rate_limit_approver,
+            Role.ADMIN: settings.rate_limit_admin,
+        },
+        processes=settings.rate_limit_processes,
+    )
+
+
+def _read_tenant(principal: Principal, asked: str | None) -> str:
+    """The tenant whose object is read: the key's; a key spanning every tenant names it (`?tenant=`)."""
+    if principal.tenant_id is not None:
+        return principal.tenant_id
+    return asked or "default"
 
 
 def _single_status(outcome: Outcome) -> int:
@@ -188,15 +246,23 @@ def dead_letter_json(row: Any) -> dict[str, Any]:
         "payload": row["payload"],
         "created_at": row["created_at"].isoformat(),
         "redriven_at": row["redriven_at"].isoformat() if row["redriven_at"] else None,
+        "tenant": row["tenant_id"],
     }
 
 
-async def redrive_dead_letter(db: Database, gateway: Gateway, dead_letter_id: int) -> Outcome:
-    """Submit a dead letter's original payload again; it is marked redriven whatever the new outcome."""
-    row = await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id)
+async def redrive_dead_letter(
+    db: Database, gateway: Gateway, dead_letter_id: int, tenant_id: str | None = None
+) -> Outcome:
+    """Submit a dead letter's original payload again; it is marked redriven whatever the new outcome.
+    `tenant_id`: the caller's tenant (another tenant's dead letter is not found); the payload is
+    resubmitted for the tenant it was dead-lettered under."""
+    row = await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id, tenant_id)
     if row is None:
         raise NotFoundError(f"no dead letter {dead_letter_id}")
-    [outcome] = await gateway.submit([Incoming.parse(row["payload"])], source="http")
+    item = tenants.bind(Incoming.parse(row["payload"]), row["tenant_id"] or "default")
+    if item is None:  # its envelope names another tenant: dead-letter it again as such, changing nothing
+        item = tenants.bind_or_dead_letter(Incoming.parse(row["payload"]), row["tenant_id"] or "default")
+    [outcome] = await gateway.submit([item], source="http")
     await db.execute(query("api.sql", "mark_redriven"), dead_letter_id)
     return outcome
 
