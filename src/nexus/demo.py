@@ -29,6 +29,8 @@ import httpx
 from nexus.agent import runner
 from nexus.agent.hostile import Mode
 from nexus.agent.transport import HttpTransport
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
 from nexus.checker import CheckResult, check_report, render
 from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
@@ -196,7 +198,13 @@ async def _main(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             hostile=dict.fromkeys(Mode, args.hostile_rate),
         )
-        transport = HttpTransport(gateway_url)
+        # The keys it needs: an agent key for tenant "default", made against the database directly.
+        db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
+        try:
+            _, agent_key = await create_key(db, "default", frozenset({Role.AGENT}), name="demo-agent")
+        finally:
+            await db.close()
+        transport = HttpTransport(gateway_url, api_key=agent_key)
         try:
             report = await runner.run_agent(config, transport, target=gateway_url)
         finally:

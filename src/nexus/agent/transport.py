@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from typing import Any, Protocol
 
 import httpx
@@ -47,6 +48,15 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
+def api_key_from_env() -> str | None:
+    """The one place the lab reads its API key: NEXUS_API_KEY (sent as `Authorization: Bearer`)."""
+    return os.environ.get("NEXUS_API_KEY") or None
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"authorization": f"Bearer {api_key}"} if api_key else {}
+
+
 class HttpTransport:
     """POSTs one envelope per request to `{gateway_url}/v1/events`."""
 
@@ -60,6 +70,7 @@ class HttpTransport:
         retries: int = 4,
         backoff_s: float = 0.2,
         max_connections: int = 64,
+        api_key: str | None = None,
     ) -> None:
         self.url = gateway_url.rstrip("/") + "/v1/events"
         self.retries = retries
@@ -67,6 +78,7 @@ class HttpTransport:
         self._client = httpx.AsyncClient(
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            headers=auth_headers(api_key if api_key is not None else api_key_from_env()),
         )
 
     async def send(self, message: Message) -> Ack:

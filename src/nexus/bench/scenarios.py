@@ -162,7 +162,9 @@ async def _http_client(base: str, prefix: str, plans: int, conc: int) -> tuple[f
     # (same server, side by side: httpx 1,521 vs aiohttp 2,674 events/s at c=16).
     import aiohttp
 
-    headers = {"content-type": "application/json"}
+    from nexus.agent.transport import api_key_from_env, auth_headers
+
+    headers = {"content-type": "application/json", **auth_headers(api_key_from_env())}
     timeout = aiohttp.ClientTimeout(total=30)
     async with aiohttp.ClientSession(
         base, connector=aiohttp.TCPConnector(limit=conc), timeout=timeout, headers=headers

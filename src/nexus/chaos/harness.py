@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import asyncpg
 import httpx
@@ -120,6 +120,21 @@ class Proc:
         return text.rsplit("=== start #", 1)[-1]
 
 
+async def register_lab_key(db: Any) -> str:
+    """Make this process's API key (NEXUS_API_KEY, generated if unset) valid in a database the lab created
+    (`db`: a Database or an asyncpg connection): every role, tenant "default". Children inherit it."""
+    from nexus.agent.transport import api_key_from_env
+    from nexus.auth.keys import generate_key, hash_key
+    from nexus.store.queries import query
+
+    key = api_key_from_env()
+    if key is None:
+        key = os.environ["NEXUS_API_KEY"] = generate_key()
+    roles = ["admin", "agent", "approver", "operator"]
+    await db.execute(query("auth.sql", "insert_key"), "lab", "default", roles, hash_key(key))
+    return key
+
+
 async def wait_ready(proc: Proc, url: str | None, timeout_s: float = 60.0) -> None:
     """Wait until `url` answers below 500 (HTTP processes) or the process says it serves (the others)."""
     deadline = time.monotonic() + timeout_s
@@ -177,7 +192,10 @@ class ChaosSession:
             await conn.close()
         url = self.pg.url(name)
         db = await Database(Settings(database_url=url)).open(migrate=True)
-        await db.close()
+        try:
+            await register_lab_key(db)
+        finally:
+            await db.close()
         return url
 
     async def stop_pg(self) -> None:
