@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus.auth.roles import ALL_TENANTS, Principal, Role, check_key_scope
-from nexus.errors import NotFoundError
+from nexus.errors import NexusError, NotFoundError
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
@@ -137,7 +137,14 @@ class KeyCache:
         hit = self._entries.get(digest)
         if hit is not None and hit[0] > now:
             return hit[1]
-        row = await self.db.fetchrow(query("auth.sql", "key_by_hash"), digest)
+        try:
+            row = await self.db.fetchrow(query("auth.sql", "key_by_hash"), digest)
+        except NexusError:
+            # The database is down: a key known a moment ago stays known (nothing can be revoked, and little
+            # done, until it is back); an unknown key cannot be checked and the caller answers 503.
+            if hit is not None and hit[1] is not None:
+                return hit[1]
+            raise
         principal = (
             None
             if row is None

@@ -56,7 +56,8 @@ class AuthMiddleware:
         try:
             principal = await self.keys.lookup(key)
         except NexusError as exc:
-            await _refuse(scope, send, 503, exc.code, "cannot check the API key now", {"retry-after": "1"})
+            message = "cannot check the API key now"
+            await _refuse(scope, send, 503, exc.code, message, {"retry-after": "1"}, retryable=True)
             return
         if principal is None:
             await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, "unknown or revoked API key")
@@ -106,9 +107,19 @@ def request_id_of(scope: Scope) -> str:
 
 
 async def _refuse(
-    scope: Scope, send: Send, status: int, code: ErrorCode, message: str, headers: dict[str, str] | None = None
+    scope: Scope,
+    send: Send,
+    status: int,
+    code: ErrorCode,
+    message: str,
+    headers: dict[str, str] | None = None,
+    *,
+    retryable: bool | None = None,
 ) -> None:
-    body = json.dumps({"code": code.value, "message": message, "request_id": request_id_of(scope)}).encode()
+    content: dict[str, Any] = {"code": code.value, "message": message, "request_id": request_id_of(scope)}
+    if retryable is not None:  # as the app's own 503 answers say (DESIGN: transient errors are retryable)
+        content["retryable"] = retryable
+    body = json.dumps(content).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         raw.append((b"www-authenticate", b"Bearer"))

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httpcore
 import httpx
 
-from nexus.auth.urlguard import PrivateAllowance, forbidden
+from nexus.auth.urlguard import IPAddress, PrivateAllowance, forbidden
 from nexus.errors import UnsafeUrlError
 from nexus.settings import Settings
 
@@ -42,12 +42,7 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         if (host.lower(), port) in self.trusted:
             return await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        loop = asyncio.get_running_loop()
-        try:
-            infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout)
-        except (OSError, TimeoutError) as exc:
-            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
-        addresses = list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos))
+        addresses = await self._resolve(host, port, timeout)
         refused = [a for a in addresses if forbidden(a, self.allowance)]
         if refused or not addresses:
             where = refused[0] if refused else "nothing"
@@ -60,6 +55,19 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
                 last = exc
         assert last is not None
         raise last
+
+    @staticmethod
+    async def _resolve(host: str, port: int, timeout_s: float | None) -> list[IPAddress]:
+        try:  # a canonical address literal needs no resolver (and no thread hop per connection)
+            return [ipaddress.ip_address(host.strip("[]"))]
+        except ValueError:
+            pass
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout_s)
+        except (OSError, TimeoutError) as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        return list(dict.fromkeys(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos))
 
     async def connect_unix_socket(
         self,

@@ -32,7 +32,7 @@ RAW_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 RAW_READ = "SELECT last_seq FROM orders WHERE order_id = $1"
 RAW_UPSERT = (
     "INSERT INTO orders (order_id, plan_id, status, last_seq, outbox_count) VALUES ($1, $2, $3, $4, $4)"
-    " ON CONFLICT (order_id) DO UPDATE SET status = EXCLUDED.status, last_seq = EXCLUDED.last_seq,"
+    " ON CONFLICT (tenant_id, order_id) DO UPDATE SET status = EXCLUDED.status, last_seq = EXCLUDED.last_seq,"
     " outbox_count = EXCLUDED.outbox_count, updated_at = now()"
 )
 RAW_OUTBOX = (
