@@ -184,3 +184,29 @@ def test_redact_hides_credentials_and_query_values() -> None:
     """Userinfo is dropped and query values replaced, so a URL can be logged or listed."""
     assert redact("http://admin:pw@host:81/c?token=s3cret&x=1") == "http://host:81/c?token=***&x=***"
     assert "s3cret" not in redact("https://h/c?token=s3cret")
+
+
+def test_cloudevents_body_is_structured_and_native_is_unchanged() -> None:
+    """`cloudevents` wraps the stored payload as CloudEvents 1.0 (application/cloudevents+json); `native`
+    sends the stored bytes as they are."""
+    import datetime as dt
+    import json
+
+    from nexus.delivery.formats import render_body
+
+    stored = json.dumps({"notification_id": "n-1", "order_id": "o-1", "plan_id": "p-1", "tenant_id": "acme",
+                         "position": 2, "event_type": "OrderShipped"})  # fmt: skip
+    at = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    body, content_type = render_body("cloudevents", stored, at)
+    event = json.loads(body)
+    assert content_type == "application/cloudevents+json"
+    assert {k: event[k] for k in ("specversion", "id", "type", "subject", "time", "sequence")} == {
+        "specversion": "1.0",
+        "id": "n-1",
+        "type": "nexus.order.OrderShipped",
+        "subject": "o-1",
+        "time": "2026-01-01T00:00:00Z",
+        "sequence": "2",
+    }
+    assert event["source"] == "/nexus/tenants/acme/orders/o-1" and event["data"] == json.loads(stored)
+    assert render_body("native", stored, at) == (stored.encode(), "application/json")
