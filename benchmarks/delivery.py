@@ -93,11 +93,12 @@ async def delivered_count(db: Database) -> int:
 async def run_one(admin_url: str, embedded: EmbeddedPostgres | None, workers: int, notifications: int,
                   sink_url: str, secret: str, latency_s: float, processes: int = 1) -> dict[str, Any]:  # fmt: skip
     url = await new_database(admin_url, embedded)
-    db = await Database(Settings(database_url=url, db_pool_size=4)).open()
+    # The bench's own receiver listens on loopback: open it to the outbound URL guard (issue 11).
+    db = await Database(Settings(database_url=url, db_pool_size=4, allow_private_urls="127.0.0.0/8")).open()
     gateway = Gateway(db)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")},
            "NEXUS_DATABASE_URL": url, "NEXUS_WEBHOOK_WORKERS": str(workers), "NEXUS_LOG_LEVEL": "WARNING",
-           "NEXUS_DB_POOL_SIZE": "6"}  # fmt: skip
+           "NEXUS_DB_POOL_SIZE": "6", "NEXUS_ALLOW_PRIVATE_URLS": "127.0.0.0/8"}  # fmt: skip
     try:
         await add_subscription(db, "bench", sink_url + "/hook", secret)
         await apply_plans(gateway, notifications // 5, "t")

@@ -13,6 +13,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from nexus.auth.keys import hash_key
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
@@ -25,9 +26,14 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = "nexus_template"
 
 
+# The API key every test database holds (all roles, tenant "default"); see PostgresForTests.create_template.
+TEST_API_KEY = "nxk_test-key-all-roles-tenant-default-0000000000000"
+TEST_KEY_ROLES = ["admin", "agent", "approver", "operator"]
+
+
 def api_headers(**extra: str) -> dict[str, str]:
-    """Headers every test request to the gateway's API carries (identity puts the test key here)."""
-    return {**extra}
+    """Headers every test request to the gateway's API carries: the test key, and any `extra`."""
+    return {"Authorization": f"Bearer {TEST_API_KEY}", **extra}
 
 
 class PostgresForTests:
@@ -51,6 +57,11 @@ class PostgresForTests:
         conn = await asyncpg.connect(self.url(TEMPLATE))
         try:
             await apply_migrations(conn)
+            await conn.execute(
+                "INSERT INTO api_keys (name, tenant_id, roles, key_hash) VALUES ('tests', 'default', $1, $2)",
+                TEST_KEY_ROLES,
+                hash_key(TEST_API_KEY),
+            )
         finally:
             await conn.close()
 
@@ -99,6 +110,8 @@ def fast_settings(database_url: str, **overrides: object) -> Settings:
         "webhook_timeout_s": 2.0,
         "dispatcher_poll_s": 0.05,
         "db_pool_size": 5,
+        # the tests' receivers listen on 127.0.0.1; the outbound guard's own tests turn this off
+        "allow_private_urls": "true",
     }
     base.update(overrides)
     return Settings(**base)  # type: ignore[arg-type]
@@ -121,6 +134,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     from nexus.settings import _ENV_NAMES
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
+    env["NEXUS_API_KEY"] = TEST_API_KEY  # what the lab's processes (agent, chaos, bench) call the API with
     for name, var in _ENV_NAMES.items():
         value = getattr(settings, name)
         if value is not None:

@@ -51,6 +51,7 @@ async def serve(
     """Run until SIGINT/SIGTERM: whichever of HTTP ingress, dispatcher and Kafka consumer are asked for."""
     signing_key = load_signing_key(settings)  # issue 12: a bad key stops the start, before anything runs
     db = await Database(settings).open()
+    from nexus.auth.keys import bootstrap_admin_key
     from nexus.errors import ConfigurationError
     from nexus.processes import register
 
@@ -59,6 +60,10 @@ async def serve(
     except ConfigurationError as exc:
         await db.close()
         raise ServiceFailed(f"process definitions refused: {exc}") from exc
+    admin_key = await bootstrap_admin_key(db, settings.data_dir)
+    if admin_key is not None:
+        # The path, never the key: it is in a file only its owner can read.
+        print(f"nexus: no API keys yet; bootstrap admin key written to {admin_key.resolve()}", flush=True)
     limit = settings.default_max_order_amount
     gateway = Gateway(db, record_plan_mismatch=True, catalog=catalog, default_max_order_amount=limit)
     committer = GroupCommitter(
@@ -75,6 +80,8 @@ async def serve(
 
         await ensure_default_subscription(db, settings)
         services.append(("dispatcher", OutboxDispatcher(db, settings, instance_id()).run()))
+    if settings.metrics_bind:
+        services.append(("metrics", serve_metrics(db, settings.metrics_bind)))
     if kafka:
         from nexus.ingress.kafka import KafkaIngress
 
@@ -131,6 +138,35 @@ async def serve(
         raise ServiceFailed("; ".join(failures))
 
 
+async def serve_metrics(db: Database, bind: str) -> None:
+    """/metrics without a key on its own address (NEXUS_METRICS_BIND=host:port), for a scraper on a
+    network the API is not exposed to; the API's own /metrics keeps needing an operator key."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from nexus import metrics
+    from nexus.ingress.http import refresh_db_gauges
+
+    async def get_metrics(_: Request) -> Response:
+        await refresh_db_gauges(db)
+        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+
+    host, _, port = bind.rpartition(":")
+    config = uvicorn.Config(
+        Starlette(routes=[Route("/metrics", get_metrics)]),
+        host=host.strip("[]") or "127.0.0.1",
+        port=int(port),
+        log_level="warning",
+        lifespan="off",
+        access_log=False,
+    )
+    await _QuietServer(config).serve()
+    raise RuntimeError(f"metrics server on {bind} stopped")
+
+
 class _Server(uvicorn.Server):
     """uvicorn re-raises the signal it caught once it has shut down: with the default handler back in
     place that kills the process before our own shutdown (leases released, pool closed, embedded
@@ -147,6 +183,14 @@ class _Server(uvicorn.Server):
         finally:
             for sig, handler in originals.items():
                 signal.signal(sig, handler)
+
+
+class _QuietServer(uvicorn.Server):
+    """A second server in the process (metrics): the main server owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 class ServiceFailed(RuntimeError):

@@ -28,6 +28,7 @@ GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     "tenants": ("nexus.processes.cli", "per-tenant limits (set-limit, list)"),
     "audit": ("nexus.audit.cli", "verify, checkpoint and export the hash-chained decision log"),
     "report": ("nexus.audit.cli", "reports from the decision log: `nexus report blocked`"),
+    "keys": ("nexus.auth.cli", "create, list and revoke API keys"),
 }
 
 

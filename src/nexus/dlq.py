@@ -73,7 +73,7 @@ async def _list(settings: Settings, args: argparse.Namespace) -> int:
         try:
             if args.source != "deliveries":
                 rows = await db.fetch(
-                    query("api.sql", "dead_letters"), args.code, None, args.include_redriven, args.limit, 0
+                    query("api.sql", "dead_letters"), args.code, None, args.include_redriven, args.limit, 0, None
                 )
                 table = [dead_letter_json(r) for r in rows]
             if args.source in ("deliveries", "all"):
@@ -164,11 +164,11 @@ async def _redrive(settings: Settings, args: argparse.Namespace) -> int:
 
 async def redrive_to_topic(db: Database, settings: Settings, dead_letter_id: int) -> dict[str, Any]:
     """Produce a dead letter's payload to the main topic (key = its order), await the ack, mark it redriven."""
-    row = await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id)
+    row = await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id, None)
     if row is None:
         raise NotFoundError(f"no dead letter {dead_letter_id}")
     # Claimed first (a primary key: a second redrive is ALREADY_REDRIVEN), withdrawn if the send fails.
-    if await db.fetchrow(query("api.sql", "claim_redrive"), dead_letter_id) is None:
+    if await db.fetchrow(query("api.sql", "claim_redrive"), dead_letter_id, None) is None:
         raise AlreadyRedrivenError(f"dead letter {dead_letter_id} was already redriven")
     try:
         async with EventProducer.from_settings(settings, client_id="nexus-dlq-redrive") as producer:

@@ -12,6 +12,7 @@ labels) and says whether retrying can help::
      +-- NotFoundError            permanent  NOT_FOUND
      +-- AlreadyRedrivenError     permanent  ALREADY_REDRIVEN
      +-- ConfigurationError       permanent  CONFIGURATION
+     |    +-- UnsafeUrlError          permanent  UNSAFE_URL (issue 11: an outbound URL aimed inside)
 
 Driver errors are translated at the adapter (`nexus.store.errors`) with ``raise ... from exc``.
 """
@@ -51,6 +52,12 @@ class ErrorCode(enum.StrEnum):
     LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
     # issue 12: the decision log and the blocked-actions report
     INVALID_PARAMETER = "INVALID_PARAMETER"
+    # issue 11: identity, tenancy, outbound URLs, rate limits
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    FORBIDDEN = "FORBIDDEN"
+    TENANT_MISMATCH = "TENANT_MISMATCH"
+    RATE_LIMITED = "RATE_LIMITED"
+    UNSAFE_URL = "UNSAFE_URL"
 
 
 class NexusError(Exception):
@@ -118,3 +125,10 @@ class ConfigurationError(NexusError):
     """A setting is missing or malformed."""
 
     code = ErrorCode.CONFIGURATION
+
+
+# issue 11
+class UnsafeUrlError(ConfigurationError):
+    """The URL is not an allowed outbound target (malformed, credentials, or a private address)."""
+
+    code = ErrorCode.UNSAFE_URL

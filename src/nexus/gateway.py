@@ -38,9 +38,11 @@ log = logging.getLogger(__name__)
 _OUTBOX_NAMESPACE = uuid.UUID("6d1f3c1e-8f43-4a43-9d5c-6e6578757300")
 
 
-def outbox_id_for(event_id: uuid.UUID) -> uuid.UUID:
-    """The notification id (and Idempotency-Key) of an applied event: derived, so it never changes."""
-    return uuid.uuid5(_OUTBOX_NAMESPACE, str(event_id))
+def outbox_id_for(event_id: uuid.UUID, tenant_id: str = "default") -> uuid.UUID:
+    """The notification id (and Idempotency-Key) of an applied event: derived, so it never changes.
+    Two tenants' events with the same event_id get different ids (the default tenant keeps the old ones)."""
+    name = str(event_id) if tenant_id == "default" else f"{tenant_id}\x1f{event_id}"
+    return uuid.uuid5(_OUTBOX_NAMESPACE, name)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,6 +53,8 @@ class Incoming:
     envelope: EventEnvelope | None = None
     error: InvalidEventError | None = None
     traceparent: str | None = None
+    tenant_id: str = "default"
+    """The tenant the caller's key (or the Kafka topic) speaks for; see nexus.auth.tenants."""
 
     @classmethod
     def parse(
@@ -139,17 +143,17 @@ class _Writes:
         if self.rejected:
             await conn.execute(query("gateway.sql", "insert_rejected"), *_columns(self.rejected, 11))
         if self.pending_del:
-            await conn.execute(query("gateway.sql", "delete_pending"), *_columns(self.pending_del, 2))
+            await conn.execute(query("gateway.sql", "delete_pending"), *_columns(self.pending_del, 3))
         if self.pending_add:
-            await conn.execute(query("gateway.sql", "insert_pending"), *_columns(self.pending_add, 6))
+            await conn.execute(query("gateway.sql", "insert_pending"), *_columns(self.pending_add, 7))
         if self.outbox:
-            cols = _columns(self.outbox, 9)
+            cols = _columns(self.outbox, 10)
             await conn.execute(query("gateway.sql", "insert_outbox"), *cols)
             await conn.execute(query("gateway.sql", "insert_deliveries"), cols[0])
             # Delivered at commit, and only then: wakes dispatchers without waiting for their poll.
             await conn.execute(query("gateway.sql", "notify_outbox"))
         if self.dead:
-            rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(self.dead, 7))
+            rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(self.dead, 8))
             return [r["id"] for r in rows]
         return []
 
@@ -209,9 +213,9 @@ class Gateway:
     async def _isolate(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
         """Each order alone; an order that still fails, each of its items alone, in order; an item that
         fails alone is dead-lettered. So a poisonous item never fails another request's events."""
-        groups: dict[str | None, list[int]] = defaultdict(list)
+        groups: dict[tuple[str, str] | None, list[int]] = defaultdict(list)
         for i, item in enumerate(items):
-            groups[item.envelope.order_id if item.envelope else None].append(i)
+            groups[_key(item.envelope) if item.envelope else None].append(i)
         outcomes: list[Outcome | None] = [None] * len(items)
         for indexes in groups.values():
             group = [items[i] for i in indexes]
@@ -243,10 +247,10 @@ class Gateway:
         return await self._submit_once(failed, source)
 
     async def _submit_once(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
-        by_order: dict[str, list[int]] = defaultdict(list)
+        by_order: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, item in enumerate(items):
             if item.envelope is not None:
-                by_order[item.envelope.order_id].append(i)
+                by_order[_key(item.envelope)].append(i)
         order_ids = sorted(by_order)
         outcomes: list[Outcome | None] = [None] * len(items)
         writes = _Writes()
@@ -258,29 +262,26 @@ class Gateway:
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 if order_ids:
-                    await conn.execute(query("gateway.sql", "lock_orders"), order_ids)
+                    await conn.execute(query("gateway.sql", "lock_orders"), *_pairs(order_ids))
                     states, pending = await self._read(conn, order_ids)
-                    rejected, limits = await self._read_rejections(conn, order_ids, items)
-                    for order_id in order_ids:
-                        indexes = by_order[order_id]
-                        first = items[indexes[0]].envelope
-                        assert first is not None
-                        state = states.get(order_id) or OrderState(order_id)
+                    rejected, limits = await self._read_rejections(conn, order_ids)
+                    for key in order_ids:
+                        order_id = key[1]
+                        indexes = by_order[key]
+                        state = states.get(key) or OrderState(order_id)
                         resolution = resolve(
-                            dataclasses.replace(state, rejections=len(rejected.get(order_id, {})))
-                            if order_id in rejected
-                            else state,
+                            dataclasses.replace(state, rejections=len(rejected[key])) if key in rejected else state,
                             [items[i].envelope for i in indexes],  # type: ignore[misc]
-                            pending.get(order_id, {}),
+                            pending.get(key, {}),
                             catalog=self.catalog,
-                            limits=limits.get(first.tenant_id) or {"max_order_amount": self.default_max_order_amount},
-                            rejected=rejected.get(order_id),
+                            limits=limits.get(key[0]) or {"max_order_amount": self.default_max_order_amount},
+                            rejected=rejected.get(key),
                         )
                         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
                         drained += self._plan(resolution, traces, writes)
                         blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
                         if self.decision_log:
-                            audit += resolution_entries(resolution, pending.get(order_id, {}))
+                            audit += resolution_entries(resolution, pending.get(key, {}))
                         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
                             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
                             outcomes[i] = Outcome(
@@ -323,19 +324,20 @@ class Gateway:
         return final
 
     async def _read(
-        self, conn: asyncpg.Connection, order_ids: list[str]
-    ) -> tuple[dict[str, OrderState], dict[str, dict[int, EventEnvelope]]]:
-        pending: dict[str, dict[int, EventEnvelope]] = defaultdict(dict)
-        plans: dict[str, str] = {}
-        for row in await conn.fetch(query("gateway.sql", "read_pending"), order_ids):
+        self, conn: asyncpg.Connection, order_ids: list[tuple[str, str]]
+    ) -> tuple[dict[tuple[str, str], OrderState], dict[tuple[str, str], dict[int, EventEnvelope]]]:
+        pending: dict[tuple[str, str], dict[int, EventEnvelope]] = defaultdict(dict)
+        plans: dict[tuple[str, str], str] = {}
+        for row in await conn.fetch(query("gateway.sql", "read_pending"), *_pairs(order_ids)):
             envelope = parse_envelope(row["envelope"])
-            pending[row["order_id"]][row["seq_id"]] = envelope
-            plans[row["order_id"]] = envelope.plan_id
-        states: dict[str, OrderState] = {}
-        for row in await conn.fetch(query("gateway.sql", "read_orders"), order_ids):
-            oid = row["order_id"]
+            key = (row["tenant_id"], row["order_id"])
+            pending[key][row["seq_id"]] = envelope
+            plans[key] = envelope.plan_id
+        states: dict[tuple[str, str], OrderState] = {}
+        for row in await conn.fetch(query("gateway.sql", "read_orders"), *_pairs(order_ids)):
+            oid = (row["tenant_id"], row["order_id"])
             states[oid] = OrderState(
-                order_id=oid,
+                order_id=row["order_id"],
                 plan_id=row["plan_id"],
                 status=as_status(row["status"]),
                 last_seq=row["last_seq"],
@@ -348,23 +350,25 @@ class Gateway:
             )
         for oid, seqs in pending.items():
             if oid not in states:
-                states[oid] = OrderState(oid, plan_id=plans[oid], buffered=frozenset(seqs))
+                states[oid] = OrderState(oid[1], plan_id=plans[oid], buffered=frozenset(seqs))
         return states, pending
 
     async def _read_rejections(
-        self, conn: asyncpg.Connection, order_ids: list[str], items: Sequence[Incoming]
-    ) -> tuple[dict[str, dict[uuid.UUID, Verdict]], dict[str, dict[str, Any]]]:
+        self, conn: asyncpg.Connection, order_ids: list[tuple[str, str]]
+    ) -> tuple[dict[tuple[str, str], dict[uuid.UUID, Verdict]], dict[str, dict[str, Any]]]:
         """The orders' rejected steps by event_id, and the batch's tenants' limits."""
         if self.catalog is None:
             return {}, {}
-        tenants = sorted({item.envelope.tenant_id for item in items if item.envelope is not None})
-        rejected: dict[str, dict[uuid.UUID, Verdict]] = defaultdict(dict)
+        tenants = sorted({tenant for tenant, _ in order_ids})
+        rejected: dict[tuple[str, str], dict[uuid.UUID, Verdict]] = defaultdict(dict)
         limits: dict[str, dict[str, Any]] = {}
-        for row in await conn.fetch(query("gateway.sql", "read_rejections_and_limits"), order_ids, tenants):
+        rows = await conn.fetch(query("gateway.sql", "read_rejections_and_limits"), *_pairs(order_ids), tenants)
+        for row in rows:
             if row["event_id"] is None:
-                limits[row["key"]] = {"max_order_amount": Decimal(row["max_order_amount"])}
+                limits[row["tenant_id"]] = {"max_order_amount": Decimal(row["max_order_amount"])}
             else:
-                rejected[row["key"]][row["event_id"]] = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
+                verdict = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
+                rejected[(row["tenant_id"], row["key"])][row["event_id"]] = verdict
         return rejected, limits
 
     @staticmethod
@@ -409,8 +413,9 @@ class Gateway:
                     event.model_dump_json(),
                 )
             )
+        tenant = _tenant(resolution)
         for seq in resolution.unbuffered:
-            writes.pending_del.append((after.order_id, seq))
+            writes.pending_del.append((after.order_id, seq, tenant))
         for event in resolution.buffered:
             writes.pending_add.append(
                 (
@@ -420,12 +425,13 @@ class Gateway:
                     event.plan_id,
                     event.model_dump_json(),
                     traces.get(event.event_id),
+                    event.tenant_id,
                 )
             )
         for applied in resolution.applied:
             event = applied.event
             status_after = applied.status
-            notification_id = outbox_id_for(event.event_id)
+            notification_id = outbox_id_for(event.event_id, event.tenant_id)
             payload = {
                 "notification_id": str(notification_id),
                 "order_id": event.order_id,
@@ -448,6 +454,7 @@ class Gateway:
                     event.plan_id,
                     json.dumps(payload),
                     traces.get(event.event_id),
+                    event.tenant_id,
                 )
             )
         return sum(1 for a in resolution.applied if a.drained)
@@ -463,6 +470,7 @@ class Gateway:
             env.order_id if env else None,
             env.plan_id if env else None,
             _text(item.raw),
+            env.tenant_id if env else item.tenant_id,
         )
 
     async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
@@ -474,13 +482,14 @@ class Gateway:
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 candidates = [
-                    r["order_id"] for r in await conn.fetch(query("gateway.sql", "expiry_candidates"), timeout_s, limit)
+                    (r["tenant_id"], r["order_id"])
+                    for r in await conn.fetch(query("gateway.sql", "expiry_candidates"), timeout_s, limit)
                 ]
                 if not candidates:
                     return []
                 candidates.sort()
-                await conn.execute(query("gateway.sql", "lock_orders"), candidates)
-                rows = await conn.fetch(query("gateway.sql", "expire_pending"), candidates, timeout_s)
+                await conn.execute(query("gateway.sql", "lock_orders"), *_pairs(candidates))
+                rows = await conn.fetch(query("gateway.sql", "expire_pending"), *_pairs(candidates), timeout_s)
                 if not rows:
                     return []
                 dead = [
@@ -492,10 +501,11 @@ class Gateway:
                         r["order_id"],
                         r["plan_id"],
                         r["envelope"],
+                        r["tenant_id"],
                     )
                     for r in rows
                 ]
-                ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(dead, 7))
+                ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(dead, 8))
                 if self.decision_log:
                     await record_entries(conn, [_expiry_entry(r, d[2]) for r, d in zip(rows, dead, strict=True)])
         metrics.record_buffer_timeouts(len(rows))
@@ -519,6 +529,16 @@ def _refusal(exc: Exception) -> InvalidEventError:
             return InvalidEventError("event_id is already used by another step", code=ErrorCode.INVALID_EVENT)
         return InvalidEventError(f"{exc.message}: the item cannot be stored", code=exc.code)
     return InvalidEventError("the item cannot be serialized or stored", code=ErrorCode.DATABASE_REJECTED)
+
+
+def _key(envelope: EventEnvelope) -> tuple[str, str]:
+    """An order's identity: (tenant, order_id)."""
+    return (envelope.tenant_id, envelope.order_id)
+
+
+def _pairs(keys: Sequence[tuple[str, str]]) -> tuple[list[str], list[str]]:
+    """(tenant, order_id) pairs as the two arrays the queries take."""
+    return [t for t, _ in keys], [o for _, o in keys]
 
 
 def _tenant(resolution: Resolution) -> str:
@@ -566,7 +586,7 @@ def _ingress_entry(item: Incoming) -> Entry:
     assert item.error is not None
     event_id = item.event_id
     return Entry(
-        tenant_id="default",
+        tenant_id=item.tenant_id,
         order_id=INGRESS_ORDER,
         decision=Decision.DEAD_LETTER.value,
         event_id=_text(event_id)[:200] if event_id is not None else None,

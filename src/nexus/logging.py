@@ -25,8 +25,9 @@ from nexus.errors import ConfigurationError
 STABLE_KEYS = ("action", "order_id", "plan_id", "event_id", "tenant_id", "trace_id", "decision")
 """Keys whose name and meaning do not change: dashboards and people search by them."""
 
-_NOISY = {"pgserver": logging.WARNING}
-"""Libraries that narrate routine work at INFO (pgserver: every pg_ctl call); their warnings are kept."""
+_NOISY = {"pgserver": logging.WARNING, "httpx": logging.WARNING}
+"""Libraries that narrate routine work at INFO (pgserver: every pg_ctl call; httpx: every request's full URL,
+and webhook URLs may carry tokens, issue 11); their warnings are kept."""
 
 
 def _drop_library_noise(_: Any, __: str, event_dict: EventDict) -> EventDict:

@@ -82,6 +82,16 @@ _ENV_NAMES: dict[str, str] = {
     # issue 12: the decision log's signed checkpoints
     "audit_checkpoint_s": "NEXUS_AUDIT_CHECKPOINT_S",
     "audit_signing_key": "NEXUS_AUDIT_SIGNING_KEY",
+    # issue 11: identity, tenancy, outbound URL guard, rate limits
+    "auth_cache_ttl_s": "NEXUS_AUTH_CACHE_TTL_S",
+    "metrics_bind": "NEXUS_METRICS_BIND",
+    "kafka_tenant": "NEXUS_KAFKA_TENANT",
+    "allow_private_urls": "NEXUS_ALLOW_PRIVATE_URLS",
+    "rate_limit_agent": "NEXUS_RATE_LIMIT_AGENT",
+    "rate_limit_operator": "NEXUS_RATE_LIMIT_OPERATOR",
+    "rate_limit_approver": "NEXUS_RATE_LIMIT_APPROVER",
+    "rate_limit_admin": "NEXUS_RATE_LIMIT_ADMIN",
+    "rate_limit_processes": "NEXUS_RATE_LIMIT_PROCESSES",
 }
 
 
@@ -179,6 +189,23 @@ class Settings(BaseSettings):
     """How often `nexus serve` signs a checkpoint of the chain heads changed since the previous one."""
     audit_signing_key: str | None = None
     """Ed25519 key: base64 of the raw 32-byte seed, or a PKCS#8 PEM; None: <data_dir>/audit_ed25519.key."""
+    # issue 11: identity, tenancy, outbound URL guard, rate limits
+    auth_cache_ttl_s: float = 1.0
+    """How long a key lookup is trusted: a revoked key is refused by every process within this time."""
+    metrics_bind: str | None = None
+    """host:port serving /metrics without a key on its own address; unset: /metrics needs an operator key."""
+    kafka_tenant: str = "default"
+    """The tenant the Kafka topic is bound to; an envelope naming another is dead-lettered TENANT_MISMATCH."""
+    allow_private_urls: str | None = None
+    """`true`, or comma-separated networks, that subscription URLs may reach despite the outbound guard."""
+    rate_limit_agent: float = 2000.0
+    """Requests per second per key holding the role (burst: one second's worth); 0 = unlimited. A key with
+    several roles gets the highest of their limits."""
+    rate_limit_operator: float = 200.0
+    rate_limit_approver: float = 50.0
+    rate_limit_admin: float = 20.0
+    rate_limit_processes: int = 1
+    """Gateway processes sharing the load: each enforces limit / processes (limits are divided, not shared)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
 from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -132,7 +134,13 @@ async def _main(args: argparse.Namespace) -> int:
             concurrency=args.concurrency,
             hostile=dict.fromkeys(Mode, args.hostile_rate),
         )
-        transport = HttpTransport(gateway_url)
+        # The keys it needs: an agent key for tenant "default", made against the database directly.
+        db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
+        try:
+            _, agent_key = await create_key(db, "default", frozenset({Role.AGENT}), name="demo-agent")
+        finally:
+            await db.close()
+        transport = HttpTransport(gateway_url, api_key=agent_key)
         try:
             report = await runner.run_agent(config, transport, target=gateway_url)
         finally:

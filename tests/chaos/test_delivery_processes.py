@@ -15,6 +15,7 @@ from nexus.delivery.subscriptions import ensure_default_subscription
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.sink import Faults, start_sink
+from tests.conftest import api_headers
 from tests.factories import plan_json
 from tests.helpers import wait_until
 from tests.integration.test_delivery import (
@@ -79,7 +80,7 @@ async def test_two_dispatchers_never_send_one_notification_concurrently(
         await ensure_default_subscription(db, s)
         _, base = start_gateway(settings_=s)
         start_gateway("--dispatcher-only", settings_=s)
-        async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        async with httpx.AsyncClient(base_url=base, timeout=30, headers=api_headers()) as client:
             for batch in range(4):
                 events = [e for i in range(25) for e in plan_json(f"p{batch}-{i}", f"plan-{batch}-{i}")]
                 answer = await client.post("/v1/events", json={"events": events})

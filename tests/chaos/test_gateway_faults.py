@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import PostgresForTests
+from tests.conftest import PostgresForTests, api_headers
 from tests.factories import plan_json
 from tests.helpers import assert_plans_completed_once
 
@@ -30,7 +30,7 @@ async def send_all(
     statuses: list[int] = []
 
     async def client(k: int) -> None:
-        async with httpx.AsyncClient(base_url=bases[k % len(bases)], timeout=10) as api:
+        async with httpx.AsyncClient(base_url=bases[k % len(bases)], timeout=10, headers=api_headers()) as api:
             while not queue.empty():
                 _, event = queue.get_nowait()
                 try:
@@ -62,7 +62,7 @@ async def test_sigkill_mid_burst_then_resend(start_gateway, database_url: str) -
     random.Random(11).shuffle(events)
 
     async def killer() -> None:
-        async with httpx.AsyncClient(base_url=base) as api:
+        async with httpx.AsyncClient(base_url=base, headers=api_headers()) as api:
             while True:
                 text = (await api.get("/metrics")).text
                 applied = sum(
@@ -92,7 +92,7 @@ async def test_postgres_down_and_back(start_gateway, database_url: str, pg: Post
     assert set(await send_all([base], events[:half])) == {200}
     pg.stop_server()
     try:
-        async with httpx.AsyncClient(base_url=base, timeout=10) as api:
+        async with httpx.AsyncClient(base_url=base, timeout=10, headers=api_headers()) as api:
             down = await api.post("/v1/events", json=events[half])
             assert down.status_code == 503
             assert down.json()["code"] == "DATABASE_UNAVAILABLE"

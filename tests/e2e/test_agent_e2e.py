@@ -16,7 +16,7 @@ import pytest
 from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
 from nexus_lab.kafka_admin import delete_topics, ensure_topics
-from tests.conftest import ROOT, NexusProcess, free_port, settings_env, wait_http
+from tests.conftest import ROOT, TEST_API_KEY, NexusProcess, free_port, settings_env, wait_http
 
 ALL_MODES = [
     "--inventory-failure-rate", "0.25",
@@ -77,7 +77,8 @@ def run_agent(stack: Stack, report: Path, orders: int, *extra: str) -> dict[str,
     """`nexus agent` over HTTP (unless `extra` says otherwise); returns the report it wrote."""
     args = ["agent", "--orders", str(orders), "--seed", "e2e", "--report", str(report)]
     args += ["--gateway-url", stack.gateway_url, "--concurrency", "8", *extra]
-    done = nexus(args, {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
+    done = nexus(args, {**env, "NEXUS_API_KEY": TEST_API_KEY})
     assert done.returncode == 0, done.stdout + done.stderr
     loaded: dict[str, Any] = json.loads(report.read_text())
     return loaded

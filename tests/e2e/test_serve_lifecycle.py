@@ -22,7 +22,22 @@ def test_sigterm_shuts_down_and_stops_the_embedded_postgres(tmp_path: Path) -> N
     proc = NexusProcess(["serve", "--data-dir", str(tmp_path / "data")], env, tmp_path / "serve.log").start()
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60, proc=proc)
-        body = httpx.post(f"http://127.0.0.1:{port}/v1/events", json=step_json("o-life", "p", 1)).json()
+        # A fresh database: the first serve wrote a bootstrap admin key (0600), which makes an agent key.
+        admin_file = tmp_path / "data" / "admin.key"
+        assert admin_file.stat().st_mode & 0o777 == 0o600
+        admin = admin_file.read_text().strip()
+        assert str(admin_file.resolve()) in proc.log() and admin not in proc.log()
+        made = httpx.post(
+            f"http://127.0.0.1:{port}/v1/keys",
+            json={"tenant": "default", "roles": ["agent"]},
+            headers={"Authorization": f"Bearer {admin}"},
+        )
+        assert made.status_code == 201, made.text
+        body = httpx.post(
+            f"http://127.0.0.1:{port}/v1/events",
+            json=step_json("o-life", "p", 1),
+            headers={"Authorization": f"Bearer {made.json()['key']}"},
+        ).json()
         assert body["results"][0]["decision"] == "APPLY"
         postmaster = int((tmp_path / "data" / "pgdata" / "postmaster.pid").read_text().split()[0])
         assert psutil.pid_exists(postmaster)

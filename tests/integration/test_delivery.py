@@ -25,6 +25,7 @@ from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.sink import Faults, start_sink
+from tests.conftest import api_headers
 from tests.factories import plan_json
 from tests.helpers import wait_until
 
@@ -154,7 +155,7 @@ async def test_rejected_notification_dies_at_once_and_the_order_goes_on(db: Data
     sink = await start_sink(faults, secret=SECRET)
     app = create_app(db, Gateway(db))
     app.include_router(router)
-    api = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+    api = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", headers=api_headers())
     try:
         sub = await subscribe(db, sink.url + "/hook")
         orders = await submit_plans(db, 3)
@@ -193,7 +194,7 @@ async def test_subscription_api_creates_lists_and_disables(db: Database, setting
     sink = await start_sink()
     app = create_app(db, Gateway(db))
     app.include_router(router)
-    api = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
+    api = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", headers=api_headers())
     try:
         made = await api.post("/v1/subscriptions", json={"name": "all", "url": sink.url + "/all"})
         assert made.status_code == 201 and made.json()["secret"].startswith("whsec_")

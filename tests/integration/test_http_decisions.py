@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from nexus.settings import Settings
+from tests.conftest import api_headers
 from tests.factories import abort_json, plan_json, step_json
 
 pytestmark = pytest.mark.slow
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 async def api(start_gateway) -> Any:  # type: ignore[no-untyped-def]
     _, base = start_gateway("--no-dispatcher")
-    async with httpx.AsyncClient(base_url=base, timeout=10) as client:
+    async with httpx.AsyncClient(base_url=base, timeout=10, headers=api_headers()) as client:
         yield client
 
 
@@ -206,7 +207,7 @@ async def test_redrive_dead_letter(api: httpx.AsyncClient) -> None:
 async def test_buffer_timeout_dead_letters_once(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
     """A gap that never fills is dead-lettered once with BUFFER_TIMEOUT and leaves the buffer."""
     _, base = start_gateway("--no-dispatcher", settings_=settings.replace(buffer_timeout_s=0.5))
-    async with httpx.AsyncClient(base_url=base, timeout=10) as api:
+    async with httpx.AsyncClient(base_url=base, timeout=10, headers=api_headers()) as api:
         await post(api, step_json("o-gap", "p", 1))
         await post(api, step_json("o-gap", "p", 3))
         for _ in range(100):

@@ -20,7 +20,7 @@ from nexus.gateway import Gateway
 from nexus.kafka_io import read_topic
 from nexus.settings import Settings
 from nexus.store.database import Database
-from tests.conftest import ROOT, settings_env
+from tests.conftest import ROOT, api_headers, settings_env
 from tests.factories import plan_json, step_json
 from tests.helpers import wait_until
 from tests.integration.kafka_helpers import (
@@ -99,7 +99,7 @@ async def test_serve_kafka_consumes_beside_the_http_api(kafka_settings: Settings
     async with producer(kafka_settings) as p:
         await produce_plans(p, plans)
     orders = [plan[0]["order_id"] for plan in plans]
-    async with httpx.AsyncClient(base_url=base, timeout=10) as api:
+    async with httpx.AsyncClient(base_url=base, timeout=10, headers=api_headers()) as api:
 
         async def all_completed() -> bool:
             for order in orders:

@@ -20,6 +20,7 @@ import asyncpg
 
 from nexus.core.breaker import BreakerConfig
 from nexus.delivery.breakers import BreakerReport, breaker_of, write_breaker
+from nexus.delivery.formats import render_body
 from nexus.delivery.signing import parse_secret
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
@@ -43,6 +44,8 @@ class Claimed:
     url: str
     key: bytes
     probe: bool = False
+    tenant_id: str = "default"
+    content_type: str = "application/json"
 
 
 class Claimer:
@@ -132,6 +135,7 @@ class Claimer:
         key = self._keys.get(secret)
         if key is None:
             key = self._keys[secret] = parse_secret(secret)
+        body, content_type = render_body(row["format"], row["body"], row["created_at"])
         return Claimed(
             outbox_id=row["outbox_id"],
             subscription_id=row["subscription_id"],
@@ -139,9 +143,11 @@ class Claimer:
             position=row["position"],
             attempt=row["attempts"],
             event_type=row["event_type"],
-            body=row["body"].encode(),
+            body=body,
             traceparent=row["traceparent"],
             url=row["url"],
             key=key,
             probe=probe,
+            tenant_id=row["tenant_id"],
+            content_type=content_type,
         )

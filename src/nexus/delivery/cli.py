@@ -1,6 +1,7 @@
 """`nexus subscriptions`: add, list and disable webhook subscriptions; list and redrive dead deliveries.
 
-    nexus subscriptions add NAME URL [--secret whsec_...] [--event-type T ...]
+    nexus subscriptions add NAME URL [--secret whsec_...] [--event-type T ...] [--tenant T]
+                                     [--format native|cloudevents]
     nexus subscriptions list
     nexus subscriptions disable ID_OR_NAME
     nexus subscriptions dead [--subscription ID]
@@ -35,6 +36,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add.add_argument("--secret", default=None, help="whsec_<base64>; generated if absent")
     add.add_argument("--event-type", action="append", default=None, help="only these types (repeatable)")
     add.add_argument("--replace", action="store_true", help="update the subscription of the same name")
+    add.add_argument("--tenant", default=None, help="only this tenant's notifications (default: every tenant)")
+    add.add_argument("--format", default="native", choices=["native", "cloudevents"], help="body format")
     sub.add_parser("list", help="list subscriptions and their breaker state")
     disable = sub.add_parser("disable", help="stop delivering to a subscription (pending ones wait)")
     disable.add_argument("subscription", help="id or name")
@@ -75,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
 
 async def _add(db: Database, args: argparse.Namespace) -> dict[str, Any]:
     secret = args.secret or generate_secret()
-    sub = await subs.add_subscription(db, args.name, args.url, secret, args.event_type, replace=args.replace)
+    sub = await subs.add_subscription(
+        db, args.name, args.url, secret, args.event_type, replace=args.replace, tenant_id=args.tenant, fmt=args.format
+    )
     out = sub.as_json()
     if args.secret is None:
         out["secret"] = secret

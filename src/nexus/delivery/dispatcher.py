@@ -89,7 +89,7 @@ class OutboxDispatcher:
                 "webhook timeout clipped to half the lease",
                 extra={"action": "dispatcher_config", "timeout_s": self.request_timeout_s},
             )
-        self._sender = Sender(self.workers, self.request_timeout_s, self.owner)
+        self._sender = Sender(self.workers, self.request_timeout_s, self.owner, self.settings)
         log.info("dispatcher started", extra={"action": "dispatcher_start", "workers": self.workers})
         loops = [
             asyncio.create_task(self._claim_loop()),

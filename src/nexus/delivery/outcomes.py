@@ -61,12 +61,12 @@ class OutcomeWriter:
         """Record a batch of results and their breaker evidence in one transaction."""
         columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
         labels: dict[tuple[Any, int], str] = {}
-        ending: set[str] = set()
+        ending: set[tuple[str, str]] = set()
         for r in results:
             decision = self.decide(r)
             c = r.claimed
             if decision.leaves_pending:
-                ending.add(c.order_id)
+                ending.add((c.tenant_id, c.order_id))
             labels[(c.outbox_id, c.subscription_id)] = decision.label
             row = (
                 c.outbox_id,
@@ -83,7 +83,10 @@ class OutcomeWriter:
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 if ending:
-                    await conn.execute(query("gateway.sql", "lock_orders"), sorted(ending))
+                    locked = sorted(ending)
+                    await conn.execute(
+                        query("gateway.sql", "lock_orders"), [t for t, _ in locked], [o for _, o in locked]
+                    )
                 applied = await conn.fetch(
                     query("delivery.sql", "finish"),
                     self.owner,
@@ -94,14 +97,17 @@ class OutcomeWriter:
                 )
                 moved = sorted(
                     {
-                        (row["subscription_id"], row["order_id"])
+                        (row["subscription_id"], row["order_id"], row["tenant_id"])
                         for row in applied
                         if DeliveryState(row["state"]) is not DeliveryState.PENDING
                     }
                 )
                 if moved:
                     await conn.execute(
-                        query("delivery.sql", "promote_heads"), [s for s, _ in moved], [o for _, o in moved]
+                        query("delivery.sql", "promote_heads"),
+                        [s for s, _, _ in moved],
+                        [o for _, o, _ in moved],
+                        [t for _, _, t in moved],
                     )
                 changes = await self._feed_breakers(conn, results)
         for row in applied:

@@ -16,10 +16,13 @@ import time
 import httpx
 
 from nexus import metrics
+from nexus.auth.transport import guarded_transport
 from nexus.core.backoff import parse_retry_after
 from nexus.core.delivery import AttemptOutcome, outcome_of_status
 from nexus.delivery.claims import Claimed
 from nexus.delivery.signing import delivery_headers
+from nexus.errors import UnsafeUrlError
+from nexus.settings import Settings
 
 SLOTS_PER_CLIENT = 4
 
@@ -38,7 +41,7 @@ class Result:
 class Sender:
     """Posts claimed deliveries with signed headers over a few keep-alive clients (one per slot group)."""
 
-    def __init__(self, workers: int, request_timeout_s: float, owner: str) -> None:
+    def __init__(self, workers: int, request_timeout_s: float, owner: str, settings: Settings) -> None:
         self.request_timeout_s = request_timeout_s
         self._clients = [
             httpx.AsyncClient(
@@ -46,6 +49,8 @@ class Sender:
                 limits=httpx.Limits(max_connections=SLOTS_PER_CLIENT, max_keepalive_connections=SLOTS_PER_CLIENT),
                 headers={"user-agent": f"nexus-dispatcher ({owner})"},
                 follow_redirects=False,
+                # issue 11: the address actually connected to is checked (no webhook aimed inside)
+                transport=guarded_transport(settings, limits=SLOTS_PER_CLIENT),
             )
             for _ in range(0, workers, SLOTS_PER_CLIENT)
         ]
@@ -66,6 +71,8 @@ class Sender:
             response = await client.send(request)
         except httpx.TimeoutException:
             return Result(c, AttemptOutcome.RETRYABLE, error=f"timeout after {self.request_timeout_s:g}s")
+        except UnsafeUrlError as exc:  # issue 11: aimed inside; never sent, never retried, not the subscriber's fault
+            return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc)[:500])
         except httpx.HTTPError as exc:
             return Result(c, AttemptOutcome.RETRYABLE, error=f"{type(exc).__name__}: {exc}"[:500])
         finally:
@@ -103,6 +110,7 @@ def build_request(client: httpx.AsyncClient, c: Claimed, timestamp: int) -> http
         body=c.body,
         traceparent=c.traceparent,
     )
+    headers["content-type"] = c.content_type
     for name, value in headers.items():
         if not _FIELD_VALUE.match(value):
             raise UnsendableRequest(f"header {name} cannot carry its value")

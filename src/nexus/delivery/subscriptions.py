@@ -16,8 +16,10 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+from nexus.auth.urlguard import PrivateAllowance, check_url, redact
 from nexus.core.delivery import DeliveryState, redrive
 from nexus.core.envelope import is_safe_identifier
+from nexus.delivery.formats import FORMATS, NATIVE
 from nexus.delivery.signing import parse_secret
 from nexus.errors import ConfigurationError, NotFoundError
 from nexus.settings import Settings
@@ -39,6 +41,8 @@ class Subscription:
     enabled: bool
     created_at: dt.datetime
     breaker_state: str = "closed"
+    tenant_id: str | None = None  # None: every tenant (an operator's subscription)
+    format: str = NATIVE
 
     @classmethod
     def of(cls, row: Any) -> Subscription:
@@ -51,14 +55,18 @@ class Subscription:
             enabled=row["enabled"],
             created_at=row["created_at"],
             breaker_state=row.get("breaker_state", "closed"),
+            tenant_id=row.get("tenant_id"),
+            format=row.get("format", NATIVE),
         )
 
     def as_json(self) -> dict[str, Any]:
-        """The public view: never the secret."""
+        """The public view: never the secret, nor credentials in the URL (query values are redacted)."""
         return {
             "id": self.id,
             "name": self.name,
-            "url": self.url,
+            "url": redact(self.url),
+            "tenant": self.tenant_id if self.tenant_id is not None else "*",
+            "format": self.format,
             "event_types": list(self.event_types) if self.event_types is not None else None,
             "enabled": self.enabled,
             "created_at": self.created_at.isoformat(),
@@ -66,9 +74,15 @@ class Subscription:
         }
 
 
-def _validate(url: str, secret: str) -> None:
-    if not url.startswith(("http://", "https://")):
-        raise ConfigurationError(f"webhook url must be http(s): {url!r}")
+def _validate(url: str, secret: str, fmt: str, allowance: PrivateAllowance | None) -> None:
+    """`allowance` None: a URL from configuration (trusted, only its scheme is checked)."""
+    if allowance is None:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigurationError("webhook url must be http(s)")
+    else:
+        check_url(url, allowance)
+    if fmt not in FORMATS:
+        raise ConfigurationError(f"format must be one of {', '.join(FORMATS)}")
     parse_secret(secret)
 
 
@@ -80,26 +94,34 @@ async def add_subscription(
     event_types: Sequence[str] | None = None,
     *,
     replace: bool = False,
+    tenant_id: str | None = None,
+    fmt: str = NATIVE,
+    trusted: bool = False,
 ) -> Subscription:
-    """Create a subscription (or, with `replace`, update the one of the same name and enable it)."""
+    """Create a subscription (or, with `replace`, update the one of the same name and enable it).
+
+    `tenant_id` None: it receives every tenant's notifications. Unless `trusted` (configuration), the URL
+    goes through the outbound guard (NEXUS_ALLOW_PRIVATE_URLS from the database's settings)."""
     if not is_safe_identifier(name):
         raise ConfigurationError("a subscription name is 1-200 characters of A-Za-z0-9._:@- (letter or digit first)")
-    _validate(url, secret)
+    allowance = None if trusted else PrivateAllowance.parse(db.settings.allow_private_urls)
+    _validate(url, secret, fmt, allowance)
     types = list(event_types) if event_types else None
     sql = query("delivery.sql", "upsert_subscription" if replace else "insert_subscription")
-    row = await db.fetchrow(sql, name, url, secret, types)
+    row = await db.fetchrow(sql, name, url, secret, types, tenant_id, fmt)
     assert row is not None
     await db.execute(query("delivery.sql", "ensure_breakers"), [row["id"]])
     return Subscription.of(row)
 
 
-async def list_subscriptions(db: Database) -> list[Subscription]:
-    return [Subscription.of(r) for r in await db.fetch(query("delivery.sql", "list_subscriptions"))]
+async def list_subscriptions(db: Database, tenant_id: str | None = None) -> list[Subscription]:
+    """Every subscription, or (with `tenant_id`) that tenant's."""
+    return [Subscription.of(r) for r in await db.fetch(query("delivery.sql", "list_subscriptions"), tenant_id)]
 
 
-async def disable_subscription(db: Database, id_or_name: str) -> Subscription:
+async def disable_subscription(db: Database, id_or_name: str, tenant_id: str | None = None) -> Subscription:
     """Stop claiming for a subscription; its pending deliveries stay pending."""
-    row = await db.fetchrow(query("delivery.sql", "disable_subscription"), id_or_name)
+    row = await db.fetchrow(query("delivery.sql", "disable_subscription"), id_or_name, tenant_id)
     if row is None:
         raise NotFoundError(f"no subscription {id_or_name!r}")
     return Subscription.of(row)
@@ -115,8 +137,10 @@ async def ensure_default_subscription(db: Database, settings: Settings) -> Subsc
         return None
     if not settings.webhook_secret:
         raise ConfigurationError("NEXUS_WEBHOOK_URL is set but NEXUS_WEBHOOK_SECRET (whsec_...) is not")
-    sub = await add_subscription(db, DEFAULT_NAME, settings.webhook_url, settings.webhook_secret, replace=True)
-    log.info("default subscription", extra={"action": "subscription", "subscription": sub.name, "url": sub.url})
+    sub = await add_subscription(
+        db, DEFAULT_NAME, settings.webhook_url, settings.webhook_secret, replace=True, trusted=True
+    )
+    log.info("default subscription", extra={"action": "subscription", "subscription": sub.name, "url": redact(sub.url)})
     return sub
 
 
@@ -137,21 +161,24 @@ def _dead_json(row: Any) -> dict[str, Any]:
 
 
 async def list_dead_deliveries(
-    db: Database, subscription_id: int | None = None, limit: int = 100, offset: int = 0
+    db: Database, subscription_id: int | None = None, limit: int = 100, offset: int = 0, tenant_id: str | None = None
 ) -> list[dict[str, Any]]:
-    rows = await db.fetch(query("delivery.sql", "dead_deliveries"), subscription_id, limit, offset)
+    rows = await db.fetch(query("delivery.sql", "dead_deliveries"), subscription_id, limit, offset, tenant_id)
     return [_dead_json(r) for r in rows]
 
 
-async def redrive_delivery(db: Database, outbox_id: uuid.UUID, subscription_id: int) -> dict[str, Any]:
+async def redrive_delivery(
+    db: Database, outbox_id: uuid.UUID, subscription_id: int, tenant_id: str | None = None
+) -> dict[str, Any]:
     """Send a dead delivery again, with fresh attempts, when it is its order's oldest pending one."""
     with wrap_db_errors():
         async with db.pool.acquire() as conn, conn.transaction():
-            order_id = await conn.fetchval(query("delivery.sql", "delivery_order"), outbox_id, subscription_id)
+            found = await conn.fetchrow(query("delivery.sql", "delivery_order"), outbox_id, subscription_id, tenant_id)
             row = None
-            if order_id is not None:
+            if found is not None:
+                tenant, order_id = found["tenant_id"], found["order_id"]
                 # Under the order's advisory lock, like every change of an order's head (migration 0003).
-                await conn.execute(query("gateway.sql", "lock_orders"), [order_id])
+                await conn.execute(query("gateway.sql", "lock_orders"), [tenant], [order_id])
                 row = await conn.fetchrow(
                     query("delivery.sql", "redrive_delivery"),
                     outbox_id,
@@ -160,8 +187,8 @@ async def redrive_delivery(db: Database, outbox_id: uuid.UUID, subscription_id: 
                     DeliveryState.DEAD.value,
                 )
                 if row is not None:
-                    await conn.execute(query("delivery.sql", "clear_heads"), subscription_id, order_id)
-                    await conn.execute(query("delivery.sql", "promote_heads"), [subscription_id], [order_id])
+                    await conn.execute(query("delivery.sql", "clear_heads"), subscription_id, order_id, tenant)
+                    await conn.execute(query("delivery.sql", "promote_heads"), [subscription_id], [order_id], [tenant])
     if row is None:
         raise NotFoundError(f"no dead delivery {outbox_id}/{subscription_id}")
     log.info(

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
+from nexus.auth.middleware import principal_of
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.delivery import subscriptions as subs
 from nexus.delivery.signing import generate_secret
@@ -33,6 +34,10 @@ class NewSubscription(BaseModel):
     url: str
     secret: str | None = Field(default=None, description="whsec_<base64>; generated and returned if absent")
     event_types: list[str] | None = None
+    format: str = Field(default="native", description="native | cloudevents (CloudEvents 1.0 structured)")
+    tenant: str | None = Field(
+        default=None, description="only for keys spanning every tenant: bind the subscription to one tenant"
+    )
 
 
 def _db(request: Request) -> Database:
@@ -42,14 +47,20 @@ def _db(request: Request) -> Database:
 
 @router.get("/v1/subscriptions")
 async def list_subscriptions(request: Request) -> dict[str, Any]:
-    return {"subscriptions": [s.as_json() for s in await subs.list_subscriptions(_db(request))]}
+    tenant = principal_of(request).tenant_id
+    return {"subscriptions": [s.as_json() for s in await subs.list_subscriptions(_db(request), tenant)]}
 
 
 @router.post("/v1/subscriptions", status_code=201)
 async def create_subscription(request: Request, body: NewSubscription) -> JSONResponse:
     secret = body.secret or generate_secret()
+    principal = principal_of(request)
+    # A tenant's key makes its tenant's subscription; a key spanning every tenant may bind one or span all.
+    tenant = principal.tenant_id if principal.tenant_id is not None else body.tenant
     try:
-        sub = await subs.add_subscription(_db(request), body.name, body.url, secret, body.event_types)
+        sub = await subs.add_subscription(
+            _db(request), body.name, body.url, secret, body.event_types, tenant_id=tenant, fmt=body.format
+        )
     except ConfigurationError as exc:
         return error_response(422, exc.code, exc.message)
     except PermanentDatabaseError as exc:  # the unique name is taken
@@ -64,7 +75,8 @@ async def create_subscription(request: Request, body: NewSubscription) -> JSONRe
 async def disable_subscription(
     request: Request, id_or_name: Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
 ) -> dict[str, Any]:
-    return (await subs.disable_subscription(_db(request), id_or_name)).as_json()
+    tenant = principal_of(request).tenant_id
+    return (await subs.disable_subscription(_db(request), id_or_name, tenant)).as_json()
 
 
 @router.get("/v1/deliveries/dead")
@@ -74,7 +86,8 @@ async def dead_deliveries(
     limit: int = Query(100, ge=1, le=1000),
     offset: int = Query(0, ge=0),
 ) -> dict[str, Any]:
-    rows = await subs.list_dead_deliveries(_db(request), subscription_id, limit, offset)
+    tenant = principal_of(request).tenant_id
+    rows = await subs.list_dead_deliveries(_db(request), subscription_id, limit, offset, tenant)
     return {"deliveries": rows}
 
 
@@ -82,4 +95,4 @@ async def dead_deliveries(
 async def redrive(
     request: Request, outbox_id: uuid.UUID, subscription_id: Annotated[int, Path(ge=1, le=INT64_MAX)]
 ) -> dict[str, Any]:
-    return await subs.redrive_delivery(_db(request), outbox_id, subscription_id)
+    return await subs.redrive_delivery(_db(request), outbox_id, subscription_id, principal_of(request).tenant_id)

@@ -10,6 +10,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nexus import metrics
+from nexus.auth import tenants
+from nexus.auth.keys import KeyCache
+from nexus.auth.middleware import AuthMiddleware, principal_of
+from nexus.auth.ratelimit import RateLimiter
+from nexus.auth.roles import Principal
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.core.sequencing import Decision
 from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
@@ -56,6 +61,12 @@ def create_app(
     app = FastAPI(title="Nexus Event Gateway", version="1.0", responses=ERROR_RESPONSES)
     submitter = committer or GroupCommitter(gateway, workers=1)
     http_errors.install(app)
+    # issue 11: every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
+    app.add_middleware(
+        AuthMiddleware,
+        keys=KeyCache(db, ttl_s=db.settings.auth_cache_ttl_s),
+        limiter=RateLimiter(rate_limits(db.settings)),
+    )
 
     @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
     async def post_events(request: Request) -> JSONResponse:
@@ -66,7 +77,16 @@ def create_app(
         parsed = await parse(body, request.headers.get("traceparent"), settings)
         if isinstance(parsed, Refusal):
             return error_response(parsed.status, parsed.code, parsed.message)
-        outcomes = await submitter.submit(parsed.items)
+        principal = principal_of(request)
+        bound = [tenants.bind(item, principal.tenant_id) for item in parsed.items]
+        if any(b is None for b in bound):
+            # Refused as a whole, before anything is decided or written (no dead letter either).
+            return error_response(
+                403,
+                ErrorCode.TENANT_MISMATCH,
+                f"an envelope names another tenant than this key's ({principal.tenant_id})",
+            )
+        outcomes = await submitter.submit([b for b in bound if b is not None])
         results = [o.as_json() for o in outcomes]
         status = _single_status(outcomes[0]) if parsed.single and outcomes else 200
         content: dict[str, Any] = {"results": results}
@@ -78,9 +98,10 @@ def create_app(
         return JSONResponse(content, status_code=status)
 
     @app.get("/v1/orders/{order_id}")
-    async def get_order(order_id: OrderId) -> dict[str, Any]:
-        row = await db.fetchrow(query("api.sql", "order"), order_id)
-        buffered = await db.fetch(query("api.sql", "order_buffered"), order_id)
+    async def get_order(request: Request, order_id: OrderId, tenant: str | None = None) -> dict[str, Any]:
+        tenant_id = _read_tenant(principal_of(request), tenant)
+        row = await db.fetchrow(query("api.sql", "order"), order_id, tenant_id)
+        buffered = await db.fetch(query("api.sql", "order_buffered"), order_id, tenant_id)
         if row is None and not buffered:
             raise NotFoundError(f"no order {order_id!r}")
         return {
@@ -94,8 +115,8 @@ def create_app(
         }
 
     @app.get("/v1/plans/{plan_id}")
-    async def get_plan(plan_id: PlanId) -> dict[str, Any]:
-        rows = await db.fetch(query("api.sql", "plan_orders"), plan_id)
+    async def get_plan(request: Request, plan_id: PlanId) -> dict[str, Any]:
+        rows = await db.fetch(query("api.sql", "plan_orders"), plan_id, principal_of(request).tenant_id)
         if not rows:
             raise NotFoundError(f"no plan {plan_id!r}")
         orders = [
@@ -130,18 +151,27 @@ def create_app(
 
     @app.get("/v1/dead-letters")
     async def list_dead_letters(
+        request: Request,
         code: Annotated[str | None, Query(pattern=r"^[A-Z_]{1,64}$")] = None,
         source: Annotated[str | None, Query(pattern=r"^(http|kafka|buffer)$")] = None,
         include_redriven: bool = True,
         limit: int = Query(100, ge=1, le=1000),
         offset: int = Query(0, ge=0, le=INT64_MAX),
     ) -> dict[str, Any]:
-        rows = await db.fetch(query("api.sql", "dead_letters"), code, source, include_redriven, limit, offset)
+        rows = await db.fetch(
+            query("api.sql", "dead_letters"),
+            code,
+            source,
+            include_redriven,
+            limit,
+            offset,
+            principal_of(request).tenant_id,
+        )
         return {"dead_letters": [dead_letter_json(r) for r in rows]}
 
     @app.post("/v1/dead-letters/{dead_letter_id}/redrive")
-    async def redrive(dead_letter_id: Annotated[int, Path(ge=1, le=INT64_MAX)]) -> dict[str, Any]:
-        outcome = await redrive_dead_letter(db, gateway, dead_letter_id)
+    async def redrive(request: Request, dead_letter_id: Annotated[int, Path(ge=1, le=INT64_MAX)]) -> dict[str, Any]:
+        outcome = await redrive_dead_letter(db, gateway, dead_letter_id, principal_of(request).tenant_id)
         return {"dead_letter_id": dead_letter_id, "result": outcome.as_json()}
 
     @app.get("/metrics", response_class=PlainTextResponse)
@@ -161,15 +191,39 @@ def create_app(
             return error_response(503, exc.code, "database unavailable", status="unavailable")
         return JSONResponse({"status": "ready"})
 
+    from nexus.auth.api import router as keys_router
     from nexus.ingress.delivery_api import router as delivery_router
 
     app.include_router(delivery_router)
+    app.include_router(keys_router)
     from nexus.audit.api import router as audit_router  # issue 12: the blocked-actions report
 
     app.include_router(audit_router)
     app.state.db = db
     app.state.gateway = gateway
     return app
+
+
+def rate_limits(settings: Any) -> Any:
+    from nexus.auth.ratelimit import RateLimits
+    from nexus.auth.roles import Role
+
+    return RateLimits(
+        {
+            Role.AGENT: settings.rate_limit_agent,
+            Role.OPERATOR: settings.rate_limit_operator,
+            Role.APPROVER: settings.rate_limit_approver,
+            Role.ADMIN: settings.rate_limit_admin,
+        },
+        processes=settings.rate_limit_processes,
+    )
+
+
+def _read_tenant(principal: Principal, asked: str | None) -> str:
+    """The tenant whose object is read: the key's; a key spanning every tenant names it (`?tenant=`)."""
+    if principal.tenant_id is not None:
+        return principal.tenant_id
+    return asked or "default"
 
 
 def _single_status(outcome: Outcome) -> int:
@@ -195,23 +249,29 @@ def dead_letter_json(row: Any) -> dict[str, Any]:
         "payload": row["payload"],
         "created_at": row["created_at"].isoformat(),
         "redriven_at": row["redriven_at"].isoformat() if row["redriven_at"] else None,
+        "tenant": row["tenant_id"],
     }
 
 
-async def redrive_dead_letter(db: Database, gateway: Gateway, dead_letter_id: int) -> Outcome:
+async def redrive_dead_letter(
+    db: Database, gateway: Gateway, dead_letter_id: int, tenant_id: str | None = None
+) -> Outcome:
     """Submit a dead letter's original payload again, once: a second redrive is ALREADY_REDRIVEN.
 
     The claim is a row keyed by the dead letter (dead_letter_redrives, migration 0004): two redrives,
     concurrent or not, cannot both insert it. If the submission fails (database unreachable), the
-    claim is withdrawn so the redrive can be tried again.
+    claim is withdrawn so the redrive can be tried again. `tenant_id`: the caller's tenant (another
+    tenant's dead letter is not found); the payload is resubmitted for the tenant it was dead-lettered under.
     """
-    claimed = await db.fetchrow(query("api.sql", "claim_redrive"), dead_letter_id)
+    claimed = await db.fetchrow(query("api.sql", "claim_redrive"), dead_letter_id, tenant_id)
     if claimed is None:
-        if await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id) is None:
+        if await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id, tenant_id) is None:
             raise NotFoundError(f"no dead letter {dead_letter_id}")
         raise AlreadyRedrivenError(f"dead letter {dead_letter_id} was already redriven")
+    # Its envelope naming another tenant is dead-lettered again as such, changing nothing.
+    item = tenants.bind_or_dead_letter(Incoming.parse(claimed["payload"]), claimed["tenant_id"] or "default")
     try:
-        [outcome] = await gateway.submit([Incoming.parse(claimed["payload"])], source="http")
+        [outcome] = await gateway.submit([item], source="http")
     except BaseException:
         await db.execute(query("api.sql", "withdraw_redrive"), dead_letter_id)
         raise

@@ -42,6 +42,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from nexus import metrics
+from nexus.auth.tenants import bind_or_dead_letter
 from nexus.core.backoff import RetryPolicy
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, PermanentDatabaseError, TransientDatabaseError
@@ -280,7 +281,11 @@ class KafkaIngress:
     async def _resolve(self, tp: TopicPartition, records: list[Any]) -> None:
         """Resolve a slice of one partition; then its offset may be committed."""
         started = time.monotonic()
-        items = [Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)) for r in records]
+        tenant = self.settings.kafka_tenant  # issue 11: the topic is bound to one tenant
+        items = [
+            bind_or_dead_letter(Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)), tenant)
+            for r in records
+        ]
         outcomes = await self._submit(tp, items)
         dead = [(r, i, o) for r, i, o in zip(records, items, outcomes, strict=True) if o.is_dead_letter]
         if dead:

@@ -59,6 +59,7 @@ class HttpTransport:
         retries: int = 4,
         backoff_s: float = 0.2,
         max_connections: int = 64,
+        api_key: str | None = None,
     ) -> None:
         # Doubling from backoff_s, uncapped within the retries asked for (the chaos agent waits ~50 s).
         retry = RetryPolicy(
@@ -68,7 +69,11 @@ class HttpTransport:
             jitter=Jitter.NONE,
         )
         config = ClientConfig.from_env(
-            gateway_url=gateway_url, timeout_s=timeout_s, retry=retry, max_connections=max_connections
+            gateway_url=gateway_url,
+            timeout_s=timeout_s,
+            retry=retry,
+            max_connections=max_connections,
+            api_key=api_key,
         )
         self.gateway_url = config.gateway_url
         self.url = config.url("/v1/events")

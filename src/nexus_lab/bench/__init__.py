@@ -61,6 +61,9 @@ async def create_database(admin_url: str, name: str, *, migrate: bool) -> str:
         conn = await asyncpg.connect(url)
         try:
             await apply_migrations(conn)
+            from nexus_lab.chaos.harness import register_lab_key
+
+            await register_lab_key(conn)
         finally:
             await conn.close()
     return url

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import asyncpg
 
@@ -53,6 +53,21 @@ FAST_ENV: dict[str, str] = {
 def clean_env() -> dict[str, str]:
     """This process's environment without any NEXUS_*/SIM_* variable: children get only what we set."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
+
+
+async def register_lab_key(db: Any) -> str:
+    """Make this process's API key (NEXUS_API_KEY, generated if unset) valid in a database the lab created
+    (`db`: a Database or an asyncpg connection): every role, tenant "default". Children inherit it."""
+    from nexus.auth.keys import generate_key, hash_key
+    from nexus.store.queries import query
+    from nexus_client import ClientConfig
+
+    key = ClientConfig.from_env().api_key
+    if key is None:
+        key = os.environ["NEXUS_API_KEY"] = generate_key()
+    roles = ["admin", "agent", "approver", "operator"]
+    await db.execute(query("auth.sql", "insert_key"), "lab", "default", roles, hash_key(key))
+    return key
 
 
 async def wait_for_log(proc: Proc, text: str, timeout_s: float = 60.0) -> None:
@@ -93,7 +108,10 @@ class ChaosSession:
             await conn.close()
         url = self.pg.url(name)
         db = await Database(Settings(database_url=url)).open(migrate=True)
-        await db.close()
+        try:
+            await register_lab_key(db)
+        finally:
+            await db.close()
         return url
 
     async def stop_pg(self) -> None:

@@ -19,7 +19,7 @@ ALTER TABLE orders ADD COLUMN facts jsonb NOT NULL DEFAULT '{}'::jsonb;
 -- Every REJECTED step, once: the same event_id sent again is answered from here. Never applied, never
 -- notified; the checker proves no rejected event_id reached the outbox.
 CREATE TABLE rejected_events (
-    event_id   uuid PRIMARY KEY,
+    event_id   uuid NOT NULL,
     order_id   text NOT NULL,
     plan_id    text NOT NULL,
     tenant_id  text NOT NULL,
@@ -30,9 +30,11 @@ CREATE TABLE rejected_events (
     message    text NOT NULL,
     drained    boolean NOT NULL DEFAULT false,
     envelope   jsonb NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now()
+    created_at timestamptz NOT NULL DEFAULT now(),
+    -- event ids are unique per tenant (migration 0005): two tenants may reuse one
+    PRIMARY KEY (tenant_id, event_id)
 );
-CREATE INDEX rejected_events_order ON rejected_events (order_id);
+CREATE INDEX rejected_events_order ON rejected_events (tenant_id, order_id);
 CREATE INDEX rejected_events_created_at ON rejected_events (created_at);
 
 CREATE TABLE tenant_limits (

@@ -2,29 +2,30 @@
 
 -- name: order
 SELECT order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, created_at, updated_at
-FROM orders WHERE order_id = $1;
+FROM orders WHERE tenant_id = $2 AND order_id = $1;
 
 -- name: order_buffered
-SELECT seq_id, plan_id FROM pending_events WHERE order_id = $1 ORDER BY seq_id;
+SELECT seq_id, plan_id FROM pending_events WHERE tenant_id = $2 AND order_id = $1 ORDER BY seq_id;
 
 -- name: plan_orders
-SELECT o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count,
+-- $2: a tenant, or NULL for a caller spanning every tenant.
+SELECT o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count,
        coalesce((SELECT array_agg(p.seq_id ORDER BY p.seq_id) FROM pending_events p
-                 WHERE p.order_id = o.order_id), '{}') AS buffered
-FROM orders o WHERE o.plan_id = $1
-ORDER BY o.order_id;
+                 WHERE p.tenant_id = o.tenant_id AND p.order_id = o.order_id), '{}') AS buffered
+FROM orders o WHERE o.plan_id = $1 AND ($2::text IS NULL OR o.tenant_id = $2)
+ORDER BY o.tenant_id, o.order_id;
 
 -- name: dead_letters
-SELECT id, source, code, error, event_id, order_id, plan_id, payload, created_at, redriven_at
+SELECT id, source, code, error, event_id, order_id, plan_id, payload, created_at, redriven_at, tenant_id
 FROM dead_letters
 WHERE ($1::text IS NULL OR code = $1) AND ($2::text IS NULL OR source = $2)
-  AND ($3::boolean OR redriven_at IS NULL)
+  AND ($3::boolean OR redriven_at IS NULL) AND ($6::text IS NULL OR tenant_id = $6)
 ORDER BY id
 LIMIT $4 OFFSET $5;
 
 -- name: dead_letter
-SELECT id, source, code, error, event_id, order_id, plan_id, payload, created_at, redriven_at
-FROM dead_letters WHERE id = $1;
+SELECT id, source, code, error, event_id, order_id, plan_id, payload, created_at, redriven_at, tenant_id
+FROM dead_letters WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2);
 
 -- name: gauges
 SELECT
@@ -36,13 +37,13 @@ SELECT
 -- Returns the payload only to the one caller whose claim row went in.
 WITH claim AS (
     INSERT INTO dead_letter_redrives (dead_letter_id)
-    SELECT id FROM dead_letters WHERE id = $1
+    SELECT id FROM dead_letters WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
     ON CONFLICT (dead_letter_id) DO NOTHING
     RETURNING dead_letter_id, redriven_at
 )
 UPDATE dead_letters AS d SET redriven_at = claim.redriven_at
 FROM claim WHERE d.id = claim.dead_letter_id
-RETURNING d.id, d.payload;
+RETURNING d.id, d.payload, d.tenant_id;
 
 -- name: withdraw_redrive
 WITH gone AS (DELETE FROM dead_letter_redrives WHERE dead_letter_id = $1 AND decision IS NULL RETURNING dead_letter_id)

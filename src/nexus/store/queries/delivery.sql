@@ -43,8 +43,8 @@ SET lease_owner = $1, lease_until = now() + make_interval(secs => $2), attempts 
 FROM claimable AS c, outbox AS o, subscriptions AS s
 WHERE d.outbox_id = c.outbox_id AND d.subscription_id = c.subscription_id
   AND o.id = d.outbox_id AND s.id = d.subscription_id
-RETURNING d.outbox_id, d.subscription_id, d.order_id, d.position, d.attempts,
-          o.event_type, o.payload::text AS body, o.traceparent, o.created_at, s.url, s.secret;
+RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, d.position, d.attempts,
+          o.event_type, o.payload::text AS body, o.traceparent, o.created_at, s.url, s.secret, s.format;
 
 -- name: finish
 -- Record the results of attempts, each only if this instance still holds its lease: a dispatcher whose
@@ -74,7 +74,7 @@ FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::boolean[], $6::float8[], $
 -- a scan of every pending row through a partial index.
 WHERE d.outbox_id = u.outbox_id AND d.subscription_id = u.subscription_id
   AND d.lease_owner = $1
-RETURNING d.outbox_id, d.subscription_id, d.order_id, u.state;
+RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, u.state;
 
 -- name: promote_heads
 -- Make the oldest pending notification of each given (subscription, order) its head. Run after the
@@ -83,10 +83,11 @@ RETURNING d.outbox_id, d.subscription_id, d.order_id, u.state;
 -- gateway adds the order's next notification is never lost between the two. Driven from the given
 -- pairs by index and primary key, whatever the size of the backlog or the table's statistics.
 UPDATE deliveries AS d SET head = true
-FROM unnest($1::bigint[], $2::text[]) AS u(subscription_id, order_id)
+FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(subscription_id, order_id, tenant_id)
 CROSS JOIN LATERAL (
     SELECT p.outbox_id FROM deliveries AS p
-    WHERE p.subscription_id = u.subscription_id AND p.order_id = u.order_id AND p.state = 'pending'
+    WHERE p.subscription_id = u.subscription_id AND p.tenant_id = u.tenant_id AND p.order_id = u.order_id
+      AND p.state = 'pending'
     ORDER BY p.position
     LIMIT 1
 ) AS first
@@ -95,7 +96,7 @@ WHERE d.outbox_id = first.outbox_id AND d.subscription_id = u.subscription_id AN
 -- name: clear_heads
 -- Before a redriven (lower) position takes over: the (subscription, order) loses its current head.
 UPDATE deliveries SET head = false
-WHERE subscription_id = $1 AND order_id = $2 AND state = 'pending' AND head;
+WHERE subscription_id = $1 AND order_id = $2 AND tenant_id = $3 AND state = 'pending' AND head;
 
 -- name: ensure_breakers
 INSERT INTO circuit_breakers (subscription_id)
@@ -134,27 +135,29 @@ WHERE s.enabled
 ORDER BY s.id;
 
 -- name: upsert_subscription
-INSERT INTO subscriptions (name, url, secret, event_types, enabled)
-VALUES ($1, $2, $3, $4::text[], true)
+INSERT INTO subscriptions (name, url, secret, event_types, enabled, tenant_id, format)
+VALUES ($1, $2, $3, $4::text[], true, $5, $6)
 ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, secret = EXCLUDED.secret,
-    event_types = EXCLUDED.event_types, enabled = true
-RETURNING id, name, url, event_types, enabled, created_at;
+    event_types = EXCLUDED.event_types, enabled = true, tenant_id = EXCLUDED.tenant_id, format = EXCLUDED.format
+RETURNING id, name, url, event_types, enabled, created_at, tenant_id, format;
 
 -- name: insert_subscription
-INSERT INTO subscriptions (name, url, secret, event_types, enabled)
-VALUES ($1, $2, $3, $4::text[], true)
-RETURNING id, name, url, event_types, enabled, created_at;
+INSERT INTO subscriptions (name, url, secret, event_types, enabled, tenant_id, format)
+VALUES ($1, $2, $3, $4::text[], true, $5, $6)
+RETURNING id, name, url, event_types, enabled, created_at, tenant_id, format;
 
 -- name: list_subscriptions
-SELECT s.id, s.name, s.url, s.event_types, s.enabled, s.created_at,
+-- $1: a tenant, or NULL for every subscription (a principal spanning every tenant).
+SELECT s.id, s.name, s.url, s.event_types, s.enabled, s.created_at, s.tenant_id, s.format,
        coalesce(b.state, 'closed') AS breaker_state
 FROM subscriptions AS s LEFT JOIN circuit_breakers AS b ON b.subscription_id = s.id
+WHERE $1::text IS NULL OR s.tenant_id = $1
 ORDER BY s.id;
 
 -- name: disable_subscription
 UPDATE subscriptions SET enabled = false
-WHERE id::text = $1 OR name = $1
-RETURNING id, name, url, event_types, enabled, created_at;
+WHERE (id::text = $1 OR name = $1) AND ($2::text IS NULL OR tenant_id = $2)
+RETURNING id, name, url, event_types, enabled, created_at, tenant_id, format;
 
 -- name: dead_deliveries
 SELECT d.outbox_id, d.subscription_id, s.name AS subscription, d.order_id, d.position, o.event_type,
@@ -163,11 +166,13 @@ FROM deliveries AS d
 JOIN subscriptions AS s ON s.id = d.subscription_id
 JOIN outbox AS o ON o.id = d.outbox_id
 WHERE d.state = 'dead' AND ($1::bigint IS NULL OR d.subscription_id = $1)
+  AND ($4::text IS NULL OR d.tenant_id = $4)
 ORDER BY d.dead_at, d.order_id, d.position
 LIMIT $2 OFFSET $3;
 
 -- name: delivery_order
-SELECT order_id FROM deliveries WHERE outbox_id = $1 AND subscription_id = $2;
+SELECT tenant_id, order_id FROM deliveries
+WHERE outbox_id = $1 AND subscription_id = $2 AND ($3::text IS NULL OR tenant_id = $3);
 
 -- name: redrive_delivery
 -- A dead delivery back to pending with fresh attempts. It goes out when it is its order's oldest
@@ -177,7 +182,7 @@ UPDATE deliveries
 SET state = $3, attempts = 0, next_attempt_at = now(), dead_at = NULL, dead_reason = NULL,
     lease_owner = NULL, lease_until = NULL
 WHERE outbox_id = $1 AND subscription_id = $2 AND state = $4
-RETURNING outbox_id, subscription_id, order_id, position;
+RETURNING outbox_id, subscription_id, tenant_id, order_id, position;
 
 -- name: accounting
 -- Per subscription: notifications it should get, and where each one is (delivered + dead + pending).

@@ -1,22 +1,28 @@
 -- Queries of Gateway.submit: one transaction per batch, set-based whatever the batch size.
 
 -- name: lock_orders
--- Advisory locks in one fixed order (by key), so two batches never deadlock on each other.
+-- Advisory locks in one fixed order (by key), so two batches never deadlock on each other. An order is
+-- (tenant, order_id) (migration 0005); chr(31) cannot occur in either, so keys of different pairs differ.
 SELECT pg_advisory_xact_lock(k)
-FROM (SELECT DISTINCT hashtextextended(o, 0) AS k FROM unnest($1::text[]) AS o ORDER BY k OFFSET 0) AS keys;
+FROM (SELECT DISTINCT hashtextextended(t || chr(31) || o, 0) AS k
+      FROM unnest($1::text[], $2::text[]) AS u(t, o) ORDER BY k OFFSET 0) AS keys;
 
 -- name: read_orders
-SELECT order_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts::text AS facts
-FROM orders WHERE order_id = ANY($1::text[]);
+SELECT o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count, o.process,
+       o.process_version, o.facts::text AS facts
+FROM orders AS o JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON o.tenant_id = u.t AND o.order_id = u.oid;
 
 -- name: read_rejections_and_limits
 -- One round trip: the orders' rejected steps (answered again the same, counted for max_rejections) and
 -- the limits of the batch's tenants.
-SELECT order_id AS key, event_id, code, check_id, message, NULL::text AS max_order_amount
-FROM rejected_events WHERE order_id = ANY($1::text[])
+-- $1/$2: the batch's (tenant, order) pairs; $3: its tenants. Rows of the first part carry their order's
+-- pair; those of the second only a tenant.
+SELECT r.tenant_id, r.order_id AS key, r.event_id, r.code, r.check_id, r.message, NULL::text AS max_order_amount
+FROM rejected_events AS r
+JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON r.tenant_id = u.t AND r.order_id = u.oid
 UNION ALL
-SELECT tenant_id, NULL, NULL, NULL, NULL, max_order_amount::text
-FROM tenant_limits WHERE tenant_id = ANY($2::text[]);
+SELECT tenant_id, NULL, NULL, NULL, NULL, NULL, max_order_amount::text
+FROM tenant_limits WHERE tenant_id = ANY($3::text[]);
 
 -- name: insert_rejected
 INSERT INTO rejected_events (event_id, order_id, plan_id, tenant_id, seq_id, event_type, code, check_id, message,
@@ -25,11 +31,12 @@ SELECT event_id, order_id, plan_id, tenant_id, seq_id, event_type, code, check_i
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], $8::text[],
             $9::text[], $10::bool[], $11::text[])
     AS u(event_id, order_id, plan_id, tenant_id, seq_id, event_type, code, check_id, message, drained, envelope)
-ON CONFLICT (event_id) DO NOTHING;
+ON CONFLICT (tenant_id, event_id) DO NOTHING;
 
 -- name: read_pending
-SELECT order_id, seq_id, envelope::text AS envelope, traceparent
-FROM pending_events WHERE order_id = ANY($1::text[]);
+SELECT p.tenant_id, p.order_id, p.seq_id, p.envelope::text AS envelope, p.traceparent
+FROM pending_events AS p
+JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid;
 
 -- name: upsert_orders
 INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
@@ -39,7 +46,7 @@ SELECT order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, 
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::int[], $8::text[],
             $9::int[], $10::text[])
     AS u(order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts)
-ON CONFLICT (order_id) DO UPDATE SET
+ON CONFLICT (tenant_id, order_id) DO UPDATE SET
     plan_id = EXCLUDED.plan_id,
     status = EXCLUDED.status,
     last_seq = EXCLUDED.last_seq,
@@ -51,53 +58,60 @@ ON CONFLICT (order_id) DO UPDATE SET
     updated_at = now();
 
 -- name: insert_outbox
-INSERT INTO outbox (id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent)
-SELECT id, order_id, position, event_id, event_type, seq_id, plan_id, payload::jsonb, traceparent
+INSERT INTO outbox (id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent, tenant_id)
+SELECT id, order_id, position, event_id, event_type, seq_id, plan_id, payload::jsonb, traceparent, tenant_id
 FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::int[], $7::text[], $8::text[],
-            $9::text[])
-    AS u(id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent);
+            $9::text[], $10::text[])
+    AS u(id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent, tenant_id);
 
 -- name: insert_deliveries
 -- One delivery per (notification, enabled subscription whose filter takes its type). The first new one
 -- of an (order, subscription) with nothing pending yet is its head (see migration 0003); we hold the
 -- order's advisory lock, as does a dispatcher moving heads, so the two never miss each other.
-INSERT INTO deliveries (outbox_id, subscription_id, order_id, position, head)
-SELECT o.id, s.id, o.order_id, o.position,
-       o.position = min(o.position) OVER (PARTITION BY s.id, o.order_id)
+-- A subscription of a tenant gets only that tenant's notifications; one without a tenant (an operator's
+-- spanning every tenant) gets them all.
+INSERT INTO deliveries (outbox_id, subscription_id, tenant_id, order_id, position, head)
+SELECT o.id, s.id, o.tenant_id, o.order_id, o.position,
+       o.position = min(o.position) OVER (PARTITION BY s.id, o.tenant_id, o.order_id)
        -- a correlated probe per new row (index deliveries_pending), never a scan of the whole backlog
        AND (SELECT p.position FROM deliveries AS p
-            WHERE p.subscription_id = s.id AND p.order_id = o.order_id AND p.state = 'pending'
+            WHERE p.subscription_id = s.id AND p.tenant_id = o.tenant_id AND p.order_id = o.order_id
+              AND p.state = 'pending'
             LIMIT 1) IS NULL
 FROM outbox AS o
 JOIN subscriptions AS s ON s.enabled AND (s.event_types IS NULL OR o.event_type = ANY (s.event_types))
+    AND (s.tenant_id IS NULL OR s.tenant_id = o.tenant_id)
 WHERE o.id = ANY($1::uuid[]);
 
 -- name: notify_outbox
 SELECT pg_notify('nexus_outbox', '');
 
 -- name: insert_pending
-INSERT INTO pending_events (order_id, seq_id, event_id, plan_id, envelope, traceparent)
-SELECT order_id, seq_id, event_id, plan_id, envelope::jsonb, traceparent
-FROM unnest($1::text[], $2::int[], $3::uuid[], $4::text[], $5::text[], $6::text[])
-    AS u(order_id, seq_id, event_id, plan_id, envelope, traceparent);
+INSERT INTO pending_events (order_id, seq_id, event_id, plan_id, envelope, traceparent, tenant_id)
+SELECT order_id, seq_id, event_id, plan_id, envelope::jsonb, traceparent, tenant_id
+FROM unnest($1::text[], $2::int[], $3::uuid[], $4::text[], $5::text[], $6::text[], $7::text[])
+    AS u(order_id, seq_id, event_id, plan_id, envelope, traceparent, tenant_id);
 
 -- name: delete_pending
 DELETE FROM pending_events AS p
-USING unnest($1::text[], $2::int[]) AS u(order_id, seq_id)
-WHERE p.order_id = u.order_id AND p.seq_id = u.seq_id;
+USING unnest($1::text[], $2::int[], $3::text[]) AS u(order_id, seq_id, tenant_id)
+WHERE p.tenant_id = u.tenant_id AND p.order_id = u.order_id AND p.seq_id = u.seq_id;
 
 -- name: insert_dead_letters
-INSERT INTO dead_letters (source, code, error, event_id, order_id, plan_id, payload)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+INSERT INTO dead_letters (source, code, error, event_id, order_id, plan_id, payload, tenant_id)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+                     $8::text[])
 RETURNING id;
 
 -- name: expiry_candidates
-SELECT DISTINCT order_id FROM pending_events
+SELECT DISTINCT tenant_id, order_id FROM pending_events
 WHERE received_at < now() - make_interval(secs => $1)
 LIMIT $2;
 
 -- name: expire_pending
 -- Buffered steps whose gap never filled, of orders already locked: removed and returned to dead-letter.
-DELETE FROM pending_events
-WHERE order_id = ANY($1::text[]) AND received_at < now() - make_interval(secs => $2)
-RETURNING order_id, seq_id, event_id::text AS event_id, plan_id, envelope::text AS envelope;
+DELETE FROM pending_events AS p
+USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE p.tenant_id = u.t AND p.order_id = u.oid AND p.received_at < now() - make_interval(secs => $3)
+RETURNING p.tenant_id, p.order_id, p.seq_id, p.event_id::text AS event_id, p.plan_id,
+          p.envelope::text AS envelope;

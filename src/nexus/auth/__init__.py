@@ -1,0 +1,3 @@
+"""Identity, tenancy and outbound safety (issue 11): principals and API keys, roles, tenants, rate limits,
+and the guard that keeps webhooks from being aimed inside. The pure parts (`roles`, `urlguard`,
+`ratelimit`) do no I/O; `keys`, `middleware` and `transport` are the adapters around them."""

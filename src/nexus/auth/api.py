@@ -1,0 +1,61 @@
+"""HTTP API of API keys (role admin): create (the key is in the answer, once), list, revoke.
+
+An admin key of one tenant manages that tenant's keys only; an admin key spanning every tenant (the
+bootstrap key) manages all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+
+from nexus.auth import keys
+from nexus.auth.middleware import principal_of, request_id_of
+from nexus.auth.roles import parse_roles
+from nexus.errors import ErrorCode, NotFoundError
+from nexus.store.database import Database
+
+router = APIRouter(tags=["keys"])
+
+
+class NewKey(BaseModel):
+    tenant: str = Field(min_length=1, max_length=200, description="a tenant, or '*' for every tenant")
+    roles: list[str] = Field(min_length=1, description="agent, operator, approver, admin")
+    name: str | None = Field(default=None, max_length=200)
+
+
+def _db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+@router.post("/v1/keys", status_code=201)
+async def create_key(request: Request, body: NewKey) -> JSONResponse:
+    own = principal_of(request).tenant_id
+    if own is not None and body.tenant != own:
+        message = f"this key manages keys of tenant {own} only"
+        content = {"code": ErrorCode.FORBIDDEN.value, "message": message, "request_id": request_id_of(request.scope)}
+        return JSONResponse(content, status_code=403)
+    try:
+        roles = parse_roles(body.roles)
+        record, key = await keys.create_key(_db(request), body.tenant, roles, body.name)
+    except ValueError as exc:
+        return JSONResponse({"code": ErrorCode.INVALID_EVENT.value, "message": str(exc)}, status_code=422)
+    return JSONResponse({**record.as_json(), "key": key}, status_code=201)
+
+
+@router.get("/v1/keys")
+async def list_keys(request: Request) -> dict[str, Any]:
+    own = principal_of(request).tenant_id
+    listed = await keys.list_keys(_db(request))
+    return {"keys": [k.as_json() for k in listed if own is None or k.tenant_id == own]}
+
+
+@router.post("/v1/keys/{key_id}/revoke")
+async def revoke_key(request: Request, key_id: int) -> dict[str, Any]:
+    own = principal_of(request).tenant_id
+    if own is not None and not any(k.id == key_id and k.tenant_id == own for k in await keys.list_keys(_db(request))):
+        raise NotFoundError(f"no key {key_id}")
+    return (await keys.revoke_key(_db(request), key_id)).as_json()

@@ -1,0 +1,158 @@
+"""API keys: created random (256 bits), stored as their SHA-256, shown once; looked up through a cache
+whose entries live at most `auth_cache_ttl_s` (1 s), so a revoked key is refused by every gateway process
+within that time without a database read per request."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import logging
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from nexus.auth.roles import ALL_TENANTS, Principal, Role, check_key_scope
+from nexus.errors import NexusError, NotFoundError
+from nexus.store.database import Database
+from nexus.store.errors import wrap_db_errors
+from nexus.store.queries import query
+
+log = logging.getLogger(__name__)
+
+KEY_PREFIX = "nxk_"
+ADMIN_KEY_FILE = "admin.key"
+
+
+def generate_key() -> str:
+    """A new API key: a prefix (so leaked keys are recognisable) and 256 random bits."""
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_key(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """A stored key as `nexus keys list` and `GET /v1/keys` show it (never the key itself)."""
+
+    id: int
+    name: str | None
+    tenant_id: str | None
+    roles: tuple[str, ...]
+    created_at: dt.datetime
+    revoked_at: dt.datetime | None
+
+    @classmethod
+    def of(cls, row: Any) -> KeyRecord:
+        return cls(row["id"], row["name"], row["tenant_id"], tuple(row["roles"]), row["created_at"], row["revoked_at"])
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "tenant": self.tenant_id if self.tenant_id is not None else ALL_TENANTS,
+            "roles": list(self.roles),
+            "created_at": self.created_at.isoformat(),
+            "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+        }
+
+    def line(self) -> str:
+        """One line of `nexus keys list`: the id first."""
+        state = f"revoked {self.revoked_at.isoformat()}" if self.revoked_at else "active"
+        tenant = self.tenant_id if self.tenant_id is not None else ALL_TENANTS
+        return f"{self.id}\ttenant={tenant}\troles={','.join(self.roles)}\tname={self.name or '-'}\t{state}"
+
+
+async def create_key(
+    db: Database, tenant: str, roles: frozenset[Role], name: str | None = None
+) -> tuple[KeyRecord, str]:
+    """Store a new key; return its record and the key (the only time it exists outside the caller)."""
+    stored_tenant = check_key_scope(tenant, roles)
+    key = generate_key()
+    row = await db.fetchrow(
+        query("auth.sql", "insert_key"), name, stored_tenant, sorted(r.value for r in roles), hash_key(key)
+    )
+    assert row is not None
+    record = KeyRecord.of(row)
+    log.info("api key created", extra={"action": "key_create", "key_id": record.id, "tenant": tenant})
+    return record, key
+
+
+async def list_keys(db: Database) -> list[KeyRecord]:
+    return [KeyRecord.of(r) for r in await db.fetch(query("auth.sql", "list_keys"))]
+
+
+async def revoke_key(db: Database, key_id: int) -> KeyRecord:
+    row = await db.fetchrow(query("auth.sql", "revoke_key"), key_id)
+    if row is None:
+        raise NotFoundError(f"no key {key_id}")
+    log.info("api key revoked", extra={"action": "key_revoke", "key_id": key_id})
+    return KeyRecord.of(row)
+
+
+async def bootstrap_admin_key(db: Database, data_dir: Path) -> Path | None:
+    """On a database without any key, create an admin key (every tenant) and write it to
+    `<data_dir>/admin.key` (mode 0600); return that path, or None if keys already exist."""
+    with wrap_db_errors():
+        async with db.pool.acquire() as conn, conn.transaction():
+            await conn.execute(query("auth.sql", "bootstrap_lock"))
+            if await conn.fetchval(query("auth.sql", "count_keys")):
+                return None
+            key = generate_key()
+            await conn.execute(query("auth.sql", "insert_key"), "bootstrap-admin", None, ["admin"], hash_key(key))
+            # Written inside the transaction: if the file cannot be written, no key exists that nobody has.
+            path = _write_key_file(data_dir, key)
+    log.info("bootstrap admin key written", extra={"action": "key_bootstrap", "path": str(path)})
+    return path
+
+
+def _write_key_file(data_dir: Path, key: str) -> Path:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / ADMIN_KEY_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+class KeyCache:
+    """Principals by key hash, each entry trusted for at most `ttl_s`; unknown keys are cached too (as
+    None) so a flood of wrong keys costs one query per distinct key per `ttl_s`, and the cache is
+    bounded so it cannot be grown without limit."""
+
+    def __init__(self, db: Database, ttl_s: float = 1.0, max_entries: int = 10_000) -> None:
+        self.db = db
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._entries: dict[bytes, tuple[float, Principal | None]] = {}
+
+    async def lookup(self, key: str) -> Principal | None:
+        digest = hash_key(key)
+        now = time.monotonic()
+        hit = self._entries.get(digest)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        try:
+            row = await self.db.fetchrow(query("auth.sql", "key_by_hash"), digest)
+        except NexusError:
+            # The database is down: a key known a moment ago stays known (nothing can be revoked, and little
+            # done, until it is back); an unknown key cannot be checked and the caller answers 503.
+            if hit is not None and hit[1] is not None:
+                return hit[1]
+            raise
+        principal = (
+            None
+            if row is None
+            else Principal(row["id"], row["tenant_id"], frozenset(Role(r) for r in row["roles"]), row["name"])
+        )
+        if len(self._entries) >= self.max_entries:
+            self._entries = {d: e for d, e in self._entries.items() if e[0] > now}
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+        self._entries[digest] = (now + self.ttl_s, principal)
+        return principal

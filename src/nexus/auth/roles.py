@@ -1,0 +1,97 @@
+"""Who may call what: roles, principals and the route policy. Pure (no I/O).
+
+A principal is what an API key stands for: an id, one tenant (or every tenant, `tenant_id is None`) and
+one or more roles. Each route needs one of a set of roles; `admin` manages keys and is not a superuser
+(a key that should do everything holds every role). Only `/healthz` and `/readyz` need no key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+
+ALL_TENANTS = "*"
+
+
+class Role(enum.StrEnum):
+    AGENT = "agent"  # submit steps; read and wait on its tenant's orders and plans
+    OPERATOR = "operator"  # dead letters, deliveries, subscriptions, metrics, the console; reads orders too
+    APPROVER = "approver"  # approve or deny held steps
+    ADMIN = "admin"  # API keys
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Principal:
+    """The caller behind an API key."""
+
+    key_id: int
+    tenant_id: str | None  # None: every tenant
+    roles: frozenset[Role]
+    name: str | None = None
+
+    @property
+    def all_tenants(self) -> bool:
+        return self.tenant_id is None
+
+    def can_see(self, tenant_id: str | None) -> bool:
+        """Whether an object of `tenant_id` is visible to this principal (another tenant's answers 404)."""
+        return self.tenant_id is None or self.tenant_id == tenant_id
+
+
+PUBLIC = frozenset[Role]()
+ANY_ROLE = frozenset(Role)
+_READERS = frozenset({Role.AGENT, Role.OPERATOR})
+_OPERATOR = frozenset({Role.OPERATOR})
+
+# (method or "*", path pattern, roles any of which suffices). First match wins; anything unmatched needs
+# a valid key of any role (so an unknown path answers 404 only to someone authenticated).
+_POLICY: tuple[tuple[str, re.Pattern[str], frozenset[Role]], ...] = tuple(
+    (method, re.compile(pattern), roles)
+    for method, pattern, roles in (
+        ("GET", r"/healthz|/readyz", PUBLIC),
+        ("POST", r"/v1/events", frozenset({Role.AGENT})),
+        ("GET", r"/v1/(orders|plans)/[^/]+(/.*)?", _READERS),
+        ("*", r"/v1/(dead-letters|subscriptions|deliveries|blocked-actions|sagas)(/.*)?", _OPERATOR),
+        ("GET", r"/metrics", _OPERATOR),
+        ("*", r"/console(/.*)?", _OPERATOR),
+        ("*", r"/v1/approvals(/.*)?", frozenset({Role.APPROVER, Role.OPERATOR})),
+        ("*", r"/v1/keys(/.*)?", frozenset({Role.ADMIN})),
+    )
+)
+
+
+def required_roles(method: str, path: str) -> frozenset[Role]:
+    """The roles of which a caller needs one for `method path`; empty means no key is needed."""
+    for m, pattern, roles in _POLICY:
+        if (m == "*" or m == method or (m == "GET" and method == "HEAD")) and pattern.fullmatch(path):
+            return roles
+    return ANY_ROLE
+
+
+def allowed(principal: Principal, roles: frozenset[Role]) -> bool:
+    """Whether `principal` holds one of `roles` (an empty set is open to everyone)."""
+    return not roles or not principal.roles.isdisjoint(roles)
+
+
+def parse_roles(values: list[str] | tuple[str, ...]) -> frozenset[Role]:
+    """Roles from CLI/API values, each possibly comma-separated: `["agent,operator", "admin"]`."""
+    names = [n.strip() for v in values for n in v.split(",") if n.strip()]
+    try:
+        roles = frozenset(Role(n) for n in names)
+    except ValueError as exc:
+        raise ValueError(f"unknown role in {names}; roles are {', '.join(r.value for r in Role)}") from exc
+    if not roles:
+        raise ValueError("a key needs at least one role")
+    return roles
+
+
+def check_key_scope(tenant: str, roles: frozenset[Role]) -> str | None:
+    """The stored tenant of a new key (None = every tenant); only operators and admins may span tenants."""
+    if tenant != ALL_TENANTS:
+        if not tenant:
+            raise ValueError("a key needs a tenant (or '*' for every tenant)")
+        return tenant
+    if roles & {Role.AGENT, Role.APPROVER} and not roles & {Role.OPERATOR, Role.ADMIN}:
+        raise ValueError("only operator or admin keys may span every tenant ('*')")
+    return None

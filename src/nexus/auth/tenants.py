@@ -1,0 +1,42 @@
+"""The tenant of a step comes from its caller, never from its body.
+
+An HTTP caller's key names one tenant (or every tenant); a Kafka topic is bound to one tenant by
+configuration (`NEXUS_KAFKA_TENANT`). An envelope that names no tenant takes the caller's; one that names
+another is a TENANT_MISMATCH (HTTP: the request is refused with 403 and nothing is written; Kafka: the
+record is dead-lettered).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from nexus.errors import ErrorCode, InvalidEventError
+from nexus.gateway import Incoming
+
+
+def bind(item: Incoming, tenant: str | None) -> Incoming | None:
+    """`item` bound to `tenant` (None: a caller spanning every tenant, the envelope's own tenant stands);
+    None if the envelope explicitly names another tenant."""
+    env = item.envelope
+    if env is None:
+        return dataclasses.replace(item, tenant_id=tenant or "default")
+    if tenant is None:
+        return dataclasses.replace(item, tenant_id=env.tenant_id)
+    if "tenant_id" in env.model_fields_set and env.tenant_id != tenant:
+        return None
+    if env.tenant_id != tenant:
+        env = env.model_copy(update={"tenant_id": tenant})
+    return dataclasses.replace(item, envelope=env, tenant_id=tenant)
+
+
+def bind_or_dead_letter(item: Incoming, tenant: str) -> Incoming:
+    """Kafka: a record naming another tenant than its topic's becomes a TENANT_MISMATCH dead letter."""
+    bound = bind(item, tenant)
+    if bound is not None:
+        return bound
+    assert item.envelope is not None
+    error = InvalidEventError(
+        f"envelope names tenant {item.envelope.tenant_id!r}, this topic carries tenant {tenant!r}",
+        code=ErrorCode.TENANT_MISMATCH,
+    )
+    return dataclasses.replace(item, envelope=None, error=error, tenant_id=tenant)

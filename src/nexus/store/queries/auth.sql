@@ -1,0 +1,23 @@
+-- API keys (issue 11). Keys are looked up by their SHA-256; the key itself is never stored.
+
+-- name: insert_key
+INSERT INTO api_keys (name, tenant_id, roles, key_hash)
+VALUES ($1, $2, $3::text[], $4)
+RETURNING id, name, tenant_id, roles, created_at, revoked_at;
+
+-- name: key_by_hash
+SELECT id, name, tenant_id, roles FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL;
+
+-- name: list_keys
+SELECT id, name, tenant_id, roles, created_at, revoked_at FROM api_keys ORDER BY id;
+
+-- name: revoke_key
+UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1
+RETURNING id, name, tenant_id, roles, created_at, revoked_at;
+
+-- name: count_keys
+SELECT count(*) FROM api_keys;
+
+-- name: bootstrap_lock
+-- Two gateways starting at once on an empty database must not both write an admin key.
+SELECT pg_advisory_xact_lock(7233002211);
