@@ -21,8 +21,9 @@ async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at:
     if not entries:
         return
     chains = sorted({e.chain for e in entries})
-    if any(order_id == INGRESS_ORDER for _, order_id in chains):
-        await conn.execute(query("gateway.sql", "lock_orders"), [INGRESS_ORDER])
+    ingress = [(tenant, order_id) for tenant, order_id in chains if order_id == INGRESS_ORDER]
+    if ingress:
+        await conn.execute(query("gateway.sql", "lock_orders"), [t for t, _ in ingress], [o for _, o in ingress])
     rows = await conn.fetch(query("audit.sql", "read_heads"), [t for t, _ in chains], [o for _, o in chains])
     heads = {(r["tenant_id"], r["order_id"]): (r["position"], bytes(r["hash"])) for r in rows}
     now = at or dt.datetime.now(dt.UTC)

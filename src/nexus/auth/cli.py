@@ -19,7 +19,7 @@ from nexus.store.database import Database
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from nexus.cli import add_common
+    from nexus.cli_common import add_common
 
     add_common(parser)
     sub = parser.add_subparsers(dest="action", required=True)
@@ -35,7 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nexus.cli import settings_from
+    from nexus.cli_common import settings_from
 
     async def go() -> list[str]:
         db = await Database(settings_from(args)).open()
