@@ -16,7 +16,7 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 def step_json(order_id: str, plan_id: str, seq: int, **overrides: Any) -> dict[str, Any]:
     """One step of the order process as wire JSON."""
-    event_type = STEPS[seq - 1]
+    event_type = STEPS[seq - 1] if seq <= len(STEPS) else EventType.ORDER_COMPLETED
     data: dict[str, Any] = {}
     if event_type is EventType.ORDER_CREATED:
         data = {

@@ -48,7 +48,16 @@ async def serve(
 ) -> None:
     """Run until SIGINT/SIGTERM: whichever of HTTP ingress, dispatcher and Kafka consumer are asked for."""
     db = await Database(settings).open()
-    gateway = Gateway(db, record_plan_mismatch=True)
+    from nexus.errors import ConfigurationError
+    from nexus.processes import register
+
+    try:
+        catalog = await register(db, settings.process_dir)
+    except ConfigurationError as exc:
+        await db.close()
+        raise ServiceFailed(f"process definitions refused: {exc}") from exc
+    limit = settings.default_max_order_amount
+    gateway = Gateway(db, record_plan_mismatch=True, catalog=catalog, default_max_order_amount=limit)
     committer = GroupCommitter(
         gateway,
         workers=settings.batch_workers,
@@ -65,7 +74,8 @@ async def serve(
     if kafka:
         from nexus.ingress.kafka import KafkaIngress
 
-        services.append(("kafka-consumer", KafkaIngress(Gateway(db, record_plan_mismatch=False), settings).run()))
+        kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit)
+        services.append(("kafka-consumer", KafkaIngress(kafka_gateway, settings).run()))
 
     stop = asyncio.Event()
     failures: list[str] = []

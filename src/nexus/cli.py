@@ -21,6 +21,9 @@ GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     "migrate": ("nexus.commands", "apply the database migrations and exit"),
     "dlq": ("nexus.dlq", "list and redrive dead letters"),
     "subscriptions": ("nexus.delivery.cli", "manage webhook subscriptions"),
+    # issue 12
+    "processes": ("nexus.processes.cli", "list, show and check process definitions"),
+    "tenants": ("nexus.processes.cli", "per-tenant limits (set-limit, list)"),
 }
 
 

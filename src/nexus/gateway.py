@@ -15,13 +15,14 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 import asyncpg
 
 from nexus import metrics
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import STATUS_AFTER, OrderStatus
+from nexus.core.process import ProcessCatalog, Verdict, as_status
 from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, resolve
 from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
 from nexus.store.database import Database
@@ -83,9 +84,13 @@ class Outcome:
     decision: Decision
     code: ErrorCode | None = None
     error: str | None = None
-    status: OrderStatus | None = None
+    status: str | None = None
     last_seq: int | None = None
     dead_letter_id: int | None = None
+    check: str | None = None
+    """REJECTED: the id of the failed check (CHECK_FAILED, LIMIT_EXCEEDED)."""
+    message: str | None = None
+    """REJECTED: why, in words (INVALID_TRANSITION lists the allowed next steps)."""
 
     @property
     def is_dead_letter(self) -> bool:
@@ -99,10 +104,13 @@ class Outcome:
             "order": None
             if self.status is None and self.last_seq is None
             else {
-                "status": self.status.value if self.status else None,
+                "status": str(self.status) if self.status else None,
                 "last_seq": self.last_seq,
             },
         }
+        if self.decision is Decision.REJECTED:
+            body["check"] = self.check
+            body["message"] = self.message
         if self.error:
             body["error"] = self.error
         return body
@@ -117,10 +125,13 @@ class _Writes:
     pending_add: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
     pending_del: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
     dead: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    rejected: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
 
     async def run(self, conn: asyncpg.Connection) -> list[int]:
         if self.orders:
-            await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 7))
+            await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 10))
+        if self.rejected:
+            await conn.execute(query("gateway.sql", "insert_rejected"), *_columns(self.rejected, 11))
         if self.pending_del:
             await conn.execute(query("gateway.sql", "delete_pending"), *_columns(self.pending_del, 2))
         if self.pending_add:
@@ -144,10 +155,25 @@ def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
 class Gateway:
     """Decides and applies agents' steps. Safe to call concurrently, from any number of processes."""
 
-    def __init__(self, db: Database, *, record_plan_mismatch: bool = True) -> None:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        record_plan_mismatch: bool = True,
+        catalog: ProcessCatalog | None = None,
+        validate: bool = True,
+        default_max_order_amount: Decimal | str = Decimal(100000),
+    ) -> None:
         self.db = db
         # Kafka ingress sends plan mismatches to its DLQ topic instead of the dead_letters table.
         self.record_plan_mismatch = record_plan_mismatch
+        if catalog is None and validate:
+            from nexus.processes import builtin_catalog
+
+            catalog = builtin_catalog()
+        # None: no process validation (steps apply by position only): the bench's "checks off" baseline.
+        self.catalog = catalog if validate else None
+        self.default_max_order_amount = Decimal(default_max_order_amount)
 
     async def submit(self, items: Sequence[Incoming], *, source: str = "http") -> list[Outcome]:
         """Decide and apply a batch; one outcome per item, in the items' order.
@@ -199,28 +225,42 @@ class Gateway:
         writes = _Writes()
         dead_index: list[int] = []
         drained = 0
+        blocked: list[ErrorCode] = []
 
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 if order_ids:
                     await conn.execute(query("gateway.sql", "lock_orders"), order_ids)
                     states, pending = await self._read(conn, order_ids)
+                    rejected, limits = await self._read_rejections(conn, order_ids, items)
                     for order_id in order_ids:
                         indexes = by_order[order_id]
+                        first = items[indexes[0]].envelope
+                        assert first is not None
+                        state = states.get(order_id) or OrderState(order_id)
                         resolution = resolve(
-                            states.get(order_id) or OrderState(order_id),
+                            dataclasses.replace(state, rejections=len(rejected.get(order_id, {})))
+                            if order_id in rejected
+                            else state,
                             [items[i].envelope for i in indexes],  # type: ignore[misc]
                             pending.get(order_id, {}),
+                            catalog=self.catalog,
+                            limits=limits.get(first.tenant_id) or {"max_order_amount": self.default_max_order_amount},
+                            rejected=rejected.get(order_id),
                         )
                         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
                         drained += self._plan(resolution, traces, writes)
+                        blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
                         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
+                            verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
                             outcomes[i] = Outcome(
                                 str(event.event_id),
                                 decision,
-                                code_of(decision),
+                                verdict.code if verdict else code_of(decision),
                                 status=after.status,
                                 last_seq=after.last_seq,
+                                check=verdict.check if verdict else None,
+                                message=verdict.message if verdict else None,
                             )
                             if decision is Decision.PLAN_MISMATCH and self.record_plan_mismatch:
                                 dead_index.append(i)
@@ -245,6 +285,7 @@ class Gateway:
             outcomes[i] = dataclasses.replace(outcomes[i], dead_letter_id=dead_id)  # type: ignore[type-var]
         final = [o for o in outcomes if o is not None]
         metrics.record_outcomes(items, final, drained)
+        metrics.record_blocked(blocked)
         return final
 
     async def _read(
@@ -262,16 +303,35 @@ class Gateway:
             states[oid] = OrderState(
                 order_id=oid,
                 plan_id=row["plan_id"],
-                status=OrderStatus(row["status"]),
+                status=as_status(row["status"]),
                 last_seq=row["last_seq"],
                 buffered=frozenset(pending.get(oid, {})),
                 tombstone=row["tombstone"],
                 outbox_count=row["outbox_count"],
+                process=row["process"],
+                process_version=row["process_version"],
+                facts=json.loads(row["facts"]) if row["facts"] != "{}" else {},
             )
         for oid, seqs in pending.items():
             if oid not in states:
                 states[oid] = OrderState(oid, plan_id=plans[oid], buffered=frozenset(seqs))
         return states, pending
+
+    async def _read_rejections(
+        self, conn: asyncpg.Connection, order_ids: list[str], items: Sequence[Incoming]
+    ) -> tuple[dict[str, dict[uuid.UUID, Verdict]], dict[str, dict[str, Any]]]:
+        """The orders' rejected steps by event_id, and the batch's tenants' limits."""
+        if self.catalog is None:
+            return {}, {}
+        tenants = sorted({item.envelope.tenant_id for item in items if item.envelope is not None})
+        rejected: dict[str, dict[uuid.UUID, Verdict]] = defaultdict(dict)
+        limits: dict[str, dict[str, Any]] = {}
+        for row in await conn.fetch(query("gateway.sql", "read_rejections_and_limits"), order_ids, tenants):
+            if row["event_id"] is None:
+                limits[row["key"]] = {"max_order_amount": Decimal(row["max_order_amount"])}
+            else:
+                rejected[row["key"]][row["event_id"]] = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
+        return rejected, limits
 
     @staticmethod
     def _plan(
@@ -287,10 +347,32 @@ class Gateway:
                     after.order_id,
                     _tenant(resolution),
                     after.plan_id,
-                    after.status.value,
+                    str(after.status),
                     after.last_seq,
                     after.tombstone,
                     after.outbox_count,
+                    after.process or "order",
+                    after.process_version or 1,
+                    json.dumps(dict(after.facts), default=str),
+                )
+            )
+        for rejection in resolution.rejections:
+            if rejection.replay:
+                continue
+            event, verdict = rejection.event, rejection.verdict
+            writes.rejected.append(
+                (
+                    event.event_id,
+                    event.order_id,
+                    event.plan_id,
+                    event.tenant_id,
+                    event.seq_id,
+                    str(event.event_type),
+                    verdict.code.value,
+                    verdict.check,
+                    _text(verdict.message),
+                    rejection.drained,
+                    event.model_dump_json(),
                 )
             )
         for seq in resolution.unbuffered:
@@ -306,10 +388,9 @@ class Gateway:
                     traces.get(event.event_id),
                 )
             )
-        status_after: OrderStatus | None = None
         for applied in resolution.applied:
             event = applied.event
-            status_after = STATUS_AFTER[event.event_type]
+            status_after = applied.status
             notification_id = outbox_id_for(event.event_id)
             payload = {
                 "notification_id": str(notification_id),
@@ -317,9 +398,9 @@ class Gateway:
                 "plan_id": event.plan_id,
                 "tenant_id": event.tenant_id,
                 "position": applied.position,
-                "event_type": event.event_type.value,
+                "event_type": str(event.event_type),
                 "seq_id": event.seq_id,
-                "status": status_after.value,
+                "status": str(status_after),
                 "event": json.loads(event.model_dump_json()),
             }
             writes.outbox.append(
@@ -328,7 +409,7 @@ class Gateway:
                     event.order_id,
                     applied.position,
                     event.event_id,
-                    event.event_type.value,
+                    str(event.event_type),
                     event.seq_id,
                     event.plan_id,
                     json.dumps(payload),

@@ -77,6 +77,12 @@ CONSUMER_LAG = Gauge(
     ["topic", "partition"],
     registry=REGISTRY,
 )
+BLOCKED_ACTIONS = Counter(
+    "nexus_blocked_actions_total",
+    "Steps REJECTED by their order's process (the blocked actions), by code.",
+    ["code"],
+    registry=REGISTRY,
+)
 HTTP_BATCH_SIZE = Histogram(
     "nexus_http_batch_events",
     "Events per shared transaction of the HTTP ingress (group commit).",
@@ -86,6 +92,7 @@ HTTP_BATCH_SIZE = Histogram(
 
 _OUTCOMES = [d.value.lower() for d in Decision]
 _KINDS = [t.value for t in EventType] + ["unknown"]
+_KNOWN_KINDS = frozenset(_KINDS)
 
 for _kind in _KINDS:
     for _outcome in _OUTCOMES:
@@ -93,16 +100,29 @@ for _kind in _KINDS:
 for _code in ErrorCode:
     DEAD_LETTERS.labels(code=_code.value)
     DLQ_MESSAGES.labels(code=_code.value)
+BLOCKED_CODES = ("INVALID_TRANSITION", "AFTER_TERMINAL", "UNKNOWN_STEP", "CHECK_FAILED", "LIMIT_EXCEEDED")
+for _blocked in BLOCKED_CODES:
+    BLOCKED_ACTIONS.labels(code=_blocked)
 
 
 def record_outcomes(items: Sequence[_Item], outcomes: Sequence[_Outcome], drained: int) -> None:
     for item, outcome in zip(items, outcomes, strict=True):
-        kind = item.envelope.event_type.value if item.envelope is not None else "unknown"
+        kind = str(item.envelope.event_type) if item.envelope is not None else "unknown"
+        if kind not in _KNOWN_KINDS:
+            kind = "other"  # an invented step type must not grow the label set without bound
         EVENTS_PROCESSED.labels(kind=kind, outcome=outcome.decision.value.lower()).inc()
+        if outcome.decision is Decision.REJECTED and outcome.code is not None:
+            BLOCKED_ACTIONS.labels(code=outcome.code.value).inc()
         if outcome.dead_letter_id is not None and outcome.code is not None:
             DEAD_LETTERS.labels(code=outcome.code.value).inc()
     if drained:
         EVENTS_DRAINED.inc(drained)
+
+
+def record_blocked(codes: Sequence[ErrorCode]) -> None:
+    """Buffered steps rejected when drained: blocked, though their own answer was BUFFER."""
+    for code in codes:
+        BLOCKED_ACTIONS.labels(code=code.value).inc()
 
 
 def record_buffer_timeouts(count: int) -> None:

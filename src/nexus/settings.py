@@ -50,6 +50,9 @@ _ENV_NAMES: dict[str, str] = {
     "llm_model": "NEXUS_LLM_MODEL",
     "llm_api_key": "NEXUS_LLM_API_KEY",
     "log_level": "NEXUS_LOG_LEVEL",
+    # issue 12: process definitions and per-tenant limits
+    "process_dir": "NEXUS_PROCESS_DIR",
+    "default_max_order_amount": "NEXUS_DEFAULT_MAX_ORDER_AMOUNT",
 }
 
 
@@ -96,6 +99,11 @@ class Settings:
     llm_model: str | None = None
     llm_api_key: str | None = None
     log_level: str = "INFO"
+    # issue 12: process definitions and per-tenant limits
+    process_dir: Path | None = None
+    """Extra process definitions (*.yaml) registered beside the built-in ones."""
+    default_max_order_amount: str = "100000"
+    """A tenant's limit on an amount (major units, decimal text) until `nexus tenants set-limit`."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -126,7 +134,7 @@ def _convert(name: str, var: str, raw: str, annotation: Any) -> Any:
             return int(raw)
         if kind.startswith("float"):
             return float(raw)
-        if kind.startswith("Path"):
+        if kind.startswith("Path"):  # also "Path | None"
             return Path(raw)
     except ValueError as exc:
         raise ConfigurationError(f"{var}={raw!r} is not a valid {kind} for {name}") from exc

@@ -1,19 +1,41 @@
-"""Sequencing: what to do with one step given its order's state. Pure: no I/O, no clock.
+"""Sequencing and process validation: what to do with one step given its order's state. Pure: no I/O.
 
-`decide(state, event)` answers one event; `resolve(state, events, pending)` folds a batch of one order's
-events through `decide`, draining buffered successors whenever a step applies, and returns the new state
-and the writes to make. The gateway turns that into SQL; the decision table lives here and only here.
+`decide(state, event)` answers one event by position (the decisions table); `resolve(state, events,
+pending, ...)` folds a batch of one order's events through it, draining buffered successors whenever a
+step applies, and returns the new state and the writes to make. The gateway turns that into SQL; the
+decision table lives here and only here.
+
+With a `ProcessCatalog`, a step that would apply (arriving in turn, or drained from the buffer) is first
+judged by the order's process (`core/process.validate_step`): an unknown type, a step out of turn, a
+failed check or an amount above the tenant's limit is REJECTED. A rejected step changes nothing: the order
+waits at the same seq for a corrected step (a new event_id), a drained step that is rejected leaves the
+buffer and its successors wait, and the same event_id sent again is answered the same way (`rejected`,
+remembered by the gateway). Reaching a definition's `max_rejections` aborts the plan
+(`policy_violation`) with one notification.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import uuid
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import STATUS_AFTER, OrderStatus
+from nexus.core.process import (
+    ABORT_STEP,
+    STATUS_AFTER,
+    AbortCode,
+    CompiledProcess,
+    OrderStatus,
+    ProcessCatalog,
+    Verdict,
+    validate_step,
+)
 from nexus.errors import ErrorCode
+
+_POLICY_ABORT_NAMESPACE = uuid.UUID("0b6f2a4e-7c59-4e8e-9a3d-706f6c696379")
 
 
 class Decision(enum.StrEnum):
@@ -24,6 +46,7 @@ class Decision(enum.StrEnum):
     TOMBSTONE = "TOMBSTONE"
     PLAN_MISMATCH = "PLAN_MISMATCH"
     DEAD_LETTER = "DEAD_LETTER"
+    REJECTED = "REJECTED"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -32,11 +55,17 @@ class OrderState:
 
     order_id: str
     plan_id: str | None = None
-    status: OrderStatus | None = None
+    status: str | None = None
     last_seq: int = 0
     buffered: frozenset[int] = frozenset()
     tombstone: bool = False
     outbox_count: int = 0
+    process: str | None = None
+    """The (process, version) the order is pinned to, from its first applied step."""
+    process_version: int | None = None
+    facts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """What the order's applied steps established (money in minor units): the `order` of CEL checks."""
+    rejections: int = 0
 
     @property
     def exists(self) -> bool:
@@ -44,17 +73,17 @@ class OrderState:
 
 
 def decide(state: OrderState | None, event: EventEnvelope) -> Decision:
-    """The decisions table of DESIGN.md section 4, for one event."""
+    """The decisions table of DESIGN.md section 4, for one event, by position only."""
     if state is None:
         state = OrderState(event.order_id)
     if state.plan_id is not None and event.plan_id != state.plan_id:
         return Decision.PLAN_MISMATCH
-    if state.status is OrderStatus.ABORTED:
+    if state.status == OrderStatus.ABORTED:
         return Decision.DUPLICATE if event.is_abort else Decision.DISCARD
     if event.is_abort:
         if state.status is None:
             return Decision.TOMBSTONE
-        return Decision.DUPLICATE if state.status.terminal else Decision.APPLY
+        return Decision.DUPLICATE if state.status == OrderStatus.COMPLETED else Decision.APPLY
     assert event.seq_id is not None  # guaranteed by the envelope
     if event.seq_id <= state.last_seq or event.seq_id in state.buffered:
         return Decision.DUPLICATE
@@ -64,7 +93,7 @@ def decide(state: OrderState | None, event: EventEnvelope) -> Decision:
 
 
 def code_of(decision: Decision) -> ErrorCode | None:
-    """The error code a decision carries in API bodies and dead letters, if any."""
+    """The error code a decision carries in API bodies and dead letters, if any (REJECTED: its verdict's)."""
     return ErrorCode.PLAN_MISMATCH if decision is Decision.PLAN_MISMATCH else None
 
 
@@ -75,6 +104,19 @@ class Applied:
     event: EventEnvelope
     position: int
     drained: bool
+    status: str = ""
+    """The order's status once the step applied."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rejection:
+    """A step the order's process refused. `drained`: it came out of the buffer; `replay`: its event_id
+    was already rejected before (answered the same, recorded once)."""
+
+    event: EventEnvelope
+    verdict: Verdict
+    drained: bool = False
+    replay: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -89,23 +131,58 @@ class Resolution:
     buffered: tuple[EventEnvelope, ...]
     """Events to add to pending_events."""
     unbuffered: tuple[int, ...]
-    """seq_ids to remove from pending_events (drained, or dropped by an abort)."""
+    """seq_ids to remove from pending_events (drained, rejected when drained, or dropped by an abort)."""
+    rejections: tuple[Rejection, ...] = ()
+    """Every rejection of this batch, the events' own and those of drained buffered steps."""
+
+    def verdict_of(self, event_id: uuid.UUID) -> Verdict | None:
+        for rejection in self.rejections:
+            if rejection.event.event_id == event_id and not rejection.drained:
+                return rejection.verdict
+        return None
+
+
+def policy_abort(event: EventEnvelope, last_seq: int, limit: int) -> EventEnvelope:
+    """The ABORT_PLAN the gateway writes when a plan reaches its process's `max_rejections`."""
+    return EventEnvelope(
+        event_id=uuid.uuid5(_POLICY_ABORT_NAMESPACE, f"{event.order_id}\x00{event.plan_id}"),
+        event_type=ABORT_STEP,
+        plan_id=event.plan_id,
+        order_id=event.order_id,
+        timestamp=event.timestamp,
+        tenant_id=event.tenant_id,
+        correlation_id=event.correlation_id,
+        data={
+            "reason": f"{limit} steps of this plan were rejected (max_rejections)",
+            "abort_code": AbortCode.POLICY_VIOLATION.value,
+            "aborted_at_seq": last_seq,
+        },
+    )
 
 
 def resolve(
     state: OrderState,
     events: Iterable[EventEnvelope],
     pending: Mapping[int, EventEnvelope],
+    *,
+    catalog: ProcessCatalog | None = None,
+    limits: Mapping[str, Any] | None = None,
+    rejected: Mapping[uuid.UUID, Verdict] | None = None,
 ) -> Resolution:
-    """Fold one order's events, in arrival order, through `decide`.
+    """Fold one order's events, in arrival order, through `decide` and the order's process.
 
     `pending` holds the order's events buffered before this batch, by seq_id. Whenever a step applies,
-    its consecutive buffered successors apply after it, in seq order.
+    its consecutive buffered successors apply after it, in seq order, each judged as it would apply.
+    Without a `catalog` no step is judged (every step in turn applies, as the built-in order's statuses).
+    `limits` are the tenant's (CEL `limits`); `rejected` the verdicts already given to event_ids.
     """
     before = state
+    limits = limits or {}
+    rejected = rejected or {}
     waiting: dict[int, EventEnvelope] = dict(pending)
     decisions: list[tuple[EventEnvelope, Decision, OrderState]] = []
     applied: list[Applied] = []
+    rejections: list[Rejection] = []
     added: dict[int, EventEnvelope] = {}
     removed: list[int] = []
 
@@ -115,38 +192,112 @@ def resolve(
             removed.append(seq)
         return waiting.pop(seq)
 
+    def process_of(current: OrderState, event: EventEnvelope) -> CompiledProcess | None:
+        assert catalog is not None
+        if current.process is not None:
+            return catalog.get(current.process, current.process_version)
+        return catalog.get(event.process_name)
+
+    def judge(current: OrderState, event: EventEnvelope) -> Verdict | None:
+        if catalog is None:
+            return None
+        process = process_of(current, event)
+        if process is None:
+            name = current.process or event.process_name
+            return Verdict(ErrorCode.UNKNOWN_STEP, f"unknown process {name!r}: no definition is registered")
+        return validate_step(process, current.status, current.facts, event.event_type, event.seq_id, event.data, limits)
+
     def apply(current: OrderState, event: EventEnvelope, drained: bool) -> OrderState:
         position = current.outbox_count + 1
-        applied.append(Applied(event, position, drained))
+        process = process_of(current, event) if catalog is not None else None
+        if process is None:
+            status = STATUS_AFTER.get(event.event_type, OrderStatus.ABORTED)  # type: ignore[call-overload]
+            facts = current.facts
+        else:
+            status = process.status_after(event.event_type)
+            facts = (
+                current.facts if event.is_abort else process.facts_after(current.facts, event.event_type, event.data)
+            )
+        applied.append(Applied(event, position, drained, status))
         return dataclasses.replace(
             current,
             plan_id=event.plan_id,
-            status=STATUS_AFTER[event.event_type],
+            status=status,
             last_seq=event.seq_id if event.seq_id is not None else current.last_seq,
             outbox_count=position,
+            process=process.name if process is not None else current.process,
+            process_version=process.version if process is not None else current.process_version,
+            facts=facts,
+        )
+
+    def drop_buffer(current: OrderState) -> OrderState:
+        for seq in sorted(waiting):
+            take(seq)
+        return dataclasses.replace(current, buffered=frozenset())
+
+    def reject(current: OrderState, event: EventEnvelope, verdict: Verdict, drained: bool) -> OrderState:
+        rejections.append(Rejection(event, verdict, drained))
+        current = dataclasses.replace(current, rejections=current.rejections + 1, plan_id=event.plan_id)
+        process = process_of(current, event) if catalog is not None else None
+        limit = process.definition.max_rejections if process is not None else None
+        if limit is not None and current.rejections >= limit:
+            current = apply(current, policy_abort(event, current.last_seq, limit), drained=False)
+            current = drop_buffer(current)
+        return current
+
+    def after_terminal(current: OrderState, event: EventEnvelope) -> Verdict | None:
+        if catalog is None or event.is_abort or current.status in (None, OrderStatus.ABORTED):
+            return None
+        if current.plan_id is not None and event.plan_id != current.plan_id:
+            return None
+        process = process_of(current, event)
+        assert event.seq_id is not None
+        if process is None or not process.is_terminal(current.status) or event.seq_id <= current.last_seq:
+            return None
+        return Verdict(
+            ErrorCode.AFTER_TERMINAL,
+            f"order {current.order_id} is {current.status} at seq {current.last_seq}: "
+            f"no step may follow a terminal state",
         )
 
     for event in events:
+        known = rejected.get(event.event_id)
+        if known is not None:
+            rejections.append(Rejection(event, known, replay=True))
+            decisions.append((event, Decision.REJECTED, state))
+            continue
+        terminal_verdict = after_terminal(state, event)
+        if terminal_verdict is not None:
+            state = reject(state, event, terminal_verdict, drained=False)
+            decisions.append((event, Decision.REJECTED, state))
+            continue
         decision = decide(state, event)
         if decision is Decision.TOMBSTONE:
-            for seq in sorted(waiting):
-                take(seq)
-            state = dataclasses.replace(
-                state, plan_id=event.plan_id, status=OrderStatus.ABORTED, tombstone=True, buffered=frozenset()
-            )
+            state = drop_buffer(state)
+            state = dataclasses.replace(state, plan_id=event.plan_id, status=OrderStatus.ABORTED, tombstone=True)
         elif decision is Decision.BUFFER:
             assert event.seq_id is not None
             waiting[event.seq_id] = event
             added[event.seq_id] = event
             state = dataclasses.replace(state, plan_id=event.plan_id, buffered=frozenset(waiting))
         elif decision is Decision.APPLY:
-            state = apply(state, event, drained=False)
-            if event.is_abort:
-                for seq in sorted(waiting):
-                    take(seq)
+            verdict = None if event.is_abort else judge(state, event)
+            if verdict is not None:
+                decision = Decision.REJECTED
+                state = reject(state, event, verdict, drained=False)
             else:
-                while state.last_seq + 1 in waiting:
-                    state = apply(state, take(state.last_seq + 1), drained=True)
+                state = apply(state, event, drained=False)
+                if event.is_abort:
+                    state = drop_buffer(state)
+                else:
+                    while state.status != OrderStatus.ABORTED and state.last_seq + 1 in waiting:
+                        successor = take(state.last_seq + 1)
+                        verdict = judge(state, successor)
+                        if verdict is not None:
+                            # Out of the buffer and refused: the order waits at this seq for a correction.
+                            state = reject(state, successor, verdict, drained=True)
+                            break
+                        state = apply(state, successor, drained=True)
             state = dataclasses.replace(state, buffered=frozenset(waiting))
         decisions.append((event, decision, state))
 
@@ -157,4 +308,5 @@ def resolve(
         applied=tuple(applied),
         buffered=tuple(added[s] for s in sorted(added)),
         unbuffered=tuple(sorted(removed)),
+        rejections=tuple(rejections),
     )

@@ -75,7 +75,8 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         if status >= 400:
             first = outcomes[0]
             code = first.code or ErrorCode.INVALID_EVENT
-            content = {**error_body(code, first.error or code.value), "results": results}
+            extra = {"check": first.check} if first.decision is Decision.REJECTED else {}
+            content = {**error_body(code, first.message or first.error or code.value, **extra), "results": results}
         return JSONResponse(content, status_code=status)
 
     @app.get("/v1/orders/{order_id}")
@@ -111,6 +112,23 @@ def create_app(db: Database, gateway: Gateway, committer: GroupCommitter | None 
         ]
         terminal = all(o["status"] in ("completed", "aborted") for o in orders)
         return {"plan_id": plan_id, "terminal": terminal, "orders": orders}
+
+    @app.get("/v1/processes")
+    async def list_processes() -> dict[str, Any]:
+        from nexus.processes import builtin_catalog, describe
+
+        catalog = gateway.catalog or builtin_catalog()
+        return {"processes": [describe(p) for _, p in sorted(catalog.versions.items())]}
+
+    @app.get("/v1/processes/{name}")
+    async def get_process(name: str, version: int | None = None) -> dict[str, Any]:
+        from nexus.processes import builtin_catalog, describe, mermaid
+
+        catalog = gateway.catalog or builtin_catalog()
+        process = catalog.get(name, version)
+        if process is None:
+            raise NotFoundError(f"no process {name!r}" + (f" version {version}" if version else ""))
+        return {**describe(process), "mermaid": mermaid(process)}
 
     @app.get("/v1/dead-letters")
     async def list_dead_letters(
@@ -158,6 +176,8 @@ def _single_status(outcome: Outcome) -> int:
         return 400 if outcome.code is ErrorCode.PARSE_ERROR else 422
     if outcome.decision is Decision.PLAN_MISMATCH:
         return 409
+    if outcome.decision is Decision.REJECTED:
+        return 422
     return 200
 
 

@@ -229,7 +229,7 @@ def _message(spec: SendSpec, envelope: EventEnvelope) -> Message:
         expected=spec.expected,
         expected_code=spec.expected_code,
         event_id=str(envelope.event_id),
-        event_type=envelope.event_type.value,
+        event_type=str(envelope.event_type),
         seq_id=envelope.seq_id,
         plan_id=envelope.plan_id,
     )
@@ -244,8 +244,9 @@ def malformed_body(variant: str, base: dict[str, Any]) -> bytes:
     if variant == "missing_plan_id":
         obj.pop("plan_id", None)
     elif variant == "wrong_seq_id":
+        # A step out of turn is the process's business now (REJECTED); a seq_id below 1 is still malformed.
         obj["event_type"] = EventType.ORDER_SHIPPED.value
-        obj["seq_id"] = 2
+        obj["seq_id"] = 0
         obj["data"] = {}
     elif variant == "negative_quantity":
         obj["event_type"] = EventType.ORDER_CREATED.value

@@ -59,7 +59,7 @@ async def order_workflow(order_id: str, events: list[Event]) -> int:
 
 
 def _event(e: EventEnvelope) -> Event:
-    return (e.order_id, e.plan_id, e.seq_id or 0, str(e.event_id), e.event_type.value, e.model_dump_json())
+    return (e.order_id, e.plan_id, e.seq_id or 0, str(e.event_id), str(e.event_type), e.model_dump_json())
 
 
 async def bench_peer(url: str, plans: int, conc: int) -> dict[str, object]:

@@ -124,7 +124,7 @@ async def raw_write_values(
 
 async def raw_write(conn: asyncpg.Connection, e: EventEnvelope) -> None:
     await raw_write_values(
-        conn, e.order_id, e.plan_id, e.seq_id or 0, e.event_id, e.event_type.value, e.model_dump_json()
+        conn, e.order_id, e.plan_id, e.seq_id or 0, e.event_id, str(e.event_type), e.model_dump_json()
     )
 
 

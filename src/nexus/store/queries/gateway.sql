@@ -6,22 +6,48 @@ SELECT pg_advisory_xact_lock(k)
 FROM (SELECT DISTINCT hashtextextended(o, 0) AS k FROM unnest($1::text[]) AS o ORDER BY k OFFSET 0) AS keys;
 
 -- name: read_orders
-SELECT order_id, plan_id, status, last_seq, tombstone, outbox_count
+SELECT order_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts::text AS facts
 FROM orders WHERE order_id = ANY($1::text[]);
+
+-- name: read_rejections_and_limits
+-- One round trip: the orders' rejected steps (answered again the same, counted for max_rejections) and
+-- the limits of the batch's tenants.
+SELECT order_id AS key, event_id, code, check_id, message, NULL::text AS max_order_amount
+FROM rejected_events WHERE order_id = ANY($1::text[])
+UNION ALL
+SELECT tenant_id, NULL, NULL, NULL, NULL, max_order_amount::text
+FROM tenant_limits WHERE tenant_id = ANY($2::text[]);
+
+-- name: insert_rejected
+INSERT INTO rejected_events (event_id, order_id, plan_id, tenant_id, seq_id, event_type, code, check_id, message,
+                             drained, envelope)
+SELECT event_id, order_id, plan_id, tenant_id, seq_id, event_type, code, check_id, message, drained, envelope::jsonb
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[], $7::text[], $8::text[],
+            $9::text[], $10::bool[], $11::text[])
+    AS u(event_id, order_id, plan_id, tenant_id, seq_id, event_type, code, check_id, message, drained, envelope)
+ON CONFLICT (event_id) DO NOTHING;
 
 -- name: read_pending
 SELECT order_id, seq_id, envelope::text AS envelope, traceparent
 FROM pending_events WHERE order_id = ANY($1::text[]);
 
 -- name: upsert_orders
-INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::int[])
+INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
+                    process_version, facts)
+SELECT order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version,
+       facts::jsonb
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::int[], $8::text[],
+            $9::int[], $10::text[])
+    AS u(order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts)
 ON CONFLICT (order_id) DO UPDATE SET
     plan_id = EXCLUDED.plan_id,
     status = EXCLUDED.status,
     last_seq = EXCLUDED.last_seq,
     tombstone = EXCLUDED.tombstone,
     outbox_count = EXCLUDED.outbox_count,
+    process = EXCLUDED.process,
+    process_version = EXCLUDED.process_version,
+    facts = EXCLUDED.facts,
     updated_at = now();
 
 -- name: insert_outbox

@@ -1,0 +1,124 @@
+"""Value checks of process steps, written in CEL and compiled once per definition. Pure: no I/O.
+
+The engine is the Rust-backed `common-expression-language` (module `cel`): a compiled check evaluates in
+~5-12 us where `cel-python` takes 100-450 us (benchmarks/RESULTS.md, "CEL engines"). A check passes only
+when its rule evaluates to exactly `true`; `false`, any other value, a missing field or an evaluation error
+denies, so a hallucinated or partial step can never slip through a rule that could not be read.
+
+Money is compared in minor units: the definition names a step's money fields (`money:`), and they reach
+CEL as integers (cents for USD, yen for JPY) computed with `Decimal` from the wire value, so `0.1 * 3`
+sent as a binary float is 30 cents, never 0.30000000000000004.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Any
+
+import cel
+
+# ISO 4217 currencies whose minor unit is not the cent; every other code has two decimals.
+_EXPONENTS: dict[str, int] = {
+    "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0, "RWF": 0,
+    "UGX": 0, "UYI": 0, "VND": 0, "VUV": 0, "XAF": 0, "XOF": 0, "XPF": 0,
+    "BHD": 3, "IQD": 3, "JOD": 3, "KWD": 3, "LYD": 3, "OMR": 3, "TND": 3,
+}  # fmt: skip
+
+
+def exponent_of(currency: object) -> int:
+    """Decimal places of a currency's minor unit (2 when unknown)."""
+    return _EXPONENTS.get(currency, 2) if isinstance(currency, str) else 2
+
+
+def to_minor(value: object, exponent: int) -> object:
+    """An amount in minor units (int), exactly, from an int, float, str or Decimal; other values unchanged."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        return value
+    try:
+        amount = Decimal(str(value))
+    except InvalidOperation:
+        return value
+    if not amount.is_finite():
+        return value
+    return int((amount.scaleb(exponent)).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+
+
+def convert_money(data: Mapping[str, Any], paths: Sequence[str], exponent: int) -> dict[str, Any]:
+    """A copy of `data` with the values at `paths` (dotted; lists are walked through) in minor units."""
+    out = dict(data)
+    for path in paths:
+        _convert_path(out, path.split("."), exponent)
+    return out
+
+
+def _convert_path(node: dict[str, Any], parts: list[str], exponent: int) -> None:
+    key, rest = parts[0], parts[1:]
+    if key not in node:
+        return
+    value = node[key]
+    if not rest:
+        node[key] = to_minor(value, exponent)
+    elif isinstance(value, dict):
+        node[key] = child = dict(value)
+        _convert_path(child, rest, exponent)
+    elif isinstance(value, list):
+        copies = []
+        for element in value:
+            if isinstance(element, dict):
+                element = dict(element)
+                _convert_path(element, rest, exponent)
+            copies.append(element)
+        node[key] = copies
+
+
+def _sum(values: object) -> object:
+    if not isinstance(values, list):
+        raise TypeError("sum() takes a list")
+    total: int | float = 0
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise TypeError("sum() takes numbers")
+        total += v
+    return total
+
+
+def _context(variables: Mapping[str, Any]) -> cel.Context:
+    context = cel.Context()
+    # CEL has no fold over a list; `sum(list)` is the one function checks need beyond the standard library.
+    context.add_function("sum", _sum)
+    for name, value in variables.items():
+        context.add_variable(name, value)
+    return context
+
+
+class CheckSyntaxError(ValueError):
+    """A check's rule is not valid CEL."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompiledRule:
+    """One CEL rule, compiled once."""
+
+    source: str
+    program: Any
+
+    @classmethod
+    def compile(cls, source: str) -> CompiledRule:
+        try:
+            return cls(source, cel.compile(source))
+        except Exception as exc:  # the binding raises ValueError, or a Rust panic surfaced as another type
+            raise CheckSyntaxError(str(exc).splitlines()[0] if str(exc) else "invalid CEL") from exc
+
+    def passes(self, variables: Mapping[str, Any]) -> bool:
+        """True only if the rule evaluates to exactly true; an error or a missing field denies."""
+        try:
+            result = self.program.execute(_context(variables))
+        except Exception:  # noqa: BLE001 -- any failure to evaluate is a denial, by contract
+            return False
+        return result is True
+
+    def evaluate(self, variables: Mapping[str, Any]) -> Any:
+        """The rule's value (raises on an evaluation error): for conditions that are not checks."""
+        return self.program.execute(_context(variables))

@@ -1,0 +1,115 @@
+"""`nexus processes list|show|check` and `nexus tenants set-limit|list`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from nexus.cli import add_common, settings_from
+from nexus.core.process import DefinitionError, compile_definition
+from nexus.processes import describe, mermaid, register
+from nexus.store.database import Database
+from nexus.store.queries import query
+
+
+def configure_processes(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    listing = sub.add_parser("list", help="the registered definitions (package and NEXUS_PROCESS_DIR)")
+    add_common(listing)
+    listing.add_argument("--json", action="store_true")
+    show = sub.add_parser("show", help="one definition, or its state diagram with --mermaid")
+    add_common(show)
+    show.add_argument("name")
+    show.add_argument("--version", type=int, default=None)
+    show.add_argument("--mermaid", action="store_true", help="print a Mermaid state diagram")
+    check = sub.add_parser("check", help="validate a definition file; exit 1 with the error and its line")
+    check.add_argument("file", type=Path)
+
+
+def run_processes(args: argparse.Namespace) -> int:
+    if args.action == "check":
+        try:
+            text = args.file.read_text(encoding="utf-8")
+        except OSError as exc:
+            print(f"{args.file}: {exc}", file=sys.stderr)
+            return 1
+        try:
+            process = compile_definition(text)
+        except DefinitionError as exc:
+            print(f"{args.file}:{exc.line or 0}: {exc.reason}", file=sys.stderr)
+            return 1
+        print(f"{args.file}: ok: {process.name} v{process.version}, {len(process.steps)} steps")
+        return 0
+    settings = settings_from(args)
+
+    async def load() -> list[object]:
+        db = await Database(settings).open()
+        try:
+            catalog = await register(db, settings.process_dir)
+        finally:
+            await db.close()
+        return list(catalog.versions.values())
+
+    processes = asyncio.run(load())
+    from nexus.core.process import CompiledProcess
+
+    known = [p for p in processes if isinstance(p, CompiledProcess)]
+    if args.action == "list":
+        if args.json:
+            print(json.dumps([describe(p) for p in known], indent=2))
+        else:
+            for p in known:
+                print(f"{p.name:<20} v{p.version:<4} {p.content_hash[:12]}  {len(p.steps)} steps  {p.definition.description or ''}")
+        return 0
+    matches = [p for p in known if p.name == args.name and (args.version is None or p.version == args.version)]
+    if not matches:
+        print(f"no process {args.name!r}", file=sys.stderr)
+        return 1
+    chosen = max(matches, key=lambda p: p.version)
+    print(mermaid(chosen) if args.mermaid else json.dumps(describe(chosen), indent=2), end="" if args.mermaid else "\n")
+    return 0
+
+
+def configure_tenants(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", required=True)
+    set_limit = sub.add_parser("set-limit", help="a tenant's limit on an order's amount (major units)")
+    add_common(set_limit)
+    set_limit.add_argument("tenant")
+    set_limit.add_argument("amount")
+    listing = sub.add_parser("list", help="tenants with a limit of their own")
+    add_common(listing)
+
+
+def run_tenants(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    if args.action == "set-limit":
+        try:
+            amount = Decimal(args.amount)
+        except InvalidOperation:
+            amount = Decimal(-1)
+        if not amount.is_finite() or amount < 0:
+            print(f"not an amount: {args.amount!r}", file=sys.stderr)
+            return 1
+
+    async def go() -> int:
+        db = await Database(settings).open()
+        try:
+            if args.action == "set-limit":
+                await db.execute(query("processes.sql", "set_tenant_limit"), args.tenant, str(amount))
+                print(f"tenant {args.tenant}: max_order_amount {amount}")
+            else:
+                print(f"default: max_order_amount {settings.default_max_order_amount}")
+                for row in await db.fetch(query("processes.sql", "tenant_limits")):
+                    print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}")
+        finally:
+            await db.close()
+        return 0
+
+    return asyncio.run(go())
+
+
+

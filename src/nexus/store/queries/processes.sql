@@ -1,0 +1,18 @@
+-- Process registry and per-tenant limits (issue 12).
+
+-- name: register_process
+INSERT INTO processes (name, version, content_hash, body) VALUES ($1, $2, $3, $4)
+ON CONFLICT (name, version) DO NOTHING;
+
+-- name: all_processes
+SELECT name, version, content_hash, body, created_at FROM processes ORDER BY name, version;
+
+-- name: set_tenant_limit
+INSERT INTO tenant_limits (tenant_id, max_order_amount) VALUES ($1, $2::numeric)
+ON CONFLICT (tenant_id) DO UPDATE SET max_order_amount = EXCLUDED.max_order_amount, updated_at = now();
+
+-- name: tenant_limits
+SELECT tenant_id, max_order_amount::text AS max_order_amount, updated_at FROM tenant_limits ORDER BY tenant_id;
+
+-- name: rejected_counts
+SELECT code, count(*) AS n FROM rejected_events GROUP BY code ORDER BY code;
