@@ -8,7 +8,8 @@ run's budgets and the one retry mechanism (`nexus.core.backoff`).
 The openai client's own retries are off (`max_retries=0`): 429 (honouring Retry-After up to the policy's
 cap), 5xx, timeouts and connection errors are retried here, each attempt counted against the request
 budget. In `auto` tool mode, a 400 to a request carrying tools switches the run to JSON mode (servers
-without tool calling), once. Streaming (`stream=True`) accumulates the SSE chunks into the same message.
+without tool calling) and raises `SwitchedToJsonMode` so the caller asks again with a JSON-mode prompt.
+Streaming (`stream=True`) accumulates the SSE chunks into the same message.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ class BudgetExhausted(LlmError):
 
 class ModelUnavailable(LlmError):
     """The model did not answer usefully after every retry, or refused the request for good."""
+
+
+class SwitchedToJsonMode(Exception):
+    """The server refused tools (400): the run is now in JSON mode; ask again with a JSON-mode prompt."""
 
 
 @dataclasses.dataclass
@@ -103,13 +108,15 @@ class LlmClient:
         attempt = 1
         while True:
             self.budget.take_request()
+            sent_tools = bool(tools) and not self.json_mode
             try:
                 answer = await self._once(messages, tools, attempt)
             except openai.BadRequestError as exc:
-                if tools and not self.json_mode and self.settings.tool_mode == "auto":
-                    # A server without tool calling: the same conversation in JSON mode, for the rest of the run.
+                if sent_tools and self.settings.tool_mode == "auto":
+                    # A server without tool calling: JSON mode for the rest of the run (the caller rebuilds
+                    # its prompt, which then lists the steps and their schemas).
                     self.json_mode = True
-                    continue
+                    raise SwitchedToJsonMode(str(exc)) from exc
                 raise ModelUnavailable(f"the model refused the request: {exc}") from exc
             except (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError) as exc:
                 delay = self._retry_delay_s(exc, attempt)

@@ -36,7 +36,7 @@ from langgraph.runtime import Runtime
 from nexus.core.process import ABORT_STEP, AbortCode
 from nexus_client import AsyncNexusClient, ClientError
 from nexus_lab.llm import tools
-from nexus_lab.llm.client import LlmClient, LlmError
+from nexus_lab.llm.client import LlmClient, LlmError, SwitchedToJsonMode
 from nexus_lab.llm.settings import LlmSettings
 
 log = logging.getLogger(__name__)
@@ -127,13 +127,20 @@ async def ask_model(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[
     """Ask the model for the next step; its readings wait in `pending` for `publish`."""
     ctx = await _context(runtime)
     counts = dict(state["counts"])
-    offered = [] if ctx.llm.json_mode else tools.tools_for(ctx.process, state.get("status"))
     before = ctx.llm.budget.requests
-    try:
-        answer = await ctx.llm.ask(state["messages"], offered)
-    except LlmError as exc:
-        counts["requests"] += ctx.llm.budget.requests - before
-        return {"give_up": str(exc), "counts": counts}
+    messages = list(state["messages"])
+    while True:
+        # The system prompt follows the run's mode (JSON mode lists the steps and their schemas).
+        messages[0] = {"role": "system", "content": tools.system_prompt(ctx.process, ctx.llm.json_mode)}
+        offered = [] if ctx.llm.json_mode else tools.tools_for(ctx.process, state.get("status"))
+        try:
+            answer = await ctx.llm.ask(messages, offered)
+        except SwitchedToJsonMode:
+            continue
+        except LlmError as exc:
+            counts["requests"] += ctx.llm.budget.requests - before
+            return {"give_up": str(exc), "counts": counts}
+        break
     counts["requests"] += ctx.llm.budget.requests - before
     counts["tokens"] += answer.tokens
     readings = tools.read_answer(answer.message, answer.json_mode)
@@ -143,7 +150,7 @@ async def ask_model(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[
         else {"unusable": r.code, "message": r.message, "call_id": r.call_id}
         for r in readings
     ]
-    return {"messages": [*state["messages"], answer.message], "pending": pending, "counts": counts}
+    return {"messages": [*messages, answer.message], "pending": pending, "counts": counts}
 
 
 def _envelope(state: PlanState, ctx: PlannerContext, n: int, step: str, data: Mapping[str, Any]) -> dict[str, Any]:

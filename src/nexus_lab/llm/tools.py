@@ -177,7 +177,7 @@ def read_answer(message: Mapping[str, Any], json_mode: bool) -> list[Reading]:
     if calls:
         return [_read_call(c) for c in calls]
     content = message.get("content")
-    if json_mode and isinstance(content, str) and content.strip():
+    if json_mode and isinstance(content, str) and content.strip().startswith(("{", "`")):
         return _read_json_content(content)
     said = (content or "").strip()[:200] if isinstance(content, str) else ""
     return [Unusable(NO_STEP_PROPOSED, "no step was proposed" + (f" (the answer said: {said!r})" if said else ""))]
