@@ -160,7 +160,7 @@ async def check_llm_report(report: Mapping[str, Any], db: Database) -> CheckResu
 def render(result: CheckResult, plans: int) -> str:
     from nexus_lab.tables import text_table
 
-    rows = [(name, f"{result.held[name]}/{plans}", result.failed[name], what) for name, what in CHECKS.items()]
+    rows = [(name, f"{result.held[name]}/{plans}", str(result.failed[name]), what) for name, what in CHECKS.items()]
     rows += [(name, "ok" if ok else "FAILED", "", detail) for name, ok, detail in result.run_checks]
     lines = [text_table(None, ["check", "held", "failed", "what"], rows, "lrrl")]
     if result.failures:
