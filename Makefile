@@ -94,7 +94,7 @@ demo-llm: $(VENV)/.base
 	$(BIN)/python -m nexus_lab.llm.demo
 
 llm-test: $(STAMP)
-	$(BIN)/pytest tests/unit/test_llm_planner.py tests/unit/test_llm_client.py tests/e2e/test_llm_planner_e2e.py
+	$(BIN)/pytest tests/unit/test_llm_planner.py tests/integration/test_llm_client.py tests/e2e/test_llm_planner_e2e.py
 
 # LangGraph Studio (langgraph dev) on the planner graph of langgraph.json; offline: no analytics, no tracing.
 # Not part of `make test`: the studio extra (langgraph-cli[inmem]) is heavy.
