@@ -15,8 +15,9 @@ the step was applied before (a restarted planner): the planner moves to the orde
 More than `max_corrections` rejections of one step, a spent budget or an unreachable model: `give_up`
 publishes ABORT_PLAN with abort_code `planner_gave_up`.
 
-The event_id of the n-th proposal of a plan is uuid5(plan_id, n), so a planner restarted with the same seed
-resends the same ids and the gateway answers them as it did (DUPLICATE, or the remembered REJECTED).
+The event_id of a proposal is uuid5 of (plan_id, seq_id, step, data): the same step with the same data is
+the same event whenever it is sent (a planner restarted with the same seed resends it and the gateway
+answers as it did: DUPLICATE, or the remembered REJECTED), and any other proposal is a new event.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ def new_counts() -> dict[str, Any]:
     }
 
 
-def event_id(plan_id: str, n: int) -> str:
-    return str(uuid.uuid5(_EVENT_NS, f"{plan_id}:{n}"))
+def event_id(plan_id: str, seq_id: int | None, step: str, data: Mapping[str, Any]) -> str:
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return str(uuid.uuid5(_EVENT_NS, f"{plan_id}\x1f{seq_id}\x1f{step}\x1f{canonical}"))
 
 
 async def _context(runtime: Runtime[PlannerContext]) -> PlannerContext:
@@ -153,9 +155,10 @@ async def ask_model(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[
     return {"messages": [*messages, answer.message], "pending": pending, "counts": counts}
 
 
-def _envelope(state: PlanState, ctx: PlannerContext, n: int, step: str, data: Mapping[str, Any]) -> dict[str, Any]:
+def _envelope(state: PlanState, ctx: PlannerContext, step: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    seq_id = None if step == ABORT_STEP else state.get("last_seq", 0) + 1
     envelope: dict[str, Any] = {
-        "event_id": event_id(state["plan_id"], n),
+        "event_id": event_id(state["plan_id"], seq_id, step, data),
         "event_type": step,
         "plan_id": state["plan_id"],
         "order_id": state["order_id"],
@@ -164,8 +167,8 @@ def _envelope(state: PlanState, ctx: PlannerContext, n: int, step: str, data: Ma
         "data": dict(data),
         "correlation_id": state["plan_id"],
     }
-    if step != ABORT_STEP:
-        envelope["seq_id"] = state.get("last_seq", 0) + 1
+    if seq_id is not None:
+        envelope["seq_id"] = seq_id
         if ctx.settings.process != "order":
             envelope["process"] = ctx.settings.process
     return envelope
@@ -231,7 +234,7 @@ async def publish(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[st
             steps.append({"n": n, "event_id": None, "event_type": None, "seq_id": None, **_short(verdict)})
             messages.append(_feedback(state, ctx, verdict, item["call_id"], None))
             continue
-        envelope = _envelope(state, ctx, n, item["step"], item["data"])
+        envelope = _envelope(state, ctx, item["step"], item["data"])
         verdict = await _submit(ctx, envelope)
         decision = verdict["decision"]
         order = verdict.get("order") or {}
@@ -301,7 +304,7 @@ async def give_up(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[st
         "abort_code": AbortCode.PLANNER_GAVE_UP.value,
         "aborted_at_seq": state.get("last_seq", 0),
     }
-    envelope = _envelope(state, ctx, n, ABORT_STEP, data)
+    envelope = _envelope(state, ctx, ABORT_STEP, data)
     verdict = await _submit(ctx, envelope)
     order = verdict.get("order") or {}
     step = {"n": n, "event_id": envelope["event_id"], "event_type": ABORT_STEP, "seq_id": None, **_short(verdict)}
