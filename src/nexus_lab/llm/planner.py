@@ -328,9 +328,11 @@ def _after_publish(state: PlanState) -> str:
     return "give_up" if state.get("give_up") else "ask_model"
 
 
-def build_graph() -> Any:
-    """The compiled LLM planner graph (what `langgraph.json` names for LangGraph Studio)."""
-    builder = StateGraph(PlanState, context_schema=PlannerContext)
+def build_graph(context_schema: type[PlannerContext] | None = PlannerContext) -> Any:
+    """The compiled LLM planner graph. LangGraph Studio's copy (`nexus_lab.llm.studio.graph`) declares no
+    context schema: its server would build one from nothing, and the planner wires itself from the
+    environment instead."""
+    builder = StateGraph(PlanState, context_schema=context_schema)
     builder.add_node("start", start)
     builder.add_node("ask_model", ask_model)
     builder.add_node("publish", publish)

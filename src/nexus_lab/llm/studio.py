@@ -8,7 +8,7 @@ import os
 from nexus_client import AsyncNexusClient, ClientConfig
 from nexus_lab.llm import settings as llm_settings
 from nexus_lab.llm.client import LlmClient
-from nexus_lab.llm.planner import PlannerContext
+from nexus_lab.llm.planner import PlannerContext, build_graph
 
 _CONTEXT: PlannerContext | None = None
 
@@ -22,3 +22,7 @@ async def default_context() -> PlannerContext:
         process = (await gateway.process(settings.process)).model_dump()
         _CONTEXT = PlannerContext(llm=LlmClient(settings), gateway=gateway, process=process, settings=settings)
     return _CONTEXT
+
+
+# What `langgraph.json` names: the planner graph, wired from the environment on its first run.
+graph = build_graph(context_schema=None)
