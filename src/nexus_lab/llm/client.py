@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from nexus.core.backoff import decide, parse_retry_after
 from nexus_lab.llm.settings import LlmSettings
@@ -174,7 +175,10 @@ class LlmClient:
         request = self._request(messages, tools)
         if self.settings.stream:
             return await self._streamed(request, attempt)
-        completion = await self._client.chat.completions.create(**request)
+        # The client's `post` sends the body as built: `chat.completions.create` would first walk every
+        # message and tool schema through its typed-params transform, ~30 ms of CPU per request here
+        # (benchmarks/RESULTS.md), for a body that is plain JSON already. Same client, auth, headers, errors.
+        completion = await self._client.post("/chat/completions", body=request, cast_to=ChatCompletion)
         if not completion.choices:
             raise ModelUnavailable("the model answered no choices")
         message = completion.choices[0].message
@@ -195,8 +199,13 @@ class LlmClient:
         )
 
     async def _streamed(self, request: dict[str, Any], attempt: int) -> Answer:
-        stream = await self._client.chat.completions.create(
-            **request, stream=True, stream_options={"include_usage": True}
+        body = {**request, "stream": True, "stream_options": {"include_usage": True}}
+        stream = await self._client.post(
+            "/chat/completions",
+            body=body,
+            cast_to=ChatCompletionChunk,
+            stream=True,
+            stream_cls=openai.AsyncStream[ChatCompletionChunk],
         )
         content: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
