@@ -164,3 +164,20 @@ def test_seeded_script_covers_every_behaviour() -> None:
     script = bh.script_for_seed("demo")
     assert set(script) == set(bh.BEHAVIOURS) and script == bh.script_for_seed("demo")
     assert script != bh.script_for_seed("other")
+
+
+def test_the_planner_owns_seq_ids_event_ids_and_the_abort_position() -> None:
+    """seq_id is last_seq + 1 whatever the model says; the same step and data give the same event_id, other
+    data another; a model's ABORT_PLAN gets the plan's position (aborted_at_seq) from the planner."""
+    from types import SimpleNamespace
+
+    from nexus_lab.llm import planner
+
+    ctx: Any = SimpleNamespace(settings=LlmSettings())
+    state: Any = {"plan_id": "p", "order_id": "o", "last_seq": 2}
+    a = planner._envelope(state, ctx, "PaymentProcessed", {"amount": 1, "seq_id": 9})
+    b = planner._envelope(state, ctx, "PaymentProcessed", {"seq_id": 9, "amount": 1})
+    c = planner._envelope(state, ctx, "PaymentProcessed", {"amount": 2})
+    assert a["seq_id"] == 3 and a["event_id"] == b["event_id"] != c["event_id"]
+    abort = planner._envelope(state, ctx, "ABORT_PLAN", {"abort_code": "manual", "aborted_at_seq": 99})
+    assert "seq_id" not in abort and abort["data"]["aborted_at_seq"] == 2 and abort["data"]["reason"]

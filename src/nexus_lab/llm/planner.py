@@ -35,7 +35,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from nexus.core.process import ABORT_STEP, AbortCode
-from nexus_client import AsyncNexusClient, ClientError
+from nexus_client import AsyncNexusClient
 from nexus_lab.llm import tools
 from nexus_lab.llm.client import LlmClient, LlmError, SwitchedToJsonMode
 from nexus_lab.llm.settings import LlmSettings
@@ -157,6 +157,9 @@ async def ask_model(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[
 
 def _envelope(state: PlanState, ctx: PlannerContext, step: str, data: Mapping[str, Any]) -> dict[str, Any]:
     seq_id = None if step == ABORT_STEP else state.get("last_seq", 0) + 1
+    if step == ABORT_STEP:
+        # The model names a reason and a code; where the plan stands is the planner's to say.
+        data = {"reason": "aborted by the planner's model", **data, "aborted_at_seq": state.get("last_seq", 0)}
     envelope: dict[str, Any] = {
         "event_id": event_id(state["plan_id"], seq_id, step, data),
         "event_type": step,
@@ -175,11 +178,10 @@ def _envelope(state: PlanState, ctx: PlannerContext, step: str, data: Mapping[st
 
 
 async def _submit(ctx: PlannerContext, envelope: Mapping[str, Any]) -> dict[str, Any]:
-    """The gateway's verdict on one envelope, as the model will read it."""
-    try:
-        result = await ctx.gateway.submit_raw(json.dumps(envelope))
-    except ClientError as exc:
-        return {"decision": "NOT_ACKNOWLEDGED", "code": type(exc).__name__, "message": str(exc)[:500]}
+    """The gateway's verdict on one envelope, as the model will read it. A gateway that does not answer
+    (after the SDK's retries) is no verdict on the step: `ClientError` stops the run, as in the scripted
+    agent, rather than being fed to the model as a rejection."""
+    result = await ctx.gateway.submit_raw(json.dumps(envelope))
     if not result.results:
         return {"decision": "NOT_ACKNOWLEDGED", "code": f"HTTP_{result.http_status}", "message": "no result"}
     first = result.results[0]
