@@ -8,10 +8,14 @@ PYTEST_ARGS ?=
 export NEXUS_KAFKA_PORT ?= 9092
 export NEXUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NEXUS_KAFKA_PORT)
 
+
+.PHONY: demo-llm agent-studio studio-check llm-test
 .PHONY: help install demo test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean agent-e2e agent-test fuzz
 
 help:
 	@echo "make demo    - start the embedded stack, run misbehaving agents through it, check the invariants"
+	@echo "make demo-llm - 20 plans of the LLM planner against the fake model, every behaviour; blocked actions"
+	@echo "make agent-studio / studio-check - LangGraph Studio on the LLM planner graph (extra 'studio')"
 	@echo "make test    - lint, types and all tests (starts the local Kafka broker)"
 	@echo "make chaos   - the chaos scenarios at CI size"
 	@echo "make bench   - the benchmark suite (writes benchmarks/results/)"
@@ -92,6 +96,27 @@ agent-e2e: $(VENV)/.base
 
 agent-test: $(STAMP)
 	$(BIN)/pytest tests/unit/test_agent_graph.py tests/unit/test_hostile.py
+
+# issue 15: the LLM planner against `nexus fake-llm` (no internet, no key).
+demo-llm: $(VENV)/.base
+	$(BIN)/python -m nexus_lab.llm.demo
+
+llm-test: $(STAMP)
+	$(BIN)/pytest tests/unit/test_llm_planner.py tests/integration/test_llm_client.py tests/e2e/test_llm_planner_e2e.py
+
+# LangGraph Studio (langgraph dev) on the planner graph of langgraph.json; offline: no analytics, no tracing.
+# Not part of `make test`: the studio extra (langgraph-cli[inmem]) is heavy.
+STUDIO_PORT ?= 2024
+STUDIO_ENV := LANGGRAPH_CLI_NO_ANALYTICS=1 LANGSMITH_TRACING=false LANGCHAIN_TRACING_V2=false
+$(VENV)/.studio: $(VENV)/.base
+	$(BIN)/pip install --quiet -e '.[studio]'
+	touch $@
+
+agent-studio: $(VENV)/.studio
+	$(STUDIO_ENV) $(BIN)/langgraph dev --no-browser --port $(STUDIO_PORT)
+
+studio-check: $(VENV)/.studio
+	$(STUDIO_ENV) $(BIN)/python -m nexus_lab.llm.studio_check
 
 clean:
 	rm -rf .nexus .cache/kafka/node-* .pytest_cache .mypy_cache .ruff_cache

@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("nexus_lab.checker", "check an agent report against PostgreSQL and the sink's log"),
     "chaos": ("nexus_lab.chaos", "run chaos scenarios on real processes and check the invariants"),
     "bench": ("nexus_lab.bench", "measure throughput and latency"),
+    "fake-llm": ("nexus_lab.llm.fake", "serve a scripted fake model over the Chat Completions protocol"),
     "dlq": GATEWAY_COMMANDS["dlq"],
     "subscriptions": GATEWAY_COMMANDS["subscriptions"],
     "processes": GATEWAY_COMMANDS["processes"],

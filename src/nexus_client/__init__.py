@@ -9,7 +9,7 @@ from `NEXUS_GATEWAY_URL` and `NEXUS_API_KEY` by `ClientConfig.from_env()`.
 from nexus_client.config import ClientConfig
 from nexus_client.errors import ApiError, ClientError, GatewayUnreachable, NotFound, Unavailable, WaitTimeout
 from nexus_client.http import AsyncNexusClient, NexusClient
-from nexus_client.models import Order, OrderSummary, Plan, PlanOrder, StepResult, SubmitResult
+from nexus_client.models import Order, OrderSummary, Plan, PlanOrder, Process, StepResult, SubmitResult
 
 __all__ = [
     "ApiError",
@@ -23,6 +23,7 @@ __all__ = [
     "OrderSummary",
     "Plan",
     "PlanOrder",
+    "Process",
     "StepResult",
     "SubmitResult",
     "Unavailable",

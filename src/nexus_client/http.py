@@ -26,7 +26,7 @@ from nexus.core.envelope import EventEnvelope
 from nexus_client import _protocol as proto
 from nexus_client.config import ClientConfig
 from nexus_client.errors import ClientError, GatewayUnreachable, NotFound, WaitTimeout
-from nexus_client.models import Order, Plan, SubmitResult
+from nexus_client.models import Order, Plan, Process, SubmitResult
 
 Steps = EventEnvelope | Sequence[EventEnvelope]
 
@@ -84,6 +84,11 @@ class AsyncNexusClient:
     async def plan(self, plan_id: str) -> Plan:
         """GET /v1/plans/{plan_id}; `NotFound` when no order follows that plan."""
         return proto.read_model(Plan, *await self._get(f"/v1/plans/{plan_id}"))
+
+    async def process(self, name: str, version: int | None = None) -> Process:
+        """GET /v1/processes/{name} (the latest version, or `version`); `NotFound` for an unknown process."""
+        query = f"?version={version}" if version is not None else ""
+        return proto.read_model(Process, *await self._get(f"/v1/processes/{name}{query}"))
 
     async def wait(  # same signature as the sync client and the long poll (`wait=S`): no asyncio.timeout
         self,
@@ -174,6 +179,11 @@ class NexusClient:
     def plan(self, plan_id: str) -> Plan:
         """GET /v1/plans/{plan_id}; `NotFound` when no order follows that plan."""
         return proto.read_model(Plan, *self._get(f"/v1/plans/{plan_id}"))
+
+    def process(self, name: str, version: int | None = None) -> Process:
+        """GET /v1/processes/{name} (the latest version, or `version`); `NotFound` for an unknown process."""
+        query = f"?version={version}" if version is not None else ""
+        return proto.read_model(Process, *self._get(f"/v1/processes/{name}{query}"))
 
     def wait(
         self, order_id: str, *, after_seq: int | None = None, after_status: str | None = None, timeout: float = 30.0

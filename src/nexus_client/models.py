@@ -3,6 +3,8 @@ that adds fields does not break an older client."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 from nexus.core.sequencing import Decision
@@ -72,3 +74,14 @@ class Plan(_Model):
     plan_id: str
     terminal: bool
     orders: list[PlanOrder]
+
+
+class Process(_Model):
+    """GET /v1/processes/{name}: a process definition as the gateway describes it (steps, states...)."""
+
+    name: str
+    version: int
+    states: list[str] = []
+    terminal: list[str] = []
+    initial: list[str] = []
+    steps: dict[str, dict[str, Any]] = {}

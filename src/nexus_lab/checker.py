@@ -409,6 +409,15 @@ async def _main(args: argparse.Namespace) -> int:
     report = json.loads(args.report.read_text())
     settings = settings_from(args)
     db = await Database(settings).open(migrate=False)
+    if report.get("kind") == "llm":  # issue 15: an LLM planner's report
+        from nexus_lab.llm import check as llm_check
+
+        try:
+            llm_result = await llm_check.check_llm_report(report, db)
+        finally:
+            await db.close()
+        print(llm_check.render(llm_result, len(report["plans"])))
+        return 0 if llm_result.ok else 1
     try:
         result = await check_report(
             report, db, args.sink_log, settings=settings, wait_s=args.wait, allow_duplicates=args.allow_duplicates

@@ -66,6 +66,7 @@ class AbortCode(enum.StrEnum):
     TIMEOUT = "timeout"
     MANUAL = "manual"
     POLICY_VIOLATION = "policy_violation"
+    PLANNER_GAVE_UP = "planner_gave_up"  # issue 15: the LLM planner gave up correcting a rejected step
 
 
 # The steps of the order process, by position (seq_id), and the status each one leaves the order in.

@@ -49,6 +49,12 @@ def _rate(text: str) -> float:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--planner",
+        choices=["scripted", "llm"],
+        default="scripted",
+        help="scripted (the seeded graph, default) or llm (a Chat Completions model proposes each step)",
+    )
     parser.add_argument("--orders", type=int, default=1, help="plans to run, each with a new order_id")
     parser.add_argument(
         "--inventory-failure-rate",
@@ -92,6 +98,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
             default=None,
             help=f"{what} (SIM_{mode.value.upper()}_RATE)",
         )
+    from nexus_lab.llm import cli as llm_cli
+
+    llm_cli.configure(parser)
 
 
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfig:
@@ -156,4 +165,8 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.planner == "llm":
+        from nexus_lab.llm import cli as llm_cli
+
+        return llm_cli.run(args)
     return asyncio.run(_main(args))

@@ -1,0 +1,100 @@
+"""`make studio-check`: LangGraph Studio's server (`langgraph dev`) runs the LLM planner graph, offline.
+
+Starts `nexus fake-llm`, `nexus serve` (embedded PostgreSQL in a temporary --data-dir) and `langgraph dev
+--no-browser --no-reload` on `langgraph.json` (analytics and tracing off, the planner wired by
+`NEXUS_GATEWAY_URL` and `NEXUS_LLM_*`), asks its local API for a stateless run of `nexus-llm-planner`
+(`POST /runs/wait`) on one order, and checks that the run completed the order at the gateway. Exit 0 when
+it did; stops everything it started. Needs the `studio` extra (`pip install -e '.[studio]'`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+from nexus_lab.llm.runner import plan_input
+from nexus_lab.procs import REPO_ROOT, Proc, free_port, nexus, wait_ready
+
+OFFLINE = {
+    "LANGGRAPH_CLI_NO_ANALYTICS": "1",
+    "LANGSMITH_TRACING": "false",
+    "LANGCHAIN_TRACING_V2": "false",
+    "LANGSMITH_API_KEY": "",
+}
+
+
+async def _main() -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="nexus-studio-"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
+    llm_port, http_port, studio_port = free_port(), free_port(), free_port()
+    gateway_url = f"http://127.0.0.1:{http_port}"
+    children: list[Proc] = []
+    try:
+        children.append(
+            nexus(
+                "fake-llm", ["fake-llm", "--port", str(llm_port), "--behaviours", "wrong_amount"], env, tmp / "fake.out"
+            ).start()
+        )
+        serve = ["serve", "--data-dir", str(tmp / "data"), "--http-port", str(http_port), "--no-dispatcher"]
+        children.append(nexus("gateway", serve, env, tmp / "serve.out").start())
+        await wait_ready(children[0], f"http://127.0.0.1:{llm_port}/healthz", 30)
+        await wait_ready(children[1], gateway_url + "/readyz", 60)
+        langgraph = str(Path(sys.executable).with_name("langgraph"))
+        studio_env = {
+            **env,
+            **OFFLINE,
+            "NEXUS_GATEWAY_URL": gateway_url,
+            "NEXUS_LLM_BASE_URL": f"http://127.0.0.1:{llm_port}/v1",
+            "NEXUS_LLM_MODEL": "nexus-fake-1",
+        }
+        cmd = [
+            langgraph,
+            "dev",
+            "--no-browser",
+            "--no-reload",
+            "--port",
+            str(studio_port),
+            "--config",
+            str(REPO_ROOT / "langgraph.json"),
+        ]
+        children.append(Proc("langgraph-dev", cmd, studio_env, tmp / "studio.out").start())
+        studio = f"http://127.0.0.1:{studio_port}"
+        await wait_ready(children[2], studio + "/ok", 120)
+        print(f"studio-check: langgraph dev serving the planner graph at {studio}", flush=True)
+        start = plan_input("studio", 0)
+        async with httpx.AsyncClient(base_url=studio, timeout=120) as client:
+            assistants = (await client.post("/assistants/search", json={"graph_id": "nexus-llm-planner"})).json()
+            run = await client.post("/runs/wait", json={"assistant_id": "nexus-llm-planner", "input": start})
+            run.raise_for_status()
+            output = run.json()
+            if "--keep" in sys.argv:
+                print(run.text[:3000])
+            order = (await httpx.AsyncClient().get(f"{gateway_url}/v1/orders/{start['order_id']}")).json()
+        counts = output.get("counts", {})
+        print(
+            f"studio-check: {len(assistants)} assistant(s); run of nexus-llm-planner -> status {output.get('status')}, "
+            f"last_seq {output.get('last_seq')}, rejections {counts.get('rejections')}; "
+            f"the gateway says {order.get('status')}"
+        )
+        ok = output.get("status") == "completed" == order.get("status") and counts.get("rejections") == {
+            "CHECK_FAILED": 1
+        }
+        print("studio-check: ok" if ok else f"studio-check: FAILED (logs in {tmp})")
+        return 0 if ok else 1
+    finally:
+        for child in reversed(children):
+            child.stop(15.0)
+        if "--keep" not in sys.argv:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"studio-check: logs kept in {tmp}")
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(_main()))
