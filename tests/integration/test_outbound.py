@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from nexus.sink import start_sink
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
@@ -19,6 +18,7 @@ from nexus.gateway import Gateway, Incoming
 from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.sink import start_sink
 from tests.conftest import api_headers
 from tests.factories import plan_json
 from tests.integration.test_delivery import SECRET, dispatching, wait_until
