@@ -207,8 +207,12 @@ format_storage() {
     if [[ -s $CLUSTER_ID_FILE ]]; then
         cid=$(cat "$CLUSTER_ID_FILE")
     else
-        # A Kafka cluster id is 16 random bytes, base64url without padding.
-        cid=$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+        # A Kafka cluster id is 16 random bytes, base64url without padding. One starting with '-'
+        # would be read by the storage tool as a flag (1 time in 64): draw again.
+        cid=-
+        while [[ $cid == -* ]]; do
+            cid=$(head -c16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+        done
         echo "$cid" >"$CLUSTER_ID_FILE"
     fi
     say "formatting KRaft storage in $DATA_DIR (cluster id $cid)"
