@@ -60,7 +60,7 @@ async def test_consumer_kill_catches_offsets_committed_before_applying(chaos_ses
     assert broke(result, ": order: ", ": outbox: ")
 
 
-async def test_hallucinations_catches_a_gateway_that_never_rejects(session: ChaosSession) -> None:
+async def test_hallucinations_catches_a_gateway_that_never_rejects(chaos_session: ChaosSession) -> None:
     """A process that approves every step in turn applies hallucinated steps: the checker sees them."""
-    result = await run_broken(session, "hallucinations", "serve_without_checks.py", plans=10)
+    result = await run_broken(chaos_session, "hallucinations", "serve_without_checks.py", plans=10)
     assert broke(result, ": rejected: ", ": acks: ", ": outbox: ")

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.conftest import NexusProcess, api_headers, free_port, wait_http
+from tests.conftest import NexusProcess, free_port, wait_http
 from tests.factories import step_json
 
 
@@ -59,7 +59,12 @@ def test_the_server_left_by_a_killed_serve_is_adopted_and_stopped_by_its_adopter
     first, base = _serve(tmp_path, data, "first")
     procs = [first]
     try:
-        body = httpx.post(f"{base}/v1/events", json=step_json("o-adopt", "p-adopt", 1), headers=api_headers()).json()
+        # A fresh data directory: its only key is the bootstrap admin key, which makes the agent key we use.
+        admin = {"authorization": f"Bearer {(data / 'admin.key').read_text().strip()}"}
+        made = httpx.post(f"{base}/v1/keys", json={"tenant": "default", "roles": ["agent"]}, headers=admin)
+        assert made.status_code == 201, made.text
+        agent = {"authorization": f"Bearer {made.json()['key']}"}
+        body = httpx.post(f"{base}/v1/events", json=step_json("o-adopt", "p-adopt", 1), headers=agent).json()
         assert body["results"][0]["decision"] == "APPLY"
         postmaster = _postmaster(data)
         assert first.proc is not None
@@ -78,7 +83,7 @@ def test_the_server_left_by_a_killed_serve_is_adopted_and_stopped_by_its_adopter
 
         third, base = _serve(tmp_path, data, "third")
         procs.append(third)
-        order = httpx.get(f"{base}/v1/orders/o-adopt", headers=api_headers())
+        order = httpx.get(f"{base}/v1/orders/o-adopt", headers=agent)
         assert order.status_code == 200
         assert order.json()["last_seq"] == 1
         third.terminate()
