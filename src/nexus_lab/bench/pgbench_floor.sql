@@ -11,7 +11,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('pgb-' || :run::text || '-' || :cl
 SELECT last_seq FROM orders WHERE order_id = 'pgb-' || :run::text || '-' || :client_id::text || '-' || :o::text;
 INSERT INTO orders (order_id, plan_id, status, last_seq, outbox_count)
   VALUES ('pgb-' || :run::text || '-' || :client_id::text || '-' || :o::text, 'pgb-plan', 'created', :seq, :seq)
-  ON CONFLICT (order_id) DO UPDATE SET status = EXCLUDED.status, last_seq = EXCLUDED.last_seq,
+  ON CONFLICT (tenant_id, order_id) DO UPDATE SET status = EXCLUDED.status, last_seq = EXCLUDED.last_seq,
   outbox_count = EXCLUDED.outbox_count, updated_at = now();
 INSERT INTO outbox (id, order_id, position, event_id, event_type, seq_id, plan_id, payload)
   VALUES (gen_random_uuid(), 'pgb-' || :run::text || '-' || :client_id::text || '-' || :o::text, :seq,
