@@ -23,12 +23,12 @@ from nexus_lab.llm import behaviours as bh
 from nexus_lab.llm.check import check_llm_report
 from nexus_lab.llm.runner import plan_ids, run_llm_agent
 from nexus_lab.llm.settings import LlmSettings
-from tests.conftest import ROOT, NexusProcess, api_headers, free_port, settings_env, wait_http
+from tests.conftest import ROOT, TEST_API_KEY, NexusProcess, api_headers, free_port, settings_env, wait_http
 
 pytestmark = pytest.mark.slow
 
 LLM_KEY = "sk-e2e-llm-key-never-shown-0001"
-GATEWAY_KEY = "nx-e2e-gateway-key-never-shown-0002"
+GATEWAY_KEY = TEST_API_KEY  # in every test database (tests/conftest.py)
 WEBHOOK_SECRET = "whsec_ZTJlLXdlYmhvb2stc2VjcmV0LW5ldmVyLXNob3du"  # noqa: S105 - a test value that must not leak
 
 

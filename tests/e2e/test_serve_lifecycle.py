@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,11 +20,14 @@ def test_sigterm_shuts_down_and_stops_the_embedded_postgres(tmp_path: Path) -> N
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
     env["NEXUS_HTTP_PORT"] = str(port)
-    proc = NexusProcess(["serve", "--data-dir", str(tmp_path / "data")], env, tmp_path / "serve.log").start()
+    # Not under tmp_path: the embedded server runs as another user when we are root, and pytest resets the
+    # permissions of its base directory when another pytest process starts (see PostgresForTests).
+    data = Path(tempfile.mkdtemp(prefix="nexus-life-")) / "data"
+    proc = NexusProcess(["serve", "--data-dir", str(data)], env, tmp_path / "serve.log").start()
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60, proc=proc)
         # A fresh database: the first serve wrote a bootstrap admin key (0600), which makes an agent key.
-        admin_file = tmp_path / "data" / "admin.key"
+        admin_file = data / "admin.key"
         assert admin_file.stat().st_mode & 0o777 == 0o600
         admin = admin_file.read_text().strip()
         assert str(admin_file.resolve()) in proc.log() and admin not in proc.log()
@@ -39,7 +43,7 @@ def test_sigterm_shuts_down_and_stops_the_embedded_postgres(tmp_path: Path) -> N
             headers={"Authorization": f"Bearer {made.json()['key']}"},
         ).json()
         assert body["results"][0]["decision"] == "APPLY"
-        postmaster = int((tmp_path / "data" / "pgdata" / "postmaster.pid").read_text().split()[0])
+        postmaster = int((data / "pgdata" / "postmaster.pid").read_text().split()[0])
         assert psutil.pid_exists(postmaster)
         assert proc.proc is not None
         os.kill(proc.proc.pid, signal.SIGTERM)  # the process only, not its group: it must stop PostgreSQL itself

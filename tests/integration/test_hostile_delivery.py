@@ -45,13 +45,13 @@ async def test_breaker_series_are_bounded_and_disabled_ones_removed(db: Database
     """However many subscriptions exist, the breaker gauge has at most N own series plus `other`."""
     subs = [await subscribe(db, "http://127.0.0.1:9/hook", name=f"sub-{i:03d}") for i in range(12)]
     dispatcher = OutboxDispatcher(db, settings.replace(metrics_max_subscriptions=5), "labels")
-    await dispatcher._refresh_gauges()
+    await dispatcher._report.refresh_gauges(db)
     names = {s.labels["subscription"] for s in _breaker_samples()}
     assert names == {"sub-000", "sub-001", "sub-002", "sub-003", "sub-004", "other"}
     await disable_subscription(db, subs[0].name)
     for sub in subs[6:]:
         await disable_subscription(db, sub.name)
-    await dispatcher._refresh_gauges()
+    await dispatcher._report.refresh_gauges(db)
     names = {s.labels["subscription"] for s in _breaker_samples()}
     assert names == {"sub-001", "sub-002", "sub-003", "sub-004", "sub-005"}
 

@@ -26,13 +26,22 @@ function init(args)
   end
 end
 
+local ITEMS = '[{"product_id":"prod_a","quantity":2,"unit_price":"3.50"},' ..
+  '{"product_id":"prod_b","quantity":1,"unit_price":"3.00"}]'
+DATA = {
+  [1] = '{"user_id":"u1","items":' .. ITEMS .. ',"total_amount":"10.00","currency":"USD"}',
+  [2] = '{"warehouse_id":"wh","reserved_items":' .. ITEMS .. '}',
+  [3] = '{"payment_id":"pay","amount":"10.00","currency":"USD"}',
+}
+
 function request()
   local order = math.floor(counter / 5)
   local seq = counter % 5 + 1
   local order_id = string.format("wrk-%s-%d-%d", run, thread_id, order)
   local event_id = string.format("%s-%04x-4000-8000-%012x", run, thread_id, counter + 1)
-  local data = "{}"
-  if seq == 3 then data = '{"amount": 10}' end
+  -- The same honest data as the bench's Python plans (bench/scenarios.py _BENCH_DATA): it passes the
+  -- built-in order process's checks (total = items, reserved = items, payment = total and currency).
+  local data = DATA[seq] or "{}"
   local body = string.format(
     '{"event_id":"%s","event_type":"%s","plan_id":"%s-plan","order_id":"%s","seq_id":%d,' ..
     '"timestamp":"%s","schema_version":"1.0","data":%s}',
