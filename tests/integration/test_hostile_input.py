@@ -233,8 +233,7 @@ async def test_half_sent_and_idle_connections_are_closed_and_disconnects_are_qui
     assert trickled.startswith(b"HTTP/1.1 431")
     big = b"[" + b",".join([b"{}"] * 300_000) + b"]"
     one_chunk = (
-        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-        % len(big)
+        b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % len(big)
     ) + (b"Authorization: " + api_headers()["Authorization"].encode() + b"\r\n\r\n")
     assert b"BATCH_TOO_LARGE" in await loop.run_in_executor(None, raw_exchange, one_chunk + big)
     await asyncio.sleep(0.5)

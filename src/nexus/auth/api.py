@@ -5,15 +5,16 @@ bootstrap key) manages all."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from nexus.auth import keys
 from nexus.auth.middleware import principal_of, request_id_of
 from nexus.auth.roles import parse_roles
+from nexus.core.strict_json import INT64_MAX
 from nexus.errors import ErrorCode, NotFoundError
 from nexus.store.database import Database
 
@@ -54,7 +55,7 @@ async def list_keys(request: Request) -> dict[str, Any]:
 
 
 @router.post("/v1/keys/{key_id}/revoke")
-async def revoke_key(request: Request, key_id: int) -> dict[str, Any]:
+async def revoke_key(request: Request, key_id: Annotated[int, Path(ge=1, le=INT64_MAX)]) -> dict[str, Any]:
     own = principal_of(request).tenant_id
     if own is not None and not any(k.id == key_id and k.tenant_id == own for k in await keys.list_keys(_db(request))):
         raise NotFoundError(f"no key {key_id}")

@@ -84,7 +84,7 @@ async def dead_deliveries(
     request: Request,
     subscription_id: Annotated[int | None, Query(ge=1, le=INT64_MAX)] = None,
     limit: int = Query(100, ge=1, le=1000),
-    offset: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0, le=INT64_MAX),
 ) -> dict[str, Any]:
     tenant = principal_of(request).tenant_id
     rows = await subs.list_dead_deliveries(_db(request), subscription_id, limit, offset, tenant)

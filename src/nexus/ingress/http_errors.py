@@ -46,12 +46,15 @@ class ErrorBody(BaseModel):
 
 _DESCRIPTIONS = {
     400: "Malformed request (PARSE_ERROR, NESTING_TOO_DEEP)",
+    401: "No API key, or an unknown or revoked one (UNAUTHENTICATED)",
+    403: "The key's role or tenant does not allow this (FORBIDDEN, TENANT_MISMATCH)",
     404: "Not found",
     405: "Method not allowed",
     409: "Conflict (PLAN_MISMATCH, ALREADY_REDRIVEN, name taken)",
     413: "Too large (PAYLOAD_TOO_LARGE, BATCH_TOO_LARGE)",
     415: "Content-Type is not application/json (UNSUPPORTED_MEDIA_TYPE)",
-    422: "Invalid input (INVALID_EVENT, INVALID_IDENTIFIER, INVALID_REQUEST)",
+    422: "Invalid input (INVALID_EVENT, INVALID_IDENTIFIER, INVALID_REQUEST, UNSAFE_URL), or a REJECTED step",
+    429: "Rate limit of the key's role reached (RATE_LIMITED, Retry-After)",
     500: "Internal error",
     503: "Database unavailable or server busy; retry (Retry-After)",
 }
