@@ -81,17 +81,25 @@ RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, u.state;
 -- old head was delivered or died (finish clears its flag) or was redriven (see clear_heads), under the
 -- orders' advisory locks like the gateway's writes of new deliveries, so a head that ends while the
 -- gateway adds the order's next notification is never lost between the two. Driven from the given
--- pairs by index and primary key, whatever the size of the backlog or the table's statistics.
+-- pairs by index and primary key, whatever the size of the backlog or the table's statistics: the new
+-- heads are found first, once per pair (MATERIALIZED), then updated by primary key. Written as one
+-- UPDATE ... FROM unnest CROSS JOIN LATERAL, the planner may join every non-head row of the
+-- subscription to every pair and run the lateral search for each of those (pairs x backlog; seconds
+-- for a batch of 50 over 500 rows, longer than a lease).
+WITH first AS MATERIALIZED (
+    SELECT u.subscription_id, f.outbox_id
+    FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(subscription_id, order_id, tenant_id)
+    CROSS JOIN LATERAL (
+        SELECT p.outbox_id FROM deliveries AS p
+        WHERE p.subscription_id = u.subscription_id AND p.tenant_id = u.tenant_id AND p.order_id = u.order_id
+          AND p.state = 'pending'
+        ORDER BY p.position
+        LIMIT 1
+    ) AS f
+)
 UPDATE deliveries AS d SET head = true
-FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(subscription_id, order_id, tenant_id)
-CROSS JOIN LATERAL (
-    SELECT p.outbox_id FROM deliveries AS p
-    WHERE p.subscription_id = u.subscription_id AND p.tenant_id = u.tenant_id AND p.order_id = u.order_id
-      AND p.state = 'pending'
-    ORDER BY p.position
-    LIMIT 1
-) AS first
-WHERE d.outbox_id = first.outbox_id AND d.subscription_id = u.subscription_id AND NOT d.head;
+FROM first
+WHERE d.outbox_id = first.outbox_id AND d.subscription_id = first.subscription_id AND NOT d.head;
 
 -- name: clear_heads
 -- Before a redriven (lower) position takes over: the (subscription, order) loses its current head.
