@@ -9,7 +9,7 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from nexus import metrics
+from nexus import metrics, tracing
 from nexus.auth import tenants
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, principal_of
@@ -67,6 +67,8 @@ def create_app(
         keys=KeyCache(db, ttl_s=db.settings.auth_cache_ttl_s),
         limiter=RateLimiter(rate_limits(db.settings)),
     )
+    if tracing.active():  # issue 16: the maintained ASGI instrumentation, outermost; absent when tracing is off
+        tracing.instrument(app)
 
     @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
     async def post_events(request: Request) -> JSONResponse:
