@@ -78,6 +78,32 @@ async def one(db: Database, ratio: float | None, prefix: str, plans: int, chunk:
     return events / elapsed, statistics.median(lat) * 1000, (time.process_time() - cpu) / events * 1e6
 
 
+def micro(batches: int = 200, size: int = 200) -> None:
+    """The tracing work alone, per event, without the database: what `submit` adds around its transaction
+    (batch span with links, one decision span per event), off / 100 % / 1 %."""
+    from nexus.core.sequencing import Decision
+    from nexus.gateway import Outcome
+
+    rng = random.Random(1)
+    plans = make_plans("micro", size // len(STEPS) + 1)
+    envelopes = [e for plan in plans for e in plan][:size]
+    for mode, ratio in (("off", None), ("on 100%", 1.0), ("on 1%", 0.01)):
+        provider, _ = (None, None) if ratio is None else provider_for(ratio)
+        tracing.use(provider)
+        items = [Incoming.of(e, traceparent(1.0 if ratio is None else ratio, rng)) for e in envelopes]
+        outcomes = [Outcome(str(e.event_id), Decision.APPLY) for e in envelopes]
+        started = time.perf_counter()
+        for _ in range(batches):
+            if tracing.active():
+                with tracing.submit_span(items, "http") as span:
+                    tracing.record_decisions(items, outcomes, span)
+        per_event = (time.perf_counter() - started) / (batches * size) * 1e6
+        tracing.use(None)
+        if provider is not None:
+            provider.shutdown()
+        print(f"micro {mode:8}: {per_event:6.2f} us/event of tracing work (batches of {size})")
+
+
 async def main(args: argparse.Namespace, admin: str) -> None:
     name = f"bench_trace_{uuid.uuid4().hex[:8]}"
     url = await create_database(admin, name, migrate=True)
@@ -121,6 +147,10 @@ if __name__ == "__main__":
     parser.add_argument("--plans", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--chunk", type=int, default=200)
+    parser.add_argument("--micro", action="store_true", help="only the tracing work, without the database")
+    if parser.parse_args().micro:
+        micro()
+        raise SystemExit(0)
     embedded = None
     admin = os.environ.get("NEXUS_DATABASE_URL")
     if not admin:
