@@ -18,11 +18,15 @@ from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_client import AsyncNexusClient, ClientConfig
+from nexus_client.kafka import EventProducer
 from nexus_lab.sink import start_sink
 from tests.conftest import TEST_API_KEY
 from tests.factories import step
 from tests.helpers import wait_until
+from tests.integration.kafka_helpers import BOOTSTRAP, kafka_settings, running_ingress, wait_committed_to_end
 from tests.integration.test_delivery import SECRET, dispatching, settled, subscribe
+
+__all__ = ["kafka_settings"]  # the fixture, imported for pytest
 
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER: TracerProvider | None = None
@@ -109,3 +113,22 @@ def test_tracing_is_off_by_default_and_adds_no_middleware(db: Database, settings
     assert not tracing.active()
     app = create_app(db, Gateway(db), settings=settings)
     assert all("OpenTelemetry" not in m.cls.__name__ for m in app.user_middleware)  # type: ignore[attr-defined]
+
+
+@pytest.mark.kafka
+async def test_a_kafka_published_step_is_traced_through_the_consumer(
+    kafka_settings: Settings, spans: InMemorySpanExporter
+) -> None:
+    """The SDK's Kafka publish span travels in the record's traceparent: the consumer's batch span links to
+    it and the step's decision span is its child, in the agent's trace."""
+    async with EventProducer(BOOTSTRAP, kafka_settings.kafka_topic) as producer:
+        await producer.send(step("trk-o1", "trk-p1", 1))
+    async with running_ingress(kafka_settings):
+        await wait_committed_to_end(kafka_settings.kafka_group, kafka_settings.kafka_topic, timeout=60)
+    finished = list(spans.get_finished_spans())
+    [publish] = _named(finished, "nexus_client publish")
+    consume = _named(finished, "nexus.kafka.consume")
+    assert any(link.context.span_id == publish.context.span_id for c in consume for link in c.links)
+    [decision] = [d for d in _named(finished, "nexus.decision") if d.context.trace_id == publish.context.trace_id]
+    assert decision.parent is not None and decision.parent.span_id == publish.context.span_id
+    assert decision.attributes is not None and decision.attributes["nexus.decision"] == "APPLY"
