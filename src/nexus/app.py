@@ -14,6 +14,7 @@ from typing import Any
 
 import uvicorn
 
+from nexus import tracing
 from nexus.audit.signing import checkpoint_loop, load_signing_key
 from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
@@ -50,6 +51,7 @@ async def serve(
 ) -> None:
     """Run until SIGINT/SIGTERM: whichever of HTTP ingress, dispatcher and Kafka consumer are asked for."""
     signing_key = load_signing_key(settings)  # issue 12: a bad key stops the start, before anything runs
+    tracing.configure()  # issue 16: the SDK's OTEL_* variables; nothing is installed unless they ask for traces
     db = await Database(settings).open()
     from nexus.auth.keys import bootstrap_admin_key
     from nexus.errors import ConfigurationError
@@ -134,6 +136,7 @@ async def serve(
                 await task
         await committer.stop()
         await db.close()
+        tracing.shutdown()  # the spans still batched are exported
     if failures:
         raise ServiceFailed("; ".join(failures))
 

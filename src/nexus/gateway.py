@@ -20,7 +20,7 @@ from typing import Any
 
 import asyncpg
 
-from nexus import metrics
+from nexus import metrics, tracing
 from nexus.audit.log import record_entries
 from nexus.core import strict_json
 from nexus.core.audit import INGRESS_ORDER, Entry, resolution_entries
@@ -196,6 +196,14 @@ class Gateway:
         """
         if not items:
             return []
+        if tracing.active():  # issue 16: off, this check is the whole cost
+            with tracing.submit_span(items, source) as span:
+                outcomes = await self._submit(items, source)
+                tracing.record_decisions(items, outcomes, span)
+                return outcomes
+        return await self._submit(items, source)
+
+    async def _submit(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
         try:
             return await self._submit_once(items, source)
         except TransientDatabaseError:

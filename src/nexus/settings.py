@@ -92,6 +92,9 @@ _ENV_NAMES: dict[str, str] = {
     "rate_limit_approver": "NEXUS_RATE_LIMIT_APPROVER",
     "rate_limit_admin": "NEXUS_RATE_LIMIT_ADMIN",
     "rate_limit_processes": "NEXUS_RATE_LIMIT_PROCESSES",
+    # issue 16: the web console
+    "console_session_ttl_s": "NEXUS_CONSOLE_SESSION_TTL_S",
+    "console_page_size": "NEXUS_CONSOLE_PAGE_SIZE",
 }
 
 
@@ -206,6 +209,11 @@ class Settings(BaseSettings):
     rate_limit_admin: float = 20.0
     rate_limit_processes: int = 1
     """Gateway processes sharing the load: each enforces limit / processes (limits are divided, not shared)."""
+    # issue 16: the web console
+    console_session_ttl_s: float = 28800.0
+    """How long a console sign-in lasts (sessions are held by the serving process, never in the cookie)."""
+    console_page_size: int = 50
+    """Rows per page of the console's lists."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

@@ -24,6 +24,7 @@ import httpx
 from nexus.core.backoff import jittered_ms
 from nexus.core.envelope import EventEnvelope
 from nexus_client import _protocol as proto
+from nexus_client import _tracing
 from nexus_client.config import ClientConfig
 from nexus_client.errors import ClientError, GatewayUnreachable, NotFound, WaitTimeout
 from nexus_client.models import Order, Plan, Process, SubmitResult
@@ -33,6 +34,10 @@ Steps = EventEnvelope | Sequence[EventEnvelope]
 
 def _limits(config: ClientConfig) -> httpx.Limits:
     return httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_connections)
+
+
+def _as_list(steps: Steps) -> Sequence[EventEnvelope]:
+    return [steps] if isinstance(steps, EventEnvelope) else steps
 
 
 def _unreachable(exc: httpx.TransportError) -> GatewayUnreachable:
@@ -55,17 +60,17 @@ class AsyncNexusClient:
 
     async def submit(self, steps: Steps) -> SubmitResult:
         """POST /v1/events with one envelope or a batch; resent on 503 and transport errors."""
-        return await self.submit_raw(proto.encode_steps(steps))
+        with _tracing.publish(_as_list(steps), "http") as trace_headers:  # issue 16: the agent's publish span
+            return await self.submit_raw(proto.encode_steps(steps), headers=trace_headers)
 
-    async def submit_raw(self, body: bytes | str) -> SubmitResult:
+    async def submit_raw(self, body: bytes | str, *, headers: dict[str, str] | None = None) -> SubmitResult:
         """POST a body as it is (the lab sends malformed ones on purpose); same answers and retries."""
         content = body.encode() if isinstance(body, str) else body
+        sent = {**proto.JSON_HEADERS, **headers} if headers else proto.JSON_HEADERS
         attempt = 1
         while True:
             try:
-                response = await self._http.post(
-                    self.config.url("/v1/events"), content=content, headers=proto.JSON_HEADERS
-                )
+                response = await self._http.post(self.config.url("/v1/events"), content=content, headers=sent)
                 return proto.submit_result(response.status_code, response.content, attempt)
             except httpx.TransportError as exc:
                 error: ClientError = _unreachable(exc)
@@ -152,15 +157,17 @@ class NexusClient:
 
     def submit(self, steps: Steps) -> SubmitResult:
         """POST /v1/events with one envelope or a batch; resent on 503 and transport errors."""
-        return self.submit_raw(proto.encode_steps(steps))
+        with _tracing.publish(_as_list(steps), "http") as trace_headers:  # issue 16: the agent's publish span
+            return self.submit_raw(proto.encode_steps(steps), headers=trace_headers)
 
-    def submit_raw(self, body: bytes | str) -> SubmitResult:
+    def submit_raw(self, body: bytes | str, *, headers: dict[str, str] | None = None) -> SubmitResult:
         """POST a body as it is; same answers and retries as `submit`."""
         content = body.encode() if isinstance(body, str) else body
+        sent = {**proto.JSON_HEADERS, **headers} if headers else proto.JSON_HEADERS
         attempt = 1
         while True:
             try:
-                response = self._http.post(self.config.url("/v1/events"), content=content, headers=proto.JSON_HEADERS)
+                response = self._http.post(self.config.url("/v1/events"), content=content, headers=sent)
                 return proto.submit_result(response.status_code, response.content, attempt)
             except httpx.TransportError as exc:
                 error: ClientError = _unreachable(exc)

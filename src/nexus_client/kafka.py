@@ -18,6 +18,7 @@ from typing import Any, Self
 from aiokafka import AIOKafkaProducer
 
 from nexus.core.envelope import EventEnvelope
+from nexus_client import _tracing
 
 Headers = list[tuple[str, bytes]]
 
@@ -67,13 +68,21 @@ class EventProducer:
 
     async def send(self, step: EventEnvelope, *, traceparent: str | None = None) -> Delivered:
         """Publish one step (key = its order_id) and wait for its acknowledgement."""
-        fut = await self._enqueue(step.model_dump_json().encode(), step.order_id, traceparent or new_traceparent())
-        return _delivered(await fut)
+        with _tracing.publish([step], "kafka") as trace_headers:  # issue 16: the agent's publish span
+            tp = traceparent or trace_headers.get("traceparent") or new_traceparent()
+            fut = await self._enqueue(step.model_dump_json().encode(), step.order_id, tp)
+            return _delivered(await fut)
 
     async def send_many(self, steps: Iterable[EventEnvelope]) -> list[Delivered]:
         """Publish steps in order, then wait for every acknowledgement (one per step)."""
-        futures = [await self._enqueue(s.model_dump_json().encode(), s.order_id, new_traceparent()) for s in steps]
-        return [_delivered(m) for m in await asyncio.gather(*futures)]
+        batch = list(steps)
+        with _tracing.publish(batch, "kafka") as trace_headers:
+            shared = trace_headers.get("traceparent")
+            futures = [
+                await self._enqueue(s.model_dump_json().encode(), s.order_id, shared or new_traceparent())
+                for s in batch
+            ]
+            return [_delivered(m) for m in await asyncio.gather(*futures)]
 
     async def send_raw(
         self, value: bytes, *, key: str | bytes | None, traceparent: str | None = None, headers: Headers | None = None

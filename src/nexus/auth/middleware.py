@@ -18,7 +18,8 @@ from typing import Any
 
 from nexus.auth.keys import KeyCache
 from nexus.auth.ratelimit import RateLimiter, retry_after_header
-from nexus.auth.roles import Principal, allowed, required_roles
+from nexus.auth.roles import Principal, allowed, required_roles, uses_session
+from nexus.auth.sessions import COOKIE, SessionStore, cookie_of
 from nexus.errors import ErrorCode, NexusError
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,13 @@ def principal_of(request: Any) -> Principal:
 
 
 class AuthMiddleware:
-    def __init__(self, app: Any, keys: KeyCache, limiter: RateLimiter | None = None) -> None:
+    def __init__(
+        self, app: Any, keys: KeyCache, limiter: RateLimiter | None = None, sessions: SessionStore | None = None
+    ) -> None:
         self.app = app
         self.keys = keys
         self.limiter = limiter
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -48,7 +52,16 @@ class AuthMiddleware:
         if not roles:
             await self.app(scope, receive, send)
             return
-        key = _bearer(scope)
+        session_route = uses_session(scope["path"])
+        if session_route:  # issue 16: the console signs in with a form; its session cookie stands for the key
+            session = self.sessions.get(cookie_of(scope["headers"], COOKIE)) if self.sessions else None
+            if session is None:
+                await _to_login(send)
+                return
+            key: str | None = session.key
+            scope.setdefault("state", {})["console_session"] = session
+        else:
+            key = _bearer(scope)
         if key is None:
             message = "an API key is required (Authorization: Bearer <key>)"
             await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, message)
@@ -60,6 +73,9 @@ class AuthMiddleware:
             await _refuse(scope, send, 503, exc.code, message, {"retry-after": "1"}, retryable=True)
             return
         if principal is None:
+            if session_route:
+                await _to_login(send)
+                return
             await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, "unknown or revoked API key")
             return
         if not allowed(principal, roles):
@@ -80,6 +96,13 @@ class AuthMiddleware:
                 return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
+
+
+async def _to_login(send: Send) -> None:
+    """A console page without a live session: to the sign-in form (a browser follows; nothing is written)."""
+    headers = [(b"location", b"/console/login"), (b"content-length", b"0"), (b"cache-control", b"no-store")]
+    await send({"type": "http.response.start", "status": 303, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
 
 
 def _bearer(scope: Scope) -> str | None:

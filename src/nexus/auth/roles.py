@@ -54,6 +54,7 @@ _POLICY: tuple[tuple[str, re.Pattern[str], frozenset[Role]], ...] = tuple(
         ("GET", r"/v1/(orders|plans)/[^/]+(/.*)?", _READERS),
         ("*", r"/v1/(dead-letters|subscriptions|deliveries|blocked-actions|sagas)(/.*)?", _OPERATOR),
         ("GET", r"/metrics", _OPERATOR),
+        ("*", r"/console/login", PUBLIC),  # issue 16: the sign-in form (CSRF-checked by the console itself)
         ("*", r"/console(/.*)?", _OPERATOR),
         ("*", r"/v1/approvals(/.*)?", frozenset({Role.APPROVER, Role.OPERATOR})),
         ("*", r"/v1/keys(/.*)?", frozenset({Role.ADMIN})),
@@ -67,6 +68,14 @@ def required_roles(method: str, path: str) -> frozenset[Role]:
         if (m == "*" or m == method or (m == "GET" and method == "HEAD")) and pattern.fullmatch(path):
             return roles
     return ANY_ROLE
+
+
+_SESSION_ROUTES = re.compile(r"/console(/.*)?")
+
+
+def uses_session(path: str) -> bool:
+    """Whether `path` authenticates by the console's session cookie rather than the Bearer header."""
+    return _SESSION_ROUTES.fullmatch(path) is not None
 
 
 def allowed(principal: Principal, roles: frozenset[Role]) -> bool:

@@ -15,7 +15,7 @@ import time
 
 import httpx
 
-from nexus import metrics
+from nexus import metrics, tracing
 from nexus.auth.transport import guarded_transport
 from nexus.core.backoff import parse_retry_after
 from nexus.core.delivery import AttemptOutcome, outcome_of_status
@@ -61,11 +61,32 @@ class Sender:
 
     async def send(self, c: Claimed, slot: int) -> Result:
         """Send `c` from worker slot `slot`; network failures are a RETRYABLE result, never an exception."""
+        if not tracing.active():
+            return await self._send(c, slot, None)
+        attributes = {
+            "nexus.order_id": c.order_id,
+            "nexus.outbox_id": str(c.outbox_id),
+            "nexus.event_type": c.event_type,
+            "nexus.delivery.attempt": c.attempt,
+            "nexus.outbox.position": c.position,
+        }
+        with tracing.delivery_span(c.traceparent, attributes) as span:
+            result = await self._send(c, slot, tracing.traceparent_of(span))
+            span.set_attribute("nexus.delivery.outcome", result.outcome.value)
+            if result.status is not None:
+                span.set_attribute("http.response.status_code", result.status)
+            if result.error is not None:
+                span.set_attribute("error.type", result.error[:200])
+            return result
+
+    async def _send(self, c: Claimed, slot: int, traceparent: str | None) -> Result:
         client = self._clients[slot // SLOTS_PER_CLIENT]
         try:
             request = build_request(client, c, int(time.time()))
         except UnsendableRequest as exc:
             return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc))
+        if traceparent is not None:  # issue 16: the attempt's own span, in the agent's trace
+            request.headers["traceparent"] = traceparent
         started = time.perf_counter()
         try:
             response = await client.send(request)

@@ -9,12 +9,13 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from nexus import metrics
+from nexus import metrics, tracing
 from nexus.auth import tenants
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, principal_of
 from nexus.auth.ratelimit import RateLimiter
 from nexus.auth.roles import Principal
+from nexus.auth.sessions import SessionStore
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.core.sequencing import Decision
 from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
@@ -62,11 +63,11 @@ def create_app(
     submitter = committer or GroupCommitter(gateway, workers=1)
     http_errors.install(app)
     # issue 11: every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
-    app.add_middleware(
-        AuthMiddleware,
-        keys=KeyCache(db, ttl_s=db.settings.auth_cache_ttl_s),
-        limiter=RateLimiter(rate_limits(db.settings)),
-    )
+    keys = KeyCache(db, ttl_s=db.settings.auth_cache_ttl_s)
+    sessions = SessionStore(db.settings.console_session_ttl_s)  # issue 16: the console's sign-ins
+    app.add_middleware(AuthMiddleware, keys=keys, limiter=RateLimiter(rate_limits(db.settings)), sessions=sessions)
+    if tracing.active():  # issue 16: the maintained ASGI instrumentation, outermost; absent when tracing is off
+        tracing.instrument(app)
 
     @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
     async def post_events(request: Request) -> JSONResponse:
@@ -199,6 +200,13 @@ def create_app(
     from nexus.audit.api import router as audit_router  # issue 12: the blocked-actions report
 
     app.include_router(audit_router)
+    from nexus.console.views import router as console_router  # issue 16: the web console
+
+    app.include_router(console_router)
+    app.state.keys = keys
+    app.state.console_sessions = sessions
+    app.state.settings = settings
+    app.state.redrive_dead_letter = redrive_dead_letter  # the console's button; it must not import this module
     app.state.db = db
     app.state.gateway = gateway
     return app

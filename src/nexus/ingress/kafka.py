@@ -41,7 +41,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
-from nexus import metrics
+from nexus import metrics, tracing
 from nexus.auth.tenants import bind_or_dead_letter
 from nexus.core.backoff import RetryPolicy
 from nexus.core.sequencing import Decision
@@ -286,7 +286,11 @@ class KafkaIngress:
             bind_or_dead_letter(Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)), tenant)
             for r in records
         ]
-        outcomes = await self._submit(tp, items)
+        if tracing.active():  # issue 16
+            with tracing.consume_span(tp.topic, tp.partition, [i.traceparent for i in items]):
+                outcomes = await self._submit(tp, items)
+        else:
+            outcomes = await self._submit(tp, items)
         dead = [(r, i, o) for r, i, o in zip(records, items, outcomes, strict=True) if o.is_dead_letter]
         if dead:
             await self._dead_letter(dead)

@@ -1,0 +1,307 @@
+"""The console's pages (a FastAPI router under /console), server-rendered from Jinja2 templates, no script.
+
+Authentication is the auth middleware's (`nexus.auth.roles.uses_session`): a page is reached only with a
+live session whose key holds the operator role; the principal's tenant scopes every query. Every form
+carries the session's CSRF token and every POST checks it before doing anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import secrets
+import time
+import urllib.parse
+import uuid
+from typing import Any
+
+import jinja2
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from markupsafe import Markup
+
+from nexus.audit.report import Filters, _bar_chart, blocked_actions, blocked_summary
+from nexus.auth.middleware import principal_of
+from nexus.auth.roles import Role
+from nexus.auth.sessions import COOKIE, LOGIN_COOKIE, Session, SessionStore, cookie_of, same_token
+from nexus.delivery import subscriptions as subs
+from nexus.errors import NexusError
+from nexus.gateway import trace_id_of
+from nexus.store.database import Database
+from nexus.store.queries import query
+
+router = APIRouter(prefix="/console", include_in_schema=False)
+
+_templates = jinja2.Environment(
+    loader=jinja2.PackageLoader("nexus.console", "templates"),
+    autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
+    undefined=jinja2.StrictUndefined,
+)
+STATUSES = ("created", "inventory_validated", "payment_processed", "shipped", "completed", "aborted")
+_NO_STORE = {"cache-control": "no-store"}
+
+
+def _db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+def _sessions(request: Request) -> SessionStore:
+    store: SessionStore = request.app.state.console_sessions
+    return store
+
+
+def _session(request: Request) -> Session:
+    session: Session = request.state.console_session
+    return session
+
+
+def _page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    started = time.perf_counter()
+    principal = getattr(request.state, "principal", None)
+    session = getattr(request.state, "console_session", None)
+    body = _templates.get_template(template).render(
+        request_path=request.url.path,
+        principal=principal,
+        tenant=(principal.tenant_id or "every tenant") if principal else None,
+        csrf=session.csrf if session else context.pop("csrf", ""),
+        **context,
+    )
+    headers = {**_NO_STORE, "server-timing": f"render;dur={(time.perf_counter() - started) * 1000:.1f}"}
+    return HTMLResponse(body, status_code=status, headers=headers)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = (await request.body())[:65536].decode("utf-8", "replace")
+    return {k: v[0] for k, v in urllib.parse.parse_qs(body, keep_blank_values=True).items()}
+
+
+def _csrf_refused(request: Request, form: dict[str, str]) -> Response | None:
+    if same_token(form.get("csrf"), _session(request).csrf):
+        return None
+    return _page(request, "message.html", 403, title="Refused", message="The form's CSRF token is missing or wrong.")
+
+
+def _back(path: str, note: str) -> RedirectResponse:
+    return RedirectResponse(f"{path}?{urllib.parse.urlencode({'note': note})}", status_code=303, headers=_NO_STORE)
+
+
+# -- sign in / out ---------------------------------------------------------------------------------------
+
+
+@router.get("/login")
+async def login_form(request: Request) -> Response:
+    token = secrets.token_urlsafe(24)
+    response = _page(request, "login.html", csrf=token, error=None)
+    response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="strict", path="/console/login")
+    return response
+
+
+@router.post("/login")
+async def login(request: Request) -> Response:
+    form = await _form(request)
+    expected = cookie_of(request.scope["headers"], LOGIN_COOKIE)
+    if not same_token(form.get("csrf"), expected):
+        return _page(request, "login.html", 403, csrf=expected or "", error="The form expired; try again.")
+    key = form.get("api_key", "").strip()
+    principal = await request.app.state.keys.lookup(key) if key else None
+    if principal is None or Role.OPERATOR not in principal.roles:
+        error = "Unknown or revoked key." if principal is None else "This key lacks the operator role."
+        return _page(request, "login.html", 401 if principal is None else 403, csrf=expected or "", error=error)
+    sid, _ = _sessions(request).create(key)
+    response = RedirectResponse("/console/orders", status_code=303, headers=_NO_STORE)
+    response.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/console")
+    response.delete_cookie(LOGIN_COOKIE, path="/console/login")
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    form = await _form(request)
+    if (refused := _csrf_refused(request, form)) is not None:
+        return refused
+    _sessions(request).drop(cookie_of(request.scope["headers"], COOKIE))
+    response = RedirectResponse("/console/login", status_code=303, headers=_NO_STORE)
+    response.delete_cookie(COOKIE, path="/console")
+    return response
+
+
+@router.get("")
+async def home() -> Response:
+    return RedirectResponse("/console/orders", status_code=303)
+
+
+# -- orders ----------------------------------------------------------------------------------------------
+
+
+@router.get("/orders")
+async def orders(
+    request: Request,
+    status: str | None = None,
+    tenant: str | None = None,
+    process: str | None = None,
+    q: str | None = None,
+    after: str | None = None,
+) -> Response:
+    viewer = principal_of(request).tenant_id
+    after_tenant, _, after_order = (after or "").partition("/")
+    size = request.app.state.settings.console_page_size
+    rows = await _db(request).fetch(
+        query("console.sql", "orders"),
+        viewer,
+        status or None,
+        tenant or None,
+        process or None,
+        (q or "").strip()[:200] or None,
+        after_tenant or None,
+        after_order,
+        size + 1,
+    )
+    more = len(rows) > size
+    rows = rows[:size]
+    filters = {"status": status or "", "tenant": tenant or "", "process": process or "", "q": q or ""}
+    next_url = None
+    if more and rows:
+        last = rows[-1]
+        next_url = "/console/orders?" + urllib.parse.urlencode(
+            {**{k: v for k, v in filters.items() if v}, "after": f"{last['tenant_id']}/{last['order_id']}"}
+        )
+    return _page(
+        request, "orders.html", rows=rows, filters=filters, statuses=STATUSES, next_url=next_url, after=after or ""
+    )
+
+
+@router.get("/orders/{tenant}/{order_id}")
+async def order_page(request: Request, tenant: str, order_id: str) -> Response:
+    viewer = principal_of(request).tenant_id
+    db = _db(request)
+    order = await db.fetchrow(query("console.sql", "order"), viewer, tenant, order_id)
+    timeline = await db.fetch(query("console.sql", "timeline"), tenant, order_id) if order or viewer is None else []
+    if order is None and not timeline:
+        return _page(request, "message.html", 404, title="Not found", message=f"No order {order_id} of {tenant}.")
+    buffered = await db.fetch(query("console.sql", "buffered"), tenant, order_id)
+    notes = await db.fetch(query("console.sql", "notifications"), tenant, order_id)
+    traceparents = [n["traceparent"] for n in notes] + [b["traceparent"] for b in buffered]
+    trace_ids = sorted({t for t in (trace_id_of(tp) for tp in traceparents) if t})
+    grouped: dict[int, dict[str, Any]] = {}
+    for n in notes:
+        entry = grouped.setdefault(n["position"], {"n": n, "deliveries": []})
+        if n["subscription_id"] is not None:
+            entry["deliveries"].append(n)
+    return _page(
+        request,
+        "order.html",
+        order=order,
+        tenant_id=tenant,
+        order_id=order_id,
+        timeline=timeline,
+        buffered=buffered,
+        notifications=list(grouped.values()),
+        trace_ids=trace_ids,
+        note=request.query_params.get("note"),
+    )
+
+
+# -- blocked actions --------------------------------------------------------------------------------------
+
+
+@router.get("/blocked")
+async def blocked(request: Request, code: str | None = None) -> Response:
+    filters = Filters(tenant=principal_of(request).tenant_id, code=code or None)
+    summary = await blocked_summary(_db(request), filters)
+    items, _ = await blocked_actions(_db(request), filters, limit=100)
+    chart = Markup(_bar_chart(summary["by_code"], "blocked actions by code"))  # noqa: S704 - escaped by the report
+    return _page(request, "blocked.html", summary=summary, items=items, chart=chart, code=code or "")
+
+
+# -- dead letters and dead deliveries, with redrive -------------------------------------------------------
+
+
+@router.get("/dead")
+async def dead(request: Request) -> Response:
+    viewer = principal_of(request).tenant_id
+    db = _db(request)
+    letters = await db.fetch(query("api.sql", "dead_letters"), None, None, False, 200, 0, viewer)
+    deliveries = await subs.list_dead_deliveries(db, None, 200, 0, viewer)
+    return _page(request, "dead.html", letters=letters, deliveries=deliveries, note=request.query_params.get("note"))
+
+
+@router.post("/dead-letters/{dead_letter_id}/redrive")
+async def redrive_letter(request: Request, dead_letter_id: int) -> Response:
+    form = await _form(request)
+    if (refused := _csrf_refused(request, form)) is not None:
+        return refused
+    redrive, gateway = request.app.state.redrive_dead_letter, request.app.state.gateway
+    try:
+        outcome = await redrive(_db(request), gateway, dead_letter_id, principal_of(request).tenant_id)
+    except NexusError as exc:
+        return _back("/console/dead", f"dead letter {dead_letter_id}: {exc.code.value} {exc}")
+    return _back("/console/dead", f"dead letter {dead_letter_id} redriven: {outcome.decision.value}")
+
+
+@router.post("/deliveries/{outbox_id}/{subscription_id}/redrive")
+async def redrive_delivery(request: Request, outbox_id: uuid.UUID, subscription_id: int) -> Response:
+    form = await _form(request)
+    if (refused := _csrf_refused(request, form)) is not None:
+        return refused
+    try:
+        await subs.redrive_delivery(_db(request), outbox_id, subscription_id, principal_of(request).tenant_id)
+    except NexusError as exc:
+        return _back("/console/dead", f"delivery {outbox_id}: {exc.code.value} {exc}")
+    return _back("/console/dead", f"delivery {outbox_id} to subscription {subscription_id} redriven: pending")
+
+
+# -- subscriptions and processes --------------------------------------------------------------------------
+
+
+@router.get("/subscriptions")
+async def subscriptions(request: Request) -> Response:
+    rows = await subs.list_subscriptions(_db(request), principal_of(request).tenant_id)
+    counts = {r["subscription_id"]: r for r in await subs.accounting(_db(request))}
+    return _page(request, "subscriptions.html", subscriptions=rows, counts=counts)
+
+
+@router.get("/processes")
+async def processes(request: Request) -> Response:
+    from nexus.processes import builtin_catalog, describe, mermaid
+
+    catalog = request.app.state.gateway.catalog or builtin_catalog()
+    shown = [
+        {**describe(p), "mermaid": mermaid(p), "svg": Markup(_state_svg(p))}  # noqa: S704 - built from escaped text
+        for _, p in sorted(catalog.versions.items())
+    ]
+    return _page(request, "processes.html", processes=shown)
+
+
+def _state_svg(process: Any) -> str:
+    """A left-to-right diagram of a process's states in definition order, arrows labelled by step."""
+    import html
+
+    states = list(process.definition.states)
+    x_of = {s: 20 + i * 150 for i, s in enumerate(states)}
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{40 + 150 * len(states)}" height="150">']
+    for s, x in x_of.items():
+        parts.append(f'<rect x="{x}" y="60" width="120" height="30" rx="6" fill="#eef" stroke="#447"/>')
+        parts.append(f'<text x="{x + 6}" y="80">{html.escape(s)[:18]}</text>')
+    for lane, (name, compiled) in enumerate(process.steps.items()):
+        to = compiled.step.to
+        for origin in compiled.step.from_:
+            if origin not in x_of or to not in x_of:
+                continue
+            x1, x2 = x_of[origin] + 120, x_of[to]
+            y = 55 - (lane % 3) * 15 if x2 > x1 else 95 + (lane % 3) * 15
+            parts.append(f'<path d="M{x1 - 60},{y} L{x2 + 60},{y}" stroke="#447" fill="none" marker-end="url(#a)"/>')
+            parts.append(f'<text x="{min(x1, x2)}" y="{y - 2}" font-size="10">{html.escape(name)[:24]}</text>')
+    parts.insert(
+        1,
+        '<defs><marker id="a" markerWidth="8" markerHeight="8" refX="8" refY="4" orient="auto">'
+        '<path d="M0,0 L8,4 L0,8 z" fill="#447"/></marker></defs>',
+    )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def fmt_time(value: dt.datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else ""
+
+
+_templates.filters["t"] = fmt_time

@@ -1,0 +1,46 @@
+-- issue 16: read models of the web console (/console). $1 is always the viewer's tenant, or NULL for a key
+-- spanning every tenant.
+
+-- name: orders
+-- One page of orders in key order (keyset: $6/$7 = the last row of the previous page); filters may be NULL.
+-- $5 finds an order by id (exact or prefix) or by its plan id.
+SELECT tenant_id, order_id, plan_id, status, last_seq, process, process_version, outbox_count, updated_at
+FROM orders
+WHERE ($1::text IS NULL OR tenant_id = $1)
+  AND ($2::text IS NULL OR status = $2)
+  AND ($3::text IS NULL OR tenant_id = $3)
+  AND ($4::text IS NULL OR process = $4)
+  AND ($5::text IS NULL OR starts_with(order_id, $5) OR plan_id = $5)
+  AND ($6::text IS NULL OR (tenant_id, order_id) > ($6, $7))
+  AND NOT tombstone
+ORDER BY tenant_id, order_id
+LIMIT $8;
+
+-- name: order
+SELECT tenant_id, order_id, plan_id, status, last_seq, process, process_version, outbox_count, facts,
+       created_at, updated_at
+FROM orders WHERE ($1::text IS NULL OR tenant_id = $1) AND tenant_id = $2 AND order_id = $3;
+
+-- name: timeline
+-- Every decision about the order, in the order they were taken (the hash chain's positions).
+SELECT position, at, actor, event_id, plan_id, seq, event_type, decision, code, "check", message
+FROM decision_log WHERE order_id = $2 AND tenant_id = $1 ORDER BY position;
+
+-- name: buffered
+SELECT seq_id, event_id, received_at, traceparent FROM pending_events
+WHERE tenant_id = $1 AND order_id = $2 ORDER BY seq_id;
+
+-- name: notifications
+-- Each notification with its delivery to each subscriber (attempts so far, the last answer).
+SELECT o.id AS outbox_id, o.position, o.event_type, o.seq_id, o.traceparent, o.created_at,
+       d.subscription_id, s.name AS subscription, d.state, d.attempts, d.last_status, d.last_error,
+       d.next_attempt_at, d.delivered_at, d.dead_at, d.dead_reason
+FROM outbox o
+LEFT JOIN deliveries d ON d.outbox_id = o.id
+LEFT JOIN subscriptions s ON s.id = d.subscription_id
+WHERE o.tenant_id = $1 AND o.order_id = $2
+ORDER BY o.position, s.name;
+
+-- name: tenants
+SELECT DISTINCT tenant_id FROM api_keys WHERE tenant_id IS NOT NULL
+UNION SELECT 'default' ORDER BY 1;
