@@ -35,7 +35,10 @@ POLICY = RetryPolicy(base_ms=10, max_ms=100, max_attempts=3)
 def _fulfilment(statuses: list[StepStatus]) -> list[StepView]:
     kinds = [(2, "InventoryValidated", True, False), (3, "PaymentProcessed", True, False),
              (4, "OrderShipped", False, True), (5, "OrderCompleted", False, False)]  # fmt: skip
-    return [StepView(seq, name, status, comp, pivot) for (seq, name, comp, pivot), status in zip(kinds, statuses)]
+    return [
+        StepView(seq, name, status, comp, pivot)
+        for (seq, name, comp, pivot), status in zip(kinds[: len(statuses)], statuses, strict=True)
+    ]
 
 
 def test_statuses_are_those_of_seed_002_plus_escalated() -> None:
