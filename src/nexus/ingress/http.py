@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Annotated, Any
 
@@ -284,6 +285,8 @@ async def refresh_db_gauges(db: Database) -> None:
         row = await db.fetchrow(query("api.sql", "gauges"))
     except NexusError:
         return
+    with contextlib.suppress(NexusError):  # issue 14: sagas by status
+        metrics.set_saga_counts({r["status"]: r["n"] for r in await db.fetch(query("saga.sql", "saga_gauges"))})
     if row is not None:
         metrics.PENDING_EVENTS.set(row["pending_events"])
         metrics.OUTBOX_ENTRIES.labels(state="pending").set(row["outbox_pending"])
