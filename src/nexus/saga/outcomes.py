@@ -97,7 +97,8 @@ async def notify_compensation(conn: asyncpg.Connection, step: asyncpg.Record, re
         "tenant_id": tenant_id,
         "position": row["outbox_count"],
         "event_type": COMPENSATED_EVENT,
-        "seq_id": seq,
+        "seq_id": None,
+        "compensated_seq": seq,
         "status": row["status"],
         "compensation": {"step": step["step_name"], "service": step["service"], "result": response},
     }
@@ -109,7 +110,7 @@ async def notify_compensation(conn: asyncpg.Connection, step: asyncpg.Record, re
             row["outbox_count"],
             event_id,
             COMPENSATED_EVENT,
-            seq,
+            None,  # a compensation has no seq of its own (outbox keeps one notification per seq)
             row["plan_id"],
             json.dumps(payload, default=str),
             step["traceparent"],
