@@ -116,7 +116,8 @@ async def test_all_effects_succeed_and_each_step_waits_for_its_effect(harness: H
     assert [harness.kinds(s) for s in SERVICES] == [["reserve"], ["charge"], ["ship"], ["invoice"]]
     assert await harness.notifications("o1") == [
         ("OrderCreated", "created"), ("InventoryValidated", "inventory_validated"),
-        ("PaymentProcessed", "payment_processed"), ("OrderShipped", "shipped"), ("OrderCompleted", "completed")]  # fmt: skip
+        ("PaymentProcessed", "payment_processed"), ("OrderShipped", "shipped"),
+        ("OrderCompleted", "completed")]  # fmt: skip
     charge_entry = harness.services.services.ledgers["payment"].entries[0]
     assert charge_entry["amount"] == 10 and charge_entry["traceparent"]
 
