@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": GATEWAY_COMMANDS["audit"],
     "report": GATEWAY_COMMANDS["report"],
     "keys": GATEWAY_COMMANDS["keys"],
+    "sagas": GATEWAY_COMMANDS["sagas"],
 }
 
 

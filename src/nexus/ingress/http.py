@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nexus import metrics
+from nexus.saga.admin import effect_of, order_saga
 from nexus.auth import tenants
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, principal_of
@@ -105,7 +106,7 @@ def create_app(
         buffered = await db.fetch(query("api.sql", "order_buffered"), order_id, tenant_id)
         if row is None and not buffered:
             raise NotFoundError(f"no order {order_id!r}")
-        return {
+        body: dict[str, Any] = {
             "order_id": order_id,
             "plan_id": row["plan_id"] if row else buffered[0]["plan_id"],
             "status": row["status"] if row else None,
@@ -114,6 +115,11 @@ def create_app(
             "notifications": row["outbox_count"] if row else 0,
             "tombstone": row["tombstone"] if row else False,
         }
+        saga = await order_saga(db, tenant_id, order_id)  # issue 14: the saga and what holds the order
+        if saga is not None:
+            body["saga"] = saga
+            body["effect"] = effect_of(saga)
+        return body
 
     @app.get("/v1/plans/{plan_id}")
     async def get_plan(request: Request, plan_id: PlanId) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from nexus.core.saga import SagaStatus
 from nexus.core.saga import redrive as redrive_status
 from nexus.errors import NotFoundError
 from nexus.store.database import Database
+from nexus.store.sagas import gate_of
 from nexus.store.queries import query
 
 
@@ -75,3 +76,13 @@ async def redrive(db: Database, tenant_id: str, order_id: str) -> str:
     if row is None:
         raise NotFoundError(f"saga of order {order_id!r} changed meanwhile")
     return str(row["status"])
+
+
+def effect_of(view: dict[str, Any]) -> dict[str, Any] | None:
+    """The `effect` of an order's answer from its saga view: the step its open saga is busy with."""
+    rows = [
+        {"status": view["status"], "step_status": s["status"], "seq": s["seq"], "step_name": s["step"],
+         "attempts": s["attempts"], "pivot": s["pivot"]}
+        for s in view["steps"]
+    ]  # fmt: skip
+    return gate_of(rows) if rows else None
