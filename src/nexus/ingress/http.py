@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from nexus import metrics
-from nexus.saga.admin import effect_of, order_saga
 from nexus.auth import tenants
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, principal_of
@@ -25,6 +24,7 @@ from nexus.ingress import http_errors
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Refusal, media_type_refusal, parse, read_body
 from nexus.ingress.http_errors import ERROR_RESPONSES, error_body, error_response
+from nexus.saga.admin import effect_of, order_saga
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query

@@ -9,8 +9,8 @@ from nexus.core.saga import SagaStatus
 from nexus.core.saga import redrive as redrive_status
 from nexus.errors import NotFoundError
 from nexus.store.database import Database
-from nexus.store.sagas import gate_of
 from nexus.store.queries import query
+from nexus.store.sagas import gate_of
 
 
 async def order_saga(db: Database, tenant_id: str, order_id: str) -> dict[str, Any] | None:
