@@ -17,6 +17,7 @@ from nexus.processes import builtin_catalog
 from nexus.saga.executor import SagaExecutor
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES, RunningServices, start_services
 from tests.conftest import fast_settings
 from tests.factories import abort_json, step_json
@@ -120,6 +121,7 @@ async def test_all_effects_succeed_and_each_step_waits_for_its_effect(harness: H
         ("OrderCompleted", "completed")]  # fmt: skip
     charge_entry = harness.services.services.ledgers["payment"].entries[0]
     assert charge_entry["amount"] == 10 and charge_entry["traceparent"]
+    assert await check_sagas_live(harness.db, harness.services.url) == []
 
 
 @pytest.mark.parametrize(
@@ -154,6 +156,7 @@ async def test_a_permanent_failure_before_the_pivot_compensates_in_reverse_and_a
     abort = await harness.db.fetchval("SELECT payload->'event'->'data'->>'abort_code' FROM outbox WHERE order_id='o2' "
                                       "AND event_type='ABORT_PLAN'")  # fmt: skip
     assert abort == "effect_failed"
+    assert await check_sagas_live(harness.db, harness.services.url) == []
 
 
 async def test_after_the_pivot_failures_escalate_and_a_redrive_finishes(harness: Harness) -> None:

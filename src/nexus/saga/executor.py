@@ -151,7 +151,9 @@ class SagaExecutor:
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 current = SagaStatus(await outcomes.lock_order(conn, tenant_id, order_id))
-                if current is not status:
+                # Read again under the lock: a step recorded since the claim must not be slept through.
+                steps = await conn.fetch(query("saga.sql", "read_steps"), tenant_id, order_id)
+                if current is not status or next_work(current, [_view(s) for s in steps]) is not None:
                     await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
                     return
                 settled = settle(status, [_view(s) for s in steps])
