@@ -74,3 +74,46 @@ def test_serve_performs_effects_and_shows_the_saga(
         check=True,
     )
     assert [s["order_id"] for s in json.loads(listed.stdout)] == ["e2"]
+
+
+async def test_reactive_agent_follows_both_seed_paths(
+    database_url: str, nexus_procs: list[NexusProcess], tmp_path: Path
+) -> None:
+    """The reactive agent, through the SDK's wait(after_status), completes an order whose effects all
+    succeed, and ends a plan whose charge is declined as payment_rejected (the gateway released the
+    reservation and aborted the plan); `nexus agent --reactive` runs the same graph."""
+    from nexus_client import AsyncNexusClient
+    from nexus_client.config import ClientConfig
+    from nexus_lab.agent.reactive import run_reactive
+
+    port = free_port()
+    services = NexusProcess(["services", "--port", str(port)], {"PATH": "/usr/bin:/bin"}, tmp_path / "s.log").start()
+    nexus_procs.append(services)
+    base = f"http://127.0.0.1:{port}"
+    wait_http(base + "/health", proc=services)
+    settings: Settings = fast_settings(database_url, saga_poll_s=0.05, saga_retry_base_ms=10, saga_max_attempts=2)
+    gateway_port = free_port()
+    env = settings_env(settings.replace(http_port=gateway_port))
+    env.update({f"NEXUS_SERVICE_{name.upper()}_URL": f"{base}/{name}" for name in SERVICES})
+    gateway = NexusProcess(["serve"], env, tmp_path / "serve.log").start()
+    nexus_procs.append(gateway)
+    url = f"http://127.0.0.1:{gateway_port}"
+    wait_http(url + "/healthz", proc=gateway)
+    client = AsyncNexusClient(ClientConfig.from_env(env, gateway_url=url))
+    try:
+        ok = await run_reactive(client, 1, prefix="ok")
+        httpx.post(base + "/_faults", json={"service": "payment", "permanent_fail_rate": 1})
+        declined = await run_reactive(client, 1, prefix="no")
+    finally:
+        await client.aclose()
+    assert [r["outcome"] for r in ok] == ["completed"], ok
+    assert [r["outcome"] for r in declined] == ["payment_rejected"], declined
+    assert declined[0]["status"] == "aborted"
+    ledgers = httpx.get(base + "/ledgers").json()
+    assert [e["kind"] for e in ledgers["inventory"]["entries"]] == ["reserve", "reserve", "release"]
+    httpx.post(base + "/_faults", json={"service": "payment", "permanent_fail_rate": 0})
+    cli = subprocess.run(
+        [*NEXUS_CMD, "agent", "--reactive", "--orders", "1", "--gateway-url", url, "--seed", "cli"],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert "completed 1" in cli.stdout, cli.stdout + cli.stderr
