@@ -34,16 +34,15 @@ async def services() -> AsyncIterator[RunningServices]:
 
 def saga_settings(database_url: str, services: RunningServices, **overrides: Any) -> Settings:
     urls = ",".join(f"{name}={services.url_of(name)}" for name in SERVICES)
-    return fast_settings(
-        database_url,
-        service_urls=urls,
-        saga_retry_base_ms=5,
-        saga_retry_max_ms=20,
-        saga_max_attempts=3,
-        saga_call_timeout_s=1.0,
-        saga_lease_s=2.0,
-        **overrides,
-    )
+    values: dict[str, Any] = {
+        "service_urls": urls,
+        "saga_retry_base_ms": 5,
+        "saga_retry_max_ms": 20,
+        "saga_max_attempts": 3,
+        "saga_call_timeout_s": 1.0,
+        "saga_lease_s": 2.0,
+    }
+    return fast_settings(database_url, **{**values, **overrides})
 
 
 class Harness:
@@ -216,3 +215,63 @@ async def test_services_get_requests_with_keys(services: RunningServices) -> Non
     async with httpx.AsyncClient(base_url=services.url) as client:
         books = (await client.get("/ledgers")).json()
     assert set(books) == set(SERVICES)
+
+
+async def test_an_answer_after_the_timeout_is_settled_by_its_compensation_with_the_same_key(
+    database_url: str, services: RunningServices
+) -> None:
+    """A reservation the service recorded but answered after the client's timeout is never guessed: the
+    retries (same key) time out too, the step is given up as uncertain and compensated naming its key;
+    the ledger ends with the reservation released, and every saga invariant holds."""
+    from nexus.saga.admin import redrive
+
+    settings = saga_settings(database_url, services, saga_call_timeout_s=0.2, saga_max_attempts=2)
+    db = await Database(settings).open(migrate=False)
+    h = Harness(db, settings, services)
+    try:
+        services.services.faults["inventory"].hang_rate = 1.0
+        services.services.faults["inventory"].hang_ms = 600
+        await h.send("t1", 1, 2)
+        await h.settle()
+        status, steps = await h.saga("t1")
+        assert dict(steps)[2] == "FAILED" and status in ("COMPENSATING", "FAILED")
+        services.services.faults["inventory"].hang_rate = 0.0
+        if status == "FAILED":
+            await redrive(db, "default", "t1")
+        await h.settle()
+        assert (await h.saga("t1"))[0] == "COMPENSATED"
+        assert (await h.order("t1"))["status"] == "aborted"
+        assert h.kinds("inventory") == ["reserve", "release"]
+        assert await check_sagas_live(db, services.url) == []
+    finally:
+        await h.executor.aclose()
+        await db.close()
+
+
+async def test_a_service_down_opens_its_breaker_and_calls_wait_uncounted(
+    database_url: str, services: RunningServices
+) -> None:
+    """A payment service that is down fails `threshold` calls, then its breaker opens: no call reaches it
+    while open; once it is back and the cooldown is over, the charge goes through once."""
+    settings = saga_settings(
+        database_url, services, saga_max_attempts=50, saga_breaker_threshold=2, saga_breaker_cooldown_s=0.5
+    )
+    db = await Database(settings).open(migrate=False)
+    h = Harness(db, settings, services)
+    try:
+        services.services.faults["payment"].down = True
+        await h.send("b1", 1, 2, 3)
+        await h.settle(rounds=30)
+        assert h.executor.breakers["payment"].state.value in ("open", "half_open")
+        reached = sum(services.services.ledgers["payment"].attempts.values())
+        for _ in range(10):
+            await h.executor.run_once()
+        assert sum(services.services.ledgers["payment"].attempts.values()) <= reached + 1  # at most one probe
+        services.services.faults["payment"].down = False
+        await asyncio.sleep(0.6)
+        await h.settle()
+        assert (await h.order("b1"))["status"] == "payment_processed"
+        assert h.kinds("payment") == ["charge"]
+    finally:
+        await h.executor.aclose()
+        await db.close()
