@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -86,3 +87,62 @@ async def test_checker_catches_a_key_that_changes_between_attempts(database_url:
     launcher = [sys.executable, str(BROKEN / "serve_key_per_attempt.py")]
     problems = await _killed_between_call_and_write(database_url, tmp_path, launcher)
     assert any("2 effects in effect" in p for p in problems), problems
+
+
+async def test_executor_killed_during_compensation_compensates_once(database_url: str, tmp_path: Path) -> None:
+    """SIGKILLed while the inventory service held the answer of a release it had recorded, the restarted
+    executor repeats the release with the same key: one release in the ledger, the plan aborted once,
+    and every saga invariant holds."""
+    port = free_port()
+    services = NexusProcess(["services", "--port", str(port)], {"PATH": "/usr/bin:/bin"}, tmp_path / "s.log")
+    services.start()
+    base = f"http://127.0.0.1:{port}"
+    settings: Settings = fast_settings(
+        database_url, saga_poll_s=0.05, saga_lease_s=1.0, saga_call_timeout_s=10.0, saga_retry_base_ms=10
+    )
+    gateway_port = free_port()
+    env = settings_env(settings.replace(http_port=gateway_port))
+    env.update({f"NEXUS_SERVICE_{name.upper()}_URL": f"{base}/{name}" for name in SERVICES})
+    url = f"http://127.0.0.1:{gateway_port}"
+    gateway = NexusProcess(["serve"], env, tmp_path / "serve.log")
+    try:
+        wait_http(base + "/health", proc=services)
+        gateway.start()
+        wait_http(url + "/healthz", proc=gateway)
+        with httpx.Client(base_url=url, headers=api_headers(), timeout=10) as client:
+            client.post("/v1/events", json={"events": [step_json("c1", "p-c1", s, process="fulfilment")
+                                                       for s in (1, 2)]})  # fmt: skip
+            _until(lambda: httpx.get(base + "/inventory/ledger").json()["entries"], "the reservation")
+            httpx.post(base + "/_faults", json={"service": "inventory", "hang_rate": 1, "hang_ms": 3000})
+            httpx.post(base + "/_faults", json={"service": "payment", "permanent_fail_rate": 1})
+            _until(lambda: client.get("/v1/orders/c1").json().get("status") == "inventory_validated", "step 2")
+            client.post("/v1/events", json=step_json("c1", "p-c1", 3, process="fulfilment"))
+            _until(lambda: len(httpx.get(base + "/inventory/ledger").json()["entries"]) == 2, "the release")
+            gateway.kill()
+            httpx.post(base + "/_faults", json={"service": "inventory", "hang_rate": 0})
+            gateway.start()
+            wait_http(url + "/healthz", proc=gateway)
+            _until(lambda: client.get("/v1/orders/c1").json().get("status") == "aborted", "the abort")
+            order = client.get("/v1/orders/c1").json()
+        assert order["saga"]["status"] == "COMPENSATED"
+        kinds = [e["kind"] for e in httpx.get(base + "/inventory/ledger").json()["entries"]]
+        assert kinds == ["reserve", "release"]
+        db = await Database(settings).open(migrate=False)
+        try:
+            assert await check_sagas_live(db, base) == []
+            aborts = await db.fetchval(
+                "SELECT count(*) FROM outbox WHERE order_id = 'c1' AND event_type = 'ABORT_PLAN'"
+            )
+            assert aborts == 1
+        finally:
+            await db.close()
+    finally:
+        gateway.kill()
+        services.kill()
+
+
+def _until(condition: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.05)
