@@ -272,7 +272,12 @@ async def start_services(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     config = uvicorn.Config(
-        services.app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1
+        services.app,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=1,
+        http="httptools",
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
