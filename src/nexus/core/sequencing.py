@@ -365,9 +365,9 @@ def _defer_for_effect(
 
 def _past_pivot(state: OrderState, event: EventEnvelope, decision: Decision) -> Verdict | None:
     """An agent's ABORT_PLAN once the saga's pivot completed: the saga is committed, the abort refused."""
+    # The gateway's own `effect_failed` abort never meets this: it only follows a compensated saga, and
+    # a saga whose pivot completed is never compensated.
     if not (event.is_abort and state.past_pivot and decision is Decision.APPLY):
-        return None
-    if event.data.get("abort_code") == AbortCode.EFFECT_FAILED.value:
         return None
     return Verdict(
         ErrorCode.PAST_PIVOT,
