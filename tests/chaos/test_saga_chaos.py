@@ -41,8 +41,8 @@ async def _killed_between_call_and_write(database_url: str, tmp_path: Path, laun
         wait_http(base + "/health", proc=services)
         gateway.start()
         wait_http(url + "/healthz", proc=gateway)
-        # The charge is recorded at once, its answer comes 3 s later: the kill lands in between.
-        httpx.post(base + "/_faults", json={"service": "payment", "hang_rate": 1, "hang_ms": 3000})
+        # The charge is recorded at once, its answer comes 1.5 s later: the kill lands in between.
+        httpx.post(base + "/_faults", json={"service": "payment", "hang_rate": 1, "hang_ms": 1500})
         with httpx.Client(base_url=url, headers=api_headers(), timeout=10) as client:
             client.post("/v1/events", json={"events": [step_json("k1", "p-k1", s, process="fulfilment")
                                                        for s in (1, 2, 3)]})  # fmt: skip
@@ -113,7 +113,7 @@ async def test_executor_killed_during_compensation_compensates_once(database_url
             client.post("/v1/events", json={"events": [step_json("c1", "p-c1", s, process="fulfilment")
                                                        for s in (1, 2)]})  # fmt: skip
             _until(lambda: httpx.get(base + "/inventory/ledger").json()["entries"], "the reservation")
-            httpx.post(base + "/_faults", json={"service": "inventory", "hang_rate": 1, "hang_ms": 3000})
+            httpx.post(base + "/_faults", json={"service": "inventory", "hang_rate": 1, "hang_ms": 1500})
             httpx.post(base + "/_faults", json={"service": "payment", "permanent_fail_rate": 1})
             _until(lambda: client.get("/v1/orders/c1").json().get("status") == "inventory_validated", "step 2")
             client.post("/v1/events", json=step_json("c1", "p-c1", 3, process="fulfilment"))
