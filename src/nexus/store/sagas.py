@@ -84,7 +84,10 @@ async def record(
     sagas: list[tuple[str, str, str, str]] = []
     steps: list[tuple[Any, ...]] = []
     aborted: list[tuple[str, str]] = []
+    with_effects = effect_processes(catalog)
     for resolution in resolutions:
+        if (resolution.after.process or "order") not in with_effects:
+            continue  # no saga can exist for an order of a process without effects
         for applied in resolution.applied:
             event = applied.event
             if event.is_abort:
