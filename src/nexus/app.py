@@ -82,6 +82,10 @@ async def serve(
 
         await ensure_default_subscription(db, settings)
         services.append(("dispatcher", OutboxDispatcher(db, settings, instance_id()).run()))
+    if settings.saga_executors > 0 and gateway.effect_processes:  # issue 14: effects performed here
+        from nexus.saga.executor import SagaExecutor
+
+        services.append(("saga-executor", SagaExecutor(db, gateway, settings, instance_id()).run()))
     if settings.metrics_bind:
         services.append(("metrics", serve_metrics(db, settings.metrics_bind)))
     if kafka:

@@ -29,6 +29,8 @@ GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("nexus.audit.cli", "verify, checkpoint and export the hash-chained decision log"),
     "report": ("nexus.audit.cli", "reports from the decision log: `nexus report blocked`"),
     "keys": ("nexus.auth.cli", "create, list and revoke API keys"),
+    # issue 14
+    "sagas": ("nexus.saga.cli", "list sagas by status, show one, redrive an escalated or failed one"),
 }
 
 

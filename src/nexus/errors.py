@@ -58,6 +58,8 @@ class ErrorCode(enum.StrEnum):
     TENANT_MISMATCH = "TENANT_MISMATCH"
     RATE_LIMITED = "RATE_LIMITED"
     UNSAFE_URL = "UNSAFE_URL"
+    # issue 14: sagas
+    PAST_PIVOT = "PAST_PIVOT"
 
 
 class NexusError(Exception):

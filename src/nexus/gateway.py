@@ -29,6 +29,7 @@ from nexus.core.process import ProcessCatalog, Verdict, as_status
 from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, resolve
 from nexus.core.strict_json import InputLimits
 from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
+from nexus.store import sagas as saga_records
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
@@ -101,6 +102,8 @@ class Outcome:
     """REJECTED: the id of the failed check (CHECK_FAILED, LIMIT_EXCEEDED)."""
     message: str | None = None
     """REJECTED: why, in words (INVALID_TRANSITION lists the allowed next steps)."""
+    effect: Any = None
+    """issue 14: the saga effect holding the order ({"step", "seq", "status", "attempts"}), if any."""
 
     @property
     def is_dead_letter(self) -> bool:
@@ -123,6 +126,8 @@ class Outcome:
             body["message"] = self.message
         if self.error:
             body["error"] = self.error
+        if self.effect is not None:  # issue 14
+            body["effect"] = dict(self.effect)
         return body
 
 
@@ -187,6 +192,8 @@ class Gateway:
         self.default_max_order_amount = Decimal(default_max_order_amount)
         # issue 12: every decision is a row of the decision log; off only to measure its cost (bench).
         self.decision_log = decision_log
+        # issue 14: only orders of processes with effects pay for reading their sagas
+        self.effect_processes = saga_records.effect_processes(self.catalog)
 
     async def submit(self, items: Sequence[Incoming], *, source: str = "http") -> list[Outcome]:
         """Decide and apply a batch; one outcome per item, in the items' order.
@@ -266,12 +273,15 @@ class Gateway:
         drained = 0
         blocked: list[ErrorCode] = []
         audit: list[Entry] = []  # issue 12: the decision log's rows, in decision order
+        resolutions: list[Resolution] = []  # issue 14: the sagas' steps are recorded from them
+        all_traces: dict[uuid.UUID, str | None] = {}
 
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 if order_ids:
                     await conn.execute(query("gateway.sql", "lock_orders"), *_pairs(order_ids))
                     states, pending = await self._read(conn, order_ids)
+                    await self._read_sagas(conn, states, items, by_order)  # issue 14
                     rejected, limits = await self._read_rejections(conn, order_ids)
                     for key in order_ids:
                         order_id = key[1]
@@ -287,6 +297,8 @@ class Gateway:
                         )
                         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
                         drained += self._plan(resolution, traces, writes)
+                        resolutions.append(resolution)
+                        all_traces.update(traces)
                         blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
                         if self.decision_log:
                             audit += resolution_entries(resolution, pending.get(key, {}))
@@ -300,6 +312,7 @@ class Gateway:
                                 last_seq=after.last_seq,
                                 check=verdict.check if verdict else None,
                                 message=verdict.message if verdict else None,
+                                effect=after.effect,
                             )
                             if decision is Decision.PLAN_MISMATCH and self.record_plan_mismatch:
                                 dead_index.append(i)
@@ -320,6 +333,8 @@ class Gateway:
                         outcomes[i] = Outcome(item.event_id, Decision.DEAD_LETTER, item.error.code, str(item.error))
                         audit.append(_ingress_entry(item))
                 dead_ids = await writes.run(conn)
+                if self.effect_processes:  # issue 14
+                    await saga_records.record(conn, resolutions, self.catalog, all_traces)
                 await record_entries(conn, audit if self.decision_log else [])
 
         for i, dead_id in zip(dead_index, dead_ids, strict=False):
@@ -360,6 +375,24 @@ class Gateway:
             if oid not in states:
                 states[oid] = OrderState(oid[1], plan_id=plans[oid], buffered=frozenset(seqs))
         return states, pending
+
+    async def _read_sagas(
+        self,
+        conn: asyncpg.Connection,
+        states: dict[tuple[str, str], OrderState],
+        items: Sequence[Incoming],
+        by_order: dict[tuple[str, str], list[int]],
+    ) -> None:
+        """issue 14: the sagas holding the batch's orders (only orders of processes with effects)."""
+        if not self.effect_processes:
+            return
+        keys = [
+            key
+            for key, state in states.items()
+            if (state.process or items[by_order[key][0]].envelope.process_name)  # type: ignore[union-attr]
+            in self.effect_processes
+        ]
+        await saga_records.annotate(conn, states, keys)
 
     async def _read_rejections(
         self, conn: asyncpg.Connection, order_ids: list[tuple[str, str]]
@@ -437,6 +470,8 @@ class Gateway:
                 )
             )
         for applied in resolution.applied:
+            if applied.effect:  # issue 14: notified once its effect succeeds (nexus.saga.outcomes)
+                continue
             event = applied.event
             status_after = applied.status
             notification_id = outbox_id_for(event.event_id, event.tenant_id)

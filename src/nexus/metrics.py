@@ -201,3 +201,24 @@ for _result in DELIVERY_RESULTS:
     WEBHOOK_DELIVERIES.labels(result=_result)
 for _to in ("closed", "open", "half_open"):
     CIRCUIT_BREAKER_TRANSITIONS.labels(to=_to)
+
+
+# --- issue 14: sagas ------------------------------------------------------------------------------------
+SAGA_STEPS = Counter(
+    "nexus_saga_steps_total",
+    "Calls of saga steps to services, by action (forward, compensate) and result (core.saga labels).",
+    ["action", "result"],
+    registry=REGISTRY,
+)
+SAGAS = Gauge("nexus_sagas", "Sagas by status.", ["status"], registry=REGISTRY)
+for _status in ("PENDING", "RUNNING", "COMPLETED", "COMPENSATING", "COMPENSATED", "FAILED", "ESCALATED"):
+    SAGAS.labels(status=_status).set(0)
+
+
+def record_saga_step(action: str, result: str) -> None:
+    SAGA_STEPS.labels(action=action, result=result).inc()
+
+
+def set_saga_counts(counts: dict[str, int]) -> None:
+    for status in ("PENDING", "RUNNING", "COMPLETED", "COMPENSATING", "COMPENSATED", "FAILED", "ESCALATED"):
+        SAGAS.labels(status=status).set(counts.get(status, 0))

@@ -95,6 +95,18 @@ _ENV_NAMES: dict[str, str] = {
     # issue 16: the web console
     "console_session_ttl_s": "NEXUS_CONSOLE_SESSION_TTL_S",
     "console_page_size": "NEXUS_CONSOLE_PAGE_SIZE",
+    # issue 14: sagas (effects performed by the gateway's executors)
+    "service_urls": "NEXUS_SERVICE_URLS",
+    "saga_secret": "NEXUS_SAGA_SECRET",
+    "saga_executors": "NEXUS_SAGA_EXECUTORS",
+    "saga_poll_s": "NEXUS_SAGA_POLL_S",
+    "saga_lease_s": "NEXUS_SAGA_LEASE_S",
+    "saga_call_timeout_s": "NEXUS_SAGA_CALL_TIMEOUT_S",
+    "saga_retry_base_ms": "NEXUS_SAGA_RETRY_BASE_MS",
+    "saga_retry_max_ms": "NEXUS_SAGA_RETRY_MAX_MS",
+    "saga_max_attempts": "NEXUS_SAGA_MAX_ATTEMPTS",
+    "saga_breaker_threshold": "NEXUS_SAGA_BREAKER_THRESHOLD",
+    "saga_breaker_cooldown_s": "NEXUS_SAGA_BREAKER_COOLDOWN_S",
 }
 
 
@@ -214,6 +226,30 @@ class Settings(BaseSettings):
     """How long a console sign-in lasts (sessions are held by the serving process, never in the cookie)."""
     console_page_size: int = 50
     """Rows per page of the console's lists."""
+    # issue 14: sagas (effects performed by the gateway's executors)
+    service_urls: str = ""
+    """`name=url` pairs, comma separated; `from_env` adds every `NEXUS_SERVICE_<NAME>_URL` (trusted config)."""
+    saga_secret: str | None = None
+    """HMAC secret of the effects' Idempotency-Keys; None: derived from the webhook secret or a fixed value."""
+    saga_executors: int = 1
+    """Executor tasks per `nexus serve` process (0: this process performs no effects)."""
+    saga_poll_s: float = 0.2
+    """How often an idle executor looks for due saga work."""
+    saga_lease_s: float = 30.0
+    """How long a claimed saga is held by its executor; past it another executor may take it (crash)."""
+    saga_call_timeout_s: float = 5.0
+    """Timeout of one call to a service; a call timed out has an unknown outcome."""
+    saga_retry_base_ms: float = 200.0
+    saga_retry_max_ms: float = 10_000.0
+    saga_max_attempts: int = 5
+    """Attempts of one call, the first included, before a step fails (or, past the pivot, escalates)."""
+    saga_breaker_threshold: int = 5
+    """Consecutive failures of one service that open its breaker (its calls wait, uncounted)."""
+    saga_breaker_cooldown_s: float = 10.0
+
+    def service_url(self, name: str) -> str | None:
+        """The base URL of effect service `name`, from `service_urls`."""
+        return parse_service_urls(self.service_urls).get(name.lower())
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -221,7 +257,12 @@ class Settings(BaseSettings):
         for name in overrides:
             if name not in cls.model_fields:
                 raise ConfigurationError(f"unknown setting {name!r}")
-        from_vars = _Variables(cls, os.environ if env is None else env)()
+        source = os.environ if env is None else env
+        from_vars = _Variables(cls, source)()
+        dynamic = _service_urls(source)  # issue 14: NEXUS_SERVICE_<NAME>_URL names are not fields
+        if dynamic:
+            merged = {**parse_service_urls(str(from_vars.get("service_urls", ""))), **dynamic}
+            from_vars["service_urls"] = ",".join(f"{k}={v}" for k, v in sorted(merged.items()))
         flags = {name: value for name, value in overrides.items() if value is not None}
         return _validated(cls, {**from_vars, **flags}, from_vars.keys() - flags.keys())
 
@@ -277,3 +318,27 @@ def _validated(cls: type[Settings], values: dict[str, Any], from_vars: set[str] 
             where = env_name(field) if field in from_vars else f"setting {field}"
             problems.append(f"{where}={error.get('input')!r}: {error['msg']}")
         raise ConfigurationError("; ".join(problems)) from None
+
+
+# --- issue 14: effect services' base URLs -------------------------------------------------------------
+
+
+def parse_service_urls(text: str) -> dict[str, str]:
+    """`name=url,name=url` as a mapping (names in lower case)."""
+    urls: dict[str, str] = {}
+    for item in text.split(","):
+        name, sep, url = item.strip().partition("=")
+        if sep and name.strip() and url.strip():
+            urls[name.strip().lower()] = url.strip().rstrip("/")
+    return urls
+
+
+def _service_urls(env: Mapping[str, str]) -> dict[str, str]:
+    """Every `NEXUS_SERVICE_<NAME>_URL` variable (`NEXUS_SERVICE_URLS` excluded) as name -> URL."""
+    found = {}
+    for key, value in env.items():
+        if key.startswith("NEXUS_SERVICE_") and key.endswith("_URL") and value and key != "NEXUS_SERVICE_URLS":
+            name = key[len("NEXUS_SERVICE_") : -len("_URL")].lower()
+            if name:
+                found[name] = value.rstrip("/")
+    return found

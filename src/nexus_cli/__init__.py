@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chaos": ("nexus_lab.chaos", "run chaos scenarios on real processes and check the invariants"),
     "bench": ("nexus_lab.bench", "measure throughput and latency"),
     "fake-llm": ("nexus_lab.llm.fake", "serve a scripted fake model over the Chat Completions protocol"),
+    "services": ("nexus_lab.services", "serve fake inventory, payment, shipping and invoice services with ledgers"),
     "dlq": GATEWAY_COMMANDS["dlq"],
     "subscriptions": GATEWAY_COMMANDS["subscriptions"],
     "processes": GATEWAY_COMMANDS["processes"],
@@ -26,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": GATEWAY_COMMANDS["audit"],
     "report": GATEWAY_COMMANDS["report"],
     "keys": GATEWAY_COMMANDS["keys"],
+    "sagas": GATEWAY_COMMANDS["sagas"],
 }
 
 

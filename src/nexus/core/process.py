@@ -67,6 +67,7 @@ class AbortCode(enum.StrEnum):
     MANUAL = "manual"
     POLICY_VIOLATION = "policy_violation"
     PLANNER_GAVE_UP = "planner_gave_up"  # issue 15: the LLM planner gave up correcting a rejected step
+    EFFECT_FAILED = "effect_failed"  # issue 14: a saga effect failed before the pivot; compensated
 
 
 # The steps of the order process, by position (seq_id), and the status each one leaves the order in.

@@ -66,6 +66,11 @@ class OrderState:
     facts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """What the order's applied steps established (money in minor units): the `order` of CEL checks."""
     rejections: int = 0
+    # issue 14: sagas. `effect`: the step whose effect is in flight ({"step", "seq", "status", "attempts"}),
+    # or the open saga holding the order; while set, the next step is BUFFER. `past_pivot`: the saga's
+    # pivot completed, so an agent's ABORT_PLAN is REJECTED (PAST_PIVOT).
+    effect: Mapping[str, Any] | None = None
+    past_pivot: bool = False
 
     @property
     def exists(self) -> bool:
@@ -87,7 +92,7 @@ def decide(state: OrderState | None, event: EventEnvelope) -> Decision:
     assert event.seq_id is not None  # guaranteed by the envelope
     if event.seq_id <= state.last_seq or event.seq_id in state.buffered:
         return Decision.DUPLICATE
-    if event.seq_id == state.last_seq + 1:
+    if event.seq_id == state.last_seq + 1 and state.effect is None:  # issue 14: an open effect holds it
         return Decision.APPLY
     return Decision.BUFFER
 
@@ -106,6 +111,8 @@ class Applied:
     drained: bool
     status: str = ""
     """The order's status once the step applied."""
+    effect: bool = False
+    """issue 14: the step took its seq but waits for its effect: no notification yet, status unchanged."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -168,6 +175,7 @@ def resolve(
     catalog: ProcessCatalog | None = None,
     limits: Mapping[str, Any] | None = None,
     rejected: Mapping[uuid.UUID, Verdict] | None = None,
+    effect_done: int | None = None,
 ) -> Resolution:
     """Fold one order's events, in arrival order, through `decide` and the order's process.
 
@@ -175,6 +183,8 @@ def resolve(
     its consecutive buffered successors apply after it, in seq order, each judged as it would apply.
     Without a `catalog` no step is judged (every step in turn applies, as the built-in order's statuses).
     `limits` are the tenant's (CEL `limits`); `rejected` the verdicts already given to event_ids.
+    A step with a saga effect takes its seq but keeps the status until the effect succeeds (issue 14);
+    `effect_done` is the seq whose effect just succeeded, applied now for good (`complete_effect`).
     """
     before = state
     limits = limits or {}
@@ -210,6 +220,10 @@ def resolve(
     def apply(current: OrderState, event: EventEnvelope, drained: bool) -> OrderState:
         position = current.outbox_count + 1
         process = process_of(current, event) if catalog is not None else None
+        deferred = _defer_for_effect(process, current, event, drained, effect_done)  # issue 14
+        if deferred is not None:
+            applied.append(deferred[0])
+            return deferred[1]
         if process is None:
             status = STATUS_AFTER.get(event.event_type, OrderStatus.ABORTED)  # type: ignore[call-overload]
             facts = current.facts
@@ -228,6 +242,7 @@ def resolve(
             process=process.name if process is not None else current.process,
             process_version=process.version if process is not None else current.process_version,
             facts=facts,
+            effect=None,
         )
 
     def drop_buffer(current: OrderState) -> OrderState:
@@ -272,6 +287,11 @@ def resolve(
             decisions.append((event, Decision.REJECTED, state))
             continue
         decision = decide(state, event)
+        pivot_verdict = _past_pivot(state, event, decision)  # issue 14
+        if pivot_verdict is not None:
+            state = reject(state, event, pivot_verdict, drained=False)
+            decisions.append((event, Decision.REJECTED, state))
+            continue
         if decision is Decision.TOMBSTONE:
             state = drop_buffer(state)
             state = dataclasses.replace(state, plan_id=event.plan_id, status=OrderStatus.ABORTED, tombstone=True)
@@ -290,7 +310,9 @@ def resolve(
                 if event.is_abort:
                     state = drop_buffer(state)
                 else:
-                    while state.status != OrderStatus.ABORTED and state.last_seq + 1 in waiting:
+                    while (
+                        state.status != OrderStatus.ABORTED and state.last_seq + 1 in waiting and state.effect is None
+                    ):
                         successor = take(state.last_seq + 1)
                         verdict = judge(state, successor)
                         if verdict is not None:
@@ -310,3 +332,59 @@ def resolve(
         unbuffered=tuple(sorted(removed)),
         rejections=tuple(rejections),
     )
+
+
+# --- issue 14: sagas (the effects of steps), see core/saga.py -------------------------------------------
+
+
+def _defer_for_effect(
+    process: CompiledProcess | None,
+    current: OrderState,
+    event: EventEnvelope,
+    drained: bool,
+    effect_done: int | None,
+) -> tuple[Applied, OrderState] | None:
+    """A step whose definition declares an effect takes its seq but keeps the order's status (and writes
+    no notification) until the effect succeeds; None for any other step, or once its effect is done."""
+    if process is None or event.is_abort or event.seq_id is None or event.seq_id == effect_done:
+        return None
+    compiled = process.steps.get(event.event_type)
+    if compiled is None or compiled.step.effect is None:
+        return None
+    effect = {"step": str(event.event_type), "seq": event.seq_id, "status": "running", "attempts": 0}
+    after = dataclasses.replace(
+        current,
+        plan_id=event.plan_id,
+        last_seq=event.seq_id,
+        process=process.name,
+        process_version=process.version,
+        effect=effect,
+    )
+    return Applied(event, 0, drained, str(current.status), effect=True), after
+
+
+def _past_pivot(state: OrderState, event: EventEnvelope, decision: Decision) -> Verdict | None:
+    """An agent's ABORT_PLAN once the saga's pivot completed: the saga is committed, the abort refused."""
+    # The gateway's own `effect_failed` abort never meets this: it only follows a compensated saga, and
+    # a saga whose pivot completed is never compensated.
+    if not (event.is_abort and state.past_pivot and decision is Decision.APPLY):
+        return None
+    return Verdict(
+        ErrorCode.PAST_PIVOT,
+        f"order {state.order_id}: the saga's pivot completed, its effects are committed and cannot be aborted",
+    )
+
+
+def complete_effect(
+    state: OrderState,
+    event: EventEnvelope,
+    pending: Mapping[int, EventEnvelope],
+    *,
+    catalog: ProcessCatalog | None,
+    limits: Mapping[str, Any] | None = None,
+) -> Resolution:
+    """The effect of `event` (the step at `state.last_seq`) succeeded: the step applies now for good (its
+    status, facts and notification), then its buffered successors drain as they would have."""
+    assert event.seq_id is not None
+    before = dataclasses.replace(state, effect=None, last_seq=event.seq_id - 1)
+    return resolve(before, [event], pending, catalog=catalog, limits=limits, effect_done=event.seq_id)

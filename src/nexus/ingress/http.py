@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Annotated, Any
 
@@ -24,6 +25,7 @@ from nexus.ingress import http_errors
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Refusal, media_type_refusal, parse, read_body
 from nexus.ingress.http_errors import ERROR_RESPONSES, error_body, error_response
+from nexus.saga.admin import effect_of, order_saga
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
@@ -105,7 +107,7 @@ def create_app(
         buffered = await db.fetch(query("api.sql", "order_buffered"), order_id, tenant_id)
         if row is None and not buffered:
             raise NotFoundError(f"no order {order_id!r}")
-        return {
+        body: dict[str, Any] = {
             "order_id": order_id,
             "plan_id": row["plan_id"] if row else buffered[0]["plan_id"],
             "status": row["status"] if row else None,
@@ -114,6 +116,11 @@ def create_app(
             "notifications": row["outbox_count"] if row else 0,
             "tombstone": row["tombstone"] if row else False,
         }
+        saga = await order_saga(db, tenant_id, order_id)  # issue 14: the saga and what holds the order
+        if saga is not None:
+            body["saga"] = saga
+            body["effect"] = effect_of(saga)
+        return body
 
     @app.get("/v1/plans/{plan_id}")
     async def get_plan(request: Request, plan_id: PlanId) -> dict[str, Any]:
@@ -292,6 +299,8 @@ async def refresh_db_gauges(db: Database) -> None:
         row = await db.fetchrow(query("api.sql", "gauges"))
     except NexusError:
         return
+    with contextlib.suppress(NexusError):  # issue 14: sagas by status
+        metrics.set_saga_counts({r["status"]: r["n"] for r in await db.fetch(query("saga.sql", "saga_gauges"))})
     if row is not None:
         metrics.PENDING_EVENTS.set(row["pending_events"])
         metrics.OUTBOX_ENTRIES.labels(state="pending").set(row["outbox_pending"])

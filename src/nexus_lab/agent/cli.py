@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import sys
@@ -54,6 +55,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         choices=["scripted", "llm"],
         default="scripted",
         help="scripted (the seeded graph, default) or llm (a Chat Completions model proposes each step)",
+    )
+    parser.add_argument(
+        "--reactive",
+        action="store_true",
+        help="issue 14: propose one fulfilment step at a time and wait for its effect's outcome (HTTP)",
     )
     parser.add_argument("--orders", type=int, default=1, help="plans to run, each with a new order_id")
     parser.add_argument(
@@ -164,7 +170,29 @@ async def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _reactive(args: argparse.Namespace) -> int:
+    """issue 14: the reactive agent over the client SDK."""
+    from nexus_client import AsyncNexusClient
+    from nexus_client.config import ClientConfig
+    from nexus_lab.agent.reactive import run_reactive
+
+    client = AsyncNexusClient(ClientConfig.from_env(gateway_url=args.gateway_url))
+    try:
+        rows = await run_reactive(client, args.orders, prefix=args.seed)
+    finally:
+        await client.aclose()
+    if args.report is not None:
+        args.report.write_text(json.dumps({"plans": rows}, indent=2))
+    outcomes: dict[str, int] = {}
+    for row in rows:
+        outcomes[str(row["outcome"])] = outcomes.get(str(row["outcome"]), 0) + 1
+    print(f"agent (reactive): {len(rows)} plans: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "reactive", False):
+        return asyncio.run(_reactive(args))
     if args.planner == "llm":
         from nexus_lab.llm import cli as llm_cli
 

@@ -1,0 +1,242 @@
+"""Sagas: the effects a process's steps ask the gateway to perform, as pure state machines. No I/O.
+
+A step whose definition declares an `effect` is applied at once (its seq is taken) but its order keeps
+its status until the effect's call to a service has succeeded; the saga of the order records every such
+step (seed 002: Garcia-Molina and Salem's (T1..Tn) or (T1..Tk, Ck..C1)). Steps before the process's
+pivot are compensable, the pivot's success commits the saga, steps after it are only retried.
+
+Saga states (one `sagas` row per order; every transition lives here)::
+
+    PENDING --(an executor takes its first step)---------------------------> RUNNING
+    RUNNING --(a step's effect succeeds; the order reaches a terminal state)-> COMPLETED
+    RUNNING --(a step before/at the pivot is refused, or its retries run out,
+               or the plan is aborted before the pivot completed)--------------> COMPENSATING
+    RUNNING --(a step after the pivot exhausts its retries or is refused)-----> ESCALATED
+    COMPENSATING --(the last completed compensable step is compensated)------> COMPENSATED (plan aborted)
+    COMPENSATING --(a compensation is refused or exhausts its retries)--------> FAILED
+    ESCALATED --(an operator redrives it)--------------------------------------> RUNNING
+    FAILED    --(an operator redrives it)--------------------------------------> COMPENSATING
+
+Step states (`saga_steps` rows)::
+
+    PENDING --(claimed, call made)--> RUNNING --(2xx)--> COMPLETED --(compensation 2xx)--> COMPENSATED
+    RUNNING --(retryable: 5xx, 408, 429, no connection, timeout)--> RUNNING (same key, after a backoff)
+    RUNNING --(refused: other 4xx, or retries exhausted)----------> FAILED
+    FAILED (outcome unknown: a timeout was among its attempts) --(compensation 2xx)--> COMPENSATED
+
+A call whose outcome is unknown (the client timed out; the service may have acted) is never guessed:
+it is retried with the same key, and if it must be given up before the pivot it is compensated with its
+own key named (`Compensates`), which settles it whether or not the service had recorded it.
+
+Every call carries `Idempotency-Key = HMAC-SHA256(secret, tenant:order:plan:step:action)`: derived, so
+every attempt of a call (by any executor, after any crash) sends the same key. Bodies are built by CEL
+(the engine of `core/checks.py`) from the step's `data`, the order's facts (`order`), `step` and, for a
+compensation, the forward call's answer (`result`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import hmac
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nexus.core.backoff import RetryPolicy, decide
+from nexus.core.checks import CheckSyntaxError, CompiledRule
+
+
+class SagaStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    COMPENSATING = "COMPENSATING"
+    COMPENSATED = "COMPENSATED"
+    FAILED = "FAILED"
+    ESCALATED = "ESCALATED"
+
+    @property
+    def open(self) -> bool:
+        """The saga holds its order: the next step waits (BUFFER) while it is open."""
+        return self not in (SagaStatus.COMPLETED, SagaStatus.COMPENSATED)
+
+
+class StepStatus(enum.StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    COMPENSATED = "COMPENSATED"
+
+
+class Action(enum.StrEnum):
+    FORWARD = "forward"
+    COMPENSATE = "compensate"
+
+
+class CallOutcome(enum.StrEnum):
+    """How one call to a service ended."""
+
+    SUCCEEDED = "succeeded"  # 2xx
+    RETRYABLE = "retryable"  # 5xx, 408, 429, no connection (nothing reached the service)
+    UNKNOWN = "unknown"  # timed out after sending: the service may have acted
+    REFUSED = "refused"  # any other status: the service will never do it (e.g. a declined charge)
+
+
+def outcome_of_status(status: int) -> CallOutcome:
+    if 200 <= status < 300:
+        return CallOutcome.SUCCEEDED
+    if status >= 500 or status in (408, 429):
+        return CallOutcome.RETRYABLE
+    return CallOutcome.REFUSED
+
+
+def idempotency_key(secret: bytes, tenant_id: str, order_id: str, plan_id: str, step: str, action: Action) -> str:
+    """The key of every attempt of one call: HMAC-SHA256(secret, tenant:order:plan:step:action), hex."""
+    message = f"{tenant_id}:{order_id}:{plan_id}:{step}:{action.value}".encode()
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepView:
+    """What the state machines need of one `saga_steps` row."""
+
+    seq: int
+    step: str
+    status: StepStatus
+    compensable: bool
+    pivot: bool = False
+    uncertain: bool = False
+    """An attempt timed out: the service may have acted, so giving up means compensating."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Work:
+    """The next call of an open saga, or None when it waits for the agent's next step."""
+
+    action: Action
+    seq: int
+
+
+def next_work(status: SagaStatus, steps: Sequence[StepView]) -> Work | None:
+    """The one call an executor makes next for a saga: forward calls in seq order while RUNNING,
+    compensations in reverse seq order while COMPENSATING (one at a time, so the order is structural)."""
+    if status in (SagaStatus.PENDING, SagaStatus.RUNNING):
+        for step in sorted(steps, key=lambda s: s.seq):
+            if step.status in (StepStatus.PENDING, StepStatus.RUNNING):
+                return Work(Action.FORWARD, step.seq)
+        return None
+    if status is SagaStatus.COMPENSATING:
+        for step in sorted(steps, key=lambda s: -s.seq):
+            if needs_compensation(step):
+                return Work(Action.COMPENSATE, step.seq)
+    return None
+
+
+def needs_compensation(step: StepView) -> bool:
+    """A compensable step the service may have acted on: completed, or given up with an unknown outcome
+    (including a call still RUNNING when its plan was aborted)."""
+    if not step.compensable:
+        return False
+    if step.status is StepStatus.COMPLETED:
+        return True
+    return step.uncertain and step.status in (StepStatus.FAILED, StepStatus.RUNNING)
+
+
+def past_pivot(steps: Sequence[StepView]) -> bool:
+    """The pivot's effect completed: the saga is committed, nothing is compensated any more."""
+    return any(s.pivot and s.status in (StepStatus.COMPLETED,) for s in steps)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallDecision:
+    """What a call's outcome makes of its step and saga: the values the executor writes."""
+
+    step: StepStatus
+    saga: SagaStatus
+    delay_ms: float | None = None
+    """Retry the same call (same key) after this long; None: no retry."""
+    uncertain: bool = False
+    label: str = ""
+    """The `result` label of `nexus_saga_steps_total`."""
+
+
+def after_forward(
+    step: StepView, outcome: CallOutcome, attempts: int, policy: RetryPolicy, *, rand: float
+) -> CallDecision:
+    """After forward attempt number `attempts` (from 1) of `step` ended with `outcome`."""
+    uncertain = step.uncertain or outcome is CallOutcome.UNKNOWN
+    if outcome is CallOutcome.SUCCEEDED:
+        return CallDecision(StepStatus.COMPLETED, SagaStatus.RUNNING, label="completed")
+    committed = not step.compensable and not step.pivot  # after the pivot: retriable only
+    if outcome is not CallOutcome.REFUSED:
+        retry = decide(policy, attempts, rand)
+        if retry.retry:
+            return CallDecision(StepStatus.RUNNING, SagaStatus.RUNNING, retry.delay_ms, uncertain, label="retry")
+    if committed or (step.pivot and uncertain):
+        # Past the point of no return (or the pivot may have happened): an operator decides.
+        return CallDecision(StepStatus.FAILED, SagaStatus.ESCALATED, uncertain=uncertain, label="escalated")
+    label = "refused" if outcome is CallOutcome.REFUSED else "exhausted"
+    return CallDecision(StepStatus.FAILED, SagaStatus.COMPENSATING, uncertain=uncertain, label=label)
+
+
+def after_compensation(outcome: CallOutcome, attempts: int, policy: RetryPolicy, *, rand: float) -> CallDecision:
+    """After compensation attempt number `attempts` of a step ended with `outcome`."""
+    if outcome is CallOutcome.SUCCEEDED:
+        return CallDecision(StepStatus.COMPENSATED, SagaStatus.COMPENSATING, label="compensated")
+    if outcome is not CallOutcome.REFUSED:
+        retry = decide(policy, attempts, rand)
+        if retry.retry:
+            return CallDecision(StepStatus.COMPLETED, SagaStatus.COMPENSATING, retry.delay_ms, label="retry")
+    return CallDecision(StepStatus.COMPLETED, SagaStatus.FAILED, label="compensation_failed")
+
+
+def settle(status: SagaStatus, steps: Sequence[StepView]) -> SagaStatus:
+    """A COMPENSATING saga with nothing left to compensate is COMPENSATED."""
+    if status is SagaStatus.COMPENSATING and next_work(status, steps) is None:
+        return SagaStatus.COMPENSATED
+    return status
+
+
+def on_abort(status: SagaStatus, steps: Sequence[StepView]) -> SagaStatus:
+    """The order's plan was aborted (agent, deadline, policy) while its saga is `status`."""
+    if past_pivot(steps) or status in (SagaStatus.COMPENSATED, SagaStatus.COMPENSATING, SagaStatus.FAILED):
+        return status
+    return SagaStatus.COMPENSATING
+
+
+def redrive(status: SagaStatus) -> SagaStatus:
+    """An operator's redrive: ESCALATED retries its steps, FAILED retries its compensations."""
+    if status is SagaStatus.ESCALATED:
+        return SagaStatus.RUNNING
+    if status is SagaStatus.FAILED:
+        return SagaStatus.COMPENSATING
+    raise ValueError(f"only an escalated or failed saga is redriven, not a {status.value} one")
+
+
+class EffectBodyError(ValueError):
+    """A body field's CEL expression does not evaluate (a missing field, a type error)."""
+
+
+def build_body(fields: Mapping[str, str], variables: Mapping[str, Any]) -> dict[str, Any]:
+    """An effect's (or compensation's) body: each field's CEL expression evaluated over `variables`
+    (`data`, `order`, `step`, `result`)."""
+    body: dict[str, Any] = {}
+    for name, source in fields.items():
+        try:
+            body[name] = _plain(CompiledRule.compile(source).evaluate(variables))
+        except CheckSyntaxError as exc:
+            raise EffectBodyError(f"body field {name}: CEL syntax error: {exc}") from exc
+        except Exception as exc:  # the binding raises several types for evaluation errors
+            raise EffectBodyError(f"body field {name}: {exc}") from exc
+    return body
+
+
+def _plain(value: Any) -> Any:
+    """A CEL value as plain JSON data."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,378 @@
+"""Saga executors: any number, in any number of processes, like the outbox dispatcher.
+
+An executor claims a due saga (SKIP LOCKED + a lease, so a dead executor's saga is taken over once its
+lease runs out), asks `core.saga.next_work` for its one next call, marks the attempt (committed before
+the call: a crash after it leaves the step uncertain, never forgotten), calls the service with the
+call's derived `Idempotency-Key` and a `traceparent`, and writes the outcome back under the order's lock
+(`outcomes`). Retries follow `core.backoff` (the saga is simply due again later); a circuit breaker per
+service (`core.breaker`) holds calls to a service that keeps failing, uncounted, until its cooldown ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import logging
+import os
+import random
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+import httpx
+
+from nexus import metrics
+from nexus.core.backoff import RetryPolicy
+from nexus.core.breaker import Breaker, BreakerConfig
+from nexus.core.saga import (
+    Action,
+    CallOutcome,
+    EffectBodyError,
+    SagaStatus,
+    StepStatus,
+    StepView,
+    after_compensation,
+    after_forward,
+    build_body,
+    idempotency_key,
+    next_work,
+    outcome_of_status,
+    settle,
+)
+from nexus.errors import NexusError
+from nexus.gateway import Gateway
+from nexus.saga import outcomes
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus.store.errors import wrap_db_errors
+from nexus.store.queries import query
+
+log = logging.getLogger(__name__)
+
+KeyFunction = Callable[[bytes, str, str, str, str, Action, int], str]
+
+
+def derived_key(secret: bytes, tenant: str, order: str, plan: str, step: str, action: Action, attempt: int) -> str:
+    """The key of every attempt of a call: the same whatever the attempt (that is the point)."""
+    del attempt
+    return idempotency_key(secret, tenant, order, plan, step, action)
+
+
+def saga_secret(settings: Settings) -> bytes:
+    return (settings.saga_secret or settings.webhook_secret or "nexus-saga-idempotency").encode()
+
+
+def new_traceparent() -> str:
+    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
+
+
+class SagaExecutor:
+    """Performs the effects of due sagas until cancelled."""
+
+    def __init__(
+        self,
+        db: Database,
+        gateway: Gateway,
+        settings: Settings,
+        owner: str,
+        *,
+        key_function: KeyFunction = derived_key,
+    ) -> None:
+        self.db = db
+        self.gateway = gateway
+        self.settings = settings
+        self.owner = owner
+        self.secret = saga_secret(settings)
+        self.key_function = key_function
+        self.policy = RetryPolicy(
+            base_ms=settings.saga_retry_base_ms,
+            max_ms=settings.saga_retry_max_ms,
+            max_attempts=settings.saga_max_attempts,
+        )
+        self.breaker_config = BreakerConfig(
+            threshold=settings.saga_breaker_threshold,
+            cooldown_s=settings.saga_breaker_cooldown_s,
+            probe_ttl_s=max(settings.saga_call_timeout_s * 2, 1.0),
+        )
+        self.breakers: dict[str, Breaker] = {}
+        self.rng = random.Random()
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(settings.saga_call_timeout_s), follow_redirects=False)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def run(self, workers: int | None = None) -> None:
+        """`workers` loops (default: the `saga_executors` setting), each one saga at a time."""
+        count = self.settings.saga_executors if workers is None else workers
+        try:
+            async with asyncio.TaskGroup() as group:
+                for i in range(count):
+                    group.create_task(self._loop(f"{self.owner}-{i}"))
+        finally:
+            await self.aclose()
+
+    async def _loop(self, owner: str) -> None:
+        while True:
+            try:
+                worked = await self.run_once(owner)
+            except NexusError as exc:  # the database is away: wait and try again, the leases protect the work
+                log.warning("saga executor: %s", exc, extra={"action": "saga_retry"})
+                worked = False
+            if not worked:
+                await asyncio.sleep(self.settings.saga_poll_s)
+
+    async def run_once(self, owner: str | None = None) -> bool:
+        """Claim one due saga and make its next call; False when nothing was due."""
+        owner = owner or self.owner
+        with wrap_db_errors():
+            rows = await self.db.fetch(query("saga.sql", "claim_sagas"), self.settings.saga_lease_s, owner, 1)
+        if not rows:
+            return False
+        saga = rows[0]
+        with wrap_db_errors():
+            steps = await self.db.fetch(query("saga.sql", "read_steps"), saga["tenant_id"], saga["order_id"])
+        status = SagaStatus(saga["status"])
+        work = next_work(status, [_view(s) for s in steps])
+        if work is None:
+            await self._idle(saga, status, steps)
+            return True
+        step = next(s for s in steps if s["seq"] == work.seq)
+        if work.action is Action.FORWARD:
+            await self._forward(saga, step, owner)
+        else:
+            await self._compensate(saga, step, owner)
+        return True
+
+    # -- nothing to call: wait for the agent, or finish compensating ---------------------------------------
+    async def _idle(self, saga: asyncpg.Record, status: SagaStatus, steps: list[asyncpg.Record]) -> None:
+        tenant_id, order_id = saga["tenant_id"], saga["order_id"]
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                current = SagaStatus(await outcomes.lock_order(conn, tenant_id, order_id))
+                # Read again under the lock: a step recorded since the claim must not be slept through.
+                steps = await conn.fetch(query("saga.sql", "read_steps"), tenant_id, order_id)
+                if current is not status or next_work(current, [_view(s) for s in steps]) is not None:
+                    await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
+                    return
+                settled = settle(status, [_view(s) for s in steps])
+                if settled is SagaStatus.COMPENSATED:
+                    await outcomes.set_saga(conn, tenant_id, order_id, settled, None)
+                    failed = [s for s in steps if s["status"] == StepStatus.FAILED]
+                    reason = f"effect of {failed[-1]['step_name']} failed" if failed else "effects compensated"
+                    await outcomes.abort_plan(self.gateway, conn, tenant_id, order_id, reason)
+                else:
+                    await outcomes.set_saga(conn, tenant_id, order_id, status, None)
+
+    # -- forward calls --------------------------------------------------------------------------------------
+    async def _forward(self, saga: asyncpg.Record, step: asyncpg.Record, owner: str) -> None:
+        tenant_id, order_id, seq = saga["tenant_id"], saga["order_id"], step["seq"]
+        service = step["service"]
+        base = self.settings.service_url(service)
+        if not self._admitted(service, owner):
+            await self._release(saga, owner, self.breaker_config.cooldown_s)
+            return
+        key = self.key_function(
+            self.secret, tenant_id, order_id, step["plan_id"], step["step_name"], Action.FORWARD, step["attempts"] + 1
+        )
+        with wrap_db_errors():
+            attempts = await self.db.fetchval(query("saga.sql", "start_forward"), tenant_id, order_id, seq, key)
+        response: Any = None
+        error: str | None
+        if step["forward_error"] is not None or base is None:
+            outcome, error = CallOutcome.REFUSED, step["forward_error"] or f"no URL for service {service!r}"
+        else:
+            payload = _json(step["forward_payload"])
+            outcome, response, error = await self._call(
+                base + step["forward_path"], payload, key, step["traceparent"], None
+            )
+            self._record_breaker(service, owner, outcome)
+        view = _view(step)
+        decision = after_forward(view, outcome, attempts, self.policy, rand=self.rng.random())
+        metrics.record_saga_step(Action.FORWARD.value, decision.label)
+        log.info(
+            "saga step %s %s",
+            step["step_name"],
+            decision.label,
+            extra={"action": "saga_forward", "order_id": order_id, "plan_id": step["plan_id"], "seq_id": seq,
+                   "service": service, "attempt": attempts, "outcome": outcome.value},
+        )  # fmt: skip
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                current = SagaStatus(await outcomes.lock_order(conn, tenant_id, order_id))
+                if current is SagaStatus.PENDING:
+                    current = SagaStatus.RUNNING
+                await conn.execute(
+                    query("saga.sql", "finish_forward"),
+                    tenant_id,
+                    order_id,
+                    seq,
+                    decision.step.value,
+                    decision.uncertain,
+                    json.dumps(response) if response is not None else None,
+                    error,
+                )
+                if decision.step is StepStatus.COMPLETED:
+                    if current in (SagaStatus.PENDING, SagaStatus.RUNNING):
+                        status = await outcomes.apply_effect(
+                            self.gateway, conn, tenant_id, order_id, step["envelope_text"]
+                        )
+                        state_row = await conn.fetchrow(
+                            "SELECT process, process_version FROM orders WHERE tenant_id = $1 AND order_id = $2",
+                            tenant_id,
+                            order_id,
+                        )
+                        terminal = state_row is not None and outcomes.is_terminal(
+                            self.gateway, state_row["process"], state_row["process_version"], status
+                        )
+                        done = SagaStatus.COMPLETED if terminal and status != "aborted" else SagaStatus.RUNNING
+                        await outcomes.set_saga(conn, tenant_id, order_id, done, None if terminal else 0)
+                    else:
+                        await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
+                elif decision.delay_ms is not None:
+                    await outcomes.set_saga(conn, tenant_id, order_id, current, decision.delay_ms / 1000, error)
+                elif decision.saga is SagaStatus.ESCALATED:
+                    await outcomes.set_saga(conn, tenant_id, order_id, SagaStatus.ESCALATED, None, error)
+                else:
+                    target = current if current is SagaStatus.FAILED else SagaStatus.COMPENSATING
+                    await outcomes.set_saga(conn, tenant_id, order_id, target, 0, error)
+
+    # -- compensations --------------------------------------------------------------------------------------
+    async def _compensate(self, saga: asyncpg.Record, step: asyncpg.Record, owner: str) -> None:
+        tenant_id, order_id, seq = saga["tenant_id"], saga["order_id"], step["seq"]
+        service = step["service"]
+        base = self.settings.service_url(service)
+        if not self._admitted(service, owner):
+            await self._release(saga, owner, self.breaker_config.cooldown_s)
+            return
+        key = self.key_function(
+            self.secret,
+            tenant_id,
+            order_id,
+            step["plan_id"],
+            step["step_name"],
+            Action.COMPENSATE,
+            step["compensation_attempts"] + 1,
+        )
+        forward_key = step["forward_key"] or derived_key(
+            self.secret, tenant_id, order_id, step["plan_id"], step["step_name"], Action.FORWARD, 0
+        )
+        event = json.loads(step["envelope_text"])
+        result = json.loads(step["response_text"]) if step["response_text"] else {}
+        spec = _json(step["compensation_spec"])
+        variables = {
+            "data": event.get("data") or {},
+            "order": {"order_id": order_id, "plan_id": step["plan_id"], "tenant_id": tenant_id},
+            "step": {"seq": seq, "type": step["step_name"]},
+            "result": result,
+        }
+        try:
+            body = build_body(spec, variables)
+        except EffectBodyError:
+            body = {}  # the forward call's answer is unknown: the service finds the call by its key
+        body["compensates"] = forward_key
+        with wrap_db_errors():
+            attempts = await self.db.fetchval(
+                query("saga.sql", "start_compensation"), tenant_id, order_id, seq, key, json.dumps(body)
+            )
+        error: str | None
+        if base is None or step["compensation_path"] is None:
+            outcome, response, error = CallOutcome.REFUSED, None, f"no compensation URL for {service!r}"
+        else:
+            outcome, response, error = await self._call(
+                base + step["compensation_path"], body, key, step["traceparent"], forward_key
+            )
+            self._record_breaker(service, owner, outcome)
+        decision = after_compensation(outcome, attempts, self.policy, rand=self.rng.random())
+        metrics.record_saga_step(Action.COMPENSATE.value, decision.label)
+        log.info(
+            "saga compensation %s %s",
+            step["step_name"],
+            decision.label,
+            extra={"action": "saga_compensate", "order_id": order_id, "plan_id": step["plan_id"], "seq_id": seq,
+                   "service": service, "attempt": attempts, "outcome": outcome.value},
+        )  # fmt: skip
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                current = SagaStatus(await outcomes.lock_order(conn, tenant_id, order_id))
+                if decision.step is StepStatus.COMPENSATED:
+                    await conn.execute(
+                        query("saga.sql", "finish_compensation"),
+                        tenant_id,
+                        order_id,
+                        seq,
+                        StepStatus.COMPENSATED.value,
+                        json.dumps(response) if response is not None else None,
+                        None,
+                    )
+                    await outcomes.notify_compensation(conn, step, response)
+                    await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
+                elif decision.delay_ms is not None:
+                    await outcomes.set_saga(conn, tenant_id, order_id, current, decision.delay_ms / 1000, error)
+                else:
+                    await outcomes.set_saga(conn, tenant_id, order_id, SagaStatus.FAILED, None, error)
+
+    # -- HTTP and breakers ----------------------------------------------------------------------------------
+    async def _call(
+        self, url: str, body: dict[str, Any], key: str, traceparent: str | None, compensates: str | None
+    ) -> tuple[CallOutcome, Any, str | None]:
+        headers = {"Idempotency-Key": key, "traceparent": traceparent or new_traceparent()}
+        if compensates is not None:
+            headers["Compensates"] = compensates
+        try:
+            response = await self.client.post(url, json=body, headers=headers)
+        except httpx.ConnectError as exc:  # nothing reached the service
+            return CallOutcome.RETRYABLE, None, f"connection failed: {exc}"
+        except httpx.ConnectTimeout as exc:
+            return CallOutcome.RETRYABLE, None, f"connect timeout: {exc}"
+        except (httpx.TimeoutException, httpx.TransportError) as exc:  # sent: the service may have acted
+            return CallOutcome.UNKNOWN, None, f"{type(exc).__name__}: outcome unknown"
+        try:
+            answer: Any = response.json()
+        except ValueError:
+            answer = {"text": response.text[:500]}
+        outcome = outcome_of_status(response.status_code)
+        error = None if outcome is CallOutcome.SUCCEEDED else f"HTTP {response.status_code}: {str(answer)[:300]}"
+        return outcome, answer, error
+
+    def _admitted(self, service: str, owner: str) -> bool:
+        breaker = self.breakers.get(service, Breaker())
+        if breaker.admits_all():
+            return True
+        probe = breaker.take_probe(dt.datetime.now(dt.UTC), owner, self.breaker_config)
+        if probe is None:
+            return False
+        self.breakers[service] = probe
+        return True
+
+    def _record_breaker(self, service: str, owner: str, outcome: CallOutcome) -> None:
+        breaker = self.breakers.get(service, Breaker())
+        success = outcome in (CallOutcome.SUCCEEDED, CallOutcome.REFUSED)
+        self.breakers[service] = breaker.record(
+            success, dt.datetime.now(dt.UTC), self.breaker_config, probe_owner=owner
+        )
+
+    async def _release(self, saga: asyncpg.Record, owner: str, delay_s: float) -> None:
+        with wrap_db_errors(), contextlib.suppress(asyncpg.PostgresError):
+            await self.db.execute(
+                query("saga.sql", "release_saga"), saga["tenant_id"], saga["order_id"], delay_s, owner
+            )
+
+
+def _view(row: asyncpg.Record) -> StepView:
+    return StepView(
+        seq=row["seq"],
+        step=row["step_name"],
+        status=StepStatus(row["status"]),
+        compensable=row["compensable"],
+        pivot=row["pivot"],
+        uncertain=row["uncertain"],
+    )
+
+
+def _json(value: Any) -> dict[str, Any]:
+    """A jsonb column as a dict (asyncpg hands jsonb over as text unless a codec is set)."""
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,125 @@
+-- Queries of the sagas (issue 14): recorded by Gateway.submit, performed by the executors (nexus.saga).
+
+-- name: read_saga_gates
+-- The open sagas of a batch's orders with their steps: what holds each order (core.saga).
+SELECT s.tenant_id, s.order_id, s.status, st.seq, st.step_name, st.status AS step_status, st.attempts,
+       st.compensation_attempts, st.pivot
+FROM sagas AS s
+JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON s.tenant_id = u.t AND s.order_id = u.oid
+JOIN saga_steps AS st ON st.tenant_id = s.tenant_id AND st.order_id = s.order_id
+ORDER BY s.tenant_id, s.order_id, st.seq;
+
+-- name: upsert_sagas
+INSERT INTO sagas (tenant_id, order_id, plan_id, process, status, next_attempt_at)
+SELECT tenant_id, order_id, plan_id, process, 'PENDING', now()
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(tenant_id, order_id, plan_id, process)
+ON CONFLICT (tenant_id, order_id) DO UPDATE SET
+    plan_id = EXCLUDED.plan_id, next_attempt_at = now(), updated_at = now();
+
+-- name: insert_saga_steps
+INSERT INTO saga_steps (tenant_id, order_id, seq, step_name, plan_id, event_id, service, compensable, pivot,
+                        forward_path, forward_payload, forward_error, compensation_path, compensation_spec,
+                        traceparent, envelope)
+SELECT tenant_id, order_id, seq, step_name, plan_id, event_id, service, compensable, pivot, forward_path,
+       forward_payload::jsonb, forward_error, compensation_path, compensation_spec::jsonb, traceparent,
+       envelope::jsonb
+FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::bool[],
+            $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+    AS u(tenant_id, order_id, seq, step_name, plan_id, event_id, service, compensable, pivot, forward_path,
+         forward_payload, forward_error, compensation_path, compensation_spec, traceparent, envelope)
+ON CONFLICT (tenant_id, order_id, seq) DO NOTHING;
+
+-- name: abort_sagas
+-- A plan aborted (agent, deadline, policy) meets its open saga: compensate what completed, unless the
+-- pivot completed (then nothing is undone; an agent's abort was already REJECTED PAST_PIVOT).
+UPDATE sagas AS s SET status = 'COMPENSATING', next_attempt_at = now(), updated_at = now()
+FROM unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE s.tenant_id = u.t AND s.order_id = u.oid AND s.status IN ('PENDING', 'RUNNING')
+  AND NOT EXISTS (SELECT 1 FROM saga_steps AS st WHERE st.tenant_id = s.tenant_id AND st.order_id = s.order_id
+                  AND st.pivot AND st.status = 'COMPLETED');
+
+-- name: claim_sagas
+-- Due sagas nobody holds (or whose holder's lease ran out: it died), taken with SKIP LOCKED + a lease.
+UPDATE sagas AS s SET lease_until = now() + make_interval(secs => $1), lease_owner = $2, updated_at = now()
+FROM (SELECT tenant_id, order_id FROM sagas
+      WHERE next_attempt_at <= now() AND status IN ('PENDING', 'RUNNING', 'COMPENSATING')
+        AND (lease_until IS NULL OR lease_until < now())
+      ORDER BY next_attempt_at LIMIT $3 FOR UPDATE SKIP LOCKED) AS due
+WHERE s.tenant_id = due.tenant_id AND s.order_id = due.order_id
+RETURNING s.tenant_id, s.order_id, s.plan_id, s.process, s.status;
+
+-- name: read_steps
+SELECT *, envelope::text AS envelope_text, forward_response::text AS response_text FROM saga_steps WHERE tenant_id = $1 AND order_id = $2 ORDER BY seq;
+
+-- name: lock_saga
+SELECT status, lease_owner FROM sagas WHERE tenant_id = $1 AND order_id = $2 FOR UPDATE;
+
+-- name: start_forward
+-- Written (and committed) before the call: a crash after it leaves the step uncertain, never forgotten.
+UPDATE saga_steps SET status = 'RUNNING', attempts = attempts + 1, uncertain = true, forward_key = $4,
+       updated_at = now()
+WHERE tenant_id = $1 AND order_id = $2 AND seq = $3
+RETURNING attempts;
+
+-- name: start_compensation
+UPDATE saga_steps SET compensation_attempts = compensation_attempts + 1, compensation_key = $4,
+       compensating_payload = $5::jsonb, updated_at = now()
+WHERE tenant_id = $1 AND order_id = $2 AND seq = $3
+RETURNING compensation_attempts;
+
+-- name: finish_forward
+UPDATE saga_steps SET status = $4, uncertain = $5, forward_response = $6::jsonb, last_error = $7,
+       executed_at = CASE WHEN $4 = 'COMPLETED' THEN now() ELSE executed_at END, updated_at = now()
+WHERE tenant_id = $1 AND order_id = $2 AND seq = $3;
+
+-- name: finish_compensation
+UPDATE saga_steps SET status = $4, compensating_response = $5::jsonb, last_error = $6,
+       compensated_at = CASE WHEN $4 = 'COMPENSATED' THEN now() ELSE compensated_at END, updated_at = now()
+WHERE tenant_id = $1 AND order_id = $2 AND seq = $3;
+
+-- name: set_saga
+-- $4: seconds until the next attempt (NULL: nothing to do until the agent's next step).
+UPDATE sagas SET status = $3, error = COALESCE($5, error), lease_until = NULL, lease_owner = NULL,
+       next_attempt_at = CASE WHEN $4::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $4) END,
+       updated_at = now()
+WHERE tenant_id = $1 AND order_id = $2;
+
+-- name: release_saga
+UPDATE sagas SET lease_until = NULL, lease_owner = NULL,
+       next_attempt_at = now() + make_interval(secs => $3), updated_at = now()
+WHERE tenant_id = $1 AND order_id = $2 AND lease_owner = $4;
+
+-- name: bump_outbox
+UPDATE orders SET outbox_count = outbox_count + 1, updated_at = now()
+WHERE tenant_id = $1 AND order_id = $2
+RETURNING outbox_count, plan_id, status;
+
+-- name: list_sagas
+SELECT s.tenant_id, s.order_id, s.plan_id, s.process, s.status, s.error, s.updated_at,
+       count(st.seq) AS steps
+FROM sagas AS s LEFT JOIN saga_steps AS st ON st.tenant_id = s.tenant_id AND st.order_id = s.order_id
+WHERE ($1::text IS NULL OR s.status = $1) AND ($2::text IS NULL OR s.tenant_id = $2)
+GROUP BY s.tenant_id, s.order_id ORDER BY s.updated_at DESC LIMIT $3;
+
+-- name: redrive_saga
+UPDATE sagas SET status = $3, next_attempt_at = now(), error = NULL, lease_until = NULL, updated_at = now()
+WHERE tenant_id = $1 AND order_id = $2 AND status = $4
+RETURNING status;
+
+-- name: redrive_steps
+-- Escalated: its failed steps are attempted again from 0; failed compensations likewise.
+UPDATE saga_steps SET status = CASE WHEN status = 'FAILED' AND $3 = 'RUNNING' THEN 'PENDING' ELSE status END,
+       attempts = CASE WHEN $3 = 'RUNNING' THEN 0 ELSE attempts END,
+       compensation_attempts = CASE WHEN $3 = 'COMPENSATING' THEN 0 ELSE compensation_attempts END,
+       updated_at = now()
+WHERE tenant_id = $1 AND order_id = $2;
+
+-- name: order_saga
+SELECT s.status, s.error, st.seq, st.step_name, st.status AS step_status, st.service, st.attempts,
+       st.compensation_attempts, st.pivot, st.compensable, st.forward_response::text AS result,
+       st.compensating_response::text AS compensation, st.last_error
+FROM sagas AS s LEFT JOIN saga_steps AS st ON st.tenant_id = s.tenant_id AND st.order_id = s.order_id
+WHERE s.tenant_id = $1 AND s.order_id = $2 ORDER BY st.seq;
+
+-- name: saga_gauges
+SELECT status, count(*) AS n FROM sagas GROUP BY status;

@@ -1,0 +1,144 @@
+"""The gateway's side of sagas: what holds an order (read with its state) and the saga steps recorded in
+the transaction that applies a step with an effect (or aborts a plan that has an open saga)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import asyncpg
+
+from nexus.core.process import ProcessCatalog
+from nexus.core.saga import EffectBodyError, SagaStatus, StepStatus, build_body
+from nexus.core.sequencing import OrderState, Resolution
+from nexus.store.queries import query
+
+_HOLDING = {SagaStatus.COMPENSATING: "compensating", SagaStatus.FAILED: "failed", SagaStatus.ESCALATED: "escalated"}
+
+
+def effect_processes(catalog: ProcessCatalog | None) -> frozenset[str]:
+    """Names of the processes that have at least one step with an effect (only their orders pay the read)."""
+    if catalog is None:
+        return frozenset()
+    return frozenset(
+        p.name for p in catalog.versions.values() if any(s.step.effect is not None for s in p.steps.values())
+    )
+
+
+async def annotate(
+    conn: asyncpg.Connection,
+    states: dict[tuple[str, str], OrderState],
+    keys: Sequence[tuple[str, str]],
+) -> None:
+    """Set `effect` (what holds the order) and `past_pivot` on the states of orders that have a saga."""
+    if not keys:
+        return
+    rows = await conn.fetch(query("saga.sql", "read_saga_gates"), [t for t, _ in keys], [o for _, o in keys])
+    by_order: dict[tuple[str, str], list[asyncpg.Record]] = defaultdict(list)
+    for row in rows:
+        by_order[(row["tenant_id"], row["order_id"])].append(row)
+    for key, steps in by_order.items():
+        state = states.get(key)
+        if state is None:
+            continue
+        states[key] = dataclasses.replace(state, effect=gate_of(steps), past_pivot=_past_pivot(steps))
+
+
+def gate_of(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The `effect` of an order's answer: the step its open saga is busy with, or None."""
+    status = SagaStatus(steps[0]["status"])
+    if status in _HOLDING:
+        last = max(
+            (s for s in steps if s["step_status"] != StepStatus.PENDING), key=lambda s: s["seq"], default=steps[-1]
+        )
+        return _view(last, _HOLDING[status])
+    if not status.open:
+        return None
+    for step in steps:
+        if step["step_status"] in (StepStatus.PENDING, StepStatus.RUNNING):
+            return _view(step, "running")
+    return None
+
+
+def _view(step: Mapping[str, Any], status: str) -> dict[str, Any]:
+    return {"step": step["step_name"], "seq": step["seq"], "status": status, "attempts": step["attempts"]}
+
+
+def _past_pivot(steps: Iterable[Mapping[str, Any]]) -> bool:
+    return any(s["pivot"] and s["step_status"] == StepStatus.COMPLETED for s in steps)
+
+
+async def record(
+    conn: asyncpg.Connection,
+    resolutions: Sequence[Resolution],
+    catalog: ProcessCatalog | None,
+    traces: Mapping[Any, str | None],
+) -> None:
+    """Write the saga steps of the steps that took their seq waiting for an effect, and turn the open
+    sagas of aborted plans to compensation: in the transaction of the decisions themselves."""
+    if catalog is None:
+        return
+    sagas: list[tuple[str, str, str, str]] = []
+    steps: list[tuple[Any, ...]] = []
+    aborted: list[tuple[str, str]] = []
+    with_effects = effect_processes(catalog)
+    for resolution in resolutions:
+        if (resolution.after.process or "order") not in with_effects:
+            continue  # no saga can exist for an order of a process without effects
+        for applied in resolution.applied:
+            event = applied.event
+            if event.is_abort:
+                aborted.append((event.tenant_id, event.order_id))
+                continue
+            if not applied.effect:
+                continue
+            process = catalog.get(resolution.after.process or event.process_name, resolution.after.process_version)
+            compiled = process.steps.get(str(event.event_type)) if process is not None else None
+            if process is None or compiled is None or compiled.step.effect is None:
+                continue
+            effect = compiled.step.effect
+            variables = {
+                "data": dict(event.data),
+                "order": {**resolution.after.facts, "order_id": event.order_id, "plan_id": event.plan_id,
+                          "tenant_id": event.tenant_id},
+                "step": {"seq": event.seq_id, "type": str(event.event_type)},
+            }  # fmt: skip
+            try:
+                payload, error = json.dumps(build_body(effect.body, variables), default=str), None
+            except EffectBodyError as exc:
+                payload, error = None, str(exc)
+            compensation = effect.compensation
+            compensable = compensation is not None and not compiled.step.pivot and not resolution.before.past_pivot
+            sagas.append((event.tenant_id, event.order_id, event.plan_id, process.name))
+            steps.append(
+                (
+                    event.tenant_id,
+                    event.order_id,
+                    event.seq_id,
+                    str(event.event_type),
+                    event.plan_id,
+                    event.event_id,
+                    effect.service,
+                    compensable,
+                    compiled.step.pivot,
+                    effect.path,
+                    payload,
+                    error,
+                    compensation.path if compensation is not None else None,
+                    json.dumps(compensation.body) if compensation is not None else None,
+                    traces.get(event.event_id),
+                    event.model_dump_json(),
+                )
+            )
+    if sagas:
+        await conn.execute(query("saga.sql", "upsert_sagas"), *_columns(sagas, 4))
+        await conn.execute(query("saga.sql", "insert_saga_steps"), *_columns(steps, 16))
+    if aborted:
+        await conn.execute(query("saga.sql", "abort_sagas"), [t for t, _ in aborted], [o for _, o in aborted])
+
+
+def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]

@@ -1,0 +1,148 @@
+"""Sagas under crashes: the executor SIGKILLed between a service's effect and the write of its result,
+and a broken build (a key that changes between attempts) that the saga checker must catch."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus_lab.saga_checker import check_sagas_live
+from nexus_lab.services import SERVICES
+from tests.conftest import NexusProcess, api_headers, fast_settings, free_port, settings_env, wait_http
+from tests.factories import step_json
+
+BROKEN = Path(__file__).parent / "broken"
+
+
+async def _killed_between_call_and_write(database_url: str, tmp_path: Path, launcher: list[str]) -> list[str]:
+    """Run one order to its charge, SIGKILL `nexus serve` while the payment service holds the (already
+    recorded) charge's answer, restart it, let the saga finish; return the saga checker's findings."""
+    port = free_port()
+    services = NexusProcess(["services", "--port", str(port)], {"PATH": "/usr/bin:/bin"}, tmp_path / "s.log")
+    services.start()
+    base = f"http://127.0.0.1:{port}"
+    settings: Settings = fast_settings(
+        database_url, saga_poll_s=0.05, saga_lease_s=1.0, saga_call_timeout_s=10.0, saga_retry_base_ms=10
+    )
+    gateway_port = free_port()
+    env = settings_env(settings.replace(http_port=gateway_port))
+    env.update({f"NEXUS_SERVICE_{name.upper()}_URL": f"{base}/{name}" for name in SERVICES})
+    url = f"http://127.0.0.1:{gateway_port}"
+    gateway = NexusProcess(["serve"], env, tmp_path / "serve.log")
+    gateway.cmd = [*launcher, "serve"]
+    try:
+        wait_http(base + "/health", proc=services)
+        gateway.start()
+        wait_http(url + "/healthz", proc=gateway)
+        # The charge is recorded at once, its answer comes 1.5 s later: the kill lands in between.
+        httpx.post(base + "/_faults", json={"service": "payment", "hang_rate": 1, "hang_ms": 1500})
+        with httpx.Client(base_url=url, headers=api_headers(), timeout=10) as client:
+            client.post("/v1/events", json={"events": [step_json("k1", "p-k1", s, process="fulfilment")
+                                                       for s in (1, 2, 3)]})  # fmt: skip
+            deadline = time.monotonic() + 20
+            while not httpx.get(base + "/payment/ledger").json()["entries"]:
+                assert time.monotonic() < deadline, "the charge never reached the service"
+                time.sleep(0.05)
+            gateway.kill()
+            httpx.post(base + "/_faults", json={"service": "payment", "hang_rate": 0})
+            gateway.start()
+            wait_http(url + "/healthz", proc=gateway)
+            for s in (4, 5):
+                client.post("/v1/events", json=step_json("k1", "p-k1", s, process="fulfilment"))
+            deadline = time.monotonic() + 30
+            while client.get("/v1/orders/k1").json().get("status") != "completed":
+                assert time.monotonic() < deadline, client.get("/v1/orders/k1").json()
+                time.sleep(0.1)
+        db = await Database(settings).open(migrate=False)
+        try:
+            return await check_sagas_live(db, base)
+        finally:
+            await db.close()
+    finally:
+        gateway.kill()
+        services.kill()
+
+
+async def test_executor_killed_between_call_and_write_repeats_the_call_with_the_same_key(
+    database_url: str, tmp_path: Path
+) -> None:
+    """SIGKILLed while the service held the answer of a charge it had recorded, the restarted executor
+    repeats the call with the same key: the service answers the first charge, the ledger holds one, and
+    every saga invariant holds."""
+    problems = await _killed_between_call_and_write(database_url, tmp_path, [sys.executable, "-m", "nexus_cli"])
+    assert problems == []
+
+
+@pytest.mark.slow
+async def test_checker_catches_a_key_that_changes_between_attempts(database_url: str, tmp_path: Path) -> None:
+    """The broken build derives a new key per attempt: the repeated call charges again, and the saga
+    checker reports two effects in effect for the order."""
+    launcher = [sys.executable, str(BROKEN / "serve_key_per_attempt.py")]
+    problems = await _killed_between_call_and_write(database_url, tmp_path, launcher)
+    assert any("2 effects in effect" in p for p in problems), problems
+
+
+async def test_executor_killed_during_compensation_compensates_once(database_url: str, tmp_path: Path) -> None:
+    """SIGKILLed while the inventory service held the answer of a release it had recorded, the restarted
+    executor repeats the release with the same key: one release in the ledger, the plan aborted once,
+    and every saga invariant holds."""
+    port = free_port()
+    services = NexusProcess(["services", "--port", str(port)], {"PATH": "/usr/bin:/bin"}, tmp_path / "s.log")
+    services.start()
+    base = f"http://127.0.0.1:{port}"
+    settings: Settings = fast_settings(
+        database_url, saga_poll_s=0.05, saga_lease_s=1.0, saga_call_timeout_s=10.0, saga_retry_base_ms=10
+    )
+    gateway_port = free_port()
+    env = settings_env(settings.replace(http_port=gateway_port))
+    env.update({f"NEXUS_SERVICE_{name.upper()}_URL": f"{base}/{name}" for name in SERVICES})
+    url = f"http://127.0.0.1:{gateway_port}"
+    gateway = NexusProcess(["serve"], env, tmp_path / "serve.log")
+    try:
+        wait_http(base + "/health", proc=services)
+        gateway.start()
+        wait_http(url + "/healthz", proc=gateway)
+        with httpx.Client(base_url=url, headers=api_headers(), timeout=10) as client:
+            client.post("/v1/events", json={"events": [step_json("c1", "p-c1", s, process="fulfilment")
+                                                       for s in (1, 2)]})  # fmt: skip
+            _until(lambda: httpx.get(base + "/inventory/ledger").json()["entries"], "the reservation")
+            httpx.post(base + "/_faults", json={"service": "inventory", "hang_rate": 1, "hang_ms": 1500})
+            httpx.post(base + "/_faults", json={"service": "payment", "permanent_fail_rate": 1})
+            _until(lambda: client.get("/v1/orders/c1").json().get("status") == "inventory_validated", "step 2")
+            client.post("/v1/events", json=step_json("c1", "p-c1", 3, process="fulfilment"))
+            _until(lambda: len(httpx.get(base + "/inventory/ledger").json()["entries"]) == 2, "the release")
+            gateway.kill()
+            httpx.post(base + "/_faults", json={"service": "inventory", "hang_rate": 0})
+            gateway.start()
+            wait_http(url + "/healthz", proc=gateway)
+            _until(lambda: client.get("/v1/orders/c1").json().get("status") == "aborted", "the abort")
+            order = client.get("/v1/orders/c1").json()
+        assert order["saga"]["status"] == "COMPENSATED"
+        kinds = [e["kind"] for e in httpx.get(base + "/inventory/ledger").json()["entries"]]
+        assert kinds == ["reserve", "release"]
+        db = await Database(settings).open(migrate=False)
+        try:
+            assert await check_sagas_live(db, base) == []
+            aborts = await db.fetchval(
+                "SELECT count(*) FROM outbox WHERE order_id = 'c1' AND event_type = 'ABORT_PLAN'"
+            )
+            assert aborts == 1
+        finally:
+            await db.close()
+    finally:
+        gateway.kill()
+        services.kill()
+
+
+def _until(condition: Any, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.05)
