@@ -13,8 +13,10 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
+import uvicorn
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # How every harness starts the `nexus` command: this interpreter, this checkout.
@@ -124,3 +126,22 @@ async def wait_ready(proc: Proc, url: str | None, timeout_s: float = 60.0) -> No
                         return
             await asyncio.sleep(0.1)
     raise TimeoutError(f"{proc.name} not ready within {timeout_s:g}s:\n{proc.tail()}")
+
+
+async def serve_in_loop(app: Any, host: str, port: int) -> tuple[uvicorn.Server, asyncio.Task[None], int]:
+    """Serve ASGI `app` on `host:port` (0: any free port) in this event loop; returns once it listens, with
+    the server, its task and the bound port. The lab's in-process HTTP peers (sink, services) start here."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1, http="httptools"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            await task
+        await asyncio.sleep(0.01)
+    bound_port: int = sock.getsockname()[1]
+    return server, task, bound_port

@@ -30,7 +30,6 @@ import dataclasses
 import hashlib
 import itertools
 import random
-import socket
 import time
 from typing import Any
 
@@ -39,6 +38,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from nexus_lab.procs import serve_in_loop
 
 # service -> forward path -> (kind, id field); compensation path -> (kind of the reversing entry)
 FORWARD: dict[str, tuple[str, str, str]] = {
@@ -268,24 +269,8 @@ async def start_services(
 ) -> RunningServices:
     """Start the services on `host:port` (0: any free port) in this event loop."""
     services = Services(seed, faults)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    config = uvicorn.Config(
-        services.app,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        timeout_graceful_shutdown=1,
-        http="httptools",
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            await task
-        await asyncio.sleep(0.01)
-    return RunningServices(services, server, task, f"http://{host}:{sock.getsockname()[1]}")
+    server, task, bound_port = await serve_in_loop(services.app, host, port)
+    return RunningServices(services, server, task, f"http://{host}:{bound_port}")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -35,7 +35,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import socket
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
@@ -49,6 +48,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from nexus_lab.procs import serve_in_loop
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -277,24 +278,7 @@ async def start_sink(
 ) -> RunningSink:
     """Start a sink on `host:port` (0: any free port) in this event loop; `url` is its base URL."""
     sink = Sink(faults, secret, log_path)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    config = uvicorn.Config(
-        sink.app,
-        log_level="warning",
-        access_log=False,
-        lifespan="off",
-        timeout_graceful_shutdown=1,
-        http="httptools",
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if task.done():
-            await task
-        await asyncio.sleep(0.01)
-    bound_port = sock.getsockname()[1]
+    server, task, bound_port = await serve_in_loop(sink.app, host, port)
     return RunningSink(sink, server, task, f"http://{host}:{bound_port}")
 
 
