@@ -107,6 +107,8 @@ _ENV_NAMES: dict[str, str] = {
     "saga_max_attempts": "NEXUS_SAGA_MAX_ATTEMPTS",
     "saga_breaker_threshold": "NEXUS_SAGA_BREAKER_THRESHOLD",
     "saga_breaker_cooldown_s": "NEXUS_SAGA_BREAKER_COOLDOWN_S",
+    # issue 14 (saga2): executors woken by LISTEN/NOTIFY, the poll as the fallback
+    "saga_listen": "NEXUS_SAGA_LISTEN",
 }
 
 
@@ -233,8 +235,9 @@ class Settings(BaseSettings):
     """HMAC secret of the effects' Idempotency-Keys; None: derived from the webhook secret or a fixed value."""
     saga_executors: int = 1
     """Executor tasks per `nexus serve` process (0: this process performs no effects)."""
-    saga_poll_s: float = 0.2
-    """How often an idle executor looks for due saga work."""
+    saga_poll_s: float = 2.0
+    """How often an idle executor looks for due saga work when nothing woke it (the fallback of `saga_listen`;
+    with it off, the only way work is found)."""
     saga_lease_s: float = 30.0
     """How long a claimed saga is held by its executor; past it another executor may take it (crash)."""
     saga_call_timeout_s: float = 5.0
@@ -246,6 +249,10 @@ class Settings(BaseSettings):
     saga_breaker_threshold: int = 5
     """Consecutive failures of one service that open its breaker (its calls wait, uncounted)."""
     saga_breaker_cooldown_s: float = 10.0
+    # issue 14 (saga2): executors woken by LISTEN/NOTIFY, the poll as the fallback
+    saga_listen: bool = True
+    """Idle executors LISTEN on `nexus_sagas` and wake at once when a step is recorded (or a saga made due);
+    off: they find work by polling every `saga_poll_s` only."""
 
     def service_url(self, name: str) -> str | None:
         """The base URL of effect service `name`, from `service_urls`."""

@@ -6,13 +6,16 @@
 3. compensations ran in reverse order (by the steps' seq);
 4. nothing after the pivot was compensated;
 5. no compensation without its forward step: every release/refund names a forward entry of the ledger,
-   and a cancellation that arrived first (`void`) was never followed by that forward entry.
+   and a cancellation that arrived first (`void`) was never followed by that forward entry;
+6. a repeated call got the first answer: the result a completed step recorded names the ledger entry of
+   its key (a call repeated after a crash, with the same key, answered the first charge, not a new one).
 
 `check_sagas` is pure (rows in, problems out); `check_sagas_live` reads them.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -68,6 +71,15 @@ def check_sagas(
                 for entry in by_order_forward.get(order_id, []):
                     if entry["key"] not in undone:
                         problems.append(f"{service}: order {order_id}: compensated saga left {entry['kind']} standing")
+        by_key = {e["key"]: e for e in forwards}
+        for step in steps:
+            entry = by_key.get(step["forward_key"]) if step["service"] == service else None
+            result = step.get("result")
+            if entry is None or not result or step["status"] not in ("COMPLETED", "COMPENSATED"):
+                continue
+            if entry["ref"] not in result.values():
+                problems.append(f"{service}: order {step['order_id']}: recorded {result} but the ledger holds "
+                                f"{entry['ref']} for its key")  # fmt: skip
     for order_id, order_steps in steps_of.items():
         compensated = [s for s in order_steps if s["status"] == "COMPENSATED"]
         times = [(s["seq"], s["compensated_at"]) for s in compensated]
@@ -84,8 +96,15 @@ async def check_sagas_live(db: Database, services_url: str) -> list[str]:
     """Read sagas, steps and ledgers, then `check_sagas`."""
     sagas = await db.fetch("SELECT tenant_id, order_id, status FROM sagas")
     steps = await db.fetch(
-        "SELECT order_id, seq, service, status, compensable, pivot, forward_key, compensated_at FROM saga_steps"
+        "SELECT order_id, seq, service, status, compensable, pivot, forward_key, compensated_at,"
+        " forward_response::text AS result FROM saga_steps"
     )
     async with httpx.AsyncClient(timeout=10) as client:
         ledgers = (await client.get(services_url.rstrip("/") + "/ledgers")).json()
-    return check_sagas([dict(r) for r in sagas], [dict(r) for r in steps], ledgers)
+    rows = [{**dict(r), "result": _object(r["result"])} for r in steps]
+    return check_sagas([dict(r) for r in sagas], rows, ledgers)
+
+
+def _object(text: str | None) -> dict[str, Any] | None:
+    value = json.loads(text) if text else None
+    return value if isinstance(value, dict) else None

@@ -65,6 +65,8 @@ class Faults:
     hang_rate: float = 0.0
     hang_ms: float = 30_000.0
     down: bool = False
+    hang_compensations: bool = True
+    """False: only forward calls hang (a late answer to a call its compensation then settles)."""
 
 
 @dataclasses.dataclass
@@ -118,10 +120,13 @@ class Services:
             return JSONResponse({"error": "transient", "service": service}, status_code=503)
         return None
 
-    async def _answer(self, service: str, key: str, status: int, body: dict[str, Any]) -> Response:
+    async def _answer(
+        self, service: str, key: str, status: int, body: dict[str, Any], *, compensation: bool = False
+    ) -> Response:
         faults = self.faults[service]
         attempt = self.ledgers[service].attempts.get(key, 1) - 1
-        if faults.hang_rate and self._draw(service, key, "hang", attempt) < faults.hang_rate:
+        hangs = faults.hang_compensations or not compensation
+        if hangs and faults.hang_rate and self._draw(service, key, "hang", attempt) < faults.hang_rate:
             await asyncio.sleep(faults.hang_ms / 1000)
         return JSONResponse(body, status_code=status)
 
@@ -190,7 +195,7 @@ class Services:
                     ledger.entries.append(_entry(ledger, kind, key, str(target), forward, body))
                     ledger.answers[key] = (200, {"status": "compensated", "compensates": target, "ref": forward["ref"]})
             status, answer = ledger.answers[key]
-            return await self._answer(service, key, status, answer)
+            return await self._answer(service, key, status, answer, compensation=True)
 
         return handle
 
@@ -202,7 +207,12 @@ class Services:
 
     def ledger_view(self, service: str) -> dict[str, Any]:
         ledger = self.ledgers[service]
-        return {"service": service, "entries": ledger.entries, "cancelled": sorted(ledger.cancelled)}
+        return {
+            "service": service,
+            "entries": ledger.entries,
+            "cancelled": sorted(ledger.cancelled),
+            "attempts": dict(ledger.attempts),  # requests per key: a call repeated after a crash shows here
+        }
 
     async def _all_ledgers(self, _: Request) -> Response:
         return JSONResponse({name: self.ledger_view(name) for name in SERVICES})

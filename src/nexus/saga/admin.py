@@ -73,6 +73,7 @@ async def redrive(db: Database, tenant_id: str, order_id: str) -> str:
     async with db.pool.acquire() as conn, conn.transaction():
         await conn.execute(query("saga.sql", "redrive_steps"), tenant_id, order_id, target.value)
         row = await conn.fetchrow(query("saga.sql", "redrive_saga"), tenant_id, order_id, target.value, current)
+        await conn.execute(query("saga.sql", "notify_sagas"))
     if row is None:
         raise NotFoundError(f"saga of order {order_id!r} changed meanwhile")
     return str(row["status"])

@@ -4,14 +4,17 @@ An executor claims a due saga (SKIP LOCKED + a lease, so a dead executor's saga 
 lease runs out), asks `core.saga.next_work` for its one next call, marks the attempt (committed before
 the call: a crash after it leaves the step uncertain, never forgotten), calls the service with the
 call's derived `Idempotency-Key` and a `traceparent`, and writes the outcome back under the order's lock
-(`outcomes`). Retries follow `core.backoff` (the saga is simply due again later); a circuit breaker per
-service (`core.breaker`) holds calls to a service that keeps failing, uncounted, until its cooldown ends.
+(`outcomes`). Forward calls and compensations take the same path (`_perform`); `call_service` is the one
+place a service is called. Retries follow `core.backoff` (the saga is simply due again later); a circuit
+breaker per service (`core.breaker`) holds calls to a service that keeps failing, uncounted, until its
+cooldown ends. Idle executors wake on `nexus_sagas` notifications (`wakeups`), polling as the fallback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -25,9 +28,10 @@ import httpx
 
 from nexus import metrics
 from nexus.core.backoff import RetryPolicy
-from nexus.core.breaker import Breaker, BreakerConfig
+from nexus.core.breaker import Breaker, BreakerConfig, BreakerState
 from nexus.core.saga import (
     Action,
+    CallDecision,
     CallOutcome,
     EffectBodyError,
     SagaStatus,
@@ -44,6 +48,7 @@ from nexus.core.saga import (
 from nexus.errors import NexusError
 from nexus.gateway import Gateway
 from nexus.saga import outcomes
+from nexus.saga.wakeups import SagaWakeups
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
@@ -52,6 +57,23 @@ from nexus.store.queries import query
 log = logging.getLogger(__name__)
 
 KeyFunction = Callable[[bytes, str, str, str, str, Action, int], str]
+
+# An idle executor never re-checks a due time more often than this (a due time just passed, a clock skew).
+_MIN_WAIT_S = 0.005
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Call:
+    """One call of a step, in either direction: what is sent, and how its attempt is marked first."""
+
+    key: str
+    url: str | None
+    body: dict[str, Any]
+    compensates: str | None
+    refusal: str | None
+    """Why the call is refused without being made (no URL, a body that could not be built), or None."""
+    start_query: str
+    start_args: tuple[Any, ...]
 
 
 def derived_key(secret: bytes, tenant: str, order: str, plan: str, step: str, action: Action, attempt: int) -> str:
@@ -99,6 +121,9 @@ class SagaExecutor:
         self.breakers: dict[str, Breaker] = {}
         self.rng = random.Random()
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(settings.saga_call_timeout_s), follow_redirects=False)
+        self.wakeups: SagaWakeups | None = None
+        if settings.saga_listen and db.url is not None:
+            self.wakeups = SagaWakeups(db.url, reconnect_max_s=settings.listen_retry_s, rng=self.rng)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -108,6 +133,8 @@ class SagaExecutor:
         count = self.settings.saga_executors if workers is None else workers
         try:
             async with asyncio.TaskGroup() as group:
+                if self.wakeups is not None:
+                    group.create_task(self.wakeups.run())
                 for i in range(count):
                     group.create_task(self._loop(f"{self.owner}-{i}"))
         finally:
@@ -115,13 +142,27 @@ class SagaExecutor:
 
     async def _loop(self, owner: str) -> None:
         while True:
+            if self.wakeups is not None:
+                self.wakeups.clear()  # before looking: a wake-up arriving from here on is not lost
             try:
                 worked = await self.run_once(owner)
             except NexusError as exc:  # the database is away: wait and try again, the leases protect the work
                 log.warning("saga executor: %s", exc, extra={"action": "saga_retry"})
                 worked = False
             if not worked:
-                await asyncio.sleep(self.settings.saga_poll_s)
+                await self._idle_wait()
+
+    async def _idle_wait(self) -> None:
+        """Nothing was due: sleep until woken (NOTIFY), the next known due time, or the fallback poll."""
+        if self.wakeups is None:
+            await asyncio.sleep(self.settings.saga_poll_s)
+            return
+        timeout = self.settings.saga_poll_s
+        with contextlib.suppress(NexusError), wrap_db_errors():
+            due = await self.db.fetchval(query("saga.sql", "next_due_in"))
+            if due is not None:
+                timeout = min(timeout, max(float(due), _MIN_WAIT_S))
+        await self.wakeups.wait(timeout)
 
     async def run_once(self, owner: str | None = None) -> bool:
         """Claim one due saga and make its next call; False when nothing was due."""
@@ -139,10 +180,7 @@ class SagaExecutor:
             await self._idle(saga, status, steps)
             return True
         step = next(s for s in steps if s["seq"] == work.seq)
-        if work.action is Action.FORWARD:
-            await self._forward(saga, step, owner)
-        else:
-            await self._compensate(saga, step, owner)
+        await self._perform(saga, step, work.action, owner)
         return True
 
     # -- nothing to call: wait for the agent, or finish compensating ---------------------------------------
@@ -165,158 +203,167 @@ class SagaExecutor:
                 else:
                     await outcomes.set_saga(conn, tenant_id, order_id, status, None)
 
-    # -- forward calls --------------------------------------------------------------------------------------
-    async def _forward(self, saga: asyncpg.Record, step: asyncpg.Record, owner: str) -> None:
+    # -- one call, either direction -------------------------------------------------------------------------
+    async def _perform(self, saga: asyncpg.Record, step: asyncpg.Record, action: Action, owner: str) -> None:
+        """Make the step's next call (forward or compensation) and write its outcome back.
+
+        The same path for both directions: breaker, key, the attempt marked (committed before the call),
+        the call, the pure decision (`after_forward` / `after_compensation`), the outcome written under
+        the order's lock. Only what is called and what is written differ (`_prepare`, `_write_*`).
+        """
         tenant_id, order_id, seq = saga["tenant_id"], saga["order_id"], step["seq"]
         service = step["service"]
-        base = self.settings.service_url(service)
         if not self._admitted(service, owner):
             await self._release(saga, owner, self.breaker_config.cooldown_s)
             return
-        key = self.key_function(
-            self.secret, tenant_id, order_id, step["plan_id"], step["step_name"], Action.FORWARD, step["attempts"] + 1
-        )
+        call = self._prepare(step, action)
         with wrap_db_errors():
-            attempts = await self.db.fetchval(query("saga.sql", "start_forward"), tenant_id, order_id, seq, key)
+            attempts = await self.db.fetchval(query("saga.sql", call.start_query), *call.start_args)
         response: Any = None
         error: str | None
-        if step["forward_error"] is not None or base is None:
-            outcome, error = CallOutcome.REFUSED, step["forward_error"] or f"no URL for service {service!r}"
+        if call.refusal is not None:
+            outcome, error = CallOutcome.REFUSED, call.refusal
         else:
-            payload = _json(step["forward_payload"])
-            outcome, response, error = await self._call(
-                base + step["forward_path"], payload, key, step["traceparent"], None
-            )
+            assert call.url is not None
+            outcome, response, error = await self.call_service(call.url, call.body, call.key, step["traceparent"],
+                                                               call.compensates)  # fmt: skip
             self._record_breaker(service, owner, outcome)
-        view = _view(step)
-        decision = after_forward(view, outcome, attempts, self.policy, rand=self.rng.random())
-        metrics.record_saga_step(Action.FORWARD.value, decision.label)
+        rand = self.rng.random()
+        if action is Action.FORWARD:
+            decision = after_forward(_view(step), outcome, attempts, self.policy, rand=rand)
+        else:
+            decision = after_compensation(outcome, attempts, self.policy, rand=rand)
+        metrics.record_saga_step(action.value, decision.label)
         log.info(
-            "saga step %s %s",
+            "saga %s %s %s",
+            action.value,
             step["step_name"],
             decision.label,
-            extra={"action": "saga_forward", "order_id": order_id, "plan_id": step["plan_id"], "seq_id": seq,
-                   "service": service, "attempt": attempts, "outcome": outcome.value},
+            extra={"action": f"saga_{action.value}", "order_id": order_id, "plan_id": step["plan_id"],
+                   "seq_id": seq, "service": service, "attempt": attempts, "outcome": outcome.value},
         )  # fmt: skip
+        write = self._write_forward if action is Action.FORWARD else self._write_compensation
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 current = SagaStatus(await outcomes.lock_order(conn, tenant_id, order_id))
-                if current is SagaStatus.PENDING:
-                    current = SagaStatus.RUNNING
-                await conn.execute(
-                    query("saga.sql", "finish_forward"),
-                    tenant_id,
-                    order_id,
-                    seq,
-                    decision.step.value,
-                    decision.uncertain,
-                    json.dumps(response) if response is not None else None,
-                    error,
-                )
-                if decision.step is StepStatus.COMPLETED:
-                    if current in (SagaStatus.PENDING, SagaStatus.RUNNING):
-                        status = await outcomes.apply_effect(
-                            self.gateway, conn, tenant_id, order_id, step["envelope_text"]
-                        )
-                        state_row = await conn.fetchrow(
-                            "SELECT process, process_version FROM orders WHERE tenant_id = $1 AND order_id = $2",
-                            tenant_id,
-                            order_id,
-                        )
-                        terminal = state_row is not None and outcomes.is_terminal(
-                            self.gateway, state_row["process"], state_row["process_version"], status
-                        )
-                        done = SagaStatus.COMPLETED if terminal and status != "aborted" else SagaStatus.RUNNING
-                        await outcomes.set_saga(conn, tenant_id, order_id, done, None if terminal else 0)
-                    else:
-                        await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
-                elif decision.delay_ms is not None:
-                    await outcomes.set_saga(conn, tenant_id, order_id, current, decision.delay_ms / 1000, error)
-                elif decision.saga is SagaStatus.ESCALATED:
-                    await outcomes.set_saga(conn, tenant_id, order_id, SagaStatus.ESCALATED, None, error)
-                else:
-                    target = current if current is SagaStatus.FAILED else SagaStatus.COMPENSATING
-                    await outcomes.set_saga(conn, tenant_id, order_id, target, 0, error)
+                await write(conn, step, decision, current, response, error)
 
-    # -- compensations --------------------------------------------------------------------------------------
-    async def _compensate(self, saga: asyncpg.Record, step: asyncpg.Record, owner: str) -> None:
-        tenant_id, order_id, seq = saga["tenant_id"], saga["order_id"], step["seq"]
+    def _prepare(self, step: asyncpg.Record, action: Action) -> _Call:
+        """What the step's next call in `action`'s direction sends, and how its attempt is marked."""
+        tenant_id, order_id, seq, plan_id = step["tenant_id"], step["order_id"], step["seq"], step["plan_id"]
         service = step["service"]
         base = self.settings.service_url(service)
-        if not self._admitted(service, owner):
-            await self._release(saga, owner, self.breaker_config.cooldown_s)
-            return
+        if action is Action.FORWARD:
+            key = self.key_function(
+                self.secret, tenant_id, order_id, plan_id, step["step_name"], action, step["attempts"] + 1
+            )
+            refusal = step["forward_error"] or (f"no URL for service {service!r}" if base is None else None)
+            return _Call(
+                key=key,
+                url=None if refusal else f"{base}{step['forward_path']}",
+                body=_json(step["forward_payload"]),
+                compensates=None,
+                refusal=refusal,
+                start_query="start_forward",
+                start_args=(tenant_id, order_id, seq, key),
+            )
         key = self.key_function(
-            self.secret,
-            tenant_id,
-            order_id,
-            step["plan_id"],
-            step["step_name"],
-            Action.COMPENSATE,
-            step["compensation_attempts"] + 1,
+            self.secret, tenant_id, order_id, plan_id, step["step_name"], action, step["compensation_attempts"] + 1
         )
         forward_key = step["forward_key"] or derived_key(
-            self.secret, tenant_id, order_id, step["plan_id"], step["step_name"], Action.FORWARD, 0
+            self.secret, tenant_id, order_id, plan_id, step["step_name"], Action.FORWARD, 0
         )
         event = json.loads(step["envelope_text"])
-        result = json.loads(step["response_text"]) if step["response_text"] else {}
-        spec = _json(step["compensation_spec"])
         variables = {
             "data": event.get("data") or {},
-            "order": {"order_id": order_id, "plan_id": step["plan_id"], "tenant_id": tenant_id},
+            "order": {"order_id": order_id, "plan_id": plan_id, "tenant_id": tenant_id},
             "step": {"seq": seq, "type": step["step_name"]},
-            "result": result,
+            "result": json.loads(step["response_text"]) if step["response_text"] else {},
         }
         try:
-            body = build_body(spec, variables)
+            body = build_body(_json(step["compensation_spec"]), variables)
         except EffectBodyError:
             body = {}  # the forward call's answer is unknown: the service finds the call by its key
         body["compensates"] = forward_key
-        with wrap_db_errors():
-            attempts = await self.db.fetchval(
-                query("saga.sql", "start_compensation"), tenant_id, order_id, seq, key, json.dumps(body)
-            )
-        error: str | None
-        if base is None or step["compensation_path"] is None:
-            outcome, response, error = CallOutcome.REFUSED, None, f"no compensation URL for {service!r}"
+        path = step["compensation_path"]
+        refusal = f"no compensation URL for {service!r}" if base is None or path is None else None
+        return _Call(
+            key=key,
+            url=None if refusal else f"{base}{path}",
+            body=body,
+            compensates=forward_key,
+            refusal=refusal,
+            start_query="start_compensation",
+            start_args=(tenant_id, order_id, seq, key, json.dumps(body)),
+        )
+
+    async def _write_forward(
+        self, conn: asyncpg.Connection, step: asyncpg.Record, decision: CallDecision, current: SagaStatus,
+        response: Any, error: str | None,
+    ) -> None:  # fmt: skip
+        tenant_id, order_id = step["tenant_id"], step["order_id"]
+        if current is SagaStatus.PENDING:
+            current = SagaStatus.RUNNING
+        await conn.execute(
+            query("saga.sql", "finish_forward"),
+            tenant_id,
+            order_id,
+            step["seq"],
+            decision.step.value,
+            decision.uncertain,
+            json.dumps(response) if response is not None else None,
+            error,
+        )
+        if decision.step is StepStatus.COMPLETED:
+            if current in (SagaStatus.PENDING, SagaStatus.RUNNING):
+                status = await outcomes.apply_effect(self.gateway, conn, tenant_id, order_id, step["envelope_text"])
+                state_row = await conn.fetchrow(
+                    "SELECT process, process_version FROM orders WHERE tenant_id = $1 AND order_id = $2",
+                    tenant_id,
+                    order_id,
+                )
+                terminal = state_row is not None and outcomes.is_terminal(
+                    self.gateway, state_row["process"], state_row["process_version"], status
+                )
+                done = SagaStatus.COMPLETED if terminal and status != "aborted" else SagaStatus.RUNNING
+                await outcomes.set_saga(conn, tenant_id, order_id, done, None if terminal else 0)
+            else:
+                await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
+        elif decision.delay_ms is not None:
+            await outcomes.set_saga(conn, tenant_id, order_id, current, decision.delay_ms / 1000, error)
+        elif decision.saga is SagaStatus.ESCALATED:
+            await outcomes.set_saga(conn, tenant_id, order_id, SagaStatus.ESCALATED, None, error)
         else:
-            outcome, response, error = await self._call(
-                base + step["compensation_path"], body, key, step["traceparent"], forward_key
+            target = current if current is SagaStatus.FAILED else SagaStatus.COMPENSATING
+            await outcomes.set_saga(conn, tenant_id, order_id, target, 0, error)
+
+    async def _write_compensation(
+        self, conn: asyncpg.Connection, step: asyncpg.Record, decision: CallDecision, current: SagaStatus,
+        response: Any, error: str | None,
+    ) -> None:  # fmt: skip
+        tenant_id, order_id = step["tenant_id"], step["order_id"]
+        if decision.step is StepStatus.COMPENSATED:
+            await conn.execute(
+                query("saga.sql", "finish_compensation"),
+                tenant_id,
+                order_id,
+                step["seq"],
+                StepStatus.COMPENSATED.value,
+                json.dumps(response) if response is not None else None,
+                None,
             )
-            self._record_breaker(service, owner, outcome)
-        decision = after_compensation(outcome, attempts, self.policy, rand=self.rng.random())
-        metrics.record_saga_step(Action.COMPENSATE.value, decision.label)
-        log.info(
-            "saga compensation %s %s",
-            step["step_name"],
-            decision.label,
-            extra={"action": "saga_compensate", "order_id": order_id, "plan_id": step["plan_id"], "seq_id": seq,
-                   "service": service, "attempt": attempts, "outcome": outcome.value},
-        )  # fmt: skip
-        with wrap_db_errors():
-            async with self.db.pool.acquire() as conn, conn.transaction():
-                current = SagaStatus(await outcomes.lock_order(conn, tenant_id, order_id))
-                if decision.step is StepStatus.COMPENSATED:
-                    await conn.execute(
-                        query("saga.sql", "finish_compensation"),
-                        tenant_id,
-                        order_id,
-                        seq,
-                        StepStatus.COMPENSATED.value,
-                        json.dumps(response) if response is not None else None,
-                        None,
-                    )
-                    await outcomes.notify_compensation(conn, step, response)
-                    await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
-                elif decision.delay_ms is not None:
-                    await outcomes.set_saga(conn, tenant_id, order_id, current, decision.delay_ms / 1000, error)
-                else:
-                    await outcomes.set_saga(conn, tenant_id, order_id, SagaStatus.FAILED, None, error)
+            await outcomes.notify_compensation(conn, step, response)
+            await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
+        elif decision.delay_ms is not None:
+            await outcomes.set_saga(conn, tenant_id, order_id, current, decision.delay_ms / 1000, error)
+        else:
+            await outcomes.set_saga(conn, tenant_id, order_id, SagaStatus.FAILED, None, error)
 
     # -- HTTP and breakers ----------------------------------------------------------------------------------
-    async def _call(
+    async def call_service(
         self, url: str, body: dict[str, Any], key: str, traceparent: str | None, compensates: str | None
     ) -> tuple[CallOutcome, Any, str | None]:
+        """The one place a service is called (forward calls and compensations alike)."""
         headers = {"Idempotency-Key": key, "traceparent": traceparent or new_traceparent()}
         if compensates is not None:
             headers["Compensates"] = compensates
@@ -349,9 +396,12 @@ class SagaExecutor:
     def _record_breaker(self, service: str, owner: str, outcome: CallOutcome) -> None:
         breaker = self.breakers.get(service, Breaker())
         success = outcome in (CallOutcome.SUCCEEDED, CallOutcome.REFUSED)
-        self.breakers[service] = breaker.record(
-            success, dt.datetime.now(dt.UTC), self.breaker_config, probe_owner=owner
-        )
+        after = breaker.record(success, dt.datetime.now(dt.UTC), self.breaker_config, probe_owner=owner)
+        self.breakers[service] = after
+        if after.state is not breaker.state and after.state in (BreakerState.OPEN, BreakerState.CLOSED):
+            verb = "opened" if after.state is BreakerState.OPEN else "closed again"
+            log.warning("saga breaker %s for %s", verb, service,
+                        extra={"action": "saga_breaker", "service": service, "state": after.state.value})  # fmt: skip
 
     async def _release(self, saga: asyncpg.Record, owner: str, delay_s: float) -> None:
         with wrap_db_errors(), contextlib.suppress(asyncpg.PostgresError):

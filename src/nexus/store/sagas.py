@@ -138,6 +138,8 @@ async def record(
         await conn.execute(query("saga.sql", "insert_saga_steps"), *_columns(steps, 16))
     if aborted:
         await conn.execute(query("saga.sql", "abort_sagas"), [t for t, _ in aborted], [o for _, o in aborted])
+    if sagas or aborted:
+        await conn.execute(query("saga.sql", "notify_sagas"))  # issue 14 (saga2): wake the executors
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:

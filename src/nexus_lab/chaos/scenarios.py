@@ -14,7 +14,26 @@ from nexus_lab.agent.hostile import Mode
 from nexus_lab.chaos.faults import BreakerWatch, Fault, KafkaRestart, KillLoop, PostgresOutage, ReceiverOutage
 from nexus_lab.chaos.harness import StackSpec
 
+Range = tuple[float, float]
+
 UNSTABLE_SINK = ("--fail-rate", "0.3", "--fail-status", "500,503,429,408", "--retry-after", "1", "--hang-rate", "0.04")
+
+
+@dataclasses.dataclass(frozen=True)
+class SagaFault:
+    """What strikes a saga scenario (`nexus_lab.chaos.sagas`), with its knobs; draws come from the seed."""
+
+    kind: str
+    """kill-mid-call | kill-mid-compensation | service-down | late-answer | postgres-restart"""
+    service: str = "payment"
+    decline_rate: float = 0.2
+    """Share of charges the payment service declines for good (those sagas compensate)."""
+    hang_ms: float = 1200.0
+    window_s: Range = (2.0, 3.0)
+    """How long the service stays down, or answers late, or PostgreSQL stays stopped."""
+    first_s: Range = (0.3, 0.8)
+    env: tuple[tuple[str, str], ...] = ()
+    """Settings of the gateway and executor processes for this scenario (over `sagas.SAGA_ENV`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +54,9 @@ class Scenario:
     """At-least-once: a dispatcher or receiver killed after the receiver took a notification resends it."""
     sink_faults: bool = False
     """Count the sink's injected faults (from its log) as this scenario's faults."""
+    saga: SagaFault | None = None
+    """A saga scenario (issue 14): `fulfilment` plans whose effects the executors perform under this fault,
+    judged by the saga checker from PostgreSQL and the services' ledgers (`nexus_lab.chaos.sagas`)."""
 
 
 def _all(rate: float) -> dict[Mode, float]:
@@ -166,6 +188,43 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             allow_duplicates=True,
             sink_faults=True,
+        ),
+        # issue 14 (saga2): effects as sagas under crashes and failing services
+        Scenario(
+            "saga-executor-kill",
+            "saga executors SIGKILLed between a service's charge and the write of its result",
+            "killed between call and write",
+            saga=SagaFault("kill-mid-call"),
+        ),
+        Scenario(
+            "saga-compensation-kill",
+            "saga executors SIGKILLed while a compensation (a release) is answered but not yet written",
+            "killed during compensation",
+            saga=SagaFault("kill-mid-compensation", decline_rate=0.5),
+        ),
+        Scenario(
+            "saga-service-down",
+            "the payment service down for seconds: its breaker opens, probes, and the sagas complete",
+            "breaker opened",
+            saga=SagaFault("service-down", decline_rate=0.0),
+        ),
+        Scenario(
+            "saga-late-answer",
+            "the inventory service answers after the client's timeout: settled by compensation with the same key",
+            "unknown outcomes settled by compensation",
+            saga=SagaFault(
+                "late-answer",
+                service="inventory",
+                hang_ms=700.0,
+                window_s=(1.5, 2.0),
+                env=(("NEXUS_SAGA_CALL_TIMEOUT_S", "0.3"), ("NEXUS_SAGA_MAX_ATTEMPTS", "2")),
+            ),
+        ),
+        Scenario(
+            "saga-postgres-restart",
+            "PostgreSQL stopped (fast shutdown) and started again while sagas are open",
+            "PostgreSQL stopped",
+            saga=SagaFault("postgres-restart", window_s=(1.5, 2.5), first_s=(0.2, 0.5)),
         ),
     )
 }

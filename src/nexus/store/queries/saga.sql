@@ -29,6 +29,15 @@ FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::uuid[
          forward_payload, forward_error, compensation_path, compensation_spec, traceparent, envelope)
 ON CONFLICT (tenant_id, order_id, seq) DO NOTHING;
 
+-- name: notify_sagas
+-- Delivered at commit, and only then: wakes idle executors (nexus.saga.wakeups) without their poll.
+SELECT pg_notify('nexus_sagas', '');
+
+-- name: next_due_in
+-- Seconds until the next saga falls due (a retry's backoff, a lease running out); NULL: none is waiting.
+SELECT EXTRACT(EPOCH FROM min(GREATEST(next_attempt_at, COALESCE(lease_until, next_attempt_at))) - now())::float8
+FROM sagas WHERE next_attempt_at IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'COMPENSATING');
+
 -- name: abort_sagas
 -- A plan aborted (agent, deadline, policy) meets its open saga: compensate what completed, unless the
 -- pivot completed (then nothing is undone; an agent's abort was already REJECTED PAST_PIVOT).
