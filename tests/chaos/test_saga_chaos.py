@@ -1,5 +1,7 @@
 """Sagas under crashes: the executor SIGKILLed between a service's effect and the write of its result,
-and a broken build (a key that changes between attempts) that the saga checker must catch."""
+and a broken build (a key that changes between attempts) that the saga checker must catch; and the short
+version of the saga scenarios of `nexus chaos` these do not already cover (a service down, a late answer,
+PostgreSQL restarted), each judged by the saga checker from PostgreSQL and the services' ledgers."""
 
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import pytest
 
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.chaos.harness import ChaosSession
+from nexus_lab.chaos.runner import ScenarioResult, run_scenario
+from nexus_lab.chaos.scenarios import SCENARIOS
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES
 from tests.conftest import NexusProcess, api_headers, fast_settings, free_port, settings_env, wait_http
@@ -146,3 +151,38 @@ def _until(condition: Any, what: str, timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, f"{what} never happened"
         time.sleep(0.05)
+
+
+async def run_short(session: ChaosSession, name: str) -> ScenarioResult:
+    result = await run_scenario(session, SCENARIOS[name], plans=6, seed="ci", settle_timeout_s=45)
+    assert result.error is None, result.error
+    assert result.invariants_ok, "\n".join([*result.failures[:20], result.check_text])
+    assert result.fault_proved, f"{name} injected no {result.proof!r}: {result.faults}"
+    return result
+
+
+@pytest.mark.slow
+async def test_a_service_down_for_a_while_opens_the_breaker_and_the_sagas_complete(
+    chaos_session: ChaosSession,
+) -> None:
+    """The payment service answers 503 for seconds: the executors' breaker opens, and once it is back every
+    saga completes or compensates, each effect once (saga checker)."""
+    result = await run_short(chaos_session, "saga-service-down")
+    assert result.faults["service down"] == 1
+
+
+@pytest.mark.slow
+async def test_answers_after_the_timeout_are_settled_by_compensation_with_the_same_key(
+    chaos_session: ChaosSession,
+) -> None:
+    """Reservations answered after the client's timeout: given up as unknown, each is settled by a
+    release naming its key (never guessed), and the ledgers end as before those sagas."""
+    await run_short(chaos_session, "saga-late-answer")
+
+
+@pytest.mark.slow
+async def test_postgres_restarted_mid_saga_loses_and_repeats_no_effect(chaos_session: ChaosSession) -> None:
+    """PostgreSQL stopped while sagas are open and started again: the executors and their LISTEN connection
+    come back, every saga settles, and no effect happened twice in effect."""
+    result = await run_short(chaos_session, "saga-postgres-restart")
+    assert result.faults["sagas open at the stop"] > 0

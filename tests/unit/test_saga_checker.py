@@ -54,3 +54,14 @@ def test_each_violation_is_reported() -> None:
     assert "recorded after its cancellation" in problems
     assert "key the saga never recorded" in problems
     assert "compensated saga left charge standing" in problems
+
+
+def test_a_recorded_result_that_is_not_the_ledgers_first_answer_is_reported() -> None:
+    """A completed step whose recorded result names another charge than the ledger's entry for its key (a
+    repeated call answered anew) is reported; the first answer recorded passes."""
+    saga = [{"tenant_id": "default", "order_id": "o", "status": "COMPLETED"}]
+    ledgers = {"payment": {"entries": [{**_fwd("charge", "c"), "ref": "charges-1"}]}}
+    first = {**_step(3, "payment", "COMPLETED", "c"), "result": {"charge_id": "charges-1"}}
+    other = {**first, "result": {"charge_id": "charges-2"}}
+    assert check_sagas(saga, [first], ledgers) == []
+    assert any("the ledger holds charges-1" in p for p in check_sagas(saga, [other], ledgers))

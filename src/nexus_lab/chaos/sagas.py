@@ -192,10 +192,11 @@ async def _late_answer(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient
     attempt's outcome is unknown; a retry with the same key gets the first answer, and a call given up
     is settled by its compensation with the same key, never by a guess."""
     window = run.rng.uniform(*fault.window_s)
-    await run.faults(client, fault.service, hang_rate=0.7, hang_ms=fault.hang_ms, hang_compensations=False)
-    run.counts["late answers on"] += 1
+    await run.faults(client, fault.service, hang_rate=1, hang_ms=fault.hang_ms, hang_compensations=False)
+    run.say(f"{fault.service} answers after the timeout for {window:.1f}s")
     await asyncio.sleep(window)
     await run.faults(client, fault.service, hang_rate=0)
+    run.say(f"{fault.service} answers in time again at {run.elapsed():.1f}s")
 
 
 async def _postgres_restart(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient, session: ChaosSession) -> None:

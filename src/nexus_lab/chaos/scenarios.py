@@ -216,7 +216,7 @@ SCENARIOS: dict[str, Scenario] = {
                 "late-answer",
                 service="inventory",
                 hang_ms=700.0,
-                window_s=(1.5, 2.0),
+                window_s=(3.0, 4.0),
                 env=(("NEXUS_SAGA_CALL_TIMEOUT_S", "0.3"), ("NEXUS_SAGA_MAX_ATTEMPTS", "2")),
             ),
         ),
