@@ -51,3 +51,24 @@ def test_wrk_suite_reports_rate_cpu_and_the_floor(tmp_path: Path) -> None:
     assert row["cpu_s_per_1k_events"]["gateway"] > 0 and row["cpu_s_per_1k_events"]["postgres"] > 0
     assert row["floor"]["events_per_s"] > 0 and row["ratio_to_floor"] > 0
     assert "HTTP under wrk" in done.stdout and "x floor" in done.stdout
+
+
+def test_sagas_suite_compares_notify_and_poll_wakeups(tmp_path: Path) -> None:
+    """`nexus bench --suite sagas` (short) runs sagas through an executor process woken by NOTIFY and by its
+    poll, and reports sagas/s, the latency per effect over the bare call, and CPU per 1,000 effects."""
+    out = tmp_path / "sagas.json"
+    env = {k: v for k, v in os.environ.items() if k != "NEXUS_DATABASE_URL"}
+    done = subprocess.run(
+        [sys.executable, "-m", "nexus_cli", "bench", "--suite", "sagas", "--sagas", "3", "--concurrency", "2",
+         "--json", str(out), "--plot", ""],
+        capture_output=True, text=True, timeout=180, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    body = json.loads(out.read_text())
+    assert body["skipped"] == {}, body["skipped"]
+    assert sorted(r["mode"] for r in body["results"]) == ["notify", "poll"]
+    for r in body["results"]:
+        assert r["suite"] == "sagas" and r["concurrency"] == 2 and r["events"] == 3
+        assert r["sagas_per_s"] > 0 and r["per_effect_ms"] > 0 and r["bare_call_ms"] > 0
+        assert r["cpu_s_per_1k_effects"]["executor"] > 0
+    assert "wake-up" in done.stdout

@@ -9,7 +9,9 @@ Scenarios (``--suite``, each on its own orders in one fresh database, at every `
   1,000 events of the gateway and PostgreSQL and pgbench's per-event floor in the same run (`bench/wrk.py`);
 - ``peer``: DBOS Transact on the same PostgreSQL, a durable workflow per order, a step per event;
 - ``kafka``: produce -> applied through `KafkaIngress` (needs the broker: make kafka-up);
-- ``delivery``: outbox -> webhook through `OutboxDispatcher` to a `nexus sink`.
+- ``delivery``: outbox -> webhook through `OutboxDispatcher` to a `nexus sink`;
+- ``sagas``: `fulfilment` sagas (four effects each) performed by an executor process against `nexus
+  services`, executors woken by NOTIFY and by their poll in the same run (`bench/sagas.py`).
 
 Prints a line per scenario as it finishes, then the table and the ratios gateway/raw and gateway/peer;
 writes JSON (``--json``) and a PNG plot (``--plot``). Machines here are noisy: compare within one run.
@@ -42,7 +44,7 @@ from nexus.store.migrate import apply_migrations
 from nexus_lab.bench import external, report, wrk
 from nexus_lab.bench.scenarios import Row, bench_http, bench_raw, bench_submit, start_server
 
-SUITES = ("raw", "submit", "http", "wrk", "peer", "kafka", "delivery", "validation")
+SUITES = ("raw", "submit", "http", "wrk", "peer", "kafka", "delivery", "validation", "sagas")
 
 
 def with_database(url: str, name: str) -> str:
@@ -104,6 +106,7 @@ class Bench:
         self.embedded = embedded
         self.rows: list[Row] = []
         self.wrk_rows: list[Row] = []
+        self.saga_rows: list[Row] = []
         self.skipped: dict[str, str] = {}
 
     def add(self, r: Row) -> None:
@@ -213,6 +216,12 @@ class Bench:
             self.add,
         )  # fmt: skip
 
+    async def run_sagas(self, url: str) -> None:  # issue 14 (saga2)
+        from nexus_lab.bench.sagas import MODES, bench_sagas
+
+        workdir = Path(tempfile.mkdtemp(prefix="nexus-bench-sagas-"))
+        self.saga_rows = await bench_sagas(url, self.args.concurrency, self.args.sagas, list(MODES), workdir, self.add)
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plans", type=int, default=None, help="plans (5 events each) per scenario (default 500)")
@@ -230,6 +239,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--gateway-cmd", default=None, help="wrk: start the gateway with this command (e.g. another checkout's)"
     )
     parser.add_argument("--kafka-poll", type=int, default=500, help="max records per poll (kafka scenario)")
+    parser.add_argument("--sagas", type=int, default=None, help="sagas per run of the sagas suite (default 100)")
     parser.add_argument("--delivery-latency-s", type=float, default=None, help="delivery latency run (default 5 s)")
 
 
@@ -241,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.plans = args.plans or (40 if args.quick else 500)
     args.concurrency = args.concurrency or ([1, 16] if args.quick else [1, 4, 16, 64])
+    args.sagas = args.sagas or (20 if args.quick else 100)
     args.delivery_latency_s = args.delivery_latency_s or (1.0 if args.quick else 5.0)
     args.connections = args.connections or ([16] if args.quick else [16, 64])
     args.duration = args.duration if args.duration is not None else (3.0 if args.quick else 15.0)
@@ -285,6 +296,11 @@ def run(args: argparse.Namespace) -> int:
     if bench.wrk_rows:
         print()
         print(wrk.wrk_table(bench.wrk_rows))
+    if bench.saga_rows:
+        from nexus_lab.bench.sagas import sagas_table
+
+        print("\nsagas, same run (wake-ups alternating):\n")
+        print(sagas_table(bench.saga_rows))
     for suite, why in bench.skipped.items():
         print(f"\n{suite} suite: {why}")
     report.write_json(args.json, meta, bench.rows, bench.skipped)
