@@ -96,14 +96,14 @@ class Sender:
         try:
             response = await client.send(request)
         except httpx.TimeoutException as exc:
-            error = f"timeout after {self.request_timeout_s:g}s"
-            return Result(c, AttemptOutcome.RETRYABLE, None, error, None, sent_at, _ms(started), type(exc).__name__)
+            reason = f"timeout after {self.request_timeout_s:g}s"
+            return Result(c, AttemptOutcome.RETRYABLE, None, reason, None, sent_at, _ms(started), type(exc).__name__)
         except UnsafeUrlError as exc:  # issue 11: aimed inside; never sent, never retried, not the subscriber's fault
-            error = str(exc)[:500]
-            return Result(c, AttemptOutcome.UNSENDABLE, None, error, None, sent_at, None, type(exc).__name__)
+            reason = str(exc)[:500]
+            return Result(c, AttemptOutcome.UNSENDABLE, None, reason, None, sent_at, None, type(exc).__name__)
         except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}"[:500]
-            return Result(c, AttemptOutcome.RETRYABLE, None, error, None, sent_at, _ms(started), type(exc).__name__)
+            reason = f"{type(exc).__name__}: {exc}"[:500]
+            return Result(c, AttemptOutcome.RETRYABLE, None, reason, None, sent_at, _ms(started), type(exc).__name__)
         finally:
             metrics.WEBHOOK_REQUEST_SECONDS.observe(time.perf_counter() - started)
         outcome = outcome_of_status(response.status_code)

@@ -23,7 +23,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from nexus import metrics
+from nexus import metrics, tracing
 from nexus.core.backoff import RetryPolicy
 from nexus.core.breaker import Breaker, BreakerConfig
 from nexus.core.saga import (
@@ -315,6 +315,14 @@ class SagaExecutor:
 
     # -- HTTP and breakers ----------------------------------------------------------------------------------
     async def _call(
+        self, url: str, body: dict[str, Any], key: str, traceparent: str | None, compensates: str | None
+    ) -> tuple[CallOutcome, Any, str | None]:
+        # issue 16 (obs): each effect and compensation call under its span, the request carrying its traceparent
+        return await tracing.traced_effect(
+            lambda sent: self._post(url, body, key, sent, compensates), url, traceparent, compensates is not None
+        )
+
+    async def _post(
         self, url: str, body: dict[str, Any], key: str, traceparent: str | None, compensates: str | None
     ) -> tuple[CallOutcome, Any, str | None]:
         headers = {"Idempotency-Key": key, "traceparent": traceparent or new_traceparent()}
