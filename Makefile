@@ -20,7 +20,7 @@ help:
 	@echo "make test    - lint, types and all tests (starts the local Kafka broker)"
 	@echo "make chaos   - the chaos scenarios at CI size"
 	@echo "make bench   - the benchmark suite (writes benchmarks/results/)"
-	@echo "make console-test - the web console in headless chromium (screenshots under pytest's tmp dir)"
+	@echo "make console-test - the web console in headless chromium, long run (make test has the short one)"
 	@echo "make fuzz    - a longer fuzz of the HTTP API (FUZZ_EXAMPLES=200)"
 	@echo "make kafka-up / kafka-down - a local single-node Kafka broker from Maven Central"
 
@@ -67,18 +67,22 @@ unit: $(STAMP)
 promtool:
 	command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
 
-test: $(STAMP) $(VENV)/.bench lint typecheck kafka-up promtool
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: $(STAMP) $(VENV)/.bench $(VENV)/.browser lint typecheck kafka-up promtool chromium
+	NEXUS_BROWSER_TESTS=short PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pytest $(PYTEST_ARGS)
 
 # issue 16: the console in Debian's headless chromium (Playwright pointed at /usr/bin/chromium; no browser
-# download). Kept out of `make test` for the size of the browser; `make test` has the HTTP-level console tests.
+# download). `make console-test` is the long run (every browser test); `make test` runs the short one.
 $(VENV)/.browser: $(VENV)/.base
 	$(BIN)/pip install --quiet -e '.[browser]'
 	touch $@
 
-console-test: $(STAMP) $(VENV)/.browser
-	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
+console-test: $(STAMP) $(VENV)/.browser chromium
 	NEXUS_BROWSER_TESTS=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pytest tests/browser $(PYTEST_ARGS)
+
+# issue 16 (obs): Debian's chromium for the browser tests, for `make test` (short run) and `make console-test`
+.PHONY: chromium
+chromium:
+	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
 
 # The fuzz run of `make test`, longer: schemathesis on every route and arbitrary JSON beside valid traffic.
 FUZZ_EXAMPLES ?= 200

@@ -82,6 +82,9 @@ async def serve(
 
         await ensure_default_subscription(db, settings)
         services.append(("dispatcher", OutboxDispatcher(db, settings, instance_id()).run()))
+        from nexus.delivery.attempts import prune_loop  # issue 16 (obs): the attempts' record stays bounded
+
+        services.append(("attempts-pruner", prune_loop(db, settings)))
     if settings.saga_executors > 0 and gateway.effect_processes:  # issue 14: effects performed here
         from nexus.saga.executor import SagaExecutor
 

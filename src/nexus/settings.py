@@ -109,6 +109,10 @@ _ENV_NAMES: dict[str, str] = {
     "saga_breaker_cooldown_s": "NEXUS_SAGA_BREAKER_COOLDOWN_S",
     # issue 14 (saga2): executors woken by LISTEN/NOTIFY, the poll as the fallback
     "saga_listen": "NEXUS_SAGA_LISTEN",
+    # issue 16 (obs): every delivery attempt recorded, for a bounded time
+    "delivery_attempts_retention_s": "NEXUS_DELIVERY_ATTEMPTS_RETENTION_S",
+    "delivery_attempts_prune_s": "NEXUS_DELIVERY_ATTEMPTS_PRUNE_S",
+    "console_poll_s": "NEXUS_CONSOLE_POLL_S",
 }
 
 
@@ -253,6 +257,13 @@ class Settings(BaseSettings):
     saga_listen: bool = True
     """Idle executors LISTEN on `nexus_sagas` and wake at once when a step is recorded (or a saga made due);
     off: they find work by polling every `saga_poll_s` only."""
+    # issue 16 (obs): every delivery attempt recorded, for a bounded time
+    delivery_attempts_retention_s: float = 7 * 86400.0
+    """How long the record of each webhook delivery attempt (delivery_attempts) is kept."""
+    delivery_attempts_prune_s: float = 300.0
+    """How often a dispatching process deletes the attempts older than the retention."""
+    console_poll_s: float = 2.0
+    """How often an open (visible) order page of the console asks whether the order changed."""
 
     def service_url(self, name: str) -> str | None:
         """The base URL of effect service `name`, from `service_urls`."""

@@ -12,15 +12,21 @@ Spans (their names are stable, docs/observability.md):
 - `nexus.submit` per `Gateway.submit` batch, linked to every item's incoming context, and under each
   item's own incoming context (its `traceparent`) a `nexus.decision` span with the order, decision, code;
 - `nexus.webhook.deliver` per delivery attempt (CLIENT), child of the event's context; the webhook
-  request's `traceparent` is this span's, so the receiver sees the agent's trace id.
+  request's `traceparent` is this span's, so the receiver sees the agent's trace id;
+- `nexus.saga.effect` / `nexus.saga.compensate` per saga call (CLIENT), child of the step's context, the
+  service's request carrying its traceparent (`traced_effect`);
+- the maintained instrumentations of asyncpg (each query), httpx (each request: its CLIENT span is the
+  one the receiver's traceparent names) and aiokafka (each record received, each record sent), installed
+  with the provider (`instrument_libraries`) and only ever inside a span of ours or an agent's: a library
+  call with no trace around it (the dispatcher's and executors' polling) starts none.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -28,6 +34,8 @@ if TYPE_CHECKING:
 
 INSTRUMENTATION = "nexus"
 _tracer: Tracer | None = None
+_instrumentors: list[Any] = []
+_Call = TypeVar("_Call", bound=tuple[Any, Any, str | None])
 
 
 class _Item(Protocol):
@@ -85,6 +93,7 @@ def configure(environ: Mapping[str, str] | None = None) -> TracerProvider | None
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     use(provider)
+    instrument_libraries(provider)
     return provider
 
 
@@ -102,7 +111,64 @@ def shutdown() -> None:
     flush = getattr(provider, "shutdown", None)
     if _tracer is not None and flush is not None:
         flush()
+    uninstrument_libraries()
     use(None)
+
+
+def instrument_libraries(provider: Any) -> None:
+    """Install the maintained instrumentations of asyncpg, httpx and aiokafka (issue 16), their spans made
+    only inside an existing trace (see `_InsideTraces`). Only when tracing is on: off, nothing is patched."""
+    from opentelemetry.instrumentation.aiokafka import AIOKafkaInstrumentor
+    from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+    if _instrumentors:
+        return
+    inside = _InsideTraces(provider)
+    # AsyncPGInstrumentor's __init__ has no annotations
+    for instrumentor in (AsyncPGInstrumentor(), HTTPXClientInstrumentor(), AIOKafkaInstrumentor()):  # type: ignore[no-untyped-call]
+        instrumentor.instrument(tracer_provider=inside)
+        _instrumentors.append(instrumentor)
+
+
+def uninstrument_libraries() -> None:
+    """Remove what `instrument_libraries` installed (tests switch tracing off again)."""
+    while _instrumentors:
+        _instrumentors.pop().uninstrument()
+
+
+class _InsideTraces:
+    """A tracer provider for the library instrumentations whose tracers start a span only under a valid
+    parent (ours, or an agent's extracted from a record): background polling, hundreds of queries a
+    minute with no request behind them, would otherwise each be a root trace of its own."""
+
+    def __init__(self, provider: Any) -> None:
+        self._provider = provider
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+        return _InsideTracer(self._provider.get_tracer(*args, **kwargs))
+
+
+class _InsideTracer:
+    def __init__(self, tracer: Any) -> None:
+        self._tracer = tracer
+
+    def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Any:
+        from opentelemetry import trace
+
+        if not trace.get_current_span(context).get_span_context().is_valid:
+            return trace.INVALID_SPAN
+        return self._tracer.start_span(name, context, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def start_as_current_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        from opentelemetry import trace
+
+        if not trace.get_current_span(context).get_span_context().is_valid:
+            yield trace.INVALID_SPAN
+            return
+        with self._tracer.start_as_current_span(name, context, *args, **kwargs) as span:
+            yield span
 
 
 def instrument(app: Any) -> None:
@@ -229,3 +295,29 @@ def delivery_span(traceparent: str | None, attributes: dict[str, Any]) -> Iterat
         "nexus.webhook.deliver", context=_context_of(traceparent), kind=SpanKind.CLIENT, attributes=attributes
     ) as span:
         yield span
+
+
+async def traced_effect(
+    call: Callable[[str | None], Awaitable[_Call]], url: str, traceparent: str | None, compensation: bool
+) -> _Call:
+    """One saga call (an effect, or its compensation when `compensation`): `call(traceparent)` sends it.
+
+    Off, the request carries the step's own traceparent (the agent's). On, it runs under a CLIENT span,
+    child of that context, and carries this span's traceparent: the service sees the agent's trace id.
+    The call's answer is `(outcome, response, error)` (saga/executor.py); the outcome becomes an attribute.
+    """
+    if _tracer is None:
+        return await call(traceparent)
+    from opentelemetry.trace import SpanKind
+
+    name = "nexus.saga.compensate" if compensation else "nexus.saga.effect"
+    attributes = {"http.request.method": "POST", "url.full": url}
+    with _tracer.start_as_current_span(
+        name, context=_context_of(traceparent), kind=SpanKind.CLIENT, attributes=attributes
+    ) as span:
+        result = await call(traceparent_of(span) or traceparent)
+        outcome, _, error = result
+        span.set_attribute("nexus.saga.outcome", str(getattr(outcome, "value", outcome)))
+        if error is not None:
+            span.set_attribute("error.type", error[:200])
+        return result

@@ -19,6 +19,9 @@ from tests.conftest import TEST_API_KEY, api_headers
 from tests.factories import step_json
 from tests.helpers import wait_until
 from tests.integration.test_delivery import SECRET, dispatching, settled, subscribe
+from tests.integration.test_sagas import Harness, harness, services
+
+__all__ = ["harness", "services"]  # fixtures, imported for pytest
 
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
@@ -161,3 +164,70 @@ async def test_a_dead_delivery_is_redriven_with_the_button_and_then_delivered(
         assert [r["status"] for r in sink.sink.records][-1] == 200
     finally:
         await sink.aclose()
+
+
+async def test_an_order_page_shows_every_delivery_attempt_and_the_sagas_compensations(
+    db: Database, settings: Settings, browser: httpx.AsyncClient, harness: Harness
+) -> None:
+    """A fulfilment order whose payment is refused for good: its page lists the saga's steps (the reserve
+    COMPENSATED with its compensation call, the charge FAILED), and each notification with every delivery
+    attempt per subscriber (503, 503, 200 for the flaky one; 200 for the other)."""
+    harness.services.services.faults["payment"].permanent_fail_rate = 1.0
+    flaky = await start_sink(Faults(fail_first=2, fail_status=(503,)), secret=SECRET)
+    steady = await start_sink(secret=SECRET)
+    try:
+        await subscribe(db, flaky.url + "/hook", name="flaky")
+        await subscribe(db, steady.url + "/hook", name="steady")
+        await harness.send("con-saga", 1, 2, 3)
+        await harness.settle()
+        async with dispatching(db, settings.replace(retry_base_ms=10, retry_max_ms=20)):
+            await wait_until(lambda: settled(db), 30, "deliveries")
+    finally:
+        await flaky.aclose()
+        await steady.aclose()
+    await sign_in(browser)
+    page = await browser.get("/console/orders/default/con-saga")
+    assert page.status_code == 200
+    saga = page.text.split('id="saga"')[1].split("</table>")[0]
+    reserve, charge = (row for row in saga.split("<tr")[2:])
+    assert "InventoryValidated" in reserve and "COMPENSATED" in reserve and "POST /release" in reserve
+    assert "PaymentProcessed" in charge and "FAILED" in charge
+    notes = page.text.split('id="notifications"')[1].split("</table>")[0]
+    rows = [row for row in notes.split("<tr")[2:] if "OrderCreated" in row]
+    by_subscriber = {("flaky" if "flaky" in row else "steady"): row for row in rows}
+    flaky_attempts = re.findall(r'<li class="attempt (\w+)">#(\d) [\d:\- ]+ (\d+)', by_subscriber["flaky"])
+    assert flaky_attempts == [("retryable", "1", "503"), ("retryable", "2", "503"), ("delivered", "3", "200")]
+    steady_attempts = re.findall(r'<li class="attempt (\w+)">#(\d) [\d:\- ]+ (\d+)', by_subscriber["steady"])
+    assert steady_attempts == [("delivered", "1", "200")]
+
+
+async def test_the_order_page_refreshes_its_fragment_only_when_the_order_changed(
+    db: Database, browser: httpx.AsyncClient
+) -> None:
+    """The page reads in full without script and names its live fragment (htmx polling while visible);
+    the fragment answers 204 while nothing changed and the new fragment once a step was applied."""
+    gateway = Gateway(db)
+    await gateway.submit([Incoming.parse(step_json("live-1", "lp-1", 1))])
+    await sign_in(browser)
+    page = await browser.get("/console/orders/default/live-1")
+    assert 'id="timeline"' in page.text and "OrderCreated" in page.text
+    live = re.search(
+        r'hx-get="(/console/orders/default/live-1/live\?digest=(\w+))" hx-trigger="every 2.0s \[', page.text
+    )
+    assert live is not None and "document.visibilityState" in page.text
+    script = re.search(r'<script src="(/console/static/[^"]+)"', page.text)
+    assert script is not None
+    js = await browser.get(script.group(1))
+    assert (
+        js.status_code == 200 and "htmx" in js.text[:2000] and js.headers["content-type"].startswith("text/javascript")
+    )
+    same = await browser.get(live.group(1))
+    assert same.status_code == 204
+    await gateway.submit([Incoming.parse(step_json("live-1", "lp-1", 2))])
+    changed = await browser.get(live.group(1))
+    assert changed.status_code == 200 and "InventoryValidated" in changed.text and "<html" not in changed.text
+    digest = re.search(r'data-digest="(\w+)"', changed.text)
+    assert digest is not None and digest.group(1) != live.group(2)
+    again = await browser.get(f"/console/orders/default/live-1/live?digest={digest.group(1)}")
+    assert again.status_code == 204
+    assert (await browser.get("/console/orders/default/no-such/live")).status_code == 404

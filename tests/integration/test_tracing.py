@@ -11,22 +11,27 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from nexus import tracing
 from nexus.gateway import Gateway
 from nexus.ingress.http import create_app
+from nexus.processes import builtin_catalog
+from nexus.saga.executor import SagaExecutor
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_client import AsyncNexusClient, ClientConfig
 from nexus_client.kafka import EventProducer
+from nexus_lab.services import RunningServices
 from nexus_lab.sink import start_sink
 from tests.conftest import TEST_API_KEY
 from tests.factories import step
 from tests.helpers import wait_until
 from tests.integration.kafka_helpers import BOOTSTRAP, kafka_settings, running_ingress, wait_committed_to_end
 from tests.integration.test_delivery import SECRET, dispatching, settled, subscribe
+from tests.integration.test_sagas import saga_settings, services
 
-__all__ = ["kafka_settings"]  # the fixture, imported for pytest
+__all__ = ["kafka_settings", "services"]  # fixtures, imported for pytest
 
 _EXPORTER = InMemorySpanExporter()
 _PROVIDER: TracerProvider | None = None
@@ -43,9 +48,11 @@ def spans() -> Iterator[InMemorySpanExporter]:
         trace.set_tracer_provider(_PROVIDER)
     _EXPORTER.clear()
     tracing.use(_PROVIDER)
+    tracing.instrument_libraries(_PROVIDER)
     try:
         yield _EXPORTER
     finally:
+        tracing.uninstrument_libraries()
         tracing.use(None)
         _EXPORTER.clear()
 
@@ -99,7 +106,10 @@ async def test_one_trace_from_the_agents_publish_to_the_webhook_receiver(
     assert delivery.attributes is not None and delivery.attributes["nexus.delivery.outcome"] == "delivered"
     [record] = records
     assert _trace_id(record["traceparent"]) == trace_id
-    assert int(record["traceparent"].split("-")[2], 16) == delivery.context.span_id
+    # The receiver's parent is the httpx instrumentation's CLIENT span, a child of the delivery attempt's.
+    [request] = [s for s in finished if s.context.span_id == int(record["traceparent"].split("-")[2], 16)]
+    assert request.kind is SpanKind.CLIENT and request.parent is not None
+    assert request.parent.span_id == delivery.context.span_id
 
 
 def test_tracing_is_off_by_default_and_adds_no_middleware(db: Database, settings: Settings) -> None:
@@ -132,3 +142,66 @@ async def test_a_kafka_published_step_is_traced_through_the_consumer(
     [decision] = [d for d in _named(finished, "nexus.decision") if d.context.trace_id == publish.context.trace_id]
     assert decision.parent is not None and decision.parent.span_id == publish.context.span_id
     assert decision.attributes is not None and decision.attributes["nexus.decision"] == "APPLY"
+    # aiokafka's maintained instrumentation: the record's receive span, in the agent's trace
+    received = _named(finished, f"{kafka_settings.kafka_topic} receive")
+    assert any(r.context.trace_id == publish.context.trace_id and r.kind is SpanKind.CONSUMER for r in received)
+
+
+async def test_one_trace_from_the_publish_through_decision_and_webhook_to_the_effect_call(
+    database_url: str, services: RunningServices, spans: InMemorySpanExporter
+) -> None:
+    """A `fulfilment` step published by the SDK: its decision, the webhook delivery, the saga's effect call
+    to the inventory service (`nexus services`) and the maintained instrumentations' spans (asyncpg query,
+    httpx request) share the agent's trace id, and the service's ledger holds a traceparent of that trace
+    naming the effect call's request. Library calls outside any trace start no span."""
+    settings = saga_settings(database_url, services)
+    db = await Database(settings).open(migrate=False)
+    sink = await start_sink(secret=SECRET)
+    gateway = Gateway(db, catalog=builtin_catalog())
+    executor = SagaExecutor(db, gateway, settings, "trace-executor")
+    try:
+        await subscribe(db, sink.url + "/hook")
+        await db.fetchval("SELECT 1")  # outside any trace: no span
+        app = create_app(db, gateway, settings=settings)
+        config = ClientConfig(gateway_url="http://gateway", api_key=TEST_API_KEY)
+        async with AsyncNexusClient(config, transport=httpx.ASGITransport(app=app)) as client:
+            await client.submit(step("trs-o1", "trs-p1", 1, process="fulfilment"))
+            reserve = await client.submit(step("trs-o1", "trs-p1", 2, process="fulfilment"))
+        assert reserve.first.decision.value == "APPLY"
+        for _ in range(50):
+            if not await executor.run_once():
+                break
+        async with dispatching(db, settings):
+            await wait_until(lambda: settled(db), 20, "delivery")
+            await wait_until(lambda: _count(db, "trs-o1"), 20, "both notifications")
+        records = sink.sink.records
+    finally:
+        await executor.aclose()
+        await sink.aclose()
+        await db.close()
+    finished = list(spans.get_finished_spans())
+    publish = _named(finished, "nexus_client publish")[1]
+    trace_id = publish.context.trace_id
+    in_trace = [s for s in finished if s.context.trace_id == trace_id]
+    names = {s.name for s in in_trace}
+    assert {"nexus.decision", "nexus.saga.effect", "nexus.webhook.deliver"} <= names, names
+    [effect] = [s for s in in_trace if s.name == "nexus.saga.effect"]
+    assert effect.kind is SpanKind.CLIENT and effect.parent is not None
+    assert effect.parent.span_id == publish.context.span_id  # the step's own context, stored with the saga
+    assert effect.attributes is not None and effect.attributes["nexus.saga.outcome"] == "succeeded"
+    [entry] = services.services.ledgers["inventory"].entries
+    assert _trace_id(entry["traceparent"]) == trace_id
+    [call] = [s for s in finished if s.context.span_id == int(entry["traceparent"].split("-")[2], 16)]
+    assert call.parent is not None and call.parent.span_id == effect.context.span_id  # httpx's request span
+    assert any(s.attributes and s.attributes.get("db.system") == "postgresql" for s in in_trace)
+    assert [r for r in records if r["event_type"] == "InventoryValidated"]
+    assert {_trace_id(r["traceparent"]) for r in records if r["event_type"] == "InventoryValidated"} == {trace_id}
+    roots = [s for s in finished if s.parent is None and s.instrumentation_scope is not None]
+    assert not [s for s in roots if s.instrumentation_scope.name.startswith("opentelemetry.instrumentation")]
+
+
+async def _count(db: Database, order_id: str) -> bool:
+    delivered = await db.fetchval(
+        "SELECT count(*) FROM deliveries WHERE order_id = $1 AND state = 'delivered'", order_id
+    )
+    return bool(delivered == 2)

@@ -8,6 +8,9 @@ carries the session's CSRF token and every POST checks it before doing anything.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import hashlib
+import importlib.resources
 import secrets
 import time
 import urllib.parse
@@ -36,6 +39,7 @@ _templates = jinja2.Environment(
     autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
     undefined=jinja2.StrictUndefined,
 )
+HTMX = "htmx-2.0.11.min.js"
 STATUSES = ("created", "inventory_validated", "payment_processed", "shipped", "completed", "aborted")
 _NO_STORE = {"cache-control": "no-store"}
 
@@ -64,6 +68,7 @@ def _page(request: Request, template: str, status: int = 200, **context: Any) ->
         principal=principal,
         tenant=(principal.tenant_id or "every tenant") if principal else None,
         csrf=session.csrf if session else context.pop("csrf", ""),
+        htmx=HTMX,
         **context,
     )
     headers = {**_NO_STORE, "server-timing": f"render;dur={(time.perf_counter() - started) * 1000:.1f}"}
@@ -172,33 +177,77 @@ async def orders(
 
 @router.get("/orders/{tenant}/{order_id}")
 async def order_page(request: Request, tenant: str, order_id: str) -> Response:
+    context = await _order_context(request, tenant, order_id)
+    if context is None:
+        return _page(request, "message.html", 404, title="Not found", message=f"No order {order_id} of {tenant}.")
+    return _page(request, "order.html", **context, note=request.query_params.get("note"))
+
+
+@router.get("/orders/{tenant}/{order_id}/live")
+async def order_fragment(request: Request, tenant: str, order_id: str, digest: str = "") -> Response:
+    """The order page's changing part alone, for its live refresh (templates/live.html); 204 (htmx keeps
+    the page as it is) while it is the same as the page's `digest`."""
+    context = await _order_context(request, tenant, order_id)
+    if context is None:
+        return Response(status_code=404, headers=_NO_STORE)
+    if digest and digest == context["digest"]:
+        return Response(status_code=204, headers=_NO_STORE)
+    return _page(request, "order_live.html", **context)
+
+
+async def _order_context(request: Request, tenant: str, order_id: str) -> dict[str, Any] | None:
+    """What the order page shows: the order, its timeline, buffered steps, saga (steps and compensations),
+    notifications with every delivery attempt per subscriber; None if the viewer may not see it."""
     viewer = principal_of(request).tenant_id
     db = _db(request)
     order = await db.fetchrow(query("console.sql", "order"), viewer, tenant, order_id)
     timeline = await db.fetch(query("console.sql", "timeline"), tenant, order_id) if order or viewer is None else []
     if order is None and not timeline:
-        return _page(request, "message.html", 404, title="Not found", message=f"No order {order_id} of {tenant}.")
+        return None
     buffered = await db.fetch(query("console.sql", "buffered"), tenant, order_id)
     notes = await db.fetch(query("console.sql", "notifications"), tenant, order_id)
+    tried: dict[tuple[Any, int], list[Any]] = {}
+    for a in await db.fetch(query("console.sql", "attempts"), tenant, order_id):
+        tried.setdefault((a["outbox_id"], a["subscription_id"]), []).append(a)
+    saga = await db.fetchrow(query("console.sql", "saga"), tenant, order_id)
+    saga_steps = await db.fetch(query("console.sql", "saga_steps"), tenant, order_id) if saga else []
     traceparents = [n["traceparent"] for n in notes] + [b["traceparent"] for b in buffered]
     trace_ids = sorted({t for t in (trace_id_of(tp) for tp in traceparents) if t})
     grouped: dict[int, dict[str, Any]] = {}
     for n in notes:
         entry = grouped.setdefault(n["position"], {"n": n, "deliveries": []})
         if n["subscription_id"] is not None:
-            entry["deliveries"].append(n)
-    return _page(
-        request,
-        "order.html",
-        order=order,
-        tenant_id=tenant,
-        order_id=order_id,
-        timeline=timeline,
-        buffered=buffered,
-        notifications=list(grouped.values()),
-        trace_ids=trace_ids,
-        note=request.query_params.get("note"),
-    )
+            entry["deliveries"].append({"d": n, "attempts": tried.get((n["outbox_id"], n["subscription_id"]), [])})
+    context: dict[str, Any] = {
+        "order": order,
+        "tenant_id": tenant,
+        "order_id": order_id,
+        "timeline": timeline,
+        "buffered": buffered,
+        "saga": saga,
+        "saga_steps": saga_steps,
+        "notifications": list(grouped.values()),
+        "trace_ids": trace_ids,
+        "live_url": f"/console/orders/{urllib.parse.quote(tenant)}/{urllib.parse.quote(order_id)}/live",
+        "poll_s": request.app.state.settings.console_poll_s,
+    }
+    # The fragment's own rendering, hashed: the live refresh swaps only when something shown changed.
+    body = _templates.get_template("order_live.html").render(csrf="", digest="", **context)
+    context["digest"] = hashlib.sha256(body.encode()).hexdigest()[:32]
+    return context
+
+
+@router.get("/static/{name}")
+async def static(name: str) -> Response:
+    """The console's one script, htmx (vendored, no build step: static/README.md), cached for a day."""
+    if name != HTMX:
+        return Response(status_code=404)
+    return Response(_htmx(), media_type="text/javascript", headers={"cache-control": "private, max-age=86400"})
+
+
+@functools.cache
+def _htmx() -> bytes:
+    return importlib.resources.files("nexus.console").joinpath("static", HTMX).read_bytes()
 
 
 # -- blocked actions --------------------------------------------------------------------------------------

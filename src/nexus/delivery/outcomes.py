@@ -60,6 +60,7 @@ class OutcomeWriter:
     async def write(self, results: list[Result]) -> None:
         """Record a batch of results and their breaker evidence in one transaction."""
         columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
+        attempts: list[Result] = []  # issue 16 (obs): each counted attempt gets its delivery_attempts row
         labels: dict[tuple[Any, int], str] = {}
         ending: set[tuple[str, str]] = set()
         for r in results:
@@ -80,6 +81,8 @@ class OutcomeWriter:
             )
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
+            if decision.counted:
+                attempts.append(r)
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 if ending:
@@ -110,6 +113,8 @@ class OutcomeWriter:
                         [t for _, _, t in moved],
                     )
                 changes = await self._feed_breakers(conn, results)
+                if attempts:
+                    await conn.execute(query("delivery.sql", "record_attempts"), *attempt_columns(attempts))
         for row in applied:
             metrics.WEBHOOK_DELIVERIES.labels(result=labels[(row["outbox_id"], row["subscription_id"])]).inc()
         for subscription_id, before, after in changes:
@@ -159,3 +164,17 @@ class OutcomeWriter:
                 await write_breaker(conn, sid, after)
                 changes.append((sid, before[sid], after))
         return changes
+
+
+def attempt_columns(results: list[Result]) -> tuple[list[Any], ...]:
+    """The columns of `record_attempts` (one array per column: one INSERT per batch, whatever its size)."""
+    columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [], [], [])
+    for r in results:
+        c = r.claimed
+        # An attempt the subscriber answered has its status; any other says what went wrong instead.
+        error_class = None if r.status is not None else (r.error_class or "InternalError")
+        row = (c.outbox_id, c.subscription_id, c.tenant_id, c.order_id, c.attempt, r.sent_at, r.outcome.value,
+               r.status, error_class, r.duration_ms)  # fmt: skip
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+    return columns

@@ -36,6 +36,11 @@ class Result:
     status: int | None = None
     error: str | None = None
     retry_after_ms: float | None = None
+    # issue 16 (obs): the attempt's record (delivery_attempts): when it was sent, how long it took, and
+    # when the subscriber gave no status, what went wrong instead
+    sent_at: float | None = None
+    duration_ms: float | None = None
+    error_class: str | None = None
 
 
 class Sender:
@@ -84,18 +89,21 @@ class Sender:
         try:
             request = build_request(client, c, int(time.time()))
         except UnsendableRequest as exc:
-            return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc))
+            return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc), error_class="UnsendableRequest")
         if traceparent is not None:  # issue 16: the attempt's own span, in the agent's trace
             request.headers["traceparent"] = traceparent
-        started = time.perf_counter()
+        sent_at, started = time.time(), time.perf_counter()
         try:
             response = await client.send(request)
-        except httpx.TimeoutException:
-            return Result(c, AttemptOutcome.RETRYABLE, error=f"timeout after {self.request_timeout_s:g}s")
+        except httpx.TimeoutException as exc:
+            reason = f"timeout after {self.request_timeout_s:g}s"
+            return Result(c, AttemptOutcome.RETRYABLE, None, reason, None, sent_at, _ms(started), type(exc).__name__)
         except UnsafeUrlError as exc:  # issue 11: aimed inside; never sent, never retried, not the subscriber's fault
-            return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc)[:500])
+            reason = str(exc)[:500]
+            return Result(c, AttemptOutcome.UNSENDABLE, None, reason, None, sent_at, None, type(exc).__name__)
         except httpx.HTTPError as exc:
-            return Result(c, AttemptOutcome.RETRYABLE, error=f"{type(exc).__name__}: {exc}"[:500])
+            reason = f"{type(exc).__name__}: {exc}"[:500]
+            return Result(c, AttemptOutcome.RETRYABLE, None, reason, None, sent_at, _ms(started), type(exc).__name__)
         finally:
             metrics.WEBHOOK_REQUEST_SECONDS.observe(time.perf_counter() - started)
         outcome = outcome_of_status(response.status_code)
@@ -103,7 +111,11 @@ class Sender:
         if outcome is AttemptOutcome.RETRYABLE:
             retry_after = parse_retry_after(response.headers.get("retry-after"), dt.datetime.now(dt.UTC))
         error = None if outcome is AttemptOutcome.DELIVERED else f"HTTP {response.status_code}"
-        return Result(c, outcome, response.status_code, error, retry_after)
+        return Result(c, outcome, response.status_code, error, retry_after, sent_at, _ms(started))
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
 
 
 class UnsendableRequest(ValueError):

@@ -26,7 +26,7 @@ from typing import Any
 import asyncpg
 import httpx
 
-from nexus import metrics
+from nexus import metrics, tracing
 from nexus.core.backoff import RetryPolicy
 from nexus.core.breaker import Breaker, BreakerConfig, BreakerState
 from nexus.core.saga import (
@@ -364,6 +364,14 @@ class SagaExecutor:
         self, url: str, body: dict[str, Any], key: str, traceparent: str | None, compensates: str | None
     ) -> tuple[CallOutcome, Any, str | None]:
         """The one place a service is called (forward calls and compensations alike)."""
+        # issue 16 (obs): each effect and compensation call under its span, the request carrying its traceparent
+        return await tracing.traced_effect(
+            lambda sent: self._post(url, body, key, sent, compensates), url, traceparent, compensates is not None
+        )
+
+    async def _post(
+        self, url: str, body: dict[str, Any], key: str, traceparent: str | None, compensates: str | None
+    ) -> tuple[CallOutcome, Any, str | None]:
         headers = {"Idempotency-Key": key, "traceparent": traceparent or new_traceparent()}
         if compensates is not None:
             headers["Compensates"] = compensates

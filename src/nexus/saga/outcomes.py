@@ -54,10 +54,16 @@ async def _state(gateway: Gateway, conn: asyncpg.Connection, key: tuple[str, str
 
 
 async def _write(
-    gateway: Gateway, conn: asyncpg.Connection, resolution: Resolution, pending: Any, *, skip_first: bool
+    gateway: Gateway,
+    conn: asyncpg.Connection,
+    resolution: Resolution,
+    pending: Any,
+    *,
+    skip_first: bool,
+    traces: dict[uuid.UUID, str | None] | None = None,
 ) -> None:
     writes = _Writes()
-    gateway._plan(resolution, {}, writes)
+    gateway._plan(resolution, traces or {}, writes)
     await writes.run(conn)
     await records.record(conn, [resolution], gateway.catalog, {})
     if gateway.decision_log:
@@ -73,7 +79,9 @@ async def apply_effect(gateway: Gateway, conn: asyncpg.Connection, tenant_id: st
     if state.last_seq != event.seq_id or state.status == "aborted":
         return str(state.status)  # aborted meanwhile (the saga compensates), or already applied
     resolution = complete_effect(state, event, pending, catalog=gateway.catalog, limits=limits)
-    await _write(gateway, conn, resolution, pending, skip_first=True)
+    # issue 16 (obs): the step's notification carries the step's traceparent (the agent's trace), as at APPLY
+    traceparent = await conn.fetchval(query("saga.sql", "step_traceparent"), tenant_id, order_id, event.seq_id)
+    await _write(gateway, conn, resolution, pending, skip_first=True, traces={event.event_id: traceparent})
     return str(resolution.after.status)
 
 

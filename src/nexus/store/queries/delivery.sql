@@ -202,3 +202,22 @@ SELECT s.id AS subscription_id, s.name,
 FROM subscriptions AS s LEFT JOIN deliveries AS d ON d.subscription_id = s.id
 GROUP BY s.id, s.name
 ORDER BY s.id;
+
+-- name: record_attempts
+-- issue 16 (obs): one row per counted attempt of an outcome batch (migration 0010), in the batch's
+-- transaction; `at` is the sender's clock when the request went out (the database's, if none was sent).
+INSERT INTO delivery_attempts
+    (outbox_id, subscription_id, tenant_id, order_id, attempt, at, outcome, status, error_class, duration_ms)
+SELECT u.outbox_id, u.subscription_id, u.tenant_id, u.order_id, u.attempt,
+       coalesce(to_timestamp(u.sent_at), now()), u.outcome, u.status, u.error_class, u.duration_ms
+FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::int[], $6::float8[], $7::text[], $8::int[],
+            $9::text[], $10::float4[])
+    AS u(outbox_id, subscription_id, tenant_id, order_id, attempt, sent_at, outcome, status, error_class, duration_ms);
+
+-- name: prune_attempts
+-- issue 16 (obs): the attempts older than the retention ($1 seconds), at most $2 rows per statement so a
+-- large backlog is pruned in short transactions; returns how many went.
+WITH old AS (
+    SELECT id FROM delivery_attempts WHERE at < now() - make_interval(secs => $1) ORDER BY at LIMIT $2
+)
+DELETE FROM delivery_attempts AS a USING old WHERE a.id = old.id;

@@ -132,3 +132,7 @@ WHERE s.tenant_id = $1 AND s.order_id = $2 ORDER BY st.seq;
 
 -- name: saga_gauges
 SELECT status, count(*) AS n FROM sagas GROUP BY status;
+
+-- name: step_traceparent
+-- issue 16 (obs): the traceparent a step came with, for the notification written when its effect succeeds.
+SELECT traceparent FROM saga_steps WHERE tenant_id = $1 AND order_id = $2 AND seq = $3;
