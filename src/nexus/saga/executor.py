@@ -141,6 +141,7 @@ class SagaExecutor:
             await self.aclose()
 
     async def _loop(self, owner: str) -> None:
+        woken = False
         while True:
             if self.wakeups is not None:
                 self.wakeups.clear()  # before looking: a wake-up arriving from here on is not lost
@@ -149,20 +150,24 @@ class SagaExecutor:
             except NexusError as exc:  # the database is away: wait and try again, the leases protect the work
                 log.warning("saga executor: %s", exc, extra={"action": "saga_retry"})
                 worked = False
-            if not worked:
-                await self._idle_wait()
+            if worked:
+                if woken and self.wakeups is not None:
+                    self.wakeups.wake_one()  # a burst may hold more: pass the wake-up on to one more loop
+            else:
+                woken = await self._idle_wait()
 
-    async def _idle_wait(self) -> None:
-        """Nothing was due: sleep until woken (NOTIFY), the next known due time, or the fallback poll."""
+    async def _idle_wait(self) -> bool:
+        """Nothing was due: sleep until woken (NOTIFY), the next known due time, or the fallback poll;
+        True if a notification woke us."""
         if self.wakeups is None:
             await asyncio.sleep(self.settings.saga_poll_s)
-            return
+            return False
         timeout = self.settings.saga_poll_s
         with contextlib.suppress(NexusError), wrap_db_errors():
             due = await self.db.fetchval(query("saga.sql", "next_due_in"))
             if due is not None:
                 timeout = min(timeout, max(float(due), _MIN_WAIT_S))
-        await self.wakeups.wait(timeout)
+        return await self.wakeups.wait(timeout)
 
     async def run_once(self, owner: str | None = None) -> bool:
         """Claim one due saga and make its next call; False when nothing was due."""

@@ -250,6 +250,7 @@ async def _submit(
 async def _settle(db: Database, plans: int, timeout_s: float) -> list[str]:
     """Wait until every order is completed with its saga COMPLETED, or aborted with it COMPENSATED."""
     deadline = time.monotonic() + timeout_s
+    left = ["the orders could not be read (PostgreSQL away)"]
     while True:
         with contextlib.suppress(Exception):  # PostgreSQL may still be coming back
             orders = await db.fetchval("SELECT count(*) FROM orders")
