@@ -28,6 +28,8 @@ GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     "tenants": ("nexus.processes.cli", "per-tenant limits (set-limit, list)"),
     "audit": ("nexus.audit.cli", "verify, checkpoint and export the hash-chained decision log"),
     "report": ("nexus.audit.cli", "reports from the decision log: `nexus report blocked`"),
+    # issue 13
+    "orders": ("nexus.lifecycle.cli", "an order's timeline from the decision log: `nexus orders show ID`"),
 }
 
 

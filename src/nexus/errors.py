@@ -51,6 +51,9 @@ class ErrorCode(enum.StrEnum):
     LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
     # issue 12: the decision log and the blocked-actions report
     INVALID_PARAMETER = "INVALID_PARAMETER"
+    # issue 13: plan lifecycle
+    PLAN_SUPERSEDED = "PLAN_SUPERSEDED"
+    APPROVAL_DENIED = "APPROVAL_DENIED"
 
 
 class NexusError(Exception):

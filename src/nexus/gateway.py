@@ -135,7 +135,7 @@ class _Writes:
 
     async def run(self, conn: asyncpg.Connection) -> list[int]:
         if self.orders:
-            await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 10))
+            await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 11))
         if self.rejected:
             await conn.execute(query("gateway.sql", "insert_rejected"), *_columns(self.rejected, 11))
         if self.pending_del:
@@ -286,7 +286,7 @@ class Gateway:
                             outcomes[i] = Outcome(
                                 str(event.event_id),
                                 decision,
-                                verdict.code if verdict else code_of(decision),
+                                verdict.code if verdict else code_of(decision, event, after),
                                 status=after.status,
                                 last_seq=after.last_seq,
                                 check=verdict.check if verdict else None,
@@ -345,6 +345,7 @@ class Gateway:
                 process=row["process"],
                 process_version=row["process_version"],
                 facts=json.loads(row["facts"]) if row["facts"] != "{}" else {},
+                superseded=frozenset(row["superseded_plans"]),
             )
         for oid, seqs in pending.items():
             if oid not in states:
@@ -388,6 +389,7 @@ class Gateway:
                     after.process or "order",
                     after.process_version or 1,
                     json.dumps(dict(after.facts), default=str),
+                    "\x1f".join(sorted(after.superseded)),  # identifiers never contain U+001F
                 )
             )
         for rejection in resolution.rejections:

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tenants": GATEWAY_COMMANDS["tenants"],
     "audit": GATEWAY_COMMANDS["audit"],
     "report": GATEWAY_COMMANDS["report"],
+    "orders": GATEWAY_COMMANDS["orders"],  # issue 13
 }
 
 

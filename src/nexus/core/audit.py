@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.sequencing import Decision, Rejection, Resolution, code_of
+from nexus.errors import ErrorCode
 
 FORMAT_VERSION = 1
 GENESIS = bytes(32)
@@ -453,10 +454,10 @@ def resolution_entries(
     waiting: dict[int, EventEnvelope] = dict(pending)
     entries: list[Entry] = []
 
-    def drop_waiting() -> None:
+    def drop_waiting(cause: str = "abort") -> None:
         for seq in sorted(waiting):
             dropped = waiting.pop(seq)
-            entries.append(_entry(dropped, Decision.DISCARD.value, None, "buffered step dropped by abort", actor))
+            entries.append(_entry(dropped, Decision.DISCARD.value, None, f"buffered step dropped by {cause}", actor))
 
     def rejected(rejection: Rejection, note: str | None = None) -> None:
         verdict = rejection.verdict
@@ -472,15 +473,19 @@ def resolution_entries(
             entries.append(_entry(abort, Decision.APPLY.value, None, "plan aborted: max_rejections reached", actor))
             drop_waiting()
 
-    for event, decision, _after in resolution.decisions:
+    for event, decision, after in resolution.decisions:
         if decision is Decision.REJECTED:
             rejected(rejections.pop(0))
             policy_abort()
             continue
-        code = code_of(decision)
+        code = code_of(decision, event, after)
         message = None
         if decision is Decision.PLAN_MISMATCH:
             message = f"order {event.order_id} follows plan {resolution.before.plan_id}, not {event.plan_id}"
+        elif code is ErrorCode.PLAN_SUPERSEDED:
+            message = f"plan {event.plan_id} was replaced by plan {after.plan_id}"
+        elif decision is Decision.APPLY and event.is_replan:
+            message = f"plan {event.plan_id} replaced by {event.new_plan_id} at seq {after.last_seq}"
         entries.append(_entry(event, decision.value, code.value if code else None, message, actor))
         if decision is Decision.BUFFER and event.seq_id is not None:
             waiting[event.seq_id] = event
@@ -488,8 +493,8 @@ def resolution_entries(
             drop_waiting()
         elif decision is Decision.APPLY:
             applied.pop(0)  # the step itself
-            if event.is_abort:
-                drop_waiting()
+            if event.is_abort or event.is_replan:
+                drop_waiting("replan" if event.is_replan else "abort")
                 continue
             while applied and applied[0].drained:
                 drained = applied.pop(0).event

@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from nexus.core import strict_json
-from nexus.core.process import AbortCode, EventType, seq_of
+from nexus.core.process import REPLAN_STEP, AbortCode, EventType, seq_of
 from nexus.core.strict_json import INT64_MAX, InputLimits
 from nexus.errors import ErrorCode, InvalidEventError
 
@@ -121,6 +121,13 @@ class AbortPlanData(_Data):
     aborted_at_seq: Annotated[Int64, Field(ge=0)]
 
 
+class ReplanData(_Data):
+    """issue 13: the plan that replaces the envelope's `plan_id` from the order's next seq on."""
+
+    new_plan_id: SafeIdentifier
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+
+
 DATA_MODELS: dict[EventType, type[_Data]] = {
     EventType.ORDER_CREATED: OrderCreatedData,
     EventType.INVENTORY_VALIDATED: InventoryValidatedData,
@@ -160,9 +167,11 @@ class EventEnvelope(BaseModel):
 
     @model_validator(mode="after")
     def _check_shape(self) -> EventEnvelope:
-        if self.event_type == EventType.ABORT_PLAN:
+        if self.event_type in (EventType.ABORT_PLAN, REPLAN_STEP):
             if self.seq_id is not None:
-                raise ValueError("ABORT_PLAN carries no seq_id")
+                raise ValueError(f"{self.event_type} carries no seq_id")
+            if self.event_type == REPLAN_STEP:
+                ReplanData.model_validate(self.data)
         elif self.seq_id is None:
             raise ValueError(f"{self.event_type} needs a seq_id")
         model = DATA_MODELS.get(self.event_type)  # type: ignore[call-overload]
@@ -173,6 +182,15 @@ class EventEnvelope(BaseModel):
     @property
     def is_abort(self) -> bool:
         return self.event_type == EventType.ABORT_PLAN
+
+    @property
+    def is_replan(self) -> bool:
+        return self.event_type == REPLAN_STEP
+
+    @property
+    def new_plan_id(self) -> str | None:
+        """REPLAN: the plan that takes over (validated by `ReplanData`)."""
+        return str(self.data["new_plan_id"]) if self.is_replan else None
 
     @property
     def process_name(self) -> str:

@@ -103,6 +103,9 @@ def as_status(name: str) -> str:
 
 
 ABORT_STEP = "ABORT_PLAN"
+REPLAN_STEP = "REPLAN"
+"""issue 13: the built-in plan swap (no seq_id; `plan_id` = the plan replaced; data {new_plan_id, reason})."""
+BUILTIN_STEPS = frozenset({ABORT_STEP, REPLAN_STEP})
 ABORTED = "aborted"
 _Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")]
 
@@ -303,8 +306,8 @@ def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
     allowed: dict[str | None, list[str]] = {}
     for name, step in definition.steps.items():
         where = ["steps", name]
-        if name == ABORT_STEP:
-            raise DefinitionError("ABORT_PLAN is built in and cannot be redefined", _line_of(text, where))
+        if name in BUILTIN_STEPS:
+            raise DefinitionError(f"{name} is built in and cannot be redefined", _line_of(text, where))
         if step.to not in states:
             raise DefinitionError(f"step {name} leads to unknown state {step.to!r}", _line_of(text, [*where, "to"]))
         for origin in step.from_:

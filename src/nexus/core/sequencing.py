@@ -12,6 +12,14 @@ waits at the same seq for a corrected step (a new event_id), a drained step that
 buffer and its successors wait, and the same event_id sent again is answered the same way (`rejected`,
 remembered by the gateway). Reaching a definition's `max_rejections` aborts the plan
 (`policy_violation`) with one notification.
+
+Plan swap (issue 13): a `REPLAN` (no seq_id; its `plan_id` the plan replaced, `data.new_plan_id` the
+next) on a live order APPLYs with one notification: the order keeps its status and last_seq, its plan
+becomes the new one (which continues at last_seq + 1), the old plan joins `superseded`, and the old plan's
+buffered steps are dropped. A later step of a superseded plan is DISCARD with code PLAN_SUPERSEDED (an
+expected straggler, not a dead letter); a step of any other plan stays PLAN_MISMATCH. A REPLAN on a
+terminal order, or one whose new plan is already the order's plan (a resend), is a DUPLICATE; a REPLAN
+before the order exists has nothing to replace: DISCARD.
 """
 
 from __future__ import annotations
@@ -66,6 +74,8 @@ class OrderState:
     facts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """What the order's applied steps established (money in minor units): the `order` of CEL checks."""
     rejections: int = 0
+    superseded: frozenset[str] = frozenset()
+    """issue 13: plans a REPLAN replaced for this order; their later steps are DISCARD PLAN_SUPERSEDED."""
 
     @property
     def exists(self) -> bool:
@@ -76,8 +86,10 @@ def decide(state: OrderState | None, event: EventEnvelope) -> Decision:
     """The decisions table of DESIGN.md section 4, for one event, by position only."""
     if state is None:
         state = OrderState(event.order_id)
+    if event.is_replan:
+        return _decide_replan(state, event)
     if state.plan_id is not None and event.plan_id != state.plan_id:
-        return Decision.PLAN_MISMATCH
+        return Decision.DISCARD if event.plan_id in state.superseded else Decision.PLAN_MISMATCH
     if state.status == OrderStatus.ABORTED:
         return Decision.DUPLICATE if event.is_abort else Decision.DISCARD
     if event.is_abort:
@@ -92,9 +104,35 @@ def decide(state: OrderState | None, event: EventEnvelope) -> Decision:
     return Decision.BUFFER
 
 
-def code_of(decision: Decision) -> ErrorCode | None:
-    """The error code a decision carries in API bodies and dead letters, if any (REJECTED: its verdict's)."""
-    return ErrorCode.PLAN_MISMATCH if decision is Decision.PLAN_MISMATCH else None
+def _decide_replan(state: OrderState, event: EventEnvelope) -> Decision:
+    if event.new_plan_id == state.plan_id:
+        return Decision.DUPLICATE  # names the current plan: a resend of an applied REPLAN, or a no-op
+    if state.plan_id is not None and event.plan_id != state.plan_id:
+        return Decision.DISCARD if event.plan_id in state.superseded else Decision.PLAN_MISMATCH
+    if state.status is None:
+        return Decision.DISCARD  # nothing to replace yet
+    if state.status in (OrderStatus.ABORTED, OrderStatus.COMPLETED):
+        return Decision.DUPLICATE
+    return Decision.APPLY
+
+
+def code_of(
+    decision: Decision, event: EventEnvelope | None = None, state: OrderState | None = None
+) -> ErrorCode | None:
+    """The error code a decision carries in API bodies and dead letters, if any (REJECTED: its verdict's).
+
+    `event` and the order's `state` after it tell a superseded plan's straggler (DISCARD PLAN_SUPERSEDED)."""
+    if decision is Decision.PLAN_MISMATCH:
+        return ErrorCode.PLAN_MISMATCH
+    if (
+        decision is Decision.DISCARD
+        and event is not None
+        and state is not None
+        and event.plan_id in state.superseded
+        and event.plan_id != state.plan_id
+    ):
+        return ErrorCode.PLAN_SUPERSEDED
+    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -210,7 +248,9 @@ def resolve(
     def apply(current: OrderState, event: EventEnvelope, drained: bool) -> OrderState:
         position = current.outbox_count + 1
         process = process_of(current, event) if catalog is not None else None
-        if process is None:
+        if event.is_replan:
+            status, facts = current.status or "", current.facts
+        elif process is None:
             status = STATUS_AFTER.get(event.event_type, OrderStatus.ABORTED)  # type: ignore[call-overload]
             facts = current.facts
         else:
@@ -221,7 +261,8 @@ def resolve(
         applied.append(Applied(event, position, drained, status))
         return dataclasses.replace(
             current,
-            plan_id=event.plan_id,
+            plan_id=event.new_plan_id or event.plan_id,
+            superseded=current.superseded | {event.plan_id} if event.is_replan else current.superseded,
             status=status,
             last_seq=event.seq_id if event.seq_id is not None else current.last_seq,
             outbox_count=position,
@@ -246,7 +287,7 @@ def resolve(
         return current
 
     def after_terminal(current: OrderState, event: EventEnvelope) -> Verdict | None:
-        if catalog is None or event.is_abort or current.status in (None, OrderStatus.ABORTED):
+        if catalog is None or event.is_abort or event.is_replan or current.status in (None, OrderStatus.ABORTED):
             return None
         if current.plan_id is not None and event.plan_id != current.plan_id:
             return None
@@ -272,6 +313,10 @@ def resolve(
             decisions.append((event, Decision.REJECTED, state))
             continue
         decision = decide(state, event)
+        if decision is Decision.APPLY and event.is_replan and catalog is not None:
+            process = process_of(state, event)
+            if process is not None and process.is_terminal(state.status):
+                decision = Decision.DUPLICATE
         if decision is Decision.TOMBSTONE:
             state = drop_buffer(state)
             state = dataclasses.replace(state, plan_id=event.plan_id, status=OrderStatus.ABORTED, tombstone=True)
@@ -281,13 +326,13 @@ def resolve(
             added[event.seq_id] = event
             state = dataclasses.replace(state, plan_id=event.plan_id, buffered=frozenset(waiting))
         elif decision is Decision.APPLY:
-            verdict = None if event.is_abort else judge(state, event)
+            verdict = None if event.is_abort or event.is_replan else judge(state, event)
             if verdict is not None:
                 decision = Decision.REJECTED
                 state = reject(state, event, verdict, drained=False)
             else:
                 state = apply(state, event, drained=False)
-                if event.is_abort:
+                if event.is_abort or event.is_replan:
                     state = drop_buffer(state)
                 else:
                     while state.status != OrderStatus.ABORTED and state.last_seq + 1 in waiting:

@@ -6,7 +6,8 @@ SELECT pg_advisory_xact_lock(k)
 FROM (SELECT DISTINCT hashtextextended(o, 0) AS k FROM unnest($1::text[]) AS o ORDER BY k OFFSET 0) AS keys;
 
 -- name: read_orders
-SELECT order_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts::text AS facts
+SELECT order_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts::text AS facts,
+       superseded_plans
 FROM orders WHERE order_id = ANY($1::text[]);
 
 -- name: read_rejections_and_limits
@@ -33,12 +34,13 @@ FROM pending_events WHERE order_id = ANY($1::text[]);
 
 -- name: upsert_orders
 INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
-                    process_version, facts)
+                    process_version, facts, superseded_plans)
 SELECT order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version,
-       facts::jsonb
+       facts::jsonb, string_to_array(superseded, chr(31))
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::int[], $8::text[],
-            $9::int[], $10::text[])
-    AS u(order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts)
+            $9::int[], $10::text[], $11::text[])
+    AS u(order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts,
+         superseded)
 ON CONFLICT (order_id) DO UPDATE SET
     plan_id = EXCLUDED.plan_id,
     status = EXCLUDED.status,
@@ -48,6 +50,7 @@ ON CONFLICT (order_id) DO UPDATE SET
     process = EXCLUDED.process,
     process_version = EXCLUDED.process_version,
     facts = EXCLUDED.facts,
+    superseded_plans = EXCLUDED.superseded_plans,
     updated_at = now();
 
 -- name: insert_outbox
