@@ -69,6 +69,10 @@ async def serve(
     )
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
     services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))  # issue 12
+    from nexus.lifecycle.waiting import DecisionListener  # issue 13: one LISTEN connection per process
+
+    listener = DecisionListener(db.url, settings)
+    services.append(("decision-listener", listener.run()))
     if dispatcher:
         from nexus.delivery.dispatcher import OutboxDispatcher
         from nexus.delivery.subscriptions import ensure_default_subscription
@@ -104,10 +108,12 @@ async def serve(
         task = asyncio.create_task(service, name=name)
         task.add_done_callback(watch)
         tasks.append(task)
+        if name == "decision-listener":
+            listener.adopt(task)
     committer.start()
     try:
         if http:
-            app = create_app(db, gateway, committer, settings=settings)
+            app = create_app(db, gateway, committer, settings=settings, decision_listener=listener)
             server = _Server(server_config(app, settings))
             if on_ready is not None:
                 asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006

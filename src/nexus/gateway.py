@@ -312,6 +312,8 @@ class Gateway:
                         audit.append(_ingress_entry(item))
                 dead_ids = await writes.run(conn)
                 await record_entries(conn, audit if self.decision_log else [])
+                if order_ids:  # issue 13: wake the orders' waiters at commit
+                    await conn.execute(query("gateway.sql", "notify_orders"), order_ids)
 
         for i, dead_id in zip(dead_index, dead_ids, strict=False):
             outcomes[i] = dataclasses.replace(outcomes[i], dead_letter_id=dead_id)  # type: ignore[type-var]
@@ -500,6 +502,7 @@ class Gateway:
                 ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(dead, 7))
                 if self.decision_log:
                     await record_entries(conn, [_expiry_entry(r, d[2]) for r, d in zip(rows, dead, strict=True)])
+                await conn.execute(query("gateway.sql", "notify_orders"), sorted({r["order_id"] for r in rows}))
         metrics.record_buffer_timeouts(len(rows))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(rows)})
         return [r["id"] for r in ids]

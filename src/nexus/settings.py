@@ -82,6 +82,13 @@ _ENV_NAMES: dict[str, str] = {
     # issue 12: the decision log's signed checkpoints
     "audit_checkpoint_s": "NEXUS_AUDIT_CHECKPOINT_S",
     "audit_signing_key": "NEXUS_AUDIT_SIGNING_KEY",
+    # issue 13: plan lifecycle (waiting, deadlines, approvals, decisions to Kafka)
+    "wait_max_s": "NEXUS_WAIT_MAX_S",
+    "stream_keepalive_s": "NEXUS_STREAM_KEEPALIVE_S",
+    "deadline_sweep_s": "NEXUS_DEADLINE_SWEEP_S",
+    "approval_sweep_s": "NEXUS_APPROVAL_SWEEP_S",
+    "decisions_topic": "NEXUS_DECISIONS_TOPIC",
+    "decisions_relay_poll_s": "NEXUS_DECISIONS_RELAY_POLL_S",
 }
 
 
@@ -179,6 +186,19 @@ class Settings(BaseSettings):
     """How often `nexus serve` signs a checkpoint of the chain heads changed since the previous one."""
     audit_signing_key: str | None = None
     """Ed25519 key: base64 of the raw 32-byte seed, or a PKCS#8 PEM; None: <data_dir>/audit_ed25519.key."""
+    # issue 13: plan lifecycle (waiting, deadlines, approvals, decisions to Kafka)
+    wait_max_s: float = 60.0
+    """Longest long poll (`GET /v1/orders/{id}?wait=S`): a larger S is clipped to it."""
+    stream_keepalive_s: float = 15.0
+    """An SSE stream (`GET /v1/orders/{id}/stream`) with nothing to say sends a comment this often."""
+    deadline_sweep_s: float = 1.0
+    """How often each gateway looks for live plans past their deadline (and aborts them, abort_code timeout)."""
+    approval_sweep_s: float = 1.0
+    """How often each gateway denies approvals past their `expires_s`."""
+    decisions_topic: str = "nexus.decisions"
+    """Kafka topic of the decisions on Kafka-ingested steps (relayed from the decisions outbox)."""
+    decisions_relay_poll_s: float = 0.2
+    """How often the decisions relay looks for outbox rows when no NOTIFY woke it."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

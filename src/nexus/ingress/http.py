@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -21,6 +21,9 @@ from nexus.ingress.http_errors import ERROR_RESPONSES, error_body, error_respons
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
+
+if TYPE_CHECKING:
+    from nexus.lifecycle.waiting import DecisionListener
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,7 @@ def create_app(
     committer: GroupCommitter | None = None,
     *,
     settings: Settings | None = None,
+    decision_listener: DecisionListener | None = None,
 ) -> FastAPI:
     """The ASGI app. `committer` shares transactions between concurrent requests (group commit)."""
     settings = settings or Settings()
@@ -78,20 +82,31 @@ def create_app(
         return JSONResponse(content, status_code=status)
 
     @app.get("/v1/orders/{order_id}")
-    async def get_order(order_id: OrderId) -> dict[str, Any]:
-        row = await db.fetchrow(query("api.sql", "order"), order_id)
-        buffered = await db.fetch(query("api.sql", "order_buffered"), order_id)
-        if row is None and not buffered:
+    async def get_order(
+        order_id: OrderId,
+        request: Request,
+        wait: Annotated[float | None, Query(ge=0, le=86400)] = None,
+        after_seq: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+        after_status: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> dict[str, Any]:
+        """The order; with `wait=S` (issue 13) a long poll answering as soon as last_seq passes `after_seq`,
+        the status differs from `after_status` (or, with neither, anything changed), or after S seconds."""
+        if wait is None:
+            order = await read_order(db, order_id)
+        else:
+            from nexus.lifecycle.waiting import wait_for_order
+
+            order = await wait_for_order(
+                request.app.state.decision_listener,
+                lambda: read_order(db, order_id),
+                order_id,
+                min(wait, settings.wait_max_s),
+                after_seq=after_seq,
+                after_status=after_status,
+            )
+        if order is None:
             raise NotFoundError(f"no order {order_id!r}")
-        return {
-            "order_id": order_id,
-            "plan_id": row["plan_id"] if row else buffered[0]["plan_id"],
-            "status": row["status"] if row else None,
-            "last_seq": row["last_seq"] if row else 0,
-            "buffered": [r["seq_id"] for r in buffered],
-            "notifications": row["outbox_count"] if row else 0,
-            "tombstone": row["tombstone"] if row else False,
-        }
+        return order
 
     @app.get("/v1/plans/{plan_id}")
     async def get_plan(plan_id: PlanId) -> dict[str, Any]:
@@ -170,9 +185,32 @@ def create_app(
     from nexus.lifecycle.api import router as lifecycle_router  # issue 13: history, waiting, approvals
 
     app.include_router(lifecycle_router)
+    if decision_listener is None:
+        from nexus.lifecycle.waiting import DecisionListener
+
+        decision_listener = DecisionListener(db.url, settings)
+    app.state.decision_listener = decision_listener
+    app.state.settings = settings
     app.state.db = db
     app.state.gateway = gateway
     return app
+
+
+async def read_order(db: Database, order_id: str) -> dict[str, Any] | None:
+    """An order as `GET /v1/orders/{order_id}` shows it; None when nothing is known of it."""
+    row = await db.fetchrow(query("api.sql", "order"), order_id)
+    buffered = await db.fetch(query("api.sql", "order_buffered"), order_id)
+    if row is None and not buffered:
+        return None
+    return {
+        "order_id": order_id,
+        "plan_id": row["plan_id"] if row else buffered[0]["plan_id"],
+        "status": row["status"] if row else None,
+        "last_seq": row["last_seq"] if row else 0,
+        "buffered": [r["seq_id"] for r in buffered],
+        "notifications": row["outbox_count"] if row else 0,
+        "tombstone": row["tombstone"] if row else False,
+    }
 
 
 def _single_status(outcome: Outcome) -> int:

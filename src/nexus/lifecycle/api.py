@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
 
+from nexus.errors import NexusError
 from nexus.ingress.http import OrderId, PlanId
-from nexus.lifecycle.history import order_history, plan_history
+from nexus.lifecycle.history import history_item, order_history, plan_history
+from nexus.lifecycle.waiting import DecisionListener
+from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus.store.queries import query
 
 router = APIRouter(tags=["lifecycle"])
 
@@ -25,3 +33,52 @@ async def get_plan_history(plan_id: PlanId, request: Request) -> dict[str, Any]:
     """Every decision taken for the plan's steps (its REPLAN included), from the decision log, oldest first."""
     db: Database = request.app.state.db
     return {"plan_id": plan_id, "items": await plan_history(db, plan_id)}
+
+
+@router.get("/v1/orders/{order_id}/stream")
+async def stream_order(
+    order_id: OrderId,
+    request: Request,
+    after: Annotated[int, Query(ge=0, le=2**31)] = 0,
+) -> StreamingResponse:
+    """Server-sent events: each decision about the order as it commits (`event: decision`, `id:` its
+    position in the order's decision log, `data:` the history item). Resume with `Last-Event-ID` or `after`."""
+    db: Database = request.app.state.db
+    listener: DecisionListener = request.app.state.decision_listener
+    settings: Settings = request.app.state.settings
+    last = request.headers.get("last-event-id")
+    start = int(last) if last is not None and last.isdigit() else after
+    return StreamingResponse(
+        decision_events(db, listener, order_id, start, settings.stream_keepalive_s, request.is_disconnected),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def decision_events(
+    db: Database,
+    listener: DecisionListener,
+    order_id: str,
+    position: int,
+    keepalive_s: float,
+    disconnected: Callable[[], Awaitable[bool]],
+) -> AsyncIterator[str]:
+    """The SSE body: decisions after `position`, read from the log whenever the listener wakes us."""
+    with listener.watch(order_id) as woken:
+        yield ": stream of order decisions\n\n"
+        while not await disconnected():
+            woken.clear()
+            try:
+                rows = await db.fetch(query("lifecycle.sql", "order_history_after"), order_id, position)
+            except NexusError:
+                rows = []  # PostgreSQL away: the listener wakes us when it is back
+            for row in rows:
+                position = row["position"]
+                data = json.dumps(history_item(row), separators=(",", ":"))
+                yield f"id: {position}\nevent: decision\ndata: {data}\n\n"
+            if len(rows) == 500:
+                continue
+            try:
+                await asyncio.wait_for(woken.wait(), timeout=keepalive_s)
+            except TimeoutError:
+                yield ": keepalive\n\n"

@@ -104,3 +104,7 @@ LIMIT $2;
 DELETE FROM pending_events
 WHERE order_id = ANY($1::text[]) AND received_at < now() - make_interval(secs => $2)
 RETURNING order_id, seq_id, event_id::text AS event_id, plan_id, envelope::text AS envelope;
+
+-- name: notify_orders
+-- issue 13: wakes the waiters of these orders (long poll, SSE) at commit, and only then.
+SELECT pg_notify('nexus_orders', o) FROM unnest($1::text[]) AS o;

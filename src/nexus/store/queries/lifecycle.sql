@@ -18,3 +18,13 @@ FROM decision_log AS d
 LEFT JOIN outbox AS o ON d.decision = 'APPLY' AND o.order_id = d.order_id AND o.event_id::text = d.event_id
 WHERE d.plan_id = $1
 ORDER BY d.id;
+
+-- name: order_history_after
+-- The stream's next decisions: those after position $2 of the order's chain (the SSE event id).
+SELECT d.position, d.seq, d.event_type, d.event_id, d.decision, d.code, d."check", d.message, d.at,
+       o.id AS notification_id
+FROM decision_log AS d
+LEFT JOIN outbox AS o ON d.decision = 'APPLY' AND o.order_id = d.order_id AND o.event_id::text = d.event_id
+WHERE d.order_id = $1 AND d.position > $2
+ORDER BY d.position
+LIMIT 500;
