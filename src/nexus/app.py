@@ -40,6 +40,17 @@ async def sweep_buffer(gateway: Gateway, settings: Settings) -> None:
         await asyncio.sleep(settings.buffer_sweep_interval_s)
 
 
+async def sweep_deadlines(gateway: Gateway, settings: Settings) -> None:
+    """issue 13: abort live plans past their deadline (abort_code timeout), every NEXUS_DEADLINE_SWEEP_S."""
+    while True:
+        try:
+            while await gateway.abort_overdue():
+                pass
+        except Exception:
+            log.warning("deadline sweep failed", exc_info=True, extra={"action": "deadline_sweep"})
+        await asyncio.sleep(settings.deadline_sweep_s)
+
+
 async def serve(
     settings: Settings,
     *,
@@ -68,6 +79,7 @@ async def serve(
         window_ms=settings.batch_window_ms,
     )
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
+    services.append(("deadline-sweeper", sweep_deadlines(gateway, settings)))  # issue 13
     services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))  # issue 12
     from nexus.lifecycle.waiting import DecisionListener  # issue 13: one LISTEN connection per process
 

@@ -10,6 +10,7 @@ fail its neighbours; transient failures propagate for the caller to retry as a w
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
 import uuid
@@ -26,7 +27,7 @@ from nexus.core import strict_json
 from nexus.core.audit import INGRESS_ORDER, Entry, resolution_entries
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import ProcessCatalog, Verdict, as_status
-from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, resolve
+from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, deadline_abort, resolve
 from nexus.core.strict_json import InputLimits
 from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
 from nexus.store.database import Database
@@ -97,6 +98,8 @@ class Outcome:
     """REJECTED: the id of the failed check (CHECK_FAILED, LIMIT_EXCEEDED)."""
     message: str | None = None
     """REJECTED: why, in words (INVALID_TRANSITION lists the allowed next steps)."""
+    deadline: tuple[dt.datetime, bool] | None = None
+    """issue 13: the deadline this step set for its plan, and whether it was clipped to the process's max."""
 
     @property
     def is_dead_letter(self) -> bool:
@@ -117,6 +120,9 @@ class Outcome:
         if self.decision is Decision.REJECTED:
             body["check"] = self.check
             body["message"] = self.message
+        if self.deadline is not None:
+            body["deadline"] = self.deadline[0].isoformat()
+            body["deadline_clipped"] = self.deadline[1]
         if self.error:
             body["error"] = self.error
         return body
@@ -135,7 +141,7 @@ class _Writes:
 
     async def run(self, conn: asyncpg.Connection) -> list[int]:
         if self.orders:
-            await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 11))
+            await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 12))
         if self.rejected:
             await conn.execute(query("gateway.sql", "insert_rejected"), *_columns(self.rejected, 11))
         if self.pending_del:
@@ -254,6 +260,7 @@ class Gateway:
         drained = 0
         blocked: list[ErrorCode] = []
         audit: list[Entry] = []  # issue 12: the decision log's rows, in decision order
+        now = dt.datetime.now(dt.UTC)  # issue 13: the clock of deadlines
 
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
@@ -275,6 +282,7 @@ class Gateway:
                             catalog=self.catalog,
                             limits=limits.get(first.tenant_id) or {"max_order_amount": self.default_max_order_amount},
                             rejected=rejected.get(order_id),
+                            now=now,
                         )
                         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
                         drained += self._plan(resolution, traces, writes)
@@ -291,6 +299,7 @@ class Gateway:
                                 last_seq=after.last_seq,
                                 check=verdict.check if verdict else None,
                                 message=verdict.message if verdict else None,
+                                deadline=resolution.deadlines.get(event.event_id),
                             )
                             if decision is Decision.PLAN_MISMATCH and self.record_plan_mismatch:
                                 dead_index.append(i)
@@ -348,6 +357,7 @@ class Gateway:
                 process_version=row["process_version"],
                 facts=json.loads(row["facts"]) if row["facts"] != "{}" else {},
                 superseded=frozenset(row["superseded_plans"]),
+                deadline_at=row["deadline_at"],
             )
         for oid, seqs in pending.items():
             if oid not in states:
@@ -392,6 +402,7 @@ class Gateway:
                     after.process_version or 1,
                     json.dumps(dict(after.facts), default=str),
                     "\x1f".join(sorted(after.superseded)),  # identifiers never contain U+001F
+                    after.deadline_at,
                 )
             )
         for rejection in resolution.rejections:
@@ -468,6 +479,30 @@ class Gateway:
             env.plan_id if env else None,
             _text(item.raw),
         )
+
+    async def abort_overdue(self, *, limit: int = 500) -> int:
+        """issue 13: abort live plans past their deadline (abort_code timeout); return how many applied.
+
+        Each abort goes through `submit` (the order's advisory lock, a fresh read, the pure decision) with
+        the plan's one timeout-abort id: a plan no longer due, or already aborted by another gateway's
+        sweeper, answers DUPLICATE, so any number of sweepers write one abort and one notification."""
+        now = dt.datetime.now(dt.UTC)
+        rows = await self.db.fetch(query("lifecycle.sql", "overdue_orders"), now, limit)
+        if not rows:
+            return 0
+        aborts = [
+            Incoming.of(
+                deadline_abort(
+                    OrderState(r["order_id"], plan_id=r["plan_id"], last_seq=r["last_seq"]), r["tenant_id"], now
+                )
+            )
+            for r in rows
+        ]
+        outcomes = await self.submit(aborts, source="deadline")
+        applied = sum(1 for o in outcomes if o.decision is Decision.APPLY)
+        if applied:
+            log.info("overdue plans aborted", extra={"action": "deadline_abort", "count": applied})
+        return applied
 
     async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
         """Dead-letter buffered steps whose gap has not filled for `timeout_s`; return the dead-letter ids.

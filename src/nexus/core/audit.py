@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.sequencing import Decision, Rejection, Resolution, code_of
+from nexus.core.sequencing import Decision, Rejection, Resolution, code_of, is_deadline_abort
 from nexus.errors import ErrorCode
 
 FORMAT_VERSION = 1
@@ -474,6 +474,11 @@ def resolution_entries(
             drop_waiting()
 
     for event, decision, after in resolution.decisions:
+        if applied and is_deadline_abort(applied[0].event) and applied[0].event.event_id != event.event_id:
+            # issue 13: a deadline passed before this step: the gateway's timeout abort went first
+            timeout = applied.pop(0).event
+            entries.append(_entry(timeout, Decision.APPLY.value, None, "plan aborted: deadline passed", actor))
+            drop_waiting("deadline")
         if decision is Decision.REJECTED:
             rejected(rejections.pop(0))
             policy_abort()

@@ -156,6 +156,9 @@ class EventEnvelope(BaseModel):
     correlation_id: SafeIdentifier | None = None
     process: SafeIdentifier | None = None
     """The process an order follows, read from its first step (None: `order`)."""
+    deadline: Timestamp | None = None
+    """issue 13: when the plan must be over, on its first step (or its REPLAN); clipped to the process's
+    `deadline.max_s`. Past it, the gateway aborts the plan with abort_code `timeout`."""
 
     @field_validator("event_type", mode="after")
     @classmethod

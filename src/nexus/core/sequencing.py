@@ -20,11 +20,19 @@ buffered steps are dropped. A later step of a superseded plan is DISCARD with co
 expected straggler, not a dead letter); a step of any other plan stays PLAN_MISMATCH. A REPLAN on a
 terminal order, or one whose new plan is already the order's plan (a resend), is a DUPLICATE; a REPLAN
 before the order exists has nothing to replace: DISCARD.
+
+Deadlines (issue 13): a plan's first step (or its REPLAN) sets the order's `deadline_at`, from the
+envelope's `deadline` clipped to the process's `deadline.max_s` from `now`, or `now + deadline.default_s`.
+Once `now` is past it on a live order, the gateway's own ABORT_PLAN (`deadline_abort`, abort_code
+`timeout`, one id per order and plan) applies before anything else of the batch, so later steps DISCARD.
+The deadline sweeper submits that same abort; arriving when the order is not (or no longer) overdue and
+live, it is a DUPLICATE, so any number of sweepers abort a plan once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import uuid
 from collections.abc import Iterable, Mapping
@@ -44,6 +52,7 @@ from nexus.core.process import (
 from nexus.errors import ErrorCode
 
 _POLICY_ABORT_NAMESPACE = uuid.UUID("0b6f2a4e-7c59-4e8e-9a3d-706f6c696379")
+_DEADLINE_ABORT_NAMESPACE = uuid.UUID("5c1d7e0a-3b8f-4d52-a1e6-646561646c6e")
 
 
 class Decision(enum.StrEnum):
@@ -76,6 +85,8 @@ class OrderState:
     rejections: int = 0
     superseded: frozenset[str] = frozenset()
     """issue 13: plans a REPLAN replaced for this order; their later steps are DISCARD PLAN_SUPERSEDED."""
+    deadline_at: dt.datetime | None = None
+    """issue 13: when the live plan is aborted (abort_code timeout); None: no deadline, or not live."""
 
     @property
     def exists(self) -> bool:
@@ -172,6 +183,8 @@ class Resolution:
     """seq_ids to remove from pending_events (drained, rejected when drained, or dropped by an abort)."""
     rejections: tuple[Rejection, ...] = ()
     """Every rejection of this batch, the events' own and those of drained buffered steps."""
+    deadlines: Mapping[uuid.UUID, tuple[dt.datetime, bool]] = dataclasses.field(default_factory=dict)
+    """issue 13: the deadline each plan-starting step set (by event_id), and whether it was clipped."""
 
     def verdict_of(self, event_id: uuid.UUID) -> Verdict | None:
         for rejection in self.rejections:
@@ -198,6 +211,33 @@ def policy_abort(event: EventEnvelope, last_seq: int, limit: int) -> EventEnvelo
     )
 
 
+def deadline_abort_id(order_id: str, plan_id: str) -> uuid.UUID:
+    """The one id of the timeout abort of a plan of an order: two sweepers write the same step."""
+    return uuid.uuid5(_DEADLINE_ABORT_NAMESPACE, f"{order_id}\x00{plan_id}")
+
+
+def deadline_abort(state: OrderState, tenant_id: str, now: dt.datetime) -> EventEnvelope:
+    """The ABORT_PLAN the gateway writes when a live plan's deadline passed (abort_code timeout)."""
+    assert state.plan_id is not None
+    return EventEnvelope(
+        event_id=deadline_abort_id(state.order_id, state.plan_id),
+        event_type=ABORT_STEP,
+        plan_id=state.plan_id,
+        order_id=state.order_id,
+        timestamp=now,
+        tenant_id=tenant_id,
+        data={
+            "reason": "the plan's deadline passed",
+            "abort_code": AbortCode.TIMEOUT.value,
+            "aborted_at_seq": state.last_seq,
+        },
+    )
+
+
+def is_deadline_abort(event: EventEnvelope) -> bool:
+    return event.is_abort and event.event_id == deadline_abort_id(event.order_id, event.plan_id)
+
+
 def resolve(
     state: OrderState,
     events: Iterable[EventEnvelope],
@@ -206,6 +246,7 @@ def resolve(
     catalog: ProcessCatalog | None = None,
     limits: Mapping[str, Any] | None = None,
     rejected: Mapping[uuid.UUID, Verdict] | None = None,
+    now: dt.datetime | None = None,
 ) -> Resolution:
     """Fold one order's events, in arrival order, through `decide` and the order's process.
 
@@ -213,6 +254,7 @@ def resolve(
     its consecutive buffered successors apply after it, in seq order, each judged as it would apply.
     Without a `catalog` no step is judged (every step in turn applies, as the built-in order's statuses).
     `limits` are the tenant's (CEL `limits`); `rejected` the verdicts already given to event_ids.
+    `now` (issue 13): the clock of deadlines; None: deadlines are neither set nor enforced.
     """
     before = state
     limits = limits or {}
@@ -223,6 +265,7 @@ def resolve(
     rejections: list[Rejection] = []
     added: dict[int, EventEnvelope] = {}
     removed: list[int] = []
+    deadlines: dict[uuid.UUID, tuple[dt.datetime, bool]] = {}
 
     def take(seq: int) -> EventEnvelope:
         # Buffered and drained within one batch: never written, so nothing to delete.
@@ -259,8 +302,14 @@ def resolve(
                 current.facts if event.is_abort else process.facts_after(current.facts, event.event_type, event.data)
             )
         applied.append(Applied(event, position, drained, status))
+        deadline_at = current.deadline_at
+        if event.is_replan or current.status is None:
+            deadline_at = set_deadline(event, process)
+        if event.is_abort or (process is not None and process.is_terminal(status)) or status == OrderStatus.COMPLETED:
+            deadline_at = None
         return dataclasses.replace(
             current,
+            deadline_at=deadline_at,
             plan_id=event.new_plan_id or event.plan_id,
             superseded=current.superseded | {event.plan_id} if event.is_replan else current.superseded,
             status=status,
@@ -269,6 +318,31 @@ def resolve(
             process=process.name if process is not None else current.process,
             process_version=process.version if process is not None else current.process_version,
             facts=facts,
+        )
+
+    def set_deadline(event: EventEnvelope, process: CompiledProcess | None) -> dt.datetime | None:
+        if now is None:
+            return None
+        limits_of = process.definition.deadline if process is not None else None
+        wanted = event.deadline
+        if wanted is None and limits_of is not None and limits_of.default_s is not None:
+            wanted = now + dt.timedelta(seconds=limits_of.default_s)
+        if wanted is None:
+            return None
+        clipped = False
+        if limits_of is not None and limits_of.max_s is not None:
+            latest = now + dt.timedelta(seconds=limits_of.max_s)
+            if wanted > latest:
+                wanted, clipped = latest, True
+        deadlines[event.event_id] = (wanted, clipped)
+        return wanted
+
+    def overdue(current: OrderState) -> bool:
+        return (
+            now is not None
+            and current.deadline_at is not None
+            and current.deadline_at <= now
+            and current.status not in (None, OrderStatus.ABORTED, OrderStatus.COMPLETED)
         )
 
     def drop_buffer(current: OrderState) -> OrderState:
@@ -302,6 +376,13 @@ def resolve(
         )
 
     for event in events:
+        if is_deadline_abort(event) and not overdue(state):
+            decisions.append((event, Decision.DUPLICATE, state))  # a sweeper's abort: not (or no longer) due
+            continue
+        if overdue(state) and not is_deadline_abort(event):
+            assert now is not None
+            state = drop_buffer(apply(state, deadline_abort(state, event.tenant_id, now), drained=False))
+            state = dataclasses.replace(state, buffered=frozenset(waiting))
         known = rejected.get(event.event_id)
         if known is not None:
             rejections.append(Rejection(event, known, replay=True))
@@ -354,4 +435,5 @@ def resolve(
         buffered=tuple(added[s] for s in sorted(added)),
         unbuffered=tuple(sorted(removed)),
         rejections=tuple(rejections),
+        deadlines=deadlines,
     )

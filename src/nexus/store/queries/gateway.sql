@@ -7,7 +7,7 @@ FROM (SELECT DISTINCT hashtextextended(o, 0) AS k FROM unnest($1::text[]) AS o O
 
 -- name: read_orders
 SELECT order_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts::text AS facts,
-       superseded_plans
+       superseded_plans, deadline_at
 FROM orders WHERE order_id = ANY($1::text[]);
 
 -- name: read_rejections_and_limits
@@ -34,13 +34,13 @@ FROM pending_events WHERE order_id = ANY($1::text[]);
 
 -- name: upsert_orders
 INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
-                    process_version, facts, superseded_plans)
+                    process_version, facts, superseded_plans, deadline_at)
 SELECT order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version,
-       facts::jsonb, string_to_array(superseded, chr(31))
+       facts::jsonb, string_to_array(superseded, chr(31)), deadline_at
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::int[], $8::text[],
-            $9::int[], $10::text[], $11::text[])
+            $9::int[], $10::text[], $11::text[], $12::timestamptz[])
     AS u(order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts,
-         superseded)
+         superseded, deadline_at)
 ON CONFLICT (order_id) DO UPDATE SET
     plan_id = EXCLUDED.plan_id,
     status = EXCLUDED.status,
@@ -51,6 +51,7 @@ ON CONFLICT (order_id) DO UPDATE SET
     process_version = EXCLUDED.process_version,
     facts = EXCLUDED.facts,
     superseded_plans = EXCLUDED.superseded_plans,
+    deadline_at = EXCLUDED.deadline_at,
     updated_at = now();
 
 -- name: insert_outbox

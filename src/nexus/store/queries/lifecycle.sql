@@ -28,3 +28,10 @@ LEFT JOIN outbox AS o ON d.decision = 'APPLY' AND o.order_id = d.order_id AND o.
 WHERE d.order_id = $1 AND d.position > $2
 ORDER BY d.position
 LIMIT 500;
+
+-- name: overdue_orders
+-- Live plans past their deadline (the sweeper then aborts each through Gateway.submit, under its lock).
+SELECT order_id, tenant_id, plan_id, last_seq FROM orders
+WHERE deadline_at <= $1 AND status <> 'aborted' AND status <> 'completed'
+ORDER BY deadline_at
+LIMIT $2;
