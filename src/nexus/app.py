@@ -51,6 +51,19 @@ async def sweep_deadlines(gateway: Gateway, settings: Settings) -> None:
         await asyncio.sleep(settings.deadline_sweep_s)
 
 
+async def expire_approvals(gateway: Gateway, settings: Settings) -> None:
+    """issue 13: deny approvals not given within their `expires_s`, every NEXUS_APPROVAL_SWEEP_S."""
+    from nexus.lifecycle.approvals import expire
+
+    while True:
+        try:
+            while await expire(gateway):
+                pass
+        except Exception:
+            log.warning("approval expiry failed", exc_info=True, extra={"action": "approval_expiry"})
+        await asyncio.sleep(settings.approval_sweep_s)
+
+
 async def serve(
     settings: Settings,
     *,
@@ -80,6 +93,7 @@ async def serve(
     )
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
     services.append(("deadline-sweeper", sweep_deadlines(gateway, settings)))  # issue 13
+    services.append(("approval-expirer", expire_approvals(gateway, settings)))  # issue 13
     services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))  # issue 12
     from nexus.lifecycle.waiting import DecisionListener  # issue 13: one LISTEN connection per process
 

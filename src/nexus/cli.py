@@ -30,6 +30,7 @@ GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("nexus.audit.cli", "reports from the decision log: `nexus report blocked`"),
     # issue 13
     "orders": ("nexus.lifecycle.cli", "an order's timeline from the decision log: `nexus orders show ID`"),
+    "approvals": ("nexus.lifecycle.cli", "steps held for approval: list, approve, deny"),
 }
 
 

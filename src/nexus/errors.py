@@ -54,6 +54,7 @@ class ErrorCode(enum.StrEnum):
     # issue 13: plan lifecycle
     PLAN_SUPERSEDED = "PLAN_SUPERSEDED"
     APPROVAL_DENIED = "APPROVAL_DENIED"
+    APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
 
 
 class NexusError(Exception):

@@ -15,7 +15,7 @@ import json
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -26,10 +26,10 @@ from nexus.audit.log import record_entries
 from nexus.core import strict_json
 from nexus.core.audit import INGRESS_ORDER, Entry, resolution_entries
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import ProcessCatalog, Verdict, as_status
+from nexus.core.process import ProcessCatalog, Verdict, approval_expires_s, as_status
 from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, deadline_abort, resolve
 from nexus.core.strict_json import InputLimits
-from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
+from nexus.errors import ErrorCode, InvalidEventError, NexusError, PermanentDatabaseError, TransientDatabaseError
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
@@ -37,6 +37,30 @@ from nexus.store.queries import query
 log = logging.getLogger(__name__)
 
 _OUTBOX_NAMESPACE = uuid.UUID("6d1f3c1e-8f43-4a43-9d5c-6e6578757300")
+_APPROVAL_NAMESPACE = uuid.UUID("a9f0c2d4-1b3e-4f5a-8c7d-617070726f76")
+
+
+def approval_id_for(event_id: uuid.UUID) -> uuid.UUID:
+    """issue 13: the approval of a held step: derived from its event_id, so a resend names the same one."""
+    return uuid.uuid5(_APPROVAL_NAMESPACE, str(event_id))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApprovalDecision:
+    """issue 13: a person's (or the expiry sweeper's) answer to a held step, applied by `Gateway.submit`."""
+
+    approval_id: uuid.UUID
+    verdict: Verdict | None
+    """None approves; a verdict (APPROVAL_DENIED) denies."""
+    status: str
+    """approved, denied or expired (the approvals row's new status)."""
+    by: str
+
+
+class ApprovalNotPendingError(NexusError):
+    """The approval was already decided (approved, denied, expired or cancelled)."""
+
+    code = ErrorCode.APPROVAL_NOT_PENDING
 
 
 def outbox_id_for(event_id: uuid.UUID) -> uuid.UUID:
@@ -100,6 +124,8 @@ class Outcome:
     """REJECTED: why, in words (INVALID_TRANSITION lists the allowed next steps)."""
     deadline: tuple[dt.datetime, bool] | None = None
     """issue 13: the deadline this step set for its plan, and whether it was clipped to the process's max."""
+    approval_id: uuid.UUID | None = None
+    """issue 13: HELD: the approval that will decide the step."""
 
     @property
     def is_dead_letter(self) -> bool:
@@ -120,6 +146,8 @@ class Outcome:
         if self.decision is Decision.REJECTED:
             body["check"] = self.check
             body["message"] = self.message
+        if self.decision is Decision.HELD:
+            body["approval_id"] = str(self.approval_id) if self.approval_id else None
         if self.deadline is not None:
             body["deadline"] = self.deadline[0].isoformat()
             body["deadline_clipped"] = self.deadline[1]
@@ -138,8 +166,14 @@ class _Writes:
     pending_del: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
     dead: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
     rejected: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    approvals: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    cancelled: list[uuid.UUID] = dataclasses.field(default_factory=list)
 
     async def run(self, conn: asyncpg.Connection) -> list[int]:
+        if self.approvals:  # issue 13: steps held for a person
+            await conn.execute(query("lifecycle.sql", "insert_approvals"), *_columns(self.approvals, 10))
+        if self.cancelled:
+            await conn.execute(query("lifecycle.sql", "cancel_approvals"), self.cancelled)
         if self.orders:
             await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 12))
         if self.rejected:
@@ -248,7 +282,12 @@ class Gateway:
         failed = [dataclasses.replace(item, envelope=None, error=_refusal(exc)) for item in group]
         return await self._submit_once(failed, source)
 
-    async def _submit_once(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
+    async def _submit_once(
+        self,
+        items: Sequence[Incoming],
+        source: str,
+        decided: Mapping[uuid.UUID, ApprovalDecision] | None = None,
+    ) -> list[Outcome]:
         by_order: dict[str, list[int]] = defaultdict(list)
         for i, item in enumerate(items):
             if item.envelope is not None:
@@ -267,6 +306,12 @@ class Gateway:
                 if order_ids:
                     await conn.execute(query("gateway.sql", "lock_orders"), order_ids)
                     states, pending = await self._read(conn, order_ids)
+                    for answer in (decided or {}).values():  # issue 13: once, under the order's lock
+                        row = await conn.fetchrow(
+                            query("lifecycle.sql", "decide_approval"), answer.approval_id, answer.status, answer.by
+                        )
+                        if row is None:
+                            raise ApprovalNotPendingError(f"approval {answer.approval_id} is not pending")
                     rejected, limits = await self._read_rejections(conn, order_ids, items)
                     for order_id in order_ids:
                         indexes = by_order[order_id]
@@ -283,12 +328,15 @@ class Gateway:
                             limits=limits.get(first.tenant_id) or {"max_order_amount": self.default_max_order_amount},
                             rejected=rejected.get(order_id),
                             now=now,
+                            approvals={k: v.verdict for k, v in decided.items()} if decided else None,
                         )
                         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
                         drained += self._plan(resolution, traces, writes)
                         blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
+                        self._plan_approvals(resolution, traces, writes, decided or {})
                         if self.decision_log:
-                            audit += resolution_entries(resolution, pending.get(order_id, {}))
+                            actor = next(iter(decided.values())).by if decided else None
+                            audit += resolution_entries(resolution, pending.get(order_id, {}), actor=actor)
                         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
                             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
                             outcomes[i] = Outcome(
@@ -300,6 +348,7 @@ class Gateway:
                                 check=verdict.check if verdict else None,
                                 message=verdict.message if verdict else None,
                                 deadline=resolution.deadlines.get(event.event_id),
+                                approval_id=approval_id_for(event.event_id) if decision is Decision.HELD else None,
                             )
                             if decision is Decision.PLAN_MISMATCH and self.record_plan_mismatch:
                                 dead_index.append(i)
@@ -362,7 +411,47 @@ class Gateway:
         for oid, seqs in pending.items():
             if oid not in states:
                 states[oid] = OrderState(oid, plan_id=plans[oid], buffered=frozenset(seqs))
+        if self.catalog is not None:  # issue 13: a step held for approval takes its order's next seq
+            for row in await conn.fetch(query("lifecycle.sql", "read_held"), order_ids):
+                oid = row["order_id"]
+                state = states.get(oid) or OrderState(oid, plan_id=row["plan_id"])
+                states[oid] = dataclasses.replace(state, held=row["event_id"])
         return states, pending
+
+    def _plan_approvals(
+        self,
+        resolution: Resolution,
+        traces: dict[uuid.UUID, str | None],
+        writes: _Writes,
+        decided: Mapping[uuid.UUID, ApprovalDecision],
+    ) -> None:
+        """issue 13: an approvals row per newly held step; dropped held steps' approvals cancelled.
+        `decided` is keyed by the held steps' event_ids."""
+        for event, _drained in resolution.held:
+            assert self.catalog is not None  # only a process holds a step
+            after = resolution.after
+            process = (
+                self.catalog.get(after.process, after.process_version)
+                if after.process is not None
+                else self.catalog.get(event.process_name)
+            )
+            writes.approvals.append(
+                (
+                    approval_id_for(event.event_id),
+                    event.tenant_id,
+                    event.order_id,
+                    event.event_id,
+                    event.plan_id,
+                    event.seq_id,
+                    str(event.event_type),
+                    event.model_dump_json(),
+                    traces.get(event.event_id),
+                    approval_expires_s(process, str(event.event_type)) if process is not None else None,
+                )
+            )
+        for event_id in resolution.released:
+            if event_id not in decided:
+                writes.cancelled.append(event_id)
 
     async def _read_rejections(
         self, conn: asyncpg.Connection, order_ids: list[str], items: Sequence[Incoming]
@@ -479,6 +568,17 @@ class Gateway:
             env.plan_id if env else None,
             _text(item.raw),
         )
+
+    async def submit_approval(self, item: Incoming, decision: ApprovalDecision) -> list[Outcome]:
+        """issue 13: decide a held step with a person's answer (nexus.lifecycle.approvals), in one
+        transaction with the approvals row's change; ApprovalNotPendingError if it was answered already."""
+        assert item.envelope is not None
+        with_cause = {item.envelope.event_id: decision}
+        try:
+            return await self._submit_once([item], "approval", with_cause)
+        except TransientDatabaseError:
+            await self.db.expire_connections()
+            raise
 
     async def abort_overdue(self, *, limit: int = 500) -> int:
         """issue 13: abort live plans past their deadline (abort_code timeout); return how many applied.

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": GATEWAY_COMMANDS["audit"],
     "report": GATEWAY_COMMANDS["report"],
     "orders": GATEWAY_COMMANDS["orders"],  # issue 13
+    "approvals": GATEWAY_COMMANDS["approvals"],  # issue 13
 }
 
 

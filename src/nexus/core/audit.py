@@ -451,6 +451,7 @@ def resolution_entries(
     """
     applied = list(resolution.applied)
     rejections = list(resolution.rejections)
+    held = list(resolution.held)
     waiting: dict[int, EventEnvelope] = dict(pending)
     entries: list[Entry] = []
 
@@ -483,6 +484,11 @@ def resolution_entries(
             rejected(rejections.pop(0))
             policy_abort()
             continue
+        if decision is Decision.HELD:
+            if held and held[0][0].event_id == event.event_id:
+                held.pop(0)
+            entries.append(_entry(event, decision.value, None, "awaiting approval", actor))
+            continue
         code = code_of(decision, event, after)
         message = None
         if decision is Decision.PLAN_MISMATCH:
@@ -510,6 +516,12 @@ def resolution_entries(
                 waiting.pop(refused.event.seq_id or 0, None)
                 rejected(refused, "drained from the buffer")
                 policy_abort()
+            elif held and held[0][1]:
+                waiting_step = held.pop(0)[0]
+                waiting.pop(waiting_step.seq_id or 0, None)
+                entries.append(
+                    _entry(waiting_step, Decision.HELD.value, None, "drained from the buffer; awaiting approval", actor)
+                )
     return entries
 
 

@@ -27,6 +27,13 @@ Once `now` is past it on a live order, the gateway's own ABORT_PLAN (`deadline_a
 `timeout`, one id per order and plan) applies before anything else of the batch, so later steps DISCARD.
 The deadline sweeper submits that same abort; arriving when the order is not (or no longer) overdue and
 live, it is a DUPLICATE, so any number of sweepers abort a plan once.
+
+Approval (issue 13): a step that would apply, passes its checks and needs a person's approval
+(`needs_approval`) is HELD: nothing applied, the order's `held` names it, its seq is taken (another step
+at that seq is a DUPLICATE; the same event_id resent is HELD again), and successors wait in the buffer.
+`resolve(..., approvals={event_id: None})` applies an approved held step in order and drains its
+successors; `approvals={event_id: verdict}` rejects it (APPROVAL_DENIED), and the order waits at the same
+seq for a corrected step. An abort or a REPLAN drops the held step with the buffer.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from nexus.core.process import (
     OrderStatus,
     ProcessCatalog,
     Verdict,
+    needs_approval,
     validate_step,
 )
 from nexus.errors import ErrorCode
@@ -64,6 +72,7 @@ class Decision(enum.StrEnum):
     PLAN_MISMATCH = "PLAN_MISMATCH"
     DEAD_LETTER = "DEAD_LETTER"
     REJECTED = "REJECTED"
+    HELD = "HELD"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,6 +96,8 @@ class OrderState:
     """issue 13: plans a REPLAN replaced for this order; their later steps are DISCARD PLAN_SUPERSEDED."""
     deadline_at: dt.datetime | None = None
     """issue 13: when the live plan is aborted (abort_code timeout); None: no deadline, or not live."""
+    held: uuid.UUID | None = None
+    """issue 13: the event_id of the step waiting for approval (at seq last_seq + 1), if any."""
 
     @property
     def exists(self) -> bool:
@@ -110,6 +121,8 @@ def decide(state: OrderState | None, event: EventEnvelope) -> Decision:
     assert event.seq_id is not None  # guaranteed by the envelope
     if event.seq_id <= state.last_seq or event.seq_id in state.buffered:
         return Decision.DUPLICATE
+    if state.held is not None and event.seq_id == state.last_seq + 1:
+        return Decision.HELD if event.event_id == state.held else Decision.DUPLICATE
     if event.seq_id == state.last_seq + 1:
         return Decision.APPLY
     return Decision.BUFFER
@@ -185,6 +198,10 @@ class Resolution:
     """Every rejection of this batch, the events' own and those of drained buffered steps."""
     deadlines: Mapping[uuid.UUID, tuple[dt.datetime, bool]] = dataclasses.field(default_factory=dict)
     """issue 13: the deadline each plan-starting step set (by event_id), and whether it was clipped."""
+    held: tuple[tuple[EventEnvelope, bool], ...] = ()
+    """issue 13: steps newly HELD for approval in this batch, with whether they came out of the buffer."""
+    released: tuple[uuid.UUID, ...] = ()
+    """issue 13: held steps no longer held: approved, denied, or dropped by an abort or a REPLAN."""
 
     def verdict_of(self, event_id: uuid.UUID) -> Verdict | None:
         for rejection in self.rejections:
@@ -247,6 +264,7 @@ def resolve(
     limits: Mapping[str, Any] | None = None,
     rejected: Mapping[uuid.UUID, Verdict] | None = None,
     now: dt.datetime | None = None,
+    approvals: Mapping[uuid.UUID, Verdict | None] | None = None,
 ) -> Resolution:
     """Fold one order's events, in arrival order, through `decide` and the order's process.
 
@@ -255,7 +273,12 @@ def resolve(
     Without a `catalog` no step is judged (every step in turn applies, as the built-in order's statuses).
     `limits` are the tenant's (CEL `limits`); `rejected` the verdicts already given to event_ids.
     `now` (issue 13): the clock of deadlines; None: deadlines are neither set nor enforced.
+    `approvals` (issue 13): held steps decided by a person: None approves (the step applies in order),
+    a verdict denies (REJECTED with it).
     """
+    approvals = approvals or {}
+    held_now: list[tuple[EventEnvelope, bool]] = []
+    released: list[uuid.UUID] = []
     before = state
     limits = limits or {}
     rejected = rejected or {}
@@ -348,7 +371,23 @@ def resolve(
     def drop_buffer(current: OrderState) -> OrderState:
         for seq in sorted(waiting):
             take(seq)
-        return dataclasses.replace(current, buffered=frozenset())
+        if current.held is not None:
+            released.append(current.held)
+        return dataclasses.replace(current, buffered=frozenset(), held=None)
+
+    def hold_or_apply(current: OrderState, event: EventEnvelope, drained: bool) -> tuple[OrderState, bool]:
+        """Apply a judged step, or hold it when it needs approval (and was not approved): (state, held)."""
+        if catalog is not None and event.event_id not in approvals:
+            process = process_of(current, event)
+            if process is not None and needs_approval(
+                process, current.facts, event.event_type, event.seq_id, event.data, limits
+            ):
+                held_now.append((event, drained))
+                return dataclasses.replace(current, held=event.event_id, plan_id=event.plan_id), True
+        if current.held == event.event_id:
+            released.append(event.event_id)
+            current = dataclasses.replace(current, held=None)
+        return apply(current, event, drained), False
 
     def reject(current: OrderState, event: EventEnvelope, verdict: Verdict, drained: bool) -> OrderState:
         rejections.append(Rejection(event, verdict, drained))
@@ -374,6 +413,23 @@ def resolve(
             f"order {current.order_id} is {current.status} at seq {current.last_seq}: "
             f"no step may follow a terminal state",
         )
+
+    def drain(current: OrderState) -> OrderState:
+        while current.status != OrderStatus.ABORTED and current.last_seq + 1 in waiting:
+            successor = take(current.last_seq + 1)
+            verdict = judge(current, successor)
+            if verdict is not None:
+                # Out of the buffer and refused: the order waits at this seq for a correction.
+                return reject(current, successor, verdict, drained=True)
+            current, held = hold_or_apply(current, successor, drained=True)
+            if held:
+                break
+        return current
+
+    def apply_and_drain(current: OrderState, event: EventEnvelope) -> OrderState:
+        released.append(event.event_id)
+        current = apply(dataclasses.replace(current, held=None), event, drained=False)
+        return drain(current)
 
     for event in events:
         if is_deadline_abort(event) and not overdue(state):
@@ -406,24 +462,29 @@ def resolve(
             waiting[event.seq_id] = event
             added[event.seq_id] = event
             state = dataclasses.replace(state, plan_id=event.plan_id, buffered=frozenset(waiting))
+        elif decision in (Decision.HELD, Decision.APPLY) and event.event_id in approvals:
+            denial = approvals[event.event_id]
+            if denial is not None:
+                decision = Decision.REJECTED
+                released.append(event.event_id)
+                state = reject(dataclasses.replace(state, held=None), event, denial, drained=False)
+            else:
+                decision = Decision.APPLY
+                state = apply_and_drain(state, event)
+            state = dataclasses.replace(state, buffered=frozenset(waiting))
         elif decision is Decision.APPLY:
             verdict = None if event.is_abort or event.is_replan else judge(state, event)
             if verdict is not None:
                 decision = Decision.REJECTED
                 state = reject(state, event, verdict, drained=False)
+            elif event.is_abort or event.is_replan:
+                state = drop_buffer(apply(state, event, drained=False))
             else:
-                state = apply(state, event, drained=False)
-                if event.is_abort or event.is_replan:
-                    state = drop_buffer(state)
+                state, held = hold_or_apply(state, event, drained=False)
+                if held:
+                    decision = Decision.HELD
                 else:
-                    while state.status != OrderStatus.ABORTED and state.last_seq + 1 in waiting:
-                        successor = take(state.last_seq + 1)
-                        verdict = judge(state, successor)
-                        if verdict is not None:
-                            # Out of the buffer and refused: the order waits at this seq for a correction.
-                            state = reject(state, successor, verdict, drained=True)
-                            break
-                        state = apply(state, successor, drained=True)
+                    state = drain(state)
             state = dataclasses.replace(state, buffered=frozenset(waiting))
         decisions.append((event, decision, state))
 
@@ -436,4 +497,6 @@ def resolve(
         unbuffered=tuple(sorted(removed)),
         rejections=tuple(rejections),
         deadlines=deadlines,
+        held=tuple(held_now),
+        released=tuple(released),
     )

@@ -220,6 +220,8 @@ def _single_status(outcome: Outcome) -> int:
         return 409
     if outcome.decision is Decision.REJECTED:
         return 422
+    if outcome.decision is Decision.HELD:
+        return 202  # issue 13: accepted, waiting for a person
     return 200
 
 

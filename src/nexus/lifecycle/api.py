@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from nexus.errors import NexusError
+from nexus.gateway import ApprovalNotPendingError
 from nexus.ingress.http import OrderId, PlanId
+from nexus.ingress.http_errors import error_response, request_id
+from nexus.lifecycle.approvals import Approver, ApproverRefused, answer, approver_of, pending
 from nexus.lifecycle.history import history_item, order_history, plan_history
 from nexus.lifecycle.waiting import DecisionListener
 from nexus.settings import Settings
@@ -82,3 +86,51 @@ async def decision_events(
                 await asyncio.wait_for(woken.wait(), timeout=keepalive_s)
             except TimeoutError:
                 yield ": keepalive\n\n"
+
+
+# --- approvals ----------------------------------------------------------------------------------------
+
+
+def _approver(request: Request) -> Approver:
+    # The identity layer puts its principal here; without it the caller is the anonymous approver.
+    return approver_of(getattr(request.state, "principal", None))
+
+
+def _refused(exc: ApproverRefused) -> JSONResponse:
+    return JSONResponse({"code": "FORBIDDEN", "message": str(exc), "request_id": request_id()}, status_code=403)
+
+
+@router.get("/v1/approvals")
+async def list_approvals(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
+    """Pending approvals of the caller's tenant, oldest first."""
+    try:
+        items = await pending(request.app.state.db, _approver(request), limit=limit)
+    except ApproverRefused as exc:
+        return _refused(exc)
+    return {"approvals": items}
+
+
+async def _answer(request: Request, approval_id: uuid.UUID, *, approve: bool) -> Any:
+    try:
+        outcome = await answer(request.app.state.gateway, approval_id, _approver(request), approve=approve)
+    except ApproverRefused as exc:
+        return _refused(exc)
+    except ApprovalNotPendingError as exc:
+        return error_response(409, exc.code, exc.message)
+    return {
+        "approval_id": str(approval_id),
+        "status": "approved" if approve else "denied",
+        "result": outcome.as_json(),
+    }
+
+
+@router.post("/v1/approvals/{approval_id}/approve")
+async def approve(request: Request, approval_id: uuid.UUID) -> Any:
+    """Apply the held step in order (and its waiting successors); the decision log records who approved."""
+    return await _answer(request, approval_id, approve=True)
+
+
+@router.post("/v1/approvals/{approval_id}/deny")
+async def deny(request: Request, approval_id: uuid.UUID) -> Any:
+    """REJECTED with code APPROVAL_DENIED: the order waits at the same seq for a corrected step."""
+    return await _answer(request, approval_id, approve=False)

@@ -1,10 +1,12 @@
-"""`nexus orders show ID`: an order's state and its decisions as a timeline, from the decision log."""
+"""`nexus orders show ID` (an order's timeline from the decision log) and `nexus approvals list|approve|deny`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
+import uuid
 
 from nexus.cli_common import add_common, settings_from
 from nexus.errors import NexusError
@@ -54,4 +56,60 @@ async def _show(settings: Settings, order_id: str, *, as_json: bool) -> int:
         if item["notification_id"]:
             line += f"  (notification {item['notification_id']})"
         print(line)
+    return 0
+
+
+# --- nexus approvals ------------------------------------------------------------------------------------
+
+
+def configure_approvals(parser: argparse.ArgumentParser) -> None:
+    add_common(parser)
+    parser.add_argument("--by", default=None, help="who answers, recorded in the decision log (default: $USER)")
+    sub = parser.add_subparsers(dest="approvals_command", required=True)
+    listing = sub.add_parser("list", help="pending approvals, oldest first")
+    listing.add_argument("--json", action="store_true")
+    for name, text in (("approve", "apply the held step in order"), ("deny", "REJECTED with APPROVAL_DENIED")):
+        one = sub.add_parser(name, help=text)
+        one.add_argument("approval_id", type=uuid.UUID)
+        one.add_argument("--json", action="store_true")
+
+
+def run_approvals(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_approvals(settings_from(args), args))
+    except NexusError as exc:
+        print(f"nexus approvals: {exc.code.value}: {exc}")
+        return 1
+
+
+async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
+    from nexus.gateway import Gateway
+    from nexus.lifecycle.approvals import Approver, answer, pending
+    from nexus.processes import register
+
+    db = await Database(settings).open(migrate=False)
+    try:
+        # The operator at the console acts for every tenant (the API applies the approver's tenant).
+        approver = Approver(args.by or os.environ.get("USER") or "cli", None)
+        if args.approvals_command == "list":
+            items = await pending(db, approver, limit=1000)
+            if args.json:
+                print(json.dumps({"approvals": items}, indent=2))
+            for item in [] if args.json else items:
+                expires = item["expires_at"] or "never"
+                print(
+                    f"{item['approval_id']}  {item['tenant_id']}/{item['order_id']}  seq {item['seq']} "
+                    f"{item['event_type']}  data {json.dumps(item['data'])}  expires {expires}"
+                )
+            return 0
+        catalog = await register(db, settings.process_dir)
+        gateway = Gateway(db, catalog=catalog, default_max_order_amount=settings.default_max_order_amount)
+        outcome = await answer(gateway, args.approval_id, approver, approve=args.approvals_command == "approve")
+    finally:
+        await db.close()
+    result = outcome.as_json()
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"{args.approval_id}: {result['decision']}{' ' + result['code'] if result['code'] else ''}")
     return 0

@@ -6,3 +6,26 @@ ALTER TABLE orders ADD COLUMN superseded_plans text[] NOT NULL DEFAULT '{}';
 -- When the live plan is aborted with abort_code timeout (NULL: no deadline, or the order is terminal).
 ALTER TABLE orders ADD COLUMN deadline_at timestamptz;
 CREATE INDEX orders_deadline_at ON orders (deadline_at) WHERE deadline_at IS NOT NULL;
+
+-- Steps HELD for a person's approval. Keyed by (tenant_id, order_id) like every lifecycle table; at most
+-- one pending per order (the held step takes the order's next seq). `decided_by` is who approved or denied.
+CREATE TABLE approvals (
+    approval_id  uuid PRIMARY KEY,
+    tenant_id    text NOT NULL,
+    order_id     text NOT NULL,
+    event_id     uuid NOT NULL UNIQUE,
+    plan_id      text NOT NULL,
+    seq_id       integer NOT NULL,
+    event_type   text NOT NULL,
+    envelope     jsonb NOT NULL,
+    traceparent  text,
+    status       text NOT NULL DEFAULT 'pending'
+                 CHECK (status IN ('pending', 'approved', 'denied', 'expired', 'cancelled')),
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz,
+    decided_at   timestamptz,
+    decided_by   text
+);
+CREATE UNIQUE INDEX approvals_one_pending ON approvals (tenant_id, order_id) WHERE status = 'pending';
+CREATE INDEX approvals_pending_order ON approvals (order_id) WHERE status = 'pending';
+CREATE INDEX approvals_expiry ON approvals (expires_at) WHERE status = 'pending' AND expires_at IS NOT NULL;

@@ -35,3 +35,48 @@ SELECT order_id, tenant_id, plan_id, last_seq FROM orders
 WHERE deadline_at <= $1 AND status <> 'aborted' AND status <> 'completed'
 ORDER BY deadline_at
 LIMIT $2;
+
+-- name: read_held
+-- The orders' pending approvals: the step each one holds (Gateway.submit, under the orders' locks).
+SELECT order_id, event_id, plan_id FROM approvals WHERE order_id = ANY($1::text[]) AND status = 'pending';
+
+-- name: insert_approvals
+INSERT INTO approvals (approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope,
+                       traceparent, expires_at)
+SELECT approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope::jsonb, traceparent,
+       CASE WHEN expires_s IS NULL THEN NULL ELSE now() + make_interval(secs => expires_s) END
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[], $6::int[], $7::text[], $8::text[],
+            $9::text[], $10::float8[])
+    AS u(approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope, traceparent, expires_s)
+ON CONFLICT (approval_id) DO NOTHING;
+
+-- name: cancel_approvals
+-- Held steps dropped by an abort or a REPLAN: no longer anyone's to approve.
+UPDATE approvals SET status = 'cancelled', decided_at = now(), decided_by = 'gateway'
+WHERE event_id = ANY($1::uuid[]) AND status = 'pending';
+
+-- name: decide_approval
+-- Under the order's advisory lock: the one pending approval becomes approved/denied/expired, once.
+UPDATE approvals SET status = $2, decided_at = now(), decided_by = $3
+WHERE approval_id = $1 AND status = 'pending'
+RETURNING approval_id;
+
+-- name: approval
+SELECT approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope::text AS envelope,
+       traceparent, status, created_at, expires_at, decided_at, decided_by
+FROM approvals WHERE approval_id = $1;
+
+-- name: pending_approvals
+-- $1: the caller's tenant (NULL: every tenant).
+SELECT approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope::text AS envelope,
+       traceparent, status, created_at, expires_at, decided_at, decided_by
+FROM approvals
+WHERE status = 'pending' AND ($1::text IS NULL OR tenant_id = $1)
+ORDER BY created_at, approval_id
+LIMIT $2;
+
+-- name: expired_approvals
+SELECT approval_id FROM approvals
+WHERE status = 'pending' AND expires_at <= now()
+ORDER BY expires_at
+LIMIT $1;
