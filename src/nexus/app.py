@@ -110,6 +110,9 @@ async def serve(
 
         kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit)
         services.append(("kafka-consumer", KafkaIngress(kafka_gateway, settings).run()))
+        from nexus.lifecycle.relay import DecisionsRelay  # issue 13: decisions back to Kafka agents
+
+        services.append(("decisions-relay", DecisionsRelay(db, settings).run()))
 
     stop = asyncio.Event()
     failures: list[str] = []

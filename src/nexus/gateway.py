@@ -368,6 +368,8 @@ class Gateway:
                         writes.dead.append(self._dead_row(source, item.error.code, str(item.error), item))
                         outcomes[i] = Outcome(item.event_id, Decision.DEAD_LETTER, item.error.code, str(item.error))
                         audit.append(_ingress_entry(item))
+                if source == "kafka":  # issue 13: the decisions, for nexus.decisions, in this transaction
+                    await _record_decisions(conn, items, outcomes)
                 dead_ids = await writes.run(conn)
                 await record_entries(conn, audit if self.decision_log else [])
                 if order_ids:  # issue 13: wake the orders' waiters at commit
@@ -641,6 +643,24 @@ class Gateway:
         metrics.record_buffer_timeouts(len(rows))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(rows)})
         return [r["id"] for r in ids]
+
+
+async def _record_decisions(
+    conn: asyncpg.Connection, items: Sequence[Incoming], outcomes: Sequence[Outcome | None]
+) -> None:
+    """issue 13: one decisions_outbox row per decided Kafka step (its HTTP result, order_id and tenant)."""
+    rows = [
+        (
+            item.envelope.tenant_id,
+            item.envelope.order_id,
+            json.dumps({**outcome.as_json(), "order_id": item.envelope.order_id, "tenant": item.envelope.tenant_id}),
+            item.traceparent,
+        )
+        for item, outcome in zip(items, outcomes, strict=True)
+        if item.envelope is not None and outcome is not None
+    ]
+    if rows:
+        await conn.execute(query("lifecycle.sql", "insert_decisions"), *_columns(rows, 4))
 
 
 def _text(value: str) -> str:

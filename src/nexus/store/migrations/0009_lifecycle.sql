@@ -29,3 +29,15 @@ CREATE TABLE approvals (
 CREATE UNIQUE INDEX approvals_one_pending ON approvals (tenant_id, order_id) WHERE status = 'pending';
 CREATE INDEX approvals_pending_order ON approvals (order_id) WHERE status = 'pending';
 CREATE INDEX approvals_expiry ON approvals (expires_at) WHERE status = 'pending' AND expires_at IS NOT NULL;
+
+-- Decisions on Kafka-ingested steps, written in the deciding transaction and relayed to the
+-- `nexus.decisions` topic (then deleted): none lost if a process dies between commit and produce.
+CREATE TABLE decisions_outbox (
+    id          bigserial PRIMARY KEY,
+    tenant_id   text NOT NULL,
+    order_id    text NOT NULL,
+    value       jsonb NOT NULL,
+    traceparent text,
+    created_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX decisions_outbox_order ON decisions_outbox (tenant_id, order_id);

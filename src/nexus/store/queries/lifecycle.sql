@@ -80,3 +80,20 @@ SELECT approval_id FROM approvals
 WHERE status = 'pending' AND expires_at <= now()
 ORDER BY expires_at
 LIMIT $1;
+
+-- name: insert_decisions
+INSERT INTO decisions_outbox (tenant_id, order_id, value, traceparent)
+SELECT tenant_id, order_id, value::jsonb, traceparent
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY
+    AS u(tenant_id, order_id, value, traceparent, n)
+ORDER BY n;
+
+-- name: relay_lock
+-- One relay at a time (any number of gateways): records leave in id order, so per order in decision order.
+SELECT pg_try_advisory_xact_lock(hashtextextended('nexus.decisions_outbox', 0));
+
+-- name: relay_claim
+SELECT id, order_id, value::text AS value, traceparent FROM decisions_outbox ORDER BY id LIMIT $1;
+
+-- name: relay_done
+DELETE FROM decisions_outbox WHERE id = ANY($1::bigint[]);
