@@ -86,3 +86,47 @@ async def test_decisions_survive_a_kill_between_commit_and_produce(
         ("DISCARD", "PLAN_SUPERSEDED"),
         ("APPLY", None),
     ]
+
+
+async def test_the_agents_kafka_transport_learns_each_decision(decisions_settings: Settings, start_gateway) -> None:  # type: ignore[no-untyped-def]
+    """The lab's KafkaTransport, reading nexus.decisions through the SDK, acks each step with its decision."""
+    from nexus.core.envelope import parse_envelope
+    from nexus.core.sequencing import Decision
+    from nexus_lab.agent.hostile import Message
+    from nexus_lab.agent.transport import KafkaTransport
+
+    start_gateway("--kafka", "--no-dispatcher", settings_=decisions_settings)
+    order = f"o-agent-{uuid.uuid4().hex[:6]}"
+    transport = await KafkaTransport(
+        BOOTSTRAP, decisions_settings.kafka_topic, decisions_topic=decisions_settings.decisions_topic
+    ).start()
+    got = []
+    try:
+        for body in records_of(order):
+            envelope = parse_envelope(body)
+            message = Message(
+                body=json.dumps(body).encode(),
+                key=order,
+                envelope=envelope,
+                mode=None,
+                honest=True,
+                expected=Decision.APPLY,
+                expected_code=None,
+                event_id=str(envelope.event_id),
+                event_type=str(envelope.event_type),
+                seq_id=envelope.seq_id,
+                plan_id=envelope.plan_id,
+            )
+            ack = await transport.send(message)
+            got.append((ack.decision, ack.code, ack.order_last_seq))
+    finally:
+        await transport.close()
+    assert got == [
+        ("APPLY", None, 1),
+        ("BUFFER", None, 1),
+        ("DUPLICATE", None, 1),
+        ("APPLY", None, 3),
+        ("APPLY", None, 3),
+        ("DISCARD", "PLAN_SUPERSEDED", 3),
+        ("APPLY", None, 4),
+    ]
