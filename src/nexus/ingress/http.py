@@ -182,7 +182,7 @@ def create_app(
     from nexus.audit.api import router as audit_router  # issue 12: the blocked-actions report
 
     app.include_router(audit_router)
-    from nexus.lifecycle.api import router as lifecycle_router  # issue 13: history, waiting, approvals
+    from nexus.ingress.lifecycle_api import router as lifecycle_router  # issue 13: history, waiting, approvals
 
     app.include_router(lifecycle_router)
     if decision_listener is None:

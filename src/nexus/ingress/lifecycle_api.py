@@ -1,4 +1,5 @@
-"""HTTP API of the plan lifecycle (a FastAPI router the app includes; Database from app.state)."""
+"""HTTP API of the plan lifecycle (issue 13): history, SSE stream, approvals (a FastAPI router the app
+includes; Database, gateway, settings and the decision listener from app.state)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.errors import NexusError
 from nexus.gateway import ApprovalNotPendingError
-from nexus.ingress.http import OrderId, PlanId
 from nexus.ingress.http_errors import error_response, request_id
 from nexus.lifecycle.approvals import Approver, ApproverRefused, answer, approver_of, pending
 from nexus.lifecycle.history import history_item, order_history, plan_history
@@ -23,6 +24,8 @@ from nexus.store.database import Database
 from nexus.store.queries import query
 
 router = APIRouter(tags=["lifecycle"])
+OrderId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
+PlanId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
 
 
 @router.get("/v1/orders/{order_id}/history")
