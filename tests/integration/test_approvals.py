@@ -91,7 +91,7 @@ async def test_approval_applies_the_step_and_drains_successors(api: httpx.AsyncC
     assert (await api.get("/v1/approvals", headers=api_headers())).json()["approvals"] == []
 
 
-async def test_denial_rejects_and_successors_keep_waiting(api: httpx.AsyncClient) -> None:
+async def test_denial_rejects_and_successors_keep_waiting(api: httpx.AsyncClient, db: Database) -> None:
     """Deny: REJECTED APPROVAL_DENIED (resent: the same), successors stay buffered, a corrected step applies."""
     approval_id, payment = await held_order(api, "o-no")
     answer = await api.post(f"/v1/approvals/{approval_id}/deny", headers=api_headers())
@@ -103,6 +103,10 @@ async def test_denial_rejects_and_successors_keep_waiting(api: httpx.AsyncClient
     assert (order["last_seq"], order["buffered"]) == (2, [4, 5])
     history = (await api.get("/v1/orders/o-no/history", headers=api_headers())).json()["items"]
     assert ("REJECTED", "APPROVAL_DENIED") in [(i["decision"], i["code"]) for i in history]
+    from nexus.store.queries import query
+
+    counts = await db.fetchrow(query("checker.sql", "lifecycle"), ["o-no"])  # the checker's accounting
+    assert tuple(counts) == (0, 0, 0, 1)  # type: ignore[arg-type]
 
 
 async def test_an_unanswered_approval_expires_as_a_denial(api: httpx.AsyncClient, db: Database) -> None:
