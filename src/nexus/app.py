@@ -41,6 +41,30 @@ async def sweep_buffer(gateway: Gateway, settings: Settings) -> None:
         await asyncio.sleep(settings.buffer_sweep_interval_s)
 
 
+async def sweep_deadlines(gateway: Gateway, settings: Settings) -> None:
+    """issue 13: abort live plans past their deadline (abort_code timeout), every NEXUS_DEADLINE_SWEEP_S."""
+    while True:
+        try:
+            while await gateway.abort_overdue():
+                pass
+        except Exception:
+            log.warning("deadline sweep failed", exc_info=True, extra={"action": "deadline_sweep"})
+        await asyncio.sleep(settings.deadline_sweep_s)
+
+
+async def expire_approvals(gateway: Gateway, settings: Settings) -> None:
+    """issue 13: deny approvals not given within their `expires_s`, every NEXUS_APPROVAL_SWEEP_S."""
+    from nexus.lifecycle.approvals import expire
+
+    while True:
+        try:
+            while await expire(gateway):
+                pass
+        except Exception:
+            log.warning("approval expiry failed", exc_info=True, extra={"action": "approval_expiry"})
+        await asyncio.sleep(settings.approval_sweep_s)
+
+
 async def serve(
     settings: Settings,
     *,
@@ -75,7 +99,13 @@ async def serve(
         window_ms=settings.batch_window_ms,
     )
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
+    services.append(("deadline-sweeper", sweep_deadlines(gateway, settings)))  # issue 13
+    services.append(("approval-expirer", expire_approvals(gateway, settings)))  # issue 13
     services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))  # issue 12
+    from nexus.lifecycle.waiting import DecisionListener  # issue 13: one LISTEN connection per process
+
+    listener = DecisionListener(db.url, settings)
+    services.append(("decision-listener", listener.run()))
     if dispatcher:
         from nexus.delivery.dispatcher import OutboxDispatcher
         from nexus.delivery.subscriptions import ensure_default_subscription
@@ -93,6 +123,9 @@ async def serve(
 
         kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit)
         services.append(("kafka-consumer", KafkaIngress(kafka_gateway, settings).run()))
+        from nexus.lifecycle.relay import DecisionsRelay  # issue 13: decisions back to Kafka agents
+
+        services.append(("decisions-relay", DecisionsRelay(db, settings).run()))
 
     stop = asyncio.Event()
     failures: list[str] = []
@@ -117,10 +150,12 @@ async def serve(
         task = asyncio.create_task(service, name=name)
         task.add_done_callback(watch)
         tasks.append(task)
+        if name == "decision-listener":
+            listener.adopt(task)
     committer.start()
     try:
         if http:
-            app = create_app(db, gateway, committer, settings=settings)
+            app = create_app(db, gateway, committer, settings=settings, decision_listener=listener)
             server = _Server(server_config(app, settings))
             if on_ready is not None:
                 asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006

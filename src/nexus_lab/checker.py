@@ -45,7 +45,7 @@ CHECKS: dict[str, str] = {
     "rejected": "each hallucinated step REJECTED with its expected code, and nothing else rejected",
 }
 DEAD_LETTERED = ("DEAD_LETTER", "PLAN_MISMATCH")
-_PROCESS_ORDER = [t.value for t in (*STEPS, EventType.ABORT_PLAN)]
+_PROCESS_ORDER = [t.value for t in (*STEPS, EventType.ABORT_PLAN)] + ["REPLAN"]
 
 
 @dataclasses.dataclass
@@ -362,6 +362,7 @@ async def check_report(
         )
     )
 
+    lifecycle = await db.fetchrow(query("checker.sql", "lifecycle"), order_ids)  # issue 13
     all_records = [r for rs in sink_records.values() for r in rs]
     result.stats = {
         "notifications": created,
@@ -374,6 +375,7 @@ async def check_report(
         "sink_accepted": sum(1 for r in all_records if _accepted(r)),
         "sink_faults": sum(1 for r in all_records if r.get("fault")),
         "sink_duplicates": sum(1 for r in all_records if r.get("duplicate")),
+        **({k: int(lifecycle[k]) for k in ("superseded", "timed_out", "held", "denied")} if lifecycle else {}),
     }
     return result
 
