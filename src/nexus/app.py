@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 import uvicorn
@@ -30,39 +30,35 @@ def instance_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-async def sweep_buffer(gateway: Gateway, settings: Settings) -> None:
-    """Dead-letter buffered steps whose gap never filled (BUFFER_TIMEOUT), forever."""
+async def sweep_forever(action: str, sweep: Callable[[], Awaitable[object]], interval_s: float) -> None:
+    """Run `sweep` until it finds nothing, then wait `interval_s`, forever; a failed sweep is logged and
+    tried again at the next interval (the sweepers below)."""
     while True:
         try:
-            while await gateway.expire_buffered(settings.buffer_timeout_s):
+            while await sweep():
                 pass
         except Exception:
-            log.warning("buffer sweep failed", exc_info=True, extra={"action": "buffer_sweep"})
-        await asyncio.sleep(settings.buffer_sweep_interval_s)
+            log.warning("%s failed", action, exc_info=True, extra={"action": action})
+        await asyncio.sleep(interval_s)
+
+
+async def sweep_buffer(gateway: Gateway, settings: Settings) -> None:
+    """Dead-letter buffered steps whose gap never filled (BUFFER_TIMEOUT), forever."""
+    await sweep_forever(
+        "buffer_sweep", lambda: gateway.expire_buffered(settings.buffer_timeout_s), settings.buffer_sweep_interval_s
+    )
 
 
 async def sweep_deadlines(gateway: Gateway, settings: Settings) -> None:
     """issue 13: abort live plans past their deadline (abort_code timeout), every NEXUS_DEADLINE_SWEEP_S."""
-    while True:
-        try:
-            while await gateway.abort_overdue():
-                pass
-        except Exception:
-            log.warning("deadline sweep failed", exc_info=True, extra={"action": "deadline_sweep"})
-        await asyncio.sleep(settings.deadline_sweep_s)
+    await sweep_forever("deadline_sweep", gateway.abort_overdue, settings.deadline_sweep_s)
 
 
 async def expire_approvals(gateway: Gateway, settings: Settings) -> None:
     """issue 13: deny approvals not given within their `expires_s`, every NEXUS_APPROVAL_SWEEP_S."""
     from nexus.lifecycle.approvals import expire
 
-    while True:
-        try:
-            while await expire(gateway):
-                pass
-        except Exception:
-            log.warning("approval expiry failed", exc_info=True, extra={"action": "approval_expiry"})
-        await asyncio.sleep(settings.approval_sweep_s)
+    await sweep_forever("approval_expiry", lambda: expire(gateway), settings.approval_sweep_s)
 
 
 async def serve(

@@ -4,8 +4,6 @@ waiting, approval (API and `nexus approvals`), denial, expiry, and the decision 
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,8 +15,9 @@ from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
-from tests.conftest import ROOT, api_headers, settings_env
+from tests.conftest import api_headers, settings_env
 from tests.factories import step_json
+from tests.helpers import nexus_command
 from tests.unit.test_approvals import approval_yaml
 
 pytestmark = pytest.mark.slow
@@ -136,17 +135,7 @@ async def test_nexus_approvals_cli_lists_and_approves(api: httpx.AsyncClient, ap
     env = settings_env(approval_settings)
 
     def nexus(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "nexus_cli", "approvals", *args],
-            env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+        return nexus_command("approvals", *args, env=env)
 
     assert approval_id in nexus("list")
     assert "APPLY" in nexus("--by", "carol", "approve", approval_id)

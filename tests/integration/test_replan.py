@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from typing import Any
 
 import httpx
@@ -14,8 +12,9 @@ import pytest
 
 from nexus.settings import Settings
 from nexus.store.database import Database
-from tests.conftest import ROOT, api_headers, settings_env
+from tests.conftest import api_headers, settings_env
 from tests.factories import abort_json, replan_json, step_json
+from tests.helpers import nexus_command
 
 pytestmark = pytest.mark.slow
 
@@ -114,27 +113,11 @@ async def test_orders_show_prints_the_timeline(settings: Settings, db: Database)
         [Incoming.parse(b) for b in (step_json(order, P, 1), replan_json(order, P, Q), abort_json(order, Q))]
     )
     env = settings_env(settings)
-    text = subprocess.run(
-        [sys.executable, "-m", "nexus_cli", "orders", "show", order],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
+    text = nexus_command("orders", "show", order, env=env)
     lines = text.strip().splitlines()
     assert "status aborted" in lines[0] and f"plan {Q}" in lines[0]
     assert ["APPLY" in line for line in lines[1:]] == [True, True, True]
     assert "REPLAN" in lines[2] and "ABORT_PLAN" in lines[3]
-    raw = subprocess.run(
-        [sys.executable, "-m", "nexus_cli", "orders", "show", order, "--json"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
+    raw = nexus_command("orders", "show", order, "--json", env=env)
 
     assert [i["event_type"] for i in json.loads(raw)["items"]] == ["OrderCreated", "REPLAN", "ABORT_PLAN"]
