@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 from typing import Any
 
@@ -131,3 +132,37 @@ async def test_a_replan_while_an_effect_runs_keeps_it_and_the_new_plan_waits_for
     assert [len(harness.kinds(s)) for s in ("inventory", "payment", "shipping", "invoice")] == [2, 2, 2, 2]
     assert not {"release", "refund"} & {k for s in ("inventory", "payment") for k in harness.kinds(s)}
     assert await check_sagas_live(harness.db, harness.services.url) == []
+
+
+async def test_a_long_poll_answers_when_an_effect_completes(harness: Harness) -> None:
+    """The executor's outcome wakes the order's waiters at its commit: a long poll on the status answers
+    once the reservation completed, long before its wait ends, with the saga in the answer (GET's shape)."""
+    from nexus.ingress.http import read_order
+    from nexus.lifecycle.waiting import DecisionListener, wait_for_order
+    from nexus.settings import Settings
+
+    listener = DecisionListener(harness.db.url, Settings())
+    task = asyncio.create_task(listener.run())
+    try:
+        await asyncio.wait_for(listener.connected.wait(), 10)
+        await harness.send("w1", 1, 2)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        poll = asyncio.create_task(
+            wait_for_order(
+                listener, lambda: read_order(harness.db, "default", "w1"), "default", "w1", 30, after_status="created"
+            )
+        )
+        await asyncio.sleep(0.3)
+        while not poll.done() and loop.time() - started < 30:
+            if not await harness.executor.run_once():  # the reservation, then nothing due
+                await asyncio.sleep(0.05)
+        order = await poll
+        assert order is not None and order["status"] == "inventory_validated"
+        assert loop.time() - started < 10
+        assert order == await read_order(harness.db, "default", "w1")
+        assert order["saga"]["steps"][0]["status"] == "COMPLETED"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
