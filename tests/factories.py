@@ -103,3 +103,22 @@ def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderSt
         decisions.append(resolution.decisions[0][1])
         state = resolution.after
     return decisions, state
+
+
+def replan_json(order_id: str, plan_id: str, new_plan_id: str, **overrides: Any) -> dict[str, Any]:
+    """issue 13: the built-in REPLAN step, replacing `plan_id` with `new_plan_id`."""
+    body: dict[str, Any] = {
+        "event_id": str(uuid.uuid4()),
+        "event_type": "REPLAN",
+        "plan_id": plan_id,
+        "order_id": order_id,
+        "timestamp": T0.isoformat(),
+        "schema_version": "1.0",
+        "data": {"new_plan_id": new_plan_id, "reason": "the agent changed its mind"},
+    }
+    body.update(overrides)
+    return body
+
+
+def replan(order_id: str, plan_id: str, new_plan_id: str) -> EventEnvelope:
+    return EventEnvelope.model_validate(replan_json(order_id, plan_id, new_plan_id))

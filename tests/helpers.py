@@ -1,10 +1,14 @@
-"""Test helpers written once: waiting on a condition, and "every plan completed once" read from PostgreSQL."""
+"""Test helpers written once: waiting on a condition, "every plan completed once" read from PostgreSQL, and
+running a `nexus` command to completion."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 
 import asyncpg
 
@@ -48,3 +52,19 @@ async def assert_plans_completed_once(database_url: str, prefix: str, n: int, st
     assert all(o["status"] == "completed" and o["last_seq"] == steps and o["outbox_count"] == steps for o in orders)
     assert pending == 0
     assert rejected == 0, "a step was applied twice (the outbox's unique keys rejected it)"
+
+
+def nexus_command(*args: str, env: Mapping[str, str], timeout: float = 120) -> str:
+    """Run `nexus ARGS...` (the command assembly, as a user would) to completion; its stdout, or an
+    assertion error carrying its output if it exits non-zero."""
+    done = subprocess.run(
+        [sys.executable, "-m", "nexus_cli", *args],
+        env=dict(env),
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout

@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
 
 import uvicorn
@@ -30,15 +30,35 @@ def instance_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-async def sweep_buffer(gateway: Gateway, settings: Settings) -> None:
-    """Dead-letter buffered steps whose gap never filled (BUFFER_TIMEOUT), forever."""
+async def sweep_forever(action: str, sweep: Callable[[], Awaitable[object]], interval_s: float) -> None:
+    """Run `sweep` until it finds nothing, then wait `interval_s`, forever; a failed sweep is logged and
+    tried again at the next interval (the sweepers below)."""
     while True:
         try:
-            while await gateway.expire_buffered(settings.buffer_timeout_s):
+            while await sweep():
                 pass
         except Exception:
-            log.warning("buffer sweep failed", exc_info=True, extra={"action": "buffer_sweep"})
-        await asyncio.sleep(settings.buffer_sweep_interval_s)
+            log.warning("%s failed", action, exc_info=True, extra={"action": action})
+        await asyncio.sleep(interval_s)
+
+
+async def sweep_buffer(gateway: Gateway, settings: Settings) -> None:
+    """Dead-letter buffered steps whose gap never filled (BUFFER_TIMEOUT), forever."""
+    await sweep_forever(
+        "buffer_sweep", lambda: gateway.expire_buffered(settings.buffer_timeout_s), settings.buffer_sweep_interval_s
+    )
+
+
+async def sweep_deadlines(gateway: Gateway, settings: Settings) -> None:
+    """issue 13: abort live plans past their deadline (abort_code timeout), every NEXUS_DEADLINE_SWEEP_S."""
+    await sweep_forever("deadline_sweep", gateway.abort_overdue, settings.deadline_sweep_s)
+
+
+async def expire_approvals(gateway: Gateway, settings: Settings) -> None:
+    """issue 13: deny approvals not given within their `expires_s`, every NEXUS_APPROVAL_SWEEP_S."""
+    from nexus.lifecycle.approvals import expire
+
+    await sweep_forever("approval_expiry", lambda: expire(gateway), settings.approval_sweep_s)
 
 
 async def serve(
@@ -75,7 +95,13 @@ async def serve(
         window_ms=settings.batch_window_ms,
     )
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
+    services.append(("deadline-sweeper", sweep_deadlines(gateway, settings)))  # issue 13
+    services.append(("approval-expirer", expire_approvals(gateway, settings)))  # issue 13
     services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))  # issue 12
+    from nexus.lifecycle.waiting import DecisionListener  # issue 13: one LISTEN connection per process
+
+    listener = DecisionListener(db.url, settings)
+    services.append(("decision-listener", listener.run()))
     if dispatcher:
         from nexus.delivery.dispatcher import OutboxDispatcher
         from nexus.delivery.subscriptions import ensure_default_subscription
@@ -96,6 +122,9 @@ async def serve(
 
         kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit)
         services.append(("kafka-consumer", KafkaIngress(kafka_gateway, settings).run()))
+        from nexus.lifecycle.relay import DecisionsRelay  # issue 13: decisions back to Kafka agents
+
+        services.append(("decisions-relay", DecisionsRelay(db, settings).run()))
 
     stop = asyncio.Event()
     failures: list[str] = []
@@ -120,10 +149,12 @@ async def serve(
         task = asyncio.create_task(service, name=name)
         task.add_done_callback(watch)
         tasks.append(task)
+        if name == "decision-listener":
+            listener.adopt(task)
     committer.start()
     try:
         if http:
-            app = create_app(db, gateway, committer, settings=settings)
+            app = create_app(db, gateway, committer, settings=settings, decision_listener=listener)
             server = _Server(server_config(app, settings))
             if on_ready is not None:
                 asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006

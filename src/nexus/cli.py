@@ -31,6 +31,9 @@ GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     "keys": ("nexus.auth.cli", "create, list and revoke API keys"),
     # issue 14
     "sagas": ("nexus.saga.cli", "list sagas by status, show one, redrive an escalated or failed one"),
+    # issue 13 (lc2)
+    "orders": ("nexus.lifecycle.cli", "an order's timeline from the decision log: `nexus orders show ID`"),
+    "approvals": ("nexus.lifecycle.cli", "steps held for approval: list, approve, deny"),
 }
 
 

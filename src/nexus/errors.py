@@ -60,6 +60,10 @@ class ErrorCode(enum.StrEnum):
     UNSAFE_URL = "UNSAFE_URL"
     # issue 14: sagas
     PAST_PIVOT = "PAST_PIVOT"
+    # issue 13 (lc2): plan lifecycle
+    PLAN_SUPERSEDED = "PLAN_SUPERSEDED"
+    APPROVAL_DENIED = "APPROVAL_DENIED"
+    APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
 
 
 class NexusError(Exception):
@@ -121,6 +125,12 @@ class AlreadyRedrivenError(NexusError):
     """The dead letter was redriven before; a dead letter is redriven at most once."""
 
     code = ErrorCode.ALREADY_REDRIVEN
+
+
+class ApprovalNotPendingError(NexusError):
+    """The approval was already answered (approved, denied, expired or cancelled)."""
+
+    code = ErrorCode.APPROVAL_NOT_PENDING
 
 
 class ConfigurationError(NexusError):

@@ -10,11 +10,12 @@ fail its neighbours; transient failures propagate for the caller to retry as a w
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -26,12 +27,14 @@ from nexus.core import strict_json
 from nexus.core.audit import INGRESS_ORDER, Entry, resolution_entries
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import ProcessCatalog, Verdict, as_status
-from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, resolve
+from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, deadline_abort, resolve
 from nexus.core.strict_json import InputLimits
 from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
+from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as saga_records
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
+from nexus.store.lifecycle import ApprovalDecision
 from nexus.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -73,7 +76,7 @@ class Incoming:
 
     @classmethod
     def of(cls, envelope: EventEnvelope, traceparent: str | None = None) -> Incoming:
-        return cls(envelope.model_dump_json(), envelope, None, traceparent)
+        return cls(envelope.model_dump_json(), envelope, None, traceparent, tenant_id=envelope.tenant_id)
 
     @property
     def event_id(self) -> str | None:
@@ -104,6 +107,10 @@ class Outcome:
     """REJECTED: why, in words (INVALID_TRANSITION lists the allowed next steps)."""
     effect: Any = None
     """issue 14: the saga effect holding the order ({"step", "seq", "status", "attempts"}), if any."""
+    deadline: tuple[dt.datetime, bool] | None = None
+    """issue 13: the deadline this step set for its plan, and whether it was clipped to the process's max."""
+    approval_id: uuid.UUID | None = None
+    """issue 13: HELD: the approval that will decide the step."""
 
     @property
     def is_dead_letter(self) -> bool:
@@ -124,6 +131,11 @@ class Outcome:
         if self.decision is Decision.REJECTED:
             body["check"] = self.check
             body["message"] = self.message
+        if self.decision is Decision.HELD:
+            body["approval_id"] = str(self.approval_id) if self.approval_id else None
+        if self.deadline is not None:
+            body["deadline"] = self.deadline[0].isoformat()
+            body["deadline_clipped"] = self.deadline[1]
         if self.error:
             body["error"] = self.error
         if self.effect is not None:  # issue 14
@@ -141,10 +153,13 @@ class _Writes:
     pending_del: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
     dead: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
     rejected: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    approvals: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
+    cancelled: list[uuid.UUID] = dataclasses.field(default_factory=list)
 
     async def run(self, conn: asyncpg.Connection) -> list[int]:
+        await lifecycle_records.write_approvals(conn, self.approvals, self.cancelled)  # issue 13: held steps
         if self.orders:
-            await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 10))
+            await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 12))
         if self.rejected:
             await conn.execute(query("gateway.sql", "insert_rejected"), *_columns(self.rejected, 11))
         if self.pending_del:
@@ -261,7 +276,12 @@ class Gateway:
         failed = [dataclasses.replace(item, envelope=None, error=_refusal(exc)) for item in group]
         return await self._submit_once(failed, source)
 
-    async def _submit_once(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
+    async def _submit_once(
+        self,
+        items: Sequence[Incoming],
+        source: str,
+        decided: Mapping[uuid.UUID, ApprovalDecision] | None = None,
+    ) -> list[Outcome]:
         by_order: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, item in enumerate(items):
             if item.envelope is not None:
@@ -275,6 +295,7 @@ class Gateway:
         audit: list[Entry] = []  # issue 12: the decision log's rows, in decision order
         resolutions: list[Resolution] = []  # issue 14: the sagas' steps are recorded from them
         all_traces: dict[uuid.UUID, str | None] = {}
+        now = dt.datetime.now(dt.UTC)  # issue 13: the clock of deadlines
 
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
@@ -282,6 +303,8 @@ class Gateway:
                     await conn.execute(query("gateway.sql", "lock_orders"), *_pairs(order_ids))
                     states, pending = await self._read(conn, order_ids)
                     await self._read_sagas(conn, states, items, by_order)  # issue 14
+                    if decided:  # issue 13: an approval is answered once, under its order's lock
+                        await lifecycle_records.decide_approvals(conn, decided)
                     rejected, limits = await self._read_rejections(conn, order_ids)
                     for key in order_ids:
                         order_id = key[1]
@@ -294,25 +317,37 @@ class Gateway:
                             catalog=self.catalog,
                             limits=limits.get(key[0]) or {"max_order_amount": self.default_max_order_amount},
                             rejected=rejected.get(key),
+                            now=now,
+                            approvals={k: v.verdict for k, v in decided.items()} if decided else None,
                         )
                         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
                         drained += self._plan(resolution, traces, writes)
                         resolutions.append(resolution)
                         all_traces.update(traces)
                         blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
+                        held, cancelled = lifecycle_records.approval_rows(
+                            resolution, self.catalog, traces, decided or {}
+                        )
+                        writes.approvals += held
+                        writes.cancelled += cancelled
                         if self.decision_log:
-                            audit += resolution_entries(resolution, pending.get(key, {}))
+                            actor = next(iter(decided.values())).by if decided else None
+                            audit += resolution_entries(resolution, pending.get(key, {}), actor=actor)
                         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
                             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
                             outcomes[i] = Outcome(
                                 str(event.event_id),
                                 decision,
-                                verdict.code if verdict else code_of(decision),
+                                verdict.code if verdict else code_of(decision, event, after),
                                 status=after.status,
                                 last_seq=after.last_seq,
                                 check=verdict.check if verdict else None,
                                 message=verdict.message if verdict else None,
                                 effect=after.effect,
+                                deadline=resolution.deadlines.get(event.event_id),
+                                approval_id=lifecycle_records.approval_id_for(event.event_id, event.tenant_id)
+                                if decision is Decision.HELD
+                                else None,
                             )
                             if decision is Decision.PLAN_MISMATCH and self.record_plan_mismatch:
                                 dead_index.append(i)
@@ -332,10 +367,20 @@ class Gateway:
                         writes.dead.append(self._dead_row(source, item.error.code, str(item.error), item))
                         outcomes[i] = Outcome(item.event_id, Decision.DEAD_LETTER, item.error.code, str(item.error))
                         audit.append(_ingress_entry(item))
+                if source == "kafka":  # issue 13: the decisions, for nexus.decisions, in this transaction
+                    await lifecycle_records.record_decisions(
+                        conn,
+                        (
+                            (item.envelope, item.traceparent, outcome.as_json())
+                            for item, outcome in zip(items, outcomes, strict=True)
+                            if item.envelope is not None and outcome is not None
+                        ),
+                    )
                 dead_ids = await writes.run(conn)
                 if self.effect_processes:  # issue 14
                     await saga_records.record(conn, resolutions, self.catalog, all_traces)
                 await record_entries(conn, audit if self.decision_log else [])
+                await lifecycle_records.notify_orders(conn, order_ids)  # issue 13: wake their waiters at commit
 
         for i, dead_id in zip(dead_index, dead_ids, strict=False):
             outcomes[i] = dataclasses.replace(outcomes[i], dead_letter_id=dead_id)  # type: ignore[type-var]
@@ -370,10 +415,14 @@ class Gateway:
                 process=row["process"],
                 process_version=row["process_version"],
                 facts=json.loads(row["facts"]) if row["facts"] != "{}" else {},
+                superseded=frozenset(row["superseded_plans"]),
+                deadline_at=row["deadline_at"],
             )
         for oid, seqs in pending.items():
             if oid not in states:
                 states[oid] = OrderState(oid[1], plan_id=plans[oid], buffered=frozenset(seqs))
+        if self.catalog is not None:  # issue 13: a step held for approval takes its order's next seq
+            await lifecycle_records.read_held(conn, states, order_ids)
         return states, pending
 
     async def _read_sagas(
@@ -433,6 +482,8 @@ class Gateway:
                     after.process or "order",
                     after.process_version or 1,
                     json.dumps(dict(after.facts), default=str),
+                    "\x1f".join(sorted(after.superseded)),  # identifiers never contain U+001F
+                    after.deadline_at,
                 )
             )
         for rejection in resolution.rejections:
@@ -516,6 +567,41 @@ class Gateway:
             env.tenant_id if env else item.tenant_id,
         )
 
+    async def submit_approval(self, item: Incoming, decision: ApprovalDecision) -> list[Outcome]:
+        """issue 13: decide a held step with a person's answer (nexus.lifecycle.approvals), in one
+        transaction with the approvals row's change; ApprovalNotPendingError if it was answered already."""
+        assert item.envelope is not None
+        with_cause = {item.envelope.event_id: decision}
+        try:
+            return await self._submit_once([item], "approval", with_cause)
+        except TransientDatabaseError:
+            await self.db.expire_connections()
+            raise
+
+    async def abort_overdue(self, *, limit: int = 500) -> int:
+        """issue 13: abort live plans past their deadline (abort_code timeout); return how many applied.
+
+        Each abort goes through `submit` (the order's advisory lock, a fresh read, the pure decision) with
+        the plan's one timeout-abort id: a plan no longer due, or already aborted by another gateway's
+        sweeper, answers DUPLICATE, so any number of sweepers write one abort and one notification."""
+        now = dt.datetime.now(dt.UTC)
+        rows = await self.db.fetch(query("lifecycle.sql", "overdue_orders"), now, limit)
+        if not rows:
+            return 0
+        aborts = [
+            Incoming.of(
+                deadline_abort(
+                    OrderState(r["order_id"], plan_id=r["plan_id"], last_seq=r["last_seq"]), r["tenant_id"], now
+                )
+            )
+            for r in rows
+        ]
+        outcomes = await self.submit(aborts, source="deadline")
+        applied = sum(1 for o in outcomes if o.decision is Decision.APPLY)
+        if applied:
+            log.info("overdue plans aborted", extra={"action": "deadline_abort", "count": applied})
+        return applied
+
     async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
         """Dead-letter buffered steps whose gap has not filled for `timeout_s`; return the dead-letter ids.
 
@@ -551,6 +637,7 @@ class Gateway:
                 ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(dead, 8))
                 if self.decision_log:
                     await record_entries(conn, [_expiry_entry(r, d[2]) for r, d in zip(rows, dead, strict=True)])
+                await lifecycle_records.notify_orders(conn, ((r["tenant_id"], r["order_id"]) for r in rows))
         metrics.record_buffer_timeouts(len(rows))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(rows)})
         return [r["id"] for r in ids]

@@ -115,6 +115,16 @@ class EventProducer:
         meta = await fut
         return Delivered(meta.topic, meta.partition, meta.offset)
 
+    async def send_records(
+        self, records: Iterable[tuple[bytes, str, str | None]], *, topic: str | None = None
+    ) -> list[Delivered]:
+        """issue 13: publish (value, key, traceparent) records in order, then wait for every acknowledgement."""
+        futures = [
+            await self._enqueue(value, key, traceparent, None, None, topic) for value, key, traceparent in records
+        ]
+        metas = await asyncio.gather(*futures)
+        return [Delivered(m.topic, m.partition, m.offset) for m in metas]
+
     async def send_many(self, events: Iterable[Event], *, topic: str | None = None) -> list[Delivered]:
         """Publish events in order, then wait for every acknowledgement (one per event)."""
         futures = [await self._enqueue(e, None, None, None, None, topic) for e in events]

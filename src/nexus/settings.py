@@ -113,6 +113,13 @@ _ENV_NAMES: dict[str, str] = {
     "delivery_attempts_retention_s": "NEXUS_DELIVERY_ATTEMPTS_RETENTION_S",
     "delivery_attempts_prune_s": "NEXUS_DELIVERY_ATTEMPTS_PRUNE_S",
     "console_poll_s": "NEXUS_CONSOLE_POLL_S",
+    # issue 13 (lc2): plan lifecycle (waiting, deadlines, approvals, decisions to Kafka)
+    "wait_max_s": "NEXUS_WAIT_MAX_S",
+    "stream_keepalive_s": "NEXUS_STREAM_KEEPALIVE_S",
+    "deadline_sweep_s": "NEXUS_DEADLINE_SWEEP_S",
+    "approval_sweep_s": "NEXUS_APPROVAL_SWEEP_S",
+    "decisions_topic": "NEXUS_DECISIONS_TOPIC",
+    "decisions_relay_poll_s": "NEXUS_DECISIONS_RELAY_POLL_S",
 }
 
 
@@ -264,6 +271,19 @@ class Settings(BaseSettings):
     """How often a dispatching process deletes the attempts older than the retention."""
     console_poll_s: float = 2.0
     """How often an open (visible) order page of the console asks whether the order changed."""
+    # issue 13 (lc2): plan lifecycle (waiting, deadlines, approvals, decisions to Kafka)
+    wait_max_s: float = 60.0
+    """Longest long poll (`GET /v1/orders/{id}?wait=S`): a larger S is clipped to it."""
+    stream_keepalive_s: float = 15.0
+    """An SSE stream (`GET /v1/orders/{id}/stream`) with nothing to say sends a comment this often."""
+    deadline_sweep_s: float = 1.0
+    """How often each gateway looks for live plans past their deadline (and aborts them, abort_code timeout)."""
+    approval_sweep_s: float = 1.0
+    """How often each gateway denies approvals past their `expires_s`."""
+    decisions_topic: str = "nexus.decisions"
+    """Kafka topic of the decisions on Kafka-ingested steps (relayed from the decisions outbox)."""
+    decisions_relay_poll_s: float = 0.2
+    """How often the decisions relay looks for outbox rows when no NOTIFY woke it."""
 
     def service_url(self, name: str) -> str | None:
         """The base URL of effect service `name`, from `service_urls`."""

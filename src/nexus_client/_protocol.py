@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -97,3 +98,30 @@ class Change:
         if self.after_seq is not None and order.last_seq > self.after_seq:
             return True
         return self.after_status is not None and order.status != self.after_status
+
+
+MAX_WAIT_S = 50.0
+"""Longest single long poll the client asks for (the gateway clips at NEXUS_WAIT_MAX_S, 60 s by default)."""
+
+
+def long_poll_path(order_id: str, wait_s: float, change: Change, baseline: Order | None) -> str:
+    """GET /v1/orders/{id}, as a long poll of `wait_s` seconds when > 0. With no criterion, the order's
+    baseline reading is the criterion (its last_seq and status)."""
+    if wait_s <= 0:
+        return f"/v1/orders/{order_id}"
+    after_seq, after_status = change.after_seq, change.after_status
+    if after_seq is None and after_status is None and baseline is not None:
+        after_seq, after_status = baseline.last_seq, baseline.status
+    params: dict[str, str] = {"wait": f"{wait_s:.3f}"}
+    if after_seq is not None:
+        params["after_seq"] = str(after_seq)
+    if after_status is not None:
+        params["after_status"] = after_status
+    return f"/v1/orders/{order_id}?{urllib.parse.urlencode(params)}"
+
+
+def wait_of(path: str) -> float:
+    """The `wait` a request path asks the gateway for (0 when none): added to the read timeout."""
+    query = urllib.parse.urlsplit(path).query
+    values = urllib.parse.parse_qs(query).get("wait")
+    return float(values[0]) if values else 0.0

@@ -6,8 +6,9 @@
         client.order("o-1"); client.plan("p-1")
         client.wait("o-1", after_seq=2, timeout=30)  # the order once its last_seq passed 2
 
-`wait` polls GET /v1/orders/{id} on the config's bounded `poll` schedule; its signature is the one the
-long poll (`?wait=S&after_seq=N|after_status=X`) will keep.
+`wait` is the gateway's long poll (`GET /v1/orders/{id}?wait=S&after_seq=N|after_status=X`), asked again
+until its own timeout; an answer that comes back early and unchanged (a gateway without the long poll) is
+followed by a pause on the config's bounded `poll` schedule, so it never polls hot.
 """
 
 from __future__ import annotations
@@ -109,9 +110,13 @@ class AsyncNexusClient:
         deadline = time.monotonic() + timeout
         baseline: Order | None = None
         attempt = 1
+        wait_s = 0.0  # the first reading answers at once: it is the baseline
         while True:
+            asked = time.monotonic()
             try:
-                current: Order | None = await self.order(order_id)
+                current: Order | None = proto.read_model(
+                    Order, *await self._get(proto.long_poll_path(order_id, wait_s, change, baseline))
+                )
             except NotFound:
                 current = None
             if change.seen_in(current, baseline):
@@ -121,12 +126,14 @@ class AsyncNexusClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WaitTimeout(f"order {order_id} did not change within {timeout}s")
-            await asyncio.sleep(min(left, jittered_ms(self.config.poll, attempt, random.random()) / 1000.0))
-            attempt += 1
+            if time.monotonic() - asked < wait_s / 2:  # answered early, unchanged: no long poll there
+                await asyncio.sleep(min(left, jittered_ms(self.config.poll, attempt, random.random()) / 1000.0))
+                attempt += 1
+            wait_s = min(left, proto.MAX_WAIT_S)
 
     async def _get(self, path: str) -> tuple[int, bytes]:
         try:
-            response = await self._http.get(self.config.url(path))
+            response = await self._http.get(self.config.url(path), timeout=self.config.timeout_s + proto.wait_of(path))
         except httpx.TransportError as exc:
             raise _unreachable(exc) from exc
         return response.status_code, response.content
@@ -200,9 +207,13 @@ class NexusClient:
         deadline = time.monotonic() + timeout
         baseline: Order | None = None
         attempt = 1
+        wait_s = 0.0
         while True:
+            asked = time.monotonic()
             try:
-                current: Order | None = self.order(order_id)
+                current: Order | None = proto.read_model(
+                    Order, *self._get(proto.long_poll_path(order_id, wait_s, change, baseline))
+                )
             except NotFound:
                 current = None
             if change.seen_in(current, baseline):
@@ -212,12 +223,14 @@ class NexusClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise WaitTimeout(f"order {order_id} did not change within {timeout}s")
-            time.sleep(min(left, jittered_ms(self.config.poll, attempt, random.random()) / 1000.0))
-            attempt += 1
+            if time.monotonic() - asked < wait_s / 2:
+                time.sleep(min(left, jittered_ms(self.config.poll, attempt, random.random()) / 1000.0))
+                attempt += 1
+            wait_s = min(left, proto.MAX_WAIT_S)
 
     def _get(self, path: str) -> tuple[int, bytes]:
         try:
-            response = self._http.get(self.config.url(path))
+            response = self._http.get(self.config.url(path), timeout=self.config.timeout_s + proto.wait_of(path))
         except httpx.TransportError as exc:
             raise _unreachable(exc) from exc
         return response.status_code, response.content

@@ -9,6 +9,7 @@ each carries a W3C `traceparent` header (a fresh trace unless the caller passes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import secrets
 from collections.abc import Iterable
@@ -108,3 +109,87 @@ class EventProducer:
 
 def _delivered(meta: Any) -> Delivered:
     return Delivered(meta.topic, meta.partition, meta.offset)
+
+
+class DecisionsReader:
+    """issue 13: reads the gateway's `nexus.decisions` topic: what it decided about each Kafka-sent step.
+
+    Starts at the topic's end (decisions about steps sent from now on), without a consumer group. A record's
+    value is the step's HTTP result plus `order_id` and `tenant`; duplicates may come (the gateway relays
+    at least once). The same event_id sent twice is decided twice: `decision_of` hands out an event_id's
+    decisions in the order they were published, one per call (a relayed duplicate, after a gateway crash,
+    may be handed out for a later resend).
+    """
+
+    def __init__(self, bootstrap: str, topic: str = "nexus.decisions") -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self._consumer: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._seen: dict[str, list[dict[str, Any]]] = {}
+        self._arrived = asyncio.Condition()
+
+    async def start(self) -> Self:
+        from aiokafka import AIOKafkaConsumer
+
+        # No group: every partition is assigned to this reader once the topic's metadata arrives.
+        consumer = AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 10.0
+        while not consumer.assignment():
+            if loop.time() > until:
+                await consumer.stop()
+                raise RuntimeError(f"topic {self.topic} has no partitions")
+            await asyncio.sleep(0.05)
+        tps = sorted(consumer.assignment())
+        await consumer.seek_to_end(*tps)
+        for tp in tps:  # pin the end now: decisions committed after start are all read
+            await consumer.position(tp)
+        self._consumer = consumer
+        self._task = asyncio.create_task(self._read(), name="decisions-reader")
+        return self
+
+    async def _read(self) -> None:
+        import json
+
+        async for record in self._consumer:
+            try:
+                value = json.loads(record.value or b"")
+            except ValueError:
+                continue
+            if isinstance(value, dict) and value.get("event_id"):
+                async with self._arrived:
+                    self._seen.setdefault(str(value["event_id"]), []).append(value)
+                    self._arrived.notify_all()
+
+    async def decision_of(self, event_id: str, timeout: float = 30.0) -> dict[str, Any] | None:  # noqa: ASYNC109
+        """The gateway's decision about `event_id` (waiting up to `timeout` s for it), or None."""
+
+        async def seen() -> dict[str, Any]:
+            async with self._arrived:
+                await self._arrived.wait_for(lambda: bool(self._seen.get(event_id)))
+                return self._seen[event_id].pop(0)
+
+        try:
+            return await asyncio.wait_for(seen(), timeout)
+        except TimeoutError:
+            return None
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            self._task = None
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()

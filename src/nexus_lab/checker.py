@@ -3,9 +3,11 @@
 For every plan of the report (see `nexus_lab.agent.runner` for its format) it checks:
 
 - `acks`: every message got the decision the report expected (HTTP; Kafka acks carry no decision);
-- `order`: the order's status, last_seq and plan_id are the expected ones;
+- `order`: the order's status, last_seq and plan_id are the expected ones (issue 13: a replanned plan
+  ends on its new plan, `final_plan_id`);
 - `outbox`: one outbox row per applied (honest) event, exactly those event_ids, positions 1..n in
-  process order, and `orders.outbox_count` agrees; nothing is left in the reordering buffer;
+  process order (a REPLAN where it applied), plus the gateway's timeout abort of a stalled plan, and
+  `orders.outbox_count` agrees; nothing is left in the reordering buffer;
 - `delivered`: every notification of the order was delivered to every subscription (none pending, none dead);
 - `sink`: the sink accepted each notification once (no 2xx twice for one Idempotency-Key), all of them,
   in position order, with valid signatures;
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus.core.process import STEPS, EventType
+from nexus.core.sequencing import deadline_abort_id
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
@@ -104,8 +107,22 @@ def _accepted(record: Mapping[str, Any]) -> bool:
 
 
 def _honest_in_process_order(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    honest = [e for e in plan["events"] if e["honest"]]
-    return sorted(honest, key=lambda e: _PROCESS_ORDER.index(e["event_type"]))
+    keyed: list[tuple[float, Mapping[str, Any]]] = []
+    for e in (e for e in plan["events"] if e["honest"]):
+        if e["event_type"] == "REPLAN":  # issue 13: applies where it was sent, after the steps before it
+            keyed.append((max((k for k, _ in keyed), default=-1.0) + 0.5, e))
+        else:
+            keyed.append((float(_PROCESS_ORDER.index(e["event_type"])), e))
+    return [e for _, e in sorted(keyed, key=lambda pair: pair[0])]
+
+
+def _expected_event_ids(plan: Mapping[str, Any]) -> list[str]:
+    """The event_ids of the plan's notifications: its honest events, and the gateway's own abort of a
+    stalled plan (issue 13: one id per order and plan, `deadline_abort_id`)."""
+    want = [e["event_id"] for e in _honest_in_process_order(plan)]
+    if plan.get("gateway_abort") == "timeout":
+        want.append(str(deadline_abort_id(plan["order_id"], plan.get("final_plan_id") or plan["plan_id"])))
+    return want
 
 
 def check_acks(plan: Mapping[str, Any]) -> list[str]:
@@ -134,8 +151,9 @@ def check_order(plan: Mapping[str, Any], row: Mapping[str, Any] | None) -> list[
         problems.append(f"status {row['status']!r}, expected {expected['status']!r}")
     if row["last_seq"] != expected["last_seq"]:
         problems.append(f"last_seq {row['last_seq']}, expected {expected['last_seq']}")
-    if row["plan_id"] != plan["plan_id"]:
-        problems.append(f"plan_id {row['plan_id']!r}, expected {plan['plan_id']!r}")
+    final_plan = plan.get("final_plan_id") or plan["plan_id"]  # issue 13: a replanned plan ends on its new plan
+    if row["plan_id"] != final_plan:
+        problems.append(f"plan_id {row['plan_id']!r}, expected {final_plan!r}")
     return problems
 
 
@@ -143,7 +161,7 @@ def check_outbox(
     plan: Mapping[str, Any], row: Mapping[str, Any] | None, outbox: Sequence[Mapping[str, Any]], buffered: list[int]
 ) -> list[str]:
     problems = []
-    want = [e["event_id"] for e in _honest_in_process_order(plan)]
+    want = _expected_event_ids(plan)
     got = [str(r["event_id"]) for r in outbox]
     if got != want:
         problems.append(f"outbox event_ids {got}, expected {want} (the honest events, in process order)")
@@ -362,6 +380,7 @@ async def check_report(
         )
     )
 
+    lifecycle = await db.fetchrow(query("checker.sql", "lifecycle"), order_ids)  # issue 13
     all_records = [r for rs in sink_records.values() for r in rs]
     result.stats = {
         "notifications": created,
@@ -374,6 +393,7 @@ async def check_report(
         "sink_accepted": sum(1 for r in all_records if _accepted(r)),
         "sink_faults": sum(1 for r in all_records if r.get("fault")),
         "sink_duplicates": sum(1 for r in all_records if r.get("duplicate")),
+        **({k: int(lifecycle[k]) for k in ("superseded", "timed_out", "held", "denied")} if lifecycle else {}),
     }
     return result
 

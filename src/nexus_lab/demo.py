@@ -25,7 +25,7 @@ from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.agent import runner
-from nexus_lab.agent.hostile import Mode
+from nexus_lab.agent.hostile import LIFECYCLE_MODES, Mode
 from nexus_lab.agent.transport import HttpTransport
 from nexus_lab.checker import CheckResult, check_report, render
 from nexus_lab.procs import Proc, free_port, nexus, wait_ready
@@ -40,6 +40,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inventory-failure-rate", type=float, default=0.2)
     parser.add_argument("--payment-rejection-rate", type=float, default=0.25)
     parser.add_argument("--hostile-rate", type=float, default=0.35, help="rate of every hostile mode")
+    parser.add_argument(
+        "--lifecycle-rate", type=float, default=0.2, help="issue 13: rate of the replan and stall modes"
+    )
+    parser.add_argument(
+        "--stall-deadline-s", type=float, default=10.0, help="issue 13: a stalling plan's deadline, from its start"
+    )
     parser.add_argument("--step-delay-ms", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--settle-timeout", type=float, default=30.0, help="seconds to wait for deliveries")
@@ -132,7 +138,8 @@ async def _main(args: argparse.Namespace) -> int:
             payment_rejection_rate=args.payment_rejection_rate,
             step_delay_ms=args.step_delay_ms,
             concurrency=args.concurrency,
-            hostile=dict.fromkeys(Mode, args.hostile_rate),
+            hostile={m: args.lifecycle_rate if m in LIFECYCLE_MODES else args.hostile_rate for m in Mode},
+            stall_deadline_s=args.stall_deadline_s,
         )
         # The keys it needs: an agent key for tenant "default", made against the database directly.
         db = await Database(Settings(data_dir=data_dir)).open(migrate=False)

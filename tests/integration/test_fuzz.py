@@ -78,6 +78,8 @@ def test_every_route_answers_within_its_schema(fuzz_server: tuple[str, str]) -> 
     assert len(operations) >= 10
 
     for operation in operations:
+        if operation.path.endswith("/stream"):
+            continue  # issue 13: server-sent events never end by design; tests/integration/test_waiting.py covers it
 
         @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         @given(case=operation.as_strategy())
@@ -87,6 +89,8 @@ def test_every_route_answers_within_its_schema(fuzz_server: tuple[str, str]) -> 
                 # Key 1 is the one these requests carry (tests/conftest.py): revoking it would answer every
                 # later case, and the next test, 401. Any other id exercises the route the same way.
                 case.path_parameters["key_id"] = 2
+            if case.query and "wait" in case.query:
+                case.query["wait"] = "0.1"  # issue 13: a long poll waits by design; its shape is what is fuzzed
             response = case.call(timeout=30)
             case.validate_response(
                 response,

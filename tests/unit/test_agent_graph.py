@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from nexus.core.envelope import EventEnvelope
-from nexus.core.sequencing import Decision, OrderState
+from nexus.core.envelope import EventEnvelope, parse_envelope
+from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
+from nexus.processes import builtin_catalog
 from nexus_lab.agent import cli as agent_cli
 from nexus_lab.agent.graph import AgentContext, Outcome, Simulation, graph, initial_state
 from nexus_lab.agent.hostile import Message, Mode
@@ -182,10 +185,19 @@ async def test_each_hostile_mode_is_recorded_and_absorbed(mode: Mode) -> None:
         assert [m.event_id for m in messages] == [e["event_id"] for e in plan["events"]]
         decisions, final = fold(plan, messages)
         assert [d.value for d in decisions] == [e["expected_decision"] for e in plan["events"]]
-        assert final.status is not None
+        if plan["gateway_abort"] == "timeout":  # issue 13: a stalled plan: the gateway's sweep, once overdue
+            deadline = parse_envelope(next(m for m in messages if m.honest).body).deadline
+            assert deadline is not None
+            late = deadline + dt.timedelta(seconds=1)
+            final = dataclasses.replace(final, deadline_at=deadline)  # the fold runs without a clock
+            sweep = resolve(final, [deadline_abort(final, "default", late)], {}, catalog=builtin_catalog(), now=late)
+            assert [d for _, d, _ in sweep.decisions] == [Decision.APPLY]
+            final = sweep.after
+        assert final.status is not None and final.plan_id == plan["final_plan_id"]
         assert (final.status.value, final.last_seq, final.outbox_count) == tuple(plan["expected"].values())
         used = {e["mode"] for e in plan["events"]} - {None}
-        assert used == set(plan["hostile"]) <= {mode.value}
+        assert used == set(plan["hostile"]) - {Mode.STALL.value}  # a stall is a message not sent
+        assert set(plan["hostile"]) <= {mode.value}
 
 
 async def test_studio_inputs_run_without_a_transport() -> None:

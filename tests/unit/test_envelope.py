@@ -11,7 +11,7 @@ import pytest
 from nexus.core.envelope import json_schemas, parse_envelope
 from nexus.core.schemas_export import render
 from nexus.errors import ErrorCode, InvalidEventError
-from tests.factories import abort_json, step_json
+from tests.factories import abort_json, replan_json, step_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,3 +113,16 @@ def test_abort_schema_agrees_with_model() -> None:
         jsonschema.validate(bad, schema)
     with pytest.raises(InvalidEventError):
         parse_envelope(bad)
+
+
+def test_replan_schema_agrees_with_model() -> None:
+    """issue 13: REPLAN has its schema; without new_plan_id, or with a seq_id, it fails both."""
+    schema = json_schemas()["REPLAN"]
+    good = replan_json("o1", "p1", "p2")
+    jsonschema.validate(good, schema)
+    parse_envelope(good)
+    for bad in ({**good, "data": {"reason": "r"}}, {**good, "seq_id": 3}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+        with pytest.raises(InvalidEventError):
+            parse_envelope(bad)

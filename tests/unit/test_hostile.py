@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Sequence
@@ -11,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import STEPS, EventType, seq_of
-from nexus.core.sequencing import Decision, OrderState
+from nexus.core.process import STEPS, EventType, OrderStatus, seq_of
+from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
 from nexus.errors import InvalidEventError
+from nexus.processes import builtin_catalog
 from nexus_lab.agent import hostile
 from nexus_lab.agent.graph import EXPECTED, Outcome, shape_of
 from nexus_lab.agent.hostile import HostileStream, Message, Mode
@@ -162,18 +164,30 @@ def test_other_plan_keeps_the_order_and_changes_the_plan() -> None:
     rates=st.fixed_dictionaries({m: st.sampled_from([0.0, 0.5, 1.0]) for m in Mode}),
 )
 def test_expected_decisions_are_what_the_core_decides(seed: str, outcome: Outcome, rates: dict[Mode, float]) -> None:
-    """Whatever modes a seed picks, the pure core answers each message as expected and ends as the honest plan."""
-    sent = messages_for(outcome, hostile.choose(seed, rates, shape_of(outcome)))
+    """Whatever modes a seed picks, the pure core answers each message as expected and ends as the honest plan
+    (issue 13: on its new plan after a replan, with the REPLAN's notification; aborted by the gateway's
+    deadline sweep, one step short, after a stall)."""
+    actions = hostile.choose(seed, rates, shape_of(outcome))
+    modes = {a.mode for a in actions}
+    sent = messages_for(outcome, actions)
     decisions, final = fold(sent)
     assert decisions == [m.expected for m in sent]
     expected = EXPECTED[outcome]
-    assert (final.status, final.last_seq, final.outbox_count) == (
-        expected.status,
-        expected.last_seq,
-        expected.notifications,
-    )
-    honest = [m.event_type for m in sent if m.honest]
-    assert sorted(honest, key=ORDER.index) == [t.value for t in shape_of(outcome)]
+    status, last_seq, notifications = expected.status, expected.last_seq, expected.notifications
+    if Mode.STALL in modes:
+        late = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        overdue = dataclasses.replace(final, deadline_at=late - dt.timedelta(seconds=1))  # the fold has no clock
+        sweep = resolve(overdue, [deadline_abort(overdue, "default", late)], {}, catalog=builtin_catalog(), now=late)
+        assert [d for _, d, _ in sweep.decisions] == [Decision.APPLY]
+        final = sweep.after
+        status, last_seq = OrderStatus.ABORTED, last_seq - 1
+    if Mode.REPLAN in modes:
+        notifications += 1
+    plan = "p-1" + hostile.REPLAN_SUFFIX if Mode.REPLAN in modes else "p-1"
+    assert (final.status, final.last_seq, final.outbox_count, final.plan_id) == (status, last_seq, notifications, plan)
+    honest = [m.event_type for m in sent if m.honest and m.event_type != "REPLAN"]
+    shape = [t.value for t in shape_of(outcome)]
+    assert sorted(honest, key=ORDER.index) == (shape[:-1] if Mode.STALL in modes else shape)
 
 
 def test_all_modes_on_each_acts_somewhere() -> None:
@@ -181,4 +195,10 @@ def test_all_modes_on_each_acts_somewhere() -> None:
     for outcome in PLANNED:
         modes = {a.mode for a in hostile.choose("all", ALL_ON, shape_of(outcome))}
         applicable = {m for m in Mode if hostile.candidates(m, shape_of(outcome), None)}
-        assert modes == applicable
+        # issue 13: the lifecycle modes yield to the others (a replan comes after every resend, a stall never
+        # joins a replan nor a move on the plan's last step); alone, each acts wherever it can
+        lifecycle = set(hostile.LIFECYCLE_MODES)
+        assert modes - lifecycle == applicable - lifecycle
+        for mode in hostile.LIFECYCLE_MODES:
+            alone = {a.mode for a in hostile.choose("all", {mode: 1.0}, shape_of(outcome))}
+            assert alone == ({mode} & applicable)

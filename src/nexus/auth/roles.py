@@ -39,6 +39,13 @@ class Principal:
         return self.tenant_id is None or self.tenant_id == tenant_id
 
 
+def read_tenant(principal: Principal, asked: str | None) -> str:
+    """The tenant whose object is read: the key's; a key spanning every tenant names it (`?tenant=`)."""
+    if principal.tenant_id is not None:
+        return principal.tenant_id
+    return asked or "default"
+
+
 PUBLIC = frozenset[Role]()
 ANY_ROLE = frozenset(Role)
 _READERS = frozenset({Role.AGENT, Role.OPERATOR})

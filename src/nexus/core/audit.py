@@ -37,7 +37,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.sequencing import Decision, Rejection, Resolution, code_of
+from nexus.core.sequencing import Decision, Rejection, Resolution, code_of, is_deadline_abort
+from nexus.errors import ErrorCode
 
 FORMAT_VERSION = 1
 GENESIS = bytes(32)
@@ -450,13 +451,14 @@ def resolution_entries(
     """
     applied = list(resolution.applied)
     rejections = list(resolution.rejections)
+    held = list(resolution.held)
     waiting: dict[int, EventEnvelope] = dict(pending)
     entries: list[Entry] = []
 
-    def drop_waiting() -> None:
+    def drop_waiting(cause: str = "abort") -> None:
         for seq in sorted(waiting):
             dropped = waiting.pop(seq)
-            entries.append(_entry(dropped, Decision.DISCARD.value, None, "buffered step dropped by abort", actor))
+            entries.append(_entry(dropped, Decision.DISCARD.value, None, f"buffered step dropped by {cause}", actor))
 
     def rejected(rejection: Rejection, note: str | None = None) -> None:
         verdict = rejection.verdict
@@ -472,15 +474,29 @@ def resolution_entries(
             entries.append(_entry(abort, Decision.APPLY.value, None, "plan aborted: max_rejections reached", actor))
             drop_waiting()
 
-    for event, decision, _after in resolution.decisions:
+    for event, decision, after in resolution.decisions:
+        if applied and is_deadline_abort(applied[0].event) and applied[0].event.event_id != event.event_id:
+            # issue 13: a deadline passed before this step: the gateway's timeout abort went first
+            timeout = applied.pop(0).event
+            entries.append(_entry(timeout, Decision.APPLY.value, None, "plan aborted: deadline passed", actor))
+            drop_waiting("deadline")
         if decision is Decision.REJECTED:
             rejected(rejections.pop(0))
             policy_abort()
             continue
-        code = code_of(decision)
+        if decision is Decision.HELD:
+            if held and held[0][0].event_id == event.event_id:
+                held.pop(0)
+            entries.append(_entry(event, decision.value, None, "awaiting approval", actor))
+            continue
+        code = code_of(decision, event, after)
         message = None
         if decision is Decision.PLAN_MISMATCH:
             message = f"order {event.order_id} follows plan {resolution.before.plan_id}, not {event.plan_id}"
+        elif code is ErrorCode.PLAN_SUPERSEDED:
+            message = f"plan {event.plan_id} was replaced by plan {after.plan_id}"
+        elif decision is Decision.APPLY and event.is_replan:
+            message = f"plan {event.plan_id} replaced by {event.new_plan_id} at seq {after.last_seq}"
         entries.append(_entry(event, decision.value, code.value if code else None, message, actor))
         if decision is Decision.BUFFER and event.seq_id is not None:
             waiting[event.seq_id] = event
@@ -488,8 +504,8 @@ def resolution_entries(
             drop_waiting()
         elif decision is Decision.APPLY:
             applied.pop(0)  # the step itself
-            if event.is_abort:
-                drop_waiting()
+            if event.is_abort or event.is_replan:
+                drop_waiting("replan" if event.is_replan else "abort")
                 continue
             while applied and applied[0].drained:
                 drained = applied.pop(0).event
@@ -500,6 +516,12 @@ def resolution_entries(
                 waiting.pop(refused.event.seq_id or 0, None)
                 rejected(refused, "drained from the buffer")
                 policy_abort()
+            elif held and held[0][1]:
+                waiting_step = held.pop(0)[0]
+                waiting.pop(waiting_step.seq_id or 0, None)
+                entries.append(
+                    _entry(waiting_step, Decision.HELD.value, None, "drained from the buffer; awaiting approval", actor)
+                )
     return entries
 
 

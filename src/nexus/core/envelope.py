@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from nexus.core import strict_json
-from nexus.core.process import AbortCode, EventType, seq_of
+from nexus.core.process import REPLAN_STEP, AbortCode, EventType, seq_of
 from nexus.core.strict_json import INT64_MAX, InputLimits
 from nexus.errors import ErrorCode, InvalidEventError
 
@@ -121,6 +121,13 @@ class AbortPlanData(_Data):
     aborted_at_seq: Annotated[Int64, Field(ge=0)]
 
 
+class ReplanData(_Data):
+    """issue 13: the plan that replaces the envelope's `plan_id` from the order's next seq on."""
+
+    new_plan_id: SafeIdentifier
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+
+
 DATA_MODELS: dict[EventType, type[_Data]] = {
     EventType.ORDER_CREATED: OrderCreatedData,
     EventType.INVENTORY_VALIDATED: InventoryValidatedData,
@@ -149,6 +156,9 @@ class EventEnvelope(BaseModel):
     correlation_id: SafeIdentifier | None = None
     process: SafeIdentifier | None = None
     """The process an order follows, read from its first step (None: `order`)."""
+    deadline: Timestamp | None = None
+    """issue 13: when the plan must be over, on its first step (or its REPLAN); clipped to the process's
+    `deadline.max_s`. Past it, the gateway aborts the plan with abort_code `timeout`."""
 
     @field_validator("event_type", mode="after")
     @classmethod
@@ -160,9 +170,11 @@ class EventEnvelope(BaseModel):
 
     @model_validator(mode="after")
     def _check_shape(self) -> EventEnvelope:
-        if self.event_type == EventType.ABORT_PLAN:
+        if self.event_type in (EventType.ABORT_PLAN, REPLAN_STEP):
             if self.seq_id is not None:
-                raise ValueError("ABORT_PLAN carries no seq_id")
+                raise ValueError(f"{self.event_type} carries no seq_id")
+            if self.event_type == REPLAN_STEP:
+                ReplanData.model_validate(self.data)
         elif self.seq_id is None:
             raise ValueError(f"{self.event_type} needs a seq_id")
         model = DATA_MODELS.get(self.event_type)  # type: ignore[call-overload]
@@ -173,6 +185,15 @@ class EventEnvelope(BaseModel):
     @property
     def is_abort(self) -> bool:
         return self.event_type == EventType.ABORT_PLAN
+
+    @property
+    def is_replan(self) -> bool:
+        return self.event_type == REPLAN_STEP
+
+    @property
+    def new_plan_id(self) -> str | None:
+        """REPLAN: the plan that takes over (validated by `ReplanData`)."""
+        return str(self.data["new_plan_id"]) if self.is_replan else None
 
     @property
     def process_name(self) -> str:
@@ -222,26 +243,26 @@ def _summarize(exc: ValidationError) -> str:
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
-    """One JSON Schema per event type: the envelope with that type's `data` model."""
+    """One JSON Schema per event type (the built-in REPLAN included): the envelope with that type's `data`."""
     schemas: dict[str, dict[str, Any]] = {}
     base = EventEnvelope.model_json_schema()
-    for event_type, model in DATA_MODELS.items():
+    models: dict[str, type[_Data]] = {**{t.value: m for t, m in DATA_MODELS.items()}, REPLAN_STEP: ReplanData}
+    for name, model in models.items():
         data_schema = model.model_json_schema()
         defs = {**base.get("$defs", {}), **data_schema.pop("$defs", {})}
         props = dict(base["properties"])
-        props["event_type"] = {"const": event_type.value, "title": "Event Type"}
+        props["event_type"] = {"const": name, "title": "Event Type"}
         props["data"] = data_schema
         required = list(base["required"])
-        seq = seq_of(event_type)
-        if seq is None:
+        if name == REPLAN_STEP or seq_of(EventType(name)) is None:
             props["seq_id"] = {"type": "null", "title": "Seq Id"}
         else:
             props["seq_id"] = {"type": "integer", "minimum": 1, "title": "Seq Id"}
             required.append("seq_id")
         schema: dict[str, Any] = {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
-            "$id": f"https://nexus.dev/schemas/events/{event_type.value}.json",
-            "title": event_type.value,
+            "$id": f"https://nexus.dev/schemas/events/{name}.json",
+            "title": name,
             "type": "object",
             "additionalProperties": False,
             "properties": props,
@@ -249,5 +270,5 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         }
         if defs:
             schema["$defs"] = defs
-        schemas[event_type.value] = schema
+        schemas[name] = schema
     return schemas

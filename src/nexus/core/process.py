@@ -105,6 +105,9 @@ def as_status(name: str) -> str:
 
 
 ABORT_STEP = "ABORT_PLAN"
+REPLAN_STEP = "REPLAN"
+"""issue 13: the built-in plan swap (no seq_id; `plan_id` = the plan replaced; data {new_plan_id, reason})."""
+BUILTIN_STEPS = frozenset({ABORT_STEP, REPLAN_STEP})
 ABORTED = "aborted"
 _Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")]
 
@@ -222,6 +225,8 @@ class CompiledStep:
     fields: Mapping[str, frozenset[str] | None] = dataclasses.field(default_factory=dict)
     """The CEL variables the step's rules mention, and their fields read: only those are converted."""
     uses_sum: bool = False
+    approval_rule: CompiledRule | None = None
+    """issue 13: the compiled `approval.when` (None with an approval: always held)."""
 
     def with_defaults(self, data: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.defaults, **data} if self.defaults else dict(data)
@@ -305,8 +310,8 @@ def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
     allowed: dict[str | None, list[str]] = {}
     for name, step in definition.steps.items():
         where = ["steps", name]
-        if name == ABORT_STEP:
-            raise DefinitionError("ABORT_PLAN is built in and cannot be redefined", _line_of(text, where))
+        if name in BUILTIN_STEPS:
+            raise DefinitionError(f"{name} is built in and cannot be redefined", _line_of(text, where))
         if step.to not in states:
             raise DefinitionError(f"step {name} leads to unknown state {step.to!r}", _line_of(text, [*where, "to"]))
         for origin in step.from_:
@@ -347,7 +352,17 @@ def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
         defaults = {k: v["default"] for k, v in properties.items() if isinstance(v, dict) and "default" in v}
         fields = fields_used(r.source for _, r in rules)
         uses_sum = any(r.uses_sum for _, r in rules)
-        steps[name] = CompiledStep(name, step, tuple(rules), validator, defaults, fields, uses_sum)
+        approval_rule = None
+        if step.approval is not None and step.approval.when:
+            try:
+                approval_rule = CompiledRule.compile(step.approval.when)
+            except CheckSyntaxError as exc:
+                raise DefinitionError(
+                    f"step {name}, approval.when: CEL syntax error: {exc}", _line_of(text, [*where, "approval"])
+                ) from exc
+        steps[name] = CompiledStep(
+            name, step, tuple(rules), validator, defaults, fields, uses_sum, approval_rule=approval_rule
+        )
     if None not in allowed:
         raise DefinitionError("no initial step: at least one step needs `from: [null]`", _line_of(text, ["steps"]))
     return CompiledProcess(
@@ -434,6 +449,46 @@ def validate_step(
             code = ErrorCode(check.code)
             return Verdict(code, check.message or f"check {check.id} failed: {check.rule}", check.id)
     return None
+
+
+def needs_approval(
+    process: CompiledProcess,
+    facts: Mapping[str, Any],
+    event_type: str,
+    seq_id: int | None,
+    data: Mapping[str, Any],
+    limits: Mapping[str, Any],
+) -> bool:
+    """issue 13: whether a step that passed `validate_step` must wait for a person (decided HELD).
+
+    A step with `approval` and no `when` always waits; with `when`, it waits when the CEL condition is
+    true, and also when it cannot be evaluated (fail safe: a person looks rather than nobody)."""
+    compiled = process.steps.get(event_type)
+    if compiled is None or compiled.step.approval is None:
+        return False
+    rule = compiled.approval_rule
+    if rule is None:
+        return True
+    data = compiled.with_defaults(data)
+    currency = data.get(process.definition.currency_field, facts.get(process.definition.currency_field))
+    exponent = exponent_of(currency)
+    variables = {
+        "data": convert_money(data, compiled.step.money, exponent) if compiled.step.money else dict(data),
+        "order": dict(facts),
+        "step": {"seq": seq_id or 0, "type": event_type},
+        "limits": {k: _limit(v, exponent) for k, v in limits.items()},
+    }
+    try:
+        return bool(rule.evaluate({k: v for k, v in variables.items() if k in rule.names}))
+    except Exception:  # noqa: BLE001 -- a condition that cannot be evaluated holds the step
+        return True
+
+
+def approval_expires_s(process: CompiledProcess, event_type: str) -> float | None:
+    compiled = process.steps.get(event_type)
+    if compiled is None or compiled.step.approval is None:
+        return None
+    return compiled.step.approval.expires_s
 
 
 def _limit(value: Any, exponent: int) -> Any:

@@ -12,11 +12,34 @@ waits at the same seq for a corrected step (a new event_id), a drained step that
 buffer and its successors wait, and the same event_id sent again is answered the same way (`rejected`,
 remembered by the gateway). Reaching a definition's `max_rejections` aborts the plan
 (`policy_violation`) with one notification.
+
+Plan swap (issue 13): a `REPLAN` (no seq_id; its `plan_id` the plan replaced, `data.new_plan_id` the
+next) on a live order APPLYs with one notification: the order keeps its status and last_seq, its plan
+becomes the new one (which continues at last_seq + 1), the old plan joins `superseded`, and the old plan's
+buffered steps are dropped. A later step of a superseded plan is DISCARD with code PLAN_SUPERSEDED (an
+expected straggler, not a dead letter); a step of any other plan stays PLAN_MISMATCH. A REPLAN on a
+terminal order, or one whose new plan is already the order's plan (a resend), is a DUPLICATE; a REPLAN
+before the order exists has nothing to replace: DISCARD.
+
+Deadlines (issue 13): a plan's first step (or its REPLAN) sets the order's `deadline_at`, from the
+envelope's `deadline` clipped to the process's `deadline.max_s` from `now`, or `now + deadline.default_s`.
+Once `now` is past it on a live order, the gateway's own ABORT_PLAN (`deadline_abort`, abort_code
+`timeout`, one id per order and plan) applies before anything else of the batch, so later steps DISCARD.
+The deadline sweeper submits that same abort; arriving when the order is not (or no longer) overdue and
+live, it is a DUPLICATE, so any number of sweepers abort a plan once.
+
+Approval (issue 13): a step that would apply, passes its checks and needs a person's approval
+(`needs_approval`) is HELD: nothing applied, the order's `held` names it, its seq is taken (another step
+at that seq is a DUPLICATE; the same event_id resent is HELD again), and successors wait in the buffer.
+`resolve(..., approvals={event_id: None})` applies an approved held step in order and drains its
+successors; `approvals={event_id: verdict}` rejects it (APPROVAL_DENIED), and the order waits at the same
+seq for a corrected step. An abort or a REPLAN drops the held step with the buffer.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import uuid
 from collections.abc import Iterable, Mapping
@@ -31,11 +54,13 @@ from nexus.core.process import (
     OrderStatus,
     ProcessCatalog,
     Verdict,
+    needs_approval,
     validate_step,
 )
 from nexus.errors import ErrorCode
 
 _POLICY_ABORT_NAMESPACE = uuid.UUID("0b6f2a4e-7c59-4e8e-9a3d-706f6c696379")
+_DEADLINE_ABORT_NAMESPACE = uuid.UUID("5c1d7e0a-3b8f-4d52-a1e6-646561646c6e")
 
 
 class Decision(enum.StrEnum):
@@ -47,6 +72,7 @@ class Decision(enum.StrEnum):
     PLAN_MISMATCH = "PLAN_MISMATCH"
     DEAD_LETTER = "DEAD_LETTER"
     REJECTED = "REJECTED"
+    HELD = "HELD"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,6 +97,12 @@ class OrderState:
     # pivot completed, so an agent's ABORT_PLAN is REJECTED (PAST_PIVOT).
     effect: Mapping[str, Any] | None = None
     past_pivot: bool = False
+    superseded: frozenset[str] = frozenset()
+    """issue 13: plans a REPLAN replaced for this order; their later steps are DISCARD PLAN_SUPERSEDED."""
+    deadline_at: dt.datetime | None = None
+    """issue 13: when the live plan is aborted (abort_code timeout); None: no deadline, or not live."""
+    held: uuid.UUID | None = None
+    """issue 13: the event_id of the step waiting for approval (at seq last_seq + 1), if any."""
 
     @property
     def exists(self) -> bool:
@@ -81,8 +113,10 @@ def decide(state: OrderState | None, event: EventEnvelope) -> Decision:
     """The decisions table of DESIGN.md section 4, for one event, by position only."""
     if state is None:
         state = OrderState(event.order_id)
+    if event.is_replan:
+        return _decide_replan(state, event)
     if state.plan_id is not None and event.plan_id != state.plan_id:
-        return Decision.PLAN_MISMATCH
+        return Decision.DISCARD if event.plan_id in state.superseded else Decision.PLAN_MISMATCH
     if state.status == OrderStatus.ABORTED:
         return Decision.DUPLICATE if event.is_abort else Decision.DISCARD
     if event.is_abort:
@@ -92,14 +126,42 @@ def decide(state: OrderState | None, event: EventEnvelope) -> Decision:
     assert event.seq_id is not None  # guaranteed by the envelope
     if event.seq_id <= state.last_seq or event.seq_id in state.buffered:
         return Decision.DUPLICATE
+    if state.held is not None and event.seq_id == state.last_seq + 1:
+        return Decision.HELD if event.event_id == state.held else Decision.DUPLICATE
     if event.seq_id == state.last_seq + 1 and state.effect is None:  # issue 14: an open effect holds it
         return Decision.APPLY
     return Decision.BUFFER
 
 
-def code_of(decision: Decision) -> ErrorCode | None:
-    """The error code a decision carries in API bodies and dead letters, if any (REJECTED: its verdict's)."""
-    return ErrorCode.PLAN_MISMATCH if decision is Decision.PLAN_MISMATCH else None
+def _decide_replan(state: OrderState, event: EventEnvelope) -> Decision:
+    if event.new_plan_id == state.plan_id:
+        return Decision.DUPLICATE  # names the current plan: a resend of an applied REPLAN, or a no-op
+    if state.plan_id is not None and event.plan_id != state.plan_id:
+        return Decision.DISCARD if event.plan_id in state.superseded else Decision.PLAN_MISMATCH
+    if state.status is None:
+        return Decision.DISCARD  # nothing to replace yet
+    if state.status in (OrderStatus.ABORTED, OrderStatus.COMPLETED):
+        return Decision.DUPLICATE
+    return Decision.APPLY
+
+
+def code_of(
+    decision: Decision, event: EventEnvelope | None = None, state: OrderState | None = None
+) -> ErrorCode | None:
+    """The error code a decision carries in API bodies and dead letters, if any (REJECTED: its verdict's).
+
+    `event` and the order's `state` after it tell a superseded plan's straggler (DISCARD PLAN_SUPERSEDED)."""
+    if decision is Decision.PLAN_MISMATCH:
+        return ErrorCode.PLAN_MISMATCH
+    if (
+        decision is Decision.DISCARD
+        and event is not None
+        and state is not None
+        and event.plan_id in state.superseded
+        and event.plan_id != state.plan_id
+    ):
+        return ErrorCode.PLAN_SUPERSEDED
+    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,6 +203,12 @@ class Resolution:
     """seq_ids to remove from pending_events (drained, rejected when drained, or dropped by an abort)."""
     rejections: tuple[Rejection, ...] = ()
     """Every rejection of this batch, the events' own and those of drained buffered steps."""
+    deadlines: Mapping[uuid.UUID, tuple[dt.datetime, bool]] = dataclasses.field(default_factory=dict)
+    """issue 13: the deadline each plan-starting step set (by event_id), and whether it was clipped."""
+    held: tuple[tuple[EventEnvelope, bool], ...] = ()
+    """issue 13: steps newly HELD for approval in this batch, with whether they came out of the buffer."""
+    released: tuple[uuid.UUID, ...] = ()
+    """issue 13: held steps no longer held: approved, denied, or dropped by an abort or a REPLAN."""
 
     def verdict_of(self, event_id: uuid.UUID) -> Verdict | None:
         for rejection in self.rejections:
@@ -167,6 +235,33 @@ def policy_abort(event: EventEnvelope, last_seq: int, limit: int) -> EventEnvelo
     )
 
 
+def deadline_abort_id(order_id: str, plan_id: str) -> uuid.UUID:
+    """The one id of the timeout abort of a plan of an order: two sweepers write the same step."""
+    return uuid.uuid5(_DEADLINE_ABORT_NAMESPACE, f"{order_id}\x00{plan_id}")
+
+
+def deadline_abort(state: OrderState, tenant_id: str, now: dt.datetime) -> EventEnvelope:
+    """The ABORT_PLAN the gateway writes when a live plan's deadline passed (abort_code timeout)."""
+    assert state.plan_id is not None
+    return EventEnvelope(
+        event_id=deadline_abort_id(state.order_id, state.plan_id),
+        event_type=ABORT_STEP,
+        plan_id=state.plan_id,
+        order_id=state.order_id,
+        timestamp=now,
+        tenant_id=tenant_id,
+        data={
+            "reason": "the plan's deadline passed",
+            "abort_code": AbortCode.TIMEOUT.value,
+            "aborted_at_seq": state.last_seq,
+        },
+    )
+
+
+def is_deadline_abort(event: EventEnvelope) -> bool:
+    return event.is_abort and event.event_id == deadline_abort_id(event.order_id, event.plan_id)
+
+
 def resolve(
     state: OrderState,
     events: Iterable[EventEnvelope],
@@ -176,6 +271,8 @@ def resolve(
     limits: Mapping[str, Any] | None = None,
     rejected: Mapping[uuid.UUID, Verdict] | None = None,
     effect_done: int | None = None,
+    now: dt.datetime | None = None,
+    approvals: Mapping[uuid.UUID, Verdict | None] | None = None,
 ) -> Resolution:
     """Fold one order's events, in arrival order, through `decide` and the order's process.
 
@@ -185,7 +282,13 @@ def resolve(
     `limits` are the tenant's (CEL `limits`); `rejected` the verdicts already given to event_ids.
     A step with a saga effect takes its seq but keeps the status until the effect succeeds (issue 14);
     `effect_done` is the seq whose effect just succeeded, applied now for good (`complete_effect`).
+    `now` (issue 13): the clock of deadlines; None: deadlines are neither set nor enforced.
+    `approvals` (issue 13): held steps decided by a person: None approves (the step applies in order),
+    a verdict denies (REJECTED with it).
     """
+    approvals = approvals or {}
+    held_now: list[tuple[EventEnvelope, bool]] = []
+    released: list[uuid.UUID] = []
     before = state
     limits = limits or {}
     rejected = rejected or {}
@@ -195,6 +298,7 @@ def resolve(
     rejections: list[Rejection] = []
     added: dict[int, EventEnvelope] = {}
     removed: list[int] = []
+    deadlines: dict[uuid.UUID, tuple[dt.datetime, bool]] = {}
 
     def take(seq: int) -> EventEnvelope:
         # Buffered and drained within one batch: never written, so nothing to delete.
@@ -223,8 +327,12 @@ def resolve(
         deferred = _defer_for_effect(process, current, event, drained, effect_done)  # issue 14
         if deferred is not None:
             applied.append(deferred[0])
+            if current.status is None:  # a plan's first step with an effect still sets its deadline
+                return dataclasses.replace(deferred[1], deadline_at=set_deadline(event, process))
             return deferred[1]
-        if process is None:
+        if event.is_replan:
+            status, facts = current.status or "", current.facts
+        elif process is None:
             status = STATUS_AFTER.get(event.event_type, OrderStatus.ABORTED)  # type: ignore[call-overload]
             facts = current.facts
         else:
@@ -233,22 +341,73 @@ def resolve(
                 current.facts if event.is_abort else process.facts_after(current.facts, event.event_type, event.data)
             )
         applied.append(Applied(event, position, drained, status))
+        deadline_at = current.deadline_at
+        if event.is_replan or current.status is None:
+            deadline_at = set_deadline(event, process)
+        if event.is_abort or (process is not None and process.is_terminal(status)) or status == OrderStatus.COMPLETED:
+            deadline_at = None
+        elif process is not None and _is_pivot(process, event):
+            deadline_at = None  # issue 14: the saga's pivot completed: its plan can no longer time out
         return dataclasses.replace(
             current,
-            plan_id=event.plan_id,
+            deadline_at=deadline_at,
+            plan_id=event.new_plan_id or event.plan_id,
+            superseded=current.superseded | {event.plan_id} if event.is_replan else current.superseded,
             status=status,
             last_seq=event.seq_id if event.seq_id is not None else current.last_seq,
             outbox_count=position,
             process=process.name if process is not None else current.process,
             process_version=process.version if process is not None else current.process_version,
             facts=facts,
-            effect=None,
+            effect=current.effect if event.is_replan else None,  # a REPLAN leaves a running effect running
+        )
+
+    def set_deadline(event: EventEnvelope, process: CompiledProcess | None) -> dt.datetime | None:
+        if now is None or before.past_pivot:
+            return None
+        limits_of = process.definition.deadline if process is not None else None
+        wanted = event.deadline
+        if wanted is None and limits_of is not None and limits_of.default_s is not None:
+            wanted = now + dt.timedelta(seconds=limits_of.default_s)
+        if wanted is None:
+            return None
+        clipped = False
+        if limits_of is not None and limits_of.max_s is not None:
+            latest = now + dt.timedelta(seconds=limits_of.max_s)
+            if wanted > latest:
+                wanted, clipped = latest, True
+        deadlines[event.event_id] = (wanted, clipped)
+        return wanted
+
+    def overdue(current: OrderState) -> bool:
+        return (
+            now is not None
+            and current.deadline_at is not None
+            and current.deadline_at <= now
+            and current.status not in (None, OrderStatus.ABORTED, OrderStatus.COMPLETED)
+            and not current.past_pivot  # issue 14: a saga past its pivot is committed, no deadline applies
         )
 
     def drop_buffer(current: OrderState) -> OrderState:
         for seq in sorted(waiting):
             take(seq)
-        return dataclasses.replace(current, buffered=frozenset())
+        if current.held is not None:
+            released.append(current.held)
+        return dataclasses.replace(current, buffered=frozenset(), held=None)
+
+    def hold_or_apply(current: OrderState, event: EventEnvelope, drained: bool) -> tuple[OrderState, bool]:
+        """Apply a judged step, or hold it when it needs approval (and was not approved): (state, held)."""
+        if catalog is not None and event.event_id not in approvals:
+            process = process_of(current, event)
+            if process is not None and needs_approval(
+                process, current.facts, event.event_type, event.seq_id, event.data, limits
+            ):
+                held_now.append((event, drained))
+                return dataclasses.replace(current, held=event.event_id, plan_id=event.plan_id), True
+        if current.held == event.event_id:
+            released.append(event.event_id)
+            current = dataclasses.replace(current, held=None)
+        return apply(current, event, drained), False
 
     def reject(current: OrderState, event: EventEnvelope, verdict: Verdict, drained: bool) -> OrderState:
         rejections.append(Rejection(event, verdict, drained))
@@ -261,7 +420,7 @@ def resolve(
         return current
 
     def after_terminal(current: OrderState, event: EventEnvelope) -> Verdict | None:
-        if catalog is None or event.is_abort or current.status in (None, OrderStatus.ABORTED):
+        if catalog is None or event.is_abort or event.is_replan or current.status in (None, OrderStatus.ABORTED):
             return None
         if current.plan_id is not None and event.plan_id != current.plan_id:
             return None
@@ -275,7 +434,31 @@ def resolve(
             f"no step may follow a terminal state",
         )
 
+    def drain(current: OrderState) -> OrderState:
+        while current.status != OrderStatus.ABORTED and current.last_seq + 1 in waiting and current.effect is None:
+            successor = take(current.last_seq + 1)
+            verdict = judge(current, successor)
+            if verdict is not None:
+                # Out of the buffer and refused: the order waits at this seq for a correction.
+                return reject(current, successor, verdict, drained=True)
+            current, held = hold_or_apply(current, successor, drained=True)
+            if held:
+                break
+        return current
+
+    def apply_and_drain(current: OrderState, event: EventEnvelope) -> OrderState:
+        released.append(event.event_id)
+        current = apply(dataclasses.replace(current, held=None), event, drained=False)
+        return drain(current)
+
     for event in events:
+        if is_deadline_abort(event) and not overdue(state):
+            decisions.append((event, Decision.DUPLICATE, state))  # a sweeper's abort: not (or no longer) due
+            continue
+        if overdue(state) and not is_deadline_abort(event):
+            assert now is not None
+            state = drop_buffer(apply(state, deadline_abort(state, event.tenant_id, now), drained=False))
+            state = dataclasses.replace(state, buffered=frozenset(waiting))
         known = rejected.get(event.event_id)
         if known is not None:
             rejections.append(Rejection(event, known, replay=True))
@@ -292,6 +475,10 @@ def resolve(
             state = reject(state, event, pivot_verdict, drained=False)
             decisions.append((event, Decision.REJECTED, state))
             continue
+        if decision is Decision.APPLY and event.is_replan and catalog is not None:
+            process = process_of(state, event)
+            if process is not None and process.is_terminal(state.status):
+                decision = Decision.DUPLICATE
         if decision is Decision.TOMBSTONE:
             state = drop_buffer(state)
             state = dataclasses.replace(state, plan_id=event.plan_id, status=OrderStatus.ABORTED, tombstone=True)
@@ -300,26 +487,29 @@ def resolve(
             waiting[event.seq_id] = event
             added[event.seq_id] = event
             state = dataclasses.replace(state, plan_id=event.plan_id, buffered=frozenset(waiting))
+        elif decision in (Decision.HELD, Decision.APPLY) and event.event_id in approvals:
+            denial = approvals[event.event_id]
+            if denial is not None:
+                decision = Decision.REJECTED
+                released.append(event.event_id)
+                state = reject(dataclasses.replace(state, held=None), event, denial, drained=False)
+            else:
+                decision = Decision.APPLY
+                state = apply_and_drain(state, event)
+            state = dataclasses.replace(state, buffered=frozenset(waiting))
         elif decision is Decision.APPLY:
-            verdict = None if event.is_abort else judge(state, event)
+            verdict = None if event.is_abort or event.is_replan else judge(state, event)
             if verdict is not None:
                 decision = Decision.REJECTED
                 state = reject(state, event, verdict, drained=False)
+            elif event.is_abort or event.is_replan:
+                state = drop_buffer(apply(state, event, drained=False))
             else:
-                state = apply(state, event, drained=False)
-                if event.is_abort:
-                    state = drop_buffer(state)
+                state, held = hold_or_apply(state, event, drained=False)
+                if held:
+                    decision = Decision.HELD
                 else:
-                    while (
-                        state.status != OrderStatus.ABORTED and state.last_seq + 1 in waiting and state.effect is None
-                    ):
-                        successor = take(state.last_seq + 1)
-                        verdict = judge(state, successor)
-                        if verdict is not None:
-                            # Out of the buffer and refused: the order waits at this seq for a correction.
-                            state = reject(state, successor, verdict, drained=True)
-                            break
-                        state = apply(state, successor, drained=True)
+                    state = drain(state)
             state = dataclasses.replace(state, buffered=frozenset(waiting))
         decisions.append((event, decision, state))
 
@@ -331,6 +521,9 @@ def resolve(
         buffered=tuple(added[s] for s in sorted(added)),
         unbuffered=tuple(sorted(removed)),
         rejections=tuple(rejections),
+        deadlines=deadlines,
+        held=tuple(held_now),
+        released=tuple(released),
     )
 
 
@@ -386,5 +579,16 @@ def complete_effect(
     """The effect of `event` (the step at `state.last_seq`) succeeded: the step applies now for good (its
     status, facts and notification), then its buffered successors drain as they would have."""
     assert event.seq_id is not None
-    before = dataclasses.replace(state, effect=None, last_seq=event.seq_id - 1)
-    return resolve(before, [event], pending, catalog=catalog, limits=limits, effect_done=event.seq_id)
+    # issue 13: a REPLAN may have come while the effect ran; the step took its seq before it, so it is kept
+    # (a REPLAN keeps completed effects) and applies under its own plan, and the new plan stays the order's.
+    before = dataclasses.replace(state, effect=None, last_seq=event.seq_id - 1, plan_id=event.plan_id)
+    resolution = resolve(before, [event], pending, catalog=catalog, limits=limits, effect_done=event.seq_id)
+    if state.plan_id is None or resolution.after.plan_id != event.plan_id or state.plan_id == event.plan_id:
+        return resolution
+    after = dataclasses.replace(resolution.after, plan_id=state.plan_id)
+    return dataclasses.replace(resolution, after=after)
+
+
+def _is_pivot(process: CompiledProcess, event: EventEnvelope) -> bool:
+    compiled = process.steps.get(event.event_type)
+    return compiled is not None and compiled.step.pivot

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -15,7 +15,7 @@ from nexus.auth import tenants
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, principal_of
 from nexus.auth.ratelimit import RateLimiter
-from nexus.auth.roles import Principal
+from nexus.auth.roles import read_tenant
 from nexus.auth.sessions import SessionStore
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.core.sequencing import Decision
@@ -29,6 +29,9 @@ from nexus.saga.admin import effect_of, order_saga
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
+
+if TYPE_CHECKING:
+    from nexus.lifecycle.waiting import DecisionListener
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,7 @@ def create_app(
     committer: GroupCommitter | None = None,
     *,
     settings: Settings | None = None,
+    decision_listener: DecisionListener | None = None,
 ) -> FastAPI:
     """The ASGI app. `committer` shares transactions between concurrent requests (group commit)."""
     settings = settings or Settings()
@@ -101,26 +105,35 @@ def create_app(
         return JSONResponse(content, status_code=status)
 
     @app.get("/v1/orders/{order_id}")
-    async def get_order(request: Request, order_id: OrderId, tenant: str | None = None) -> dict[str, Any]:
-        tenant_id = _read_tenant(principal_of(request), tenant)
-        row = await db.fetchrow(query("api.sql", "order"), order_id, tenant_id)
-        buffered = await db.fetch(query("api.sql", "order_buffered"), order_id, tenant_id)
-        if row is None and not buffered:
+    async def get_order(
+        request: Request,
+        order_id: OrderId,
+        tenant: str | None = None,
+        wait: Annotated[float | None, Query(ge=0, le=86400)] = None,
+        after_seq: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+        after_status: Annotated[str | None, Query(max_length=200)] = None,
+    ) -> dict[str, Any]:
+        """The order (with its saga, if any); with `wait=S` (issue 13) a long poll answering as soon as
+        last_seq passes `after_seq`, the status differs from `after_status` (or, with neither, anything
+        changed), or after S seconds, in the same shape."""
+        tenant_id = read_tenant(principal_of(request), tenant)
+        if wait is None:
+            order = await read_order(db, tenant_id, order_id)
+        else:
+            from nexus.lifecycle.waiting import wait_for_order
+
+            order = await wait_for_order(
+                request.app.state.decision_listener,
+                lambda: read_order(db, tenant_id, order_id),
+                tenant_id,
+                order_id,
+                min(wait, settings.wait_max_s),
+                after_seq=after_seq,
+                after_status=after_status,
+            )
+        if order is None:
             raise NotFoundError(f"no order {order_id!r}")
-        body: dict[str, Any] = {
-            "order_id": order_id,
-            "plan_id": row["plan_id"] if row else buffered[0]["plan_id"],
-            "status": row["status"] if row else None,
-            "last_seq": row["last_seq"] if row else 0,
-            "buffered": [r["seq_id"] for r in buffered],
-            "notifications": row["outbox_count"] if row else 0,
-            "tombstone": row["tombstone"] if row else False,
-        }
-        saga = await order_saga(db, tenant_id, order_id)  # issue 14: the saga and what holds the order
-        if saga is not None:
-            body["saga"] = saga
-            body["effect"] = effect_of(saga)
-        return body
+        return order
 
     @app.get("/v1/plans/{plan_id}")
     async def get_plan(request: Request, plan_id: PlanId) -> dict[str, Any]:
@@ -210,6 +223,14 @@ def create_app(
     from nexus.console.views import router as console_router  # issue 16: the web console
 
     app.include_router(console_router)
+    from nexus.ingress.lifecycle_api import router as lifecycle_router  # issue 13: history, waiting, approvals
+
+    app.include_router(lifecycle_router)
+    if decision_listener is None:
+        from nexus.lifecycle.waiting import DecisionListener
+
+        decision_listener = DecisionListener(db.url, settings)
+    app.state.decision_listener = decision_listener
     app.state.keys = keys
     app.state.console_sessions = sessions
     app.state.settings = settings
@@ -234,11 +255,27 @@ def rate_limits(settings: Any) -> Any:
     )
 
 
-def _read_tenant(principal: Principal, asked: str | None) -> str:
-    """The tenant whose object is read: the key's; a key spanning every tenant names it (`?tenant=`)."""
-    if principal.tenant_id is not None:
-        return principal.tenant_id
-    return asked or "default"
+async def read_order(db: Database, tenant_id: str, order_id: str) -> dict[str, Any] | None:
+    """The tenant's order as `GET /v1/orders/{order_id}` shows it (the long poll too); None when nothing
+    is known of it."""
+    row = await db.fetchrow(query("api.sql", "order"), order_id, tenant_id)
+    buffered = await db.fetch(query("api.sql", "order_buffered"), order_id, tenant_id)
+    if row is None and not buffered:
+        return None
+    body: dict[str, Any] = {
+        "order_id": order_id,
+        "plan_id": row["plan_id"] if row else buffered[0]["plan_id"],
+        "status": row["status"] if row else None,
+        "last_seq": row["last_seq"] if row else 0,
+        "buffered": [r["seq_id"] for r in buffered],
+        "notifications": row["outbox_count"] if row else 0,
+        "tombstone": row["tombstone"] if row else False,
+    }
+    saga = await order_saga(db, tenant_id, order_id)  # issue 14: the saga and what holds the order
+    if saga is not None:
+        body["saga"] = saga
+        body["effect"] = effect_of(saga)
+    return body
 
 
 def _single_status(outcome: Outcome) -> int:
@@ -248,6 +285,8 @@ def _single_status(outcome: Outcome) -> int:
         return 409
     if outcome.decision is Decision.REJECTED:
         return 422
+    if outcome.decision is Decision.HELD:
+        return 202  # issue 13: accepted, waiting for a person
     return 200
 
 

@@ -24,7 +24,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from nexus.core.envelope import is_safe_identifier
-from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
+from nexus.errors import AlreadyRedrivenError, ApprovalNotPendingError, ErrorCode, NexusError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ _DESCRIPTIONS = {
     403: "The key's role or tenant does not allow this (FORBIDDEN, TENANT_MISMATCH)",
     404: "Not found",
     405: "Method not allowed",
-    409: "Conflict (PLAN_MISMATCH, ALREADY_REDRIVEN, name taken)",
+    409: "Conflict (PLAN_MISMATCH, ALREADY_REDRIVEN, APPROVAL_NOT_PENDING, name taken)",
     413: "Too large (PAYLOAD_TOO_LARGE, BATCH_TOO_LARGE)",
     415: "Content-Type is not application/json (UNSUPPORTED_MEDIA_TYPE)",
     422: "Invalid input (INVALID_EVENT, INVALID_IDENTIFIER, INVALID_REQUEST, UNSAFE_URL), or a REJECTED step",
@@ -81,7 +81,7 @@ def status_of(exc: NexusError) -> int:
         return 503
     if isinstance(exc, NotFoundError):
         return 404
-    if isinstance(exc, AlreadyRedrivenError):
+    if isinstance(exc, AlreadyRedrivenError | ApprovalNotPendingError):
         return 409
     return 500
 

@@ -20,6 +20,7 @@ from nexus.core.process import ABORT_STEP, AbortCode
 from nexus.core.saga import SagaStatus
 from nexus.core.sequencing import OrderState, Resolution, complete_effect, resolve
 from nexus.gateway import Gateway, _Writes
+from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as records
 from nexus.store.queries import query
 
@@ -29,8 +30,10 @@ COMPENSATED_EVENT = "EffectCompensated"
 
 
 async def lock_order(conn: asyncpg.Connection, tenant_id: str, order_id: str) -> str:
-    """Take the order's advisory lock (as Gateway.submit does) and its saga's row; return its status."""
+    """Take the order's advisory lock (as Gateway.submit does) and its saga's row; return its status.
+    The transaction will write the order's saga outcome: its waiters (long poll, SSE) wake at commit."""
     await conn.execute(query("gateway.sql", "lock_orders"), [tenant_id], [order_id])
+    await lifecycle_records.notify_orders(conn, [(tenant_id, order_id)])  # issue 13
     row = await conn.fetchrow(query("saga.sql", "lock_saga"), tenant_id, order_id)
     return str(row["status"]) if row is not None else SagaStatus.COMPENSATED.value
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus_lab.agent import runner
-from nexus_lab.agent.hostile import Mode
+from nexus_lab.agent.hostile import LIFECYCLE_MODES, Mode
 from nexus_lab.agent.runner import AgentConfig
 from nexus_lab.agent.transport import HttpTransport, KafkaTransport, PublishError, Transport
 
@@ -34,6 +34,8 @@ MODE_HELP: dict[Mode, str] = {
     Mode.WRONG_CURRENCY: "pay in another currency than the order's (REJECTED CHECK_FAILED)",
     Mode.INVENTED_STEP: "send a step type the process does not have (REJECTED UNKNOWN_STEP)",
     Mode.AFTER_COMPLETION: "send one more step after the order completed (REJECTED AFTER_TERMINAL)",
+    Mode.REPLAN: "replace the plan mid-order (REPLAN), go on under the new one, resend an old-plan step",
+    Mode.STALL: "never send the last step; the first carries a deadline (--stall-deadline-s)",
 }
 
 
@@ -90,7 +92,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=4,
         help="HTTP: retries of a 503 or connection error before the agent stops",
     )
-    hostile = parser.add_argument_group("hostile modes (fraction of plans that misbehave so)")
+    parser.add_argument(
+        "--stall-deadline-s",
+        type=float,
+        default=5.0,
+        help="issue 13: the deadline a stalling plan sets on its first step, from its start (5)",
+    )
+    hostile = parser.add_argument_group(
+        "hostile modes (fraction of plans that misbehave so; --hostile-rate leaves replan and stall off)"
+    )
     hostile.add_argument(
         "--hostile-rate", type=_rate, default=None, help="default for every mode below (SIM_HOSTILE_RATE, 0)"
     )
@@ -122,7 +132,8 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfig
     for mode in Mode:
         flag = getattr(args, f"{mode.value}_rate")
         var = f"SIM_{mode.value.upper()}_RATE"
-        hostile[mode] = pick(flag, var) if flag is not None or env.get(var) else default_hostile
+        default = 0.0 if mode in LIFECYCLE_MODES else default_hostile  # issue 13: only asked for explicitly
+        hostile[mode] = pick(flag, var) if flag is not None or env.get(var) else default
     return AgentConfig(
         orders=args.orders,
         seed=args.seed or secrets.token_hex(4),
@@ -131,6 +142,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfig
         step_delay_ms=pick(args.step_delay_ms, "SIM_STEP_DELAY_MS"),
         concurrency=args.concurrency,
         hostile=hostile,
+        stall_deadline_s=args.stall_deadline_s,
     )
 
 

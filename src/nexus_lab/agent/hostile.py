@@ -19,6 +19,17 @@ stays computable from the report alone: whatever the modes did, the order ends a
 | wrong_currency| pays in another currency than the order's             | REJECTED CHECK_FAILED       |
 | invented_step | sends a step type the process does not have           | REJECTED UNKNOWN_STEP       |
 | after_completion | sends one more step once the order is completed    | REJECTED AFTER_TERMINAL     |
+| replan        | replaces its plan mid-order (REPLAN), goes on under   | APPLY (one notification);   |
+|               | the new plan, then resends a step of the old plan     | the straggler DISCARD       |
+|               |                                                       | PLAN_SUPERSEDED             |
+| stall         | never sends its last step; its first step carries a   | the gateway aborts the plan |
+|               | deadline (`stall_deadline_s` from the plan's start)   | (abort_code timeout)        |
+
+The last two are the plan lifecycle's (issue 13). A replanned plan ends on its new plan (`<plan>-r`); a
+stalled one ends aborted by the gateway with one more notification than its honest events. A replan goes at
+a boundary at or after every restart and hallucination (those resend under the plan they started with); a
+stall only where nothing else acts on its last step, and never with a replan (a REPLAN without a deadline
+clears the plan's).
 
 The last five are the hallucinations the order's process catches (issue 12): each is sent at a boundary,
 is rejected with its code and changes nothing, so the honest plan's outcome stands.
@@ -58,6 +69,8 @@ class Mode(enum.StrEnum):
     WRONG_CURRENCY = "wrong_currency"
     INVENTED_STEP = "invented_step"
     AFTER_COMPLETION = "after_completion"
+    REPLAN = "replan"  # issue 13
+    STALL = "stall"  # issue 13
 
 
 # The order modes are drawn in: out_of_order first, since it decides which boundaries exist.
@@ -74,7 +87,12 @@ DRAW_ORDER: tuple[Mode, ...] = (
     Mode.WRONG_CURRENCY,
     Mode.INVENTED_STEP,
     Mode.AFTER_COMPLETION,
+    Mode.REPLAN,
+    Mode.STALL,
 )
+# The plan-lifecycle modes (issue 13): only explicit rates turn them on (not the `--hostile-rate` default).
+LIFECYCLE_MODES: tuple[Mode, ...] = (Mode.REPLAN, Mode.STALL)
+REPLAN_SUFFIX = "-r"
 # The order extras take at one boundary.
 BOUNDARY_ORDER: tuple[Mode, ...] = (
     Mode.RESTART,
@@ -86,6 +104,7 @@ BOUNDARY_ORDER: tuple[Mode, ...] = (
     Mode.WRONG_CURRENCY,
     Mode.INVENTED_STEP,
     Mode.AFTER_COMPLETION,
+    Mode.REPLAN,  # last: what follows it at the boundary would go under the new plan
 )
 # The hallucinations the process rejects: mode -> the code the gateway answers (the mutation's name is the mode's).
 REJECTED_MODES: dict[Mode, str] = {
@@ -142,8 +161,9 @@ def _is_step(event_type: EventType) -> bool:
     return event_type is not EventType.ABORT_PLAN
 
 
-def candidates(mode: Mode, shape: Sequence[EventType], swap_at: int | None) -> list[int]:
-    """Where `mode` may act in a plan of this shape (honest event types), given the out-of-order pair."""
+def candidates(mode: Mode, shape: Sequence[EventType], swap_at: int | None, chosen: Sequence[Action] = ()) -> list[int]:
+    """Where `mode` may act in a plan of this shape (honest event types), given the out-of-order pair and
+    the actions already chosen."""
     n = len(shape)
     boundaries = [b for b in range(n + 1) if swap_at is None or b != swap_at + 1]
     if mode is Mode.OUT_OF_ORDER:
@@ -170,6 +190,14 @@ def candidates(mode: Mode, shape: Sequence[EventType], swap_at: int | None) -> l
         return [b for b in live if b >= 1 and shape[b] is EventType.PAYMENT_PROCESSED]
     if mode is Mode.AFTER_COMPLETION:
         return [n] if n == len(STEPS) and tuple(shape) == STEPS and n in boundaries else []
+    if mode is Mode.REPLAN:
+        resent = [a.at for a in chosen if a.mode is Mode.RESTART or a.mode in REJECTED_MODES]
+        return [b for b in live if b >= 1 and b >= max(resent, default=0)]
+    if mode is Mode.STALL:
+        late = any(a.at >= n - 1 or a.mode is Mode.REPLAN for a in chosen)
+        pair = swap_at is not None and swap_at + 1 == n - 1
+        stallable = n >= 2 and _is_step(shape[-1]) and not late and not pair
+        return [n - 1] if stallable else []
     raise AssertionError(mode)
 
 
@@ -182,7 +210,7 @@ def choose(seed: str, rates: Mapping[Mode, float], shape: Sequence[EventType]) -
         roll, pick, variant_pick = rng.random(), rng.random(), rng.random()
         if roll >= rates.get(mode, 0.0):
             continue
-        where = candidates(mode, shape, swap_at)
+        where = candidates(mode, shape, swap_at, actions)
         if not where:
             continue
         at = where[int(pick * len(where))]
@@ -201,14 +229,20 @@ def schedule(shape: Sequence[EventType], actions: Sequence[Action]) -> list[Send
     n = len(shape)
     swap_at = next((a.at for a in actions if a.mode is Mode.OUT_OF_ORDER), None)
     duplicated = {a.at for a in actions if a.mode is Mode.DUPLICATE}
+    stalled = {a.at for a in actions if a.mode is Mode.STALL}
+    replanned = next((a.at for a in actions if a.mode is Mode.REPLAN), None)
     specs: list[SendSpec] = []
 
     def honest(i: int, expected: Decision, mode: Mode | None) -> None:
+        if i in stalled:
+            return  # never sent: the gateway's deadline ends the plan
         if i == 0 and shape[0] is EventType.ABORT_PLAN:
             expected = Decision.TOMBSTONE
         specs.append(SendSpec(i, "as_is", mode, True, expected))
         if i in duplicated:
             specs.append(SendSpec(i, "as_is", Mode.DUPLICATE, False, Decision.DUPLICATE))
+        if i == replanned:  # the old plan's straggler, once the new plan's first step went
+            specs.append(SendSpec(i, "straggler", Mode.REPLAN, False, Decision.DISCARD, "PLAN_SUPERSEDED"))
 
     def boundary(b: int) -> None:
         for mode in BOUNDARY_ORDER:
@@ -235,6 +269,8 @@ def schedule(shape: Sequence[EventType], actions: Sequence[Action]) -> list[Send
                     )
                 elif mode is Mode.ZOMBIE:
                     specs.append(SendSpec(b - 1, "zombie", mode, False, Decision.DISCARD))
+                elif mode is Mode.REPLAN:
+                    specs.append(SendSpec(b - 1, "replan", mode, True, Decision.APPLY))
                 elif mode in REJECTED_MODES:
                     after = b - 1 if b else None
                     specs.append(SendSpec(after, mode.value, mode, False, Decision.REJECTED, REJECTED_MODES[mode]))
@@ -328,6 +364,21 @@ def materialize(
     if spec.mutation == "other_plan":
         assert ref is not None
         return _message(spec, ref.model_copy(update={"event_id": new_id(), "plan_id": ref.plan_id + OTHER_PLAN_SUFFIX}))
+    if spec.mutation == "replan":
+        assert ref is not None
+        swap = EventEnvelope(
+            event_id=new_id(),
+            event_type="REPLAN",
+            plan_id=plan_id,
+            order_id=order_id,
+            timestamp=ref.timestamp,
+            correlation_id=ref.correlation_id,
+            data={"new_plan_id": plan_id + REPLAN_SUFFIX, "reason": "the agent changed its mind"},
+        )
+        return _message(spec, swap)
+    if spec.mutation == "straggler":
+        assert ref is not None
+        return _message(spec, ref.model_copy(update={"event_id": new_id(), "plan_id": plan_id}))
     if spec.mutation == "zombie":
         assert ref is not None
         aborted_at = int(ref.data["aborted_at_seq"])
@@ -435,6 +486,7 @@ class HostileStream:
         order_id: str,
         plan_id: str,
         new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+        deadline: dt.datetime | None = None,
     ) -> None:
         self.specs = list(specs)
         self.order_id = order_id
@@ -442,6 +494,11 @@ class HostileStream:
         self.new_id = new_id
         self.honest: list[EventEnvelope] = []
         self.next = 0
+        self.deadline = deadline
+        """issue 13: set on the plan's first step (a stalling plan: the gateway aborts it then)."""
+        replan = next((s for s in self.specs if s.mutation == "replan"), None)
+        self.replanned_at = None if replan is None or replan.ref is None else replan.ref + 1
+        """issue 13: honest events from this index on go under the new plan."""
 
     def ready(self) -> list[Message]:
         out: list[Message] = []
@@ -452,8 +509,16 @@ class HostileStream:
         return out
 
     def push(self, event: EventEnvelope) -> list[Message]:
+        if not self.honest and self.deadline is not None:
+            event = event.model_copy(update={"deadline": self.deadline})
+        if self.replanned_at is not None and len(self.honest) >= self.replanned_at:
+            event = event.model_copy(update={"plan_id": self.plan_id + REPLAN_SUFFIX})
         self.honest.append(event)
         return self.ready()
+
+    @property
+    def final_plan_id(self) -> str:
+        return self.plan_id + REPLAN_SUFFIX if self.replanned_at is not None else self.plan_id
 
     @property
     def done(self) -> bool:

@@ -20,6 +20,8 @@ Report (JSON, version 1)::
         "index": 0, "plan_seed": "<seed>:0", "order_id": "...", "plan_id": "...",
         "outcome": "completed" | "inventory_failed" | "payment_rejected",
         "expected": {"status": "completed", "last_seq": 5, "notifications": 5},
+        "final_plan_id": "...",         # issue 13: the plan the order ends on (`<plan_id>-r` after a replan)
+        "gateway_abort": null | "timeout",  # issue 13: a stalled plan, aborted by its deadline
         "last_seq": 5,                  # the highest seq_id the agent sent honestly
         "hostile": ["duplicate", ...],  # modes this plan used
         "finished": true,               # false: stopped by a publish failure
@@ -81,6 +83,8 @@ class AgentConfig:
     step_delay_ms: float = 0.0
     concurrency: int = 8
     hostile: Mapping[Mode, float] = dataclasses.field(default_factory=dict)
+    stall_deadline_s: float = 5.0
+    """issue 13: a stalling plan's deadline, from its start (the gateway aborts it then)."""
 
     def as_json(self, transport: str, target: str) -> dict[str, Any]:
         return {
@@ -93,6 +97,7 @@ class AgentConfig:
             "transport": transport,
             "target": target,
             "hostile": {m.value: float(self.hostile.get(m, 0.0)) for m in Mode},
+            "stall_deadline_s": self.stall_deadline_s,
         }
 
 
@@ -114,8 +119,10 @@ class PlanRun:
         self.outcome = self.simulation.outcome()
         self.shape = shape_of(self.outcome)
         self.actions = hostile.choose(self.seed, config.hostile, self.shape)
+        self.stalled = any(a.mode is Mode.STALL for a in self.actions)
+        deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=config.stall_deadline_s) if self.stalled else None
         self.stream = HostileStream(
-            hostile.schedule(self.shape, self.actions), order_id=self.order_id, plan_id=self.plan_id
+            hostile.schedule(self.shape, self.actions), order_id=self.order_id, plan_id=self.plan_id, deadline=deadline
         )
         self.events: list[dict[str, Any]] = []
         self.last_seq = 0
@@ -167,17 +174,20 @@ class PlanRun:
 
     def as_json(self) -> dict[str, Any]:
         expected = EXPECTED[self.outcome]
+        status, last_seq, notifications = expected.status.value, expected.last_seq, expected.notifications
+        if self.stalled:  # issue 13: the last step never sent; the gateway's timeout abort instead
+            status, last_seq = "aborted", last_seq - 1
+        if self.stream.replanned_at is not None:
+            notifications += 1  # the REPLAN's own
         return {
             "index": self.index,
             "plan_seed": self.seed,
             "order_id": self.order_id,
             "plan_id": self.plan_id,
             "outcome": self.outcome.value,
-            "expected": {
-                "status": expected.status.value,
-                "last_seq": expected.last_seq,
-                "notifications": expected.notifications,
-            },
+            "expected": {"status": status, "last_seq": last_seq, "notifications": notifications},
+            "final_plan_id": self.stream.final_plan_id,
+            "gateway_abort": "timeout" if self.stalled else None,
             "last_seq": self.last_seq,
             "hostile": sorted({a.mode.value for a in self.actions}),
             "finished": self.finished,

@@ -7,7 +7,10 @@
   an invalid envelope is 422/400, a plan mismatch 409). A 5xx, a 4xx without results, or a transport
   error is a failure; 503 and transport errors are retried with exponential backoff a few times first
   (safe: resending an event the gateway already applied is answered DUPLICATE).
-- Kafka: the broker's acknowledgement (acks=all). The gateway decides later, so the Ack has no decision.
+- Kafka: the broker's acknowledgement (acks=all). The gateway decides later: with `decisions_topic`
+  (issue 13) the transport then reads the decision from `nexus.decisions` (the SDK's `DecisionsReader`)
+  and the Ack carries it; without, or for a message with no valid envelope (dead-lettered at ingress,
+  never published there), the Ack has no decision.
 """
 
 from __future__ import annotations
@@ -104,10 +107,15 @@ class KafkaTransport:
 
     name = "kafka"
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, *, decisions_topic: str | None = None, decision_timeout_s: float = 30.0
+    ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.decisions_topic = decisions_topic
+        self.decision_timeout_s = decision_timeout_s
         self._producer: Any = None
+        self._decisions: Any = None
 
     async def start(self) -> KafkaTransport:
         from nexus_client.kafka import EventProducer  # aiokafka is only needed on this path
@@ -119,6 +127,14 @@ class KafkaTransport:
             await producer.stop()
             raise PublishError(f"cannot reach Kafka at {self.bootstrap}: {exc}") from exc
         self._producer = producer
+        if self.decisions_topic is not None:
+            from nexus_client.kafka import DecisionsReader
+
+            try:
+                self._decisions = await DecisionsReader(self.bootstrap, self.decisions_topic).start()
+            except Exception as exc:
+                await producer.stop()
+                raise PublishError(f"cannot read {self.decisions_topic} at {self.bootstrap}: {exc}") from exc
         return self
 
     async def send(self, message: Message) -> Ack:
@@ -128,9 +144,25 @@ class KafkaTransport:
             delivered = await self._producer.send_raw(message.body, key=message.key)
         except Exception as exc:
             raise PublishError(f"broker did not acknowledge event {message.event_id}: {exc}") from exc
-        return Ack(partition=delivered.partition, offset=delivered.offset)
+        if self._decisions is None or message.envelope is None or not message.event_id:
+            return Ack(partition=delivered.partition, offset=delivered.offset)
+        value = await self._decisions.decision_of(message.event_id, self.decision_timeout_s)
+        if value is None:
+            raise PublishError(f"no decision about event {message.event_id} within {self.decision_timeout_s}s")
+        order = value.get("order") or {}
+        return Ack(
+            decision=value.get("decision"),
+            code=value.get("code"),
+            order_status=order.get("status"),
+            order_last_seq=order.get("last_seq"),
+            partition=delivered.partition,
+            offset=delivered.offset,
+        )
 
     async def close(self) -> None:
         if self._producer is not None:
             await self._producer.stop()
             self._producer = None
+        if self._decisions is not None:
+            await self._decisions.stop()
+            self._decisions = None

@@ -25,3 +25,13 @@ SELECT
 -- name: rejected
 -- issue 12: the blocked steps of the report's orders, with the code they were refused for.
 SELECT event_id::text AS event_id, code FROM rejected_events WHERE order_id = ANY($1::text[]);
+
+-- name: lifecycle
+-- issue 13: how the report's plans ended beyond the agent's own steps: replaced (REPLAN), aborted by their
+-- deadline, held for approval (still pending), denied (by a person or by expiry).
+SELECT
+  (SELECT count(*) FROM orders WHERE order_id = ANY($1::text[]) AND cardinality(superseded_plans) > 0) AS superseded,
+  (SELECT count(*) FROM outbox WHERE order_id = ANY($1::text[]) AND event_type = 'ABORT_PLAN'
+      AND payload->'event'->'data'->>'abort_code' = 'timeout') AS timed_out,
+  (SELECT count(*) FROM approvals WHERE order_id = ANY($1::text[]) AND status = 'pending') AS held,
+  (SELECT count(*) FROM approvals WHERE order_id = ANY($1::text[]) AND status IN ('denied', 'expired')) AS denied;

@@ -9,7 +9,7 @@ FROM (SELECT DISTINCT hashtextextended(t || chr(31) || o, 0) AS k
 
 -- name: read_orders
 SELECT o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count, o.process,
-       o.process_version, o.facts::text AS facts
+       o.process_version, o.facts::text AS facts, o.superseded_plans, o.deadline_at
 FROM orders AS o JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON o.tenant_id = u.t AND o.order_id = u.oid;
 
 -- name: read_rejections_and_limits
@@ -40,12 +40,13 @@ JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.orde
 
 -- name: upsert_orders
 INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
-                    process_version, facts)
+                    process_version, facts, superseded_plans, deadline_at)
 SELECT order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version,
-       facts::jsonb
+       facts::jsonb, string_to_array(superseded, chr(31)), deadline_at
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::int[], $8::text[],
-            $9::int[], $10::text[])
-    AS u(order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts)
+            $9::int[], $10::text[], $11::text[], $12::timestamptz[])
+    AS u(order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts,
+         superseded, deadline_at)
 ON CONFLICT (tenant_id, order_id) DO UPDATE SET
     plan_id = EXCLUDED.plan_id,
     status = EXCLUDED.status,
@@ -55,6 +56,8 @@ ON CONFLICT (tenant_id, order_id) DO UPDATE SET
     process = EXCLUDED.process,
     process_version = EXCLUDED.process_version,
     facts = EXCLUDED.facts,
+    superseded_plans = EXCLUDED.superseded_plans,
+    deadline_at = EXCLUDED.deadline_at,
     updated_at = now();
 
 -- name: insert_outbox
@@ -115,3 +118,9 @@ USING unnest($1::text[], $2::text[]) AS u(t, oid)
 WHERE p.tenant_id = u.t AND p.order_id = u.oid AND p.received_at < now() - make_interval(secs => $3)
 RETURNING p.tenant_id, p.order_id, p.seq_id, p.event_id::text AS event_id, p.plan_id,
           p.envelope::text AS envelope;
+
+-- name: notify_orders
+-- issue 13: wakes the waiters of these orders (long poll, SSE) at commit, and only then. The payload is
+-- {"tenant", "order_id"} (an order is the pair).
+SELECT pg_notify('nexus_orders', json_build_object('tenant', t, 'order_id', o)::text)
+FROM unnest($1::text[], $2::text[]) AS u(t, o);

@@ -1,0 +1,134 @@
+"""HTTP API of the plan lifecycle (issue 13): history, SSE stream, approvals (a FastAPI router the app
+includes; Database, gateway, settings and the decision listener from app.state)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import StreamingResponse
+
+from nexus.auth.middleware import principal_of
+from nexus.auth.roles import read_tenant
+from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
+from nexus.errors import ErrorCode, NexusError
+from nexus.ingress.http_errors import error_response
+from nexus.lifecycle.approvals import ApproverRefused, answer, approver_of, pending
+from nexus.lifecycle.history import history_item, order_history, plan_history
+from nexus.lifecycle.waiting import DecisionListener
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus.store.queries import query
+
+router = APIRouter(tags=["lifecycle"])
+OrderId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
+PlanId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
+
+
+@router.get("/v1/orders/{order_id}/history")
+async def get_order_history(order_id: OrderId, request: Request, tenant: str | None = None) -> dict[str, Any]:
+    """Every decision taken for the caller's tenant's order, from the decision log, oldest first."""
+    db: Database = request.app.state.db
+    tenant_id = read_tenant(principal_of(request), tenant)
+    return {"order_id": order_id, "items": await order_history(db, tenant_id, order_id)}
+
+
+@router.get("/v1/plans/{plan_id}/history")
+async def get_plan_history(plan_id: PlanId, request: Request) -> dict[str, Any]:
+    """Every decision taken for the plan's steps (its REPLAN included), from the decision log, oldest first."""
+    db: Database = request.app.state.db
+    return {"plan_id": plan_id, "items": await plan_history(db, plan_id, principal_of(request).tenant_id)}
+
+
+@router.get("/v1/orders/{order_id}/stream")
+async def stream_order(
+    order_id: OrderId,
+    request: Request,
+    after: Annotated[int, Query(ge=0, le=2**31)] = 0,
+    tenant: str | None = None,
+) -> StreamingResponse:
+    """Server-sent events: each decision about the order as it commits (`event: decision`, `id:` its
+    position in the order's decision log, `data:` the history item). Resume with `Last-Event-ID` or `after`."""
+    db: Database = request.app.state.db
+    listener: DecisionListener = request.app.state.decision_listener
+    settings: Settings = request.app.state.settings
+    last = request.headers.get("last-event-id")
+    start = int(last) if last is not None and last.isdigit() and len(last) < 10 else after
+    tenant_id = read_tenant(principal_of(request), tenant)
+    return StreamingResponse(
+        decision_events(
+            db, listener, (tenant_id, order_id), start, settings.stream_keepalive_s, request.is_disconnected
+        ),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def decision_events(
+    db: Database,
+    listener: DecisionListener,
+    order: tuple[str, str],
+    position: int,
+    keepalive_s: float,
+    disconnected: Callable[[], Awaitable[bool]],
+) -> AsyncIterator[str]:
+    """The SSE body: decisions after `position`, read from the log whenever the listener wakes us."""
+    with listener.watch(*order) as woken:
+        yield ": stream of order decisions\n\n"
+        while not await disconnected():
+            woken.clear()
+            try:
+                rows = await db.fetch(query("lifecycle.sql", "order_history_after"), *order, position)
+            except NexusError:
+                rows = []  # PostgreSQL away: the listener wakes us when it is back
+            for row in rows:
+                position = row["position"]
+                data = json.dumps(history_item(row), separators=(",", ":"))
+                yield f"id: {position}\nevent: decision\ndata: {data}\n\n"
+            if len(rows) == 500:
+                continue
+            try:
+                await asyncio.wait_for(woken.wait(), timeout=keepalive_s)
+            except TimeoutError:
+                yield ": keepalive\n\n"
+
+
+# --- approvals ----------------------------------------------------------------------------------------
+
+
+@router.get("/v1/approvals")
+async def list_approvals(request: Request, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> Any:
+    """Pending approvals of the caller's tenant, oldest first (approvers and operators)."""
+    items = await pending(request.app.state.db, approver_of(principal_of(request)), limit=limit)
+    return {"approvals": items}
+
+
+async def _answer(request: Request, approval_id: uuid.UUID, *, approve: bool) -> Any:
+    # 404 for another tenant's approval as for an unknown one; 409 APPROVAL_NOT_PENDING once answered
+    try:
+        outcome = await answer(
+            request.app.state.gateway, approval_id, approver_of(principal_of(request)), approve=approve
+        )
+    except ApproverRefused as exc:
+        return error_response(403, ErrorCode.FORBIDDEN, str(exc))
+    return {
+        "approval_id": str(approval_id),
+        "status": "approved" if approve else "denied",
+        "result": outcome.as_json(),
+    }
+
+
+@router.post("/v1/approvals/{approval_id}/approve")
+async def approve(request: Request, approval_id: uuid.UUID) -> Any:
+    """Apply the held step in order (and its waiting successors); the decision log records who approved."""
+    return await _answer(request, approval_id, approve=True)
+
+
+@router.post("/v1/approvals/{approval_id}/deny")
+async def deny(request: Request, approval_id: uuid.UUID) -> Any:
+    """REJECTED with code APPROVAL_DENIED: the order waits at the same seq for a corrected step."""
+    return await _answer(request, approval_id, approve=False)

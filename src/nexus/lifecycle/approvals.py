@@ -1,0 +1,132 @@
+"""Human approval of held steps: listing, approving, denying, expiring (`/v1/approvals`, `nexus approvals`).
+
+A step whose process asks for approval is decided HELD by the pure core; its approvals row (migration 0009)
+keeps the envelope. Approving submits that envelope again through `Gateway.submit`'s transaction with the
+answer attached: under the order's advisory lock the row goes from pending to approved exactly once, and the
+step applies in order and drains its successors; denying (or the expiry sweeper) makes it REJECTED with
+APPROVAL_DENIED. The decision log records who answered (`actor`).
+
+Who may answer: `approver_of` turns the caller's principal (nexus.auth, from its API key) into an
+`Approver`; `can_answer` keeps the rule in one place: the `approver` role (else 403 FORBIDDEN), and the
+approval's tenant (another tenant's approval answers 404, as an unknown one: nothing leaks across tenants).
+Listing (`GET /v1/approvals`, approvers and operators) shows the caller's tenant only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import uuid
+from typing import Any
+
+from nexus.auth.roles import Principal, Role
+from nexus.core.envelope import parse_envelope
+from nexus.core.process import Verdict
+from nexus.errors import ApprovalNotPendingError, ErrorCode, NotFoundError
+from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.store.database import Database
+from nexus.store.lifecycle import ApprovalDecision
+from nexus.store.queries import query
+
+log = logging.getLogger(__name__)
+
+EXPIRY_ACTOR = "expiry"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Approver:
+    """Who answers an approval: a name for the decision log, the tenant it acts for (None: every tenant)."""
+
+    name: str
+    tenant_id: str | None
+    roles: frozenset[Role] = frozenset({Role.APPROVER})
+
+
+class ApproverRefused(Exception):
+    """The caller may not answer approvals (no approver role)."""
+
+
+def approver_of(principal: Principal) -> Approver:
+    """The caller (`request.state.principal`, from its API key) as an approver; named in the decision log
+    by its key's name, or `key:<id>`."""
+    return Approver(principal.name or f"key:{principal.key_id}", principal.tenant_id, frozenset(principal.roles))
+
+
+def can_answer(approver: Approver, tenant_id: str) -> bool:
+    """The one rule: ApproverRefused without the approver role; False for another tenant's approval."""
+    if Role.APPROVER not in approver.roles:
+        raise ApproverRefused(f"{approver.name} has no {Role.APPROVER.value} role")
+    return approver.tenant_id is None or approver.tenant_id == tenant_id
+
+
+def approval_json(row: Any) -> dict[str, Any]:
+    envelope = json.loads(row["envelope"])
+    return {
+        "approval_id": str(row["approval_id"]),
+        "tenant_id": row["tenant_id"],
+        "order_id": row["order_id"],
+        "plan_id": row["plan_id"],
+        "seq": row["seq_id"],
+        "event_type": row["event_type"],
+        "event_id": str(row["event_id"]),
+        "data": envelope.get("data", {}),
+        "status": row["status"],
+        "created_at": row["created_at"].isoformat(),
+        "expires_at": row["expires_at"].isoformat() if row["expires_at"] else None,
+        "decided_at": row["decided_at"].isoformat() if row["decided_at"] else None,
+        "decided_by": row["decided_by"],
+    }
+
+
+async def pending(db: Database, approver: Approver, *, limit: int = 100) -> list[dict[str, Any]]:
+    """Pending approvals of the caller's tenant (every tenant for a key spanning them), oldest first."""
+    rows = await db.fetch(query("lifecycle.sql", "pending_approvals"), approver.tenant_id, limit)
+    return [approval_json(r) for r in rows]
+
+
+async def answer(
+    gateway: Gateway, approval_id: uuid.UUID, approver: Approver, *, approve: bool, expired: bool = False
+) -> Outcome:
+    """Approve or deny one pending approval; the held step's decision (APPLY, or REJECTED APPROVAL_DENIED)."""
+    can_answer(approver, "")  # the role first: its refusal says nothing about whether the approval exists
+    row = await gateway.db.fetchrow(query("lifecycle.sql", "approval"), approval_id)
+    if row is None or not can_answer(approver, row["tenant_id"]):
+        raise NotFoundError(f"no approval {approval_id}")  # another tenant's: as if it did not exist
+    if row["status"] != "pending":
+        raise ApprovalNotPendingError(f"approval {approval_id} is {row['status']}")
+    envelope = parse_envelope(row["envelope"])
+    if approve:
+        verdict = None
+    elif expired:
+        verdict = Verdict(ErrorCode.APPROVAL_DENIED, f"approval {approval_id} expired unanswered")
+    else:
+        verdict = Verdict(ErrorCode.APPROVAL_DENIED, f"denied by {approver.name}")
+    status = "approved" if approve else ("expired" if expired else "denied")
+    decision = ApprovalDecision(approval_id, verdict, status, approver.name)
+    item = Incoming(envelope.model_dump_json(), envelope, None, row["traceparent"], tenant_id=row["tenant_id"])
+    [outcome] = await gateway.submit_approval(item, decision)
+    log.info(
+        "approval answered",
+        extra={
+            "action": "approval",
+            "approval_id": str(approval_id),
+            "order_id": envelope.order_id,
+            "tenant_id": envelope.tenant_id,
+            "status": status,
+            "by": approver.name,
+        },
+    )
+    return outcome
+
+
+async def expire(gateway: Gateway, *, limit: int = 100) -> int:
+    """Deny approvals past their `expires_s` (REJECTED APPROVAL_DENIED, by "expiry"); return how many."""
+    done = 0
+    for row in await gateway.db.fetch(query("lifecycle.sql", "expired_approvals"), limit):
+        try:
+            await answer(gateway, row["approval_id"], Approver(EXPIRY_ACTOR, None), approve=False, expired=True)
+            done += 1
+        except (ApprovalNotPendingError, NotFoundError):
+            pass  # answered meanwhile, here or by another gateway
+    return done

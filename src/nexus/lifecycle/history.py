@@ -1,0 +1,44 @@
+"""An order's and a plan's history, read from the decision log (`GET /v1/orders/{id}/history`,
+`GET /v1/plans/{plan_id}/history`, `nexus orders show`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nexus.errors import NotFoundError
+from nexus.store.database import Database
+from nexus.store.queries import query
+
+HISTORY_FIELDS = ("seq", "event_type", "event_id", "decision", "code", "check", "message", "at", "notification_id")
+
+
+def history_item(row: Any) -> dict[str, Any]:
+    """One decision as the API shows it: exactly HISTORY_FIELDS."""
+    return {
+        "seq": row["seq"],
+        "event_type": row["event_type"],
+        "event_id": row["event_id"],
+        "decision": row["decision"],
+        "code": row["code"],
+        "check": row["check"],
+        "message": row["message"],
+        "at": row["at"].isoformat(),
+        "notification_id": str(row["notification_id"]) if row["notification_id"] is not None else None,
+    }
+
+
+async def order_history(db: Database, tenant_id: str, order_id: str) -> list[dict[str, Any]]:
+    """Every decision taken for the tenant's order, oldest first; NotFoundError when there is none."""
+    rows = await db.fetch(query("lifecycle.sql", "order_history"), tenant_id, order_id)
+    if not rows:
+        raise NotFoundError(f"no history for order {order_id!r}")
+    return [history_item(r) for r in rows]
+
+
+async def plan_history(db: Database, plan_id: str, tenant_id: str | None) -> list[dict[str, Any]]:
+    """Every decision taken for the plan's steps (of `tenant_id`; None: every tenant), oldest first;
+    NotFoundError when there is none."""
+    rows = await db.fetch(query("lifecycle.sql", "plan_history"), plan_id, tenant_id)
+    if not rows:
+        raise NotFoundError(f"no history for plan {plan_id!r}")
+    return [history_item(r) for r in rows]

@@ -1,0 +1,152 @@
+"""Waiting for an order to change: one LISTEN connection per process, fanned out to the waiters.
+
+`Gateway.submit` (and every other writer of decisions: sweepers, approvals) sends `NOTIFY nexus_orders,
+'{"tenant": ..., "order_id": ...}'` in the deciding transaction, so PostgreSQL delivers it at commit and
+only then. The process's `DecisionListener` holds the one connection that LISTENs and sets the events of
+the waiters watching that order (an order is the pair tenant, order_id). A notification is only a wake-up:
+a waiter always re-reads the order (or the decision log) itself, so a lost connection costs latency, never
+a change. When the connection is lost (PostgreSQL restarting) every waiter is woken to re-read, and the
+listener reconnects on the core/backoff schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import asyncpg
+
+from nexus.core.backoff import RetryPolicy
+from nexus.retrying import Retrying
+from nexus.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "nexus_orders"
+
+
+class DecisionListener:
+    """The process's one LISTEN connection on `nexus_orders`, and the waiters it wakes."""
+
+    def __init__(self, url: str | None, settings: Settings) -> None:
+        self.url = url
+        self.settings = settings
+        self._waiters: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    @contextlib.contextmanager
+    def watch(self, tenant_id: str, order_id: str) -> Iterator[asyncio.Event]:
+        """An event set whenever a decision about the order commits (or the listener reconnected)."""
+        self.ensure_running()
+        event = asyncio.Event()
+        key = (tenant_id, order_id)
+        self._waiters[key].add(event)
+        try:
+            yield event
+        finally:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[key]
+
+    def ensure_running(self) -> None:
+        """Start the listening task on first use when no one started it (an app without `nexus serve`)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self.run(), name="decision-listener")
+
+    def adopt(self, task: asyncio.Task[None]) -> None:
+        self._task = task
+
+    def _wake_all(self) -> None:
+        for events in list(self._waiters.values()):
+            for event in events:
+                event.set()
+
+    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+        try:
+            body = json.loads(payload)
+            key = (str(body["tenant"]), str(body["order_id"]))
+        except (ValueError, KeyError, TypeError):
+            return  # not ours (someone else NOTIFYing the channel): nothing to wake
+        for event in self._waiters.get(key, ()):
+            event.set()
+
+    async def run(self) -> None:
+        """LISTEN forever; reconnect after a loss (core/backoff schedule), waking every waiter each time."""
+        assert self.url is not None
+        base_ms = self.settings.listen_retry_s * 1000.0
+        retrying = Retrying(RetryPolicy(base_ms=base_ms / 4, max_ms=base_ms * 5), random.Random())
+        while True:
+            conn: asyncpg.Connection | None = None
+            try:
+                conn = await asyncpg.connect(self.url, timeout=10)
+                closed = asyncio.Event()
+                conn.add_termination_listener(lambda *_, closed=closed: closed.set())
+                await conn.add_listener(CHANNEL, self._on_notify)
+                retrying.reset()
+                self.connected.set()
+                self._wake_all()  # changes made while we were not listening: have everyone re-read
+                while not conn.is_closed():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(closed.wait(), timeout=5.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a wake-up shortcut must never take the process down
+                log.info("decision listener lost its connection", exc_info=True, extra={"action": "listen"})
+            finally:
+                self.connected.clear()
+                if conn is not None:
+                    conn.terminate()
+            self._wake_all()
+            await retrying.wait()
+
+
+OrderView = dict[str, Any]
+
+
+def changed(
+    order: OrderView | None, baseline: OrderView | None, after_seq: int | None, after_status: str | None
+) -> bool:
+    """Whether a long poll may answer: last_seq passed `after_seq`, the status differs from `after_status`,
+    or (with neither) the order differs from its first reading."""
+    if after_seq is not None or after_status is not None:
+        if order is None:
+            return False
+        if after_seq is not None and order["last_seq"] > after_seq:
+            return True
+        return after_status is not None and order["status"] != after_status
+    return order != baseline
+
+
+async def wait_for_order(
+    listener: DecisionListener,
+    read: Callable[[], Awaitable[OrderView | None]],
+    tenant_id: str,
+    order_id: str,
+    wait_s: float,
+    *,
+    after_seq: int | None = None,
+    after_status: str | None = None,
+) -> OrderView | None:
+    """The order as soon as it `changed`, else its current state after `wait_s` seconds (a long poll)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    with listener.watch(tenant_id, order_id) as woken:
+        baseline = order = await read()
+        while not changed(order, baseline, after_seq, after_status):
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout=left)
+            woken.clear()
+            order = await read()
+    return order

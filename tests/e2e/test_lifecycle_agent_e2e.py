@@ -1,0 +1,54 @@
+"""issue 13, the lab: `nexus agent` replanning mid-order and stalling before its last step, against a real
+`nexus serve` (dispatcher, faulty sink), and `nexus check` accounting for superseded and timed-out plans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from nexus.settings import Settings
+from nexus.store.database import Database
+from tests.conftest import NexusProcess
+from tests.e2e.test_agent_e2e import run_agent, run_check, start_stack
+
+MODES = [
+    "--inventory-failure-rate", "0.25",
+    "--payment-rejection-rate", "0.3",
+    "--hostile-rate", "0.3",
+    "--replan-rate", "0.5",
+    "--stall-rate", "0.5",
+    "--stall-deadline-s", "8",  # from each plan's start: room to send all but the last step on a loaded machine
+]  # fmt: skip
+
+
+async def test_replanning_and_stalling_agents_pass_the_checker(
+    settings: Settings, start_gateway: Any, nexus_procs: list[NexusProcess], tmp_path: Path, db: Database
+) -> None:
+    """24 plans, about half replanned (REPLAN, the new plan goes on, an old-plan straggler DISCARD
+    PLAN_SUPERSEDED) and a third stalled (the gateway's deadline sweep aborts them, abort_code timeout),
+    with the other hostile modes: every ack as expected and every invariant of the checker holds."""
+    stack = start_stack(settings.replace(deadline_sweep_s=0.2), start_gateway, nexus_procs, tmp_path)
+    report_path = tmp_path / "report.json"
+    report = run_agent(stack, report_path, 24, *MODES)
+    assert report["complete"] and report["summary"]["unexpected_decisions"] == 0
+    used = report["summary"]["hostile"]
+    assert used["replan"] > 0 and used["stall"] > 0
+    replanned = [p for p in report["plans"] if "replan" in p["hostile"]]
+    stalled = [p for p in report["plans"] if "stall" in p["hostile"]]
+    assert all(p["final_plan_id"] == p["plan_id"] + "-r" for p in replanned)
+    stragglers = [e for p in replanned for e in p["events"] if e["mode"] == "replan" and not e["honest"]]
+    assert stragglers and all((e["decision"], e["code"]) == ("DISCARD", "PLAN_SUPERSEDED") for e in stragglers)
+    done = run_check(stack, report_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all invariants held" in done.stdout
+    order_ids = [p["order_id"] for p in report["plans"]]
+    superseded = await db.fetchval(
+        "SELECT count(*) FROM orders WHERE order_id = ANY($1::text[]) AND cardinality(superseded_plans) > 0", order_ids
+    )
+    timed_out = await db.fetch(
+        "SELECT order_id FROM outbox WHERE order_id = ANY($1::text[]) AND event_type = 'ABORT_PLAN'"
+        " AND payload->'event'->'data'->>'abort_code' = 'timeout'",
+        order_ids,
+    )
+    assert superseded == len(replanned)
+    assert sorted(r["order_id"] for r in timed_out) == sorted(p["order_id"] for p in stalled)
