@@ -82,7 +82,12 @@ def start_gateway(url: str, port: int, ratio: float | None, collector: str) -> s
     proc = subprocess.Popen(
         [*NEXUS_CMD, "serve", "--no-dispatcher"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    wait_http(f"http://127.0.0.1:{port}/healthz", timeout=60)
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=180)  # a loaded machine starts slowly
+    except TimeoutError:
+        proc.kill()
+        proc.wait(30)
+        raise
     return proc
 
 

@@ -138,15 +138,25 @@ def uninstrument_libraries() -> None:
 
 
 class _InsideTraces:
-    """A tracer provider for the library instrumentations whose tracers start a span only under a valid
+    """A tracer provider for the library instrumentations whose tracers start a span only under a sampled
     parent (ours, or an agent's extracted from a record): background polling, hundreds of queries a
-    minute with no request behind them, would otherwise each be a root trace of its own."""
+    minute with no request behind them, would otherwise each be a root trace of its own, and under an
+    unsampled request each statement would still pay for a span that is never recorded."""
 
     def __init__(self, provider: Any) -> None:
         self._provider = provider
 
     def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
         return _InsideTracer(self._provider.get_tracer(*args, **kwargs))
+
+
+def _sampled_parent(context: Any) -> bool:
+    """Whether the context's span is a sampled parent (ours, or a remote agent's): under an unsampled one a
+    library span would not be recorded anyway (parent-based sampling), so it is not even started."""
+    from opentelemetry import trace
+
+    parent = trace.get_current_span(context).get_span_context()
+    return parent.is_valid and parent.trace_flags.sampled
 
 
 class _InsideTracer:
@@ -156,7 +166,7 @@ class _InsideTracer:
     def start_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Any:
         from opentelemetry import trace
 
-        if not trace.get_current_span(context).get_span_context().is_valid:
+        if not _sampled_parent(context):
             return trace.INVALID_SPAN
         return self._tracer.start_span(name, context, *args, **kwargs)
 
@@ -164,7 +174,7 @@ class _InsideTracer:
     def start_as_current_span(self, name: str, context: Any = None, *args: Any, **kwargs: Any) -> Iterator[Any]:
         from opentelemetry import trace
 
-        if not trace.get_current_span(context).get_span_context().is_valid:
+        if not _sampled_parent(context):
             yield trace.INVALID_SPAN
             return
         with self._tracer.start_as_current_span(name, context, *args, **kwargs) as span:
