@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -156,6 +157,7 @@ async def serve(
         if http:
             app = create_app(db, gateway, committer, settings=settings, decision_listener=listener)
             server = _Server(server_config(app, settings))
+            freeze_startup_objects()
             if on_ready is not None:
                 asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006
             stopper = asyncio.create_task(_stop_server_on(stop, server))
@@ -177,6 +179,14 @@ async def serve(
         tracing.shutdown()  # the spans still batched are exported
     if failures:
         raise ServiceFailed("; ".join(failures))
+
+
+def freeze_startup_objects() -> None:
+    """Move everything built at startup (modules, the app, pydantic's validators) out of the collector's
+    sight: a full collection no longer walks them, and the request path allocates enough for those to run
+    often (issue 17: 15 % of the server's samples under wrk were the collector)."""
+    gc.collect()
+    gc.freeze()
 
 
 async def serve_metrics(db: Database, bind: str) -> None:

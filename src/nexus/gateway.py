@@ -22,7 +22,7 @@ from typing import Any
 import asyncpg
 
 from nexus import metrics, tracing
-from nexus.audit.log import record_entries
+from nexus.audit.log import record_columns, record_entries
 from nexus.core import strict_json
 from nexus.core.audit import INGRESS_ORDER, Entry, resolution_entries
 from nexus.core.envelope import EventEnvelope, parse_envelope
@@ -156,22 +156,22 @@ class _Writes:
     approvals: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
     cancelled: list[uuid.UUID] = dataclasses.field(default_factory=list)
 
-    async def run(self, conn: asyncpg.Connection) -> list[int]:
+    async def run(self, conn: asyncpg.Connection, records: list[list[Any]] | None = None) -> list[int]:
+        """Write the rows; `records`: the decision log's columns (audit.log.record_columns). The usual rows
+        (orders, notifications and their deliveries, decision log) go in one statement (issue 17)."""
         await lifecycle_records.write_approvals(conn, self.approvals, self.cancelled)  # issue 13: held steps
-        if self.orders:
-            await conn.execute(query("gateway.sql", "upsert_orders"), *_columns(self.orders, 12))
         if self.rejected:
             await conn.execute(query("gateway.sql", "insert_rejected"), *_columns(self.rejected, 11))
         if self.pending_del:
             await conn.execute(query("gateway.sql", "delete_pending"), *_columns(self.pending_del, 3))
         if self.pending_add:
             await conn.execute(query("gateway.sql", "insert_pending"), *_columns(self.pending_add, 7))
-        if self.outbox:
-            cols = _columns(self.outbox, 10)
-            await conn.execute(query("gateway.sql", "insert_outbox"), *cols)
-            await conn.execute(query("gateway.sql", "insert_deliveries"), cols[0])
-            # Delivered at commit, and only then: wakes dispatchers without waiting for their poll.
-            await conn.execute(query("gateway.sql", "notify_outbox"))
+        records = records or [[] for _ in range(15)]
+        if self.orders or self.outbox or records[0]:
+            # Notifications wake the dispatchers at commit, and only then, without waiting for their poll.
+            await conn.execute(
+                query("gateway.sql", "write_batch"), *_columns(self.orders, 12), *_columns(self.outbox, 10), *records
+            )
         if self.dead:
             rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(self.dead, 8))
             return [r["id"] for r in rows]
@@ -290,6 +290,7 @@ class Gateway:
         outcomes: list[Outcome | None] = [None] * len(items)
         writes = _Writes()
         dead_index: list[int] = []
+        heads: dict[tuple[str, str], tuple[int, bytes]] = {}
         drained = 0
         blocked: list[ErrorCode] = []
         audit: list[Entry] = []  # issue 12: the decision log's rows, in decision order
@@ -301,11 +302,10 @@ class Gateway:
             async with self.db.pool.acquire() as conn, conn.transaction():
                 if order_ids:
                     await conn.execute(query("gateway.sql", "lock_orders"), *_pairs(order_ids))
-                    states, pending = await self._read(conn, order_ids)
+                    states, pending, rejected, limits, heads = await self._read_batch(conn, order_ids)
                     await self._read_sagas(conn, states, items, by_order)  # issue 14
                     if decided:  # issue 13: an approval is answered once, under its order's lock
                         await lifecycle_records.decide_approvals(conn, decided)
-                    rejected, limits = await self._read_rejections(conn, order_ids)
                     for key in order_ids:
                         order_id = key[1]
                         indexes = by_order[key]
@@ -376,10 +376,11 @@ class Gateway:
                             if item.envelope is not None and outcome is not None
                         ),
                     )
-                dead_ids = await writes.run(conn)
+                entries = audit if self.decision_log else []
+                records = await record_columns(conn, entries, heads, set(order_ids))
+                dead_ids = await writes.run(conn, records)
                 if self.effect_processes:  # issue 14
                     await saga_records.record(conn, resolutions, self.catalog, all_traces)
-                await record_entries(conn, audit if self.decision_log else [])
                 await lifecycle_records.notify_orders(conn, order_ids)  # issue 13: wake their waiters at commit
 
         for i, dead_id in zip(dead_index, dead_ids, strict=False):
@@ -391,9 +392,53 @@ class Gateway:
         metrics.record_blocked(blocked)
         return final
 
+    async def _read_batch(
+        self, conn: asyncpg.Connection, order_ids: list[tuple[str, str]]
+    ) -> tuple[
+        dict[tuple[str, str], OrderState],
+        dict[tuple[str, str], dict[int, EventEnvelope]],
+        dict[tuple[str, str], dict[uuid.UUID, Verdict]],
+        dict[str, dict[str, Any]],
+        dict[tuple[str, str], tuple[int, bytes]],
+    ]:
+        """The orders' rows and buffered steps, their rejected steps by event_id and the tenants' limits
+        (when steps are validated), and their decision-log chain heads: one statement (issue 17)."""
+        tenants = sorted({tenant for tenant, _ in order_ids})
+        rows = await conn.fetch(
+            query("gateway.sql", "read_batch"), *_pairs(order_ids), tenants, self.catalog is not None
+        )
+        pending: dict[tuple[str, str], dict[int, EventEnvelope]] = defaultdict(dict)
+        rejected: dict[tuple[str, str], dict[uuid.UUID, Verdict]] = defaultdict(dict)
+        limits: dict[str, dict[str, Any]] = {}
+        heads: dict[tuple[str, str], tuple[int, bytes]] = {}
+        order_rows = []
+        for row in rows:
+            kind = row["kind"]
+            if kind == "order":
+                order_rows.append(row)
+            elif kind == "head":
+                heads[(row["tenant_id"], row["order_id"])] = (row["position"], bytes(row["hash"]))
+            elif kind == "pending":
+                pending[(row["tenant_id"], row["order_id"])][row["seq_id"]] = parse_envelope(row["envelope"])
+            elif kind == "rejected":
+                verdict = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
+                rejected[(row["tenant_id"], row["order_id"])][row["event_id"]] = verdict
+            else:
+                limits[row["tenant_id"]] = {"max_order_amount": Decimal(row["max_order_amount"])}
+        states = {(r["tenant_id"], r["order_id"]): _state_of(r, pending) for r in order_rows}
+        for oid, steps in pending.items():
+            if oid not in states:
+                # the plan of a buffered step (any: they share it, or PLAN_MISMATCH kept them out)
+                plan_id = next(iter(steps.values())).plan_id
+                states[oid] = OrderState(oid[1], plan_id=plan_id, buffered=frozenset(steps))
+        if self.catalog is not None:  # issue 13: a step held for approval takes its order's next seq
+            await lifecycle_records.read_held(conn, states, order_ids)
+        return states, pending, rejected, limits, heads
+
     async def _read(
         self, conn: asyncpg.Connection, order_ids: list[tuple[str, str]]
     ) -> tuple[dict[tuple[str, str], OrderState], dict[tuple[str, str], dict[int, EventEnvelope]]]:
+        """The orders' states and buffered steps (for the saga outcomes; submit reads with `_read_batch`)."""
         pending: dict[tuple[str, str], dict[int, EventEnvelope]] = defaultdict(dict)
         plans: dict[tuple[str, str], str] = {}
         for row in await conn.fetch(query("gateway.sql", "read_pending"), *_pairs(order_ids)):
@@ -403,21 +448,7 @@ class Gateway:
             plans[key] = envelope.plan_id
         states: dict[tuple[str, str], OrderState] = {}
         for row in await conn.fetch(query("gateway.sql", "read_orders"), *_pairs(order_ids)):
-            oid = (row["tenant_id"], row["order_id"])
-            states[oid] = OrderState(
-                order_id=row["order_id"],
-                plan_id=row["plan_id"],
-                status=as_status(row["status"]),
-                last_seq=row["last_seq"],
-                buffered=frozenset(pending.get(oid, {})),
-                tombstone=row["tombstone"],
-                outbox_count=row["outbox_count"],
-                process=row["process"],
-                process_version=row["process_version"],
-                facts=json.loads(row["facts"]) if row["facts"] != "{}" else {},
-                superseded=frozenset(row["superseded_plans"]),
-                deadline_at=row["deadline_at"],
-            )
+            states[(row["tenant_id"], row["order_id"])] = _state_of(row, pending)
         for oid, seqs in pending.items():
             if oid not in states:
                 states[oid] = OrderState(oid[1], plan_id=plans[oid], buffered=frozenset(seqs))
@@ -641,6 +672,24 @@ class Gateway:
         metrics.record_buffer_timeouts(len(rows))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(rows)})
         return [r["id"] for r in ids]
+
+
+def _state_of(row: Any, pending: dict[tuple[str, str], dict[int, EventEnvelope]]) -> OrderState:
+    """An order's state from its row (read_orders, read_batch) and its buffered steps."""
+    return OrderState(
+        order_id=row["order_id"],
+        plan_id=row["plan_id"],
+        status=as_status(row["status"]),
+        last_seq=row["last_seq"],
+        buffered=frozenset(pending.get((row["tenant_id"], row["order_id"]), {})),
+        tombstone=row["tombstone"],
+        outbox_count=row["outbox_count"],
+        process=row["process"],
+        process_version=row["process_version"],
+        facts=json.loads(row["facts"]) if row["facts"] != "{}" else {},
+        superseded=frozenset(row["superseded_plans"] or ()),
+        deadline_at=row["deadline_at"],
+    )
 
 
 def _text(value: str) -> str:

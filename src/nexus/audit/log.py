@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import asyncpg
 
@@ -20,16 +21,33 @@ async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at:
     """
     if not entries:
         return
-    chains = sorted({e.chain for e in entries})
+    await conn.execute(query("audit.sql", "insert_records"), *await record_columns(conn, entries, {}, set(), at))
+
+
+async def record_columns(
+    conn: asyncpg.Connection,
+    entries: Sequence[Entry],
+    heads: Mapping[tuple[str, str], tuple[int, bytes]],
+    known: set[tuple[str, str]],
+    at: dt.datetime | None = None,
+) -> list[list[Any]]:
+    """The columns of audit.sql `insert_records` for `entries` (see `record_entries`). `heads`: the heads
+    of the chains in `known`, already read under their locks (a chain in `known` without a head is new);
+    the heads of the other chains are read here (issue 17: Gateway.submit reads its orders' heads with
+    the rest of the batch)."""
+    if not entries:
+        return [[] for _ in range(15)]
+    chains = sorted({e.chain for e in entries} - known)
     ingress = [(tenant, order_id) for tenant, order_id in chains if order_id == INGRESS_ORDER]
     if ingress:
         await conn.execute(query("gateway.sql", "lock_orders"), [t for t, _ in ingress], [o for _, o in ingress])
-    rows = await conn.fetch(query("audit.sql", "read_heads"), [t for t, _ in chains], [o for _, o in chains])
-    heads = {(r["tenant_id"], r["order_id"]): (r["position"], bytes(r["hash"])) for r in rows}
+    current = dict(heads)
+    if chains:
+        rows = await conn.fetch(query("audit.sql", "read_heads"), [t for t, _ in chains], [o for _, o in chains])
+        current.update({(r["tenant_id"], r["order_id"]): (r["position"], bytes(r["hash"])) for r in rows})
     now = at or dt.datetime.now(dt.UTC)
-    positions, prevs, hashes = place(entries, heads, now)
-    await conn.execute(
-        query("audit.sql", "insert_records"),
+    positions, prevs, hashes = place(entries, current, now)
+    return [
         [e.tenant_id for e in entries],
         [e.order_id for e in entries],
         positions,
@@ -45,4 +63,4 @@ async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at:
         [e.message for e in entries],
         prevs,
         hashes,
-    )
+    ]

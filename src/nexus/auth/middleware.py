@@ -18,7 +18,7 @@ from typing import Any
 
 from nexus.auth.keys import KeyCache
 from nexus.auth.ratelimit import RateLimiter, retry_after_header
-from nexus.auth.roles import Principal, allowed, required_roles, uses_session
+from nexus.auth.roles import Principal, Role, allowed, required_roles, uses_session
 from nexus.auth.sessions import COOKIE, SessionStore, cookie_of
 from nexus.errors import ErrorCode, NexusError
 
@@ -35,29 +35,26 @@ def principal_of(request: Any) -> Principal:
     return principal
 
 
-class AuthMiddleware:
+class Gatekeeper:
+    """Who is calling, and may they: the key (or console session), the route's roles, the rate limit.
+    Shared by the middleware and the events fast path (nexus.ingress.fast_events), so both refuse alike."""
+
     def __init__(
-        self, app: Any, keys: KeyCache, limiter: RateLimiter | None = None, sessions: SessionStore | None = None
+        self, keys: KeyCache, limiter: RateLimiter | None = None, sessions: SessionStore | None = None
     ) -> None:
-        self.app = app
         self.keys = keys
         self.limiter = limiter
         self.sessions = sessions
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        roles = required_roles(scope["method"], scope["path"])
-        if not roles:
-            await self.app(scope, receive, send)
-            return
+    async def admit(self, scope: Scope, send: Send, roles: frozenset[Role]) -> Principal | None:
+        """The caller's principal; None once a refusal (401, 403, 429, 503, or the console's sign-in
+        redirect) has been sent."""
         session_route = uses_session(scope["path"])
         if session_route:  # issue 16: the console signs in with a form; its session cookie stands for the key
             session = self.sessions.get(cookie_of(scope["headers"], COOKIE)) if self.sessions else None
             if session is None:
                 await _to_login(send)
-                return
+                return None
             key: str | None = session.key
             scope.setdefault("state", {})["console_session"] = session
         else:
@@ -65,23 +62,23 @@ class AuthMiddleware:
         if key is None:
             message = "an API key is required (Authorization: Bearer <key>)"
             await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, message)
-            return
+            return None
         try:
             principal = await self.keys.lookup(key)
         except NexusError as exc:
             message = "cannot check the API key now"
             await _refuse(scope, send, 503, exc.code, message, {"retry-after": "1"}, retryable=True)
-            return
+            return None
         if principal is None:
             if session_route:
                 await _to_login(send)
-                return
+                return None
             await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, "unknown or revoked API key")
-            return
+            return None
         if not allowed(principal, roles):
             need = " or ".join(sorted(r.value for r in roles))
             await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, f"this key lacks the role for this route ({need})")
-            return
+            return None
         if self.limiter is not None:
             wait = self.limiter.take(principal.key_id, principal.roles, time.monotonic())
             if wait > 0:
@@ -93,9 +90,29 @@ class AuthMiddleware:
                     "rate limit of this key exceeded",
                     {"retry-after": retry_after_header(wait)},
                 )
-                return
-        scope.setdefault("state", {})["principal"] = principal
-        await self.app(scope, receive, send)
+                return None
+        return principal
+
+
+class AuthMiddleware:
+    def __init__(
+        self, app: Any, keys: KeyCache, limiter: RateLimiter | None = None, sessions: SessionStore | None = None
+    ) -> None:
+        self.app = app
+        self.gate = Gatekeeper(keys, limiter, sessions)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        roles = required_roles(scope["method"], scope["path"])
+        if not roles:
+            await self.app(scope, receive, send)
+            return
+        principal = await self.gate.admit(scope, send, roles)
+        if principal is not None:
+            scope.setdefault("state", {})["principal"] = principal
+            await self.app(scope, receive, send)
 
 
 async def _to_login(send: Send) -> None:

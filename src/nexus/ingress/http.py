@@ -13,18 +13,18 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from nexus import metrics, tracing
 from nexus.auth import tenants
 from nexus.auth.keys import KeyCache
-from nexus.auth.middleware import AuthMiddleware, principal_of
+from nexus.auth.middleware import AuthMiddleware, Gatekeeper, principal_of
 from nexus.auth.ratelimit import RateLimiter
 from nexus.auth.roles import read_tenant
 from nexus.auth.sessions import SessionStore
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
-from nexus.core.sequencing import Decision
-from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
+from nexus.errors import AlreadyRedrivenError, NexusError, NotFoundError
 from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.ingress import http_errors
 from nexus.ingress.batcher import GroupCommitter
-from nexus.ingress.events_body import Refusal, media_type_refusal, parse, read_body
-from nexus.ingress.http_errors import ERROR_RESPONSES, error_body, error_response
+from nexus.ingress.events_body import Refusal, media_type_refusal, read_body
+from nexus.ingress.fast_events import EventsFastPath, answer_events
+from nexus.ingress.http_errors import ERROR_RESPONSES, error_response
 from nexus.saga.admin import effect_of, order_saga
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -71,9 +71,12 @@ def create_app(
     # issue 11: every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
     keys = KeyCache(db, ttl_s=db.settings.auth_cache_ttl_s)
     sessions = SessionStore(db.settings.console_session_ttl_s)  # issue 16: the console's sign-ins
-    app.add_middleware(AuthMiddleware, keys=keys, limiter=RateLimiter(rate_limits(db.settings)), sessions=sessions)
+    limiter = RateLimiter(rate_limits(db.settings))  # one set of buckets for both paths below
+    app.add_middleware(AuthMiddleware, keys=keys, limiter=limiter, sessions=sessions)
     if tracing.active():  # issue 16: the maintained ASGI instrumentation, outermost; absent when tracing is off
         tracing.instrument(app)
+    # issue 17: POST /v1/events without the framework's layers (it steps aside while tracing is on)
+    app.add_middleware(EventsFastPath, gate=Gatekeeper(keys, limiter, sessions), submitter=submitter, settings=settings)
 
     @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
     async def post_events(request: Request) -> JSONResponse:
@@ -81,27 +84,9 @@ def create_app(
         body = refusal or await read_body(request, settings.max_body_bytes)
         if isinstance(body, Refusal):
             return error_response(body.status, body.code, body.message)
-        parsed = await parse(body, request.headers.get("traceparent"), settings)
-        if isinstance(parsed, Refusal):
-            return error_response(parsed.status, parsed.code, parsed.message)
-        principal = principal_of(request)
-        bound = [tenants.bind(item, principal.tenant_id) for item in parsed.items]
-        if any(b is None for b in bound):
-            # Refused as a whole, before anything is decided or written (no dead letter either).
-            return error_response(
-                403,
-                ErrorCode.TENANT_MISMATCH,
-                f"an envelope names another tenant than this key's ({principal.tenant_id})",
-            )
-        outcomes = await submitter.submit([b for b in bound if b is not None])
-        results = [o.as_json() for o in outcomes]
-        status = _single_status(outcomes[0]) if parsed.single and outcomes else 200
-        content: dict[str, Any] = {"results": results}
-        if status >= 400:
-            first = outcomes[0]
-            code = first.code or ErrorCode.INVALID_EVENT
-            extra = {"check": first.check} if first.decision is Decision.REJECTED else {}
-            content = {**error_body(code, first.message or first.error or code.value, **extra), "results": results}
+        status, content = await answer_events(
+            body, request.headers.get("traceparent"), principal_of(request), settings, submitter
+        )
         return JSONResponse(content, status_code=status)
 
     @app.get("/v1/orders/{order_id}")
@@ -276,18 +261,6 @@ async def read_order(db: Database, tenant_id: str, order_id: str) -> dict[str, A
         body["saga"] = saga
         body["effect"] = effect_of(saga)
     return body
-
-
-def _single_status(outcome: Outcome) -> int:
-    if outcome.decision is Decision.DEAD_LETTER:
-        return 400 if outcome.code is ErrorCode.PARSE_ERROR else 422
-    if outcome.decision is Decision.PLAN_MISMATCH:
-        return 409
-    if outcome.decision is Decision.REJECTED:
-        return 422
-    if outcome.decision is Decision.HELD:
-        return 202  # issue 13: accepted, waiting for a person
-    return 200
 
 
 def dead_letter_json(row: Any) -> dict[str, Any]:

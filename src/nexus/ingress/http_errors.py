@@ -86,6 +86,25 @@ def status_of(exc: NexusError) -> int:
     return 500
 
 
+def request_id_for(scope: Scope) -> str:
+    """The request's id: the caller's `X-Request-ID` (the last one) when it is a safe identifier, else new."""
+    given = dict(scope.get("headers") or []).get(REQUEST_ID_HEADER.lower().encode(), b"")
+    try:
+        candidate = given.decode("ascii")
+    except UnicodeDecodeError:
+        candidate = ""
+    return candidate if candidate and len(candidate) <= 100 and is_safe_identifier(candidate) else uuid.uuid4().hex
+
+
+def use_request_id(rid: str) -> contextvars.Token[str]:
+    """Make `rid` the id `error_body` puts in answers (reset with the token when the request is done)."""
+    return _request_id.set(rid)
+
+
+def reset_request_id(token: contextvars.Token[str]) -> None:
+    _request_id.reset(token)
+
+
 class RequestContext:
     """Pure ASGI middleware: request id, the last word on unhandled errors, quiet client disconnects."""
 
@@ -96,12 +115,7 @@ class RequestContext:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        given = dict(scope.get("headers") or []).get(REQUEST_ID_HEADER.lower().encode(), b"")
-        try:
-            candidate = given.decode("ascii")
-        except UnicodeDecodeError:
-            candidate = ""
-        rid = candidate if candidate and len(candidate) <= 100 and is_safe_identifier(candidate) else uuid.uuid4().hex
+        rid = request_id_for(scope)
         token = _request_id.set(rid)
         started = False
 

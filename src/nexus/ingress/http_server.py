@@ -4,7 +4,8 @@ uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but never a co
 head or body stops half way (one byte a minute keeps it forever), and its connection cap answers in
 plain text. `GuardedHttpToolsProtocol` adds a read deadline per request (from its first byte until its
 body has fully arrived), a cap on the bytes of a request head, and the cap on connections and in-flight
-requests answered with the API's one error shape.
+requests answered with the API's one error shape. It also sends each response's head and body in one
+write (uvicorn writes them separately: two system calls and two TCP segments per answer; issue 17).
 """
 
 from __future__ import annotations
@@ -44,6 +45,42 @@ def _refusal(status: int, code: ErrorCode, message: str) -> Any:
 
 _busy = _refusal(503, ErrorCode.SERVER_BUSY, "too many connections or requests in flight; retry later")
 _head_too_large = _refusal(431, ErrorCode.INVALID_REQUEST, "request line and headers too large")
+
+
+class _OneWritePerResponse:
+    """The transport as a response cycle sees it: a response head is held until its body is written, and
+    both go out in one write. A head whose body does not follow in the same turn of the loop (a streamed
+    answer, HEAD) is written on the next turn; close() writes what is held first."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._held is None:
+            if data.startswith(b"HTTP/1.1 ") and data.endswith(b"\r\n\r\n"):
+                self._held = data
+                self._loop.call_soon(self.flush)
+                return
+            self._transport.write(data)
+            return
+        held, self._held = self._held, None
+        self._transport.write(held + data)
+
+    def flush(self) -> None:
+        if self._held is not None:
+            held, self._held = self._held, None
+            self._transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
@@ -92,14 +129,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         elif cap is not None and (len(self.connections) > cap or len(self.tasks) >= cap):
             log.warning("connection cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
             refusal = _busy
+        before = self.cycle
         if refusal is None:
             super().on_headers_complete()
-            return
-        app, self.app = self.app, refusal
-        try:
-            super().on_headers_complete()
-        finally:
-            self.app = app
+        else:
+            app, self.app = self.app, refusal
+            try:
+                super().on_headers_complete()
+            finally:
+                self.app = app
+        if self.cycle is not None and self.cycle is not before:  # a new request (not an upgrade)
+            # Its task has not run yet: it starts on the next turn of the loop.
+            self.cycle.transport = _OneWritePerResponse(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

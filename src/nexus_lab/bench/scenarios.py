@@ -272,7 +272,7 @@ def start_server(url: str, port: int, command: Sequence[str] | None = None) -> s
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=30)
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=120)  # a loaded machine starts Python slowly
     except TimeoutError:
         proc.kill()
         raise RuntimeError("nexus serve did not start") from None

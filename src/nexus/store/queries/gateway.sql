@@ -124,3 +124,103 @@ RETURNING p.tenant_id, p.order_id, p.seq_id, p.event_id::text AS event_id, p.pla
 -- {"tenant", "order_id"} (an order is the pair).
 SELECT pg_notify('nexus_orders', json_build_object('tenant', t, 'order_id', o)::text)
 FROM unnest($1::text[], $2::text[]) AS u(t, o);
+
+-- issue 17: the batch in fewer round trips (lock; one read; one write of the usual rows)
+
+-- name: read_batch
+-- Everything `Gateway.submit` reads of a batch's orders after `lock_orders`, in one statement: their
+-- rows ('order'), buffered steps ('pending'), rejected steps ('rejected'), the tenants' limits ('limit',
+-- only when $4) and the decision log's chain heads ('head'). $1/$2 the (tenant, order) pairs, $3 the
+-- tenants. Columns a kind does not use are NULL.
+SELECT 'order' AS kind, o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count,
+       o.process, o.process_version, o.facts::text AS facts, NULL::int AS seq_id, NULL::text AS envelope,
+       NULL::uuid AS event_id, NULL::text AS code, NULL::text AS check_id, NULL::text AS message,
+       NULL::text AS max_order_amount, NULL::int AS position, NULL::bytea AS hash,
+       o.superseded_plans, o.deadline_at
+FROM orders AS o JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON o.tenant_id = u.t AND o.order_id = u.oid
+UNION ALL
+SELECT 'pending', p.tenant_id, p.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, p.seq_id,
+       p.envelope::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM pending_events AS p
+JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid
+UNION ALL
+SELECT 'rejected', r.tenant_id, r.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       r.event_id, r.code, r.check_id, r.message, NULL, NULL, NULL, NULL, NULL
+FROM rejected_events AS r
+JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON r.tenant_id = u.t AND r.order_id = u.oid
+WHERE $4::bool
+UNION ALL
+SELECT 'limit', tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, max_order_amount::text, NULL, NULL, NULL, NULL
+FROM tenant_limits WHERE $4::bool AND tenant_id = ANY($3::text[])
+UNION ALL
+SELECT 'head', u.tenant_id, u.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, h.position, h.hash, NULL, NULL
+FROM unnest($1::text[], $2::text[]) AS u(tenant_id, order_id)
+CROSS JOIN LATERAL (
+    SELECT d.position, d.hash FROM decision_log AS d
+    WHERE d.order_id = u.order_id AND d.tenant_id = u.tenant_id
+    ORDER BY d.position DESC LIMIT 1
+) AS h;
+
+-- name: write_batch
+-- The usual writes of a batch in one statement: orders ($1-$12, as upsert_orders), notifications ($13-$22,
+-- as insert_outbox) with their deliveries (as insert_deliveries, from the rows just inserted) and the
+-- dispatchers' wake-up, and the decision log's records ($23-$37, as audit.sql insert_records).
+WITH upserted AS (
+    INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
+                        process_version, facts, superseded_plans, deadline_at)
+    SELECT order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version,
+           facts::jsonb, string_to_array(superseded, chr(31)), deadline_at
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::int[], $8::text[],
+                $9::int[], $10::text[], $11::text[], $12::timestamptz[])
+        AS u(order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version,
+             facts, superseded, deadline_at)
+    ON CONFLICT (tenant_id, order_id) DO UPDATE SET
+        plan_id = EXCLUDED.plan_id,
+        status = EXCLUDED.status,
+        last_seq = EXCLUDED.last_seq,
+        tombstone = EXCLUDED.tombstone,
+        outbox_count = EXCLUDED.outbox_count,
+        process = EXCLUDED.process,
+        process_version = EXCLUDED.process_version,
+        facts = EXCLUDED.facts,
+        superseded_plans = EXCLUDED.superseded_plans,
+        deadline_at = EXCLUDED.deadline_at,
+        updated_at = now()
+    RETURNING 1
+), outboxed AS (
+    INSERT INTO outbox (id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent,
+                        tenant_id)
+    SELECT id, order_id, position, event_id, event_type, seq_id, plan_id, payload::jsonb, traceparent, tenant_id
+    FROM unnest($13::uuid[], $14::text[], $15::int[], $16::uuid[], $17::text[], $18::int[], $19::text[],
+                $20::text[], $21::text[], $22::text[])
+        AS u(id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent, tenant_id)
+    RETURNING id, tenant_id, order_id, position, event_type
+), delivered AS (
+    INSERT INTO deliveries (outbox_id, subscription_id, tenant_id, order_id, position, head)
+    SELECT o.id, s.id, o.tenant_id, o.order_id, o.position,
+           o.position = min(o.position) OVER (PARTITION BY s.id, o.tenant_id, o.order_id)
+           AND (SELECT p.position FROM deliveries AS p
+                WHERE p.subscription_id = s.id AND p.tenant_id = o.tenant_id AND p.order_id = o.order_id
+                  AND p.state = 'pending'
+                LIMIT 1) IS NULL
+    FROM outboxed AS o
+    JOIN subscriptions AS s ON s.enabled AND (s.event_types IS NULL OR o.event_type = ANY (s.event_types))
+        AND (s.tenant_id IS NULL OR s.tenant_id = o.tenant_id)
+    RETURNING 1
+), logged AS (
+    INSERT INTO decision_log (tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
+                              decision, code, "check", message, prev_hash, hash)
+    SELECT tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
+           decision, code, "check", message, prev_hash, hash
+    FROM unnest($23::text[], $24::text[], $25::int[], $26::timestamptz[], $27::text[], $28::text[], $29::text[],
+                $30::int[], $31::text[], $32::text[], $33::text[], $34::text[], $35::text[], $36::bytea[],
+                $37::bytea[]) WITH ORDINALITY
+        AS u(tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type, decision, code,
+             "check", message, prev_hash, hash, n)
+    ORDER BY n
+    RETURNING 1
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM outboxed) THEN pg_notify('nexus_outbox', '') END AS notified,
+       (SELECT count(*) FROM upserted) + (SELECT count(*) FROM delivered) + (SELECT count(*) FROM logged) AS rows;

@@ -1,0 +1,175 @@
+"""`POST /v1/events`, answered without the framework's per-request layers (issue 17).
+
+The route is the gateway's hot path: under wrk, the framework's middleware stack, routing and request
+objects took more of the server's time than deciding the events. `EventsFastPath` is a pure ASGI
+middleware, outermost, that answers `POST /v1/events` itself and hands every other request (and this one
+too while tracing is on, so its spans stay those of the maintained ASGI instrumentation) to the app.
+
+It keeps every check of the framework route, through the same code: the key, role and rate limit
+(`Gatekeeper`, shared with `AuthMiddleware`, and the same `RateLimiter` buckets), the media type, the body
+size (declared and streamed), the strict JSON and limits (`events_body`), the tenant binding, group commit,
+and the answer (`answer_events`, which the framework route calls too). Its responses are the framework's
+byte for byte: the same JSON rendering, the same headers, `X-Request-ID`, every error in the one shape with
+its request id, and a 500 logged with a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from nexus import tracing
+from nexus.auth import tenants
+from nexus.auth.middleware import Gatekeeper
+from nexus.auth.roles import Principal, required_roles
+from nexus.core.sequencing import Decision
+from nexus.errors import ErrorCode, NexusError
+from nexus.gateway import Outcome
+from nexus.ingress import http_errors
+from nexus.ingress.batcher import GroupCommitter
+from nexus.ingress.events_body import Refusal, media_type_refusal, parse
+from nexus.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PATH = "/v1/events"
+
+
+async def answer_events(
+    body: bytes, traceparent: str | None, principal: Principal, settings: Settings, submitter: GroupCommitter
+) -> tuple[int, dict[str, Any]]:
+    """Decide a request's events: its status and JSON body (the results, or the error shape)."""
+    parsed = await parse(body, traceparent, settings)
+    if isinstance(parsed, Refusal):
+        return parsed.status, http_errors.error_body(parsed.code, parsed.message)
+    bound = [tenants.bind(item, principal.tenant_id) for item in parsed.items]
+    if any(b is None for b in bound):
+        # Refused as a whole, before anything is decided or written (no dead letter either).
+        message = f"an envelope names another tenant than this key's ({principal.tenant_id})"
+        return 403, http_errors.error_body(ErrorCode.TENANT_MISMATCH, message)
+    outcomes = await submitter.submit([b for b in bound if b is not None])
+    results = [o.as_json() for o in outcomes]
+    status = single_status(outcomes[0]) if parsed.single and outcomes else 200
+    content: dict[str, Any] = {"results": results}
+    if status >= 400:
+        first = outcomes[0]
+        code = first.code or ErrorCode.INVALID_EVENT
+        extra = {"check": first.check} if first.decision is Decision.REJECTED else {}
+        content = {
+            **http_errors.error_body(code, first.message or first.error or code.value, **extra),
+            "results": results,
+        }
+    return status, content
+
+
+def single_status(outcome: Outcome) -> int:
+    """The HTTP status of a request that carried one envelope, from its outcome."""
+    if outcome.decision is Decision.DEAD_LETTER:
+        return 400 if outcome.code is ErrorCode.PARSE_ERROR else 422
+    if outcome.decision is Decision.PLAN_MISMATCH:
+        return 409
+    if outcome.decision is Decision.REJECTED:
+        return 422
+    if outcome.decision is Decision.HELD:
+        return 202  # issue 13: accepted, waiting for a person
+    return 200
+
+
+def render(content: dict[str, Any]) -> bytes:
+    """JSON as the framework's JSONResponse renders it."""
+    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
+
+
+class _Disconnected(Exception):
+    """The client went away before its body arrived."""
+
+
+class EventsFastPath:
+    """Pure ASGI middleware answering `POST /v1/events`; everything else goes to `app`."""
+
+    def __init__(self, app: Any, *, gate: Gatekeeper, submitter: GroupCommitter, settings: Settings) -> None:
+        self.app = app
+        self.gate = gate
+        self.submitter = submitter
+        self.settings = settings
+        self.roles = required_roles("POST", PATH)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST" or tracing.active():
+            await self.app(scope, receive, send)
+            return
+        principal = await self.gate.admit(scope, send, self.roles)
+        if principal is None:
+            return
+        rid = http_errors.request_id_for(scope)
+        token = http_errors.use_request_id(rid)
+        try:
+            status, content, headers = await self._answer(scope, receive, principal)
+        except _Disconnected:
+            log.debug("client disconnected", extra={"action": "client_disconnect", "request_id": rid, "path": PATH})
+            return
+        except NexusError as exc:  # as the app's exception handler answers it
+            status = http_errors.status_of(exc)
+            if status >= 500:
+                log.error(  # noqa: TRY400 - as the app's handler: the NexusError itself is the record
+                    "request failed",
+                    exc_info=exc,
+                    extra={"action": "http_5xx", "request_id": rid, "path": PATH, "status": status},
+                )
+            content = http_errors.error_body(exc.code, exc.message, retryable=exc.transient)
+            headers = [(b"retry-after", b"1")] if status == 503 else []
+        except Exception:
+            log.exception(
+                "request failed", extra={"action": "http_5xx", "request_id": rid, "path": PATH, "status": 500}
+            )
+            status, headers = 500, []
+            content = {"code": ErrorCode.INTERNAL_ERROR.value, "message": "internal error", "request_id": rid}
+        finally:
+            http_errors.reset_request_id(token)
+        body = render(content)
+        headers += [
+            (b"content-length", str(len(body)).encode()),
+            (b"content-type", b"application/json"),
+            (b"x-request-id", rid.encode()),
+        ]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _answer(
+        self, scope: Any, receive: Any, principal: Principal
+    ) -> tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]:
+        content_type = declared = traceparent = None
+        for name, value in scope["headers"]:  # the first of each, as the framework's request.headers.get
+            if name == b"content-type" and content_type is None:
+                content_type = value.decode("latin-1")
+            elif name == b"content-length" and declared is None:
+                declared = value.decode("latin-1")
+            elif name == b"traceparent" and traceparent is None:
+                traceparent = value.decode("latin-1")
+        refusal = media_type_refusal(content_type)
+        body = refusal or await self._body(receive, declared)
+        if isinstance(body, Refusal):
+            return body.status, http_errors.error_body(body.code, body.message), []
+        status, content = await answer_events(body, traceparent, principal, self.settings, self.submitter)
+        return status, content, []
+
+    async def _body(self, receive: Any, declared: str | None) -> bytes | Refusal:
+        """The body, or a refusal once it exceeds the limit (declared or streamed), as `events_body.read_body`."""
+        limit = self.settings.max_body_bytes
+        too_large = Refusal(413, ErrorCode.PAYLOAD_TOO_LARGE, f"body exceeds {limit} bytes")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return too_large
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _Disconnected
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return too_large
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)

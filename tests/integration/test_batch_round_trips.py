@@ -1,0 +1,44 @@
+"""issue 17: a batch read and written in one statement each still continues every chain and buffer."""
+
+from __future__ import annotations
+
+import itertools
+
+from nexus.core.sequencing import Decision
+from nexus.gateway import Gateway, Incoming
+from nexus.store.database import Database
+from tests.factories import step_json
+
+
+async def test_an_order_over_several_batches_continues_its_state_buffer_and_chain(db: Database) -> None:
+    """Steps of one order in four batches: each batch reads what the previous wrote (state, buffered step,
+    decision-log head), so the decisions are APPLY, BUFFER, APPLY (draining 3), DUPLICATE, and the order's
+    decision-log chain runs 1..5 with each record linked to the one before; one notification per applied
+    step, each with its delivery."""
+    await db.execute(  # two subscribers: every notification gets a delivery for each
+        "INSERT INTO subscriptions (name, url, secret) VALUES ('rt-1', 'http://127.0.0.1:9/a', 's'),"
+        " ('rt-2', 'http://127.0.0.1:9/b', 's')"
+    )
+    gateway = Gateway(db)
+    s1, s2, s3 = (step_json("rt", "prt", n) for n in (1, 2, 3))
+    decisions = []
+    for body in (s1, s3, s2, s2):
+        [outcome] = await gateway.submit([Incoming.parse(body)])
+        decisions.append(outcome.decision)
+    assert decisions == [Decision.APPLY, Decision.BUFFER, Decision.APPLY, Decision.DUPLICATE]
+    rows = await db.fetch(
+        "SELECT position, seq, decision, prev_hash, hash FROM decision_log WHERE order_id = 'rt' ORDER BY position"
+    )
+    assert [(r["position"], r["seq"], r["decision"]) for r in rows] == [
+        (1, 1, "APPLY"), (2, 3, "BUFFER"), (3, 2, "APPLY"), (4, 3, "APPLY"), (5, 2, "DUPLICATE"),
+    ]  # fmt: skip
+    assert all(later["prev_hash"] == earlier["hash"] for earlier, later in itertools.pairwise(rows))
+    order = await db.fetchrow("SELECT last_seq, outbox_count FROM orders WHERE order_id = 'rt'")
+    assert order is not None and (order["last_seq"], order["outbox_count"]) == (3, 3)
+    assert await db.fetchval("SELECT count(*) FROM pending_events WHERE order_id = 'rt'") == 0
+    outbox = await db.fetch("SELECT id FROM outbox WHERE order_id = 'rt' ORDER BY position")
+    heads = await db.fetch("SELECT position FROM deliveries WHERE order_id = 'rt' AND head ORDER BY position")
+    deliveries = await db.fetchval("SELECT count(*) FROM deliveries WHERE order_id = 'rt'")
+    subscriptions = await db.fetchval("SELECT count(*) FROM subscriptions WHERE enabled")
+    assert subscriptions >= 2 and len(outbox) == 3 and deliveries == 3 * subscriptions
+    assert [r["position"] for r in heads] == [1] * subscriptions  # one head per subscriber: the oldest
