@@ -4,9 +4,10 @@
 Those scripts live beside the package in the repository, so they are loaded by path; when a script, the
 module it measures or the Kafka broker is missing, the scenario is skipped with a note saying which.
 
-- kafka: `kafka_run` (produce -> applied, end to end) with `concurrency` partitions, so `concurrency`
-  partition workers of one `KafkaIngress` submit at once; latency is that of one `Gateway.submit` of a
-  partition's slice (records fetched -> decided and committed in PostgreSQL);
+- kafka: `kafka_run` (produce -> applied, end to end) with `concurrency` partitions, the producer in a
+  process of its own; latency is that of one `Gateway.submit` of a lane's batch (records fetched ->
+  decided and committed in PostgreSQL); CPU seconds per 1,000 events of the consumer, PostgreSQL and the
+  producer;
 - delivery: `run_one` with `concurrency` webhook workers in a `nexus serve --dispatcher-only` process
   delivering to a `nexus sink` process; throughput from the span of `delivered_at`; latency from
   `outbox.created_at` to `delivered_at` at a steady offered load of half that throughput.
@@ -28,6 +29,7 @@ from typing import Any
 from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.settings import Settings
 from nexus.store.embedded import EmbeddedPostgres
+from nexus_lab.bench.cpu import ProducerProcess
 from nexus_lab.bench.scenarios import Row, row
 
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
@@ -92,23 +94,32 @@ async def bench_kafka(
     module.Gateway = _TimedGateway
     dbs = module.Databases(admin_url)
     rows: list[Row] = []
-    for conc in concurrencies:
-        module.PARTITIONS = conc
-        _TimedGateway.latencies = []
-        records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
-        result: dict[str, float] = await module.kafka_run(settings, dbs, records, prefill=False, poll=poll)
-        rows.append(
-            row(
+    async with ProducerProcess() as producer:
+        for conc in concurrencies:
+            module.PARTITIONS = conc
+            _TimedGateway.latencies = []
+            records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
+            result: dict[str, float] = await module.kafka_run(
+                settings, dbs, records, prefill=False, poll=poll, producer=producer
+            )
+            out = row(
                 "kafka",
-                "Kafka produce -> applied (partition slice)",
+                "Kafka produce -> applied (lane batch)",
                 conc,
                 len(records),
                 result["seconds"],
                 _TimedGateway.latencies,
                 "batch",
             )
-        )
-        on_row(rows[-1])
+            # issue 17: CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
+            per_k = 1000 / len(records)
+            out["cpu_s_per_1000"] = {
+                "gateway": round(result["cpu_consumer_s"] * per_k, 3),
+                "postgres": round(result["cpu_postgres_s"] * per_k, 3),
+                "producer": round(result["cpu_producer_s"] * per_k, 3),
+            }
+            rows.append(out)
+            on_row(out)
     return rows
 
 
