@@ -145,16 +145,16 @@ async def test_flaky_receiver_gets_everything_in_order_repeating_only_retries(
     # An answer that reaches the dispatcher after its 0.3 s timeout (a loaded machine) is a timeout to it:
     # it sends the attempt again, and the receiver may accept the key twice (at least once; the
     # Idempotency-Key is there for this). Any other repeat of an accepted attempt is a bug.
-    timed_out = {
-        (str(r.outbox_id), r.attempt)
-        for r in caplog.records
-        if hasattr(r, "outbox_id") and str(getattr(r, "error", "")).startswith("timeout")
-    }
+    # Likewise an attempt that timed out before the receiver read it is counted but never seen there.
+    failed = {(str(r.outbox_id), r.attempt): str(r.error) for r in caplog.records if hasattr(r, "outbox_id")}
+    timed_out = {k for k, error in failed.items() if error.startswith("timeout")}
     attempts: dict[str, list[int]] = defaultdict(list)
     for r in sorted(records, key=lambda r: r["started"]):
         attempts[r["idempotency_key"]].append(r["attempt"])
     for key, seq in attempts.items():
-        assert seq == list(range(1, len(seq) + 1)), (key, seq)
+        assert seq == sorted(set(seq)), (key, seq)  # each attempt once, in order
+        unseen = set(range(1, seq[-1] + 1)) - set(seq)
+        assert all((key, a) in failed for a in unseen), (key, seq)
         accepted = [r["attempt"] for r in by_key[key]]
         assert accepted[-1] == seq[-1]  # the dispatcher stopped at an acceptance
         assert all((key, a) in timed_out for a in accepted[:-1]), (key, accepted)
@@ -295,11 +295,16 @@ async def test_breaker_opens_probes_once_per_cooldown_and_closes_while_a_healthy
             # Requests in flight when it opened come back; while open, nothing more is claimed for A.
             await wait_until(lambda: answered(a.id), 10, "A's claimed attempts answered")
             sent_at_open = len(bad.sink.records)
+            t_answered = time.time()
 
             await submit_plans(db, 20, prefix="w2")
+            t_w2 = time.time()
             await wait_until(lambda: _eq(pending(b.id), 0), 30, "B served while A is open")
-            w2_at_b = sorted(r["started"] for r in good.sink.records if r["order_id"].startswith("w2-"))
-            assert w2_at_b and w2_at_b[0] < open_until, "B was served while A's breaker was open"
+            # B's throughput is whatever share of a core this process gets (two dispatchers, two receivers and
+            # this test share one event loop): judge that B flowed while A was open, not how much of it.
+            at_b = [r["started"] for r in good.sink.records if t_open <= r["started"] < open_until]
+            timeline = {"answered": t_answered - t_open, "w2": t_w2 - t_open, "at_b_while_open": len(at_b)}
+            assert at_b, f"B was served while A's breaker was open: {timeline}"
 
             await asyncio.sleep(max(0.0, t_open + 2.3 * cooldown - time.time()))  # let two probes fail
             bad.sink.faults = Faults()
