@@ -56,7 +56,10 @@ def _serve(host: str, port: int) -> None:
         sock.bind((host, port))
         loop = asyncio.get_running_loop()
         server = await loop.create_server(lambda: _Protocol(counter), sock=sock, backlog=1024)
-        await server.serve_forever()
+        parent = os.getppid()
+        async with server:
+            while os.getppid() == parent:  # noqa: ASYNC110 - a receiver whose parent is gone goes too
+                await asyncio.sleep(1.0)
 
     # Nothing to flush or close cleanly: a bench receiver just goes.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
@@ -77,11 +80,15 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--processes", type=int, default=max(1, (os.cpu_count() or 2) // 2))
     args = parser.parse_args()
+    if args.processes <= 1:
+        _serve(args.host, args.port)
+        return
     procs = serve(args.host, args.port, args.processes)
 
     def stop(*_: object) -> None:
         for p in procs:
             p.terminate()
+        os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
     for p in procs:
