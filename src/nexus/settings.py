@@ -107,7 +107,7 @@ _ENV_NAMES: dict[str, str] = {
     "saga_max_attempts": "NEXUS_SAGA_MAX_ATTEMPTS",
     "saga_breaker_threshold": "NEXUS_SAGA_BREAKER_THRESHOLD",
     "saga_breaker_cooldown_s": "NEXUS_SAGA_BREAKER_COOLDOWN_S",
-    # issue 17 (perfkd): Kafka lanes, the dispatcher's HTTP client
+    # issue 17 (perfkd): Kafka lanes
     "kafka_lanes": "NEXUS_KAFKA_LANES",
 }
 
@@ -248,7 +248,7 @@ class Settings(BaseSettings):
     saga_breaker_threshold: int = 5
     """Consecutive failures of one service that open its breaker (its calls wait, uncounted)."""
     saga_breaker_cooldown_s: float = 10.0
-    # issue 17 (perfkd): Kafka lanes, the dispatcher's HTTP client
+    # issue 17 (perfkd): Kafka lanes
     kafka_lanes: int = 2
     """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions."""
 
