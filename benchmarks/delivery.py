@@ -35,6 +35,7 @@ from nexus.gateway import Gateway, Incoming
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
+from nexus_lab.bench.cpu import postmaster_pid, tree_cpu_seconds
 from nexus_lab.procs import free_port, wait_http
 
 T0 = "2026-01-01T00:00:00Z"
@@ -91,7 +92,11 @@ async def delivered_count(db: Database) -> int:
 
 
 async def run_one(admin_url: str, embedded: EmbeddedPostgres | None, workers: int, notifications: int,
-                  sink_url: str, secret: str, latency_s: float, processes: int = 1) -> dict[str, Any]:  # fmt: skip
+                  sink_url: str, secret: str, latency_s: float, processes: int = 1,
+                  receiver_pids: list[int] | None = None) -> dict[str, Any]:  # fmt: skip
+    """One run. Also CPU seconds per 1,000 deliveries (issue 17) of the dispatcher processes, the receiver
+    (`receiver_pids`, with their children) and PostgreSQL, counted from the first delivery (so that the
+    processes' start-up is not) to the last."""
     url = await new_database(admin_url, embedded)
     # The bench's own receiver listens on loopback: open it to the outbound URL guard (issue 11).
     db = await Database(Settings(database_url=url, db_pool_size=4, allow_private_urls="127.0.0.0/8")).open()
@@ -102,13 +107,30 @@ async def run_one(admin_url: str, embedded: EmbeddedPostgres | None, workers: in
     try:
         await add_subscription(db, "bench", sink_url + "/hook", secret)
         await apply_plans(gateway, notifications // 5, "t")
+        postmaster = await postmaster_pid(url)
         dispatchers = [start(["serve", "--dispatcher-only"], env) for _ in range(processes)]
         try:
             deadline = time.monotonic() + 600
-            while await delivered_count(db) < notifications:
+            while (first := await delivered_count(db)) == 0:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("deliveries did not start")
+                await asyncio.sleep(0.01)
+
+            def cpu() -> dict[str, float]:
+                return {
+                    "dispatchers": sum(tree_cpu_seconds(d.pid) for d in dispatchers),
+                    "receiver": sum(tree_cpu_seconds(p) for p in receiver_pids or []),
+                    "postgres": tree_cpu_seconds(postmaster) if postmaster else 0.0,
+                }
+
+            cpu_before = cpu()
+            while (done := await delivered_count(db)) < notifications:
                 if time.monotonic() > deadline:
                     raise TimeoutError("deliveries did not finish")
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.05)
+            cpu_after = cpu()
+            per_k = 1000 / max(1, done - first)
+            cpu_per_1000 = {k: round((cpu_after[k] - cpu_before[k]) * per_k, 3) for k in cpu_before}
             span = await db.fetchval("SELECT extract(epoch FROM max(delivered_at) - min(delivered_at)) FROM deliveries")
             rate = notifications / float(span)
 
@@ -137,7 +159,7 @@ async def run_one(admin_url: str, embedded: EmbeddedPostgres | None, workers: in
                 stop(dispatcher)
         return {"workers": workers, "notifications": notifications, "rate": rate,
                 "offered": ticks * plans_per_tick * 5 / latency_s, "p50": row["p50"], "p99": row["p99"],
-                "latency_n": row["n"]}  # fmt: skip
+                "latency_n": row["n"], "processes": processes, "cpu_s_per_1000": cpu_per_1000}  # fmt: skip
     finally:
         await db.close()
 

@@ -35,6 +35,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.bench import create_database
+from nexus_lab.bench.cpu import ProducerProcess, postmaster_pid, tree_cpu_seconds
 from nexus_lab.bench.scenarios import make_plans
 from nexus_lab.kafka_admin import delete_topics, ensure_topics
 
@@ -86,8 +87,11 @@ async def consume_until(ingress: KafkaIngress, total: int, limit_s: float) -> No
 
 
 async def kafka_run(
-    base: Settings, dbs: Databases, records: list[tuple[bytes, bytes]], *, prefill: bool, poll: int
-) -> dict[str, float]:
+    base: Settings, dbs: Databases, records: list[tuple[bytes, bytes]], *, prefill: bool, poll: int,
+    producer: ProducerProcess | None = None,
+) -> dict[str, float]:  # fmt: skip
+    """One run; with a `producer` process the events are produced there (else in this process). CPU seconds
+    of this process (consumer and gateway, plus the producer if here), the producer's and PostgreSQL's."""
     tag = uuid.uuid4().hex[:8]
     s = base.replace(
         database_url=await dbs.fresh(),
@@ -97,19 +101,31 @@ async def kafka_run(
     )
     await ensure_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=PARTITIONS)
     db = await Database(s).open(migrate=False)
+    postmaster = await postmaster_pid(s.database_url or "")
     try:
         produce_s = await produce(s, records) if prefill else 0.0
         ingress = KafkaIngress(Gateway(db, record_plan_mismatch=False), s)
         ingress.max_records = poll
         start = time.perf_counter()
         task = asyncio.create_task(ingress.run())
+        cpu = time.process_time()
+        producer_cpu = pg_cpu = 0.0
         if not prefill:
             # produce -> applied: the clock starts when the consumer is in its group and the first event goes
             await asyncio.wait_for(ingress.assigned.wait(), 60)
             start = time.perf_counter()
-            produce_s = await produce(s, records)
+            cpu = time.process_time()
+            pg_cpu = tree_cpu_seconds(postmaster) if postmaster else 0.0
+            if producer is not None:
+                (produce_s, producer_cpu), _ = await asyncio.gather(
+                    producer.produce(s, [value for _, value in records]), consume_until(ingress, len(records), 600)
+                )
+            else:
+                produce_s = await produce(s, records)
         await consume_until(ingress, len(records), limit_s=600)
         elapsed = time.perf_counter() - start
+        consumer_cpu = time.process_time() - cpu
+        pg_cpu = (tree_cpu_seconds(postmaster) - pg_cpu) if postmaster and not prefill else 0.0
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         applied = await db.fetchval("SELECT count(*) FROM outbox")
@@ -117,7 +133,8 @@ async def kafka_run(
     finally:
         await db.close()
         await delete_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
-    return {"seconds": elapsed, "produce_seconds": produce_s, "rate": len(records) / elapsed}
+    return {"seconds": elapsed, "produce_seconds": produce_s, "rate": len(records) / elapsed,
+            "cpu_consumer_s": consumer_cpu, "cpu_producer_s": producer_cpu, "cpu_postgres_s": pg_cpu}  # fmt: skip
 
 
 async def direct_run(

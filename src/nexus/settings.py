@@ -120,6 +120,8 @@ _ENV_NAMES: dict[str, str] = {
     "approval_sweep_s": "NEXUS_APPROVAL_SWEEP_S",
     "decisions_topic": "NEXUS_DECISIONS_TOPIC",
     "decisions_relay_poll_s": "NEXUS_DECISIONS_RELAY_POLL_S",
+    # issue 17 (perfkd): Kafka lanes
+    "kafka_lanes": "NEXUS_KAFKA_LANES",
 }
 
 
@@ -284,6 +286,9 @@ class Settings(BaseSettings):
     """Kafka topic of the decisions on Kafka-ingested steps (relayed from the decisions outbox)."""
     decisions_relay_poll_s: float = 0.2
     """How often the decisions relay looks for outbox rows when no NOTIFY woke it."""
+    # issue 17 (perfkd): Kafka lanes
+    kafka_lanes: int = 2
+    """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions."""
 
     def service_url(self, name: str) -> str | None:
         """The base URL of effect service `name`, from `service_urls`."""

@@ -116,8 +116,9 @@ def shutdown() -> None:
 
 
 def instrument_libraries(provider: Any) -> None:
-    """Install the maintained instrumentations of asyncpg, httpx and aiokafka (issue 16), their spans made
+    """Install the maintained instrumentations of asyncpg, httpx, aiohttp and aiokafka (issue 16), their spans made
     only inside an existing trace (see `_InsideTraces`). Only when tracing is on: off, nothing is patched."""
+    from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
     from opentelemetry.instrumentation.aiokafka import AIOKafkaInstrumentor
     from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
     from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
@@ -126,7 +127,13 @@ def instrument_libraries(provider: Any) -> None:
         return
     inside = _InsideTraces(provider)
     # AsyncPGInstrumentor's __init__ has no annotations
-    for instrumentor in (AsyncPGInstrumentor(), HTTPXClientInstrumentor(), AIOKafkaInstrumentor()):  # type: ignore[no-untyped-call]
+    instrumentors = (
+        AsyncPGInstrumentor(),  # type: ignore[no-untyped-call]
+        HTTPXClientInstrumentor(),
+        AioHttpClientInstrumentor(),
+        AIOKafkaInstrumentor(),
+    )
+    for instrumentor in instrumentors:
         instrumentor.instrument(tracer_provider=inside)
         _instrumentors.append(instrumentor)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import time
 import uuid
 from collections import defaultdict
@@ -15,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import httpx
+import pytest
 
 from nexus.delivery.dispatcher import OutboxDispatcher
 from nexus.delivery.signing import generate_secret
@@ -118,15 +120,22 @@ async def test_each_notification_arrives_signed_with_its_headers(db: Database, s
     await assert_accounting(db)
 
 
-async def test_flaky_receiver_gets_everything_in_order_repeating_only_retries(db: Database, settings: Settings) -> None:
+async def test_flaky_receiver_gets_everything_in_order_repeating_only_retries(
+    db: Database, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
     """With 30 % of attempts failing (5xx, 408, 429, hangs), all 1,000 notifications of 200 plans arrive,
-    each order's in position order, and a notification repeats only as retries of the same key."""
+    each order's in position order, and a notification repeats only as retries of the same key: one is
+    accepted twice only when the dispatcher had given up waiting for the earlier answer (its timeout)."""
+    caplog.set_level(logging.INFO, logger="nexus.delivery.outcomes")
     faults = Faults(seed=42, fail_rate=0.22, hang_rate=0.1, fail_status=(500, 503, 408, 429))
     sink = await start_sink(faults, secret=SECRET)
     try:
         await subscribe(db, sink.url + "/hook")
         await submit_plans(db, 200)
-        fast = settings.replace(webhook_workers=32, webhook_timeout_s=0.3)
+        # A lease that cannot run out here: with the tests' 2 s lease a starved event loop (a loaded machine)
+        # outlives it and this instance claims its own notification again, a repeat that is the lease's
+        # business (tests/chaos/test_delivery_processes.py), not the retries' this test is about.
+        fast = settings.replace(webhook_workers=32, webhook_timeout_s=0.3, lease_s=30.0)
         async with dispatching(db, fast):
             await wait_until(lambda: settled(db), 150, "all deliveries")
         records = sink.sink.records
@@ -135,13 +144,23 @@ async def test_flaky_receiver_gets_everything_in_order_repeating_only_retries(db
     failed = [r for r in records if r["status"] is None or r["status"] >= 300]
     assert 0.2 < len(failed) / len(records) < 0.4
     by_key = accepted_by_key(records)
-    assert len(by_key) == 1000 and all(len(v) == 1 for v in by_key.values())
+    assert len(by_key) == 1000
+    # An answer that reaches the dispatcher after its 0.3 s timeout (a loaded machine) is a timeout to it:
+    # it sends the attempt again, and the receiver may accept the key twice (at least once; the
+    # Idempotency-Key is there for this). Any other repeat of an accepted attempt is a bug.
+    # Likewise an attempt that timed out before the receiver read it is counted but never seen there.
+    failed = {(str(r.outbox_id), r.attempt): str(r.error) for r in caplog.records if hasattr(r, "outbox_id")}
+    timed_out = {k for k, error in failed.items() if error.startswith("timeout")}
     attempts: dict[str, list[int]] = defaultdict(list)
     for r in sorted(records, key=lambda r: r["started"]):
         attempts[r["idempotency_key"]].append(r["attempt"])
     for key, seq in attempts.items():
-        assert seq == list(range(1, len(seq) + 1)), (key, seq)
-        assert by_key[key][0]["attempt"] == seq[-1]  # only the last attempt succeeded
+        assert seq == sorted(set(seq)), (key, seq)  # each attempt once, in order
+        unseen = set(range(1, seq[-1] + 1)) - set(seq)
+        assert all((key, a) in failed for a in unseen), (key, seq)
+        accepted = [r["attempt"] for r in by_key[key]]
+        assert accepted[-1] == seq[-1]  # the dispatcher stopped at an acceptance
+        assert all((key, a) in timed_out for a in accepted[:-1]), (key, accepted)
     assert_in_position_order(records)
     assert sorted(r[0]["position"] for r in by_key.values()) == sorted(list(range(1, 6)) * 200)
     assert await db.fetchval("SELECT count(*) FROM deliveries WHERE state = 'delivered'") == 1000
@@ -251,6 +270,17 @@ async def test_breaker_opens_probes_once_per_cooldown_and_closes_while_a_healthy
     async def attempts(sub_id: int) -> int:
         return int(await db.fetchval("SELECT sum(attempts) FROM deliveries WHERE subscription_id = $1", sub_id))
 
+    async def opened(sub_id: int) -> tuple[float, float]:
+        until = float(
+            await db.fetchval(
+                "SELECT extract(epoch FROM open_until) FROM circuit_breakers WHERE subscription_id = $1", sub_id
+            )
+        )
+        return until - cooldown, until
+
+    async def answered(sub_id: int) -> bool:
+        return len(bad.sink.records) == await attempts(sub_id)
+
     async def pending(sub_id: int) -> int:
         sql = "SELECT count(*) FROM deliveries WHERE subscription_id = $1 AND state = 'pending'"
         return int(await db.fetchval(sql, sub_id))
@@ -261,17 +291,25 @@ async def test_breaker_opens_probes_once_per_cooldown_and_closes_while_a_healthy
         await submit_plans(db, 20, prefix="w1")
         async with dispatching(db, s, "d1"), dispatching(db, s, "d2"):
             await wait_until(lambda: _eq(breaker(a.id), "open"), 10, "breaker A open")
-            t_open = time.time()
+            # When it opened and until when, by the database's clock (this machine's): the test's own
+            # observation comes late by however long a loaded machine made the poll take.
+            t_open, open_until = await opened(a.id)
             assert 5 <= len(bad.sink.records) <= 5 + 2 * s.webhook_workers
-            await asyncio.sleep(0.3)  # requests in flight when it opened come back
-            sent_at_open, attempts_at_open = len(bad.sink.records), await attempts(a.id)
+            # Requests in flight when it opened come back; while open, nothing more is claimed for A.
+            await wait_until(lambda: answered(a.id), 10, "A's claimed attempts answered")
+            sent_at_open = len(bad.sink.records)
+            t_answered = time.time()
 
             await submit_plans(db, 20, prefix="w2")
-            await wait_until(lambda: _eq(pending(b.id), 0), cooldown - 0.5, "B served while A is open")
-            assert await breaker(a.id) == "open" and time.time() - t_open < cooldown - 0.1
-            assert len(bad.sink.records) == sent_at_open and await attempts(a.id) == attempts_at_open
+            t_w2 = time.time()
+            await wait_until(lambda: _eq(pending(b.id), 0), 30, "B served while A is open")
+            # B's throughput is whatever share of a core this process gets (two dispatchers, two receivers and
+            # this test share one event loop): judge that B flowed while A was open, not how much of it.
+            at_b = [r["started"] for r in good.sink.records if t_open <= r["started"] < open_until]
+            timeline = {"answered": t_answered - t_open, "w2": t_w2 - t_open, "at_b_while_open": len(at_b)}
+            assert at_b, f"B was served while A's breaker was open: {timeline}"
 
-            await asyncio.sleep(t_open + 2.3 * cooldown - time.time())  # let two probes fail
+            await asyncio.sleep(max(0.0, t_open + 2.3 * cooldown - time.time()))  # let two probes fail
             bad.sink.faults = Faults()
             await wait_until(lambda: _eq(pending(a.id), 0), 20, "A delivered after recovery")
         records = sorted(bad.sink.records, key=lambda r: r["started"])
@@ -284,7 +322,7 @@ async def test_breaker_opens_probes_once_per_cooldown_and_closes_while_a_healthy
     first_ok = next(i for i, r in enumerate(after_open) if r["status"] == 200)
     probes = after_open[: first_ok + 1]
     assert [r["status"] for r in probes[:-1]] == [503] * (len(probes) - 1) and len(probes) >= 2
-    assert probes[0]["started"] - t_open >= cooldown - 0.3
+    assert probes[0]["started"] >= open_until  # nothing sent to A nor counted while it was open
     for earlier, later in itertools.pairwise(probes):
         assert later["started"] - earlier["ts"] >= cooldown * 0.9
     assert after_open[first_ok + 1]["started"] >= probes[-1]["ts"]  # nothing else while half-open

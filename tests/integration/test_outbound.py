@@ -87,6 +87,28 @@ async def test_a_name_resolving_to_loopback_is_refused_at_connect_time(strict_db
         await sink.aclose()
 
 
+async def test_an_address_literal_aimed_inside_is_refused_before_sending(
+    strict_db: Database, settings: Settings
+) -> None:
+    """A stored URL naming 127.0.0.1 itself (no name for a resolver to check) is never called either: the
+    dispatcher's client checks address literals before each request (issue 17, aiohttp)."""
+    sink = await start_sink(secret=SECRET)
+    try:
+        await strict_db.execute(
+            "INSERT INTO subscriptions (name, url, secret) VALUES ('literal', $1, $2)", sink.url + "/h", SECRET
+        )
+        await Gateway(strict_db).submit([Incoming.parse(e) for e in plan_json("o-2", "p-2", 1)])
+        async with dispatching(strict_db, settings.replace(allow_private_urls=None)):
+            await wait_until(
+                lambda: _count(strict_db, "SELECT count(*) FROM deliveries WHERE state = 'dead'"), 10, "dead delivery"
+            )
+        reason = await strict_db.fetchval("SELECT dead_reason FROM deliveries")
+        assert "outbound guard" in reason and "127.0.0.1" in reason
+        assert sink.sink.records == []
+    finally:
+        await sink.aclose()
+
+
 async def _count(db: Database, sql: str) -> bool:
     return bool(await db.fetchval(sql))
 

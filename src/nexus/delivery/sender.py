@@ -1,9 +1,11 @@
 """Sending: one signed webhook request per claimed delivery, and how the subscriber answered it.
 
-httpcore scans every connection of a pool on each request, so one pool of 32 connections spends more
-CPU there than on HTTP; small keep-alive pools, one per group of worker slots, keep it flat. The
-request timeout is kept below half the lease so a slow answer cannot outlive the lease it was sent
-under.
+The client is aiohttp (issue 17): side by side with httpx on the delivery bench it needs a fraction of
+the CPU per request (httpx's pure-Python request model and httpcore's pool bookkeeping were most of a
+dispatcher's samples, see benchmarks/RESULTS.md). One keep-alive connection pool per subscriber
+(aiohttp's connector keeps one per host and port), as many connections as worker slots. The outbound
+guard checks every address connected to (`nexus.auth.aio_guard`). The request timeout is kept below
+half the lease so a slow answer cannot outlive the lease it was sent under.
 """
 
 from __future__ import annotations
@@ -13,18 +15,17 @@ import datetime as dt
 import re
 import time
 
-import httpx
+import aiohttp
+from yarl import URL
 
 from nexus import metrics, tracing
-from nexus.auth.transport import guarded_transport
+from nexus.auth.aio_guard import OutboundGuard
 from nexus.core.backoff import parse_retry_after
 from nexus.core.delivery import AttemptOutcome, outcome_of_status
 from nexus.delivery.claims import Claimed
 from nexus.delivery.signing import delivery_headers
 from nexus.errors import UnsafeUrlError
 from nexus.settings import Settings
-
-SLOTS_PER_CLIENT = 4
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -44,30 +45,40 @@ class Result:
 
 
 class Sender:
-    """Posts claimed deliveries with signed headers over a few keep-alive clients (one per slot group)."""
+    """Posts claimed deliveries with signed headers over keep-alive pools, one per subscriber."""
 
     def __init__(self, workers: int, request_timeout_s: float, owner: str, settings: Settings) -> None:
         self.request_timeout_s = request_timeout_s
-        self._clients = [
-            httpx.AsyncClient(
-                timeout=httpx.Timeout(request_timeout_s),
-                limits=httpx.Limits(max_connections=SLOTS_PER_CLIENT, max_keepalive_connections=SLOTS_PER_CLIENT),
-                headers={"user-agent": f"nexus-dispatcher ({owner})"},
-                follow_redirects=False,
-                # issue 11: the address actually connected to is checked (no webhook aimed inside)
-                transport=guarded_transport(settings, limits=SLOTS_PER_CLIENT),
+        self._guard = OutboundGuard(settings)
+        self._user_agent = f"nexus-dispatcher ({owner})"
+        self._workers = workers
+        self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[str, URL] = {}
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None:  # made in the running loop, on first use
+            connector = aiohttp.TCPConnector(
+                limit=0, limit_per_host=self._workers, resolver=self._guard.resolver(), ttl_dns_cache=10
             )
-            for _ in range(0, workers, SLOTS_PER_CLIENT)
-        ]
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self.request_timeout_s),
+                headers={"user-agent": self._user_agent},
+                auto_decompress=False,
+                trust_env=False,
+            )
+        return self._session
 
     async def aclose(self) -> None:
-        for client in self._clients:
-            await client.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def send(self, c: Claimed, slot: int) -> Result:
-        """Send `c` from worker slot `slot`; network failures are a RETRYABLE result, never an exception."""
+        """Send `c` (`slot`: the worker slot, kept for the dispatcher's bookkeeping); network failures are a
+        RETRYABLE result, never an exception."""
         if not tracing.active():
-            return await self._send(c, slot, None)
+            return await self._send(c, None)
         attributes = {
             "nexus.order_id": c.order_id,
             "nexus.outbox_id": str(c.outbox_id),
@@ -76,7 +87,7 @@ class Sender:
             "nexus.outbox.position": c.position,
         }
         with tracing.delivery_span(c.traceparent, attributes) as span:
-            result = await self._send(c, slot, tracing.traceparent_of(span))
+            result = await self._send(c, tracing.traceparent_of(span))
             span.set_attribute("nexus.delivery.outcome", result.outcome.value)
             if result.status is not None:
                 span.set_attribute("http.response.status_code", result.status)
@@ -84,34 +95,57 @@ class Sender:
                 span.set_attribute("error.type", result.error[:200])
             return result
 
-    async def _send(self, c: Claimed, slot: int, traceparent: str | None) -> Result:
-        client = self._clients[slot // SLOTS_PER_CLIENT]
+    def _url(self, raw: str) -> URL:
+        url = self._urls.get(raw)
+        if url is None:
+            try:
+                url = URL(raw)
+            except (ValueError, TypeError) as exc:
+                raise UnsendableRequest(f"request cannot be built: {type(exc).__name__}") from exc
+            if url.scheme not in ("http", "https") or not url.host:
+                raise UnsendableRequest("request cannot be built: UnsupportedProtocol")
+            if len(self._urls) > 10_000:
+                self._urls.clear()
+            self._urls[raw] = url
+        return url
+
+    async def _send(self, c: Claimed, traceparent: str | None) -> Result:
         try:
-            request = build_request(client, c, int(time.time()))
+            url = self._url(c.url)
+            headers = signed_headers(c, int(time.time()))
+            self._guard.check_literal(url.raw_host or "", url.port or 0)
         except UnsendableRequest as exc:
             return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc), error_class="UnsendableRequest")
+        except UnsafeUrlError as exc:  # issue 11: aimed inside; never sent, never retried, not the subscriber's fault
+            return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc)[:500], error_class=type(exc).__name__)
         if traceparent is not None:  # issue 16: the attempt's own span, in the agent's trace
-            request.headers["traceparent"] = traceparent
+            headers["traceparent"] = traceparent
         sent_at, started = time.time(), time.perf_counter()
         try:
-            response = await client.send(request)
-        except httpx.TimeoutException as exc:
+            async with self._client().post(url, data=c.body, headers=headers, allow_redirects=False) as response:
+                await response.read()
+                status = response.status
+                retry_after_header = response.headers.get("retry-after")
+        except TimeoutError as exc:
             reason = f"timeout after {self.request_timeout_s:g}s"
             return Result(c, AttemptOutcome.RETRYABLE, None, reason, None, sent_at, _ms(started), type(exc).__name__)
-        except UnsafeUrlError as exc:  # issue 11: aimed inside; never sent, never retried, not the subscriber's fault
+        except UnsafeUrlError as exc:
             reason = str(exc)[:500]
             return Result(c, AttemptOutcome.UNSENDABLE, None, reason, None, sent_at, None, type(exc).__name__)
-        except httpx.HTTPError as exc:
+        except aiohttp.InvalidURL as exc:
+            reason = f"request cannot be built: {type(exc).__name__}"
+            return Result(c, AttemptOutcome.UNSENDABLE, None, reason, None, sent_at, None, type(exc).__name__)
+        except (aiohttp.ClientError, OSError) as exc:
             reason = f"{type(exc).__name__}: {exc}"[:500]
             return Result(c, AttemptOutcome.RETRYABLE, None, reason, None, sent_at, _ms(started), type(exc).__name__)
         finally:
             metrics.WEBHOOK_REQUEST_SECONDS.observe(time.perf_counter() - started)
-        outcome = outcome_of_status(response.status_code)
+        outcome = outcome_of_status(status)
         retry_after = None
         if outcome is AttemptOutcome.RETRYABLE:
-            retry_after = parse_retry_after(response.headers.get("retry-after"), dt.datetime.now(dt.UTC))
-        error = None if outcome is AttemptOutcome.DELIVERED else f"HTTP {response.status_code}"
-        return Result(c, outcome, response.status_code, error, retry_after, sent_at, _ms(started))
+            retry_after = parse_retry_after(retry_after_header, dt.datetime.now(dt.UTC))
+        error = None if outcome is AttemptOutcome.DELIVERED else f"HTTP {status}"
+        return Result(c, outcome, status, error, retry_after, sent_at, _ms(started))
 
 
 def _ms(started: float) -> float:
@@ -126,8 +160,8 @@ class UnsendableRequest(ValueError):
 _FIELD_VALUE = re.compile(r"^[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?$|^$")
 
 
-def build_request(client: httpx.AsyncClient, c: Claimed, timestamp: int) -> httpx.Request:
-    """The signed webhook request of a claimed delivery; `UnsendableRequest` if HTTP cannot carry it.
+def signed_headers(c: Claimed, timestamp: int) -> dict[str, str]:
+    """The signed headers of a claimed delivery's request; `UnsendableRequest` if HTTP cannot carry them.
 
     A permanent property of the notification (e.g. an order id with a newline, stored before
     identifiers were restricted): retrying cannot help, and the subscriber is not to blame.
@@ -147,7 +181,4 @@ def build_request(client: httpx.AsyncClient, c: Claimed, timestamp: int) -> http
     for name, value in headers.items():
         if not _FIELD_VALUE.match(value):
             raise UnsendableRequest(f"header {name} cannot carry its value")
-    try:
-        return client.build_request("POST", c.url, content=c.body, headers=headers)
-    except (httpx.InvalidURL, httpx.UnsupportedProtocol, UnicodeError, ValueError) as exc:
-        raise UnsendableRequest(f"request cannot be built: {type(exc).__name__}") from exc
+    return headers

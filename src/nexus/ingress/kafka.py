@@ -95,68 +95,108 @@ def _dead_reason(item: Incoming, outcome: Outcome) -> tuple[ErrorCode, str]:
     return code, code.value
 
 
-class _PartitionWorker:
-    """Resolves one partition's records in offset order, one `submit` per slice, while polling goes on.
+class _Lane:
+    """Resolves the records of the partitions it serves, one `submit` for what piled up across them.
 
-    A worker per partition lets the partitions' transactions overlap (they never share an order) and lets
-    polling run ahead; when a worker falls `2 * max_records` behind, its partition is paused.
+    A partition is served by one lane for as long as this consumer owns it (and again if it comes back),
+    so its records are resolved in offset order and its committed offset only ever moves forward. A
+    lane merges the slices waiting in all its partitions into one set-based `submit` of up to
+    `max_records`: partitions hold disjoint orders, so one transaction can take them together, and the
+    number of transactions follows the load, not the number of partitions. A few lanes run side by side
+    (`kafka_lanes`); their transactions never wait on each other's advisory locks. When a partition falls
+    `2 * max_records` behind, it is paused.
     """
 
-    def __init__(self, ingress: KafkaIngress, tp: TopicPartition) -> None:
+    def __init__(self, ingress: KafkaIngress, index: int) -> None:
         self.ingress = ingress
-        self.tp = tp
-        self.queue: collections.deque[list[Any]] = collections.deque()
-        self.queued = 0
-        self.paused = False
+        self.queues: dict[TopicPartition, collections.deque[list[Any]]] = {}
+        self.queued: dict[TopicPartition, int] = {}
+        self.paused: set[TopicPartition] = set()
+        self.inflight: set[TopicPartition] = set()
         self.idle = asyncio.Event()
         self.idle.set()
         self._wakeup = asyncio.Event()
+        self._turn = 0
         self._retrying = Retrying(retry_policy(ingress.settings))
-        self.task = asyncio.create_task(self._run(), name=f"kafka-partition-{tp.partition}")
+        self.task = asyncio.create_task(self._run(), name=f"kafka-lane-{index}")
 
-    def put(self, records: list[Any]) -> None:
-        self.queue.append(records)
-        self.queued += len(records)
+    def serve(self, tp: TopicPartition) -> None:
+        self.queues.setdefault(tp, collections.deque())
+        self.queued.setdefault(tp, 0)
+
+    def forget(self, tp: TopicPartition) -> None:
+        self.queues.pop(tp, None)
+        self.queued.pop(tp, None)
+        self.paused.discard(tp)
+
+    def put(self, tp: TopicPartition, records: list[Any]) -> None:
+        queue = self.queues.get(tp)
+        if queue is None:
+            return
+        queue.append(records)
+        self.queued[tp] += len(records)
         self._wakeup.set()
+        if tp not in self.paused and self.queued[tp] >= 2 * self.ingress.max_records:
+            self.paused.add(tp)
+            self.ingress._consumer.pause(tp)
 
-    def drop_queue(self) -> None:
-        self.queue.clear()
-        self.queued = 0
+    def drop(self, tp: TopicPartition) -> None:
+        if tp in self.queues:
+            self.queues[tp].clear()
+            self.queued[tp] = 0
 
-    def _take(self) -> list[Any]:
-        """Consecutive queued slices, merged up to the poll size: one `submit` for what piled up."""
-        records = self.queue.popleft()
-        while self.queue and len(records) + len(self.queue[0]) <= self.ingress.max_records:
-            records = records + self.queue.popleft()
-        self.queued -= len(records)
-        return records
+    def _take(self) -> dict[TopicPartition, list[Any]]:
+        """Queued slices of the lane's partitions, oldest first per partition, up to the poll size in all.
+
+        The partition that goes first rotates, so a backlog in one cannot starve the others."""
+        limit = self.ingress.max_records
+        order = list(self.queues)
+        if order:
+            self._turn = (self._turn + 1) % len(order)
+            order = order[self._turn :] + order[: self._turn]
+        taken: dict[TopicPartition, list[Any]] = {}
+        count = 0
+        for tp in order:
+            queue = self.queues[tp]
+            while queue and (count == 0 or count + len(queue[0]) <= limit):
+                records = queue.popleft()
+                taken.setdefault(tp, []).extend(records)
+                self.queued[tp] -= len(records)
+                count += len(records)
+            if count >= limit:
+                break
+        return taken
 
     async def _run(self) -> None:
         while True:
-            if not self.queue:
+            slices = self._take()
+            if not slices:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            records = self._take()
             self.idle.clear()
+            self.inflight = set(slices)
             try:
-                await self.ingress._resolve(self.tp, records)
+                await self.ingress._resolve(slices)
                 self._retrying.reset()
             except Exception:
                 # A bug or an unforeseen failure: rewind to these records and try again later; moving on
                 # would let a later commit skip them.
-                log.exception("partition slice failed, rewinding", extra={"action": "kafka_rewind"})
-                self.drop_queue()
-                with contextlib.suppress(IllegalStateError):
-                    self.ingress._consumer.seek(self.tp, records[0].offset)
+                log.exception("lane batch failed, rewinding", extra={"action": "kafka_rewind"})
+                for tp, records in slices.items():
+                    self.drop(tp)
+                    if tp in self.queues:
+                        with contextlib.suppress(IllegalStateError):
+                            self.ingress._consumer.seek(tp, records[0].offset)
                 metrics.CONSUMER_RETRIES.inc()
                 await self._retrying.wait()
             finally:
+                self.inflight = set()
                 self.idle.set()
-            if self.paused and self.queued < self.ingress.max_records:
-                self.paused = False
+            for tp in [tp for tp in self.paused if self.queued.get(tp, 0) < self.ingress.max_records]:
+                self.paused.discard(tp)
                 with contextlib.suppress(IllegalStateError):
-                    self.ingress._consumer.resume(self.tp)
+                    self.ingress._consumer.resume(tp)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -187,7 +227,10 @@ class KafkaIngress:
         self.resolved_records = 0
         self._to_commit: dict[TopicPartition, int] = {}
         self._commit_wanted = asyncio.Event()
-        self._workers: dict[TopicPartition, _PartitionWorker] = {}
+        self._lanes: list[_Lane] = []
+        self._lane_of: dict[TopicPartition, _Lane] = {}
+        """Which lane serves a partition; kept after a revocation so that a partition coming back meets its
+        own earlier slice (possibly still in flight) in the same lane, behind it."""
         self._consumer: Any = None
         self._producer: Any = None
 
@@ -211,6 +254,7 @@ class KafkaIngress:
             enable_idempotence=True,
         )
         committer: asyncio.Task[None] | None = None
+        self._lanes = [_Lane(self, i) for i in range(max(1, s.kafka_lanes))]
         try:
             await self._start(self._producer, "producer")
             self._consumer.subscribe([s.kafka_topic], listener=_Listener(self))
@@ -220,11 +264,10 @@ class KafkaIngress:
             while True:
                 await self._poll()
         finally:
-            workers = list(self._workers.values())
-            self._workers.clear()
-            for task in [w.task for w in workers] + ([committer] if committer else []):
+            lanes, self._lanes = self._lanes, []
+            for task in [lane.task for lane in lanes] + ([committer] if committer else []):
                 task.cancel()
-            await asyncio.gather(*(w.task for w in workers), return_exceptions=True)
+            await asyncio.gather(*(lane.task for lane in lanes), return_exceptions=True)
             if committer is not None:
                 await asyncio.gather(committer, return_exceptions=True)
             with contextlib.suppress(Exception):
@@ -270,27 +313,29 @@ class KafkaIngress:
             await Retrying(retry_policy(self.settings)).wait()
             return
         for tp, records in batch.items():
-            worker = self._workers.get(tp)
-            if worker is None or not records:
-                continue
-            worker.put(records)
-            if not worker.paused and worker.queued >= 2 * self.max_records:
-                worker.paused = True
-                self._consumer.pause(tp)
+            lane = self._lane_of.get(tp)
+            if lane is not None and records and tp in self.owned:
+                lane.put(tp, records)
 
-    async def _resolve(self, tp: TopicPartition, records: list[Any]) -> None:
-        """Resolve a slice of one partition; then its offset may be committed."""
+    async def _resolve(self, slices: dict[TopicPartition, list[Any]]) -> None:
+        """Resolve slices of one or more partitions in one `submit`; then their offsets may be committed."""
         started = time.monotonic()
         tenant = self.settings.kafka_tenant  # issue 11: the topic is bound to one tenant
+        records = [r for part in slices.values() for r in part]
         items = [
             bind_or_dead_letter(Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)), tenant)
             for r in records
         ]
-        if tracing.active():  # issue 16
-            with tracing.consume_span(tp.topic, tp.partition, [i.traceparent for i in items]):
-                outcomes = await self._submit(tp, items)
+        if tracing.active():  # issue 16: one consume span per partition in the batch
+            with contextlib.ExitStack() as spans:
+                at = 0
+                for tp, part in slices.items():
+                    traceparents = [i.traceparent for i in items[at : at + len(part)]]
+                    spans.enter_context(tracing.consume_span(tp.topic, tp.partition, traceparents))
+                    at += len(part)
+                outcomes = await self._submit(items)
         else:
-            outcomes = await self._submit(tp, items)
+            outcomes = await self._submit(items)
         dead = [(r, i, o) for r, i, o in zip(records, items, outcomes, strict=True) if o.is_dead_letter]
         if dead:
             await self._dead_letter(dead)
@@ -298,16 +343,17 @@ class KafkaIngress:
         for _ in records:
             metrics.EVENT_SETTLE.observe(elapsed)
         self.resolved_records += len(records)
-        next_offset: int = records[-1].offset + 1
-        if tp in self.owned:
-            self._to_commit[tp] = next_offset
-            self._commit_wanted.set()
-        highwater = self._consumer.highwater(tp)
-        if highwater is not None:
-            lag = max(0, highwater - next_offset)
-            metrics.CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
+        for tp, part in slices.items():
+            next_offset: int = part[-1].offset + 1
+            if tp in self.owned:
+                self._to_commit[tp] = next_offset
+                self._commit_wanted.set()
+            highwater = self._consumer.highwater(tp)
+            if highwater is not None:
+                lag = max(0, highwater - next_offset)
+                metrics.CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
 
-    async def _submit(self, tp: TopicPartition, items: list[Incoming]) -> list[Outcome]:
+    async def _submit(self, items: list[Incoming]) -> list[Outcome]:
         """`Gateway.submit`, retried in place for as long as the failure is transient.
 
         A permanent failure that escapes `submit` (the database refuses even the dead-letter row, e.g. a
@@ -325,7 +371,6 @@ class KafkaIngress:
                     "transient failure, retrying in place",
                     extra={
                         "action": "kafka_retry",
-                        "partition": tp.partition,
                         "attempt": retrying.failures,
                         "delay_s": round(delay, 3),
                         "error": str(exc),
@@ -340,7 +385,7 @@ class KafkaIngress:
                 )
                 outcomes: list[Outcome] = []
                 for item in items:
-                    outcomes.extend(await self._submit(tp, [item]))
+                    outcomes.extend(await self._submit([item]))
                 return outcomes
 
     async def _dead_letter(self, dead: list[tuple[Any, Incoming, Outcome]]) -> None:
@@ -425,16 +470,19 @@ class KafkaIngress:
         return True
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Let the revoked partitions' in-flight slices resolve (bounded), commit them, stop their workers."""
-        workers = [self._workers.pop(tp) for tp in revoked if tp in self._workers]
-        for worker in workers:
-            worker.drop_queue()
-        if workers:
+        """Let the revoked partitions' in-flight slices resolve (bounded), commit them, stop serving them."""
+        busy = []
+        for tp in revoked:
+            lane = self._lane_of.get(tp)
+            if lane is not None:
+                lane.forget(tp)
+                if tp in lane.inflight:
+                    busy.append(lane)
+        if busy:
+            # A batch still running past the wait goes on (it may hold other partitions' records too); its
+            # revoked partitions are not committed afterwards, and their new owner's DUPLICATEs make that safe.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*(w.idle.wait() for w in workers)), self.revoke_wait_s)
-        for worker in workers:
-            worker.task.cancel()
-        await asyncio.gather(*(w.task for w in workers), return_exceptions=True)
+                await asyncio.wait_for(asyncio.gather(*(lane.idle.wait() for lane in busy)), self.revoke_wait_s)
         offsets = {tp: off for tp, off in self._to_commit.items() if tp in revoked}
         if offsets:
             try:
@@ -449,8 +497,12 @@ class KafkaIngress:
 
     def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         self.owned = set(assigned)
-        for tp in assigned:
-            if tp not in self._workers:
-                self._workers[tp] = _PartitionWorker(self, tp)
+        for tp in sorted(assigned, key=lambda t: (t.topic, t.partition)):
+            lane = self._lane_of.get(tp)
+            if lane is None or lane not in self._lanes:
+                # The lane serving the fewest owned partitions: the load spreads whatever the assignor gave us.
+                lane = min(self._lanes, key=lambda candidate: sum(t in self.owned for t in candidate.queues))
+                self._lane_of[tp] = lane
+            lane.serve(tp)
         self.assigned.set()
         log.info("partitions assigned: %s", sorted(p.partition for p in assigned), extra={"action": "kafka_assigned"})

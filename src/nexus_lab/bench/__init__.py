@@ -213,7 +213,7 @@ class Bench:
     async def run_delivery(self, url: str) -> None:
         await external.bench_delivery(
             self.admin_url, self.embedded, self.args.plans * 5, self.args.concurrency, self.args.delivery_latency_s,
-            self.add,
+            self.add, self.args.delivery_processes or [1, 2],
         )  # fmt: skip
 
     async def run_sagas(self, url: str) -> None:  # issue 14 (saga2)
@@ -241,6 +241,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kafka-poll", type=int, default=500, help="max records per poll (kafka scenario)")
     parser.add_argument("--sagas", type=int, default=None, help="sagas per run of the sagas suite (default 100)")
     parser.add_argument("--delivery-latency-s", type=float, default=None, help="delivery latency run (default 5 s)")
+    parser.add_argument(
+        "--delivery-processes", type=int, action="append", help="dispatcher processes, repeatable (default 1, 2)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,12 +4,14 @@
 Those scripts live beside the package in the repository, so they are loaded by path; when a script, the
 module it measures or the Kafka broker is missing, the scenario is skipped with a note saying which.
 
-- kafka: `kafka_run` (produce -> applied, end to end) with `concurrency` partitions, so `concurrency`
-  partition workers of one `KafkaIngress` submit at once; latency is that of one `Gateway.submit` of a
-  partition's slice (records fetched -> decided and committed in PostgreSQL);
-- delivery: `run_one` with `concurrency` webhook workers in a `nexus serve --dispatcher-only` process
-  delivering to a `nexus sink` process; throughput from the span of `delivered_at`; latency from
-  `outbox.created_at` to `delivered_at` at a steady offered load of half that throughput.
+- kafka: `kafka_run` (produce -> applied, end to end) with `concurrency` partitions, the producer in a
+  process of its own; latency is that of one `Gateway.submit` of a lane's batch (records fetched ->
+  decided and committed in PostgreSQL); CPU seconds per 1,000 events of the consumer, PostgreSQL and the
+  producer;
+- delivery: `run_one` with `concurrency` webhook workers in each of 1 and 2 `nexus serve --dispatcher-only`
+  processes delivering to the bench's receiver (`bench/receiver.py`); throughput from the span of
+  `delivered_at`; latency from `outbox.created_at` to `delivered_at` at a steady offered load of half
+  that throughput; CPU seconds per 1,000 deliveries of the dispatchers, the receiver and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import importlib.util
 import logging
 import os
 import socket
+import subprocess
+import sys
 import time
 import types
 import uuid
@@ -28,6 +32,7 @@ from typing import Any
 from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.settings import Settings
 from nexus.store.embedded import EmbeddedPostgres
+from nexus_lab.bench.cpu import ProducerProcess
 from nexus_lab.bench.scenarios import Row, row
 
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
@@ -92,49 +97,75 @@ async def bench_kafka(
     module.Gateway = _TimedGateway
     dbs = module.Databases(admin_url)
     rows: list[Row] = []
-    for conc in concurrencies:
-        module.PARTITIONS = conc
-        _TimedGateway.latencies = []
-        records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
-        result: dict[str, float] = await module.kafka_run(settings, dbs, records, prefill=False, poll=poll)
-        rows.append(
-            row(
+    async with ProducerProcess() as producer:
+        for conc in concurrencies:
+            module.PARTITIONS = conc
+            _TimedGateway.latencies = []
+            records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
+            result: dict[str, float] = await module.kafka_run(
+                settings, dbs, records, prefill=False, poll=poll, producer=producer
+            )
+            out = row(
                 "kafka",
-                "Kafka produce -> applied (partition slice)",
+                "Kafka produce -> applied (lane batch)",
                 conc,
                 len(records),
                 result["seconds"],
                 _TimedGateway.latencies,
                 "batch",
             )
-        )
-        on_row(rows[-1])
+            # issue 17: CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
+            per_k = 1000 / len(records)
+            out["cpu_s_per_1000"] = {
+                "gateway": round(result["cpu_consumer_s"] * per_k, 3),
+                "postgres": round(result["cpu_postgres_s"] * per_k, 3),
+                "producer": round(result["cpu_producer_s"] * per_k, 3),
+            }
+            rows.append(out)
+            on_row(out)
     return rows
+
+
+def start_receiver(port: int, processes: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`bench/receiver.py` on `port` in `processes` processes (its pid is the parent of the others)."""
+    command = [sys.executable, "-m", "nexus_lab.bench.receiver", "--port", str(port), "--processes", str(processes)]
+    return subprocess.Popen(command, env=env)  # noqa: S603 - our own receiver
 
 
 async def bench_delivery(
     admin_url: str, embedded: EmbeddedPostgres | None, notifications: int, concurrencies: Sequence[int],
-    latency_s: float, on_row: Callable[[Row], None],
+    latency_s: float, on_row: Callable[[Row], None], processes: Sequence[int] = (1,), receiver_processes: int = 1,
 ) -> list[Row]:  # fmt: skip
+    """Each worker count with 1 and then 2 (`processes`) dispatcher processes, to the bench's own receiver
+    (`bench/receiver.py`, `receiver_processes` of it; its ceiling is far above these rates)."""
     module: Any = load("delivery", "nexus.delivery.dispatcher")
     secret = module.generate_secret()
     port = module.free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
-    sink = module.start(["sink", "--port", str(port)], env)
+    receiver = start_receiver(port, receiver_processes, env)
     rows: list[Row] = []
     try:
-        module.wait_http(f"http://127.0.0.1:{port}/healthz")
+        module.wait_http(f"http://127.0.0.1:{port}/healthz", timeout=120)
         for conc in concurrencies:
-            r: dict[str, Any] = await module.run_one(
-                admin_url, embedded, conc, notifications, f"http://127.0.0.1:{port}", secret, latency_s
-            )
-            out = row("delivery", "delivery outbox -> webhook", conc, notifications, notifications / r["rate"], [],
-                      "notification")  # fmt: skip
-            out.update(
-                p50_ms=round(float(r["p50"]), 2), p99_ms=round(float(r["p99"]), 2), offered_per_s=round(r["offered"])
-            )
-            rows.append(out)
-            on_row(out)
+            for procs in processes:
+                r: dict[str, Any] = await module.run_one(
+                    admin_url, embedded, conc, notifications, f"http://127.0.0.1:{port}", secret, latency_s, procs,
+                    [receiver.pid],
+                )  # fmt: skip
+                out = row("delivery", f"delivery outbox -> webhook, {procs} dispatcher process(es)", conc,
+                          notifications, notifications / r["rate"], [], "notification")  # fmt: skip
+                out.update(
+                    p50_ms=round(float(r["p50"]), 2),
+                    p99_ms=round(float(r["p99"]), 2),
+                    offered_per_s=round(r["offered"]),
+                    cpu_s_per_1000=r["cpu_s_per_1000"],
+                )
+                rows.append(out)
+                on_row(out)
     finally:
-        module.stop(sink)
+        receiver.terminate()
+        try:
+            receiver.wait(10)
+        except subprocess.TimeoutExpired:
+            receiver.kill()
     return rows

@@ -1,4 +1,4 @@
-"""`nexus ...` whose Kafka consumer commits each polled slice's offsets before the gateway applies it.
+"""`nexus ...` whose Kafka consumer commits each polled batch's offsets before the gateway applies it.
 
 A consumer killed between the commit and the apply loses those records: its successor starts after
 them. To make that window as wide as a slow database makes it, the apply waits a little after the commit.
@@ -17,11 +17,12 @@ APPLY_DELAY_S = 1.5
 _resolve = KafkaIngress._resolve
 
 
-async def _commit_then_resolve(self: KafkaIngress, tp: Any, records: list[Any]) -> None:
-    if tp in self.owned:
-        await self._consumer.commit({tp: records[-1].offset + 1})
+async def _commit_then_resolve(self: KafkaIngress, slices: dict[Any, list[Any]]) -> None:
+    offsets = {tp: records[-1].offset + 1 for tp, records in slices.items() if tp in self.owned}
+    if offsets:
+        await self._consumer.commit(offsets)
     await asyncio.sleep(APPLY_DELAY_S)
-    await _resolve(self, tp, records)
+    await _resolve(self, slices)
 
 
 def main() -> int:
