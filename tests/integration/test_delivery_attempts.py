@@ -39,7 +39,7 @@ async def test_each_attempt_is_recorded_with_the_subscribers_answer(db: Database
         answered = seen[(str(row["outbox_id"]), row["attempt"])]
         assert row["status"] == answered
         if answered is None:  # the receiver hung: the dispatcher's timeout
-            assert (row["outcome"], row["error_class"]) == ("retryable", "ReadTimeout")
+            assert (row["outcome"], row["error_class"]) == ("retryable", "TimeoutError")  # aiohttp's
             assert row["duration_ms"] >= 300
         else:
             assert row["error_class"] is None
