@@ -65,15 +65,17 @@ async def test_approval_plans_held_answered_and_checked(
     stack = start_stack(settings, start_gateway, nexus_procs, tmp_path)
     report_path = tmp_path / "report.json"
     report = run_agent(stack, report_path, 16, "--inventory-failure-rate", "0.2", "--duplicate-rate", "0.3",
-                       "--malformed-rate", "0.3", "--other-plan-rate", "0.3", "--approval-rate", "0.7")  # fmt: skip
+                       "--malformed-rate", "0.3", "--other-plan-rate", "0.3", "--restart-rate", "0.3",
+                       "--wrong-amount-rate", "0.3", "--approval-rate", "0.7")  # fmt: skip
     assert report["complete"] and report["summary"]["unexpected_decisions"] == 0
     held = [p for p in report["plans"] if p["approval"]]
     answers = {p["approval"]["answer"] for p in held}
     assert answers == {"approve", "deny"}, answers
     for p in held:
-        payment = next(e for e in p["events"] if e["event_type"] == "PaymentProcessed")
-        assert (payment["decision"], payment["http_status"]) == ("HELD", 202)
-        assert [e["decision"] for e in p["events"] if e["seq_id"] in (4, 5)] == ["BUFFER", "BUFFER"]
+        mine = [e for e in p["events"] if e["mode"] == "approval" and e["seq_id"]]
+        assert [(e["event_type"], e["decision"], e["http_status"]) for e in mine] == [
+            ("PaymentProcessed", "HELD", 202), ("OrderShipped", "BUFFER", 200), ("OrderCompleted", "BUFFER", 200)
+        ]  # fmt: skip
     done = run_check(stack, report_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "all invariants held" in done.stdout

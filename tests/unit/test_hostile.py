@@ -219,9 +219,9 @@ def test_expected_decisions_are_what_the_core_decides(seed: str, outcome: Outcom
 
 
 def test_all_modes_on_each_acts_somewhere() -> None:
-    """At rate 1 every mode applicable to an outcome acts on it (but approval, which takes a plan alone)."""
+    """At rate 1 every mode applicable to an outcome acts on it."""
     for outcome in PLANNED:
-        modes = {a.mode for a in hostile.choose("all", {**ALL_ON, Mode.APPROVAL: 0.0}, shape_of(outcome))}
+        modes = {a.mode for a in hostile.choose("all", ALL_ON, shape_of(outcome))}
         applicable = {m for m in Mode if hostile.candidates(m, shape_of(outcome), None)}
         # issue 13: the lifecycle modes yield to the others (a replan comes after every resend, a stall never
         # joins a replan nor a move on the plan's last step); alone, each acts wherever it can
@@ -232,13 +232,22 @@ def test_all_modes_on_each_acts_somewhere() -> None:
             assert alone == ({mode} & applicable)
 
 
-def test_an_approval_plan_makes_no_other_move() -> None:
-    """issue 13: a completed plan drawing approval holds its payment and does nothing else; the seed decides
-    the answer, and both answers happen."""
-    answers = set()
-    for i in range(40):
-        actions = hostile.choose(f"a:{i}", ALL_ON, shape_of(Outcome.COMPLETED))
-        assert [(a.mode, a.at) for a in actions] == [(Mode.APPROVAL, hostile.HELD_AT)]
-        answers.add(actions[0].variant)
-    assert answers == {hostile.APPROVE, hostile.DENY}
+def test_an_approval_plan_keeps_only_the_moves_before_its_held_step() -> None:
+    """issue 13: approval yields to a plan that replans, stalls or sends after completion; on the others it
+    keeps exactly the moves done before the payment is sent; the seed decides the answer, both happen."""
+    rates = {**dict.fromkeys(Mode, 0.5), Mode.APPROVAL: 1.0}
+    answers, taken = set(), 0
+    for i in range(200):
+        shape = shape_of(Outcome.COMPLETED)
+        actions = hostile.choose(f"a:{i}", rates, shape)
+        without = hostile.choose(f"a:{i}", {**rates, Mode.APPROVAL: 0.0}, shape)
+        held = [a for a in actions if a.mode is Mode.APPROVAL]
+        if any(a.mode in hostile.WHOLE_PLAN_MODES for a in without):
+            assert actions == without
+            continue
+        taken += 1
+        assert [(a.at, a.variant in (hostile.APPROVE, hostile.DENY)) for a in held] == [(hostile.HELD_AT, True)]
+        assert actions[:-1] == tuple(a for a in without if hostile._before_held(a))
+        answers.add(held[0].variant)
+    assert taken > 10 and answers == {hostile.APPROVE, hostile.DENY}
     assert all(a.mode is not Mode.APPROVAL for a in hostile.choose("x", ALL_ON, shape_of(Outcome.PAYMENT_REJECTED)))

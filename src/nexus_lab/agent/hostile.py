@@ -30,8 +30,9 @@ stays computable from the report alone: whatever the modes did, the order ends a
 |               | agent then aborts its plan at seq 2                   | APPROVAL_DENIED, the abort  |
 |               |                                                       | applies, nothing else does  |
 
-The last three are the plan lifecycle's (issue 13). An approval plan makes no other move (drawn last, it
-replaces whatever the plan drew before it), so every message's decision stays known in advance.
+The last three are the plan lifecycle's (issue 13). Approval is drawn last; it yields to a plan that
+replans, stalls or sends after completion, and on the plans it takes it keeps only the moves done before the
+held step is sent (resends, swaps and extras up to it), so every message's decision stays known in advance.
 A replanned plan ends on its new plan (`<plan>-r`); a stalled one ends aborted by the gateway with one more
 notification than its honest events. A replan goes at a boundary at or after every restart and
 hallucination (those resend under the plan they started with); a stall only where nothing else acts on its
@@ -108,6 +109,8 @@ APPROVAL_THRESHOLD = Decimal(1000)
 HELD_AT = STEPS.index(EventType.PAYMENT_PROCESSED)
 APPROVE, DENY = "approve", "deny"
 APPROVE_SHARE = 0.5
+# The moves that shape a whole plan, which an approval plan yields to (it never takes them away).
+WHOLE_PLAN_MODES = (Mode.AFTER_COMPLETION, Mode.REPLAN, Mode.STALL)
 # The order extras take at one boundary.
 BOUNDARY_ORDER: tuple[Mode, ...] = (
     Mode.RESTART,
@@ -214,8 +217,19 @@ def candidates(mode: Mode, shape: Sequence[EventType], swap_at: int | None, chos
         stallable = n >= 2 and _is_step(shape[-1]) and not late and not pair
         return [n - 1] if stallable else []
     if mode is Mode.APPROVAL:
-        return [HELD_AT] if tuple(shape) == STEPS else []
+        whole = any(a.mode in WHOLE_PLAN_MODES for a in chosen)
+        return [HELD_AT] if tuple(shape) == STEPS and not whole else []
     raise AssertionError(mode)
+
+
+def _before_held(action: Action) -> bool:
+    """issue 13: whether a move is done before an approval plan's held step is sent (so its decision does not
+    depend on the hold): a resend or swap of the steps before it, or an extra at a boundary up to it."""
+    if action.mode is Mode.DUPLICATE:
+        return action.at < HELD_AT
+    if action.mode is Mode.OUT_OF_ORDER:
+        return action.at + 1 < HELD_AT
+    return action.at <= HELD_AT
 
 
 def choose(seed: str, rates: Mapping[Mode, float], shape: Sequence[EventType]) -> tuple[Action, ...]:
@@ -237,8 +251,9 @@ def choose(seed: str, rates: Mapping[Mode, float], shape: Sequence[EventType]) -
             variant = names[int(variant_pick * len(names))]
         if mode is Mode.OUT_OF_ORDER:
             swap_at = at
-        if mode is Mode.APPROVAL:  # alone: drawn last, it replaces the plan's other moves
-            return (Action(mode, at, APPROVE if variant_pick < APPROVE_SHARE else DENY),)
+        if mode is Mode.APPROVAL:  # drawn last: it keeps the moves done before the held step is sent
+            variant = APPROVE if variant_pick < APPROVE_SHARE else DENY
+            actions = [a for a in actions if _before_held(a)]
         actions.append(Action(mode, at, variant))
     return tuple(actions)
 
