@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from typing import Any
 
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import STEPS, EventType
+from nexus.core.process import STEPS, EventType, Verdict
 from nexus.core.sequencing import Decision, OrderState, resolve
 from nexus.errors import InvalidEventError
 
@@ -67,9 +68,26 @@ def plan_json(order_id: str, plan_id: str, steps: int = 5) -> list[dict[str, Any
     return [step_json(order_id, plan_id, s) for s in range(1, steps + 1)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """issue 13: a person's answer to a held step, folded among the messages (None approves)."""
+
+    event: EventEnvelope
+    verdict: Verdict | None
+
+    @property
+    def expected(self) -> Decision:
+        return Decision.APPLY if self.verdict is None else Decision.REJECTED
+
+    @property
+    def expected_code(self) -> str | None:
+        return None if self.verdict is None else self.verdict.code.value
+
+
 def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderState]:
     """What the pure core decides for each agent message (`.body`, `.expected_code`), in sending order,
-    and the order's final state: the gateway without the database (the built-in processes, default limit)."""
+    and the order's final state: the gateway without the database (the built-in processes, default limit).
+    An `Answer` among them answers its held step (issue 13)."""
     from nexus.processes import builtin_catalog
 
     state = OrderState(order_id)
@@ -77,8 +95,9 @@ def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderSt
     rejected: dict[Any, Any] = {}
     decisions = []
     for message in messages:
+        answers = {message.event.event_id: message.verdict} if isinstance(message, Answer) else None
         try:
-            envelope = parse_envelope(message.body)
+            envelope = message.event if isinstance(message, Answer) else parse_envelope(message.body)
         except InvalidEventError as exc:
             assert exc.code.value == message.expected_code
             decisions.append(Decision.DEAD_LETTER)
@@ -90,6 +109,7 @@ def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderSt
             catalog=builtin_catalog(),
             limits={"max_order_amount": 100000},
             rejected=rejected,
+            approvals=answers,
         )
         for seq in resolution.unbuffered:
             pending.pop(seq, None)

@@ -9,10 +9,22 @@ from `NEXUS_GATEWAY_URL` and `NEXUS_API_KEY` by `ClientConfig.from_env()`.
 from nexus_client.config import ClientConfig
 from nexus_client.errors import ApiError, ClientError, GatewayUnreachable, NotFound, Unavailable, WaitTimeout
 from nexus_client.http import AsyncNexusClient, NexusClient
-from nexus_client.models import Order, OrderSummary, Plan, PlanOrder, Process, StepResult, SubmitResult
+from nexus_client.models import (
+    Approval,
+    ApprovalAnswer,
+    Order,
+    OrderSummary,
+    Plan,
+    PlanOrder,
+    Process,
+    StepResult,
+    SubmitResult,
+)
 
 __all__ = [
     "ApiError",
+    "Approval",
+    "ApprovalAnswer",
     "AsyncNexusClient",
     "ClientConfig",
     "ClientError",

@@ -125,3 +125,8 @@ def wait_of(path: str) -> float:
     query = urllib.parse.urlsplit(path).query
     values = urllib.parse.parse_qs(query).get("wait")
     return float(values[0]) if values else 0.0
+
+
+def approval_path(approval_id: str, *, approve: bool) -> str:
+    """issue 13: where an approver answers one held step."""
+    return f"/v1/approvals/{approval_id}/{'approve' if approve else 'deny'}"

@@ -28,7 +28,7 @@ from nexus_client import _protocol as proto
 from nexus_client import _tracing
 from nexus_client.config import ClientConfig
 from nexus_client.errors import ClientError, GatewayUnreachable, NotFound, WaitTimeout
-from nexus_client.models import Order, Plan, Process, SubmitResult
+from nexus_client.models import Approval, ApprovalAnswer, Approvals, Order, Plan, Process, SubmitResult
 
 Steps = EventEnvelope | Sequence[EventEnvelope]
 
@@ -95,6 +95,19 @@ class AsyncNexusClient:
         """GET /v1/processes/{name} (the latest version, or `version`); `NotFound` for an unknown process."""
         query = f"?version={version}" if version is not None else ""
         return proto.read_model(Process, *await self._get(f"/v1/processes/{name}{query}"))
+
+    async def approvals(self, limit: int = 100) -> list[Approval]:
+        """issue 13: GET /v1/approvals, the pending approvals of the key's tenant (approver or operator keys)."""
+        return proto.read_model(Approvals, *await self._get(f"/v1/approvals?limit={limit}")).approvals
+
+    async def answer_approval(self, approval_id: str, *, approve: bool) -> ApprovalAnswer:
+        """issue 13: POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key."""
+        url = self.config.url(proto.approval_path(approval_id, approve=approve))
+        try:
+            response = await self._http.post(url)
+        except httpx.TransportError as exc:
+            raise _unreachable(exc) from exc
+        return proto.read_model(ApprovalAnswer, response.status_code, response.content)
 
     async def wait(  # same signature as the sync client and the long poll (`wait=S`): no asyncio.timeout
         self,
@@ -198,6 +211,19 @@ class NexusClient:
         """GET /v1/processes/{name} (the latest version, or `version`); `NotFound` for an unknown process."""
         query = f"?version={version}" if version is not None else ""
         return proto.read_model(Process, *self._get(f"/v1/processes/{name}{query}"))
+
+    def approvals(self, limit: int = 100) -> list[Approval]:
+        """issue 13: GET /v1/approvals, the pending approvals of the key's tenant (approver or operator keys)."""
+        return proto.read_model(Approvals, *self._get(f"/v1/approvals?limit={limit}")).approvals
+
+    def answer_approval(self, approval_id: str, *, approve: bool) -> ApprovalAnswer:
+        """issue 13: POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key."""
+        url = self.config.url(proto.approval_path(approval_id, approve=approve))
+        try:
+            response = self._http.post(url)
+        except httpx.TransportError as exc:
+            raise _unreachable(exc) from exc
+        return proto.read_model(ApprovalAnswer, response.status_code, response.content)
 
     def wait(
         self, order_id: str, *, after_seq: int | None = None, after_status: str | None = None, timeout: float = 30.0

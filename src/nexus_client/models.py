@@ -85,3 +85,28 @@ class Process(_Model):
     terminal: list[str] = []
     initial: list[str] = []
     steps: dict[str, dict[str, Any]] = {}
+
+
+class Approval(_Model):
+    """issue 13: one held step waiting for a person (an item of GET /v1/approvals)."""
+
+    approval_id: str
+    order_id: str
+    event_id: str
+    status: str
+    seq: int | None = None
+    event_type: str | None = None
+
+
+class Approvals(_Model):
+    """GET /v1/approvals: the caller's tenant's pending approvals, oldest first."""
+
+    approvals: list[Approval] = []
+
+
+class ApprovalAnswer(_Model):
+    """POST /v1/approvals/{approval_id}/approve|deny: the held step's decision (`result`)."""
+
+    approval_id: str
+    status: str
+    result: StepResult

@@ -12,6 +12,12 @@ For every plan of the report (see `nexus_lab.agent.runner` for its format) it ch
 - `sink`: the sink accepted each notification once (no 2xx twice for one Idempotency-Key), all of them,
   in position order, with valid signatures;
 - `dead_letters`: each malformed or other-plan message is in `dead_letters` (HTTP) or the DLQ topic (Kafka);
+- `rejected`: each hallucinated step is REJECTED with its code (issue 13: and a denied held step with
+  APPROVAL_DENIED), no other message is;
+- `approvals` (issue 13): an approval plan's held payment has exactly one approval, answered as the report
+  says (approved: the step applied, with its successors; denied: REJECTED APPROVAL_DENIED, and then the
+  plan's own abort: the held step and its successors never apply, which `outbox` proves); no other plan
+  has any;
 
 and for the run: the report is complete, and every failure kind and hostile mode whose rate is > 0
 happened at least once. It waits (`--wait`) for the notifications to settle before judging, prints a
@@ -46,6 +52,7 @@ CHECKS: dict[str, str] = {
     "sink": "sink accepted each notification once, all, in order, signed",
     "dead_letters": "malformed and other-plan messages dead-lettered",
     "rejected": "each hallucinated step REJECTED with its expected code, and nothing else rejected",
+    "approvals": "each held step answered once, as the approver did; no other approval",
 }
 DEAD_LETTERED = ("DEAD_LETTER", "PLAN_MISMATCH")
 _PROCESS_ORDER = [t.value for t in (*STEPS, EventType.ABORT_PLAN)]
@@ -235,15 +242,44 @@ def check_dead_letters(plan: Mapping[str, Any], dead: set[str]) -> list[str]:
     return problems
 
 
+def _denied(e: Mapping[str, Any]) -> bool:
+    """issue 13: a held step the approver denied (it ends REJECTED APPROVAL_DENIED)."""
+    return e["expected_decision"] == "HELD" and e.get("variant") == "deny"
+
+
 def check_rejected(plan: Mapping[str, Any], rejected: Mapping[str, str]) -> list[str]:
     """Every message expected REJECTED is recorded as rejected with its code; no other one is."""
     problems = []
     for e in plan["events"]:
         got = rejected.get(e["event_id"] or "")
-        if e["expected_decision"] == "REJECTED" and got != e.get("expected_code"):
+        if _denied(e) and got != "APPROVAL_DENIED":
+            problems.append(f"message {e['n']} (denied {e['event_type']}) rejected as {got}, expected APPROVAL_DENIED")
+        elif _denied(e):
+            continue
+        elif e["expected_decision"] == "REJECTED" and got != e.get("expected_code"):
             problems.append(f"message {e['n']} ({e['mode']}) rejected as {got}, expected {e.get('expected_code')}")
         elif e["expected_decision"] != "REJECTED" and got is not None:
             problems.append(f"message {e['n']} ({e['mode'] or 'honest'} {e['event_type']}) was rejected: {got}")
+    return problems
+
+
+def check_approvals(plan: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """issue 13: the held step's one approval ended as the approver answered, and the answer's decision was
+    the one expected (approved: APPLY; denied: REJECTED APPROVAL_DENIED); a plan that held nothing has none."""
+    held = [e for e in plan["events"] if e["expected_decision"] == "HELD"]
+    answer = plan.get("approval")
+    if not held:
+        return [f"{len(rows)} approvals, expected none"] if rows else []
+    problems = []
+    if answer is None:
+        return ["the held step was never answered"]
+    want_status = "approved" if answer["answer"] == "approve" else "denied"
+    want_decision = ("APPLY", None) if want_status == "approved" else ("REJECTED", "APPROVAL_DENIED")
+    if (answer.get("decision"), answer.get("code")) != want_decision:
+        problems.append(f"the {answer['answer']} was answered {answer.get('decision')} {answer.get('code')}")
+    got = [(str(r["event_id"]), r["status"]) for r in rows]
+    if got != [(held[0]["event_id"], want_status)]:
+        problems.append(f"approvals {got}, expected {[(held[0]['event_id'], want_status)]}")
     return problems
 
 
@@ -353,6 +389,7 @@ async def check_report(
     if sink_log is None:
         result.skipped["sink"] = "no --sink-log"
     rejected = {r["event_id"]: r["code"] for r in await db.fetch(query("checker.sql", "rejected"), order_ids)}
+    approvals = _index([dict(r) for r in await db.fetch(query("checker.sql", "approvals"), order_ids)], "order_id")
 
     for plan in plans:
         oid = plan["order_id"]
@@ -367,6 +404,7 @@ async def check_report(
         if dead is not None:
             result.record("dead_letters", plan, check_dead_letters(plan, dead))
         result.record("rejected", plan, check_rejected(plan, rejected))
+        result.record("approvals", plan, check_approvals(plan, approvals.get(oid, [])))
     result.run_checks = check_run(report)
     states = collections.Counter(d["state"] for d in deliveries)
     created = sum(len(v) for v in outbox.values())
@@ -393,7 +431,11 @@ async def check_report(
         "sink_accepted": sum(1 for r in all_records if _accepted(r)),
         "sink_faults": sum(1 for r in all_records if r.get("fault")),
         "sink_duplicates": sum(1 for r in all_records if r.get("duplicate")),
-        **({k: int(lifecycle[k]) for k in ("superseded", "timed_out", "held", "denied")} if lifecycle else {}),
+        **(
+            {k: int(lifecycle[k]) for k in ("superseded", "timed_out", "held", "denied", "approved")}
+            if lifecycle
+            else {}
+        ),
     }
     return result
 

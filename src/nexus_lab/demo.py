@@ -25,6 +25,7 @@ from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.agent import runner
+from nexus_lab.agent.approver import LabApprover
 from nexus_lab.agent.hostile import LIFECYCLE_MODES, Mode
 from nexus_lab.agent.transport import HttpTransport
 from nexus_lab.checker import CheckResult, check_report, render
@@ -42,6 +43,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hostile-rate", type=float, default=0.35, help="rate of every hostile mode")
     parser.add_argument(
         "--lifecycle-rate", type=float, default=0.2, help="issue 13: rate of the replan and stall modes"
+    )
+    parser.add_argument(
+        "--approval-rate",
+        type=float,
+        default=0.6,
+        help="issue 13: rate of completed plans (not replanning, stalling, sending after completion) placing an "
+        "order that needs approval; a demo approver answers them",
     )
     parser.add_argument(
         "--stall-deadline-s", type=float, default=10.0, help="issue 13: a stalling plan's deadline, from its start"
@@ -89,12 +97,18 @@ def summary(report: dict[str, Any], result: CheckResult, elapsed_s: float) -> st
         ("sink faults injected", st["sink_faults"]),
         ("sink duplicates", st["sink_duplicates"]),
     ]
+    approval_rows = [  # issue 13: the approval plans' held payments, as the demo's approver answered them
+        ("approved", st.get("approved", 0)),
+        ("denied", st.get("denied", 0)),
+        ("still pending", st.get("held", 0)),
+    ]
     parts = [
         text_table("Plans by outcome", ["outcome", "plans", "status", "last_seq", "notifications"], outcome_rows),
         text_table("Hostile modes", ["mode", "plans", "messages", "gateway must answer"], mode_rows),
         text_table("Gateway decisions (all messages)", ["decision", "messages"], decision_rows),
         text_table("Blocked actions (REJECTED, by code)", ["code", "hostile mode", "messages"], blocked_rows),
         text_table("Notifications", ["", "count"], notification_rows),
+        text_table("Held payments (approval mode)", ["", "count"], approval_rows),
         "Invariants (nexus check)\n" + render(result, len(plans)),
         f"{len(plans)} plans, {report['summary']['messages']} messages, checked in {elapsed_s:.1f}s",
     ]
@@ -138,20 +152,27 @@ async def _main(args: argparse.Namespace) -> int:
             payment_rejection_rate=args.payment_rejection_rate,
             step_delay_ms=args.step_delay_ms,
             concurrency=args.concurrency,
-            hostile={m: args.lifecycle_rate if m in LIFECYCLE_MODES else args.hostile_rate for m in Mode},
+            hostile={
+                **{m: args.lifecycle_rate if m in LIFECYCLE_MODES else args.hostile_rate for m in Mode},
+                Mode.APPROVAL: args.approval_rate,
+            },
             stall_deadline_s=args.stall_deadline_s,
         )
-        # The keys it needs: an agent key for tenant "default", made against the database directly.
+        # The keys it needs: an agent key for tenant "default" and an approver's (issue 13: it answers the
+        # approval plans' held payments), made against the database directly.
         db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
         try:
             _, agent_key = await create_key(db, "default", frozenset({Role.AGENT}), name="demo-agent")
+            _, approver_key = await create_key(db, "default", frozenset({Role.APPROVER}), name="demo-approver")
         finally:
             await db.close()
         transport = HttpTransport(gateway_url, api_key=agent_key)
+        approver = LabApprover(gateway_url, api_key=approver_key)
         try:
-            report = await runner.run_agent(config, transport, target=gateway_url)
+            report = await runner.run_agent(config, transport, target=gateway_url, approver=approver)
         finally:
             await transport.close()
+            await approver.close()
         runner.write_report(report, tmp / "agent-report.json")
         print(f"  agent: {len(report['plans'])} plans, {report['summary']['messages']} messages sent", flush=True)
         if report["error"]:

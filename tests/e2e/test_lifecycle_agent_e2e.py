@@ -1,5 +1,6 @@
-"""issue 13, the lab: `nexus agent` replanning mid-order and stalling before its last step, against a real
-`nexus serve` (dispatcher, faulty sink), and `nexus check` accounting for superseded and timed-out plans."""
+"""issue 13, the lab: `nexus agent` replanning mid-order, stalling before its last step and placing orders
+that need approval, against a real `nexus serve` (dispatcher, faulty sink), and `nexus check` accounting for
+superseded, timed-out, approved and denied plans."""
 
 from __future__ import annotations
 
@@ -52,3 +53,41 @@ async def test_replanning_and_stalling_agents_pass_the_checker(
     )
     assert superseded == len(replanned)
     assert sorted(r["order_id"] for r in timed_out) == sorted(p["order_id"] for p in stalled)
+
+
+async def test_approval_plans_held_answered_and_checked(
+    settings: Settings, start_gateway: Any, nexus_procs: list[NexusProcess], tmp_path: Path, db: Database
+) -> None:
+    """16 plans, most of the completed ones in `order_reviewed` above 1000.00: each payment answered 202 HELD,
+    its successors BUFFER, then the agent's approver (the test key, approver role) approves or denies it by
+    seed: approved orders complete, denied ones end REJECTED APPROVAL_DENIED and aborted by the agent with
+    the successors never applied; every invariant of the checker holds."""
+    stack = start_stack(settings, start_gateway, nexus_procs, tmp_path)
+    report_path = tmp_path / "report.json"
+    report = run_agent(stack, report_path, 16, "--inventory-failure-rate", "0.2", "--duplicate-rate", "0.3",
+                       "--malformed-rate", "0.3", "--other-plan-rate", "0.3", "--restart-rate", "0.3",
+                       "--wrong-amount-rate", "0.3", "--approval-rate", "0.7")  # fmt: skip
+    assert report["complete"] and report["summary"]["unexpected_decisions"] == 0
+    held = [p for p in report["plans"] if p["approval"]]
+    answers = {p["approval"]["answer"] for p in held}
+    assert answers == {"approve", "deny"}, answers
+    for p in held:
+        mine = [e for e in p["events"] if e["mode"] == "approval" and e["seq_id"]]
+        assert [(e["event_type"], e["decision"], e["http_status"]) for e in mine] == [
+            ("PaymentProcessed", "HELD", 202), ("OrderShipped", "BUFFER", 200), ("OrderCompleted", "BUFFER", 200)
+        ]  # fmt: skip
+    done = run_check(stack, report_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all invariants held" in done.stdout
+    rows = await db.fetch(
+        "SELECT a.order_id, a.status, a.decided_by, o.status AS order_status, o.last_seq FROM approvals a"
+        " JOIN orders o USING (tenant_id, order_id) WHERE a.order_id = ANY($1::text[])",
+        [p["order_id"] for p in report["plans"]],
+    )
+    by_order = {r["order_id"]: r for r in rows}
+    assert set(by_order) == {p["order_id"] for p in held}
+    for p in held:
+        row = by_order[p["order_id"]]
+        want = ("approved", "completed", 5) if p["approval"]["answer"] == "approve" else ("denied", "aborted", 2)
+        assert (row["status"], row["order_status"], row["last_seq"]) == want
+        assert row["decided_by"]

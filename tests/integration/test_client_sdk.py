@@ -152,3 +152,51 @@ def test_no_key_no_authorization_header(recorder: str) -> None:
     with NexusClient(ClientConfig.from_env({"NEXUS_GATEWAY_URL": recorder})) as client, pytest.raises(NotFound):
         client.order("o")
     assert "authorization" not in _Recorder.seen[0]
+
+
+def reviewed(order: str, seq: int, amount: int = 1500) -> Any:
+    """issue 13: a step of an `order_reviewed` order above 1000.00 (its payment is HELD)."""
+    if seq == 1:
+        items = [{"product_id": "p", "quantity": 1, "unit_price": amount}]
+        return step(order, "sdk-rv", 1, process="order_reviewed", data={"items": items, "total_amount": amount,
+                                                                          "currency": "USD"})  # fmt: skip
+    if seq == 3:
+        return step(order, "sdk-rv", 3, data={"payment_id": "pay", "amount": amount, "currency": "USD"})
+    return step(order, "sdk-rv", seq)
+
+
+async def test_async_client_lists_and_answers_approvals(base: str) -> None:
+    """issue 13: a held payment is listed by `approvals()`; `answer_approval` approves it (APPLY, the waiting
+    successor drains) or denies it (REJECTED APPROVAL_DENIED); answering twice is an ApiError 409."""
+    async with AsyncNexusClient(config_for(base)) as client:
+        held = {}
+        for order in ("sdk-a1", "sdk-a2"):
+            answers = [await client.submit(reviewed(order, s)) for s in (1, 2, 3, 4)]
+            assert [(a.http_status, a.first.decision) for a in answers[2:]] == [
+                (202, Decision.HELD), (200, Decision.BUFFER)
+            ]  # fmt: skip
+            held[order] = (answers[2].first.model_extra or {})["approval_id"]
+        listed = {a.approval_id: a for a in await client.approvals()}
+        assert set(held.values()) <= set(listed) and listed[held["sdk-a1"]].order_id == "sdk-a1"
+        approved = await client.answer_approval(held["sdk-a1"], approve=True)
+        assert (approved.status, approved.result.decision) == ("approved", Decision.APPLY)
+        assert (await client.order("sdk-a1")).last_seq == 4
+        denied = await client.answer_approval(held["sdk-a2"], approve=False)
+        assert (denied.status, denied.result.decision, denied.result.code) == (
+            "denied", Decision.REJECTED, "APPROVAL_DENIED"
+        )  # fmt: skip
+        assert (await client.order("sdk-a2")).last_seq == 2
+        with pytest.raises(ApiError) as again:
+            await client.answer_approval(held["sdk-a2"], approve=True)
+        assert again.value.status == 409
+
+
+def test_sync_client_answers_an_approval(base: str) -> None:
+    """issue 13: the sync client lists and approves a held payment the same way."""
+    with NexusClient(config_for(base)) as client:
+        for s in (1, 2, 3):
+            answer = client.submit(reviewed("sdk-a3", s))
+        approval_id = (answer.first.model_extra or {})["approval_id"]
+        assert approval_id in {a.approval_id for a in client.approvals()}
+        assert client.answer_approval(approval_id, approve=True).result.decision is Decision.APPLY
+        assert client.order("sdk-a3").status == "payment_processed"

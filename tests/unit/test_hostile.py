@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import STEPS, EventType, OrderStatus, seq_of
+from nexus.core.process import STEPS, EventType, OrderStatus, Verdict, seq_of
 from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
-from nexus.errors import InvalidEventError
+from nexus.errors import ErrorCode, InvalidEventError
 from nexus.processes import builtin_catalog
 from nexus_lab.agent import hostile
 from nexus_lab.agent.graph import EXPECTED, Outcome, shape_of
 from nexus_lab.agent.hostile import HostileStream, Message, Mode
-from tests.factories import fold_messages
+from tests.factories import Answer, fold_messages
 
 PLANNED = (Outcome.COMPLETED, Outcome.INVENTORY_FAILED, Outcome.PAYMENT_REJECTED)
 ALL_ON = dict.fromkeys(Mode, 1.0)
@@ -48,18 +48,39 @@ def honest_events(outcome: Outcome, order_id: str = "o-1", plan_id: str = "p-1")
     return events
 
 
-def messages_for(outcome: Outcome, actions: Sequence[hostile.Action]) -> list[Message]:
-    """Stream the honest events of `outcome` through the hostile moves, as the runner does."""
-    events = honest_events(outcome)
-    stream = HostileStream(hostile.schedule(shape_of(outcome), actions), order_id="o-1", plan_id="p-1")
-    sent = stream.ready()
+def reviewed(events: list[EventEnvelope]) -> list[EventEnvelope]:
+    """issue 13: the honest events of an approval plan: an order above the threshold, paid in full."""
+    order = hostile.reviewed_order(
+        {"items": [{"product_id": "p", "quantity": 2, "unit_price": "2.50"}], "total_amount": "5.00"}
+    )
+    data = {1: {**order, "currency": "USD"}, 3: {"amount": order["total_amount"], "currency": "USD"}}
+    return [e.model_copy(update={"data": data[e.seq_id]}) if e.seq_id in data else e for e in events]
+
+
+def messages_for(outcome: Outcome, actions: Sequence[hostile.Action]) -> list[Message | Answer]:
+    """Stream the honest events of `outcome` through the hostile moves, as the runner does (issue 13: an
+    approval plan's held step answered once every step was sent, and a denied plan's abort after it)."""
+    held = next((a for a in actions if a.mode is Mode.APPROVAL), None)
+    events = honest_events(outcome) if held is None else reviewed(honest_events(outcome))
+    stream = HostileStream(
+        hostile.schedule(shape_of(outcome), actions),
+        order_id="o-1",
+        plan_id="p-1",
+        process=hostile.APPROVAL_PROCESS if held else None,
+    )
+    sent: list[Message | Answer] = [*stream.ready()]
     for event in events:
         sent += stream.push(event)
     assert stream.done
+    if held is not None:
+        verdict = None if held.variant == hostile.APPROVE else Verdict(ErrorCode.APPROVAL_DENIED, "denied")
+        sent.append(Answer(stream.honest[held.at], verdict))
+        if verdict is not None:
+            sent.append(hostile.denied_abort(stream.honest, order_id="o-1", plan_id="p-1"))
     return sent
 
 
-def fold(messages: Sequence[Message]) -> tuple[list[Decision], OrderState]:
+def fold(messages: Sequence[Message | Answer]) -> tuple[list[Decision], OrderState]:
     """What the pure core decides for each message, in order, and the order's final state."""
     return fold_messages("o-1", messages)
 
@@ -166,7 +187,8 @@ def test_other_plan_keeps_the_order_and_changes_the_plan() -> None:
 def test_expected_decisions_are_what_the_core_decides(seed: str, outcome: Outcome, rates: dict[Mode, float]) -> None:
     """Whatever modes a seed picks, the pure core answers each message as expected and ends as the honest plan
     (issue 13: on its new plan after a replan, with the REPLAN's notification; aborted by the gateway's
-    deadline sweep, one step short, after a stall)."""
+    deadline sweep, one step short, after a stall; an approval plan's payment HELD and its successors
+    BUFFER, then all applied once approved, or aborted at the seq before it once denied)."""
     actions = hostile.choose(seed, rates, shape_of(outcome))
     modes = {a.mode for a in actions}
     sent = messages_for(outcome, actions)
@@ -183,10 +205,16 @@ def test_expected_decisions_are_what_the_core_decides(seed: str, outcome: Outcom
         status, last_seq = OrderStatus.ABORTED, last_seq - 1
     if Mode.REPLAN in modes:
         notifications += 1
+    denied = any(a.mode is Mode.APPROVAL and a.variant == hostile.DENY for a in actions)
+    if denied:
+        status, last_seq, notifications = OrderStatus.ABORTED, hostile.HELD_AT, hostile.HELD_AT + 1
     plan = "p-1" + hostile.REPLAN_SUFFIX if Mode.REPLAN in modes else "p-1"
     assert (final.status, final.last_seq, final.outbox_count, final.plan_id) == (status, last_seq, notifications, plan)
-    honest = [m.event_type for m in sent if m.honest and m.event_type != "REPLAN"]
+    messages = [m for m in sent if isinstance(m, Message)]
+    honest = [m.event_type for m in messages if m.honest and m.event_type != "REPLAN"]
     shape = [t.value for t in shape_of(outcome)]
+    if denied:
+        shape = [*shape[: hostile.HELD_AT], EventType.ABORT_PLAN.value]
     assert sorted(honest, key=ORDER.index) == (shape[:-1] if Mode.STALL in modes else shape)
 
 
@@ -202,3 +230,24 @@ def test_all_modes_on_each_acts_somewhere() -> None:
         for mode in hostile.LIFECYCLE_MODES:
             alone = {a.mode for a in hostile.choose("all", {mode: 1.0}, shape_of(outcome))}
             assert alone == ({mode} & applicable)
+
+
+def test_an_approval_plan_keeps_only_the_moves_before_its_held_step() -> None:
+    """issue 13: approval yields to a plan that replans, stalls or sends after completion; on the others it
+    keeps exactly the moves done before the payment is sent; the seed decides the answer, both happen."""
+    rates = {**dict.fromkeys(Mode, 0.5), Mode.APPROVAL: 1.0}
+    answers, taken = set(), 0
+    for i in range(200):
+        shape = shape_of(Outcome.COMPLETED)
+        actions = hostile.choose(f"a:{i}", rates, shape)
+        without = hostile.choose(f"a:{i}", {**rates, Mode.APPROVAL: 0.0}, shape)
+        held = [a for a in actions if a.mode is Mode.APPROVAL]
+        if any(a.mode in hostile.WHOLE_PLAN_MODES for a in without):
+            assert actions == without
+            continue
+        taken += 1
+        assert [(a.at, a.variant in (hostile.APPROVE, hostile.DENY)) for a in held] == [(hostile.HELD_AT, True)]
+        assert actions[:-1] == tuple(a for a in without if hostile._before_held(a))
+        answers.add(held[0].variant)
+    assert taken > 10 and answers == {hostile.APPROVE, hostile.DENY}
+    assert all(a.mode is not Mode.APPROVAL for a in hostile.choose("x", ALL_ON, shape_of(Outcome.PAYMENT_REJECTED)))

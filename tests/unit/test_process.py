@@ -10,9 +10,12 @@ from pathlib import Path
 import pytest
 
 from nexus.core.checks import to_minor
+from nexus.core.envelope import parse_envelope
 from nexus.core.process import DefinitionError, compile_definition, validate_step
+from nexus.core.sequencing import Decision, OrderState, resolve
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog, schema_text
+from tests.factories import step_json
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = {"max_order_amount": 100000}
@@ -143,3 +146,21 @@ def test_data_schema_failure_is_check_failed_data() -> None:
     verdict = validate_step(refund, None, {}, "RefundRequested", 1, {"amount": 5, "currency": "eur"}, LIMITS)
     assert verdict is not None and (verdict.code, verdict.check) == (ErrorCode.CHECK_FAILED, "data")
     assert "reason" in verdict.message or "currency" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("process", "amount", "held"),
+    [("order_reviewed", 1000.01, True), ("order_reviewed", 1000, False), ("order", 5000, False)],
+)
+def test_order_reviewed_holds_payments_above_1000_and_order_holds_none(process: str, amount: float, held: bool) -> None:
+    """issue 13: the shipped `order_reviewed` is `order` whose payment above 1000.00 waits for a person;
+    `order` itself never holds a step."""
+    item = [{"product_id": "p", "quantity": 1, "unit_price": amount}]
+    bodies = [step_json("o", "p", 1, process=process), step_json("o", "p", 2), step_json("o", "p", 3)]
+    bodies[0]["data"].update(items=item, total_amount=amount)
+    bodies[2]["data"]["amount"] = amount
+    events = [parse_envelope(json.dumps(b)) for b in bodies]
+    limits = {"max_order_amount": 100000}
+    resolution = resolve(OrderState("o"), events, {}, catalog=builtin_catalog(), limits=limits)
+    payment = Decision.HELD if held else Decision.APPLY
+    assert [d for _, d, _ in resolution.decisions] == [Decision.APPLY, Decision.APPLY, payment]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus_lab.agent import runner
+from nexus_lab.agent.approver import LabApprover
 from nexus_lab.agent.hostile import LIFECYCLE_MODES, Mode
 from nexus_lab.agent.runner import AgentConfig
 from nexus_lab.agent.transport import HttpTransport, KafkaTransport, PublishError, Transport
@@ -36,6 +37,7 @@ MODE_HELP: dict[Mode, str] = {
     Mode.AFTER_COMPLETION: "send one more step after the order completed (REJECTED AFTER_TERMINAL)",
     Mode.REPLAN: "replace the plan mid-order (REPLAN), go on under the new one, resend an old-plan step",
     Mode.STALL: "never send the last step; the first carries a deadline (--stall-deadline-s)",
+    Mode.APPROVAL: "order above 1000.00 in order_reviewed: payment HELD; the approver approves or denies it",
 }
 
 
@@ -98,8 +100,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="issue 13: the deadline a stalling plan sets on its first step, from its start (5)",
     )
+    parser.add_argument(
+        "--approver-key",
+        default=None,
+        help="issue 13: the approver-role key answering approval plans' held steps (the agent's NEXUS_API_KEY)",
+    )
     hostile = parser.add_argument_group(
-        "hostile modes (fraction of plans that misbehave so; --hostile-rate leaves replan and stall off)"
+        "hostile modes (fraction of plans that misbehave so; --hostile-rate leaves replan, stall, approval off)"
     )
     hostile.add_argument(
         "--hostile-rate", type=_rate, default=None, help="default for every mode below (SIM_HOSTILE_RATE, 0)"
@@ -164,10 +171,15 @@ async def _main(args: argparse.Namespace) -> int:
     except PublishError as exc:
         print(f"nexus agent: {exc}", file=sys.stderr)
         return 1
+    approver = None
+    if config.hostile.get(Mode.APPROVAL, 0.0) > 0:  # issue 13: someone answers the held steps
+        approver = LabApprover(args.gateway_url, api_key=args.approver_key)
     try:
-        report = await runner.run_agent(config, transport, target=target)
+        report = await runner.run_agent(config, transport, target=target, approver=approver)
     finally:
         await transport.close()
+        if approver is not None:
+            await approver.close()
     if args.report is not None:
         runner.write_report(report, args.report)
     summary = report["summary"]

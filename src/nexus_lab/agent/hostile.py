@@ -24,12 +24,19 @@ stays computable from the report alone: whatever the modes did, the order ends a
 |               |                                                       | PLAN_SUPERSEDED             |
 | stall         | never sends its last step; its first step carries a   | the gateway aborts the plan |
 |               | deadline (`stall_deadline_s` from the plan's start)   | (abort_code timeout)        |
+| approval      | places an order above 1000.00 in `order_reviewed`,    | PaymentProcessed HELD, its  |
+|               | sends every step, then a lab approver approves it     | successors BUFFER; approved:|
+|               | (variant `approve`) or denies it (`deny`) and the     | all apply; denied: REJECTED |
+|               | agent then aborts its plan at seq 2                   | APPROVAL_DENIED, the abort  |
+|               |                                                       | applies, nothing else does  |
 
-The last two are the plan lifecycle's (issue 13). A replanned plan ends on its new plan (`<plan>-r`); a
-stalled one ends aborted by the gateway with one more notification than its honest events. A replan goes at
-a boundary at or after every restart and hallucination (those resend under the plan they started with); a
-stall only where nothing else acts on its last step, and never with a replan (a REPLAN without a deadline
-clears the plan's).
+The last three are the plan lifecycle's (issue 13). Approval is drawn last; it yields to a plan that
+replans, stalls or sends after completion, and on the plans it takes it keeps only the moves done before the
+held step is sent (resends, swaps and extras up to it), so every message's decision stays known in advance.
+A replanned plan ends on its new plan (`<plan>-r`); a stalled one ends aborted by the gateway with one more
+notification than its honest events. A replan goes at a boundary at or after every restart and
+hallucination (those resend under the plan they started with); a stall only where nothing else acts on its
+last step, and never with a replan (a REPLAN without a deadline clears the plan's).
 
 The last five are the hallucinations the order's process catches (issue 12): each is sent at a boundary,
 is rejected with its code and changes nothing, so the honest plan's outcome stands.
@@ -71,6 +78,7 @@ class Mode(enum.StrEnum):
     AFTER_COMPLETION = "after_completion"
     REPLAN = "replan"  # issue 13
     STALL = "stall"  # issue 13
+    APPROVAL = "approval"  # issue 13
 
 
 # The order modes are drawn in: out_of_order first, since it decides which boundaries exist.
@@ -89,10 +97,20 @@ DRAW_ORDER: tuple[Mode, ...] = (
     Mode.AFTER_COMPLETION,
     Mode.REPLAN,
     Mode.STALL,
+    Mode.APPROVAL,
 )
 # The plan-lifecycle modes (issue 13): only explicit rates turn them on (not the `--hostile-rate` default).
-LIFECYCLE_MODES: tuple[Mode, ...] = (Mode.REPLAN, Mode.STALL)
+LIFECYCLE_MODES: tuple[Mode, ...] = (Mode.REPLAN, Mode.STALL, Mode.APPROVAL)
 REPLAN_SUFFIX = "-r"
+# issue 13, the approval mode: the process whose payments above the threshold wait for a person, the held
+# step's index, what the approver answers (variant: drawn from the plan's seed) and how often it approves.
+APPROVAL_PROCESS = "order_reviewed"
+APPROVAL_THRESHOLD = Decimal(1000)
+HELD_AT = STEPS.index(EventType.PAYMENT_PROCESSED)
+APPROVE, DENY = "approve", "deny"
+APPROVE_SHARE = 0.5
+# The moves that shape a whole plan, which an approval plan yields to (it never takes them away).
+WHOLE_PLAN_MODES = (Mode.AFTER_COMPLETION, Mode.REPLAN, Mode.STALL)
 # The order extras take at one boundary.
 BOUNDARY_ORDER: tuple[Mode, ...] = (
     Mode.RESTART,
@@ -198,7 +216,20 @@ def candidates(mode: Mode, shape: Sequence[EventType], swap_at: int | None, chos
         pair = swap_at is not None and swap_at + 1 == n - 1
         stallable = n >= 2 and _is_step(shape[-1]) and not late and not pair
         return [n - 1] if stallable else []
+    if mode is Mode.APPROVAL:
+        whole = any(a.mode in WHOLE_PLAN_MODES for a in chosen)
+        return [HELD_AT] if tuple(shape) == STEPS and not whole else []
     raise AssertionError(mode)
+
+
+def _before_held(action: Action) -> bool:
+    """issue 13: whether a move is done before an approval plan's held step is sent (so its decision does not
+    depend on the hold): a resend or swap of the steps before it, or an extra at a boundary up to it."""
+    if action.mode is Mode.DUPLICATE:
+        return action.at < HELD_AT
+    if action.mode is Mode.OUT_OF_ORDER:
+        return action.at + 1 < HELD_AT
+    return action.at <= HELD_AT
 
 
 def choose(seed: str, rates: Mapping[Mode, float], shape: Sequence[EventType]) -> tuple[Action, ...]:
@@ -220,6 +251,9 @@ def choose(seed: str, rates: Mapping[Mode, float], shape: Sequence[EventType]) -
             variant = names[int(variant_pick * len(names))]
         if mode is Mode.OUT_OF_ORDER:
             swap_at = at
+        if mode is Mode.APPROVAL:  # drawn last: it keeps the moves done before the held step is sent
+            variant = APPROVE if variant_pick < APPROVE_SHARE else DENY
+            actions = [a for a in actions if _before_held(a)]
         actions.append(Action(mode, at, variant))
     return tuple(actions)
 
@@ -231,6 +265,7 @@ def schedule(shape: Sequence[EventType], actions: Sequence[Action]) -> list[Send
     duplicated = {a.at for a in actions if a.mode is Mode.DUPLICATE}
     stalled = {a.at for a in actions if a.mode is Mode.STALL}
     replanned = next((a.at for a in actions if a.mode is Mode.REPLAN), None)
+    held = next((a for a in actions if a.mode is Mode.APPROVAL), None)
     specs: list[SendSpec] = []
 
     def honest(i: int, expected: Decision, mode: Mode | None) -> None:
@@ -238,6 +273,10 @@ def schedule(shape: Sequence[EventType], actions: Sequence[Action]) -> list[Send
             return  # never sent: the gateway's deadline ends the plan
         if i == 0 and shape[0] is EventType.ABORT_PLAN:
             expected = Decision.TOMBSTONE
+        if held is not None and i >= held.at:  # issue 13: held, then its successors wait; a denial voids them
+            expected = Decision.HELD if i == held.at else Decision.BUFFER
+            specs.append(SendSpec(i, "as_is", Mode.APPROVAL, held.variant == APPROVE, expected, variant=held.variant))
+            return
         specs.append(SendSpec(i, "as_is", mode, True, expected))
         if i in duplicated:
             specs.append(SendSpec(i, "as_is", Mode.DUPLICATE, False, Decision.DUPLICATE))
@@ -320,7 +359,39 @@ def _message(spec: SendSpec, envelope: EventEnvelope) -> Message:
         event_type=str(envelope.event_type),
         seq_id=envelope.seq_id,
         plan_id=envelope.plan_id,
+        variant=spec.variant,
     )
+
+
+def reviewed_order(order: Mapping[str, Any]) -> dict[str, Any]:
+    """issue 13: an approval plan's order: the sampled one plus an item of the threshold's price, so its
+    total (and payment) is above it."""
+    extra = {"product_id": "prod_reviewed", "quantity": 1, "unit_price": str(APPROVAL_THRESHOLD)}
+    total = Decimal(str(order["total_amount"])) + APPROVAL_THRESHOLD
+    return {**order, "items": [*order["items"], extra], "total_amount": str(total)}
+
+
+def denied_abort(
+    honest: Sequence[EventEnvelope], *, order_id: str, plan_id: str, new_id: Callable[[], uuid.UUID] = uuid.uuid4
+) -> Message:
+    """issue 13: what an agent whose held payment was denied sends: ABORT_PLAN at the seq before it (it
+    applies, drops the waiting successors, and the order ends aborted)."""
+    first = honest[0]
+    abort = EventEnvelope(
+        event_id=new_id(),
+        event_type=EventType.ABORT_PLAN,
+        plan_id=plan_id,
+        order_id=order_id,
+        timestamp=honest[-1].timestamp,
+        correlation_id=first.correlation_id,
+        data={
+            "reason": "the payment's approval was denied",
+            "abort_code": "payment_rejected",
+            "aborted_at_seq": HELD_AT,
+        },
+    )
+    spec = SendSpec(HELD_AT - 1, "as_is", Mode.APPROVAL, True, Decision.APPLY, variant=DENY)
+    return _message(spec, abort)
 
 
 def malformed_body(variant: str, base: dict[str, Any]) -> bytes:
@@ -487,6 +558,7 @@ class HostileStream:
         plan_id: str,
         new_id: Callable[[], uuid.UUID] = uuid.uuid4,
         deadline: dt.datetime | None = None,
+        process: str | None = None,
     ) -> None:
         self.specs = list(specs)
         self.order_id = order_id
@@ -496,6 +568,8 @@ class HostileStream:
         self.next = 0
         self.deadline = deadline
         """issue 13: set on the plan's first step (a stalling plan: the gateway aborts it then)."""
+        self.process = process
+        """issue 13: the process the plan's first step names (None: `order`)."""
         replan = next((s for s in self.specs if s.mutation == "replan"), None)
         self.replanned_at = None if replan is None or replan.ref is None else replan.ref + 1
         """issue 13: honest events from this index on go under the new plan."""
@@ -511,6 +585,8 @@ class HostileStream:
     def push(self, event: EventEnvelope) -> list[Message]:
         if not self.honest and self.deadline is not None:
             event = event.model_copy(update={"deadline": self.deadline})
+        if not self.honest and self.process is not None:
+            event = event.model_copy(update={"process": self.process})
         if self.replanned_at is not None and len(self.honest) >= self.replanned_at:
             event = event.model_copy(update={"plan_id": self.plan_id + REPLAN_SUFFIX})
         self.honest.append(event)

@@ -22,6 +22,8 @@ Report (JSON, version 1)::
         "expected": {"status": "completed", "last_seq": 5, "notifications": 5},
         "final_plan_id": "...",         # issue 13: the plan the order ends on (`<plan_id>-r` after a replan)
         "gateway_abort": null | "timeout",  # issue 13: a stalled plan, aborted by its deadline
+        "approval": null | {"approval_id", "answer": "approve" | "deny", "status", "decision", "code"},
+                                        # issue 13: an approval plan's held payment and the approver's answer
         "last_seq": 5,                  # the highest seq_id the agent sent honestly
         "hostile": ["duplicate", ...],  # modes this plan used
         "finished": true,               # false: stopped by a publish failure
@@ -56,6 +58,7 @@ from typing import Any
 
 from nexus.core.envelope import EventEnvelope
 from nexus_lab.agent import hostile
+from nexus_lab.agent.approver import ApprovalError, LabApprover
 from nexus_lab.agent.graph import (
     EXPECTED,
     AgentContext,
@@ -108,9 +111,12 @@ def _now() -> str:
 class PlanRun:
     """One plan: decides its path and moves, runs the graph, sends what the hostile stream says."""
 
-    def __init__(self, index: int, config: AgentConfig, transport: Transport) -> None:
+    def __init__(
+        self, index: int, config: AgentConfig, transport: Transport, approver: LabApprover | None = None
+    ) -> None:
         self.index = index
         self.transport = transport
+        self.approver = approver
         self.step_delay_s = config.step_delay_ms / 1000
         self.seed = f"{config.seed}:{index}"
         self.order_id = str(uuid.uuid4())
@@ -121,9 +127,17 @@ class PlanRun:
         self.actions = hostile.choose(self.seed, config.hostile, self.shape)
         self.stalled = any(a.mode is Mode.STALL for a in self.actions)
         deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=config.stall_deadline_s) if self.stalled else None
+        self.held = next((a for a in self.actions if a.mode is Mode.APPROVAL), None)
+        """issue 13: an approval plan's move (its variant: what the approver answers)."""
         self.stream = HostileStream(
-            hostile.schedule(self.shape, self.actions), order_id=self.order_id, plan_id=self.plan_id, deadline=deadline
+            hostile.schedule(self.shape, self.actions),
+            order_id=self.order_id,
+            plan_id=self.plan_id,
+            deadline=deadline,
+            process=hostile.APPROVAL_PROCESS if self.held else None,
         )
+        self.approval_id: str | None = None
+        self.approval: dict[str, Any] | None = None
         self.events: list[dict[str, Any]] = []
         self.last_seq = 0
         self.finished = False
@@ -150,6 +164,8 @@ class PlanRun:
         )
         if message.honest and message.seq_id is not None:
             self.last_seq = max(self.last_seq, message.seq_id)
+        if message.expected.value == "HELD":
+            self.approval_id = ack.approval_id
 
     async def _publish(self, envelope: EventEnvelope) -> None:
         for message in self.stream.push(envelope):
@@ -165,12 +181,32 @@ class PlanRun:
             inventory_failure_rate=self.simulation.inventory_failure_rate,
             payment_rejection_rate=self.simulation.payment_rejection_rate,
         )
+        if self.held is not None:
+            state.update(hostile.reviewed_order(state))  # type: ignore[typeddict-item]
         final = await graph.ainvoke(state, context=AgentContext(self._publish, self.step_delay_s))
         produced = tuple(e["event_type"] for e in final["events"])
         if produced != tuple(t.value for t in self.shape) or not self.stream.done:
             raise AssertionError(f"plan {self.plan_id}: the graph produced {produced}, expected {self.shape}")
+        if self.held is not None:
+            await self._answer_held()
         self.finished = True
         log.debug("plan done", extra={"action": "plan_done", "plan_id": self.plan_id, "order_id": self.order_id})
+
+    async def _answer_held(self) -> None:
+        """issue 13: every step sent (the successors wait); the approver answers the held payment as the seed
+        said, and after a denial the agent aborts its plan."""
+        assert self.held is not None
+        if self.approver is None:
+            raise PublishError(f"plan {self.plan_id} holds a step for approval but the agent has no approver")
+        held_event = self.stream.honest[self.held.at]
+        try:
+            self.approval = await self.approver.answer(
+                str(held_event.event_id), self.approval_id, approve=self.held.variant == hostile.APPROVE
+            )
+        except ApprovalError as exc:
+            raise PublishError(str(exc)) from exc
+        if self.held.variant == hostile.DENY:
+            await self._send(hostile.denied_abort(self.stream.honest, order_id=self.order_id, plan_id=self.plan_id))
 
     def as_json(self) -> dict[str, Any]:
         expected = EXPECTED[self.outcome]
@@ -179,6 +215,8 @@ class PlanRun:
             status, last_seq = "aborted", last_seq - 1
         if self.stream.replanned_at is not None:
             notifications += 1  # the REPLAN's own
+        if self.held is not None and self.held.variant == hostile.DENY:  # the steps before it, and the abort
+            status, last_seq, notifications = "aborted", self.held.at, self.held.at + 1
         return {
             "index": self.index,
             "plan_seed": self.seed,
@@ -188,6 +226,7 @@ class PlanRun:
             "expected": {"status": status, "last_seq": last_seq, "notifications": notifications},
             "final_plan_id": self.stream.final_plan_id,
             "gateway_abort": "timeout" if self.stalled else None,
+            "approval": self.approval,
             "last_seq": self.last_seq,
             "hostile": sorted({a.mode.value for a in self.actions}),
             "finished": self.finished,
@@ -212,8 +251,11 @@ def summarize(plans: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def run_agent(config: AgentConfig, transport: Transport, *, target: str) -> dict[str, Any]:
-    """Run every plan; return the report (partial, with `error`, if a publish failed)."""
+async def run_agent(
+    config: AgentConfig, transport: Transport, *, target: str, approver: LabApprover | None = None
+) -> dict[str, Any]:
+    """Run every plan; return the report (partial, with `error`, if a publish failed). `approver` answers
+    the held steps of approval plans (issue 13)."""
     started = _now()
     runs: list[PlanRun] = []
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -226,7 +268,7 @@ async def run_agent(config: AgentConfig, transport: Transport, *, target: str) -
                 i = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            run = PlanRun(i, config, transport)
+            run = PlanRun(i, config, transport, approver)
             runs.append(run)
             await run.run()
 

@@ -39,6 +39,8 @@ class Ack:
     attempts: int = 1
     partition: int | None = None
     offset: int | None = None
+    approval_id: str | None = None
+    """issue 13: a HELD step's approval (what the lab approver answers)."""
 
 
 class Transport(Protocol):
@@ -96,6 +98,7 @@ class HttpTransport:
             order_status=order.status if order is not None else None,
             order_last_seq=order.last_seq if order is not None else None,
             attempts=result.attempts,
+            approval_id=(first.model_extra or {}).get("approval_id") if first is not None else None,
         )
 
     async def close(self) -> None:
@@ -157,6 +160,7 @@ class KafkaTransport:
             order_last_seq=order.get("last_seq"),
             partition=delivered.partition,
             offset=delivered.offset,
+            approval_id=value.get("approval_id"),
         )
 
     async def close(self) -> None:

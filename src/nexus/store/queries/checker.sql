@@ -34,4 +34,12 @@ SELECT
   (SELECT count(*) FROM outbox WHERE order_id = ANY($1::text[]) AND event_type = 'ABORT_PLAN'
       AND payload->'event'->'data'->>'abort_code' = 'timeout') AS timed_out,
   (SELECT count(*) FROM approvals WHERE order_id = ANY($1::text[]) AND status = 'pending') AS held,
-  (SELECT count(*) FROM approvals WHERE order_id = ANY($1::text[]) AND status IN ('denied', 'expired')) AS denied;
+  (SELECT count(*) FROM approvals WHERE order_id = ANY($1::text[]) AND status IN ('denied', 'expired')) AS denied,
+  (SELECT count(*) FROM approvals WHERE order_id = ANY($1::text[]) AND status = 'approved') AS approved;
+
+-- name: approvals
+-- issue 13: every approval of the report's orders (the agent's held payments), with how it ended.
+SELECT order_id, event_id::text AS event_id, status, decided_by
+FROM approvals
+WHERE order_id = ANY($1::text[])
+ORDER BY order_id, created_at;
