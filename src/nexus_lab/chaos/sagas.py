@@ -323,7 +323,8 @@ async def run_saga_scenario(
     services_port, gateway_port = free_port(), free_port()
     services_url, gateway_url = f"http://127.0.0.1:{services_port}", f"http://127.0.0.1:{gateway_port}"
     env = _env(url, services_url, seed, fault)
-    services = Proc("services", [*NEXUS_CMD, "services", "--port", str(services_port), "--seed", seed],
+    services = Proc("services", [*NEXUS_CMD, "services", "--port", str(services_port), "--seed", seed,
+                     "--latency-ms", str(fault.latency_ms)],
                     clean_env(), directory / "services.log")  # fmt: skip
     gateway = Proc("gateway", [*cmd, "serve", "--no-dispatcher"],
                    {**env, "NEXUS_HTTP_PORT": str(gateway_port), "NEXUS_SAGA_EXECUTORS": "0"},

@@ -34,6 +34,9 @@ class SagaFault:
     first_s: Range = (0.3, 0.8)
     env: tuple[tuple[str, str], ...] = ()
     """Settings of the gateway and executor processes for this scenario (over `sagas.SAGA_ENV`)."""
+    latency_ms: float = 0.0
+    """Added to every service answer (`nexus services --latency-ms`): keeps the sagas open long enough for a
+    fault timed from the start to meet them (on a quiet machine six sagas otherwise end in under 0.5 s)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +221,7 @@ SCENARIOS: dict[str, Scenario] = {
                 decline_rate=0.0,
                 window_s=(3.0, 4.0),
                 env=(("NEXUS_SAGA_BREAKER_THRESHOLD", "2"),),
+                latency_ms=250.0,
             ),
         ),
         Scenario(
@@ -242,7 +246,7 @@ SCENARIOS: dict[str, Scenario] = {
             "saga-postgres-restart",
             "PostgreSQL stopped (fast shutdown) and started again while sagas are open",
             "PostgreSQL stopped",
-            saga=SagaFault("postgres-restart", window_s=(1.5, 2.5), first_s=(0.2, 0.5)),
+            saga=SagaFault("postgres-restart", window_s=(1.5, 2.5), first_s=(0.2, 0.5), latency_ms=250.0),
         ),
     )
 }
