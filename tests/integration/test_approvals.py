@@ -109,7 +109,7 @@ async def test_denial_rejects_and_successors_keep_waiting(api: httpx.AsyncClient
     from nexus.store.queries import query
 
     counts = await db.fetchrow(query("checker.sql", "lifecycle"), ["o-no"])  # the checker's accounting
-    assert tuple(counts) == (0, 0, 0, 1)  # type: ignore[arg-type]
+    assert tuple(counts) == (0, 0, 0, 1, 0)  # superseded, timed out, held, denied, approved
 
 
 async def test_an_unanswered_approval_expires_as_a_denial(api: httpx.AsyncClient, db: Database) -> None:
