@@ -38,57 +38,6 @@ SELECT p.tenant_id, p.order_id, p.seq_id, p.envelope::text AS envelope, p.tracep
 FROM pending_events AS p
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid;
 
--- name: upsert_orders
-INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
-                    process_version, facts, superseded_plans, deadline_at)
-SELECT order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version,
-       facts::jsonb, string_to_array(superseded, chr(31)), deadline_at
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bool[], $7::int[], $8::text[],
-            $9::int[], $10::text[], $11::text[], $12::timestamptz[])
-    AS u(order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process, process_version, facts,
-         superseded, deadline_at)
-ON CONFLICT (tenant_id, order_id) DO UPDATE SET
-    plan_id = EXCLUDED.plan_id,
-    status = EXCLUDED.status,
-    last_seq = EXCLUDED.last_seq,
-    tombstone = EXCLUDED.tombstone,
-    outbox_count = EXCLUDED.outbox_count,
-    process = EXCLUDED.process,
-    process_version = EXCLUDED.process_version,
-    facts = EXCLUDED.facts,
-    superseded_plans = EXCLUDED.superseded_plans,
-    deadline_at = EXCLUDED.deadline_at,
-    updated_at = now();
-
--- name: insert_outbox
-INSERT INTO outbox (id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent, tenant_id)
-SELECT id, order_id, position, event_id, event_type, seq_id, plan_id, payload::jsonb, traceparent, tenant_id
-FROM unnest($1::uuid[], $2::text[], $3::int[], $4::uuid[], $5::text[], $6::int[], $7::text[], $8::text[],
-            $9::text[], $10::text[])
-    AS u(id, order_id, position, event_id, event_type, seq_id, plan_id, payload, traceparent, tenant_id);
-
--- name: insert_deliveries
--- One delivery per (notification, enabled subscription whose filter takes its type). The first new one
--- of an (order, subscription) with nothing pending yet is its head (see migration 0003); we hold the
--- order's advisory lock, as does a dispatcher moving heads, so the two never miss each other.
--- A subscription of a tenant gets only that tenant's notifications; one without a tenant (an operator's
--- spanning every tenant) gets them all.
-INSERT INTO deliveries (outbox_id, subscription_id, tenant_id, order_id, position, head)
-SELECT o.id, s.id, o.tenant_id, o.order_id, o.position,
-       o.position = min(o.position) OVER (PARTITION BY s.id, o.tenant_id, o.order_id)
-       -- a correlated probe per new row (index deliveries_pending), never a scan of the whole backlog
-       AND (SELECT p.position FROM deliveries AS p
-            WHERE p.subscription_id = s.id AND p.tenant_id = o.tenant_id AND p.order_id = o.order_id
-              AND p.state = 'pending'
-            LIMIT 1) IS NULL
-FROM outbox AS o
-JOIN subscriptions AS s ON s.enabled AND (s.event_types IS NULL OR o.event_type = ANY (s.event_types))
-    AND (s.tenant_id IS NULL OR s.tenant_id = o.tenant_id)
-WHERE o.id = ANY($1::uuid[]);
-
--- name: notify_outbox
-SELECT pg_notify('nexus_outbox', '');
-
 -- name: insert_pending
 INSERT INTO pending_events (order_id, seq_id, event_id, plan_id, envelope, traceparent, tenant_id)
 SELECT order_id, seq_id, event_id, plan_id, envelope::jsonb, traceparent, tenant_id
@@ -164,9 +113,10 @@ CROSS JOIN LATERAL (
 ) AS h;
 
 -- name: write_batch
--- The usual writes of a batch in one statement: orders ($1-$12, as upsert_orders), notifications ($13-$22,
--- as insert_outbox) with their deliveries (as insert_deliveries, from the rows just inserted) and the
--- dispatchers' wake-up, and the decision log's records ($23-$37, as audit.sql insert_records).
+-- The usual writes of a batch in one statement: orders ($1-$12, upserted), notifications ($13-$22) with
+-- their deliveries (one per matching subscription, from the rows just inserted; a delivery is its pair's
+-- head when no earlier one is pending) and the dispatchers' wake-up, and the decision log's records
+-- ($23-$37, as audit.sql insert_records).
 WITH upserted AS (
     INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
                         process_version, facts, superseded_plans, deadline_at)
