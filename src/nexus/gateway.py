@@ -566,8 +566,9 @@ class Gateway:
                 "event_type": str(event.event_type),
                 "seq_id": event.seq_id,
                 "status": str(status_after),
-                "event": json.loads(event.model_dump_json()),
             }
+            # The envelope's JSON spliced in as it is (the column is jsonb): not decoded to be encoded again.
+            body = f'{json.dumps(payload)[:-1]}, "event": {event.model_dump_json()}}}'
             writes.outbox.append(
                 (
                     notification_id,
@@ -577,7 +578,7 @@ class Gateway:
                     str(event.event_type),
                     event.seq_id,
                     event.plan_id,
-                    json.dumps(payload),
+                    body,
                     traces.get(event.event_id),
                     event.tenant_id,
                 )

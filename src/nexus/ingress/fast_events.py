@@ -2,8 +2,9 @@
 
 The route is the gateway's hot path: under wrk, the framework's middleware stack, routing and request
 objects took more of the server's time than deciding the events. `EventsFastPath` is a pure ASGI
-middleware, outermost, that answers `POST /v1/events` itself and hands every other request (and this one
-too while tracing is on, so its spans stay those of the maintained ASGI instrumentation) to the app.
+application in front of the whole app (FastAPI's own layers included) that answers `POST /v1/events`
+itself and hands every other request (and this one too while tracing is on, so its spans stay those of
+the maintained ASGI instrumentation) to the app.
 
 It keeps every check of the framework route, through the same code: the key, role and rate limit
 (`Gatekeeper`, shared with `AuthMiddleware`, and the same `RateLimiter` buckets), the media type, the body
