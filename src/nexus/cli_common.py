@@ -6,10 +6,18 @@ routes to it."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from nexus.settings import Settings
+
+if TYPE_CHECKING:
+    from nexus.store.database import Database
+
+T = TypeVar("T")
 
 
 def add_common(parser: argparse.ArgumentParser) -> None:
@@ -25,3 +33,31 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
         log_level=getattr(args, "log_level", None),
         **extra,
     )
+
+
+def with_database(settings: Settings, action: Callable[[Database], Awaitable[T]], *, migrate: bool = True) -> T:
+    """Open the database, run `action` on it, close it: the body of a command that reads or writes rows."""
+    from nexus.store.database import Database
+
+    async def go() -> T:
+        db = await Database(settings).open(migrate=migrate)
+        try:
+            return await action(db)
+        finally:
+            await db.close()
+
+    return asyncio.run(go())
+
+
+def run_json_action(args: argparse.Namespace, action: Callable[[Database], Awaitable[Any]]) -> int:
+    """Run `action` on the database and print its result as JSON (exit 0), or a refusal's code and
+    message as JSON (exit 1): the admin commands whose output a script reads."""
+    from nexus.errors import NexusError
+
+    try:
+        result = with_database(settings_from(args), action)
+    except NexusError as exc:
+        print(json.dumps({"code": exc.code.value, "message": exc.message}))
+        return 1
+    print(json.dumps(result, indent=2, default=str))
+    return 0

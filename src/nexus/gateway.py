@@ -23,10 +23,11 @@ import asyncpg
 
 from nexus import metrics, tracing
 from nexus.audit.log import record_columns, record_entries
+from nexus.batch_rows import Writes, columns, pairs, plan_writes, postgres_text, read_batch
 from nexus.core import strict_json
 from nexus.core.audit import INGRESS_ORDER, Entry, resolution_entries
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import ProcessCatalog, Verdict, as_status
+from nexus.core.process import ProcessCatalog
 from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, deadline_abort, resolve
 from nexus.core.strict_json import InputLimits
 from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
@@ -38,15 +39,6 @@ from nexus.store.lifecycle import ApprovalDecision
 from nexus.store.queries import query
 
 log = logging.getLogger(__name__)
-
-_OUTBOX_NAMESPACE = uuid.UUID("6d1f3c1e-8f43-4a43-9d5c-6e6578757300")
-
-
-def outbox_id_for(event_id: uuid.UUID, tenant_id: str = "default") -> uuid.UUID:
-    """The notification id (and Idempotency-Key) of an applied event: derived, so it never changes.
-    Two tenants' events with the same event_id get different ids (the default tenant keeps the old ones)."""
-    name = str(event_id) if tenant_id == "default" else f"{tenant_id}\x1f{event_id}"
-    return uuid.uuid5(_OUTBOX_NAMESPACE, name)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,45 +133,6 @@ class Outcome:
         if self.effect is not None:  # issue 14
             body["effect"] = dict(self.effect)
         return body
-
-
-@dataclasses.dataclass(slots=True)
-class _Writes:
-    """The set-based writes of one transaction, accumulated column by column."""
-
-    orders: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    outbox: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    pending_add: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    pending_del: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    dead: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    rejected: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    approvals: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    cancelled: list[uuid.UUID] = dataclasses.field(default_factory=list)
-
-    async def run(self, conn: asyncpg.Connection, records: list[list[Any]] | None = None) -> list[int]:
-        """Write the rows; `records`: the decision log's columns (audit.log.record_columns). The usual rows
-        (orders, notifications and their deliveries, decision log) go in one statement (issue 17)."""
-        await lifecycle_records.write_approvals(conn, self.approvals, self.cancelled)  # issue 13: held steps
-        if self.rejected:
-            await conn.execute(query("gateway.sql", "insert_rejected"), *_columns(self.rejected, 11))
-        if self.pending_del:
-            await conn.execute(query("gateway.sql", "delete_pending"), *_columns(self.pending_del, 3))
-        if self.pending_add:
-            await conn.execute(query("gateway.sql", "insert_pending"), *_columns(self.pending_add, 7))
-        records = records or [[] for _ in range(15)]
-        if self.orders or self.outbox or records[0]:
-            # Notifications wake the dispatchers at commit, and only then, without waiting for their poll.
-            await conn.execute(
-                query("gateway.sql", "write_batch"), *_columns(self.orders, 12), *_columns(self.outbox, 10), *records
-            )
-        if self.dead:
-            rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(self.dead, 8))
-            return [r["id"] for r in rows]
-        return []
-
-
-def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
-    return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
 
 
 class Gateway:
@@ -288,7 +241,7 @@ class Gateway:
                 by_order[_key(item.envelope)].append(i)
         order_ids = sorted(by_order)
         outcomes: list[Outcome | None] = [None] * len(items)
-        writes = _Writes()
+        writes = Writes()
         dead_index: list[int] = []
         heads: dict[tuple[str, str], tuple[int, bytes]] = {}
         drained = 0
@@ -301,8 +254,10 @@ class Gateway:
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 if order_ids:
-                    await conn.execute(query("gateway.sql", "lock_orders"), *_pairs(order_ids))
-                    states, pending, rejected, limits, heads = await self._read_batch(conn, order_ids)
+                    await conn.execute(query("gateway.sql", "lock_orders"), *pairs(order_ids))
+                    states, pending, rejected, limits, heads = await read_batch(
+                        conn, order_ids, validated=self.catalog is not None
+                    )
                     await self._read_sagas(conn, states, items, by_order)  # issue 14
                     if decided:  # issue 13: an approval is answered once, under its order's lock
                         await lifecycle_records.decide_approvals(conn, decided)
@@ -321,7 +276,7 @@ class Gateway:
                             approvals={k: v.verdict for k, v in decided.items()} if decided else None,
                         )
                         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
-                        drained += self._plan(resolution, traces, writes)
+                        drained += plan_writes(resolution, traces, writes)
                         resolutions.append(resolution)
                         all_traces.update(traces)
                         blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
@@ -392,70 +347,6 @@ class Gateway:
         metrics.record_blocked(blocked)
         return final
 
-    async def _read_batch(
-        self, conn: asyncpg.Connection, order_ids: list[tuple[str, str]]
-    ) -> tuple[
-        dict[tuple[str, str], OrderState],
-        dict[tuple[str, str], dict[int, EventEnvelope]],
-        dict[tuple[str, str], dict[uuid.UUID, Verdict]],
-        dict[str, dict[str, Any]],
-        dict[tuple[str, str], tuple[int, bytes]],
-    ]:
-        """The orders' rows and buffered steps, their rejected steps by event_id and the tenants' limits
-        (when steps are validated), and their decision-log chain heads: one statement (issue 17)."""
-        tenants = sorted({tenant for tenant, _ in order_ids})
-        rows = await conn.fetch(
-            query("gateway.sql", "read_batch"), *_pairs(order_ids), tenants, self.catalog is not None
-        )
-        pending: dict[tuple[str, str], dict[int, EventEnvelope]] = defaultdict(dict)
-        rejected: dict[tuple[str, str], dict[uuid.UUID, Verdict]] = defaultdict(dict)
-        limits: dict[str, dict[str, Any]] = {}
-        heads: dict[tuple[str, str], tuple[int, bytes]] = {}
-        order_rows = []
-        for row in rows:
-            kind = row["kind"]
-            if kind == "order":
-                order_rows.append(row)
-            elif kind == "head":
-                heads[(row["tenant_id"], row["order_id"])] = (row["position"], bytes(row["hash"]))
-            elif kind == "pending":
-                pending[(row["tenant_id"], row["order_id"])][row["seq_id"]] = parse_envelope(row["envelope"])
-            elif kind == "rejected":
-                verdict = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
-                rejected[(row["tenant_id"], row["order_id"])][row["event_id"]] = verdict
-            else:
-                limits[row["tenant_id"]] = {"max_order_amount": Decimal(row["max_order_amount"])}
-        states = {(r["tenant_id"], r["order_id"]): _state_of(r, pending) for r in order_rows}
-        for oid, steps in pending.items():
-            if oid not in states:
-                # the plan of a buffered step (any: they share it, or PLAN_MISMATCH kept them out)
-                plan_id = next(iter(steps.values())).plan_id
-                states[oid] = OrderState(oid[1], plan_id=plan_id, buffered=frozenset(steps))
-        if self.catalog is not None:  # issue 13: a step held for approval takes its order's next seq
-            await lifecycle_records.read_held(conn, states, order_ids)
-        return states, pending, rejected, limits, heads
-
-    async def _read(
-        self, conn: asyncpg.Connection, order_ids: list[tuple[str, str]]
-    ) -> tuple[dict[tuple[str, str], OrderState], dict[tuple[str, str], dict[int, EventEnvelope]]]:
-        """The orders' states and buffered steps (for the saga outcomes; submit reads with `_read_batch`)."""
-        pending: dict[tuple[str, str], dict[int, EventEnvelope]] = defaultdict(dict)
-        plans: dict[tuple[str, str], str] = {}
-        for row in await conn.fetch(query("gateway.sql", "read_pending"), *_pairs(order_ids)):
-            envelope = parse_envelope(row["envelope"])
-            key = (row["tenant_id"], row["order_id"])
-            pending[key][row["seq_id"]] = envelope
-            plans[key] = envelope.plan_id
-        states: dict[tuple[str, str], OrderState] = {}
-        for row in await conn.fetch(query("gateway.sql", "read_orders"), *_pairs(order_ids)):
-            states[(row["tenant_id"], row["order_id"])] = _state_of(row, pending)
-        for oid, seqs in pending.items():
-            if oid not in states:
-                states[oid] = OrderState(oid[1], plan_id=plans[oid], buffered=frozenset(seqs))
-        if self.catalog is not None:  # issue 13: a step held for approval takes its order's next seq
-            await lifecycle_records.read_held(conn, states, order_ids)
-        return states, pending
-
     async def _read_sagas(
         self,
         conn: asyncpg.Connection,
@@ -474,128 +365,17 @@ class Gateway:
         ]
         await saga_records.annotate(conn, states, keys)
 
-    async def _read_rejections(
-        self, conn: asyncpg.Connection, order_ids: list[tuple[str, str]]
-    ) -> tuple[dict[tuple[str, str], dict[uuid.UUID, Verdict]], dict[str, dict[str, Any]]]:
-        """The orders' rejected steps by event_id, and the batch's tenants' limits."""
-        if self.catalog is None:
-            return {}, {}
-        tenants = sorted({tenant for tenant, _ in order_ids})
-        rejected: dict[tuple[str, str], dict[uuid.UUID, Verdict]] = defaultdict(dict)
-        limits: dict[str, dict[str, Any]] = {}
-        rows = await conn.fetch(query("gateway.sql", "read_rejections_and_limits"), *_pairs(order_ids), tenants)
-        for row in rows:
-            if row["event_id"] is None:
-                limits[row["tenant_id"]] = {"max_order_amount": Decimal(row["max_order_amount"])}
-            else:
-                verdict = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
-                rejected[(row["tenant_id"], row["key"])][row["event_id"]] = verdict
-        return rejected, limits
-
-    @staticmethod
-    def _plan(
-        resolution: Resolution,
-        traces: dict[uuid.UUID, str | None],
-        writes: _Writes,
-    ) -> int:
-        """Turn one order's resolution into rows; return how many buffered events it drained."""
-        after = resolution.after
-        if after.status is not None and after != resolution.before:
-            writes.orders.append(
-                (
-                    after.order_id,
-                    _tenant(resolution),
-                    after.plan_id,
-                    str(after.status),
-                    after.last_seq,
-                    after.tombstone,
-                    after.outbox_count,
-                    after.process or "order",
-                    after.process_version or 1,
-                    json.dumps(dict(after.facts), default=str),
-                    "\x1f".join(sorted(after.superseded)),  # identifiers never contain U+001F
-                    after.deadline_at,
-                )
-            )
-        for rejection in resolution.rejections:
-            if rejection.replay:
-                continue
-            event, verdict = rejection.event, rejection.verdict
-            writes.rejected.append(
-                (
-                    event.event_id,
-                    event.order_id,
-                    event.plan_id,
-                    event.tenant_id,
-                    event.seq_id,
-                    str(event.event_type),
-                    verdict.code.value,
-                    verdict.check,
-                    _text(verdict.message),
-                    rejection.drained,
-                    event.model_dump_json(),
-                )
-            )
-        tenant = _tenant(resolution)
-        for seq in resolution.unbuffered:
-            writes.pending_del.append((after.order_id, seq, tenant))
-        for event in resolution.buffered:
-            writes.pending_add.append(
-                (
-                    event.order_id,
-                    event.seq_id,
-                    event.event_id,
-                    event.plan_id,
-                    event.model_dump_json(),
-                    traces.get(event.event_id),
-                    event.tenant_id,
-                )
-            )
-        for applied in resolution.applied:
-            if applied.effect:  # issue 14: notified once its effect succeeds (nexus.saga.outcomes)
-                continue
-            event = applied.event
-            status_after = applied.status
-            notification_id = outbox_id_for(event.event_id, event.tenant_id)
-            payload = {
-                "notification_id": str(notification_id),
-                "order_id": event.order_id,
-                "plan_id": event.plan_id,
-                "tenant_id": event.tenant_id,
-                "position": applied.position,
-                "event_type": str(event.event_type),
-                "seq_id": event.seq_id,
-                "status": str(status_after),
-            }
-            # The envelope's JSON spliced in as it is (the column is jsonb): not decoded to be encoded again.
-            body = f'{json.dumps(payload)[:-1]}, "event": {event.model_dump_json()}}}'
-            writes.outbox.append(
-                (
-                    notification_id,
-                    event.order_id,
-                    applied.position,
-                    event.event_id,
-                    str(event.event_type),
-                    event.seq_id,
-                    event.plan_id,
-                    body,
-                    traces.get(event.event_id),
-                    event.tenant_id,
-                )
-            )
-        return sum(1 for a in resolution.applied if a.drained)
-
     @staticmethod
     def _dead_row(source: str, code: ErrorCode, error: str, item: Incoming) -> tuple[Any, ...]:
         env = item.envelope
         return (
             source,
             code.value,
-            _text(error),
-            item.event_id and _text(item.event_id),
+            postgres_text(error),
+            item.event_id and postgres_text(item.event_id),
             env.order_id if env else None,
             env.plan_id if env else None,
-            _text(item.raw),
+            postgres_text(item.raw),
             env.tenant_id if env else item.tenant_id,
         )
 
@@ -649,8 +429,8 @@ class Gateway:
                 if not candidates:
                     return []
                 candidates.sort()
-                await conn.execute(query("gateway.sql", "lock_orders"), *_pairs(candidates))
-                rows = await conn.fetch(query("gateway.sql", "expire_pending"), *_pairs(candidates), timeout_s)
+                await conn.execute(query("gateway.sql", "lock_orders"), *pairs(candidates))
+                rows = await conn.fetch(query("gateway.sql", "expire_pending"), *pairs(candidates), timeout_s)
                 if not rows:
                     return []
                 dead = [
@@ -666,36 +446,13 @@ class Gateway:
                     )
                     for r in rows
                 ]
-                ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *_columns(dead, 8))
+                ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *columns(dead, 8))
                 if self.decision_log:
                     await record_entries(conn, [_expiry_entry(r, d[2]) for r, d in zip(rows, dead, strict=True)])
                 await lifecycle_records.notify_orders(conn, ((r["tenant_id"], r["order_id"]) for r in rows))
         metrics.record_buffer_timeouts(len(rows))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(rows)})
         return [r["id"] for r in ids]
-
-
-def _state_of(row: Any, pending: dict[tuple[str, str], dict[int, EventEnvelope]]) -> OrderState:
-    """An order's state from its row (read_orders, read_batch) and its buffered steps."""
-    return OrderState(
-        order_id=row["order_id"],
-        plan_id=row["plan_id"],
-        status=as_status(row["status"]),
-        last_seq=row["last_seq"],
-        buffered=frozenset(pending.get((row["tenant_id"], row["order_id"]), {})),
-        tombstone=row["tombstone"],
-        outbox_count=row["outbox_count"],
-        process=row["process"],
-        process_version=row["process_version"],
-        facts=json.loads(row["facts"]) if row["facts"] != "{}" else {},
-        superseded=frozenset(row["superseded_plans"] or ()),
-        deadline_at=row["deadline_at"],
-    )
-
-
-def _text(value: str) -> str:
-    """PostgreSQL text holds neither NUL nor lone surrogates: keep the dead letter, escaped, rather than lose it."""
-    return value.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # Unique keys on a step's event_id: a second step reusing an event_id hits one of them.
@@ -714,17 +471,6 @@ def _refusal(exc: Exception) -> InvalidEventError:
 def _key(envelope: EventEnvelope) -> tuple[str, str]:
     """An order's identity: (tenant, order_id)."""
     return (envelope.tenant_id, envelope.order_id)
-
-
-def _pairs(keys: Sequence[tuple[str, str]]) -> tuple[list[str], list[str]]:
-    """(tenant, order_id) pairs as the two arrays the queries take."""
-    return [t for t, _ in keys], [o for _, o in keys]
-
-
-def _tenant(resolution: Resolution) -> str:
-    for event, _, _ in resolution.decisions:
-        return event.tenant_id
-    return "default"
 
 
 def _log_decisions(items: Sequence[Incoming], outcomes: Sequence[Outcome], source: str) -> None:
@@ -769,9 +515,9 @@ def _ingress_entry(item: Incoming) -> Entry:
         tenant_id=item.tenant_id,
         order_id=INGRESS_ORDER,
         decision=Decision.DEAD_LETTER.value,
-        event_id=_text(event_id)[:200] if event_id is not None else None,
+        event_id=postgres_text(event_id)[:200] if event_id is not None else None,
         code=item.error.code.value,
-        message=_text(str(item.error))[:1000],
+        message=postgres_text(str(item.error))[:1000],
     )
 
 

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from nexus.cli_common import add_common, settings_from
+from nexus.cli_common import add_common, settings_from, with_database
 from nexus.errors import NexusError
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -78,15 +78,7 @@ def _verify(settings: Settings, args: argparse.Namespace) -> int:
             records = [r for r in records if r.order_id == args.order]
         result = verify(records, checkpoints, trusted=trusted or header_keys, complete=not args.order)
     else:
-
-        async def go() -> tuple[list, list]:  # type: ignore[type-arg]
-            db = await Database(settings).open(migrate=False)
-            try:
-                return await load(db, args.order)
-            finally:
-                await db.close()
-
-        records, checkpoints = asyncio.run(go())
+        records, checkpoints = with_database(settings, lambda db: load(db, args.order), migrate=False)
         result = verify(records, checkpoints, trusted=trusted, complete=not args.order)
     if args.json:
         f = result.finding

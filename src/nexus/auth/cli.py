@@ -9,7 +9,6 @@ nexus keys revoke ID     refused by every gateway process within a second
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from nexus.auth import keys
@@ -35,23 +34,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nexus.cli_common import settings_from
+    from nexus.cli_common import settings_from, with_database
 
-    async def go() -> list[str]:
-        db = await Database(settings_from(args)).open()
-        try:
-            if args.action == "create":
-                record, key = await keys.create_key(db, args.tenant, parse_roles(args.role), args.name)
-                return [f"created key {record.line()}", key]
-            if args.action == "list":
-                return [k.line() for k in await keys.list_keys(db)]
-            record = await keys.revoke_key(db, args.id)
-            return [f"revoked key {record.line()}"]
-        finally:
-            await db.close()
+    async def act(db: Database) -> list[str]:
+        if args.action == "create":
+            record, key = await keys.create_key(db, args.tenant, parse_roles(args.role), args.name)
+            return [f"created key {record.line()}", key]
+        if args.action == "list":
+            return [k.line() for k in await keys.list_keys(db)]
+        record = await keys.revoke_key(db, args.id)
+        return [f"revoked key {record.line()}"]
 
     try:
-        lines = asyncio.run(go())
+        lines = with_database(settings_from(args), act)
     except (NexusError, ValueError) as exc:
         print(f"nexus keys: {exc}", file=sys.stderr)
         return 1

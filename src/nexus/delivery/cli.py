@@ -13,15 +13,12 @@ Output is JSON, one document per command, so scripts can read it.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nexus.delivery import subscriptions as subs
 from nexus.delivery.signing import generate_secret
-from nexus.errors import NexusError
 from nexus.store.database import Database
 
 
@@ -50,7 +47,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nexus.cli_common import settings_from
+    from nexus.cli_common import run_json_action
 
     actions: dict[str, Callable[[Database], Awaitable[Any]]] = {
         "add": lambda db: _add(db, args),
@@ -60,20 +57,7 @@ def run(args: argparse.Namespace) -> int:
         "redrive": lambda db: subs.redrive_delivery(db, args.outbox_id, args.subscription_id),
     }
 
-    async def go() -> Any:
-        db = await Database(settings_from(args)).open()
-        try:
-            return await actions[args.action](db)
-        finally:
-            await db.close()
-
-    try:
-        result = asyncio.run(go())
-    except NexusError as exc:
-        print(json.dumps({"code": exc.code.value, "message": exc.message}))
-        return 1
-    print(json.dumps(result, indent=2, default=str))
-    return 0
+    return run_json_action(args, actions[args.action])
 
 
 async def _add(db: Database, args: argparse.Namespace) -> dict[str, Any]:

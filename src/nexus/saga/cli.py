@@ -10,13 +10,11 @@ A saga is its order's (one per order), so it is named by the order id. Output is
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from nexus.core.saga import SagaStatus
-from nexus.errors import NexusError, NotFoundError
+from nexus.errors import NotFoundError
 from nexus.saga import admin
 from nexus.store.database import Database
 
@@ -39,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nexus.cli_common import settings_from
+    from nexus.cli_common import run_json_action
 
     async def show(db: Database) -> Any:
         view = await admin.order_saga(db, args.tenant, args.order_id)
@@ -56,17 +54,4 @@ def run(args: argparse.Namespace) -> int:
         "redrive": redrive,
     }
 
-    async def go() -> Any:
-        db = await Database(settings_from(args)).open()
-        try:
-            return await actions[args.action](db)
-        finally:
-            await db.close()
-
-    try:
-        result = asyncio.run(go())
-    except NexusError as exc:
-        print(json.dumps({"code": exc.code.value, "message": exc.message}))
-        return 1
-    print(json.dumps(result, indent=2, default=str))
-    return 0
+    return run_json_action(args, actions[args.action])

@@ -14,12 +14,13 @@ from typing import Any
 import asyncpg
 
 from nexus.audit.log import record_entries
+from nexus.batch_rows import Writes, plan_writes, read_batch
 from nexus.core.audit import resolution_entries
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import ABORT_STEP, AbortCode
 from nexus.core.saga import SagaStatus
 from nexus.core.sequencing import OrderState, Resolution, complete_effect, resolve
-from nexus.gateway import Gateway, _Writes
+from nexus.gateway import Gateway
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as records
 from nexus.store.queries import query
@@ -50,8 +51,7 @@ async def set_saga(
 
 
 async def _state(gateway: Gateway, conn: asyncpg.Connection, key: tuple[str, str]) -> tuple[OrderState, Any, Any]:
-    states, pending = await gateway._read(conn, [key])
-    _, limits = await gateway._read_rejections(conn, [key])
+    states, pending, _, limits, _ = await read_batch(conn, [key], validated=gateway.catalog is not None)
     state = states.get(key) or OrderState(key[1])
     return state, pending.get(key, {}), limits.get(key[0]) or {"max_order_amount": gateway.default_max_order_amount}
 
@@ -65,8 +65,8 @@ async def _write(
     skip_first: bool,
     traces: dict[uuid.UUID, str | None] | None = None,
 ) -> None:
-    writes = _Writes()
-    gateway._plan(resolution, traces or {}, writes)
+    writes = Writes()
+    plan_writes(resolution, traces or {}, writes)
     await writes.run(conn)
     await records.record(conn, [resolution], gateway.catalog, {})
     if gateway.decision_log:
@@ -113,7 +113,7 @@ async def notify_compensation(conn: asyncpg.Connection, step: asyncpg.Record, re
         "status": row["status"],
         "compensation": {"step": step["step_name"], "service": step["service"], "result": response},
     }
-    writes = _Writes()
+    writes = Writes()
     writes.outbox.append(
         (
             notification_id,

@@ -7,23 +7,6 @@ SELECT pg_advisory_xact_lock(k)
 FROM (SELECT DISTINCT hashtextextended(t || chr(31) || o, 0) AS k
       FROM unnest($1::text[], $2::text[]) AS u(t, o) ORDER BY k OFFSET 0) AS keys;
 
--- name: read_orders
-SELECT o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count, o.process,
-       o.process_version, o.facts::text AS facts, o.superseded_plans, o.deadline_at
-FROM orders AS o JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON o.tenant_id = u.t AND o.order_id = u.oid;
-
--- name: read_rejections_and_limits
--- One round trip: the orders' rejected steps (answered again the same, counted for max_rejections) and
--- the limits of the batch's tenants.
--- $1/$2: the batch's (tenant, order) pairs; $3: its tenants. Rows of the first part carry their order's
--- pair; those of the second only a tenant.
-SELECT r.tenant_id, r.order_id AS key, r.event_id, r.code, r.check_id, r.message, NULL::text AS max_order_amount
-FROM rejected_events AS r
-JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON r.tenant_id = u.t AND r.order_id = u.oid
-UNION ALL
-SELECT tenant_id, NULL, NULL, NULL, NULL, NULL, max_order_amount::text
-FROM tenant_limits WHERE tenant_id = ANY($3::text[]);
-
 -- name: insert_rejected
 INSERT INTO rejected_events (event_id, order_id, plan_id, tenant_id, seq_id, event_type, code, check_id, message,
                              drained, envelope)
@@ -32,11 +15,6 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::int[], $6::text[
             $9::text[], $10::bool[], $11::text[])
     AS u(event_id, order_id, plan_id, tenant_id, seq_id, event_type, code, check_id, message, drained, envelope)
 ON CONFLICT (tenant_id, event_id) DO NOTHING;
-
--- name: read_pending
-SELECT p.tenant_id, p.order_id, p.seq_id, p.envelope::text AS envelope, p.traceparent
-FROM pending_events AS p
-JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid;
 
 -- name: insert_pending
 INSERT INTO pending_events (order_id, seq_id, event_id, plan_id, envelope, traceparent, tenant_id)
