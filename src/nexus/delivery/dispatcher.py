@@ -23,8 +23,6 @@ import random
 import time
 from typing import Any
 
-import asyncpg
-
 from nexus.core.backoff import RetryPolicy
 from nexus.core.breaker import BreakerConfig
 from nexus.core.delivery import AttemptOutcome
@@ -36,6 +34,7 @@ from nexus.errors import NexusError
 from nexus.retrying import Retrying
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus.store.listen import listen_forever
 
 log = logging.getLogger(__name__)
 
@@ -185,22 +184,7 @@ class OutboxDispatcher:
         assert url is not None
         # A constant wait between reconnections: the shortcut must come back as soon as the server does.
         retrying = Retrying(RetryPolicy.constant(self.settings.listen_retry_s * 1000.0), self._rng)
-        while True:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await asyncpg.connect(url, timeout=10)
-                closed = asyncio.Event()
-                conn.add_termination_listener(lambda *_, closed=closed: closed.set())
-                await conn.add_listener("nexus_outbox", lambda *_: self._wake.set())
-                while not conn.is_closed():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(closed.wait(), timeout=5.0)
-            except Exception:  # a shortcut must never take the dispatcher down with it
-                log.debug("outbox listener lost its connection", exc_info=True, extra={"action": "listen"})
-            finally:
-                if conn is not None:
-                    conn.terminate()
-            await retrying.wait()
+        await listen_forever(url, "nexus_outbox", lambda _: self._wake.set(), retrying)
 
     # -- recording -----------------------------------------------------------------------------------
 

@@ -20,11 +20,10 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import asyncpg
-
 from nexus.core.backoff import RetryPolicy
 from nexus.retrying import Retrying
 from nexus.settings import Settings
+from nexus.store.listen import listen_forever
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +69,7 @@ class DecisionListener:
             for event in events:
                 event.set()
 
-    def _on_notify(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
+    def _on_notify(self, payload: str) -> None:
         try:
             body = json.loads(payload)
             key = (str(body["tenant"]), str(body["order_id"]))
@@ -84,29 +83,18 @@ class DecisionListener:
         assert self.url is not None
         base_ms = self.settings.listen_retry_s * 1000.0
         retrying = Retrying(RetryPolicy(base_ms=base_ms / 4, max_ms=base_ms * 5), random.Random())
-        while True:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await asyncpg.connect(self.url, timeout=10)
-                closed = asyncio.Event()
-                conn.add_termination_listener(lambda *_, closed=closed: closed.set())
-                await conn.add_listener(CHANNEL, self._on_notify)
-                retrying.reset()
-                self.connected.set()
-                self._wake_all()  # changes made while we were not listening: have everyone re-read
-                while not conn.is_closed():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(closed.wait(), timeout=5.0)
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a wake-up shortcut must never take the process down
-                log.info("decision listener lost its connection", exc_info=True, extra={"action": "listen"})
-            finally:
-                self.connected.clear()
-                if conn is not None:
-                    conn.terminate()
+
+        def connected() -> None:
+            self.connected.set()
+            self._wake_all()  # changes made while we were not listening: have everyone re-read
+
+        def disconnected() -> None:
+            self.connected.clear()
             self._wake_all()
-            await retrying.wait()
+
+        await listen_forever(
+            self.url, CHANNEL, self._on_notify, retrying, on_connect=connected, on_disconnect=disconnected
+        )
 
 
 OrderView = dict[str, Any]

@@ -19,10 +19,9 @@ import contextlib
 import logging
 import random
 
-import asyncpg
-
 from nexus.core.backoff import RetryPolicy
 from nexus.retrying import Retrying
+from nexus.store.listen import listen_forever
 
 log = logging.getLogger(__name__)
 
@@ -88,23 +87,17 @@ class SagaWakeups:
 
     async def run(self) -> None:
         """Listen until cancelled, reconnecting after any loss."""
-        while True:
-            conn: asyncpg.Connection | None = None
-            try:
-                conn = await asyncpg.connect(self.url, timeout=10)
-                closed = asyncio.Event()
-                conn.add_termination_listener(lambda *_, closed=closed: closed.set())
-                await conn.add_listener(CHANNEL, self._notified)
-                self._retrying.reset()
-                self.connected.set()
-                self.wake_one()  # notifications sent while we were away are lost: look once now
-                while not conn.is_closed():
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(closed.wait(), timeout=_LIVENESS_CHECK_S)
-            except Exception:  # a shortcut must never take the executors down with it
-                log.debug("saga listener lost its connection", exc_info=True, extra={"action": "saga_listen"})
-            finally:
-                self.connected.clear()
-                if conn is not None:
-                    conn.terminate()
-            await self._retrying.wait()
+
+        def connected() -> None:
+            self.connected.set()
+            self.wake_one()  # notifications sent while we were away are lost: look once now
+
+        await listen_forever(
+            self.url,
+            CHANNEL,
+            lambda _: self._notified(),
+            self._retrying,
+            on_connect=connected,
+            on_disconnect=self.connected.clear,
+            check_s=_LIVENESS_CHECK_S,
+        )
