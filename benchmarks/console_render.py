@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import statistics
 import time
-import uuid
 
 import httpx
 
 from nexus.auth.keys import hash_key
 from nexus.gateway import Gateway
 from nexus.ingress.http import create_app
-from nexus.settings import Settings
-from nexus.store.database import Database
-from nexus_lab.bench import create_database, drop_database, start_embedded
+from nexus_lab.bench import admin_postgres, scratch_database
 
 KEY = "nxk_console-bench-operator-key-00000000000000000"
 
@@ -68,16 +64,13 @@ FILL = [
 
 
 async def main(args: argparse.Namespace, admin: str) -> None:
-    name = f"bench_console_{uuid.uuid4().hex[:8]}"
-    url = await create_database(admin, name, migrate=True)
-    db = await Database(Settings(database_url=url, db_pool_size=4)).open(migrate=False)
-    try:
+    async with scratch_database(admin, "bench_console", pool_size=4) as db:
         started = time.perf_counter()
         for sql in FILL:
             params = [hash_key(KEY)] if "api_keys" in sql else ([args.orders] if "$1::int" in sql else [])
             await db.execute(sql, *params)
         print(f"filled {args.orders:,} orders in {time.perf_counter() - started:.1f} s")
-        app = create_app(db, Gateway(db), settings=Settings(database_url=url))
+        app = create_app(db, Gateway(db), settings=db.settings)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://console") as client:
             form = await client.get("/console/login")
             token = re.search(r'name="csrf" value="([^"]+)"', form.text)
@@ -108,21 +101,12 @@ async def main(args: argparse.Namespace, admin: str) -> None:
                     assert response.status_code == 200, (path, response.status_code)
                     size = len(response.content)
                 print(f"| {label} | {statistics.median(times):.1f} | {max(times):.1f} | {size:,} |")
-    finally:
-        await db.close()
-        await drop_database(admin, name)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--orders", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=20)
-    embedded = None
-    admin = os.environ.get("NEXUS_DATABASE_URL")
-    if not admin:
-        embedded, admin = start_embedded()
-    try:
-        asyncio.run(main(parser.parse_args(), admin))
-    finally:
-        if embedded is not None:
-            embedded.close()
+    arguments = parser.parse_args()
+    with admin_postgres() as admin:
+        asyncio.run(main(arguments, admin))

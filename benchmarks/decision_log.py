@@ -12,17 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import time
-import uuid
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import STEPS
 from nexus.gateway import Gateway, Incoming
-from nexus.settings import Settings
 from nexus.store.database import Database
-from nexus_lab.bench import create_database, drop_database, start_embedded
+from nexus_lab.bench import admin_postgres, scratch_database
 from nexus_lab.bench.scenarios import backend_pids, cpu_seconds, make_plans, split, timed
 
 
@@ -47,10 +44,7 @@ async def one(
 
 
 async def main(args: argparse.Namespace, admin: str) -> None:
-    name = f"bench_log_{uuid.uuid4().hex[:8]}"
-    url = await create_database(admin, name, migrate=True)
-    db = await Database(Settings(database_url=url, db_pool_size=max(2, args.conc + 1))).open(migrate=False)
-    try:
+    async with scratch_database(admin, "bench_log", pool_size=max(2, args.conc + 1)) as db:
         await one(db, True, "warm", 50, args.chunk, args.conc)
         on: list[float] = []
         off: list[float] = []
@@ -75,9 +69,6 @@ async def main(args: argparse.Namespace, admin: str) -> None:
             f"median events/s: log on {statistics.median(on):,.0f}, off {statistics.median(off):,.0f}; "
             f"on/off median ratio {statistics.median(ratios):.2f} (per round: {', '.join(f'{x:.2f}' for x in ratios)})"
         )
-    finally:
-        await db.close()
-        await drop_database(admin, name)
 
 
 if __name__ == "__main__":
@@ -86,12 +77,6 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--chunk", type=int, default=200)
     parser.add_argument("--conc", type=int, default=1)
-    embedded = None
-    admin = os.environ.get("NEXUS_DATABASE_URL")
-    if not admin:
-        embedded, admin = start_embedded()
-    try:
-        asyncio.run(main(parser.parse_args(), admin))
-    finally:
-        if embedded is not None:
-            embedded.close()
+    arguments = parser.parse_args()
+    with admin_postgres() as admin:
+        asyncio.run(main(arguments, admin))

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import secrets
 import statistics
 import time
-import uuid
 from collections.abc import Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -30,9 +28,8 @@ from nexus import tracing
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import STEPS
 from nexus.gateway import Gateway, Incoming
-from nexus.settings import Settings
 from nexus.store.database import Database
-from nexus_lab.bench import create_database, drop_database, start_embedded
+from nexus_lab.bench import admin_postgres, scratch_database
 from nexus_lab.bench.scenarios import make_plans, split, timed
 
 
@@ -105,14 +102,11 @@ def micro(batches: int = 200, size: int = 200) -> None:
 
 
 async def main(args: argparse.Namespace, admin: str) -> None:
-    name = f"bench_trace_{uuid.uuid4().hex[:8]}"
-    url = await create_database(admin, name, migrate=True)
-    db = await Database(Settings(database_url=url, db_pool_size=2)).open(migrate=False)
-    modes: dict[str, float | None] = {"off": None, "on 100%": 1.0, "on 1%": 0.01}
-    rates: dict[str, list[float]] = {m: [] for m in modes}
-    cpus: dict[str, list[float]] = {m: [] for m in modes}
-    spans: dict[str, int] = dict.fromkeys(modes, 0)
-    try:
+    async with scratch_database(admin, "bench_trace", pool_size=2) as db:
+        modes: dict[str, float | None] = {"off": None, "on 100%": 1.0, "on 1%": 0.01}
+        rates: dict[str, list[float]] = {m: [] for m in modes}
+        cpus: dict[str, list[float]] = {m: [] for m in modes}
+        spans: dict[str, int] = dict.fromkeys(modes, 0)
         await one(db, None, "warm", 50, args.chunk)
         for r in range(args.rounds):
             order = list(modes)[r % 3 :] + list(modes)[: r % 3]
@@ -137,9 +131,6 @@ async def main(args: argparse.Namespace, admin: str) -> None:
                 f"median {mode:8}: {rate:8,.0f} events/s ({rate / base:.2f} of off), gateway CPU"
                 f" {statistics.median(cpus[mode]):.1f} us/event, spans exported {spans[mode]}"
             )
-    finally:
-        await db.close()
-        await drop_database(admin, name)
 
 
 if __name__ == "__main__":
@@ -151,12 +142,6 @@ if __name__ == "__main__":
     if parser.parse_args().micro:
         micro()
         raise SystemExit(0)
-    embedded = None
-    admin = os.environ.get("NEXUS_DATABASE_URL")
-    if not admin:
-        embedded, admin = start_embedded()
-    try:
-        asyncio.run(main(parser.parse_args(), admin))
-    finally:
-        if embedded is not None:
-            embedded.close()
+    arguments = parser.parse_args()
+    with admin_postgres() as admin:
+        asyncio.run(main(arguments, admin))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import importlib.util
 import json
@@ -32,6 +33,7 @@ import tempfile
 import time
 import urllib.parse
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +79,34 @@ async def drop_database(admin_url: str, name: str) -> None:
         await conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     finally:
         await conn.close()
+
+
+@contextlib.contextmanager
+def admin_postgres() -> Iterator[str]:
+    """The PostgreSQL a standalone benchmark (benchmarks/*.py) runs on: NEXUS_DATABASE_URL (an admin URL
+    able to CREATE DATABASE), else a throwaway embedded pgserver for as long as the block runs."""
+    url = os.environ.get("NEXUS_DATABASE_URL")
+    if url:
+        yield url
+        return
+    embedded, admin = start_embedded()
+    try:
+        yield admin
+    finally:
+        embedded.close()
+
+
+@contextlib.asynccontextmanager
+async def scratch_database(admin_url: str, prefix: str, *, pool_size: int) -> AsyncIterator[Database]:
+    """A fresh, migrated database named `prefix`_<random>, open, dropped when the block ends."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    url = await create_database(admin_url, name, migrate=True)
+    db = await Database(Settings(database_url=url, db_pool_size=pool_size)).open(migrate=False)
+    try:
+        yield db
+    finally:
+        await db.close()
+        await drop_database(admin_url, name)
 
 
 def start_embedded() -> tuple[EmbeddedPostgres, str]:
