@@ -4,11 +4,16 @@ superseded, timed-out, approved and denied plans."""
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.kafka_admin import delete_topics, ensure_topics
 from tests.conftest import NexusProcess
 from tests.e2e.test_agent_e2e import run_agent, run_check, start_stack
 
@@ -91,3 +96,45 @@ async def test_approval_plans_held_answered_and_checked(
         want = ("approved", "completed", 5) if p["approval"]["answer"] == "approve" else ("denied", "aborted", 2)
         assert (row["status"], row["order_status"], row["last_seq"]) == want
         assert row["decided_by"]
+
+
+@pytest.mark.kafka
+async def test_approval_plans_over_kafka_are_found_answered_and_checked(
+    settings: Settings, start_gateway: Any, nexus_procs: list[NexusProcess], tmp_path: Path, db: Database
+) -> None:
+    """The approval mode over Kafka (`nexus serve --kafka`), where the agent hears no decision: its approver
+    finds each held payment among the tenant's approvals and answers it over HTTP; approved orders complete,
+    denied ones are aborted with nothing after the payment applied, and every invariant of the checker holds."""
+    bootstrap = os.environ.get("NEXUS_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    tag = uuid.uuid4().hex[:10]
+    s = settings.replace(
+        kafka_bootstrap=bootstrap,
+        kafka_topic=f"nexus.events.p{tag}",
+        kafka_dlq_topic=f"nexus.events.p{tag}.dlq",
+        kafka_group=f"nexus-gateway-p{tag}",
+    )
+    await ensure_topics(bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=2)
+    try:
+        stack = start_stack(s, start_gateway, nexus_procs, tmp_path, "--kafka")
+        report_path = tmp_path / "report.json"
+        extra = ["--transport", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic", s.kafka_topic]
+        report = run_agent(stack, report_path, 12, "--approval-rate", "0.8", *extra)
+        assert report["complete"] and report["config"]["transport"] == "kafka"
+        held = [p for p in report["plans"] if p["approval"]]
+        assert {p["approval"]["answer"] for p in held} == {"approve", "deny"}
+        done = run_check(stack, report_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "all invariants held" in done.stdout
+        rows = await db.fetch(
+            "SELECT a.order_id, a.status, o.status AS order_status, o.last_seq FROM approvals a"
+            " JOIN orders o USING (tenant_id, order_id) WHERE a.order_id = ANY($1::text[])",
+            [p["order_id"] for p in held],
+        )
+        by_order = {r["order_id"]: r for r in rows}
+        assert set(by_order) == {p["order_id"] for p in held}
+        for p in held:
+            row = by_order[p["order_id"]]
+            want = ("approved", "completed", 5) if p["approval"]["answer"] == "approve" else ("denied", "aborted", 2)
+            assert (row["status"], row["order_status"], row["last_seq"]) == want
+    finally:
+        await delete_topics(bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
