@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import urllib.parse
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from nexus.core.backoff import RetryPolicy, decide
+from nexus.core.backoff import RetryPolicy, decide, jittered_ms
 from nexus.core.envelope import EventEnvelope
-from nexus_client.errors import ApiError, ClientError, GatewayUnreachable, NotFound, Unavailable
+from nexus_client.errors import ApiError, ClientError, GatewayUnreachable, NotFound, Unavailable, WaitTimeout
 from nexus_client.models import Order, SubmitResult
 
 M = TypeVar("M", bound=BaseModel)
@@ -118,6 +119,51 @@ def long_poll_path(order_id: str, wait_s: float, change: Change, baseline: Order
     if after_status is not None:
         params["after_status"] = after_status
     return f"/v1/orders/{order_id}?{urllib.parse.urlencode(params)}"
+
+
+class LongPoll:
+    """`wait`'s loop without its I/O, shared by the async and the blocking client: `path()` is the next GET
+    to make; `answer(order, asked, now)` takes what it returned (None: 404), when it was asked and now, and
+    gives the order once it changed, or the seconds to sleep before the next `path()` (0: none). Raises
+    `WaitTimeout` once `timeout` has passed unchanged."""
+
+    def __init__(
+        self,
+        order_id: str,
+        change: Change,
+        timeout: float,
+        *,
+        now: float,
+        poll: RetryPolicy,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.order_id = order_id
+        self.change = change
+        self.timeout = timeout
+        self.deadline = now + timeout
+        self.poll = poll
+        self.rng = rng or random.Random()
+        self.baseline: Order | None = None
+        self.attempt = 1
+        self.wait_s = 0.0  # the first reading answers at once: it is the baseline
+
+    def path(self) -> str:
+        return long_poll_path(self.order_id, self.wait_s, self.change, self.baseline)
+
+    def answer(self, current: Order | None, asked: float, now: float) -> Order | float:
+        if self.change.seen_in(current, self.baseline):
+            assert current is not None
+            return current
+        self.baseline = self.baseline or current
+        left = self.deadline - now
+        if left <= 0:
+            raise WaitTimeout(f"order {self.order_id} did not change within {self.timeout}s")
+        sleep_s = 0.0
+        if now - asked < self.wait_s / 2:  # answered early, unchanged: no long poll there
+            sleep_s = min(left, jittered_ms(self.poll, self.attempt, self.rng.random()) / 1000.0)
+            self.attempt += 1
+        self.wait_s = min(left, MAX_WAIT_S)
+        return sleep_s
 
 
 def wait_of(path: str) -> float:

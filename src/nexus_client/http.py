@@ -22,12 +22,11 @@ from typing import Self
 
 import httpx
 
-from nexus.core.backoff import jittered_ms
 from nexus.core.envelope import EventEnvelope
 from nexus_client import _protocol as proto
 from nexus_client import _tracing
 from nexus_client.config import ClientConfig
-from nexus_client.errors import ClientError, GatewayUnreachable, NotFound, WaitTimeout
+from nexus_client.errors import ClientError, GatewayUnreachable, NotFound
 from nexus_client.models import Approval, ApprovalAnswer, Approvals, Order, Plan, Process, SubmitResult
 
 Steps = EventEnvelope | Sequence[EventEnvelope]
@@ -120,29 +119,18 @@ class AsyncNexusClient:
         """The order once it changed (past `after_seq`, out of `after_status`, or else from its first reading);
         `WaitTimeout` when it did not within `timeout` seconds."""
         change = proto.Change(after_seq, after_status)
-        deadline = time.monotonic() + timeout
-        baseline: Order | None = None
-        attempt = 1
-        wait_s = 0.0  # the first reading answers at once: it is the baseline
+        poll = proto.LongPoll(order_id, change, timeout, now=time.monotonic(), poll=self.config.poll)
         while True:
             asked = time.monotonic()
             try:
-                current: Order | None = proto.read_model(
-                    Order, *await self._get(proto.long_poll_path(order_id, wait_s, change, baseline))
-                )
+                current: Order | None = proto.read_model(Order, *await self._get(poll.path()))
             except NotFound:
                 current = None
-            if change.seen_in(current, baseline):
-                assert current is not None
-                return current
-            baseline = baseline or current
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WaitTimeout(f"order {order_id} did not change within {timeout}s")
-            if time.monotonic() - asked < wait_s / 2:  # answered early, unchanged: no long poll there
-                await asyncio.sleep(min(left, jittered_ms(self.config.poll, attempt, random.random()) / 1000.0))
-                attempt += 1
-            wait_s = min(left, proto.MAX_WAIT_S)
+            step = poll.answer(current, asked, time.monotonic())
+            if isinstance(step, Order):
+                return step
+            if step > 0:
+                await asyncio.sleep(step)
 
     async def _get(self, path: str) -> tuple[int, bytes]:
         try:
@@ -230,29 +218,18 @@ class NexusClient:
     ) -> Order:
         """As `AsyncNexusClient.wait`, blocking."""
         change = proto.Change(after_seq, after_status)
-        deadline = time.monotonic() + timeout
-        baseline: Order | None = None
-        attempt = 1
-        wait_s = 0.0
+        poll = proto.LongPoll(order_id, change, timeout, now=time.monotonic(), poll=self.config.poll)
         while True:
             asked = time.monotonic()
             try:
-                current: Order | None = proto.read_model(
-                    Order, *self._get(proto.long_poll_path(order_id, wait_s, change, baseline))
-                )
+                current: Order | None = proto.read_model(Order, *self._get(poll.path()))
             except NotFound:
                 current = None
-            if change.seen_in(current, baseline):
-                assert current is not None
-                return current
-            baseline = baseline or current
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WaitTimeout(f"order {order_id} did not change within {timeout}s")
-            if time.monotonic() - asked < wait_s / 2:
-                time.sleep(min(left, jittered_ms(self.config.poll, attempt, random.random()) / 1000.0))
-                attempt += 1
-            wait_s = min(left, proto.MAX_WAIT_S)
+            step = poll.answer(current, asked, time.monotonic())
+            if isinstance(step, Order):
+                return step
+            if step > 0:
+                time.sleep(step)
 
     def _get(self, path: str) -> tuple[int, bytes]:
         try:

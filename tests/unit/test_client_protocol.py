@@ -69,3 +69,22 @@ def test_a_change_is_past_the_seq_or_out_of_the_status() -> None:
     assert not proto.Change().seen_in(first, None)
     assert not proto.Change().seen_in(first, first)
     assert proto.Change().seen_in(_order(2, "inventory_validated"), first)
+
+
+def test_long_poll_returns_the_changed_order_sleeps_only_after_early_answers_and_times_out() -> None:
+    """`wait`'s loop: the first reading is the baseline (asked at once), an unchanged answer that came back
+    early means the gateway did not hold the poll, so the client sleeps on its poll policy; an answer that
+    took the wait needs no sleep; a change is returned; past the timeout it is WaitTimeout."""
+    from nexus_client import WaitTimeout
+
+    poll = proto.LongPoll("o1", proto.Change(), 10.0, now=0.0, poll=POLICY)
+    assert "wait=" not in poll.path()
+    first = Order(order_id="o1", plan_id="p", status="created", last_seq=1)
+    assert poll.answer(first, asked=0.0, now=0.01) == 0.0  # the baseline, asked at once: no sleep
+    assert "wait=" in poll.path()
+    assert poll.answer(first, asked=0.02, now=0.03) == pytest.approx(0.1)  # early and unchanged: sleep
+    assert poll.answer(first, asked=0.2, now=9.0) == 0.0  # held the whole wait: ask again at once
+    changed = Order(order_id="o1", plan_id="p", status="created", last_seq=2)
+    assert poll.answer(changed, asked=9.0, now=9.1) is changed
+    with pytest.raises(WaitTimeout):
+        proto.LongPoll("o1", proto.Change(after_seq=5), 1.0, now=0.0, poll=POLICY).answer(first, 0.0, 1.5)
