@@ -34,6 +34,7 @@ import socket
 import sys
 import tempfile
 import time
+from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -92,7 +93,7 @@ def _supervise(settings: Settings, sock: socket.socket, metrics_dir: str, *, dis
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     previous_wakeup = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
     processes: list[BaseProcess] = []
-    readiness: dict[Any, int] = {}
+    waiting: list[Connection] = []  # a worker's pipe, until it said it serves
     failed = False
     try:
         for index in range(settings.workers):
@@ -105,30 +106,27 @@ def _supervise(settings: Settings, sock: socket.socket, metrics_dir: str, *, dis
             process.start()
             ready_w.close()
             processes.append(process)
-            readiness[ready_r] = index
-        waiting = set(readiness)
+            waiting.append(ready_r)
         sentinels = {p.sentinel: p for p in processes}
-        while not stop_signals:
+        while not stop_signals and not failed:
             ready = multiprocessing.connection.wait([wake_r, *waiting, *sentinels])
             if wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     wake_r.recv(64)
-            for obj in ready:
-                if obj in waiting:
-                    waiting.discard(obj)
-                    with contextlib.suppress(EOFError):
-                        obj.recv()  # type: ignore[call-arg]
+            for conn in waiting[:]:
+                if conn in ready:
+                    waiting.remove(conn)
+                    with contextlib.suppress(EOFError):  # EOF: it died first (its sentinel says so)
+                        conn.recv()
                         if not waiting:
                             host, port = sock.getsockname()[:2]
                             print(f"nexus serving at http://{host}:{port} ({len(processes)} workers)", flush=True)
-                elif obj in sentinels:
-                    dead = sentinels[obj]
+            for sentinel, dead in sentinels.items():
+                if sentinel in ready:
                     dead.join(1.0)  # its sentinel is ready: it has ended; join reads its exit code
                     print(f"nexus serve: worker {dead.name} (pid {dead.pid}) exited {dead.exitcode}; stopping",
                           file=sys.stderr, flush=True)  # fmt: skip
                     failed = True
-            if failed:
-                break
     finally:
         signal.set_wakeup_fd(previous_wakeup)
         for sig, handler in previous.items():
