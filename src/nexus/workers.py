@@ -58,7 +58,14 @@ def run_workers(settings: Settings, *, dispatcher: bool, kafka: bool) -> int:
 
             embedded = EmbeddedPostgres(settings.data_dir)
             settings = settings.replace(database_url=embedded.start())
-        listener = _bind(settings)
+        from nexus.audit.signing import load_signing_key
+
+        load_signing_key(settings)  # created here once, not raced by N processes on a fresh data dir
+        try:
+            listener = _bind(settings)
+        except OSError as exc:
+            print(f"nexus serve: cannot listen on {settings.http_host}:{settings.http_port}: {exc}", file=sys.stderr)
+            return 1
         return _supervise(settings, listener, metrics_dir, dispatcher=dispatcher, kafka=kafka)
     finally:
         if listener is not None:

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import os
 import re
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -73,15 +74,17 @@ def two(pg: PostgresForTests, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """One `nexus serve --workers 2` shared by the read-only tests of this module."""
     served = _start(pg, tmp_path_factory.mktemp("workers") / "serve.log")
     yield served
-    served.proc.kill()
+    served.proc.terminate()  # SIGTERM, then SIGKILL: the supervisor removes its metrics directory
 
 
 @pytest.fixture
 def own(pg: PostgresForTests, tmp_path: Path) -> Iterator[Served]:
     """A `nexus serve --workers 2` of this test's own, to be stopped or broken by it."""
     served = _start(pg, tmp_path / "serve.log", "--no-dispatcher")
+    metrics_dir = Path(served.workers()[0].environ()["PROMETHEUS_MULTIPROC_DIR"])
     yield served
-    served.proc.kill()
+    served.proc.terminate()
+    shutil.rmtree(metrics_dir, ignore_errors=True)  # left by a supervisor this test SIGKILLed
 
 
 def test_two_processes_accept_connections_on_one_port(two: Served) -> None:
