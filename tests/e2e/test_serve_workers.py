@@ -39,6 +39,7 @@ class Served:
     proc: NexusProcess
     base: str
     port: int
+    metrics_port: int | None = None
 
     @property
     def pid(self) -> int:
@@ -51,12 +52,14 @@ class Served:
         return [c for c in children if "spawn_main" in " ".join(c.cmdline())]
 
 
-def _start(pg: PostgresForTests, log: Path, *flags: str) -> Served:
+def _start(pg: PostgresForTests, log: Path, *flags: str, metrics_port: int | None = None) -> Served:
     url = asyncio.run(pg.new_database())
     port = free_port()
     settings = fast_settings(url, rate_limit_agent=RATE, http_port=port)
+    if metrics_port is not None:
+        settings = settings.replace(metrics_bind=f"127.0.0.1:{metrics_port}")
     proc = NexusProcess(["serve", "--workers", "2", *flags], settings_env(settings), log).start()
-    served = Served(proc, f"http://127.0.0.1:{port}", port)
+    served = Served(proc, f"http://127.0.0.1:{port}", port, metrics_port)
     try:
         wait_http(served.base + "/healthz", proc=proc)
         deadline = time.monotonic() + 60
@@ -72,7 +75,7 @@ def _start(pg: PostgresForTests, log: Path, *flags: str) -> Served:
 @pytest.fixture(scope="module")
 def two(pg: PostgresForTests, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """One `nexus serve --workers 2` shared by the read-only tests of this module."""
-    served = _start(pg, tmp_path_factory.mktemp("workers") / "serve.log")
+    served = _start(pg, tmp_path_factory.mktemp("workers") / "serve.log", metrics_port=free_port())
     yield served
     served.proc.terminate()  # SIGTERM, then SIGKILL: the supervisor removes its metrics directory
 
@@ -112,7 +115,8 @@ def _applied(text: str) -> float:
 
 
 def test_metrics_of_any_process_count_the_events_of_both(two: Served) -> None:
-    """After K events spread over both processes, /metrics answered by either reports K applied events."""
+    """After K events spread over both processes, /metrics answered by either (and the metrics listener)
+    reports K applied events."""
     k = 30
     for i in range(k):
         body = httpx.post(
@@ -122,6 +126,8 @@ def test_metrics_of_any_process_count_the_events_of_both(two: Served) -> None:
     for _ in range(6):
         scraped = httpx.get(f"{two.base}/metrics", headers=api_headers(**CLOSE))
         assert scraped.status_code == 200 and _applied(scraped.text) == k
+    # The keyless listener (NEXUS_METRICS_BIND) runs once, in the first process, and counts both too.
+    assert _applied(httpx.get(f"http://127.0.0.1:{two.metrics_port}/metrics").text) == k
 
 
 def test_a_console_session_made_by_one_process_is_known_to_the_other(two: Served) -> None:
