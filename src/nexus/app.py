@@ -17,6 +17,7 @@ import uvicorn
 
 from nexus import tracing
 from nexus.audit.signing import checkpoint_loop, load_signing_key
+from nexus.core.process import ProcessCatalog
 from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.http import create_app
@@ -106,7 +107,7 @@ async def serve(
     listener = DecisionListener(db.url, settings)
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("decision-listener", listener.run())]
     if background:
-        services += await _background_services(db, gateway, settings, signing_key, dispatcher, kafka)
+        services += await _background_services(db, gateway, catalog, settings, signing_key, dispatcher, kafka)
 
     stop = asyncio.Event()
     failures: list[str] = []
@@ -163,7 +164,13 @@ async def serve(
 
 
 async def _background_services(
-    db: Database, gateway: Gateway, settings: Settings, signing_key: Any, dispatcher: bool, kafka: bool
+    db: Database,
+    gateway: Gateway,
+    catalog: ProcessCatalog,
+    settings: Settings,
+    signing_key: Any,
+    dispatcher: bool,
+    kafka: bool,
 ) -> list[tuple[str, Coroutine[Any, Any, None]]]:
     """The services one process runs for the whole serve (with `--workers N`, the first process)."""
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
@@ -189,7 +196,7 @@ async def _background_services(
         from nexus.ingress.kafka import KafkaIngress
 
         limit = settings.default_max_order_amount
-        kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=gateway.catalog, default_max_order_amount=limit)
+        kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit)
         services.append(("kafka-consumer", KafkaIngress(kafka_gateway, settings).run()))
         from nexus.lifecycle.relay import DecisionsRelay  # issue 13: decisions back to Kafka agents
 
