@@ -52,13 +52,13 @@ class Served:
         return [c for c in children if "spawn_main" in " ".join(c.cmdline())]
 
 
-def _start(pg: PostgresForTests, log: Path, *flags: str, metrics_port: int | None = None) -> Served:
+def _start(pg: PostgresForTests, log: Path, *flags: str, metrics_port: int | None = None, workers: int = 2) -> Served:
     url = asyncio.run(pg.new_database())
     port = free_port()
     settings = fast_settings(url, rate_limit_agent=RATE, http_port=port)
     if metrics_port is not None:
         settings = settings.replace(metrics_bind=f"127.0.0.1:{metrics_port}")
-    proc = NexusProcess(["serve", "--workers", "2", *flags], settings_env(settings), log).start()
+    proc = NexusProcess(["serve", "--workers", str(workers), *flags], settings_env(settings), log).start()
     served = Served(proc, f"http://127.0.0.1:{port}", port, metrics_port)
     try:
         wait_http(served.base + "/healthz", proc=proc)
@@ -187,3 +187,19 @@ def test_workers_do_not_outlive_a_killed_supervisor(own: Served) -> None:
     os.kill(own.pid, signal.SIGKILL)
     _, alive = psutil.wait_procs(family, timeout=20)
     assert alive == []
+
+
+def test_one_worker_is_one_process_as_before(pg: PostgresForTests, tmp_path: Path) -> None:
+    """`--workers 1` (the default) runs no supervisor: the serve process itself holds the connections."""
+    served = _start(pg, tmp_path / "serve.log", "--no-dispatcher", workers=1)
+    try:
+        with httpx.Client(base_url=served.base, headers=api_headers()) as client:
+            assert client.get("/healthz").status_code == 200
+            me = psutil.Process(served.pid)
+            assert me.children() == []
+            assert any(
+                c.laddr.port == served.port and c.status == psutil.CONN_ESTABLISHED for c in me.net_connections()
+            )
+        assert "(1 workers)" not in served.proc.log()
+    finally:
+        served.proc.terminate()
