@@ -17,6 +17,7 @@ import uvicorn
 
 from nexus import tracing
 from nexus.audit.signing import checkpoint_loop, load_signing_key
+from nexus.core.process import ProcessCatalog
 from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.http import create_app
@@ -69,8 +70,14 @@ async def serve(
     dispatcher: bool = True,
     kafka: bool = False,
     on_ready: Callable[[str], None] | None = None,
+    background: bool = True,
+    sockets: list[socket.socket] | None = None,
 ) -> None:
-    """Run until SIGINT/SIGTERM: whichever of HTTP ingress, dispatcher and Kafka consumer are asked for."""
+    """Run until SIGINT/SIGTERM: whichever of HTTP ingress, dispatcher and Kafka consumer are asked for.
+
+    issue 17 (workers): `background=False` runs only the HTTP API and its LISTEN connection (the other
+    processes of `--workers N`; the first runs the sweepers, checkpointer, dispatcher, executor, metrics
+    listener and consumer once for all); `sockets`: serve on these (bound by the supervisor)."""
     signing_key = load_signing_key(settings)  # issue 12: a bad key stops the start, before anything runs
     tracing.configure()  # issue 16: the SDK's OTEL_* variables; nothing is installed unless they ask for traces
     db = await Database(settings).open()
@@ -83,7 +90,7 @@ async def serve(
     except ConfigurationError as exc:
         await db.close()
         raise ServiceFailed(f"process definitions refused: {exc}") from exc
-    admin_key = await bootstrap_admin_key(db, settings.data_dir)
+    admin_key = await bootstrap_admin_key(db, settings.data_dir) if background else None
     if admin_key is not None:
         # The path, never the key: it is in a file only its owner can read.
         print(f"nexus: no API keys yet; bootstrap admin key written to {admin_key.resolve()}", flush=True)
@@ -95,37 +102,12 @@ async def serve(
         max_events=settings.batch_max_events,
         window_ms=settings.batch_window_ms,
     )
-    services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
-    services.append(("deadline-sweeper", sweep_deadlines(gateway, settings)))  # issue 13
-    services.append(("approval-expirer", expire_approvals(gateway, settings)))  # issue 13
-    services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))  # issue 12
     from nexus.lifecycle.waiting import DecisionListener  # issue 13: one LISTEN connection per process
 
     listener = DecisionListener(db.url, settings)
-    services.append(("decision-listener", listener.run()))
-    if dispatcher:
-        from nexus.delivery.dispatcher import OutboxDispatcher
-        from nexus.delivery.subscriptions import ensure_default_subscription
-
-        await ensure_default_subscription(db, settings)
-        services.append(("dispatcher", OutboxDispatcher(db, settings, instance_id()).run()))
-        from nexus.delivery.attempts import prune_loop  # issue 16 (obs): the attempts' record stays bounded
-
-        services.append(("attempts-pruner", prune_loop(db, settings)))
-    if settings.saga_executors > 0 and gateway.effect_processes:  # issue 14: effects performed here
-        from nexus.saga.executor import SagaExecutor
-
-        services.append(("saga-executor", SagaExecutor(db, gateway, settings, instance_id()).run()))
-    if settings.metrics_bind:
-        services.append(("metrics", serve_metrics(db, settings.metrics_bind)))
-    if kafka:
-        from nexus.ingress.kafka import KafkaIngress
-
-        kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit)
-        services.append(("kafka-consumer", KafkaIngress(kafka_gateway, settings).run()))
-        from nexus.lifecycle.relay import DecisionsRelay  # issue 13: decisions back to Kafka agents
-
-        services.append(("decisions-relay", DecisionsRelay(db, settings).run()))
+    services: list[tuple[str, Coroutine[Any, Any, None]]] = [("decision-listener", listener.run())]
+    if background:
+        services += await _background_services(db, gateway, catalog, settings, signing_key, dispatcher, kafka)
 
     stop = asyncio.Event()
     failures: list[str] = []
@@ -161,7 +143,7 @@ async def serve(
             if on_ready is not None:
                 asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006
             stopper = asyncio.create_task(_stop_server_on(stop, server))
-            await server.serve()
+            await server.serve(sockets=sockets)
             stopper.cancel()
         else:
             if on_ready is not None:
@@ -181,6 +163,57 @@ async def serve(
         raise ServiceFailed("; ".join(failures))
 
 
+async def _background_services(
+    db: Database,
+    gateway: Gateway,
+    catalog: ProcessCatalog,
+    settings: Settings,
+    signing_key: Any,
+    dispatcher: bool,
+    kafka: bool,
+) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+    """The services one process runs for the whole serve (with `--workers N`, the first process)."""
+    services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
+    services.append(("deadline-sweeper", sweep_deadlines(gateway, settings)))  # issue 13
+    services.append(("approval-expirer", expire_approvals(gateway, settings)))  # issue 13
+    services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))  # issue 12
+    if dispatcher:
+        from nexus.delivery.dispatcher import OutboxDispatcher
+        from nexus.delivery.subscriptions import ensure_default_subscription
+
+        await ensure_default_subscription(db, settings)
+        services.append(("dispatcher", OutboxDispatcher(db, settings, instance_id()).run()))
+        from nexus.delivery.attempts import prune_loop  # issue 16 (obs): the attempts' record stays bounded
+
+        services.append(("attempts-pruner", prune_loop(db, settings)))
+    if settings.saga_executors > 0 and gateway.effect_processes:  # issue 14: effects performed here
+        from nexus.saga.executor import SagaExecutor
+
+        services.append(("saga-executor", SagaExecutor(db, gateway, settings, instance_id()).run()))
+    if settings.metrics_bind:
+        services.append(("metrics", serve_metrics(db, settings.metrics_bind)))
+    if kafka:
+        from nexus.ingress.kafka import KafkaIngress
+
+        limit = settings.default_max_order_amount
+        kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit)
+        services.append(("kafka-consumer", KafkaIngress(kafka_gateway, settings).run()))
+        from nexus.lifecycle.relay import DecisionsRelay  # issue 13: decisions back to Kafka agents
+
+        services.append(("decisions-relay", DecisionsRelay(db, settings).run()))
+    return services
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop where available: the HTTP and PostgreSQL I/O of the gateway is its hot path."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def freeze_startup_objects() -> None:
     """Move everything built at startup (modules, the app, pydantic's validators) out of the collector's
     sight: a full collection no longer walks them, and the request path allocates enough for those to run
@@ -192,7 +225,7 @@ def freeze_startup_objects() -> None:
 async def serve_metrics(db: Database, bind: str) -> None:
     """/metrics without a key on its own address (NEXUS_METRICS_BIND=host:port), for a scraper on a
     network the API is not exposed to; the API's own /metrics keeps needing an operator key."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+    from prometheus_client import CONTENT_TYPE_LATEST
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
@@ -203,7 +236,7 @@ async def serve_metrics(db: Database, bind: str) -> None:
 
     async def get_metrics(_: Request) -> Response:
         await refresh_db_gauges(db)
-        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     host, _, port = bind.rpartition(":")
     config = uvicorn.Config(

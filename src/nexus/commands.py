@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Callable
 
 from nexus.cli_common import add_common, settings_from
 from nexus.logging import setup_logging
@@ -18,13 +17,23 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kafka", action="store_true", help="also consume the Kafka topic")
     parser.add_argument("--no-dispatcher", action="store_true", help="do not deliver webhooks here")
     parser.add_argument("--dispatcher-only", action="store_true", help="only deliver webhooks (no HTTP API)")
+    parser.add_argument(  # issue 17 (workers)
+        "--workers",
+        type=int,
+        default=None,
+        help="HTTP processes sharing the port (default NEXUS_WORKERS, 1); background services run in the first",
+    )
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from nexus.app import ServiceFailed, serve
+    from nexus.app import ServiceFailed, event_loop_factory, serve
 
-    settings = settings_from(args, http_host=args.http_host, http_port=args.http_port)
+    settings = settings_from(args, http_host=args.http_host, http_port=args.http_port, workers=args.workers)
     setup_logging(settings.log_level)
+    if settings.workers > 1 and not args.dispatcher_only:  # issue 17: a supervisor and N HTTP processes
+        from nexus.workers import run_workers
+
+        return run_workers(settings, dispatcher=not args.no_dispatcher, kafka=args.kafka)
     with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         try:
             runner.run(
@@ -40,16 +49,6 @@ def run_serve(args: argparse.Namespace) -> int:
             print(f"nexus serve: {exc}", file=sys.stderr)
             return 1
     return 0
-
-
-def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop where available: the HTTP and PostgreSQL I/O of the gateway is its hot path."""
-    try:
-        import uvloop
-    except ImportError:
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
 
 
 def configure_migrate(parser: argparse.ArgumentParser) -> None:

@@ -2,6 +2,12 @@
 
 An event is counted once it is resolved: a retried batch is not counted twice, and a dead letter sent
 to Kafka is counted after the broker's acknowledgement.
+
+issue 17 (workers): with `nexus serve --workers N` every process writes its series to files in
+PROMETHEUS_MULTIPROC_DIR (prometheus_client's multiprocess mode, chosen when prometheus_client is first
+imported: the supervisor sets the variable before it starts the processes), and `/metrics` of any of them
+shows `exposition()`: counters and histograms summed over the processes, each gauge by its
+`multiprocess_mode` (read-at-scrape gauges: the most recent value written, by whichever process answered).
 """
 
 from __future__ import annotations
@@ -9,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import EventType
@@ -76,6 +82,7 @@ CONSUMER_LAG = Gauge(
     "Records behind the high watermark, after each batch.",
     ["topic", "partition"],
     registry=REGISTRY,
+    multiprocess_mode="mostrecent",  # one consumer (the first process) sets it
 )
 BLOCKED_ACTIONS = Counter(
     "nexus_blocked_actions_total",
@@ -133,12 +140,14 @@ PENDING_EVENTS = Gauge(
     "nexus_pending_events",
     "Events in the reordering buffer (read from Postgres at scrape).",
     registry=REGISTRY,
+    multiprocess_mode="mostrecent",  # the scrape's own reading, whichever process answers it
 )
 OUTBOX_ENTRIES = Gauge(
     "nexus_outbox_entries",
     "Undelivered notifications by state, pending or dead (read from Postgres at scrape).",
     ["state"],
     registry=REGISTRY,
+    multiprocess_mode="mostrecent",
 )
 for _state in ("pending", "dead"):
     OUTBOX_ENTRIES.labels(state=_state)
@@ -162,6 +171,7 @@ CIRCUIT_BREAKER_STATE = Gauge(
     "Circuit breaker of each subscription: 0 closed, 1 half-open, 2 open.",
     ["subscription"],
     registry=REGISTRY,
+    multiprocess_mode="mostrecent",  # one dispatcher (the first process) sets it
 )
 CIRCUIT_BREAKER_TRANSITIONS = Counter(
     "nexus_circuit_breaker_transitions_total",
@@ -184,7 +194,10 @@ def set_breaker_states(states: dict[str, int], max_series: int) -> None:
     if rest:
         wanted[OTHER_SUBSCRIPTIONS] = max(rest)
     for stale in _breaker_labels - set(wanted):
-        CIRCUIT_BREAKER_STATE.remove(stale)
+        if _multiprocess_dir is None:
+            CIRCUIT_BREAKER_STATE.remove(stale)
+        else:  # prometheus_client cannot remove a series from its files: a gone subscription reads closed
+            CIRCUIT_BREAKER_STATE.labels(subscription=stale).set(0)
     for name, gauge in wanted.items():
         CIRCUIT_BREAKER_STATE.labels(subscription=name).set(gauge)
     _breaker_labels.clear()
@@ -210,7 +223,7 @@ SAGA_STEPS = Counter(
     ["action", "result"],
     registry=REGISTRY,
 )
-SAGAS = Gauge("nexus_sagas", "Sagas by status.", ["status"], registry=REGISTRY)
+SAGAS = Gauge("nexus_sagas", "Sagas by status.", ["status"], registry=REGISTRY, multiprocess_mode="mostrecent")
 for _status in ("PENDING", "RUNNING", "COMPLETED", "COMPENSATING", "COMPENSATED", "FAILED", "ESCALATED"):
     SAGAS.labels(status=_status).set(0)
 
@@ -222,3 +235,24 @@ def record_saga_step(action: str, result: str) -> None:
 def set_saga_counts(counts: dict[str, int]) -> None:
     for status in ("PENDING", "RUNNING", "COMPLETED", "COMPENSATING", "COMPENSATED", "FAILED", "ESCALATED"):
         SAGAS.labels(status=status).set(counts.get(status, 0))
+
+
+# --- issue 17 (workers): one exposition for several processes --------------------------------------------
+_multiprocess_dir: str | None = None
+_exposed: CollectorRegistry = REGISTRY
+
+
+def expose_all_processes(directory: str) -> None:
+    """Make `exposition()` read every process's series from `directory` (PROMETHEUS_MULTIPROC_DIR, set
+    before prometheus_client was imported) instead of this process's registry."""
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    global _exposed, _multiprocess_dir  # set once at a worker's start, before it serves
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    _exposed, _multiprocess_dir = registry, directory
+
+
+def exposition() -> bytes:
+    """The text of /metrics: this process's series, or every worker's (`expose_all_processes`)."""
+    return generate_latest(_exposed)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from nexus.errors import ConfigurationError
@@ -122,6 +122,9 @@ _ENV_NAMES: dict[str, str] = {
     "decisions_relay_poll_s": "NEXUS_DECISIONS_RELAY_POLL_S",
     # issue 17 (perfkd): Kafka lanes
     "kafka_lanes": "NEXUS_KAFKA_LANES",
+    # issue 17 (workers): several HTTP processes sharing the port
+    "workers": "NEXUS_WORKERS",
+    "workers_stop_s": "NEXUS_WORKERS_STOP_S",
 }
 
 
@@ -234,8 +237,9 @@ class Settings(BaseSettings):
     rate_limit_operator: float = 200.0
     rate_limit_approver: float = 50.0
     rate_limit_admin: float = 20.0
-    rate_limit_processes: int = 1
-    """Gateway processes sharing the load: each enforces limit / processes (limits are divided, not shared)."""
+    rate_limit_processes: int | None = None
+    """Gateway processes sharing the load: each enforces limit / processes (limits are divided, not shared);
+    None: this serve's own processes (`workers`)."""
     # issue 16: the web console
     console_session_ttl_s: float = 28800.0
     """How long a console sign-in lasts (sessions are held by the serving process, never in the cookie)."""
@@ -289,6 +293,12 @@ class Settings(BaseSettings):
     # issue 17 (perfkd): Kafka lanes
     kafka_lanes: int = 2
     """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions."""
+    # issue 17 (workers): several HTTP processes sharing the port
+    workers: int = Field(1, ge=1)
+    """HTTP processes of `nexus serve` sharing its port (1: one process, no supervisor). With more, a
+    supervisor binds the port and starts them; the background services run in the first one only."""
+    workers_stop_s: float = 15.0
+    """How long the supervisor waits for its processes to stop after SIGTERM before it kills them."""
 
     def service_url(self, name: str) -> str | None:
         """The base URL of effect service `name`, from `service_urls`."""

@@ -77,3 +77,16 @@ def test_to_env_round_trips() -> None:
     """to_env() gives the variables from which from_env() rebuilds the same settings."""
     s = Settings(http_port=1234, data_dir=Path("/d"), lease_s=0.5, webhook_url="http://x/")
     assert Settings.from_env(s.to_env()) == s
+
+
+def test_workers_default_to_one_and_divide_the_rate_limits_unless_told_otherwise() -> None:
+    """issue 17: NEXUS_WORKERS (>= 1, default 1) is the divisor of every rate limit unless
+    NEXUS_RATE_LIMIT_PROCESSES is set."""
+    from nexus.ingress.http import rate_limits
+
+    assert Settings.from_env({}).workers == 1
+    assert rate_limits(Settings.from_env({"NEXUS_WORKERS": "4"})).processes == 4
+    assert rate_limits(Settings.from_env({"NEXUS_WORKERS": "4", "NEXUS_RATE_LIMIT_PROCESSES": "6"})).processes == 6
+    assert rate_limits(Settings.from_env({}, workers=2)).processes == 2
+    with pytest.raises(ConfigurationError, match="NEXUS_WORKERS"):
+        Settings.from_env({"NEXUS_WORKERS": "0"})

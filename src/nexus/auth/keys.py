@@ -132,7 +132,10 @@ class KeyCache:
         self._entries: dict[bytes, tuple[float, Principal | None]] = {}
 
     async def lookup(self, key: str) -> Principal | None:
-        digest = hash_key(key)
+        return await self.lookup_hash(hash_key(key))
+
+    async def lookup_hash(self, digest: bytes) -> Principal | None:
+        """The principal of the key with this SHA-256 (a console session holds only the hash; issue 17)."""
         now = time.monotonic()
         hit = self._entries.get(digest)
         if hit is not None and hit[0] > now:

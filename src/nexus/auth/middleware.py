@@ -50,21 +50,21 @@ class Gatekeeper:
         """The caller's principal; None once a refusal (401, 403, 429, 503, or the console's sign-in
         redirect) has been sent."""
         session_route = uses_session(scope["path"])
-        if session_route:  # issue 16: the console signs in with a form; its session cookie stands for the key
-            session = self.sessions.get(cookie_of(scope["headers"], COOKIE)) if self.sessions else None
-            if session is None:
-                await _to_login(send)
-                return None
-            key: str | None = session.key
-            scope.setdefault("state", {})["console_session"] = session
-        else:
-            key = _bearer(scope)
-        if key is None:
-            message = "an API key is required (Authorization: Bearer <key>)"
-            await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, message)
-            return None
         try:
-            principal = await self.keys.lookup(key)
+            if session_route:  # issue 16: the console signs in with a form; its session cookie stands for the key
+                session = await self.sessions.get(cookie_of(scope["headers"], COOKIE)) if self.sessions else None
+                if session is None:
+                    await _to_login(send)
+                    return None
+                scope.setdefault("state", {})["console_session"] = session
+                principal = await self.keys.lookup_hash(session.key_hash)
+            else:
+                key = _bearer(scope)
+                if key is None:
+                    message = "an API key is required (Authorization: Bearer <key>)"
+                    await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, message)
+                    return None
+                principal = await self.keys.lookup(key)
         except NexusError as exc:
             message = "cannot check the API key now"
             await _refuse(scope, send, 503, exc.code, message, {"retry-after": "1"}, retryable=True)

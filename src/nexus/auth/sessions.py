@@ -1,17 +1,23 @@
-"""Console sessions: a random cookie value names a server-side session holding the API key it signed in with.
+"""Console sessions: a random cookie value names a server-side session standing for the API key it signed in with.
 
-The cookie carries no key and no claims, only an unguessable id; the key stays in the serving process,
-so a revoked key ends its console sessions within the key cache's TTL (the key is looked up on each
-request like a Bearer key). Sessions are lost when the process restarts: signing in again is the cure.
-Each session has its own CSRF token, which every console form carries and every POST must return.
+The cookie carries no key and no claims, only an unguessable id. Sessions live in PostgreSQL
+(`console_sessions`, migration 0012; issue 17): every gateway process (`nexus serve --workers N`, or
+several gateways) knows a session made by any of them, and a restart signs nobody out. The table holds
+the SHA-256 of the cookie value and of the key (as `api_keys` does), never either itself; the key is
+looked up by its hash on each request like a Bearer key, so a revoked key ends its console sessions
+within the key cache's TTL. Each session has its own CSRF token, which every console form carries and
+every POST must return.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import hmac
 import secrets
-import time
+
+from nexus.store.database import Database
+from nexus.store.queries import query
 
 COOKIE = "nexus_console"
 LOGIN_COOKIE = "nexus_console_login"
@@ -20,44 +26,39 @@ LOGIN_COOKIE = "nexus_console_login"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Session:
-    key: str
+    key_hash: bytes
+    """SHA-256 of the API key the session signed in with (nexus.auth.keys.hash_key)."""
     csrf: str
-    expires: float
+
+
+def _id_hash(sid: str) -> bytes:
+    return hashlib.sha256(sid.encode("utf-8", "surrogateescape")).digest()
 
 
 class SessionStore:
-    """Sessions of one process, by cookie value; expired ones are dropped as they are met."""
+    """Sessions by cookie value, in PostgreSQL; expired ones are never found, and deleted at each sign-in."""
 
-    def __init__(self, ttl_s: float, max_sessions: int = 10_000) -> None:
+    def __init__(self, db: Database, ttl_s: float) -> None:
+        self.db = db
         self.ttl_s = ttl_s
-        self.max_sessions = max_sessions
-        self._sessions: dict[str, Session] = {}
 
-    def create(self, key: str) -> tuple[str, Session]:
-        now = time.monotonic()
-        if len(self._sessions) >= self.max_sessions:
-            self._sessions = {k: s for k, s in self._sessions.items() if s.expires > now}
-            while len(self._sessions) >= self.max_sessions:  # still full: the oldest goes
-                self._sessions.pop(next(iter(self._sessions)))
+    async def create(self, key_hash: bytes) -> tuple[str, Session]:
+        """A new session for the key with this hash; returns the cookie value and the session."""
+        await self.db.execute(query("auth.sql", "delete_expired_sessions"))
         sid = secrets.token_urlsafe(32)
-        session = Session(key, secrets.token_urlsafe(24), now + self.ttl_s)
-        self._sessions[sid] = session
+        session = Session(key_hash, secrets.token_urlsafe(24))
+        await self.db.execute(query("auth.sql", "insert_session"), _id_hash(sid), key_hash, session.csrf, self.ttl_s)
         return sid, session
 
-    def get(self, sid: str | None) -> Session | None:
+    async def get(self, sid: str | None) -> Session | None:
         if not sid:
             return None
-        session = self._sessions.get(sid)
-        if session is None:
-            return None
-        if session.expires <= time.monotonic():
-            self._sessions.pop(sid, None)
-            return None
-        return session
+        row = await self.db.fetchrow(query("auth.sql", "session_by_id"), _id_hash(sid))
+        return None if row is None else Session(bytes(row["key_hash"]), row["csrf"])
 
-    def drop(self, sid: str | None) -> None:
+    async def drop(self, sid: str | None) -> None:
         if sid:
-            self._sessions.pop(sid, None)
+            await self.db.execute(query("auth.sql", "delete_session"), _id_hash(sid))
 
 
 def same_token(given: str | None, expected: str | None) -> bool:

@@ -23,6 +23,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 
 from nexus.audit.report import Filters, _bar_chart, blocked_actions, blocked_summary
+from nexus.auth.keys import hash_key
 from nexus.auth.middleware import principal_of
 from nexus.auth.roles import Role
 from nexus.auth.sessions import COOKIE, LOGIN_COOKIE, Session, SessionStore, cookie_of, same_token
@@ -112,7 +113,7 @@ async def login(request: Request) -> Response:
     if principal is None or Role.OPERATOR not in principal.roles:
         error = "Unknown or revoked key." if principal is None else "This key lacks the operator role."
         return _page(request, "login.html", 401 if principal is None else 403, csrf=expected or "", error=error)
-    sid, _ = _sessions(request).create(key)
+    sid, _ = await _sessions(request).create(hash_key(key))
     response = RedirectResponse("/console/orders", status_code=303, headers=_NO_STORE)
     response.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/console")
     response.delete_cookie(LOGIN_COOKIE, path="/console/login")
@@ -124,7 +125,7 @@ async def logout(request: Request) -> Response:
     form = await _form(request)
     if (refused := _csrf_refused(request, form)) is not None:
         return refused
-    _sessions(request).drop(cookie_of(request.scope["headers"], COOKIE))
+    await _sessions(request).drop(cookie_of(request.scope["headers"], COOKIE))
     response = RedirectResponse("/console/login", status_code=303, headers=_NO_STORE)
     response.delete_cookie(COOKIE, path="/console")
     return response

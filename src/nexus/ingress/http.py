@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from nexus import metrics, tracing
 from nexus.auth import tenants
@@ -87,7 +87,7 @@ def create_app(
     http_errors.install(app)
     # issue 11: every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
     keys = KeyCache(db, ttl_s=db.settings.auth_cache_ttl_s)
-    sessions = SessionStore(db.settings.console_session_ttl_s)  # issue 16: the console's sign-ins
+    sessions = SessionStore(db, db.settings.console_session_ttl_s)  # issue 16; issue 17: in PostgreSQL
     limiter = RateLimiter(rate_limits(db.settings))  # one set of buckets for both paths below
     app.add_middleware(AuthMiddleware, keys=keys, limiter=limiter, sessions=sessions)
     if tracing.active():  # issue 16: the maintained ASGI instrumentation, outermost; absent when tracing is off
@@ -202,7 +202,7 @@ def create_app(
     @app.get("/metrics", response_class=PlainTextResponse)
     async def get_metrics() -> Response:
         await refresh_db_gauges(db)
-        return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -255,7 +255,8 @@ def rate_limits(settings: Any) -> Any:
             Role.APPROVER: settings.rate_limit_approver,
             Role.ADMIN: settings.rate_limit_admin,
         },
-        processes=settings.rate_limit_processes,
+        # issue 17 (workers): unless set, the limit is divided among this serve's own HTTP processes
+        processes=settings.rate_limit_processes or settings.workers,
     )
 
 

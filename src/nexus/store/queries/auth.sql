@@ -21,3 +21,17 @@ SELECT count(*) FROM api_keys;
 -- name: bootstrap_lock
 -- Two gateways starting at once on an empty database must not both write an admin key.
 SELECT pg_advisory_xact_lock(7233002211);
+
+-- issue 17 (workers): console sessions shared by every process (migration 0012)
+-- name: insert_session
+INSERT INTO console_sessions (id_hash, key_hash, csrf, expires_at)
+VALUES ($1, $2, $3, now() + make_interval(secs => $4));
+
+-- name: session_by_id
+SELECT key_hash, csrf, expires_at FROM console_sessions WHERE id_hash = $1 AND expires_at > now();
+
+-- name: delete_session
+DELETE FROM console_sessions WHERE id_hash = $1;
+
+-- name: delete_expired_sessions
+DELETE FROM console_sessions WHERE expires_at <= now();
