@@ -242,7 +242,7 @@ class Settings(BaseSettings):
     None: this serve's own processes (`workers`)."""
     # issue 16: the web console
     console_session_ttl_s: float = 28800.0
-    """How long a console sign-in lasts (sessions are held by the serving process, never in the cookie)."""
+    """How long a console sign-in lasts (a session is a row in PostgreSQL keyed by a hash of its cookie)."""
     console_page_size: int = 50
     """Rows per page of the console's lists."""
     # issue 14: sagas (effects performed by the gateway's executors)
