@@ -78,7 +78,11 @@ class Sender:
             "nexus.outbox.position": c.position,
         }
         with tracing.delivery_span(c.traceparent, attributes) as span:
-            result = await self._send(c, tracing.traceparent_of(span))
+            # The receiver's parent: the request's own CLIENT span, child of the attempt's (issue 16).
+            with tracing.http_request_span("POST", c.url) as request:
+                result = await self._send(c, tracing.traceparent_of(request))
+                if result.status is not None:
+                    request.set_attribute("http.response.status_code", result.status)
             span.set_attribute("nexus.delivery.outcome", result.outcome.value)
             if result.status is not None:
                 span.set_attribute("http.response.status_code", result.status)
