@@ -146,7 +146,7 @@ async def test_a_hanging_server_times_out_and_a_dropped_request_is_an_error(serv
 
     async def hang_then_drop(_: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
         if n == 1:
-            await asyncio.sleep(2)
+            await asyncio.sleep(0.5)  # past the client's deadline
         return False
 
     server = await serve(hang_then_drop)
@@ -156,6 +156,65 @@ async def test_a_hanging_server_times_out_and_a_dropped_request_is_an_error(serv
             await http.post(server.url, {}, b"a")
         with pytest.raises(ServerDisconnectedError):
             await http.post(server.url, {}, b"b")
+        await asyncio.sleep(0.4)  # the first handler wakes up and ends before the server goes
     finally:
         await http.aclose()
     assert server.connections == 2  # the timed-out connection was not reused
+
+
+def _self_signed() -> tuple[bytes, bytes]:
+    """A certificate for the name `localhost` (no address in it) and its key (PEM), made here."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=1))
+        .not_valid_after(now + dt.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), False)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    pem_key = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), pem_key
+
+
+async def test_https_with_a_verified_certificate_and_keep_alive(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Over TLS to a name, the connection goes to the address the guard resolved while the certificate is
+    verified for the name (a client that does not trust it fails); two POSTs share one connection."""
+    import ssl
+
+    cert, key = _self_signed()
+    (tmp_path / "cert.pem").write_bytes(cert)
+    (tmp_path / "key.pem").write_bytes(key)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+
+    async def ok(_: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        await answer(writer, b"HTTP/1.1 201 Created\r\ncontent-length: 0\r\n\r\n")
+        return True
+
+    server = Server(ok)
+    server.server = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=server_tls)
+    url = server.url.with_scheme("https").with_host("localhost")
+    guard = OutboundGuard(Settings(allow_private_urls="127.0.0.0/8,::1/128"))
+    trusting = Http1Client(guard.resolver(), 5.0, "test", ssl.create_default_context(cafile=tmp_path / "cert.pem"))
+    distrusting = Http1Client(guard.resolver(), 5.0, "test")
+    try:
+        assert (await trusting.post(url, {}, b"a")).status == 201
+        assert (await trusting.post(url, {}, b"b")).status == 201
+        with pytest.raises(ssl.SSLCertVerificationError):
+            await distrusting.post(url, {}, b"c")
+    finally:
+        await trusting.aclose()
+        await distrusting.aclose()
+        server.server.close()
+    assert server.connections == 1  # both POSTs on one connection (a refused handshake never gets this far)

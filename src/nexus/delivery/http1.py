@@ -136,12 +136,14 @@ class _Connection(asyncio.Protocol):
 class Http1Client:
     """POSTs over pools of keep-alive connections, one pool per (scheme, host, port)."""
 
-    def __init__(self, resolver: GuardedResolver, timeout_s: float, user_agent: str) -> None:
+    def __init__(
+        self, resolver: GuardedResolver, timeout_s: float, user_agent: str, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.timeout_s = timeout_s
         self._resolver = resolver
         self._user_agent = user_agent
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
-        self._ssl: ssl.SSLContext | None = None
+        self._ssl = ssl_context  # default: the system's trust store, made on the first https request
         self._closing = False
 
     async def post(self, url: URL, headers: dict[str, str], body: bytes) -> Answer:
