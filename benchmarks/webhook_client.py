@@ -66,4 +66,6 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--receiver-processes", type=int, default=1)
-    asyncio.run(main(parser.parse_args()))
+    import uvloop
+
+    uvloop.run(main(parser.parse_args()))

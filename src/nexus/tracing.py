@@ -314,6 +314,23 @@ def delivery_span(traceparent: str | None, attributes: dict[str, Any]) -> Iterat
         yield span
 
 
+@contextlib.contextmanager
+def http_request_span(method: str, url: str) -> Iterator[Span]:
+    """The HTTP request of a delivery attempt (CLIENT, child of the current span), as the aiohttp and httpx
+    instrumentations name theirs; the dispatcher's own client (delivery/http1.py) has no instrumentation
+    (issue 17, deliv3). Only call when `active()`."""
+    from opentelemetry.trace import SpanKind
+    from yarl import URL
+
+    assert _tracer is not None
+    target = URL(url)  # the address only: a subscription's path or query may hold a token
+    attributes: dict[str, str | int] = {"http.request.method": method, "server.address": target.host or ""}
+    if target.port is not None:
+        attributes["server.port"] = target.port
+    with _tracer.start_as_current_span(method, kind=SpanKind.CLIENT, attributes=attributes) as span:
+        yield span
+
+
 async def traced_effect(
     call: Callable[[str | None], Awaitable[_Call]], url: str, traceparent: str | None, compensation: bool
 ) -> _Call:

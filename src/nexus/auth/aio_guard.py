@@ -1,11 +1,12 @@
-"""The outbound guard for the dispatcher's aiohttp client (issue 17), as `transport.py` is for httpx.
+"""The outbound guard for the dispatcher's HTTP client (issue 17), as `transport.py` is for httpx.
 
-aiohttp connects to the addresses its resolver returns, so a resolver that refuses a name resolving
-(or rebinding) to loopback, a private network, link-local or metadata addresses stops the connection
-before a byte is sent, on every new connection. aiohttp never asks the resolver about an address
-literal: `check_literal` is called on the URL's host before each request instead (aiohttp itself refuses
-the non-canonical IPv4 forms such as ``2130706433``). Targets an operator configured
-(`NEXUS_WEBHOOK_URL`) are trusted without the check. A refusal raises `UnsafeUrlError`.
+The dispatcher's client (`delivery/http1.py`, aiohttp before it) connects to the addresses this resolver
+returns, so a resolver that refuses a name resolving (or rebinding) to loopback, a private network,
+link-local or metadata addresses stops the connection before a byte is sent, on every new connection.
+Address literals are never resolved: `check_literal` is called on the URL's host before its first request
+instead (non-canonical IPv4 forms such as ``2130706433`` are not literals to the client: they go through
+the resolver, which refuses what they resolve to). Targets an operator configured (`NEXUS_WEBHOOK_URL`)
+are trusted without the check. A refusal raises `UnsafeUrlError`.
 """
 
 from __future__ import annotations

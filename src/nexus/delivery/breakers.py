@@ -46,6 +46,7 @@ class BreakerReport:
     def __init__(self, max_subscriptions: int) -> None:
         self._names: dict[int, str] = {}
         self._max_subscriptions = max_subscriptions
+        self.generation = 0
 
     async def refresh_gauges(self, db: Database) -> None:
         rows = await db.fetch(query("delivery.sql", "breaker_states"))
@@ -54,6 +55,8 @@ class BreakerReport:
         metrics.set_breaker_states({self._names[sid]: gauge for sid, gauge in states.items()}, self._max_subscriptions)
 
     def transitioned(self, subscription_id: int, before: Breaker, after: Breaker) -> None:
+        if before.state is not after.state:
+            self.generation += 1  # the claimer reads its list of claimable subscriptions again
         for state in transitions(before, after):
             metrics.CIRCUIT_BREAKER_TRANSITIONS.labels(to=state.value).inc()
             name = self._names.get(subscription_id)

@@ -3,7 +3,11 @@
 One ``UPDATE ... FOR UPDATE SKIP LOCKED`` statement per subscription takes up to as many due deliveries
 as there are free workers (only the oldest pending one of each (order, subscription); see ``claim`` in
 delivery.sql) and leases them to this instance. Claims are shared across the claimable subscriptions,
-rotating who goes first, so one subscription's backlog does not starve another.
+rotating who goes first, so one subscription's backlog does not starve another. The list of claimable
+subscriptions is read at most once per `subscriptions_ttl_s` (issue 17: a round trip per claim less): a
+breaker that opened since is still honoured by ``claim`` itself, which checks the breaker and the
+subscription again; a subscription added since, or whose breaker another instance closed, waits at most
+that long for its first claim (a transition this instance made itself is read at once).
 
 Breakers (core/breaker.py) are rows shared by all instances: a subscription whose breaker is not closed
 is left out of the claim, and once its cooldown is over the first instance to lock the row takes the
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 import asyncpg
@@ -52,9 +57,19 @@ class Claimer:
     """Leases due deliveries (and breaker probes) to `owner` for `lease_s` seconds."""
 
     def __init__(
-        self, db: Database, owner: str, lease_s: float, breaker_config: BreakerConfig, report: BreakerReport
+        self,
+        db: Database,
+        owner: str,
+        lease_s: float,
+        breaker_config: BreakerConfig,
+        report: BreakerReport,
+        subscriptions_ttl_s: float = 0.0,
     ) -> None:
         self.db = db
+        self.subscriptions_ttl_s = subscriptions_ttl_s
+        self._subscriptions: list[int] = []
+        self._subscriptions_until = float("-inf")
+        self._generation = report.generation
         self.owner = owner
         self.lease_s = lease_s
         self.breaker_config = breaker_config
@@ -65,7 +80,7 @@ class Claimer:
     async def claim(self, limit: int) -> list[Claimed]:
         """Claim up to `limit` heads, shared across the claimable subscriptions (rotating who goes first),
         then any capacity left over to whoever still has work."""
-        subscriptions = [r["id"] for r in await self.db.fetch(query("delivery.sql", "claimable_subscriptions"))]
+        subscriptions = await self._claimable()
         if not subscriptions:
             return []
         self._turn = (self._turn + 1) % len(subscriptions)
@@ -86,6 +101,16 @@ class Claimer:
                 break
             rows.extend(await self._claim_for(subscription_id, limit - len(rows)))
         return [self._claimed(r) for r in rows]
+
+    async def _claimable(self) -> list[int]:
+        now = time.monotonic()
+        # A breaker this instance saw change state (e.g. its probe closed it): read the list again now.
+        if now >= self._subscriptions_until or self.report.generation != self._generation:
+            self._generation = self.report.generation
+            rows = await self.db.fetch(query("delivery.sql", "claimable_subscriptions"))
+            self._subscriptions = [r["id"] for r in rows]
+            self._subscriptions_until = now + self.subscriptions_ttl_s
+        return self._subscriptions
 
     async def claim_probes(self) -> list[Claimed]:
         """Take the probe slot of breakers whose cooldown is over, and claim one delivery for each."""

@@ -69,7 +69,9 @@ class OutboxDispatcher:
         self.request_timeout_s = min(settings.webhook_timeout_s, settings.lease_s / 2)
         self._rng = rng or random.Random()
         self._report = BreakerReport(settings.metrics_max_subscriptions)
-        self._claimer = Claimer(db, owner, settings.lease_s, breaker_config, self._report)
+        self._claimer = Claimer(
+            db, owner, settings.lease_s, breaker_config, self._report, subscriptions_ttl_s=settings.dispatcher_poll_s
+        )
         self._writer = OutcomeWriter(db, owner, self.policy, breaker_config, self._report, self._rng)
         self._sender: Sender | None = None
         self._inflight: set[asyncio.Task[None]] = set()

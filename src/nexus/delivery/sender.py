@@ -1,11 +1,11 @@
 """Sending: one signed webhook request per claimed delivery, and how the subscriber answered it.
 
-The client is aiohttp (issue 17): side by side with httpx on the delivery bench it needs a fraction of
-the CPU per request (httpx's pure-Python request model and httpcore's pool bookkeeping were most of a
-dispatcher's samples, see benchmarks/RESULTS.md). One keep-alive connection pool per subscriber
-(aiohttp's connector keeps one per host and port), as many connections as worker slots. The outbound
-guard checks every address connected to (`nexus.auth.aio_guard`). The request timeout is kept below
-half the lease so a slow answer cannot outlive the lease it was sent under.
+The client is `delivery/http1.py` (issue 17): httpx's request model was most of a dispatcher's samples,
+then aiohttp's per-request machinery was still ~30 % of them (benchmarks/RESULTS.md); the webhook needs a
+POST and a status. One keep-alive connection pool per subscriber (scheme, host, port), at most as many
+connections as requests in flight (the worker slots). The outbound guard checks every name's addresses
+before connecting (`nexus.auth.aio_guard`'s resolver) and every address literal once per URL. The
+request timeout is kept below half the lease so a slow answer cannot outlive the lease it was sent under.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import datetime as dt
 import re
 import time
 
-import aiohttp
 from yarl import URL
 
 from nexus import metrics, tracing
@@ -23,6 +22,7 @@ from nexus.auth.aio_guard import OutboundGuard
 from nexus.core.backoff import parse_retry_after
 from nexus.core.delivery import AttemptOutcome, outcome_of_status
 from nexus.delivery.claims import Claimed
+from nexus.delivery.http1 import Http1Client
 from nexus.delivery.signing import delivery_headers
 from nexus.errors import UnsafeUrlError
 from nexus.settings import Settings
@@ -52,27 +52,18 @@ class Sender:
         self._guard = OutboundGuard(settings)
         self._user_agent = f"nexus-dispatcher ({owner})"
         self._workers = workers
-        self._session: aiohttp.ClientSession | None = None
+        self._http: Http1Client | None = None
         self._urls: dict[str, URL] = {}
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None:  # made in the running loop, on first use
-            connector = aiohttp.TCPConnector(
-                limit=0, limit_per_host=self._workers, resolver=self._guard.resolver(), ttl_dns_cache=10
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=self.request_timeout_s),
-                headers={"user-agent": self._user_agent},
-                auto_decompress=False,
-                trust_env=False,
-            )
-        return self._session
+    def _client(self) -> Http1Client:
+        if self._http is None:  # made in the running loop, on first use
+            self._http = Http1Client(self._guard.resolver(), self.request_timeout_s, self._user_agent)
+        return self._http
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
 
     async def send(self, c: Claimed, slot: int) -> Result:
         """Send `c` (`slot`: the worker slot, kept for the dispatcher's bookkeeping); network failures are a
@@ -87,7 +78,11 @@ class Sender:
             "nexus.outbox.position": c.position,
         }
         with tracing.delivery_span(c.traceparent, attributes) as span:
-            result = await self._send(c, tracing.traceparent_of(span))
+            # The receiver's parent: the request's own CLIENT span, child of the attempt's (issue 16).
+            with tracing.http_request_span("POST", c.url) as request:
+                result = await self._send(c, tracing.traceparent_of(request))
+                if result.status is not None:
+                    request.set_attribute("http.response.status_code", result.status)
             span.set_attribute("nexus.delivery.outcome", result.outcome.value)
             if result.status is not None:
                 span.set_attribute("http.response.status_code", result.status)
@@ -96,6 +91,7 @@ class Sender:
             return result
 
     def _url(self, raw: str) -> URL:
+        """The parsed URL, once it passed the checks that depend on it alone (kept: they cannot change)."""
         url = self._urls.get(raw)
         if url is None:
             try:
@@ -104,6 +100,7 @@ class Sender:
                 raise UnsendableRequest(f"request cannot be built: {type(exc).__name__}") from exc
             if url.scheme not in ("http", "https") or not url.host:
                 raise UnsendableRequest("request cannot be built: UnsupportedProtocol")
+            self._guard.check_literal(url.raw_host or "", url.port or 0)
             if len(self._urls) > 10_000:
                 self._urls.clear()
             self._urls[raw] = url
@@ -113,7 +110,6 @@ class Sender:
         try:
             url = self._url(c.url)
             headers = signed_headers(c, int(time.time()))
-            self._guard.check_literal(url.raw_host or "", url.port or 0)
         except UnsendableRequest as exc:
             return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc), error_class="UnsendableRequest")
         except UnsafeUrlError as exc:  # issue 11: aimed inside; never sent, never retried, not the subscriber's fault
@@ -122,20 +118,18 @@ class Sender:
             headers["traceparent"] = traceparent
         sent_at, started = time.time(), time.perf_counter()
         try:
-            async with self._client().post(url, data=c.body, headers=headers, allow_redirects=False) as response:
-                await response.read()
-                status = response.status
-                retry_after_header = response.headers.get("retry-after")
+            answer = await self._client().post(url, headers, c.body)
+            status, retry_after_header = answer.status, answer.retry_after
         except TimeoutError as exc:
             reason = f"timeout after {self.request_timeout_s:g}s"
             return Result(c, AttemptOutcome.RETRYABLE, None, reason, None, sent_at, _ms(started), type(exc).__name__)
         except UnsafeUrlError as exc:
             reason = str(exc)[:500]
             return Result(c, AttemptOutcome.UNSENDABLE, None, reason, None, sent_at, None, type(exc).__name__)
-        except aiohttp.InvalidURL as exc:
+        except (UnicodeError, ValueError) as exc:  # a URL or header HTTP/1.1 cannot carry
             reason = f"request cannot be built: {type(exc).__name__}"
             return Result(c, AttemptOutcome.UNSENDABLE, None, reason, None, sent_at, None, type(exc).__name__)
-        except (aiohttp.ClientError, OSError) as exc:
+        except OSError as exc:
             reason = f"{type(exc).__name__}: {exc}"[:500]
             return Result(c, AttemptOutcome.RETRYABLE, None, reason, None, sent_at, _ms(started), type(exc).__name__)
         finally:
@@ -158,6 +152,7 @@ class UnsendableRequest(ValueError):
 
 # RFC 9110 field-value: visible ASCII, spaces and tabs between them; nothing else goes on the wire.
 _FIELD_VALUE = re.compile(r"^[\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?$|^$")
+_STORED_VALUES = ("x-aggregate-id", "x-event-type", "traceparent", "content-type")
 
 
 def signed_headers(c: Claimed, timestamp: int) -> dict[str, str]:
@@ -178,7 +173,8 @@ def signed_headers(c: Claimed, timestamp: int) -> dict[str, str]:
         traceparent=c.traceparent,
     )
     headers["content-type"] = c.content_type
-    for name, value in headers.items():
-        if not _FIELD_VALUE.match(value):
+    # Only these come from stored data; the others are digits, a UUID, base64 or our own constants.
+    for name in _STORED_VALUES:
+        if not _FIELD_VALUE.match(headers[name]):
             raise UnsendableRequest(f"header {name} cannot carry its value")
     return headers

@@ -14,11 +14,17 @@ import base64
 import binascii
 import hashlib
 import hmac
+import random
 import secrets
 
 from nexus.errors import ConfigurationError
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the format's prefix, not a secret
+
+# Trace and span ids need to be unique, not secret (W3C Trace Context; OpenTelemetry's SDK draws them the
+# same way): the module's PRNG (re-seeded in a forked child) instead of two `os.urandom` system calls per
+# request (issue 17, deliv3).
+_random_bits = random.getrandbits
 
 
 def parse_secret(secret: str) -> bytes:
@@ -42,7 +48,8 @@ def generate_secret(size: int = 32) -> str:
 
 def sign(key: bytes, msg_id: str, timestamp: int, body: bytes) -> str:
     """The ``webhook-signature`` value for one request."""
-    digest = hmac.new(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256).digest()
+    # hmac.digest: OpenSSL's one-shot HMAC, without building an `hmac.HMAC` object per request
+    digest = hmac.digest(key, f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256)
     return "v1," + base64.b64encode(digest).decode("ascii")
 
 
@@ -57,11 +64,11 @@ def verify(key: bytes, msg_id: str, timestamp: int, body: bytes, signature_heade
 
 def child_traceparent(parent: str | None) -> str:
     """A W3C traceparent for the webhook request: same trace as the event's when it had one."""
-    span = secrets.token_hex(8)
+    span = f"{_random_bits(64) or 1:016x}"  # an all-zero id is invalid
     parts = parent.split("-") if parent else []
     if len(parts) == 4 and len(parts[1]) == 32 and len(parts[2]) == 16:
         return f"00-{parts[1]}-{span}-{parts[3]}"
-    return f"00-{secrets.token_hex(16)}-{span}-01"
+    return f"00-{_random_bits(128) or 1:032x}-{span}-01"
 
 
 def delivery_headers(

@@ -16,6 +16,19 @@ from nexus.store.migrate import apply_migrations
 log = logging.getLogger(__name__)
 
 
+async def keep_session(conn: asyncpg.Connection) -> None:
+    """Release a pooled connection without asyncpg's default reset (issue 17, deliv3).
+
+    The default runs ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`` on every release: a
+    round trip and four statements for PostgreSQL to parse, as many as the work itself for the
+    dispatcher's short statements. Pooled connections here carry no session state to undo: advisory
+    locks are transaction-scoped (``pg_advisory_xact_lock``; the audit checkpoint's one session lock is
+    released by its holder in a ``finally``), nothing LISTENs or SETs on a pooled connection (each
+    listener has a connection of its own), no cursor outlives its transaction. An open transaction is
+    still rolled back by the pool before this is called.
+    """
+
+
 class Database:
     """The gateway's handle on PostgreSQL: resolves the URL, owns the pool."""
 
@@ -49,6 +62,7 @@ class Database:
                 max_size=self.settings.db_pool_size,
                 command_timeout=30,
                 max_inactive_connection_lifetime=60,
+                reset=keep_session,
             )
         return self
 

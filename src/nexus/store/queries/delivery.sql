@@ -53,6 +53,19 @@ RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, d.position, d
 -- core/delivery.py (`next_step`); the state values are passed in: $10 pending, $11 delivered, $12 dead.
 -- An attempt that does not count (cancelled by our shutdown) gives its attempt back and keeps the last
 -- answer; a delay (NULL: none) reschedules the next attempt.
+-- The rows are found through the primary key whatever the table's size and statistics (issue 17,
+-- deliv3). Written as a plain join on the unnest, with the lease test as a filter, the planner estimated
+-- one row for `lease_owner = $1` (nearly every row has none), scanned the whole table once per batch
+-- and rescanned the unnest once per row; given the ids as a constant array, it still preferred a scan
+-- while the table was small. Now the ids come from the batch as an opaque array (an InitPlan: the
+-- planner assumes a handful of values and takes the index) and the owner rides in the materialized
+-- batch, so its test is a join condition and the batch is hashed.
+WITH u AS MATERIALIZED (
+    SELECT u.*, $1::text AS owner
+    FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::boolean[], $6::float8[], $7::int[], $8::text[],
+                $9::text[])
+        AS u(outbox_id, subscription_id, state, counted, delay_ms, status, error, dead_reason)
+)
 UPDATE deliveries AS d
 SET state = u.state,
     attempts = CASE WHEN u.counted THEN d.attempts ELSE greatest(d.attempts - 1, 0) END,
@@ -67,13 +80,13 @@ SET state = u.state,
     head = d.head AND u.state = $10,
     lease_owner = NULL,
     lease_until = NULL
-FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::boolean[], $6::float8[], $7::int[], $8::text[], $9::text[])
-    AS u(outbox_id, subscription_id, state, counted, delay_ms, status, error, dead_reason)
+FROM u
 -- Only pending rows carry a lease, so the lease test is also the state test; leaving `state` out keeps
 -- the planner on the primary key even before the table has statistics (a fresh database), instead of
 -- a scan of every pending row through a partial index.
-WHERE d.outbox_id = u.outbox_id AND d.subscription_id = u.subscription_id
-  AND d.lease_owner = $1
+WHERE d.outbox_id = ANY (ARRAY(SELECT outbox_id FROM u))
+  AND d.outbox_id = u.outbox_id AND d.subscription_id = u.subscription_id
+  AND d.lease_owner = u.owner
 RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, u.state;
 
 -- name: promote_heads
@@ -97,9 +110,12 @@ WITH first AS MATERIALIZED (
         LIMIT 1
     ) AS f
 )
+-- The update finds them by primary key (`outbox_id = ANY(...)`): joined to `first` alone, the planner
+-- hashed a scan of every non-head row of the table per batch while the table was small enough (issue 17).
 UPDATE deliveries AS d SET head = true
 FROM first
-WHERE d.outbox_id = first.outbox_id AND d.subscription_id = first.subscription_id AND NOT d.head;
+WHERE d.outbox_id = ANY (ARRAY(SELECT outbox_id FROM first))
+  AND d.outbox_id = first.outbox_id AND d.subscription_id = first.subscription_id AND NOT d.head;
 
 -- name: clear_heads
 -- Before a redriven (lower) position takes over: the (subscription, order) loses its current head.
