@@ -116,9 +116,9 @@ def shutdown() -> None:
 
 
 def instrument_libraries(provider: Any) -> None:
-    """Install the maintained instrumentations of asyncpg, httpx, aiohttp and aiokafka (issue 16), their spans made
-    only inside an existing trace (see `_InsideTraces`). Only when tracing is on: off, nothing is patched."""
-    from opentelemetry.instrumentation.aiohttp_client import AioHttpClientInstrumentor
+    """Install the maintained instrumentations of asyncpg, httpx and aiokafka (issue 16), their spans made only
+    inside an existing trace (see `_InsideTraces`). Only when tracing is on: off, nothing is patched. The
+    webhook request's span is the dispatcher's own (`http_request_span`): its client is not a library's."""
     from opentelemetry.instrumentation.aiokafka import AIOKafkaInstrumentor
     from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
     from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
@@ -130,7 +130,6 @@ def instrument_libraries(provider: Any) -> None:
     instrumentors = (
         AsyncPGInstrumentor(),  # type: ignore[no-untyped-call]
         HTTPXClientInstrumentor(),
-        AioHttpClientInstrumentor(),
         AIOKafkaInstrumentor(),
     )
     for instrumentor in instrumentors:
