@@ -2,8 +2,8 @@
 
 Three measurements on fresh databases cloned from one migrated template, with the same events:
 
-* **end to end**: the topic starts empty; events are produced (acks=all, idempotent, one ack per event,
-  pipelined) while a `KafkaIngress` consumes them; the clock stops when every event is resolved and
+* **end to end**: the topic starts empty; events are produced keyed by order_id (acks=all, idempotent, one
+  ack per event, pipelined) while a `KafkaIngress` consumes them; the clock stops when every event is resolved and
   its offset committed.
 * **drain**: the topic is filled first; the clock runs from starting the consumer until the last commit.
   This is the consumer's own rate, without the producer sharing the CPU.
@@ -30,11 +30,11 @@ from pathlib import Path
 
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.kafka import KafkaIngress
-from nexus.kafka_io import EventProducer
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.bench import create_database
+from nexus_lab.bench import cpu
 from nexus_lab.bench.cpu import ProducerProcess, postmaster_pid, tree_cpu_seconds
 from nexus_lab.bench.scenarios import make_plans
 from nexus_lab.kafka_admin import delete_topics, ensure_topics
@@ -72,10 +72,8 @@ class Databases:
 
 
 async def produce(settings: Settings, records: list[tuple[bytes, bytes]]) -> float:
-    start = time.perf_counter()
-    async with EventProducer.from_settings(settings, linger_ms=5) as producer:
-        await producer.send_many(value for _, value in records)
-    return time.perf_counter() - start
+    """Publish the records keyed by order_id, as agents do (`nexus_lab.bench.cpu.produce`)."""
+    return await cpu.produce(settings, records)
 
 
 async def consume_until(ingress: KafkaIngress, total: int, limit_s: float) -> None:
@@ -118,7 +116,7 @@ async def kafka_run(
             pg_cpu = tree_cpu_seconds(postmaster) if postmaster else 0.0
             if producer is not None:
                 (produce_s, producer_cpu), _ = await asyncio.gather(
-                    producer.produce(s, [value for _, value in records]), consume_until(ingress, len(records), 600)
+                    producer.produce(s, records), consume_until(ingress, len(records), 600)
                 )
             else:
                 produce_s = await produce(s, records)
