@@ -33,8 +33,7 @@ from nexus.ingress.kafka import KafkaIngress
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
-from nexus_lab.bench import create_database
-from nexus_lab.bench import cpu
+from nexus_lab.bench import cpu, create_database
 from nexus_lab.bench.cpu import ProducerProcess, postmaster_pid, tree_cpu_seconds
 from nexus_lab.bench.scenarios import make_plans
 from nexus_lab.kafka_admin import delete_topics, ensure_topics
