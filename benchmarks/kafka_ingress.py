@@ -27,13 +27,14 @@ import time
 import uuid
 import zlib
 from pathlib import Path
+from typing import Any
 
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.kafka import KafkaIngress
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
-from nexus_lab.bench import cpu, create_database
+from nexus_lab.bench import cpu, create_database, kafka_group
 from nexus_lab.bench.cpu import ProducerProcess, postmaster_pid, tree_cpu_seconds
 from nexus_lab.bench.scenarios import make_plans
 from nexus_lab.kafka_admin import delete_topics, ensure_topics
@@ -81,6 +82,26 @@ async def consume_until(ingress: KafkaIngress, total: int, limit_s: float) -> No
         if time.monotonic() > deadline:
             raise TimeoutError(f"consumed {sum(ingress.committed.values())}/{total} in {limit_s}s")
         await asyncio.sleep(0.01)
+
+
+async def kafka_run_processes(
+    base: Settings, dbs: Databases, records: list[tuple[bytes, bytes]], *, poll: int, producer: ProducerProcess,
+    consumers: int,
+) -> dict[str, Any]:  # fmt: skip
+    """produce -> applied with the consumer group made of `consumers` gateway processes (as that many
+    `nexus serve --kafka` would be), each with its own pool; CPU seconds summed over them."""
+    tag = uuid.uuid4().hex[:8]
+    s = base.replace(
+        database_url=await dbs.fresh(),
+        kafka_topic=f"nexus.bench.{tag}",
+        kafka_dlq_topic=f"nexus.bench.{tag}.dlq",
+        kafka_group=f"nexus-bench-{tag}",
+    )
+    await ensure_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=PARTITIONS)
+    try:
+        return await kafka_group.run(s, records, poll=poll, producer=producer, consumers=consumers)
+    finally:
+        await delete_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
 
 
 async def kafka_run(

@@ -84,8 +84,11 @@ class _TimedGateway(Gateway):
 
 
 async def bench_kafka(
-    admin_url: str, plans: int, concurrencies: Sequence[int], poll: int, on_row: Callable[[Row], None]
-) -> list[Row]:
+    admin_url: str, plans: int, concurrencies: Sequence[int], poll: int, on_row: Callable[[Row], None],
+    consumers: Sequence[int] = (1,),
+) -> list[Row]:  # fmt: skip
+    """Each partition count (`concurrencies`) with each number of gateway processes in the consumer group
+    (`consumers`; 1 is this process, more are processes of their own, as `nexus serve --kafka` would be)."""
     module: Any = load("kafka_ingress", "nexus.ingress.kafka")
     settings = Settings.from_env(db_pool_size=max(concurrencies) + 4)
     if not broker_up(settings.kafka_bootstrap):
@@ -99,30 +102,39 @@ async def bench_kafka(
     rows: list[Row] = []
     async with ProducerProcess() as producer:
         for conc in concurrencies:
-            module.PARTITIONS = conc
-            _TimedGateway.latencies = []
-            records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
-            result: dict[str, float] = await module.kafka_run(
-                settings, dbs, records, prefill=False, poll=poll, producer=producer
-            )
-            out = row(
-                "kafka",
-                "Kafka produce -> applied (lane batch)",
-                conc,
-                len(records),
-                result["seconds"],
-                _TimedGateway.latencies,
-                "batch",
-            )
-            # issue 17: CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
-            per_k = 1000 / len(records)
-            out["cpu_s_per_1000"] = {
-                "gateway": round(result["cpu_consumer_s"] * per_k, 3),
-                "postgres": round(result["cpu_postgres_s"] * per_k, 3),
-                "producer": round(result["cpu_producer_s"] * per_k, 3),
-            }
-            rows.append(out)
-            on_row(out)
+            for procs in consumers:
+                module.PARTITIONS = conc
+                _TimedGateway.latencies = []
+                records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
+                if procs == 1:
+                    result: dict[str, Any] = await module.kafka_run(
+                        settings, dbs, records, prefill=False, poll=poll, producer=producer
+                    )
+                    latencies = _TimedGateway.latencies
+                else:  # issue 17 (kafka3)
+                    result = await module.kafka_run_processes(
+                        settings, dbs, records, poll=poll, producer=producer, consumers=procs
+                    )
+                    latencies = result["latencies"]
+                name = "Kafka produce -> applied (lane batch)"
+                out = row(
+                    "kafka",
+                    name if procs == 1 else f"{name}, {procs} gateway processes",
+                    conc,
+                    len(records),
+                    result["seconds"],
+                    latencies,
+                    "batch",
+                )
+                # issue 17: CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
+                per_k = 1000 / len(records)
+                out["cpu_s_per_1000"] = {
+                    "gateway": round(result["cpu_consumer_s"] * per_k, 3),
+                    "postgres": round(result["cpu_postgres_s"] * per_k, 3),
+                    "producer": round(result["cpu_producer_s"] * per_k, 3),
+                }
+                rows.append(out)
+                on_row(out)
     return rows
 
 
