@@ -99,7 +99,9 @@ async def kafka_run_processes(
     )
     await ensure_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=PARTITIONS)
     try:
-        return await kafka_group.run(s, records, poll=poll, producer=producer, consumers=consumers)
+        return await kafka_group.run(
+            s, records, poll=poll, producer=producer, consumers=consumers, partitions=PARTITIONS
+        )
     finally:
         await delete_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
 

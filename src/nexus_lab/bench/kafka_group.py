@@ -40,8 +40,15 @@ class TimedGateway(Gateway):
             TimedGateway.latencies.append(time.perf_counter() - t)
 
 
-async def _consume(settings: Settings, poll: int, ready: Any, stop: Any) -> dict[str, Any]:
-    """One gateway process's consumer: joins the group, says so on `ready`, consumes until `stop` is set."""
+async def _report(ingress: KafkaIngress, owned: Any) -> None:
+    while True:
+        owned[os.getpid()] = len(ingress.owned)
+        await asyncio.sleep(0.05)
+
+
+async def _consume(settings: Settings, poll: int, ready: Any, stop: Any, owned: Any) -> dict[str, Any]:
+    """One gateway process's consumer: joins the group, says so on `ready`, keeps `owned[pid]` at the number
+    of partitions it owns, consumes until `stop` is set."""
     db = await Database(settings).open(migrate=False)
     TimedGateway.latencies = []
     ingress = KafkaIngress(TimedGateway(db, record_plan_mismatch=False), settings)
@@ -50,8 +57,10 @@ async def _consume(settings: Settings, poll: int, ready: Any, stop: Any) -> dict
     try:
         await asyncio.wait_for(ingress.assigned.wait(), 60)
         cpu = time.process_time()
+        reporter = asyncio.create_task(_report(ingress, owned))
         ready.put(os.getpid())
         await asyncio.to_thread(stop.wait)
+        reporter.cancel()
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         return {"cpu_s": time.process_time() - cpu, "latencies": TimedGateway.latencies}
@@ -60,9 +69,22 @@ async def _consume(settings: Settings, poll: int, ready: Any, stop: Any) -> dict
         await db.close()
 
 
-def _consumer_process(settings: Settings, poll: int, ready: Any, stop: Any) -> dict[str, Any]:
+def _consumer_process(settings: Settings, poll: int, ready: Any, stop: Any, owned: Any) -> dict[str, Any]:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    return asyncio.run(_consume(settings, poll, ready, stop))
+    return asyncio.run(_consume(settings, poll, ready, stop, owned))
+
+
+async def _settled(owned: Any, consumers: int, partitions: int) -> None:
+    """Until every partition is owned and spread evenly: the rebalance the last member's join started is
+    over (the first members learn of it only at their next heartbeat)."""
+    deadline = time.monotonic() + 60
+    while True:
+        counts = list(owned.values())
+        if len(counts) == consumers and sum(counts) == partitions and max(counts) - min(counts) <= 1:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the group did not settle: {counts} of {partitions} partitions")
+        await asyncio.sleep(0.05)
 
 
 async def committed_total(admin: AIOKafkaAdminClient, group: str, topic: str) -> int:
@@ -72,7 +94,13 @@ async def committed_total(admin: AIOKafkaAdminClient, group: str, topic: str) ->
 
 
 async def run(
-    s: Settings, records: list[tuple[bytes, bytes]], *, poll: int, producer: ProducerProcess, consumers: int
+    s: Settings,
+    records: list[tuple[bytes, bytes]],
+    *,
+    poll: int,
+    producer: ProducerProcess,
+    consumers: int,
+    partitions: int,
 ) -> dict[str, Any]:
     """Produce `records` to `s.kafka_topic` (already created) while `consumers` gateway processes consume it
     in group `s.kafka_group` into `s.database_url` (fresh and migrated); the clock runs from the first send,
@@ -80,16 +108,16 @@ async def run(
     postmaster = await postmaster_pid(s.database_url or "")
     spawn = multiprocessing.get_context("spawn")
     manager = spawn.Manager()
-    ready, stop = manager.Queue(), manager.Event()
+    ready, stop, owned = manager.Queue(), manager.Event(), manager.dict()
     pool = concurrent.futures.ProcessPoolExecutor(consumers, mp_context=spawn)
     loop = asyncio.get_running_loop()
     admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
     await admin.start()
     try:
-        futures = [loop.run_in_executor(pool, _consumer_process, s, poll, ready, stop) for _ in range(consumers)]
+        futures = [loop.run_in_executor(pool, _consumer_process, s, poll, ready, stop, owned) for _ in range(consumers)]
         for _ in range(consumers):
             await loop.run_in_executor(None, ready.get, True, 120)
-        await asyncio.sleep(1)  # the last to join triggered a rebalance: let the group settle
+        await _settled(owned, consumers, partitions)
         start = time.perf_counter()
         pg_cpu = tree_cpu_seconds(postmaster) if postmaster else 0.0
         producing = asyncio.create_task(producer.produce(s, records))
