@@ -95,15 +95,6 @@ def _dead_reason(item: Incoming, outcome: Outcome) -> tuple[ErrorCode, str]:
     return code, code.value
 
 
-class _Slice(list[Any]):
-    """Fetched records of one partition, in offset order (a list of them, as `_resolve` has always been
-    given), and in `items` what each parsed into."""
-
-    def __init__(self, records: list[Any], items: list[Incoming]) -> None:
-        super().__init__(records)
-        self.items = items
-
-
 class _Lane:
     """Resolves the records of the partitions it serves, one `submit` for what piled up across them.
 
@@ -114,15 +105,11 @@ class _Lane:
     number of transactions follows the load, not the number of partitions. A few lanes run side by side
     (`kafka_lanes`); their transactions never wait on each other's advisory locks. When a partition falls
     `2 * max_records` behind, it is paused.
-
-    Records are parsed when they are fetched (`KafkaIngress._poll`), not when the lane takes them: the
-    parsing (a fifth of the consumer's CPU) then runs while the lane waits for PostgreSQL on its previous
-    batch, instead of after it (issue 17: with one partition, one lane, and nothing else to overlap with).
     """
 
     def __init__(self, ingress: KafkaIngress, index: int) -> None:
         self.ingress = ingress
-        self.queues: dict[TopicPartition, collections.deque[_Slice]] = {}
+        self.queues: dict[TopicPartition, collections.deque[list[Any]]] = {}
         self.queued: dict[TopicPartition, int] = {}
         self.paused: set[TopicPartition] = set()
         self.inflight: set[TopicPartition] = set()
@@ -142,11 +129,11 @@ class _Lane:
         self.queued.pop(tp, None)
         self.paused.discard(tp)
 
-    def put(self, tp: TopicPartition, records: list[Any], items: list[Incoming]) -> None:
+    def put(self, tp: TopicPartition, records: list[Any]) -> None:
         queue = self.queues.get(tp)
         if queue is None:
             return
-        queue.append(_Slice(records, items))
+        queue.append(records)
         self.queued[tp] += len(records)
         self._wakeup.set()
         if tp not in self.paused and self.queued[tp] >= 2 * self.ingress.max_records:
@@ -158,7 +145,7 @@ class _Lane:
             self.queues[tp].clear()
             self.queued[tp] = 0
 
-    def _take(self) -> dict[TopicPartition, _Slice]:
+    def _take(self) -> dict[TopicPartition, list[Any]]:
         """Queued slices of the lane's partitions, oldest first per partition, up to the poll size in all.
 
         The partition that goes first rotates, so a backlog in one cannot starve the others."""
@@ -167,17 +154,15 @@ class _Lane:
         if order:
             self._turn = (self._turn + 1) % len(order)
             order = order[self._turn :] + order[: self._turn]
-        taken: dict[TopicPartition, _Slice] = {}
+        taken: dict[TopicPartition, list[Any]] = {}
         count = 0
         for tp in order:
             queue = self.queues[tp]
             while queue and (count == 0 or count + len(queue[0]) <= limit):
-                part = queue.popleft()
-                into = taken.setdefault(tp, _Slice([], []))
-                into.extend(part)
-                into.items.extend(part.items)
-                self.queued[tp] -= len(part)
-                count += len(part)
+                records = queue.popleft()
+                taken.setdefault(tp, []).extend(records)
+                self.queued[tp] -= len(records)
+                count += len(records)
             if count >= limit:
                 break
         return taken
@@ -198,11 +183,11 @@ class _Lane:
                 # A bug or an unforeseen failure: rewind to these records and try again later; moving on
                 # would let a later commit skip them.
                 log.exception("lane batch failed, rewinding", extra={"action": "kafka_rewind"})
-                for tp, part in slices.items():
+                for tp, records in slices.items():
                     self.drop(tp)
                     if tp in self.queues:
                         with contextlib.suppress(IllegalStateError):
-                            self.ingress._consumer.seek(tp, part[0].offset)
+                            self.ingress._consumer.seek(tp, records[0].offset)
                 metrics.CONSUMER_RETRIES.inc()
                 await self._retrying.wait()
             finally:
@@ -330,23 +315,24 @@ class KafkaIngress:
         for tp, records in batch.items():
             lane = self._lane_of.get(tp)
             if lane is not None and records and tp in self.owned:
-                lane.put(tp, records, [self._incoming(r) for r in records])
+                lane.put(tp, records)
 
-    def _incoming(self, record: Any) -> Incoming:
-        """A record parsed and bound to the topic's tenant (issue 11), or the dead letter it makes."""
-        parsed = Incoming.parse(record.value or b"", traceparent=traceparent_of(record.headers))
-        return bind_or_dead_letter(parsed, self.settings.kafka_tenant)
-
-    async def _resolve(self, slices: dict[TopicPartition, _Slice]) -> None:
+    async def _resolve(self, slices: dict[TopicPartition, list[Any]]) -> None:
         """Resolve slices of one or more partitions in one `submit`; then their offsets may be committed."""
         started = time.monotonic()
+        tenant = self.settings.kafka_tenant  # issue 11: the topic is bound to one tenant
         records = [r for part in slices.values() for r in part]
-        items = [i for part in slices.values() for i in part.items]
+        items = [
+            bind_or_dead_letter(Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)), tenant)
+            for r in records
+        ]
         if tracing.active():  # issue 16: one consume span per partition in the batch
             with contextlib.ExitStack() as spans:
+                at = 0
                 for tp, part in slices.items():
-                    traceparents = [i.traceparent for i in part.items]
+                    traceparents = [i.traceparent for i in items[at : at + len(part)]]
                     spans.enter_context(tracing.consume_span(tp.topic, tp.partition, traceparents))
+                    at += len(part)
                 outcomes = await self._submit(items)
         else:
             outcomes = await self._submit(items)
