@@ -2,8 +2,8 @@
 
 Three measurements on fresh databases cloned from one migrated template, with the same events:
 
-* **end to end**: the topic starts empty; events are produced (acks=all, idempotent, one ack per event,
-  pipelined) while a `KafkaIngress` consumes them; the clock stops when every event is resolved and
+* **end to end**: the topic starts empty; events are produced keyed by order_id (acks=all, idempotent, one
+  ack per event, pipelined) while a `KafkaIngress` consumes them; the clock stops when every event is resolved and
   its offset committed.
 * **drain**: the topic is filled first; the clock runs from starting the consumer until the last commit.
   This is the consumer's own rate, without the producer sharing the CPU.
@@ -27,14 +27,14 @@ import time
 import uuid
 import zlib
 from pathlib import Path
+from typing import Any
 
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.kafka import KafkaIngress
-from nexus.kafka_io import EventProducer
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
-from nexus_lab.bench import create_database
+from nexus_lab.bench import cpu, create_database, kafka_group
 from nexus_lab.bench.cpu import ProducerProcess, postmaster_pid, tree_cpu_seconds
 from nexus_lab.bench.scenarios import make_plans
 from nexus_lab.kafka_admin import delete_topics, ensure_topics
@@ -72,10 +72,8 @@ class Databases:
 
 
 async def produce(settings: Settings, records: list[tuple[bytes, bytes]]) -> float:
-    start = time.perf_counter()
-    async with EventProducer.from_settings(settings, linger_ms=5) as producer:
-        await producer.send_many(value for _, value in records)
-    return time.perf_counter() - start
+    """Publish the records keyed by order_id, as agents do (`nexus_lab.bench.cpu.produce`)."""
+    return await cpu.produce(settings, records)
 
 
 async def consume_until(ingress: KafkaIngress, total: int, limit_s: float) -> None:
@@ -84,6 +82,28 @@ async def consume_until(ingress: KafkaIngress, total: int, limit_s: float) -> No
         if time.monotonic() > deadline:
             raise TimeoutError(f"consumed {sum(ingress.committed.values())}/{total} in {limit_s}s")
         await asyncio.sleep(0.01)
+
+
+async def kafka_run_processes(
+    base: Settings, dbs: Databases, records: list[tuple[bytes, bytes]], *, poll: int, producer: ProducerProcess,
+    consumers: int,
+) -> dict[str, Any]:  # fmt: skip
+    """produce -> applied with the consumer group made of `consumers` gateway processes (as that many
+    `nexus serve --kafka` would be), each with its own pool; CPU seconds summed over them."""
+    tag = uuid.uuid4().hex[:8]
+    s = base.replace(
+        database_url=await dbs.fresh(),
+        kafka_topic=f"nexus.bench.{tag}",
+        kafka_dlq_topic=f"nexus.bench.{tag}.dlq",
+        kafka_group=f"nexus-bench-{tag}",
+    )
+    await ensure_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=PARTITIONS)
+    try:
+        return await kafka_group.run(
+            s, records, poll=poll, producer=producer, consumers=consumers, partitions=PARTITIONS
+        )
+    finally:
+        await delete_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
 
 
 async def kafka_run(
@@ -118,7 +138,7 @@ async def kafka_run(
             pg_cpu = tree_cpu_seconds(postmaster) if postmaster else 0.0
             if producer is not None:
                 (produce_s, producer_cpu), _ = await asyncio.gather(
-                    producer.produce(s, [value for _, value in records]), consume_until(ingress, len(records), 600)
+                    producer.produce(s, records), consume_until(ingress, len(records), 600)
                 )
             else:
                 produce_s = await produce(s, records)

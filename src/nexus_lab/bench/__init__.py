@@ -238,7 +238,7 @@ class Bench:
 
     async def run_kafka(self, url: str) -> None:
         await external.bench_kafka(self.admin_url, self.args.plans * 4, self.args.concurrency, self.args.kafka_poll,
-                                   self.add)  # fmt: skip
+                                   self.add, self.args.kafka_consumers or [1])  # fmt: skip
 
     async def run_delivery(self, url: str) -> None:
         await external.bench_delivery(
@@ -273,6 +273,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--delivery-latency-s", type=float, default=None, help="delivery latency run (default 5 s)")
     parser.add_argument(
         "--delivery-processes", type=int, action="append", help="dispatcher processes, repeatable (default 1, 2)"
+    )
+    # issue 17 (kafka3): the consumer group made of several gateway processes
+    parser.add_argument(
+        "--kafka-consumers",
+        type=int,
+        action="append",
+        help="gateway processes in the Kafka consumer group, repeatable (default 1)",
     )
 
 

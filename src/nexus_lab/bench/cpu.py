@@ -15,17 +15,18 @@ from nexus.kafka_io import EventProducer
 from nexus.settings import Settings
 
 
-async def produce(settings: Settings, values: list[bytes]) -> float:
-    """Publish `values` (acks=all, idempotent, pipelined, 5 ms linger); the seconds it took."""
+async def produce(settings: Settings, records: list[tuple[bytes, bytes]]) -> float:
+    """Publish (key, value) `records` as agents do, keyed by order_id so that an order's steps share a
+    partition (acks=all, idempotent, pipelined, 5 ms linger); the seconds it took."""
     start = time.perf_counter()
     async with EventProducer.from_settings(settings, linger_ms=5) as producer:
-        await producer.send_many(values)
+        await producer.send_records((value, key.decode(), None) for key, value in records)
     return time.perf_counter() - start
 
 
-def _produce_process(settings: Settings, values: list[bytes]) -> tuple[float, float]:
+def _produce_process(settings: Settings, records: list[tuple[bytes, bytes]]) -> tuple[float, float]:
     cpu = time.process_time()
-    seconds = asyncio.run(produce(settings, values))
+    seconds = asyncio.run(produce(settings, records))
     return seconds, time.process_time() - cpu
 
 
@@ -46,9 +47,9 @@ class ProducerProcess:
     async def __aexit__(self, *exc: object) -> None:
         self._pool.shutdown()
 
-    async def produce(self, settings: Settings, values: list[bytes]) -> tuple[float, float]:
+    async def produce(self, settings: Settings, records: list[tuple[bytes, bytes]]) -> tuple[float, float]:
         """`produce` in that process: (seconds, its CPU seconds)."""
-        return await asyncio.get_running_loop().run_in_executor(self._pool, _produce_process, settings, values)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, _produce_process, settings, records)
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -5,9 +5,10 @@ Those scripts live beside the package in the repository, so they are loaded by p
 module it measures or the Kafka broker is missing, the scenario is skipped with a note saying which.
 
 - kafka: `kafka_run` (produce -> applied, end to end) with `concurrency` partitions, the producer in a
-  process of its own; latency is that of one `Gateway.submit` of a lane's batch (records fetched ->
-  decided and committed in PostgreSQL); CPU seconds per 1,000 events of the consumer, PostgreSQL and the
-  producer;
+  process of its own, keying each step by its order_id as agents do; latency is that of one
+  `Gateway.submit` of a lane's batch (records fetched -> decided and committed in PostgreSQL); CPU seconds
+  per 1,000 events of the consumer, PostgreSQL and the producer; with `--kafka-consumers N` (N > 1) the
+  consumer group is N gateway processes of their own (`kafka_group.py`), their CPU summed;
 - delivery: `run_one` with `concurrency` webhook workers in each of 1 and 2 `nexus serve --dispatcher-only`
   processes delivering to the bench's receiver (`bench/receiver.py`); throughput from the span of
   `delivered_at`; latency from `outbox.created_at` to `delivered_at` at a steady offered load of half
@@ -84,8 +85,11 @@ class _TimedGateway(Gateway):
 
 
 async def bench_kafka(
-    admin_url: str, plans: int, concurrencies: Sequence[int], poll: int, on_row: Callable[[Row], None]
-) -> list[Row]:
+    admin_url: str, plans: int, concurrencies: Sequence[int], poll: int, on_row: Callable[[Row], None],
+    consumers: Sequence[int] = (1,),
+) -> list[Row]:  # fmt: skip
+    """Each partition count (`concurrencies`) with each number of gateway processes in the consumer group
+    (`consumers`; 1 is this process, more are processes of their own, as `nexus serve --kafka` would be)."""
     module: Any = load("kafka_ingress", "nexus.ingress.kafka")
     settings = Settings.from_env(db_pool_size=max(concurrencies) + 4)
     if not broker_up(settings.kafka_bootstrap):
@@ -99,30 +103,39 @@ async def bench_kafka(
     rows: list[Row] = []
     async with ProducerProcess() as producer:
         for conc in concurrencies:
-            module.PARTITIONS = conc
-            _TimedGateway.latencies = []
-            records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
-            result: dict[str, float] = await module.kafka_run(
-                settings, dbs, records, prefill=False, poll=poll, producer=producer
-            )
-            out = row(
-                "kafka",
-                "Kafka produce -> applied (lane batch)",
-                conc,
-                len(records),
-                result["seconds"],
-                _TimedGateway.latencies,
-                "batch",
-            )
-            # issue 17: CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
-            per_k = 1000 / len(records)
-            out["cpu_s_per_1000"] = {
-                "gateway": round(result["cpu_consumer_s"] * per_k, 3),
-                "postgres": round(result["cpu_postgres_s"] * per_k, 3),
-                "producer": round(result["cpu_producer_s"] * per_k, 3),
-            }
-            rows.append(out)
-            on_row(out)
+            for procs in consumers:
+                module.PARTITIONS = conc
+                _TimedGateway.latencies = []
+                records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
+                if procs == 1:
+                    result: dict[str, Any] = await module.kafka_run(
+                        settings, dbs, records, prefill=False, poll=poll, producer=producer
+                    )
+                    latencies = _TimedGateway.latencies
+                else:  # issue 17 (kafka3)
+                    result = await module.kafka_run_processes(
+                        settings, dbs, records, poll=poll, producer=producer, consumers=procs
+                    )
+                    latencies = result["latencies"]
+                name = "Kafka produce -> applied (lane batch)"
+                out = row(
+                    "kafka",
+                    name if procs == 1 else f"{name}, {procs} gateway processes",
+                    conc,
+                    len(records),
+                    result["seconds"],
+                    latencies,
+                    "batch",
+                )
+                # issue 17: CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
+                per_k = 1000 / len(records)
+                out["cpu_s_per_1000"] = {
+                    "gateway": round(result["cpu_consumer_s"] * per_k, 3),
+                    "postgres": round(result["cpu_postgres_s"] * per_k, 3),
+                    "producer": round(result["cpu_producer_s"] * per_k, 3),
+                }
+                rows.append(out)
+                on_row(out)
     return rows
 
 
