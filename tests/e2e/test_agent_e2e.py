@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +15,10 @@ import pytest
 from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
 from nexus_lab.agent.hostile import LIFECYCLE_MODES
-from nexus_lab.kafka_admin import delete_topics, ensure_topics
 from tests.conftest import ROOT, TEST_API_KEY, NexusProcess, free_port, settings_env, wait_http
+from tests.integration.kafka_helpers import kafka_settings
+
+__all__ = ["kafka_settings"]  # the fixture, imported for pytest
 
 ALL_MODES = [
     "--inventory-failure-rate", "0.25",
@@ -112,28 +113,17 @@ async def test_agent_over_http_with_every_mode_passes_the_checker(
 
 @pytest.mark.kafka
 async def test_agent_over_kafka_with_every_mode_passes_the_checker(
-    settings: Settings, start_gateway: Any, nexus_procs: list[NexusProcess], tmp_path: Path
+    kafka_settings: Settings, start_gateway: Any, nexus_procs: list[NexusProcess], tmp_path: Path
 ) -> None:
     """The same 40 plans over Kafka (`nexus serve --kafka`) pass the same checker."""
-    bootstrap = os.environ.get("NEXUS_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    tag = uuid.uuid4().hex[:10]
-    s = settings.replace(
-        kafka_bootstrap=bootstrap,
-        kafka_topic=f"nexus.events.a{tag}",
-        kafka_dlq_topic=f"nexus.events.a{tag}.dlq",
-        kafka_group=f"nexus-gateway-a{tag}",
-    )
-    await ensure_topics(bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=4)
-    try:
-        stack = start_stack(s, start_gateway, nexus_procs, tmp_path, "--kafka")
-        report_path = tmp_path / "report.json"
-        extra = ["--transport", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic", s.kafka_topic]
-        report = run_agent(stack, report_path, 40, *ALL_MODES, *extra)
-        assert report["complete"] and report["config"]["transport"] == "kafka"
-        assert all(e["decision"] is None for p in report["plans"] for e in p["events"])
-        done = run_check(stack, report_path)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "all invariants held" in done.stdout and "not checked: Kafka acks" in done.stdout
-        assert "DLQ topic could not be read" not in done.stdout  # dead letters were checked on the topic
-    finally:
-        await delete_topics(bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
+    s = kafka_settings
+    stack = start_stack(s, start_gateway, nexus_procs, tmp_path, "--kafka")
+    report_path = tmp_path / "report.json"
+    extra = ["--transport", "kafka", "--kafka-bootstrap", s.kafka_bootstrap, "--kafka-topic", s.kafka_topic]
+    report = run_agent(stack, report_path, 40, *ALL_MODES, *extra)
+    assert report["complete"] and report["config"]["transport"] == "kafka"
+    assert all(e["decision"] is None for p in report["plans"] for e in p["events"])
+    done = run_check(stack, report_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all invariants held" in done.stdout and "not checked: Kafka acks" in done.stdout
+    assert "DLQ topic could not be read" not in done.stdout  # dead letters were checked on the topic

@@ -4,8 +4,6 @@ superseded, timed-out, approved and denied plans."""
 
 from __future__ import annotations
 
-import os
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +11,11 @@ import pytest
 
 from nexus.settings import Settings
 from nexus.store.database import Database
-from nexus_lab.kafka_admin import delete_topics, ensure_topics
 from tests.conftest import NexusProcess
 from tests.e2e.test_agent_e2e import run_agent, run_check, start_stack
+from tests.integration.kafka_helpers import kafka_settings
+
+__all__ = ["kafka_settings"]  # the fixture, imported for pytest
 
 MODES = [
     "--inventory-failure-rate", "0.25",
@@ -84,10 +84,37 @@ async def test_approval_plans_held_answered_and_checked(
     done = run_check(stack, report_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "all invariants held" in done.stdout
+    await assert_approvals_settled(db, report["plans"], held)
+
+
+@pytest.mark.kafka
+async def test_approval_plans_over_kafka_are_found_answered_and_checked(
+    kafka_settings: Settings, start_gateway: Any, nexus_procs: list[NexusProcess], tmp_path: Path, db: Database
+) -> None:
+    """The approval mode over Kafka (`nexus serve --kafka`), where the agent hears no decision: its approver
+    finds each held payment among the tenant's approvals and answers it over HTTP; approved orders complete,
+    denied ones are aborted with nothing after the payment applied, and every invariant of the checker holds."""
+    s = kafka_settings
+    stack = start_stack(s, start_gateway, nexus_procs, tmp_path, "--kafka")
+    report_path = tmp_path / "report.json"
+    extra = ["--transport", "kafka", "--kafka-bootstrap", s.kafka_bootstrap, "--kafka-topic", s.kafka_topic]
+    report = run_agent(stack, report_path, 12, "--approval-rate", "0.8", *extra)
+    assert report["complete"] and report["config"]["transport"] == "kafka"
+    held = [p for p in report["plans"] if p["approval"]]
+    assert {p["approval"]["answer"] for p in held} == {"approve", "deny"}
+    done = run_check(stack, report_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "all invariants held" in done.stdout
+    await assert_approvals_settled(db, report["plans"], held)
+
+
+async def assert_approvals_settled(db: Database, plans: list[dict[str, Any]], held: list[dict[str, Any]]) -> None:
+    """Exactly the held plans have an approval, each answered by someone as the approver did: approved
+    orders completed (last_seq 5), denied ones aborted after the payment (last_seq 2)."""
     rows = await db.fetch(
         "SELECT a.order_id, a.status, a.decided_by, o.status AS order_status, o.last_seq FROM approvals a"
         " JOIN orders o USING (tenant_id, order_id) WHERE a.order_id = ANY($1::text[])",
-        [p["order_id"] for p in report["plans"]],
+        [p["order_id"] for p in plans],
     )
     by_order = {r["order_id"]: r for r in rows}
     assert set(by_order) == {p["order_id"] for p in held}
@@ -96,45 +123,3 @@ async def test_approval_plans_held_answered_and_checked(
         want = ("approved", "completed", 5) if p["approval"]["answer"] == "approve" else ("denied", "aborted", 2)
         assert (row["status"], row["order_status"], row["last_seq"]) == want
         assert row["decided_by"]
-
-
-@pytest.mark.kafka
-async def test_approval_plans_over_kafka_are_found_answered_and_checked(
-    settings: Settings, start_gateway: Any, nexus_procs: list[NexusProcess], tmp_path: Path, db: Database
-) -> None:
-    """The approval mode over Kafka (`nexus serve --kafka`), where the agent hears no decision: its approver
-    finds each held payment among the tenant's approvals and answers it over HTTP; approved orders complete,
-    denied ones are aborted with nothing after the payment applied, and every invariant of the checker holds."""
-    bootstrap = os.environ.get("NEXUS_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    tag = uuid.uuid4().hex[:10]
-    s = settings.replace(
-        kafka_bootstrap=bootstrap,
-        kafka_topic=f"nexus.events.p{tag}",
-        kafka_dlq_topic=f"nexus.events.p{tag}.dlq",
-        kafka_group=f"nexus-gateway-p{tag}",
-    )
-    await ensure_topics(bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=2)
-    try:
-        stack = start_stack(s, start_gateway, nexus_procs, tmp_path, "--kafka")
-        report_path = tmp_path / "report.json"
-        extra = ["--transport", "kafka", "--kafka-bootstrap", bootstrap, "--kafka-topic", s.kafka_topic]
-        report = run_agent(stack, report_path, 12, "--approval-rate", "0.8", *extra)
-        assert report["complete"] and report["config"]["transport"] == "kafka"
-        held = [p for p in report["plans"] if p["approval"]]
-        assert {p["approval"]["answer"] for p in held} == {"approve", "deny"}
-        done = run_check(stack, report_path)
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert "all invariants held" in done.stdout
-        rows = await db.fetch(
-            "SELECT a.order_id, a.status, o.status AS order_status, o.last_seq FROM approvals a"
-            " JOIN orders o USING (tenant_id, order_id) WHERE a.order_id = ANY($1::text[])",
-            [p["order_id"] for p in held],
-        )
-        by_order = {r["order_id"]: r for r in rows}
-        assert set(by_order) == {p["order_id"] for p in held}
-        for p in held:
-            row = by_order[p["order_id"]]
-            want = ("approved", "completed", 5) if p["approval"]["answer"] == "approve" else ("denied", "aborted", 2)
-            assert (row["status"], row["order_status"], row["last_seq"]) == want
-    finally:
-        await delete_topics(bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
