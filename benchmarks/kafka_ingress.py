@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import re
@@ -26,6 +27,7 @@ import tempfile
 import time
 import uuid
 import zlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +86,9 @@ async def consume_until(ingress: KafkaIngress, total: int, limit_s: float) -> No
         await asyncio.sleep(0.01)
 
 
-async def kafka_run_processes(
-    base: Settings, dbs: Databases, records: list[tuple[bytes, bytes]], *, poll: int, producer: ProducerProcess,
-    consumers: int,
-) -> dict[str, Any]:  # fmt: skip
-    """produce -> applied with the consumer group made of `consumers` gateway processes (as that many
-    `nexus serve --kafka` would be), each with its own pool; CPU seconds summed over them."""
+@contextlib.asynccontextmanager
+async def _bench_topics(base: Settings, dbs: Databases) -> AsyncIterator[Settings]:
+    """Settings with a fresh database and a topic, DLQ topic and group of one run's own (topics deleted after)."""
     tag = uuid.uuid4().hex[:8]
     s = base.replace(
         database_url=await dbs.fresh(),
@@ -99,11 +98,21 @@ async def kafka_run_processes(
     )
     await ensure_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=PARTITIONS)
     try:
+        yield s
+    finally:
+        await delete_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
+
+
+async def kafka_run_processes(
+    base: Settings, dbs: Databases, records: list[tuple[bytes, bytes]], *, poll: int, producer: ProducerProcess,
+    consumers: int,
+) -> dict[str, Any]:  # fmt: skip
+    """produce -> applied with the consumer group made of `consumers` gateway processes (as that many
+    `nexus serve --kafka` would be), each with its own pool; CPU seconds summed over them."""
+    async with _bench_topics(base, dbs) as s:
         return await kafka_group.run(
             s, records, poll=poll, producer=producer, consumers=consumers, partitions=PARTITIONS
         )
-    finally:
-        await delete_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
 
 
 async def kafka_run(
@@ -112,14 +121,13 @@ async def kafka_run(
 ) -> dict[str, float]:  # fmt: skip
     """One run; with a `producer` process the events are produced there (else in this process). CPU seconds
     of this process (consumer and gateway, plus the producer if here), the producer's and PostgreSQL's."""
-    tag = uuid.uuid4().hex[:8]
-    s = base.replace(
-        database_url=await dbs.fresh(),
-        kafka_topic=f"nexus.bench.{tag}",
-        kafka_dlq_topic=f"nexus.bench.{tag}.dlq",
-        kafka_group=f"nexus-bench-{tag}",
-    )
-    await ensure_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=PARTITIONS)
+    async with _bench_topics(base, dbs) as s:
+        return await _kafka_run(s, records, prefill=prefill, poll=poll, producer=producer)
+
+
+async def _kafka_run(
+    s: Settings, records: list[tuple[bytes, bytes]], *, prefill: bool, poll: int, producer: ProducerProcess | None
+) -> dict[str, float]:
     db = await Database(s).open(migrate=False)
     postmaster = await postmaster_pid(s.database_url or "")
     try:
@@ -152,7 +160,6 @@ async def kafka_run(
         assert applied == len(records), f"{applied} applied of {len(records)}"
     finally:
         await db.close()
-        await delete_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic])
     return {"seconds": elapsed, "produce_seconds": produce_s, "rate": len(records) / elapsed,
             "cpu_consumer_s": consumer_cpu, "cpu_producer_s": producer_cpu, "cpu_postgres_s": pg_cpu}  # fmt: skip
 
