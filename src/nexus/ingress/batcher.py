@@ -57,6 +57,11 @@ class GroupCommitter:
         parts: dict[int, list[int]] = defaultdict(list)
         for i, item in enumerate(items):
             parts[self._partition(item)].append(i)
+        if len(parts) == 1:  # one order (one event per request, the usual case): no gather, no reordering
+            (partition,) = parts
+            single: asyncio.Future[list[Outcome]] = loop.create_future()
+            self._queues[partition].put_nowait(_Request(list(items), single))
+            return await single
         futures: list[tuple[list[int], asyncio.Future[list[Outcome]]]] = []
         for partition, indexes in parts.items():
             future: asyncio.Future[list[Outcome]] = loop.create_future()

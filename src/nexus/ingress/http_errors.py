@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import uuid
+import os
+import random
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -63,8 +64,18 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+_ids = random.Random()
+os.register_at_fork(after_in_child=_ids.seed)  # a forked child must not repeat its parent's ids
+
+
+def new_request_id() -> str:
+    """A fresh request id: 128 random bits in hex, as uuid4().hex but without a system call per request
+    (an id needs to be unique, not unguessable; each process seeds its generator from the OS)."""
+    return f"{_ids.getrandbits(128):032x}"
+
+
 def request_id() -> str:
-    return _request_id.get() or uuid.uuid4().hex
+    return _request_id.get() or new_request_id()
 
 
 def error_body(code: ErrorCode, message: str, /, **extra: Any) -> dict[str, Any]:
@@ -88,12 +99,16 @@ def status_of(exc: NexusError) -> int:
 
 def request_id_for(scope: Scope) -> str:
     """The request's id: the caller's `X-Request-ID` (the last one) when it is a safe identifier, else new."""
-    given = dict(scope.get("headers") or []).get(REQUEST_ID_HEADER.lower().encode(), b"")
+    wanted = REQUEST_ID_HEADER.lower().encode()
+    given = b""
+    for name, value in scope.get("headers") or ():
+        if name == wanted:
+            given = value  # the last one, as a dict of the headers would keep
     try:
         candidate = given.decode("ascii")
     except UnicodeDecodeError:
         candidate = ""
-    return candidate if candidate and len(candidate) <= 100 and is_safe_identifier(candidate) else uuid.uuid4().hex
+    return candidate if candidate and len(candidate) <= 100 and is_safe_identifier(candidate) else new_request_id()
 
 
 def use_request_id(rid: str) -> contextvars.Token[str]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import uuid
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from nexus.errors import ErrorCode
+from nexus.ingress.http_errors import new_request_id
 from nexus.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ def _refusal(status: int, code: ErrorCode, message: str) -> Any:
     """An ASGI app answering every request with one error in the API's shape, closing the connection."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        body = json.dumps({"code": code.value, "message": message, "request_id": uuid.uuid4().hex}).encode()
+        body = json.dumps({"code": code.value, "message": message, "request_id": new_request_id()}).encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
