@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any
@@ -212,6 +213,18 @@ def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
         return None
     factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     return factory
+
+
+def run_until_stopped(settings: Settings, *, name: str = "nexus serve", **options: Any) -> int:
+    """`serve(settings, **options)` on its own event loop until a signal (0), or until a service fails
+    (1, said on stderr under `name`): the body of `nexus serve` and of each of its `--workers` processes."""
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        try:
+            runner.run(serve(settings, **options))
+        except ServiceFailed as exc:
+            print(f"{name}: {exc}", file=sys.stderr, flush=True)
+            return 1
+    return 0
 
 
 def freeze_startup_objects() -> None:

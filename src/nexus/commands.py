@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 
 from nexus.cli_common import add_common, settings_from
 from nexus.logging import setup_logging
@@ -26,7 +25,7 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    from nexus.app import ServiceFailed, event_loop_factory, serve
+    from nexus.app import run_until_stopped
 
     settings = settings_from(args, http_host=args.http_host, http_port=args.http_port, workers=args.workers)
     setup_logging(settings.log_level)
@@ -34,21 +33,13 @@ def run_serve(args: argparse.Namespace) -> int:
         from nexus.workers import run_workers
 
         return run_workers(settings, dispatcher=not args.no_dispatcher, kafka=args.kafka)
-    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        try:
-            runner.run(
-                serve(
-                    settings,
-                    http=not args.dispatcher_only,
-                    dispatcher=not args.no_dispatcher,
-                    kafka=args.kafka,
-                    on_ready=lambda where: print(f"nexus serving at {where}", flush=True),
-                )
-            )
-        except ServiceFailed as exc:
-            print(f"nexus serve: {exc}", file=sys.stderr)
-            return 1
-    return 0
+    return run_until_stopped(
+        settings,
+        http=not args.dispatcher_only,
+        dispatcher=not args.no_dispatcher,
+        kafka=args.kafka,
+        on_ready=lambda where: print(f"nexus serving at {where}", flush=True),
+    )
 
 
 def configure_migrate(parser: argparse.ArgumentParser) -> None:

@@ -177,10 +177,8 @@ def worker_main(
 ) -> None:
     """One HTTP process (in a spawned interpreter): `serve` on the supervisor's socket until SIGTERM."""
     _die_with_parent(parent_pid)
-    import asyncio
-
     from nexus import metrics
-    from nexus.app import ServiceFailed, event_loop_factory, serve
+    from nexus.app import run_until_stopped
     from nexus.logging import setup_logging
 
     setup_logging(settings.log_level)
@@ -190,21 +188,16 @@ def worker_main(
         ready.send(index)
         ready.close()
 
-    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        try:
-            runner.run(
-                serve(
-                    settings,
-                    dispatcher=dispatcher and index == 0,
-                    kafka=kafka and index == 0,
-                    background=index == 0,
-                    sockets=[sock],
-                    on_ready=on_ready,
-                )
-            )
-        except ServiceFailed as exc:
-            print(f"nexus serve (worker {index}): {exc}", file=sys.stderr, flush=True)
-            sys.exit(1)
+    code = run_until_stopped(
+        settings,
+        name=f"nexus serve (worker {index})",
+        dispatcher=dispatcher and index == 0,
+        kafka=kafka and index == 0,
+        background=index == 0,
+        sockets=[sock],
+        on_ready=on_ready,
+    )
+    sys.exit(code)
 
 
 def _die_with_parent(parent_pid: int) -> None:

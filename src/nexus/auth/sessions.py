@@ -12,10 +12,10 @@ every POST must return.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import hmac
 import secrets
 
+from nexus.auth.keys import hash_key
 from nexus.store.database import Database
 from nexus.store.queries import query
 
@@ -31,10 +31,6 @@ class Session:
     csrf: str
 
 
-def _id_hash(sid: str) -> bytes:
-    return hashlib.sha256(sid.encode("utf-8", "surrogateescape")).digest()
-
-
 class SessionStore:
     """Sessions by cookie value, in PostgreSQL; expired ones are never found, and deleted at each sign-in."""
 
@@ -47,18 +43,18 @@ class SessionStore:
         await self.db.execute(query("auth.sql", "delete_expired_sessions"))
         sid = secrets.token_urlsafe(32)
         session = Session(key_hash, secrets.token_urlsafe(24))
-        await self.db.execute(query("auth.sql", "insert_session"), _id_hash(sid), key_hash, session.csrf, self.ttl_s)
+        await self.db.execute(query("auth.sql", "insert_session"), hash_key(sid), key_hash, session.csrf, self.ttl_s)
         return sid, session
 
     async def get(self, sid: str | None) -> Session | None:
         if not sid:
             return None
-        row = await self.db.fetchrow(query("auth.sql", "session_by_id"), _id_hash(sid))
+        row = await self.db.fetchrow(query("auth.sql", "session_by_id"), hash_key(sid))
         return None if row is None else Session(bytes(row["key_hash"]), row["csrf"])
 
     async def drop(self, sid: str | None) -> None:
         if sid:
-            await self.db.execute(query("auth.sql", "delete_session"), _id_hash(sid))
+            await self.db.execute(query("auth.sql", "delete_session"), hash_key(sid))
 
 
 def same_token(given: str | None, expected: str | None) -> bool:
