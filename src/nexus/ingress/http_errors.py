@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import os
 import random
 from typing import Any
 
@@ -64,14 +63,11 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-_ids = random.Random()
-os.register_at_fork(after_in_child=_ids.seed)  # a forked child must not repeat its parent's ids
-
-
 def new_request_id() -> str:
     """A fresh request id: 128 random bits in hex, as uuid4().hex but without a system call per request
-    (an id needs to be unique, not unguessable; each process seeds its generator from the OS)."""
-    return f"{_ids.getrandbits(128):032x}"
+    (an id needs to be unique, not unguessable: the random module's generator, seeded from the OS in each
+    process and again in a forked child, as delivery/signing.py draws trace ids)."""
+    return f"{random.getrandbits(128):032x}"
 
 
 def request_id() -> str:
