@@ -70,7 +70,8 @@ async def test_one_trace_from_the_agents_publish_to_the_webhook_receiver(
     db: Database, settings: Settings, spans: InMemorySpanExporter
 ) -> None:
     """The SDK's publish span, the HTTP server span, the decision span (order, decision, code) and the
-    webhook delivery span share one trace id, and the receiver's traceparent names the delivery span."""
+    webhook delivery span share one trace id, and the receiver's traceparent names the request span under
+    the delivery span."""
     sink = await start_sink(secret=SECRET)
     try:
         await subscribe(db, sink.url + "/hook")
@@ -107,7 +108,7 @@ async def test_one_trace_from_the_agents_publish_to_the_webhook_receiver(
     assert delivery.attributes is not None and delivery.attributes["nexus.delivery.outcome"] == "delivered"
     [record] = records
     assert _trace_id(record["traceparent"]) == trace_id
-    # The receiver's parent is the httpx instrumentation's CLIENT span, a child of the delivery attempt's.
+    # The receiver's parent is the webhook request's own CLIENT span (`POST`), a child of the delivery attempt's.
     [request] = [s for s in finished if s.context.span_id == int(record["traceparent"].split("-")[2], 16)]
     assert request.kind is SpanKind.CLIENT and request.parent is not None
     assert request.parent.span_id == delivery.context.span_id
