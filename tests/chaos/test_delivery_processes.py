@@ -14,6 +14,7 @@ import httpx
 from nexus.delivery.subscriptions import ensure_default_subscription
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.procs import wait_ready
 from nexus_lab.sink import Faults, start_sink
 from tests.conftest import api_headers
 from tests.factories import plan_json
@@ -79,7 +80,9 @@ async def test_two_dispatchers_never_send_one_notification_concurrently(
         s = settings.replace(webhook_url=sink.url + "/hook", webhook_secret=SECRET, webhook_workers=8)
         await ensure_default_subscription(db, s)
         _, base = start_gateway(settings_=s)
-        start_gateway("--dispatcher-only", settings_=s)
+        second, _ = start_gateway("--dispatcher-only", settings_=s)
+        # Running before the first notification: one dispatcher now drains 500 before a late one starts.
+        await wait_ready(second, None)
         async with httpx.AsyncClient(base_url=base, timeout=30, headers=api_headers()) as client:
             for batch in range(4):
                 events = [e for i in range(25) for e in plan_json(f"p{batch}-{i}", f"plan-{batch}-{i}")]
