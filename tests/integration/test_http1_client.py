@@ -1,16 +1,17 @@
-"""The dispatcher's HTTP/1.1 client (delivery/http1.py) against real sockets: keep-alive reuse and when a
+"""The outbound HTTP/1.1 client (outbound/http1.py) against real sockets: keep-alive reuse and when a
 connection must not be reused, interim answers, answers delimited by the connection's end, timeouts."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from yarl import URL
 
-from nexus.auth.aio_guard import OutboundGuard
-from nexus.delivery.http1 import Http1Client, ServerDisconnectedError
+from nexus.outbound.http1 import ConnectFailedError, Http1Client, ServerDisconnectedError
+from nexus.outbound.policy import OutboundPolicy
 from nexus.settings import Settings
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
@@ -67,8 +68,7 @@ async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[Server]]]:
 
 
 def client(timeout_s: float = 5.0) -> Http1Client:
-    guard = OutboundGuard(Settings(allow_private_urls="127.0.0.0/8"))
-    return Http1Client(guard.resolver(), timeout_s, "test")
+    return Http1Client(OutboundPolicy.for_webhooks(Settings(allow_private_urls="127.0.0.0/8"), timeout_s), "test")
 
 
 async def answer(writer: asyncio.StreamWriter, raw: bytes) -> None:
@@ -205,9 +205,10 @@ async def test_https_with_a_verified_certificate_and_keep_alive(tmp_path) -> Non
     server = Server(ok)
     server.server = await asyncio.start_server(server._serve, "127.0.0.1", 0, ssl=server_tls)
     url = server.url.with_scheme("https").with_host("localhost")
-    guard = OutboundGuard(Settings(allow_private_urls="127.0.0.0/8,::1/128"))
-    trusting = Http1Client(guard.resolver(), 5.0, "test", ssl.create_default_context(cafile=tmp_path / "cert.pem"))
-    distrusting = Http1Client(guard.resolver(), 5.0, "test")
+    policy = OutboundPolicy.for_webhooks(Settings(allow_private_urls="127.0.0.0/8,::1/128"), 5.0)
+    trusting_tls = ssl.create_default_context(cafile=tmp_path / "cert.pem")
+    trusting = Http1Client(dataclasses.replace(policy, ssl_context=trusting_tls), "test")
+    distrusting = Http1Client(policy, "test")
     try:
         assert (await trusting.post(url, {}, b"a")).status == 201
         assert (await trusting.post(url, {}, b"b")).status == 201
@@ -218,3 +219,54 @@ async def test_https_with_a_verified_certificate_and_keep_alive(tmp_path) -> Non
         await distrusting.aclose()
         server.server.close()
     assert server.connections == 1  # both POSTs on one connection (a refused handshake never gets this far)
+
+
+async def test_a_bounded_body_keeps_its_first_bytes_and_the_connection(serve) -> None:  # type: ignore[no-untyped-def]
+    """With a body limit, an answer's first `body_limit` bytes are kept (chunked or not), the rest is read and
+    dropped so the connection stays reusable; without one, no body is kept at all."""
+
+    async def big(_: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        if n == 1:
+            await answer(writer, b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n0123456789")
+        else:
+            await answer(
+                writer, b"HTTP/1.1 201 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n"
+            )
+        return True
+
+    server = await serve(big)
+    policy = OutboundPolicy.for_webhooks(Settings(allow_private_urls="127.0.0.0/8"), 5.0)
+    bounded = Http1Client(policy, "test", body_limit=5)
+    discarding = Http1Client(policy, "test")
+    try:
+        assert (await bounded.post(server.url, {}, b"a")).body == b"01234"
+        second = await bounded.post(server.url, {}, b"b")
+        assert (second.status, second.body) == (201, b"abcde")
+        assert (await discarding.post(server.url, {}, b"c")).body == b""
+    finally:
+        await bounded.aclose()
+        await discarding.aclose()
+    assert server.connections == 2  # one per client: the bounded client reused its connection
+
+
+async def test_a_refused_connection_is_told_apart_from_a_failure_after_sending(serve) -> None:  # type: ignore[no-untyped-def]
+    """Nothing listening: `ConnectFailedError` (nothing was sent); a server that takes the request and
+    drops the connection: `ServerDisconnectedError` (the request may have been acted on)."""
+
+    async def drop(_: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> bool:
+        return False
+
+    server = await serve(drop)
+    closed = await serve(drop)
+    assert closed.server is not None
+    url_closed = closed.url
+    closed.server.close()
+    await closed.server.wait_closed()
+    http = client()
+    try:
+        with pytest.raises(ConnectFailedError):
+            await http.post(url_closed, {}, b"a")
+        with pytest.raises(ServerDisconnectedError):
+            await http.post(server.url, {}, b"b")
+    finally:
+        await http.aclose()

@@ -19,7 +19,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES, RunningServices, start_services
-from tests.conftest import fast_settings
+from tests.conftest import fast_settings, free_port
 from tests.factories import abort_json, step_json
 
 PLAN = "plan-s"
@@ -272,6 +272,32 @@ async def test_a_service_down_opens_its_breaker_and_calls_wait_uncounted(
         await h.settle()
         assert (await h.order("b1"))["status"] == "payment_processed"
         assert h.kinds("payment") == ["charge"]
+    finally:
+        await h.executor.aclose()
+        await db.close()
+
+
+async def test_service_calls_follow_the_outbound_policy(database_url: str, services: RunningServices) -> None:
+    """With private URLs not allowed, the configured services (on 127.0.0.1) are still called: they are
+    trusted configuration, as NEXUS_WEBHOOK_URL is; a URL aimed inside at any other address is refused by
+    the guard without a request, and a port nothing listens on is a retryable connection failure."""
+    settings = saga_settings(database_url, services, allow_private_urls=None)
+    db = await Database(settings).open(migrate=False)
+    h = Harness(db, settings, services)
+    try:
+        await h.send("g1", 1, 2, 3)
+        await h.settle()
+        assert (await h.order("g1"))["status"] == "payment_processed"
+        assert h.kinds("payment") == ["charge"]
+        outcome, _, error = await h.executor.call_service("http://127.0.0.2:9/x", {}, "k", None, None)
+        assert outcome.value == "refused" and error is not None and "outbound guard" in error
+        open_settings = saga_settings(database_url, services, allow_private_urls="true")
+        other = SagaExecutor(db, h.gateway, open_settings, "open-executor")
+        try:
+            outcome, _, error = await other.call_service(f"http://127.0.0.1:{free_port()}/x", {}, "k", None, None)
+        finally:
+            await other.aclose()
+        assert outcome.value == "retryable" and error is not None and error.startswith("connection failed")
     finally:
         await h.executor.aclose()
         await db.close()

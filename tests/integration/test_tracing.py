@@ -154,8 +154,8 @@ async def test_one_trace_from_the_publish_through_decision_and_webhook_to_the_ef
     database_url: str, services: RunningServices, spans: InMemorySpanExporter
 ) -> None:
     """A `fulfilment` step published by the SDK: its decision, the webhook delivery, the saga's effect call
-    to the inventory service (`nexus services`) and the maintained instrumentations' spans (asyncpg query,
-    httpx request) share the agent's trace id, and the service's ledger holds a traceparent of that trace
+    to the inventory service (`nexus services`), its request's own span and the maintained instrumentations'
+    spans (asyncpg query) share the agent's trace id, and the service's ledger holds a traceparent of that trace
     naming the effect call's request; once the payment is refused for good, the reservation's
     compensation call has its span in the same trace. Library calls outside any trace start no span."""
     settings = saga_settings(database_url, services)
@@ -207,7 +207,7 @@ async def test_one_trace_from_the_publish_through_decision_and_webhook_to_the_ef
     assert any(s.parent is not None and s.parent.span_id == compensate.context.span_id for s in in_trace)
     assert _trace_id(entry["traceparent"]) == trace_id
     [call] = [s for s in finished if s.context.span_id == int(entry["traceparent"].split("-")[2], 16)]
-    assert call.parent is not None and call.parent.span_id == effect.context.span_id  # httpx's request span
+    assert call.parent is not None and call.parent.span_id == effect.context.span_id  # the request's own span
     assert any(s.attributes and s.attributes.get("db.system") == "postgresql" for s in in_trace)
     assert [r for r in records if r["event_type"] == "InventoryValidated"]
     assert {_trace_id(r["traceparent"]) for r in records if r["event_type"] == "InventoryValidated"} == {trace_id}

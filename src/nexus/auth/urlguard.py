@@ -6,7 +6,7 @@ Two checks, because a name can resolve anywhere and can change its answer (DNS r
   characters) and refuses hosts that are internal addresses in any notation the resolver would accept:
   dotted, decimal (`2130706433`), octal (`0177.0.0.1`), hex, short (`127.1`) IPv4, IPv6 and
   IPv4-mapped IPv6 (`[::ffff:127.0.0.1]`), and `localhost` names;
-* at connect time (`nexus.auth.transport`), `forbidden` is asked about the address actually connected to.
+* at connect time (`nexus.outbound.policy`), `forbidden` is asked about the address actually connected to.
 
 Internal means not globally routable (loopback, private, link-local, CGNAT 100.64/10, reserved,
 unspecified, documentation, ...) or multicast. `NEXUS_ALLOW_PRIVATE_URLS` opens everything (`true`) or a

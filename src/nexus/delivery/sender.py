@@ -1,10 +1,10 @@
 """Sending: one signed webhook request per claimed delivery, and how the subscriber answered it.
 
-The client is `delivery/http1.py` (issue 17): httpx's request model was most of a dispatcher's samples,
+The client is `outbound/http1.py` (issue 17): httpx's request model was most of a dispatcher's samples,
 then aiohttp's per-request machinery was still ~30 % of them (benchmarks/RESULTS.md); the webhook needs a
 POST and a status. One keep-alive connection pool per subscriber (scheme, host, port), at most as many
-connections as requests in flight (the worker slots). The outbound guard checks every name's addresses
-before connecting (`nexus.auth.aio_guard`'s resolver) and every address literal once per URL. The
+connections as requests in flight (the worker slots). The outbound policy (`nexus.outbound.policy`) checks
+every name's addresses before connecting and every address literal once per URL. The
 request timeout is kept below half the lease so a slow answer cannot outlive the lease it was sent under.
 """
 
@@ -18,13 +18,13 @@ import time
 from yarl import URL
 
 from nexus import metrics, tracing
-from nexus.auth.aio_guard import OutboundGuard
 from nexus.core.backoff import parse_retry_after
 from nexus.core.delivery import AttemptOutcome, outcome_of_status
 from nexus.delivery.claims import Claimed
-from nexus.delivery.http1 import Http1Client
 from nexus.delivery.signing import delivery_headers
 from nexus.errors import UnsafeUrlError
+from nexus.outbound.http1 import Http1Client
+from nexus.outbound.policy import OutboundPolicy
 from nexus.settings import Settings
 
 
@@ -49,7 +49,7 @@ class Sender:
 
     def __init__(self, workers: int, request_timeout_s: float, owner: str, settings: Settings) -> None:
         self.request_timeout_s = request_timeout_s
-        self._guard = OutboundGuard(settings)
+        self._guard = OutboundPolicy.for_webhooks(settings, request_timeout_s)
         self._user_agent = f"nexus-dispatcher ({owner})"
         self._workers = workers
         self._http: Http1Client | None = None
@@ -57,7 +57,7 @@ class Sender:
 
     def _client(self) -> Http1Client:
         if self._http is None:  # made in the running loop, on first use
-            self._http = Http1Client(self._guard.resolver(), self.request_timeout_s, self._user_agent)
+            self._http = Http1Client(self._guard, self._user_agent)
         return self._http
 
     async def aclose(self) -> None:

@@ -20,11 +20,12 @@ import json
 import logging
 import os
 import random
+import ssl
 from collections.abc import Callable
 from typing import Any
 
 import asyncpg
-import httpx
+from yarl import URL
 
 from nexus import metrics, tracing
 from nexus.core.backoff import RetryPolicy
@@ -45,8 +46,10 @@ from nexus.core.saga import (
     outcome_of_status,
     settle,
 )
-from nexus.errors import NexusError
+from nexus.errors import NexusError, UnsafeUrlError
 from nexus.gateway import Gateway
+from nexus.outbound.http1 import ConnectFailedError, ConnectTimeoutError, Http1Client
+from nexus.outbound.policy import OutboundPolicy
 from nexus.saga import outcomes
 from nexus.saga.wakeups import SagaWakeups
 from nexus.settings import Settings
@@ -60,6 +63,8 @@ KeyFunction = Callable[[bytes, str, str, str, str, Action, int], str]
 
 # An idle executor never re-checks a due time more often than this (a due time just passed, a clock skew).
 _MIN_WAIT_S = 0.005
+# A service's answer is kept (and stored with the step) up to this size; a longer one is cut, and read as text.
+_ANSWER_MAX_BYTES = 256 * 1024
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,7 +125,11 @@ class SagaExecutor:
         )
         self.breakers: dict[str, Breaker] = {}
         self.rng = random.Random()
-        self.client = httpx.AsyncClient(timeout=httpx.Timeout(settings.saga_call_timeout_s), follow_redirects=False)
+        # The outbound policy's client: the configured service URLs are trusted targets, anything else is
+        # guarded as a webhook is; no redirects; one deadline per call (`saga_call_timeout_s`).
+        self.client = Http1Client(
+            OutboundPolicy.for_services(settings), f"nexus-saga ({owner})", body_limit=_ANSWER_MAX_BYTES
+        )
         self.wakeups: SagaWakeups | None = None
         if settings.saga_listen and db.url is not None:
             self.wakeups = SagaWakeups(db.url, reconnect_max_s=settings.listen_retry_s, rng=self.rng)
@@ -377,24 +386,44 @@ class SagaExecutor:
     async def _post(
         self, url: str, body: dict[str, Any], key: str, traceparent: str | None, compensates: str | None
     ) -> tuple[CallOutcome, Any, str | None]:
-        headers = {"Idempotency-Key": key, "traceparent": traceparent or new_traceparent()}
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json",
+            "Idempotency-Key": key,
+            "traceparent": traceparent or new_traceparent(),
+        }
         if compensates is not None:
             headers["Compensates"] = compensates
         try:
-            response = await self.client.post(url, json=body, headers=headers)
-        except httpx.ConnectError as exc:  # nothing reached the service
+            target = URL(url)
+            payload = json.dumps(body, separators=(",", ":")).encode()
+        except (ValueError, TypeError) as exc:
+            return CallOutcome.REFUSED, None, f"request cannot be built: {exc}"
+        if target.scheme not in ("http", "https") or not target.host:
+            return CallOutcome.REFUSED, None, "request cannot be built: not an http(s) URL"
+        try:
+            if tracing.active():  # the request's own CLIENT span (as a webhook's), the service's parent
+                with tracing.http_request_span("POST", url) as request:
+                    headers["traceparent"] = tracing.traceparent_of(request) or headers["traceparent"]
+                    answer = await self.client.post(target, headers, payload)
+                    request.set_attribute("http.response.status_code", answer.status)
+            else:
+                answer = await self.client.post(target, headers, payload)
+        except UnsafeUrlError as exc:  # aimed inside, and not a configured service: never sent
+            return CallOutcome.REFUSED, None, str(exc)[:500]
+        except (ConnectFailedError, ssl.SSLError) as exc:  # nothing reached the service
             return CallOutcome.RETRYABLE, None, f"connection failed: {exc}"
-        except httpx.ConnectTimeout as exc:
+        except ConnectTimeoutError as exc:
             return CallOutcome.RETRYABLE, None, f"connect timeout: {exc}"
-        except (httpx.TimeoutException, httpx.TransportError) as exc:  # sent: the service may have acted
+        except (TimeoutError, OSError) as exc:  # sent: the service may have acted
             return CallOutcome.UNKNOWN, None, f"{type(exc).__name__}: outcome unknown"
         try:
-            answer: Any = response.json()
+            result: Any = json.loads(answer.body)
         except ValueError:
-            answer = {"text": response.text[:500]}
-        outcome = outcome_of_status(response.status_code)
-        error = None if outcome is CallOutcome.SUCCEEDED else f"HTTP {response.status_code}: {str(answer)[:300]}"
-        return outcome, answer, error
+            result = {"text": answer.body[:500].decode("utf-8", "replace")}
+        outcome = outcome_of_status(answer.status)
+        error = None if outcome is CallOutcome.SUCCEEDED else f"HTTP {answer.status}: {str(result)[:300]}"
+        return outcome, result, error
 
     def _admitted(self, service: str, owner: str) -> bool:
         breaker = self.breakers.get(service, Breaker())

@@ -1,33 +1,39 @@
-"""A lean HTTP/1.1 client for the dispatcher's one kind of request: a POST whose answer is a status.
+"""A lean HTTP/1.1 client for the gateway's outbound calls: a POST, and its status (and a bounded body).
 
-Why not aiohttp (issue 17, deliv3): under the delivery bench its per-request machinery (request and
-response objects, header multidicts, cookie jar, timers, payload registry, tracing hooks) was ~30 % of a
+Why not aiohttp (deliv3): under the delivery bench its per-request machinery (request and response
+objects, header multidicts, cookie jar, timers, payload registry, tracing hooks) was ~30 % of a
 dispatcher's samples, about as much as everything else the dispatcher does per delivery; the webhook needs
 none of it. This client writes the request head and body in one `transport.write`, parses the answer with
-httptools (llhttp, the parser uvicorn uses), keeps the status and ``Retry-After`` and discards the body.
+httptools (llhttp, the parser uvicorn uses), keeps the status and ``Retry-After``, and either discards the
+body (webhooks: `body_limit` 0, no body callback at all) or keeps its first `body_limit` bytes (the saga
+executors read a service's JSON answer).
 
+* Every connection follows the `OutboundPolicy` (outbound/policy.py): its guard resolves and checks the
+  host's addresses and the connection goes to a checked address; its deadline, TLS context. Redirects are
+  answers, never followed.
 * One pool of idle keep-alive connections per (scheme, host, port): a connection goes back only after a
   complete answer that allows keep-alive, and one the server closed while idle is never reused.
-* The outbound guard: names are resolved by the guard's resolver (`auth/aio_guard.py`), which refuses any
-  answer aimed inside before a connection is made, and the connection goes to the checked address; address
-  literals are the caller's to check (the `Sender` does, once per URL).
-* One deadline (`timeout_s`) covers connecting, sending and the whole answer; a connection that timed out,
-  failed or was cancelled is closed, never reused.
-* Failures are `OSError`s (refused, reset, `ServerDisconnectedError`, `BadResponseError`) or `TimeoutError`.
+* One deadline (`policy.timeout_s`) covers resolving, connecting, sending and the whole answer; a
+  connection that timed out, failed or was cancelled is closed, never reused.
+* Failures are `OSError`s (`ConnectFailedError` when no connection was made: nothing was sent; refused,
+  reset, `ServerDisconnectedError`, `BadResponseError` after that) or `TimeoutError`
+  (`ConnectTimeoutError` when it ran out before a connection was made); `UnsafeUrlError` from the guard.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 import httptools
 from yarl import URL
 
-from nexus.auth.aio_guard import GuardedResolver
+from nexus.outbound.policy import OutboundPolicy
 
 
 class ServerDisconnectedError(ConnectionError):
@@ -38,12 +44,22 @@ class BadResponseError(OSError):
     """The server's answer is not HTTP/1.x."""
 
 
+class ConnectFailedError(ConnectionError):
+    """No connection could be made (refused, unreachable, a name that does not resolve): nothing was sent."""
+
+
+class ConnectTimeoutError(TimeoutError):
+    """The deadline passed before a connection was made: nothing was sent."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Answer:
     """What the dispatcher keeps of an answer."""
 
     status: int
     retry_after: str | None
+    body: bytes = b""
+    """The first `body_limit` bytes of the body (always empty for a client that discards bodies)."""
 
 
 class _Connection(asyncio.Protocol):
@@ -114,6 +130,7 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self._waiter = asyncio.get_running_loop().create_future()
         self._status, self._retry_after, self._headers_done, self._keep_alive = 0, None, False, False
+        self._start_body()
         self.transport.write(request)
         try:
             await self._waiter
@@ -121,7 +138,13 @@ class _Connection(asyncio.Protocol):
             self._waiter = None
         if not self._keep_alive:
             self.close()
-        return Answer(self._status, self._retry_after)
+        return Answer(self._status, self._retry_after, self._body())
+
+    def _start_body(self) -> None:
+        pass
+
+    def _body(self) -> bytes:
+        return b""
 
     @property
     def reusable(self) -> bool:
@@ -133,17 +156,46 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-class Http1Client:
-    """POSTs over pools of keep-alive connections, one pool per (scheme, host, port)."""
+class _BodyConnection(_Connection):
+    """A connection that keeps the first `limit` bytes of each answer's body (the rest is read and dropped).
 
-    def __init__(
-        self, resolver: GuardedResolver, timeout_s: float, user_agent: str, ssl_context: ssl.SSLContext | None = None
-    ) -> None:
-        self.timeout_s = timeout_s
-        self._resolver = resolver
+    A subclass rather than a flag: httptools calls `on_body` only on a protocol that has it, so the
+    webhook connections pay nothing for bodies they discard."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self._limit = limit
+        self._chunks: list[bytes] = []
+        self._kept = 0
+
+    def on_body(self, body: bytes) -> None:
+        room = self._limit - self._kept
+        if room > 0:
+            self._chunks.append(body[:room])
+            self._kept += min(room, len(body))
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._start_body()  # an interim answer's body (none, by HTTP) is not the final one's
+
+    def _start_body(self) -> None:
+        self._chunks, self._kept = [], 0
+
+    def _body(self) -> bytes:
+        return b"".join(self._chunks)
+
+
+class Http1Client:
+    """POSTs over pools of keep-alive connections, one pool per (scheme, host, port), under one policy."""
+
+    def __init__(self, policy: OutboundPolicy, user_agent: str, *, body_limit: int = 0) -> None:
+        self.policy = policy
+        self.timeout_s = policy.timeout_s
         self._user_agent = user_agent
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
-        self._ssl = ssl_context  # default: the system's trust store, made on the first https request
+        self._factory: Callable[[], _Connection] = (
+            functools.partial(_BodyConnection, body_limit) if body_limit > 0 else _Connection
+        )
         self._closing = False
 
     async def post(self, url: URL, headers: dict[str, str], body: bytes) -> Answer:
@@ -160,6 +212,11 @@ class Http1Client:
             async with asyncio.timeout(self.timeout_s):
                 conn = self._idle_connection(key) or await self._connect(url.scheme, host, port)
                 answer = await conn.exchange(request)
+        except TimeoutError as exc:
+            if conn is None:
+                raise ConnectTimeoutError(f"no connection to {host}:{port} within {self.timeout_s:g}s") from exc
+            conn.close()
+            raise
         except BaseException:
             if conn is not None:
                 conn.close()
@@ -178,24 +235,20 @@ class Http1Client:
 
     async def _connect(self, scheme: str, host: str, port: int) -> _Connection:
         loop = asyncio.get_running_loop()
-        tls = scheme == "https"
-        if tls and self._ssl is None:
-            self._ssl = ssl.create_default_context()
-        literal = _is_literal(host)
-        # A name goes through the guard's resolver; the connection is made to the address it checked.
-        addresses = (
-            [(host.strip("[]"), port)]
-            if literal
-            else [(str(a["host"]), int(a["port"])) for a in await self._resolver.resolve(host, port, socket.AF_UNSPEC)]
-        )
+        tls = self.policy.tls() if scheme == "https" else None
+        # The guard resolves and checks; the connection is made to an address it checked.
+        try:
+            addresses = await self.policy.addresses(host, port)
+        except OSError as exc:
+            raise ConnectFailedError(f"cannot resolve {host}: {exc}") from exc
         last: OSError | None = None
         for address, address_port in addresses:
             try:
                 _, conn = await loop.create_connection(
-                    _Connection,
+                    self._factory,
                     address,
                     address_port,
-                    ssl=self._ssl if tls else None,
+                    ssl=tls,
                     server_hostname=host.strip("[]") if tls else None,
                 )
             except OSError as exc:
@@ -205,7 +258,9 @@ class Http1Client:
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return conn
-        raise last or OSError(f"cannot connect to {host}:{port}")
+        if isinstance(last, ssl.SSLError):  # the handshake failed: a certificate is not a connectivity problem
+            raise last
+        raise ConnectFailedError(f"cannot connect to {host}:{port}: {last}") from last
 
     async def aclose(self) -> None:
         self._closing = True
@@ -213,12 +268,3 @@ class Http1Client:
             for conn in idle:
                 conn.close()
         self._idle.clear()
-        await self._resolver.close()
-
-
-def _is_literal(host: str) -> bool:
-    try:
-        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host.strip("[]"))
-    except OSError:
-        return False
-    return True
