@@ -131,14 +131,9 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The NEXUS_* environment that reproduces `settings` in a child process."""
-    from nexus.settings import _ENV_NAMES
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
     env["NEXUS_API_KEY"] = TEST_API_KEY  # what the lab's processes (agent, chaos, bench) call the API with
-    for name, var in _ENV_NAMES.items():
-        value = getattr(settings, name)
-        if value is not None:
-            env[var] = str(value)
+    env.update(settings.to_env())
     return env
 
 

@@ -23,7 +23,7 @@ from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.http import create_app
 from nexus.ingress.http_server import server_config
-from nexus.settings import Settings
+from nexus.settings import Settings, otel_variables
 from nexus.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ async def serve(
     processes of `--workers N`; the first runs the sweepers, checkpointer, dispatcher, executor, metrics
     listener and consumer once for all); `sockets`: serve on these (bound by the supervisor)."""
     signing_key = load_signing_key(settings)  # issue 12: a bad key stops the start, before anything runs
-    tracing.configure()  # issue 16: the SDK's OTEL_* variables; nothing is installed unless they ask for traces
+    tracing.configure(otel_variables())  # the SDK's OTEL_* variables; nothing is installed unless they ask
     db = await Database(settings).open()
     from nexus.auth.keys import bootstrap_admin_key
     from nexus.errors import ConfigurationError

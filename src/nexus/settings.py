@@ -3,12 +3,17 @@
 Nothing deeper than the CLI and app wiring reads `os.environ`. Every interval and timeout is a setting so
 tests can shrink it.
 
-`Settings` is a pydantic-settings model: the variable of a field is `NEXUS_` + its name in capitals
-(`_ENV_NAMES` lists them, a unit test holds the two together), and pydantic converts and checks each
-value by the field's type. Building `Settings(...)` directly reads no environment (tests and tools pass
-their values explicitly); `Settings.from_env()` is the one place variables are read, with flags applied
-on top. A malformed value raises `ConfigurationError` naming the variable (or the setting, when it came
-from a flag), which `nexus` reports without a traceback.
+`Settings` is a pydantic-settings model: pydantic-settings derives the variable of a field
+(`env_prefix="NEXUS_"`: `NEXUS_` + its name in capitals; tests/unit/test_settings.py lists every name,
+which are public) and converts and checks each value by the field's type. Building `Settings(...)`
+directly reads no environment (tests and tools pass their values explicitly); `Settings.from_env()` is the
+one place variables are read, with flags applied on top; `to_env()` is its inverse (a child process's
+environment). A malformed value raises `ConfigurationError` with one line per bad variable, naming it (or
+the setting, when it came from a flag), which `nexus` reports without a traceback. Beside the fields:
+`NEXUS_SERVICE_<NAME>_URL` (any name; merged into `service_urls`) and `otel_variables()`, the standard
+`OTEL_*` variables the OpenTelemetry SDK reads itself. The lab's and the clients' variables
+(`NEXUS_LLM_*`, `NEXUS_API_KEY`, `NEXUS_GATEWAY_URL`) are theirs: `nexus_lab.llm.settings`,
+`nexus_client.config`.
 """
 
 from __future__ import annotations
@@ -24,109 +29,6 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 from nexus.errors import ConfigurationError
 
 ENV_PREFIX = "NEXUS_"
-
-_ENV_NAMES: dict[str, str] = {
-    "database_url": "NEXUS_DATABASE_URL",
-    "data_dir": "NEXUS_DATA_DIR",
-    "http_host": "NEXUS_HTTP_HOST",
-    "http_port": "NEXUS_HTTP_PORT",
-    "kafka_bootstrap": "NEXUS_KAFKA_BOOTSTRAP",
-    "kafka_topic": "NEXUS_KAFKA_TOPIC",
-    "kafka_dlq_topic": "NEXUS_KAFKA_DLQ_TOPIC",
-    "kafka_group": "NEXUS_KAFKA_GROUP",
-    "kafka_max_poll_records": "NEXUS_KAFKA_MAX_POLL_RECORDS",
-    "kafka_poll_timeout_ms": "NEXUS_KAFKA_POLL_TIMEOUT_MS",
-    "kafka_revoke_wait_s": "NEXUS_KAFKA_REVOKE_WAIT_S",
-    "kafka_session_timeout_ms": "NEXUS_KAFKA_SESSION_TIMEOUT_MS",
-    "kafka_heartbeat_interval_ms": "NEXUS_KAFKA_HEARTBEAT_INTERVAL_MS",
-    "kafka_max_poll_interval_ms": "NEXUS_KAFKA_MAX_POLL_INTERVAL_MS",
-    "buffer_timeout_s": "NEXUS_BUFFER_TIMEOUT_S",
-    "buffer_sweep_interval_s": "NEXUS_BUFFER_SWEEP_INTERVAL_S",
-    "webhook_url": "NEXUS_WEBHOOK_URL",
-    "webhook_secret": "NEXUS_WEBHOOK_SECRET",
-    "webhook_workers": "NEXUS_WEBHOOK_WORKERS",
-    "webhook_timeout_s": "NEXUS_WEBHOOK_TIMEOUT_S",
-    "retry_base_ms": "NEXUS_RETRY_BASE_MS",
-    "retry_max_ms": "NEXUS_RETRY_MAX_MS",
-    "max_attempts": "NEXUS_MAX_ATTEMPTS",
-    "lease_s": "NEXUS_LEASE_S",
-    "breaker_threshold": "NEXUS_BREAKER_THRESHOLD",
-    "breaker_cooldown_s": "NEXUS_BREAKER_COOLDOWN_S",
-    "dispatcher_poll_s": "NEXUS_DISPATCHER_POLL_S",
-    "batch_max_events": "NEXUS_BATCH_MAX_EVENTS",
-    "batch_window_ms": "NEXUS_BATCH_WINDOW_MS",
-    "batch_workers": "NEXUS_BATCH_WORKERS",
-    "db_pool_size": "NEXUS_DB_POOL_SIZE",
-    "llm_base_url": "NEXUS_LLM_BASE_URL",
-    "llm_model": "NEXUS_LLM_MODEL",
-    "llm_api_key": "NEXUS_LLM_API_KEY",
-    "log_level": "NEXUS_LOG_LEVEL",
-    # issue 9: one retry mechanism (Kafka reconnects, the outbox listener)
-    "kafka_reconnect_max_ms": "NEXUS_KAFKA_RECONNECT_MAX_MS",
-    "listen_retry_s": "NEXUS_LISTEN_RETRY_S",
-    # issue 10: bounded requests, connection limits, bounded metric labels
-    "max_body_bytes": "NEXUS_MAX_BODY_BYTES",
-    "max_events_per_request": "NEXUS_MAX_EVENTS_PER_REQUEST",
-    "max_nesting_depth": "NEXUS_MAX_NESTING_DEPTH",
-    "max_string_length": "NEXUS_MAX_STRING_LENGTH",
-    "parse_in_thread_bytes": "NEXUS_PARSE_IN_THREAD_BYTES",
-    "http_limit_concurrency": "NEXUS_HTTP_LIMIT_CONCURRENCY",
-    "http_keep_alive_s": "NEXUS_HTTP_KEEP_ALIVE_S",
-    "http_read_timeout_s": "NEXUS_HTTP_READ_TIMEOUT_S",
-    "http_backlog": "NEXUS_HTTP_BACKLOG",
-    "http_max_head_bytes": "NEXUS_HTTP_MAX_HEAD_BYTES",
-    "metrics_max_subscriptions": "NEXUS_METRICS_MAX_SUBSCRIPTIONS",
-    # issue 12: process definitions and per-tenant limits
-    "process_dir": "NEXUS_PROCESS_DIR",
-    "default_max_order_amount": "NEXUS_DEFAULT_MAX_ORDER_AMOUNT",
-    # issue 12: the decision log's signed checkpoints
-    "audit_checkpoint_s": "NEXUS_AUDIT_CHECKPOINT_S",
-    "audit_signing_key": "NEXUS_AUDIT_SIGNING_KEY",
-    # issue 11: identity, tenancy, outbound URL guard, rate limits
-    "auth_cache_ttl_s": "NEXUS_AUTH_CACHE_TTL_S",
-    "metrics_bind": "NEXUS_METRICS_BIND",
-    "kafka_tenant": "NEXUS_KAFKA_TENANT",
-    "allow_private_urls": "NEXUS_ALLOW_PRIVATE_URLS",
-    "rate_limit_agent": "NEXUS_RATE_LIMIT_AGENT",
-    "rate_limit_operator": "NEXUS_RATE_LIMIT_OPERATOR",
-    "rate_limit_approver": "NEXUS_RATE_LIMIT_APPROVER",
-    "rate_limit_admin": "NEXUS_RATE_LIMIT_ADMIN",
-    "rate_limit_processes": "NEXUS_RATE_LIMIT_PROCESSES",
-    # issue 16: the web console
-    "console_session_ttl_s": "NEXUS_CONSOLE_SESSION_TTL_S",
-    "console_page_size": "NEXUS_CONSOLE_PAGE_SIZE",
-    # issue 14: sagas (effects performed by the gateway's executors)
-    "service_urls": "NEXUS_SERVICE_URLS",
-    "saga_secret": "NEXUS_SAGA_SECRET",
-    "saga_executors": "NEXUS_SAGA_EXECUTORS",
-    "saga_poll_s": "NEXUS_SAGA_POLL_S",
-    "saga_lease_s": "NEXUS_SAGA_LEASE_S",
-    "saga_call_timeout_s": "NEXUS_SAGA_CALL_TIMEOUT_S",
-    "saga_retry_base_ms": "NEXUS_SAGA_RETRY_BASE_MS",
-    "saga_retry_max_ms": "NEXUS_SAGA_RETRY_MAX_MS",
-    "saga_max_attempts": "NEXUS_SAGA_MAX_ATTEMPTS",
-    "saga_breaker_threshold": "NEXUS_SAGA_BREAKER_THRESHOLD",
-    "saga_breaker_cooldown_s": "NEXUS_SAGA_BREAKER_COOLDOWN_S",
-    # issue 14 (saga2): executors woken by LISTEN/NOTIFY, the poll as the fallback
-    "saga_listen": "NEXUS_SAGA_LISTEN",
-    # issue 16 (obs): every delivery attempt recorded, for a bounded time
-    "delivery_attempts_retention_s": "NEXUS_DELIVERY_ATTEMPTS_RETENTION_S",
-    "delivery_attempts_prune_s": "NEXUS_DELIVERY_ATTEMPTS_PRUNE_S",
-    "console_poll_s": "NEXUS_CONSOLE_POLL_S",
-    # issue 13 (lc2): plan lifecycle (waiting, deadlines, approvals, decisions to Kafka)
-    "wait_max_s": "NEXUS_WAIT_MAX_S",
-    "stream_keepalive_s": "NEXUS_STREAM_KEEPALIVE_S",
-    "deadline_sweep_s": "NEXUS_DEADLINE_SWEEP_S",
-    "approval_sweep_s": "NEXUS_APPROVAL_SWEEP_S",
-    "decisions_topic": "NEXUS_DECISIONS_TOPIC",
-    "decisions_relay_poll_s": "NEXUS_DECISIONS_RELAY_POLL_S",
-    # issue 17 (perfkd): Kafka lanes
-    "kafka_lanes": "NEXUS_KAFKA_LANES",
-    # issue 17 (workers): several HTTP processes sharing the port
-    "workers": "NEXUS_WORKERS",
-    "workers_stop_s": "NEXUS_WORKERS_STOP_S",
-}
-
 
 class Settings(BaseSettings):
     """Configuration of one gateway process."""
@@ -173,6 +75,10 @@ class Settings(BaseSettings):
     breaker_threshold: int = 5
     breaker_cooldown_s: float = 30.0
     dispatcher_poll_s: float = 0.2
+    dispatcher_gauges_s: float = 1.0
+    """How often a dispatcher refreshes the breaker and backlog gauges it exports."""
+    dispatcher_stop_flush_s: float = 5.0
+    """How long a stopping dispatcher may take to write back its last results (then their leases expire)."""
     # -- group commit and pool ---------------------------------------------------------------------------
     batch_max_events: int = 500
     batch_window_ms: float = 0.0
@@ -180,10 +86,6 @@ class Settings(BaseSettings):
     batch_workers: int = 2
     """Concurrent shared transactions; orders are partitioned across them by hash."""
     db_pool_size: int = 10
-    # -- the lab's agent ---------------------------------------------------------------------------------
-    llm_base_url: str | None = None
-    llm_model: str | None = None
-    llm_api_key: str | None = None
     # -- logging -----------------------------------------------------------------------------------------
     log_level: str = "INFO"
     # issue 9: one retry mechanism (Kafka reconnects, the outbox listener)
@@ -337,16 +239,19 @@ class Settings(BaseSettings):
 
     def to_env(self) -> dict[str, str]:
         """The `NEXUS_*` variables that make `from_env` rebuild these settings (unset fields left out)."""
-        return {
-            _ENV_NAMES.get(name, ENV_PREFIX + name.upper()): str(value)
-            for name, value in self.model_dump().items()
-            if value is not None
-        }
+        return {env_name(name): str(value) for name, value in self.model_dump().items() if value is not None}
 
 
 def env_name(field: str) -> str:
-    """The variable that sets `field`."""
-    return ENV_PREFIX + field.upper()
+    """The variable that sets `field`: pydantic-settings' own derivation (prefix + name; case-insensitive)."""
+    return (ENV_PREFIX + field).upper()
+
+
+def otel_variables(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The standard `OTEL_*` variables: the OpenTelemetry SDK reads them itself; `nexus serve` looks at them
+    only to decide whether to install it (`tracing.configure`)."""
+    source = os.environ if env is None else env
+    return {key: value for key, value in source.items() if key.startswith("OTEL_")}
 
 
 class _Variables(EnvSettingsSource):
@@ -365,12 +270,15 @@ def _validated(cls: type[Settings], values: dict[str, Any], from_vars: set[str] 
     try:
         return cls(**values)
     except ValidationError as exc:
-        problems = []
+        problems: dict[str, str] = {}
         for error in exc.errors():
             field = str(error["loc"][0]) if error["loc"] else "?"
             where = env_name(field) if field in from_vars else f"setting {field}"
-            problems.append(f"{where}={error.get('input')!r}: {error['msg']}")
-        raise ConfigurationError("; ".join(problems)) from None
+            problems.setdefault(where, f"{where}={error.get('input')!r}: {error['msg']}")
+        if len(problems) == 1:
+            raise ConfigurationError(next(iter(problems.values()))) from None
+        lines = "".join(f"\n  {problem}" for problem in problems.values())
+        raise ConfigurationError(f"{len(problems)} bad settings:{lines}") from None
 
 
 # --- issue 14: effect services' base URLs -------------------------------------------------------------

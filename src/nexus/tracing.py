@@ -24,7 +24,6 @@ Spans (their names are stable, docs/observability.md):
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -71,9 +70,9 @@ def wanted(environ: Mapping[str, str]) -> bool:
     return bool(environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 
 
-def configure(environ: Mapping[str, str] | None = None) -> TracerProvider | None:
-    """At the edge (`nexus serve`): install the SDK's provider if the environment asks for traces."""
-    env = os.environ if environ is None else environ
+def configure(env: Mapping[str, str]) -> TracerProvider | None:
+    """At the edge (`nexus serve`): install the SDK's provider if `env` (the `OTEL_*` variables, from
+    `settings.otel_variables()`) asks for traces."""
     if _tracer is not None or not wanted(env):
         return None
     from opentelemetry import trace
@@ -316,7 +315,7 @@ def delivery_span(traceparent: str | None, attributes: dict[str, Any]) -> Iterat
 @contextlib.contextmanager
 def http_request_span(method: str, url: str) -> Iterator[Span]:
     """The HTTP request of a delivery attempt (CLIENT, child of the current span), as the aiohttp and httpx
-    instrumentations name theirs; the dispatcher's own client (delivery/http1.py) has no instrumentation
+    instrumentations name theirs; the dispatcher's own client (outbound/http1.py) has no instrumentation
     (issue 17, deliv3). Only call when `active()`."""
     from opentelemetry.trace import SpanKind
     from yarl import URL

@@ -7,14 +7,162 @@ from pathlib import Path
 import pytest
 
 from nexus.errors import ConfigurationError
-from nexus.settings import _ENV_NAMES, Settings, env_name
+from nexus.settings import Settings, env_name, otel_variables
+
+# Every variable of the gateway's settings, written out: they are public (docs, deployments, scripts), so
+# none may be renamed or dropped, and a new setting is added here on purpose.
+PUBLIC_VARIABLES = [
+    "NEXUS_DATABASE_URL",
+    "NEXUS_DATA_DIR",
+    "NEXUS_HTTP_HOST",
+    "NEXUS_HTTP_PORT",
+    "NEXUS_KAFKA_BOOTSTRAP",
+    "NEXUS_KAFKA_TOPIC",
+    "NEXUS_KAFKA_DLQ_TOPIC",
+    "NEXUS_KAFKA_GROUP",
+    "NEXUS_KAFKA_MAX_POLL_RECORDS",
+    "NEXUS_KAFKA_POLL_TIMEOUT_MS",
+    "NEXUS_KAFKA_REVOKE_WAIT_S",
+    "NEXUS_KAFKA_SESSION_TIMEOUT_MS",
+    "NEXUS_KAFKA_HEARTBEAT_INTERVAL_MS",
+    "NEXUS_KAFKA_MAX_POLL_INTERVAL_MS",
+    "NEXUS_BUFFER_TIMEOUT_S",
+    "NEXUS_BUFFER_SWEEP_INTERVAL_S",
+    "NEXUS_WEBHOOK_URL",
+    "NEXUS_WEBHOOK_SECRET",
+    "NEXUS_WEBHOOK_WORKERS",
+    "NEXUS_WEBHOOK_TIMEOUT_S",
+    "NEXUS_RETRY_BASE_MS",
+    "NEXUS_RETRY_MAX_MS",
+    "NEXUS_MAX_ATTEMPTS",
+    "NEXUS_LEASE_S",
+    "NEXUS_BREAKER_THRESHOLD",
+    "NEXUS_BREAKER_COOLDOWN_S",
+    "NEXUS_DISPATCHER_POLL_S",
+    "NEXUS_DISPATCHER_GAUGES_S",
+    "NEXUS_DISPATCHER_STOP_FLUSH_S",
+    "NEXUS_BATCH_MAX_EVENTS",
+    "NEXUS_BATCH_WINDOW_MS",
+    "NEXUS_BATCH_WORKERS",
+    "NEXUS_DB_POOL_SIZE",
+    "NEXUS_LOG_LEVEL",
+    "NEXUS_KAFKA_RECONNECT_MAX_MS",
+    "NEXUS_LISTEN_RETRY_S",
+    "NEXUS_MAX_BODY_BYTES",
+    "NEXUS_MAX_EVENTS_PER_REQUEST",
+    "NEXUS_MAX_NESTING_DEPTH",
+    "NEXUS_MAX_STRING_LENGTH",
+    "NEXUS_PARSE_IN_THREAD_BYTES",
+    "NEXUS_HTTP_LIMIT_CONCURRENCY",
+    "NEXUS_HTTP_KEEP_ALIVE_S",
+    "NEXUS_HTTP_READ_TIMEOUT_S",
+    "NEXUS_HTTP_BACKLOG",
+    "NEXUS_HTTP_MAX_HEAD_BYTES",
+    "NEXUS_METRICS_MAX_SUBSCRIPTIONS",
+    "NEXUS_PROCESS_DIR",
+    "NEXUS_DEFAULT_MAX_ORDER_AMOUNT",
+    "NEXUS_AUDIT_CHECKPOINT_S",
+    "NEXUS_AUDIT_SIGNING_KEY",
+    "NEXUS_AUTH_CACHE_TTL_S",
+    "NEXUS_METRICS_BIND",
+    "NEXUS_KAFKA_TENANT",
+    "NEXUS_ALLOW_PRIVATE_URLS",
+    "NEXUS_RATE_LIMIT_AGENT",
+    "NEXUS_RATE_LIMIT_OPERATOR",
+    "NEXUS_RATE_LIMIT_APPROVER",
+    "NEXUS_RATE_LIMIT_ADMIN",
+    "NEXUS_RATE_LIMIT_PROCESSES",
+    "NEXUS_CONSOLE_SESSION_TTL_S",
+    "NEXUS_CONSOLE_PAGE_SIZE",
+    "NEXUS_SERVICE_URLS",
+    "NEXUS_SAGA_SECRET",
+    "NEXUS_SAGA_EXECUTORS",
+    "NEXUS_SAGA_POLL_S",
+    "NEXUS_SAGA_LEASE_S",
+    "NEXUS_SAGA_CALL_TIMEOUT_S",
+    "NEXUS_SAGA_RETRY_BASE_MS",
+    "NEXUS_SAGA_RETRY_MAX_MS",
+    "NEXUS_SAGA_MAX_ATTEMPTS",
+    "NEXUS_SAGA_BREAKER_THRESHOLD",
+    "NEXUS_SAGA_BREAKER_COOLDOWN_S",
+    "NEXUS_SAGA_LISTEN",
+    "NEXUS_DELIVERY_ATTEMPTS_RETENTION_S",
+    "NEXUS_DELIVERY_ATTEMPTS_PRUNE_S",
+    "NEXUS_CONSOLE_POLL_S",
+    "NEXUS_WAIT_MAX_S",
+    "NEXUS_STREAM_KEEPALIVE_S",
+    "NEXUS_DEADLINE_SWEEP_S",
+    "NEXUS_APPROVAL_SWEEP_S",
+    "NEXUS_DECISIONS_TOPIC",
+    "NEXUS_DECISIONS_RELAY_POLL_S",
+    "NEXUS_KAFKA_LANES",
+    "NEXUS_WORKERS",
+    "NEXUS_WORKERS_STOP_S",
+]
 
 
-def test_every_field_has_its_public_variable() -> None:
-    """Each setting is read from NEXUS_ + its name in capitals, and _ENV_NAMES lists exactly those."""
-    assert set(_ENV_NAMES) == set(Settings.model_fields)
-    for field, var in _ENV_NAMES.items():
-        assert var == env_name(field)
+def _other_value(field: str) -> tuple[str, object]:
+    """A variable's text for `field` different from its default, and the value it must become."""
+    default = Settings.model_fields[field].default
+    annotation = str(Settings.model_fields[field].annotation)
+    if isinstance(default, bool):
+        return str(not default).lower(), not default
+    if isinstance(default, int):
+        return str(default + 1), default + 1
+    if isinstance(default, float):
+        return str(default + 0.5), default + 0.5
+    if isinstance(default, Path) or "Path" in annotation:
+        return "/srv/elsewhere", Path("/srv/elsewhere")
+    if "int" in annotation:
+        return "3", 3
+    return "some-value", "some-value"
+
+
+def test_every_public_variable_sets_its_field_and_no_other_exists() -> None:
+    """pydantic-settings (env_prefix NEXUS_) derives exactly the public variables, and each one, given alone,
+    sets its own field to the value given (NEXUS_WEBHOOK_TIMEOUT_S and NEXUS_SAGA_CALL_TIMEOUT_S apart)."""
+    assert sorted(env_name(field) for field in Settings.model_fields) == sorted(PUBLIC_VARIABLES)
+    defaults = Settings()
+    for var in PUBLIC_VARIABLES:
+        field = var.removeprefix("NEXUS_").lower()
+        text, value = _other_value(field)
+        changed = {k for k, v in Settings.from_env({var: text}).model_dump().items() if v != getattr(defaults, k)}
+        assert changed == {field}, var
+        assert getattr(Settings.from_env({var: text}), field) == value, var
+
+
+def test_service_url_variables_are_merged_into_the_service_urls() -> None:
+    """NEXUS_SERVICE_<NAME>_URL (any name, not a field) adds to NEXUS_SERVICE_URLS, and wins for its name."""
+    s = Settings.from_env(
+        {"NEXUS_SERVICE_URLS": "payment=http://a,shipping=http://s", "NEXUS_SERVICE_PAYMENT_URL": "http://p/"}
+    )
+    assert (s.service_url("payment"), s.service_url("shipping"), s.service_url("inventory")) == (
+        "http://p",
+        "http://s",
+        None,
+    )
+
+
+def test_the_gateway_has_no_llm_settings_and_reads_otel_only_for_the_sdk() -> None:
+    """NEXUS_LLM_* belong to the lab's planner (nexus_lab.llm.settings): the gateway ignores them; OTEL_* are
+    handed to tracing as they are."""
+    s = Settings.from_env({"NEXUS_LLM_MODEL": "m", "NEXUS_LLM_API_KEY": "k"})
+    assert s == Settings() and not any(f.startswith("llm_") for f in Settings.model_fields)
+    assert otel_variables({"OTEL_SERVICE_NAME": "x", "NEXUS_HTTP_PORT": "1"}) == {"OTEL_SERVICE_NAME": "x"}
+
+
+def test_nothing_but_settings_reads_the_environment() -> None:
+    """No module of the gateway but settings.py reads os.environ or getenv (the CLI's own reads aside: the
+    approver's name); workers.py only sets the metrics directory for its children."""
+    root = Path(__file__).resolve().parents[2] / "src" / "nexus"
+    readers = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if ("os.environ" in line or "getenv" in line) and rel != "settings.py":
+                readers.append(f"{rel}:{number}")
+    allowed = {"workers.py", "lifecycle/cli.py"}
+    assert [r for r in readers if r.split(":")[0] not in allowed] == []
 
 
 def test_variables_are_converted_by_type() -> None:
@@ -42,6 +190,19 @@ def test_a_bad_variable_is_named(var: str, value: str) -> None:
         Settings.from_env({var: value})
     assert var in str(caught.value)
     assert repr(value) in str(caught.value)
+
+
+def test_each_bad_variable_gets_its_own_line() -> None:
+    """Several malformed variables: one error listing each variable once, on its own line."""
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({"NEXUS_HTTP_PORT": "abc", "NEXUS_LEASE_S": "soon", "NEXUS_WORKERS": "0"})
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "3 bad settings:"
+    assert sorted(line.split("=")[0].strip() for line in lines[1:]) == [
+        "NEXUS_HTTP_PORT",
+        "NEXUS_LEASE_S",
+        "NEXUS_WORKERS",
+    ]
 
 
 def test_a_bad_flag_is_named_as_a_setting() -> None:

@@ -39,8 +39,6 @@ from nexus.store.listen import listen_forever
 log = logging.getLogger(__name__)
 
 _FLUSH_MAX = 1000
-_GAUGE_REFRESH_S = 1.0
-_SHUTDOWN_FLUSH_S = 5.0
 
 
 class OutboxDispatcher:
@@ -108,7 +106,7 @@ class OutboxDispatcher:
                 self._results.put_nowait(Result(claimed, AttemptOutcome.RELEASED, error="cancelled by shutdown"))
             self._unreported.clear()
             try:
-                await asyncio.wait_for(self._flush_remaining(), timeout=_SHUTDOWN_FLUSH_S)
+                await asyncio.wait_for(self._flush_remaining(), timeout=self.settings.dispatcher_stop_flush_s)
             except (NexusError, TimeoutError, OSError):
                 log.warning(
                     "results lost at shutdown; their leases will expire", exc_info=True, extra={"action": "finish"}
@@ -127,7 +125,7 @@ class OutboxDispatcher:
                 try:
                     now = time.monotonic()
                     if now >= self._next_gauges:
-                        self._next_gauges = now + _GAUGE_REFRESH_S
+                        self._next_gauges = now + self.settings.dispatcher_gauges_s
                         await self._report.refresh_gauges(self.db)
                     if now >= self._next_probe_check:
                         self._next_probe_check = now + self.settings.dispatcher_poll_s
