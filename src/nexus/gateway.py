@@ -50,7 +50,7 @@ class Incoming:
     error: InvalidEventError | None = None
     traceparent: str | None = None
     tenant_id: str = "default"
-    """The tenant the caller's key (or the Kafka topic) speaks for; see nexus.auth.tenants."""
+    """The tenant the caller's key (or the Kafka topic) speaks for; see nexus.ingress.tenants."""
 
     @classmethod
     def parse(

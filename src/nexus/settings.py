@@ -12,8 +12,8 @@ environment). A malformed value raises `ConfigurationError` with one line per ba
 the setting, when it came from a flag), which `nexus` reports without a traceback. Beside the fields:
 `NEXUS_SERVICE_<NAME>_URL` (any name; merged into `service_urls`) and `otel_variables()`, the standard
 `OTEL_*` variables the OpenTelemetry SDK reads itself. The lab's and the clients' variables
-(`NEXUS_LLM_*`, `NEXUS_API_KEY`, `NEXUS_GATEWAY_URL`) are theirs: `nexus_lab.llm.settings`,
-`nexus_client.config`.
+(`NEXUS_LLM_*`, `NEXUS_API_KEY`, `NEXUS_GATEWAY_URL`) are read by the lab's planner settings and the SDK's
+client configuration, not here.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 from nexus.errors import ConfigurationError
 
 ENV_PREFIX = "NEXUS_"
+
 
 class Settings(BaseSettings):
     """Configuration of one gateway process."""

@@ -26,12 +26,10 @@ table of what held and what did not, names every plan that failed, and exits 1 i
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import dataclasses
 import json
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -440,18 +438,6 @@ async def check_report(
     return result
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    from nexus.cli_common import add_common
-
-    parser.add_argument("report", type=Path, help="the agent's report (nexus agent --report)")
-    parser.add_argument("--sink-log", type=Path, default=None, help="the sink's log (nexus sink --log)")
-    parser.add_argument("--wait", type=float, default=30.0, help="seconds to wait for deliveries to settle")
-    parser.add_argument(
-        "--allow-duplicates", action="store_true", help="accept redeliveries (at-least-once) of a notification"
-    )
-    add_common(parser)
-
-
 def render(result: CheckResult, plans: int) -> str:
     lines = [result.table(plans)]
     if result.failures:
@@ -463,36 +449,3 @@ def render(result: CheckResult, plans: int) -> str:
     lines.append("")
     lines.append("all invariants held" if result.ok else "some invariants did NOT hold")
     return "\n".join(lines)
-
-
-async def _main(args: argparse.Namespace) -> int:
-    from nexus.cli_common import settings_from
-
-    report = json.loads(args.report.read_text())
-    settings = settings_from(args)
-    db = await Database(settings).open(migrate=False)
-    if report.get("kind") == "llm":  # issue 15: an LLM planner's report
-        from nexus_lab.llm import check as llm_check
-
-        try:
-            llm_result = await llm_check.check_llm_report(report, db)
-        finally:
-            await db.close()
-        print(llm_check.render(llm_result, len(report["plans"])))
-        return 0 if llm_result.ok else 1
-    try:
-        result = await check_report(
-            report, db, args.sink_log, settings=settings, wait_s=args.wait, allow_duplicates=args.allow_duplicates
-        )
-    finally:
-        await db.close()
-    print(render(result, len(report["plans"])))
-    return 0 if result.ok else 1
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        return asyncio.run(_main(args))
-    except (OSError, ValueError, KeyError) as exc:
-        print(f"nexus check: {exc}", file=sys.stderr)
-        return 2

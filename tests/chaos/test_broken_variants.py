@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from nexus_lab.chaos.harness import ChaosSession
-from nexus_lab.chaos.runner import ScenarioResult, run_scenario
+from nexus_lab.chaos.result import ScenarioResult
+from nexus_lab.chaos.runner import run_scenario
 from nexus_lab.chaos.scenarios import SCENARIOS
 
 pytestmark = [pytest.mark.slow]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from nexus_lab.chaos.harness import ChaosSession
-from nexus_lab.chaos.runner import ScenarioResult, run_scenario
+from nexus_lab.chaos.result import ScenarioResult
+from nexus_lab.chaos.runner import run_scenario
 from nexus_lab.chaos.scenarios import SCENARIOS
 
 pytestmark = [pytest.mark.slow]

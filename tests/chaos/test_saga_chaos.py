@@ -16,7 +16,8 @@ import pytest
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.chaos.harness import ChaosSession
-from nexus_lab.chaos.runner import ScenarioResult, run_scenario
+from nexus_lab.chaos.result import ScenarioResult
+from nexus_lab.chaos.runner import run_scenario
 from nexus_lab.chaos.scenarios import SCENARIOS
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES

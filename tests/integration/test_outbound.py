@@ -12,10 +12,10 @@ import pytest
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.auth.tenants import bind
 from nexus.delivery.subscriptions import add_subscription
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.http import create_app
+from nexus.ingress.tenants import bind
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.sink import start_sink

@@ -9,9 +9,9 @@ import pytest
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.auth.tenants import bind_or_dead_letter
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.http import create_app
+from nexus.ingress.tenants import bind_or_dead_letter
 from nexus.store.database import Database
 from tests.factories import abort_json, step_json
 

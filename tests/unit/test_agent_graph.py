@@ -15,7 +15,7 @@ import pytest
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
 from nexus.processes import builtin_catalog
-from nexus_lab.agent import cli as agent_cli
+from nexus_lab import agent_cli
 from nexus_lab.agent.graph import AgentContext, Outcome, Simulation, graph, initial_state
 from nexus_lab.agent.hostile import Message, Mode
 from nexus_lab.agent.runner import AgentConfig, run_agent, write_report

@@ -21,13 +21,12 @@ import logging
 from typing import Any
 
 from nexus import tracing
-from nexus.auth import tenants
 from nexus.auth.middleware import Gatekeeper
 from nexus.auth.roles import Principal, required_roles
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, NexusError
 from nexus.gateway import Outcome
-from nexus.ingress import http_errors
+from nexus.ingress import http_errors, tenants
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Refusal, media_type_refusal, parse
 from nexus.settings import Settings

@@ -11,7 +11,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from nexus import metrics, tracing
-from nexus.auth import tenants
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, Gatekeeper, principal_of
 from nexus.auth.ratelimit import RateLimiter
@@ -20,7 +19,7 @@ from nexus.auth.sessions import SessionStore
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.errors import AlreadyRedrivenError, NexusError, NotFoundError
 from nexus.gateway import Gateway, Incoming, Outcome
-from nexus.ingress import http_errors
+from nexus.ingress import http_errors, tenants
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Refusal, media_type_refusal, read_body
 from nexus.ingress.fast_events import EventsFastPath, answer_events

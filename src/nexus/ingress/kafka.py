@@ -42,11 +42,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from nexus import metrics, tracing
-from nexus.auth.tenants import bind_or_dead_letter
 from nexus.core.backoff import RetryPolicy
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, PermanentDatabaseError, TransientDatabaseError
 from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.ingress.tenants import bind_or_dead_letter
 from nexus.retrying import Retrying
 from nexus.settings import Settings
 

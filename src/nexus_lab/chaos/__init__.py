@@ -18,7 +18,8 @@ import time
 
 from nexus_lab.chaos.harness import ChaosSession
 from nexus_lab.chaos.report import render
-from nexus_lab.chaos.runner import ScenarioResult, run_scenario
+from nexus_lab.chaos.result import ScenarioResult
+from nexus_lab.chaos.runner import run_scenario
 from nexus_lab.chaos.scenarios import SCENARIOS
 
 __all__ = ["SCENARIOS", "broker_answers", "configure", "needs_kafka", "run"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from nexus_lab.chaos.runner import ScenarioResult
+from nexus_lab.chaos.result import ScenarioResult
 from nexus_lab.tables import text_table
 
 HEADER = ("scenario", "plans", "faults injected", "invariants held", "time", "result")

@@ -21,44 +21,13 @@ from nexus_lab.agent import runner as agent
 from nexus_lab.agent.transport import KafkaTransport, Transport
 from nexus_lab.chaos.faults import BreakerWatch, FaultContext
 from nexus_lab.chaos.harness import ChaosSession, Stack
+from nexus_lab.chaos.result import ScenarioResult
 from nexus_lab.chaos.scenarios import Scenario
 from nexus_lab.chaos.transports import PatientTransport, RacingTransport, SpreadTransport, http_transports, relax_report
 from nexus_lab.checker import CHECKS, CheckResult, check_report, render
 
 # Run-wide checks of the checker that are invariants; the others say whether a mode happened at all.
 RUN_INVARIANTS = ("report", "notifications")
-
-
-@dataclasses.dataclass
-class ScenarioResult:
-    """What one scenario did and what held."""
-
-    name: str
-    plans: int
-    faults: dict[str, int]
-    held: int
-    checked: int
-    elapsed_s: float
-    proof: str
-    failures: list[str] = dataclasses.field(default_factory=list)
-    error: str | None = None
-    check_text: str = ""
-
-    @property
-    def invariants_ok(self) -> bool:
-        return self.error is None and self.held == self.checked and not self.failures
-
-    @property
-    def injected(self) -> int:
-        return sum(self.faults.values())
-
-    @property
-    def fault_proved(self) -> bool:
-        return self.faults.get(self.proof, 0) > 0 or (self.proof == "faults" and self.injected > 0)
-
-    @property
-    def ok(self) -> bool:
-        return self.invariants_ok
 
 
 def judge(result: CheckResult) -> tuple[int, int, list[str]]:

@@ -34,7 +34,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.agent.reactive import step_envelope
 from nexus_lab.chaos.harness import FAST_ENV, ChaosSession, clean_env
-from nexus_lab.chaos.runner import ScenarioResult
+from nexus_lab.chaos.result import ScenarioResult
 from nexus_lab.chaos.scenarios import SagaFault, Scenario
 from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_ready
 from nexus_lab.saga_checker import check_sagas_live

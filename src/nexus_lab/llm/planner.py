@@ -28,7 +28,7 @@ import datetime as dt
 import json
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -94,12 +94,22 @@ def event_id(plan_id: str, seq_id: int | None, step: str, data: Mapping[str, Any
     return str(uuid.uuid5(_EVENT_NS, f"{plan_id}\x1f{seq_id}\x1f{step}\x1f{canonical}"))
 
 
+# LangGraph Studio runs the graph without a context: `nexus_lab.llm.studio` (what langgraph.json names)
+# registers how to make one; `nexus agent` always passes its own.
+_default_context: list[Callable[[], Awaitable[PlannerContext]]] = []
+
+
+def use_default_context(make: Callable[[], Awaitable[PlannerContext]]) -> None:
+    """Runs without a context (LangGraph Studio's) get theirs from `make`."""
+    _default_context[:] = [make]
+
+
 async def _context(runtime: Runtime[PlannerContext]) -> PlannerContext:
     if isinstance(runtime.context, PlannerContext):
         return runtime.context
-    from nexus_lab.llm.studio import default_context  # LangGraph Studio runs without a context
-
-    return await default_context()
+    if not _default_context:
+        raise RuntimeError("the planner graph runs with a PlannerContext (nexus agent) or from nexus_lab.llm.studio")
+    return await _default_context[0]()
 
 
 async def start(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import os
 from nexus_client import AsyncNexusClient, ClientConfig
 from nexus_lab.llm import settings as llm_settings
 from nexus_lab.llm.client import LlmClient
-from nexus_lab.llm.planner import PlannerContext, build_graph
+from nexus_lab.llm.planner import PlannerContext, build_graph, use_default_context
 
 _CONTEXT: PlannerContext | None = None
 
@@ -25,4 +25,5 @@ async def default_context() -> PlannerContext:
 
 
 # What `langgraph.json` names: the planner graph, wired from the environment on its first run.
+use_default_context(default_context)
 graph = build_graph(context_schema=None)
