@@ -1,4 +1,5 @@
-# Nexus Event Gateway. `make demo` runs the main job; `make test` runs lint, types and every test.
+# Nexus Event Gateway. `make demo` runs the main job; `make check` is the fast gate (lint, types, import contracts,
+# the unit tests that start nothing); `make test` runs lint, types and every test.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -11,13 +12,15 @@ export NEXUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NEXUS_KAFKA_PORT)
 
 .PHONY: demo-llm agent-studio studio-check llm-test
 .PHONY: promtool console-test
-.PHONY: help install demo test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean agent-e2e agent-test fuzz
+.PHONY: help install demo check test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean agent-e2e agent-test fuzz
 
 help:
 	@echo "make demo    - start the embedded stack, run misbehaving agents through it, check the invariants"
 	@echo "make demo-llm - 20 plans of the LLM planner against the fake model, every behaviour; blocked actions"
 	@echo "make agent-studio / studio-check - LangGraph Studio on the LLM planner graph (extra 'studio')"
+	@echo "make check   - lint, types, import contracts and the unit tests that start no process (under 2 minutes)"
 	@echo "make test    - lint, types and all tests (starts the local Kafka broker)"
+	@echo "make unit / integration - every test of tests/unit, of tests/integration (the latter starts the broker)"
 	@echo "make chaos   - the chaos scenarios at CI size"
 	@echo "make bench   - the benchmark suite (writes benchmarks/results/)"
 	@echo "make console-test - the web console in headless chromium, long run (make test has the short one)"
@@ -59,8 +62,17 @@ typecheck: $(STAMP) $(VENV)/.bench
 schemas: $(VENV)/.base
 	$(BIN)/python -m nexus.core.schemas_export schemas/events
 
-unit: $(STAMP)
+# The fast gate: what needs no PostgreSQL, broker, browser or process of its own, and nothing slow (the
+# markers are applied in tests/conftest.py and registered in pyproject.toml).
+CHECK_MARKERS := not (postgres or kafka or browser or processes or slow)
+check: lint typecheck
+	$(BIN)/pytest tests/unit -m "$(CHECK_MARKERS)" $(PYTEST_ARGS)
+
+unit: $(STAMP) promtool
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+integration: $(STAMP) $(VENV)/.bench kafka-up
+	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
 # promtool (Debian's prometheus package) checks deploy/alerts.yml in tests/unit/test_alert_rules.py; the
 # package's service is installed but never started here.

@@ -26,6 +26,32 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = "nexus_template"
 
 
+# What a test needs, as markers (registered in pyproject.toml; `make check` runs tests/unit without them):
+# by fixture where the fixture is the need, by directory where the directory says it, explicitly otherwise
+# (a test that runs `nexus` or promtool itself carries `@pytest.mark.processes`).
+_NEEDS_BY_FIXTURE = {
+    "pg": ("postgres",),
+    "chaos_session": ("postgres", "processes"),
+    "kafka_settings": ("kafka",),
+    "running_ingress": ("kafka",),
+    "producer": ("kafka",),
+    "nexus_procs": ("processes",),
+    "fuzz_server": ("processes",),
+}
+_NEEDS_BY_DIRECTORY = {"browser": ("browser", "processes"), "e2e": ("processes",), "chaos": ("processes",)}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        needs: set[str] = set()
+        for fixture in getattr(item, "fixturenames", ()):
+            needs.update(_NEEDS_BY_FIXTURE.get(fixture, ()))
+        relative = Path(str(item.path)).resolve().relative_to(ROOT / "tests").parts
+        needs.update(_NEEDS_BY_DIRECTORY.get(relative[0], ()) if len(relative) > 1 else ())
+        for need in sorted(needs - {mark.name for mark in item.iter_markers()}):
+            item.add_marker(need)
+
+
 # The API key every test database holds (all roles, tenant "default"); see PostgresForTests.create_template.
 TEST_API_KEY = "nxk_test-key-all-roles-tenant-default-0000000000000"
 TEST_KEY_ROLES = ["admin", "agent", "approver", "operator"]

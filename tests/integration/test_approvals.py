@@ -129,6 +129,7 @@ async def test_an_unanswered_approval_expires_as_a_denial(api: httpx.AsyncClient
     assert late.status_code == 409
 
 
+@pytest.mark.processes
 async def test_nexus_approvals_cli_lists_and_approves(api: httpx.AsyncClient, approval_settings: Settings) -> None:
     """`nexus approvals list` shows the held step; `nexus approvals approve ID --by` applies it as that person."""
     approval_id, _ = await held_order(api, "o-cli")

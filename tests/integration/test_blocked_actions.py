@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from nexus.audit.log import record_entries
 from nexus.audit.signing import KEY_FILE, load_signing_key, public_bytes
@@ -147,6 +148,7 @@ def report(settings: Settings, *args: str) -> str:
     return done.stdout
 
 
+@pytest.mark.processes
 async def test_report_blocked_table_json_html(db: Database, settings: Settings) -> None:
     """`nexus report blocked` prints the counts as a table, JSON, or one self-contained HTML page with an SVG chart."""
     await seed(db)

@@ -147,6 +147,7 @@ def verify_json(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
     return done.returncode, json.loads(done.stdout)
 
 
+@pytest.mark.processes
 async def test_audit_verify_passes_on_a_clean_log(db: Database, settings: Settings, tmp_path: Path) -> None:
     """`nexus audit verify` exits 0 on an untouched log, with and without a checkpoint, and per order."""
     s = audit_settings(settings, tmp_path)
@@ -159,6 +160,7 @@ async def test_audit_verify_passes_on_a_clean_log(db: Database, settings: Settin
     assert verify_json(s, "--order", "v")[0] == 0
 
 
+@pytest.mark.processes
 async def test_audit_verify_names_a_doctored_record(db: Database, settings: Settings, tmp_path: Path) -> None:
     """A row whose decision was changed fails verification as MODIFIED, naming it."""
     rows = await five_steps(db)
@@ -169,6 +171,7 @@ async def test_audit_verify_names_a_doctored_record(db: Database, settings: Sett
     assert (out["fault"]["order_id"], out["fault"]["position"], out["fault"]["record_id"]) == ("v", 3, rows[2]["id"])
 
 
+@pytest.mark.processes
 async def test_audit_verify_names_a_deleted_record(db: Database, settings: Settings, tmp_path: Path) -> None:
     """A deleted row fails verification as DELETED, naming its successor and the missing position."""
     rows = await five_steps(db)
@@ -179,6 +182,7 @@ async def test_audit_verify_names_a_deleted_record(db: Database, settings: Setti
     assert "position(s) 2 missing" in out["fault"]["detail"]
 
 
+@pytest.mark.processes
 async def test_audit_verify_names_an_inserted_record(db: Database, settings: Settings, tmp_path: Path) -> None:
     """A forged row (its own hash recomputed) claiming a position already taken fails as INSERTED."""
     rows = await five_steps(db)
@@ -214,6 +218,7 @@ async def test_audit_verify_names_an_inserted_record(db: Database, settings: Set
     assert out["fault"]["record_id"] > rows[-1]["id"]
 
 
+@pytest.mark.processes
 async def test_audit_verify_names_a_swapped_pair(db: Database, settings: Settings, tmp_path: Path) -> None:
     """Two rows whose places in the chain were swapped fail verification as REORDERED."""
     rows = await five_steps(db)
@@ -229,6 +234,7 @@ async def test_audit_verify_names_a_swapped_pair(db: Database, settings: Setting
     assert (out["fault"]["kind"], out["fault"]["position"], out["fault"]["record_id"]) == ("REORDERED", 3, a)
 
 
+@pytest.mark.processes
 async def test_checkpoint_signature_verifies_and_a_forged_one_fails(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
@@ -282,6 +288,7 @@ def _at(text: str) -> Any:
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
 
 
+@pytest.mark.processes
 async def test_checkpoint_catches_a_deleted_tail(db: Database, settings: Settings, tmp_path: Path) -> None:
     """Deleting an order's last rows after a checkpoint fails verification as DELETED."""
     s = audit_settings(settings, tmp_path)
@@ -292,6 +299,7 @@ async def test_checkpoint_catches_a_deleted_tail(db: Database, settings: Setting
     assert (code, out["fault"]["kind"], out["fault"]["order_id"], out["fault"]["position"]) == (1, "DELETED", "v", 4)
 
 
+@pytest.mark.processes
 async def test_export_then_offline_verify(db: Database, settings: Settings, tmp_path: Path) -> None:
     """`audit export` writes JSONL with the public key; `audit verify --file` checks it with no database."""
     s = audit_settings(settings, tmp_path)

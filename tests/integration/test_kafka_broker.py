@@ -6,7 +6,10 @@ import asyncio
 import os
 import uuid
 
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+pytestmark = pytest.mark.kafka
 
 BOOTSTRAP = os.environ.get("NEXUS_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 TOPIC = "nexus.events"

@@ -91,6 +91,7 @@ async def test_batch_results_replay_and_correction(api: httpx.AsyncClient) -> No
     assert fixed["decision"] == "APPLY" and fixed["order"]["last_seq"] == 3
 
 
+@pytest.mark.processes
 async def test_limit_per_tenant(api: httpx.AsyncClient, settings: Settings) -> None:
     """An order above the default limit is LIMIT_EXCEEDED; `nexus tenants set-limit` changes a tenant's."""
     big = step_json(
@@ -198,6 +199,7 @@ async def test_max_rejections_aborts_the_plan(api: httpx.AsyncClient) -> None:
     assert (await api.post("/v1/events", json=late)).json()["results"][0]["decision"] == "DISCARD"
 
 
+@pytest.mark.processes
 def test_processes_list_and_show_cli(settings: Settings) -> None:
     """`nexus processes list` registers and lists the definitions; `show NAME --mermaid` draws one."""
     env = settings_env(settings)

@@ -104,6 +104,7 @@ async def test_history_lists_every_decision_with_its_notification(start_gateway)
     assert missing.status_code == 404 and {"code", "message", "request_id"} <= set(missing.json())
 
 
+@pytest.mark.processes
 async def test_orders_show_prints_the_timeline(settings: Settings, db: Database) -> None:
     """`nexus orders show ID` prints the order and one line per decision, and --json the history items."""
     from nexus.gateway import Gateway, Incoming

@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import httpx
+import pytest
 
 from nexus_lab.services import Faults, start_services
 from tests.conftest import NexusProcess, free_port, wait_http
 
 
+@pytest.mark.processes
 async def test_services_process_records_charges_replays_keys_and_refunds(tmp_path: Path) -> None:
     """`nexus services` charges once per key (a replay answers the first charge id), refunds it once,
     and shows both in the payment ledger."""

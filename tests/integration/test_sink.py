@@ -33,6 +33,7 @@ async def _post(client: httpx.AsyncClient, url: str, key: str, position: int, at
     return (await client.post(url, content=body, headers=headers)).status_code
 
 
+@pytest.mark.processes
 async def test_sink_process_verifies_records_and_flags_duplicates_and_disorder(tmp_path: Path) -> None:
     """`nexus sink` fails first attempts as asked, refuses bad signatures, flags duplicate keys and
     positions accepted after a higher one, counts it all in /stats and logs one JSON line per request."""

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from nexus import metrics
@@ -26,6 +27,7 @@ def _promtool() -> str:
     return path
 
 
+@pytest.mark.processes
 def test_promtool_check_rules_passes() -> None:
     """`promtool check rules` accepts deploy/alerts.yml and finds the six rules."""
     done = _run("check", "rules", "alerts.yml", cwd=DEPLOY)
@@ -33,12 +35,14 @@ def test_promtool_check_rules_passes() -> None:
     assert "6 rules found" in done.stdout
 
 
+@pytest.mark.processes
 def test_promtool_rule_unit_tests_pass() -> None:
     """Each alert fires in deploy/alerts.test.yml on the series that should trigger it, and only then."""
     done = _run("test", "rules", "alerts.test.yml", cwd=DEPLOY)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.processes
 def test_a_wrong_expectation_fails_promtool(tmp_path: Path) -> None:
     """The rule tests can fail: expecting no cascade alert when three breakers are open is caught."""
     shutil.copy(DEPLOY / "alerts.yml", tmp_path / "alerts.yml")

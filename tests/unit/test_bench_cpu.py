@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from nexus_lab.bench.wrk import _stat, tree_cpu_s
 
@@ -22,6 +23,7 @@ ROOT = (
 )
 
 
+@pytest.mark.processes
 def test_a_busy_child_of_an_idle_root_is_counted() -> None:
     """`nexus serve --workers 2` does its work in children: their CPU is the gateway's, not the idle root's."""
     root = subprocess.Popen([sys.executable, "-c", ROOT], stdout=subprocess.PIPE)

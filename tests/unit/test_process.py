@@ -60,6 +60,7 @@ def test_refused_definitions_name_their_line(text: str, line: int, fragment: str
     assert info.value.line == line
 
 
+@pytest.mark.processes
 def test_processes_check_cli_exits_1_with_line(tmp_path: Path) -> None:
     """`nexus processes check FILE` exits 0 on a good file and 1 with FILE:LINE and the reason on a bad one."""
     good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
