@@ -15,8 +15,10 @@ Spans (their names are stable, docs/observability.md):
   request's `traceparent` is this span's, so the receiver sees the agent's trace id;
 - `nexus.saga.effect` / `nexus.saga.compensate` per saga call (CLIENT), child of the step's context, the
   service's request carrying its traceparent (`traced_effect`);
-- the maintained instrumentations of asyncpg (each query), httpx (each request: its CLIENT span is the
-  one the receiver's traceparent names) and aiokafka (each record received, each record sent), installed
+- `POST` per outbound request (CLIENT, child of the attempt's or call's span: `http_request_span`), the
+  span the receiver's or service's traceparent names (the outbound client is our own, not a library's);
+- the maintained instrumentations of asyncpg (each query) and aiokafka (each record received, each record
+  sent), installed
   with the provider (`instrument_libraries`) and only ever inside a span of ours or an agent's: a library
   call with no trace around it (the dispatcher's and executors' polling) starts none.
 """
@@ -115,12 +117,12 @@ def shutdown() -> None:
 
 
 def instrument_libraries(provider: Any) -> None:
-    """Install the maintained instrumentations of asyncpg, httpx and aiokafka (issue 16), their spans made only
-    inside an existing trace (see `_InsideTraces`). Only when tracing is on: off, nothing is patched. The
-    webhook request's span is the dispatcher's own (`http_request_span`): its client is not a library's."""
+    """Install the maintained instrumentations of asyncpg and aiokafka (issue 16), their spans made only
+    inside an existing trace (see `_InsideTraces`). Only when tracing is on: off, nothing is patched. An
+    outbound request's span is our own (`http_request_span`): its client (outbound/http1.py) is not a
+    library's, and the gateway makes no other HTTP calls."""
     from opentelemetry.instrumentation.aiokafka import AIOKafkaInstrumentor
     from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
-    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 
     if _instrumentors:
         return
@@ -128,7 +130,6 @@ def instrument_libraries(provider: Any) -> None:
     # AsyncPGInstrumentor's __init__ has no annotations
     instrumentors = (
         AsyncPGInstrumentor(),  # type: ignore[no-untyped-call]
-        HTTPXClientInstrumentor(),
         AIOKafkaInstrumentor(),
     )
     for instrumentor in instrumentors:
@@ -314,8 +315,8 @@ def delivery_span(traceparent: str | None, attributes: dict[str, Any]) -> Iterat
 
 @contextlib.contextmanager
 def http_request_span(method: str, url: str) -> Iterator[Span]:
-    """The HTTP request of a delivery attempt (CLIENT, child of the current span), as the aiohttp and httpx
-    instrumentations name theirs; the dispatcher's own client (outbound/http1.py) has no instrumentation
+    """The HTTP request of a delivery attempt or a saga call (CLIENT, child of the current span), named as
+    the aiohttp and httpx instrumentations name theirs; the outbound client (outbound/http1.py) has none
     (issue 17, deliv3). Only call when `active()`."""
     from opentelemetry.trace import SpanKind
     from yarl import URL
