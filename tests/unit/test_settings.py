@@ -151,6 +151,20 @@ def test_the_gateway_has_no_llm_settings_and_reads_otel_only_for_the_sdk() -> No
     assert otel_variables({"OTEL_SERVICE_NAME": "x", "NEXUS_HTTP_PORT": "1"}) == {"OTEL_SERVICE_NAME": "x"}
 
 
+def test_the_variables_the_gateway_does_not_read_keep_their_names_with_their_owners() -> None:
+    """NEXUS_LLM_BASE_URL, NEXUS_LLM_MODEL and NEXUS_LLM_API_KEY (once unused fields of the gateway's settings)
+    are the lab planner's; NEXUS_GATEWAY_URL and NEXUS_API_KEY the SDK's: each is still read, by its owner."""
+    from nexus_client import ClientConfig
+    from nexus_lab.llm import settings as llm_settings
+
+    llm = llm_settings.from_env(
+        {"NEXUS_LLM_BASE_URL": "http://model", "NEXUS_LLM_MODEL": "m", "NEXUS_LLM_API_KEY": "k"}
+    )
+    assert (llm.base_url, llm.model, llm.api_key) == ("http://model", "m", "k")
+    client = ClientConfig.from_env({"NEXUS_GATEWAY_URL": "http://gw:1", "NEXUS_API_KEY": "nxk_x"})
+    assert (str(client.gateway_url).rstrip("/"), client.api_key) == ("http://gw:1", "nxk_x")
+
+
 def test_nothing_but_settings_reads_the_environment() -> None:
     """No module of the gateway but settings.py reads os.environ or getenv (the CLI's own reads aside: the
     approver's name); workers.py only sets the metrics directory for its children."""
