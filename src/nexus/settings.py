@@ -94,6 +94,8 @@ class Settings(BaseSettings):
     """Cap of the wait between two attempts to start a Kafka client (the broker is not up yet)."""
     listen_retry_s: float = 1.0
     """Wait before the dispatcher's LISTEN connection (a latency shortcut) is opened again after a loss."""
+    listen_check_s: float = 5.0
+    """How often an idle LISTEN connection (dispatchers, saga executors, long polls) is checked to be open."""
     # issue 10: bounded requests, connection limits, bounded metric labels
     max_body_bytes: int = 1024 * 1024
     max_events_per_request: int = 1000

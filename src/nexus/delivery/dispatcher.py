@@ -184,7 +184,9 @@ class OutboxDispatcher:
         assert url is not None
         # A constant wait between reconnections: the shortcut must come back as soon as the server does.
         retrying = Retrying(RetryPolicy.constant(self.settings.listen_retry_s * 1000.0), self._rng)
-        await listen_forever(url, "nexus_outbox", lambda _: self._wake.set(), retrying)
+        await listen_forever(
+            url, "nexus_outbox", lambda _: self._wake.set(), retrying, check_s=self.settings.listen_check_s
+        )
 
     # -- recording -----------------------------------------------------------------------------------
 

@@ -93,7 +93,13 @@ class DecisionListener:
             self._wake_all()
 
         await listen_forever(
-            self.url, CHANNEL, self._on_notify, retrying, on_connect=connected, on_disconnect=disconnected
+            self.url,
+            CHANNEL,
+            self._on_notify,
+            retrying,
+            on_connect=connected,
+            on_disconnect=disconnected,
+            check_s=self.settings.listen_check_s,
         )
 
 

@@ -132,7 +132,9 @@ class SagaExecutor:
         )
         self.wakeups: SagaWakeups | None = None
         if settings.saga_listen and db.url is not None:
-            self.wakeups = SagaWakeups(db.url, reconnect_max_s=settings.listen_retry_s, rng=self.rng)
+            self.wakeups = SagaWakeups(
+                db.url, reconnect_max_s=settings.listen_retry_s, check_s=settings.listen_check_s, rng=self.rng
+            )
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -27,7 +27,6 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "nexus_sagas"
 _RECONNECT_BASE_MS = 50.0
-_LIVENESS_CHECK_S = 5.0
 
 
 class SagaWakeups:
@@ -40,8 +39,9 @@ class SagaWakeups:
     next loop that would otherwise sleep.
     """
 
-    def __init__(self, url: str, *, reconnect_max_s: float, rng: random.Random | None = None) -> None:
+    def __init__(self, url: str, *, reconnect_max_s: float, check_s: float, rng: random.Random | None = None) -> None:
         self.url = url
+        self.check_s = check_s
         self.connected = asyncio.Event()
         """Set while the LISTEN connection is up (tests wait for it before they count on a NOTIFY)."""
         policy = RetryPolicy(base_ms=min(_RECONNECT_BASE_MS, reconnect_max_s * 1000.0), max_ms=reconnect_max_s * 1000.0)
@@ -99,5 +99,5 @@ class SagaWakeups:
             self._retrying,
             on_connect=connected,
             on_disconnect=self.connected.clear,
-            check_s=_LIVENESS_CHECK_S,
+            check_s=self.check_s,
         )

@@ -33,7 +33,7 @@ async def listen_forever(
     *,
     on_connect: Callable[[], None] = _nothing,
     on_disconnect: Callable[[], None] = _nothing,
-    check_s: float = 5.0,
+    check_s: float,
 ) -> None:
     """LISTEN on `channel` until cancelled, calling `on_notify(payload)` for each notification;
     `on_connect` once listening (notifications sent while away are lost: look again then), and
