@@ -66,6 +66,12 @@ DLQ_MESSAGES = Counter(
     ["code"],
     registry=REGISTRY,
 )
+AUTH_FAILURES = Counter(
+    "nexus_auth_failures_total",
+    "Failed authentications of API requests, by reason (missing, malformed, unknown, revoked).",
+    ["reason"],
+    registry=REGISTRY,
+)
 CONSUMER_RETRIES = Counter(
     "nexus_consumer_retries_total",
     "Transient failures retried in place by an ingress.",

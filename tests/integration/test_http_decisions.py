@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from nexus.settings import Settings
-from tests.conftest import api_headers
+from tests.conftest import api_headers, root_headers
 from tests.factories import abort_json, plan_json, step_json
 
 pytestmark = pytest.mark.slow
@@ -185,7 +185,7 @@ async def test_status_endpoints(api: httpx.AsyncClient) -> None:
     assert (await api.get("/healthz")).json() == {"status": "ok"}
     assert (await api.get("/readyz")).json() == {"status": "ready"}
     assert "/v1/events" in (await api.get("/openapi.json")).json()["paths"]
-    text = (await api.get("/metrics")).text
+    text = (await api.get("/metrics", headers=root_headers())).text
     assert 'nexus_events_processed_total{kind="OrderCreated",outcome="apply"} 1.0' in text
     assert 'nexus_events_processed_total{kind="OrderShipped",outcome="discard"} 0.0' in text
     assert "nexus_events_drained_total 0.0" in text

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import random
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,12 +24,20 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from nexus.core.envelope import is_safe_identifier
-from nexus.errors import AlreadyRedrivenError, ApprovalNotPendingError, ErrorCode, NexusError, NotFoundError
+from nexus.errors import (
+    AlreadyRedrivenError,
+    ApprovalNotPendingError,
+    ErrorCode,
+    NexusError,
+    NotFoundError,
+    TooManyWaitsError,
+)
 
 log = logging.getLogger(__name__)
 
 REQUEST_ID_HEADER = "X-Request-ID"
+# A caller's X-Request-ID is kept when it is this (it goes into logs and answers as it is), else replaced.
+_CALLER_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
 _request_id: contextvars.ContextVar[str] = contextvars.ContextVar("nexus_request_id", default="")
 # Parameters that name things: a malformed one is INVALID_IDENTIFIER, not a generic INVALID_REQUEST.
 IDENTIFIER_PARAMS = frozenset({"order_id", "plan_id", "tenant_id", "correlation_id", "name", "id_or_name"})
@@ -54,7 +63,8 @@ _DESCRIPTIONS = {
     413: "Too large (PAYLOAD_TOO_LARGE, BATCH_TOO_LARGE)",
     415: "Content-Type is not application/json (UNSUPPORTED_MEDIA_TYPE)",
     422: "Invalid input (INVALID_EVENT, INVALID_IDENTIFIER, INVALID_REQUEST, UNSAFE_URL), or a REJECTED step",
-    429: "Rate limit of the key's role reached (RATE_LIMITED, Retry-After)",
+    429: "Rate limit of the key's role, or of failed authentications from an address, reached (RATE_LIMITED,"
+    " Retry-After); or the key's open streams and long polls at their cap (TOO_MANY_WAITS)",
     500: "Internal error",
     503: "Database unavailable or server busy; retry (Retry-After)",
 }
@@ -79,7 +89,7 @@ def error_body(code: ErrorCode, message: str, /, **extra: Any) -> dict[str, Any]
 
 
 def error_response(http_status: int, code: ErrorCode, message: str, /, **extra: Any) -> JSONResponse:
-    headers = {"Retry-After": "1"} if http_status == 503 else None
+    headers = {"Retry-After": "1"} if http_status in (429, 503) else None
     return JSONResponse(error_body(code, message, **extra), status_code=http_status, headers=headers)
 
 
@@ -90,21 +100,25 @@ def status_of(exc: NexusError) -> int:
         return 404
     if isinstance(exc, AlreadyRedrivenError | ApprovalNotPendingError):
         return 409
+    if isinstance(exc, TooManyWaitsError):
+        return 429
     return 500
 
 
 def request_id_for(scope: Scope) -> str:
-    """The request's id: the caller's `X-Request-ID` (the last one) when it is a safe identifier, else new."""
+    """The request's id: the one already given to it (by the first layer that saw it), else the caller's
+    `X-Request-ID` (the last one) when it is 1-64 characters of `A-Za-z0-9._:-`, else a new one."""
+    state = scope.get("state")
+    if isinstance(state, dict) and isinstance(state.get("request_id"), str):
+        return str(state["request_id"])
     wanted = REQUEST_ID_HEADER.lower().encode()
     given = b""
     for name, value in scope.get("headers") or ():
         if name == wanted:
             given = value  # the last one, as a dict of the headers would keep
-    try:
-        candidate = given.decode("ascii")
-    except UnicodeDecodeError:
-        candidate = ""
-    return candidate if candidate and len(candidate) <= 100 and is_safe_identifier(candidate) else new_request_id()
+    rid = given.decode("ascii") if _CALLER_REQUEST_ID.fullmatch(given) else new_request_id()
+    scope.setdefault("state", {})["request_id"] = rid
+    return rid
 
 
 def use_request_id(rid: str) -> contextvars.Token[str]:
@@ -134,7 +148,9 @@ class RequestContext:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                MutableHeaders(scope=message).append(REQUEST_ID_HEADER, rid)
+                headers = MutableHeaders(scope=message)
+                if REQUEST_ID_HEADER not in headers:  # the auth refusals set it themselves
+                    headers.append(REQUEST_ID_HEADER, rid)
             await send(message)
 
         try:
@@ -192,5 +208,3 @@ def install(app: FastAPI) -> None:
                 code = ErrorCode.INVALID_IDENTIFIER
             parts.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
         return error_response(422, code, "; ".join(parts) or "invalid request")
-
-    app.add_middleware(RequestContext)
