@@ -83,15 +83,19 @@ def create_app(
     decision_listener: DecisionListener | None = None,
 ) -> FastAPI:
     """The ASGI app. `committer` shares transactions between concurrent requests (group commit)."""
+    # Keys, rates and failed authentications follow the given settings, else the database's (as always).
+    limits = settings or db.settings
     settings = settings or Settings()
     app = _GatewayApp(title="Nexus Event Gateway", version="1.0", responses=ERROR_RESPONSES)
+    # No trailing-slash redirects: Starlette builds them from the Host header, which the caller chooses.
+    app.router.redirect_slashes = False
     submitter = committer or GroupCommitter(gateway, workers=1)
     http_errors.install(app)
     # issue 11: every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
-    keys = KeyCache(db, ttl_s=db.settings.auth_cache_ttl_s)
+    keys = KeyCache(db, ttl_s=limits.auth_cache_ttl_s)
     sessions = SessionStore(db, db.settings.console_session_ttl_s)  # issue 16; issue 17: in PostgreSQL
-    limiter = RateLimiter(rate_limits(db.settings))  # one set of buckets for both paths below
-    failures = FailureThrottle(db.settings.auth_failures_per_minute, processes_of(db.settings))
+    limiter = RateLimiter(rate_limits(limits))  # one set of buckets for both paths below
+    failures = FailureThrottle(limits.auth_failures_per_minute, processes_of(limits))
     gate = Gatekeeper(keys, limiter, sessions, failures)
     app.add_middleware(RequestGuard, settings=settings)  # inside the key check: no body read for a stranger
     app.add_middleware(AuthMiddleware, gate=gate)

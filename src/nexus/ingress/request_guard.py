@@ -10,6 +10,9 @@ limit, strict JSON.
   limit: 413 PAYLOAD_TOO_LARGE; a NUL in any string: 422 INVALID_REQUEST. The body is then handed to the
   route as it came.
 
+Every answer under `/console` carries a Content-Security-Policy, `X-Frame-Options: DENY`,
+`X-Content-Type-Options: nosniff` and a same-origin Referrer-Policy.
+
 `POST /v1/events` keeps its own reading (nexus.ingress.events_body): its problems are per item and
 dead-lettered, not refusals.
 """
@@ -45,6 +48,29 @@ def _is_json(scope: Any) -> bool:
     return False
 
 
+# The console's pages load only their own script and styles (its <style> blocks are inline), submit only
+# to themselves, and are never framed (clickjacking).
+CONSOLE_HEADERS = (
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+        b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+)
+
+
+def _with_console_headers(send: Any) -> Any:
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *CONSOLE_HEADERS]}
+        await send(message)
+
+    return sending
+
+
 class RequestGuard:
     """Pure ASGI middleware: the checks above, then the route."""
 
@@ -60,6 +86,8 @@ class RequestGuard:
             message = "a parameter (path, query or header) contains a NUL character"
             await error_response(422, ErrorCode.INVALID_PARAMETER, message)(scope, receive, send)
             return
+        if scope["path"].startswith("/console"):
+            send = _with_console_headers(send)
         if scope["method"] not in _BODY_METHODS or scope["path"] in _OWN_READER:
             await self.app(scope, receive, send)
             return
