@@ -20,7 +20,7 @@ from nexus.auth.sessions import SessionStore
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
 from nexus.gateway import Gateway, Incoming, Outcome
-from nexus.ingress import http_errors
+from nexus.ingress import http_errors, openapi
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Refusal, media_type_refusal, read_body
 from nexus.ingress.fast_events import EventsFastPath, answer_events
@@ -89,6 +89,7 @@ def create_app(
     app = _GatewayApp(title="Nexus Event Gateway", version="1.0", responses=ERROR_RESPONSES)
     # No trailing-slash redirects: Starlette builds them from the Host header, which the caller chooses.
     app.router.redirect_slashes = False
+    openapi.install(app)
     submitter = committer or GroupCommitter(gateway, workers=1)
     http_errors.install(app)
     # issue 11: every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)

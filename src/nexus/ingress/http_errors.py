@@ -62,7 +62,9 @@ _DESCRIPTIONS = {
     409: "Conflict (PLAN_MISMATCH, ALREADY_REDRIVEN, APPROVAL_NOT_PENDING, name taken)",
     413: "Too large (PAYLOAD_TOO_LARGE, BATCH_TOO_LARGE)",
     415: "Content-Type is not application/json (UNSUPPORTED_MEDIA_TYPE)",
-    422: "Invalid input (INVALID_EVENT, INVALID_IDENTIFIER, INVALID_REQUEST, UNSAFE_URL), or a REJECTED step",
+    431: "Request line and headers too large (INVALID_REQUEST)",
+    422: "Invalid input (INVALID_EVENT, INVALID_IDENTIFIER, INVALID_REQUEST, INVALID_PARAMETER, UNSAFE_URL), or a"
+    " REJECTED step",
     429: "Rate limit of the key's role, or of failed authentications from an address, reached (RATE_LIMITED,"
     " Retry-After); or the key's open streams and long polls at their cap (TOO_MANY_WAITS)",
     500: "Internal error",
