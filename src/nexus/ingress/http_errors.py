@@ -95,6 +95,18 @@ def error_response(http_status: int, code: ErrorCode, message: str, /, **extra: 
     return JSONResponse(error_body(code, message, **extra), status_code=http_status, headers=headers)
 
 
+def public_message(exc: NexusError, status: int) -> str:
+    """What an answer says of `exc`: never the input (a 404 would repeat the identifier asked for) nor the
+    driver's words (a 5xx); the log has the details."""
+    if status == 404:
+        return "not found (or not visible to this key)"
+    if status == 503:
+        return "temporarily unavailable; retry"
+    if status >= 500:
+        return "internal error"
+    return exc.message
+
+
 def status_of(exc: NexusError) -> int:
     if exc.transient:
         return 503
@@ -187,7 +199,7 @@ def install(app: FastAPI) -> None:
                 exc_info=exc,
                 extra={"action": "http_5xx", "request_id": request_id(), "path": request.url.path, "status": status},
             )
-        return error_response(status, exc.code, exc.message, retryable=exc.transient)
+        return error_response(status, exc.code, public_message(exc, status), retryable=exc.transient)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
