@@ -116,6 +116,8 @@ for _code in ErrorCode:
 BLOCKED_CODES = ("INVALID_TRANSITION", "AFTER_TERMINAL", "UNKNOWN_STEP", "CHECK_FAILED", "LIMIT_EXCEEDED")
 for _blocked in BLOCKED_CODES:
     BLOCKED_ACTIONS.labels(code=_blocked)
+for _reason in ("missing", "malformed", "unknown", "revoked"):
+    AUTH_FAILURES.labels(reason=_reason)
 
 
 def record_outcomes(items: Sequence[_Item], outcomes: Sequence[_Outcome], drained: int) -> None:

@@ -147,7 +147,8 @@ async def test_malformed_input_is_dead_lettered_and_the_batch_goes_on(api: httpx
 
 
 async def test_nul_bytes_are_dead_lettered_not_lost(api: httpx.AsyncClient) -> None:
-    """A body with a NUL byte, and a step whose data holds NUL (which jsonb refuses), are kept as dead letters."""
+    """A body with a NUL byte, and a step whose data holds NUL (which jsonb refuses: INVALID_EVENT, decided
+    before the database), are kept as dead letters; the neighbour applies."""
     response = await api.post(
         "/v1/events", content=b'{"event_id": "\x00"}', headers={"content-type": "application/json"}
     )
@@ -158,11 +159,11 @@ async def test_nul_bytes_are_dead_lettered_not_lost(api: httpx.AsyncClient) -> N
     status, body = await post(api, {"events": [poisoned, neighbour]})
     assert status == 200
     assert [(r["decision"], r["code"]) for r in body["results"]] == [
-        ("DEAD_LETTER", "DATABASE_REJECTED"),
+        ("DEAD_LETTER", "INVALID_EVENT"),
         ("APPLY", None),
     ]
     codes = [d["code"] for d in (await api.get("/v1/dead-letters")).json()["dead_letters"]]
-    assert codes == ["PARSE_ERROR", "DATABASE_REJECTED"]
+    assert codes == ["PARSE_ERROR", "INVALID_EVENT"]
     assert (await api.get("/v1/orders/o-nul")).status_code == 404
 
 
