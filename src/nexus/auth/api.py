@@ -15,8 +15,8 @@ from nexus.auth import keys
 from nexus.auth.middleware import principal_of
 from nexus.auth.roles import InvalidTenantError, parse_roles
 from nexus.core.strict_json import INT64_MAX
+from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, NotFoundError
-from nexus.ingress.http_errors import error_response
 from nexus.store.database import Database
 
 router = APIRouter(tags=["keys"])

@@ -22,8 +22,8 @@ from nexus.auth.keys import KeyCache, Refusal, hash_key
 from nexus.auth.ratelimit import FailureThrottle, RateLimiter, retry_after_header
 from nexus.auth.roles import Principal, Role, allowed, required_roles, uses_session
 from nexus.auth.sessions import COOKIE, SessionStore, cookie_of
+from nexus.error_shape import request_id_for
 from nexus.errors import ErrorCode, NexusError
-from nexus.ingress.http_errors import request_id_for
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,7 @@ disconnects mid-request is logged once, at debug, and nothing else happens.
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import random
-import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -24,6 +21,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from nexus.error_shape import (
+    REQUEST_ID_HEADER,
+    _request_id,
+    error_body,
+    error_response,
+    new_request_id,
+    request_id,
+    request_id_for,
+    reset_request_id,
+    use_request_id,
+)
 from nexus.errors import (
     AlreadyRedrivenError,
     ApprovalNotPendingError,
@@ -35,10 +43,18 @@ from nexus.errors import (
 
 log = logging.getLogger(__name__)
 
-REQUEST_ID_HEADER = "X-Request-ID"
-# A caller's X-Request-ID is kept when it is this (it goes into logs and answers as it is), else replaced.
-_CALLER_REQUEST_ID = re.compile(rb"[A-Za-z0-9._:-]{1,64}")
-_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("nexus_request_id", default="")
+__all__ = [
+    "REQUEST_ID_HEADER",
+    "error_body",
+    "error_response",
+    "new_request_id",
+    "request_id",
+    "request_id_for",
+    "reset_request_id",
+    "use_request_id",
+]
+
+
 # Parameters that name things: a malformed one is INVALID_IDENTIFIER, not a generic INVALID_REQUEST.
 IDENTIFIER_PARAMS = frozenset({"order_id", "plan_id", "tenant_id", "correlation_id", "name", "id_or_name"})
 
@@ -75,26 +91,6 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def new_request_id() -> str:
-    """A fresh request id: 128 random bits in hex, as uuid4().hex but without a system call per request
-    (an id needs to be unique, not unguessable: the random module's generator, seeded from the OS in each
-    process and again in a forked child, as delivery/signing.py draws trace ids)."""
-    return f"{random.getrandbits(128):032x}"
-
-
-def request_id() -> str:
-    return _request_id.get() or new_request_id()
-
-
-def error_body(code: ErrorCode, message: str, /, **extra: Any) -> dict[str, Any]:
-    return {"code": code.value, "message": message, "request_id": request_id(), **extra}
-
-
-def error_response(http_status: int, code: ErrorCode, message: str, /, **extra: Any) -> JSONResponse:
-    headers = {"Retry-After": "1"} if http_status in (429, 503) else None
-    return JSONResponse(error_body(code, message, **extra), status_code=http_status, headers=headers)
-
-
 def public_message(exc: NexusError, status: int) -> str:
     """What an answer says of `exc`: never the input (a 404 would repeat the identifier asked for) nor the
     driver's words (a 5xx); the log has the details."""
@@ -117,31 +113,6 @@ def status_of(exc: NexusError) -> int:
     if isinstance(exc, TooManyWaitsError):
         return 429
     return 500
-
-
-def request_id_for(scope: Scope) -> str:
-    """The request's id: the one already given to it (by the first layer that saw it), else the caller's
-    `X-Request-ID` (the last one) when it is 1-64 characters of `A-Za-z0-9._:-`, else a new one."""
-    state = scope.get("state")
-    if isinstance(state, dict) and isinstance(state.get("request_id"), str):
-        return str(state["request_id"])
-    wanted = REQUEST_ID_HEADER.lower().encode()
-    given = b""
-    for name, value in scope.get("headers") or ():
-        if name == wanted:
-            given = value  # the last one, as a dict of the headers would keep
-    rid = given.decode("ascii") if _CALLER_REQUEST_ID.fullmatch(given) else new_request_id()
-    scope.setdefault("state", {})["request_id"] = rid
-    return rid
-
-
-def use_request_id(rid: str) -> contextvars.Token[str]:
-    """Make `rid` the id `error_body` puts in answers (reset with the token when the request is done)."""
-    return _request_id.set(rid)
-
-
-def reset_request_id(token: contextvars.Token[str]) -> None:
-    _request_id.reset(token)
 
 
 class RequestContext:
