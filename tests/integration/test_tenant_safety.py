@@ -4,6 +4,7 @@ strict admin bodies, NUL and hostile parameters, the one error shape, failed aut
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,7 +19,7 @@ from nexus.gateway import Gateway
 from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database
-from tests.conftest import api_headers, root_headers
+from tests.conftest import TEST_API_KEY, api_headers, root_headers
 from tests.factories import step_json
 
 DRIVER_WORDS = ("asyncpg", "Traceback", "SQLSTATE", "23505", "pkey", "subscriptions_", "UniqueViolation")
@@ -214,3 +215,21 @@ async def test_failed_authentication_is_counted_logged_and_throttled(
     assert len(logged) == 5 and {getattr(r, "reason", None) for r in logged} == set(before)
     assert not any(wrong in r.getMessage() or wrong in str(r.__dict__) for r in caplog.records)
     assert not any(revoked in str(r.__dict__) for r in caplog.records)
+
+
+async def test_failed_console_sign_ins_are_counted_and_throttled(db: Database) -> None:
+    """Wrong keys at the console's sign-in form count as failed authentications of their address; past
+    the allowance the form answers 429 without checking the key, and a right key still signs in."""
+    before = failures("unknown")
+    async with await app_client(db, db.settings.replace(auth_failures_per_minute=2.0)) as console:
+        form = await console.get("/console/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None
+        answers = [
+            await console.post("/console/login", data={"csrf": csrf.group(1), "api_key": f"nxk_wrong-{n}"})
+            for n in range(3)
+        ]
+        assert [a.status_code for a in answers] == [401, 401, 429]
+        right = await console.post("/console/login", data={"csrf": csrf.group(1), "api_key": TEST_API_KEY})
+        assert right.status_code == 303
+    assert failures("unknown") - before == 3

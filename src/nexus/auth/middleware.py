@@ -108,8 +108,9 @@ class Gatekeeper:
                 return None
         return principal
 
-    async def _failed(self, scope: Scope, send: Send, reason: AuthFailure | Refusal) -> None:
-        """Count, log (never the key) and answer a failed authentication: 401, or 429 past the allowance."""
+    def record_failure(self, scope: Scope, reason: AuthFailure | Refusal) -> float:
+        """Count and log (never the key) a failed authentication; the seconds its source address must
+        wait before failing again (0.0: within the allowance). The console's sign-in form calls it too."""
         address = _client_address(scope)
         metrics.AUTH_FAILURES.labels(reason=reason).inc()
         wait = self.failures.fail(address, time.monotonic()) if self.failures is not None else 0.0
@@ -123,6 +124,11 @@ class Gatekeeper:
                 "throttled": wait > 0,
             },
         )
+        return wait
+
+    async def _failed(self, scope: Scope, send: Send, reason: AuthFailure | Refusal) -> None:
+        """Count, log and answer a failed authentication: 401, or 429 past the allowance."""
+        wait = self.record_failure(scope, reason)
         if wait > 0:
             message = "too many failed authentications from this address; retry later"
             await _refuse(scope, send, 429, ErrorCode.RATE_LIMITED, message, {"retry-after": retry_after_header(wait)})

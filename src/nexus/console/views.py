@@ -24,9 +24,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 
 from nexus.audit.report import Filters, _bar_chart, blocked_actions, blocked_summary
-from nexus.auth.keys import hash_key
+from nexus.auth.keys import Refusal, hash_key
 from nexus.auth.middleware import principal_of
-from nexus.auth.roles import Role
+from nexus.auth.roles import Principal, Role
 from nexus.auth.sessions import COOKIE, LOGIN_COOKIE, Session, SessionStore, cookie_of, same_token
 from nexus.delivery import subscriptions as subs
 from nexus.errors import NexusError
@@ -132,7 +132,11 @@ async def login(request: Request) -> Response:
     if not same_token(form.get("csrf"), expected):
         return _page(request, "login.html", 403, csrf=expected or "", error="The form expired; try again.")
     key = form.get("api_key", "").strip()
-    principal = await request.app.state.keys.lookup(key) if key else None
+    found = await request.app.state.keys.check_hash(hash_key(key)) if key else Refusal.UNKNOWN
+    principal = found if isinstance(found, Principal) else None
+    if principal is None and request.app.state.gate.record_failure(request.scope, found) > 0:
+        error = "Too many failed sign-ins from this address; try again in a minute."
+        return _page(request, "login.html", 429, csrf=expected or "", error=error)
     if principal is None or Role.OPERATOR not in principal.roles:
         error = "Unknown or revoked key." if principal is None else "This key lacks the operator role."
         return _page(request, "login.html", 401 if principal is None else 403, csrf=expected or "", error=error)

@@ -253,6 +253,7 @@ def create_app(
     app.state.decision_listener = decision_listener
     app.state.wait_slots = WaitSlots(settings.max_waits_per_key)
     app.state.keys = keys
+    app.state.gate = gate  # the console's sign-in form records its failed attempts through it
     app.state.console_sessions = sessions
     app.state.settings = settings
     app.state.redrive_dead_letter = redrive_dead_letter  # the console's button; it must not import this module
