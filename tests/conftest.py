@@ -57,6 +57,17 @@ TEST_API_KEY = "nxk_test-key-all-roles-tenant-default-0000000000000"
 TEST_KEY_ROLES = ["admin", "agent", "approver", "operator"]
 
 
+# A second key every test database holds: operator and admin of every tenant (what `/metrics` on the API
+# and `?tenant=` filters need); see PostgresForTests.create_template.
+TEST_ROOT_KEY = "nxk_test-key-operator-admin-every-tenant-00000000000"
+TEST_ROOT_ROLES = ["admin", "operator"]
+
+
+def root_headers(**extra: str) -> dict[str, str]:
+    """Headers of a request made with the every-tenant operator key, and any `extra`."""
+    return {"Authorization": f"Bearer {TEST_ROOT_KEY}", **extra}
+
+
 def api_headers(**extra: str) -> dict[str, str]:
     """Headers every test request to the gateway's API carries: the test key, and any `extra`."""
     return {"Authorization": f"Bearer {TEST_API_KEY}", **extra}
@@ -87,6 +98,11 @@ class PostgresForTests:
                 "INSERT INTO api_keys (name, tenant_id, roles, key_hash) VALUES ('tests', 'default', $1, $2)",
                 TEST_KEY_ROLES,
                 hash_key(TEST_API_KEY),
+            )
+            await conn.execute(
+                "INSERT INTO api_keys (name, tenant_id, roles, key_hash) VALUES ('tests-root', NULL, $1, $2)",
+                TEST_ROOT_ROLES,
+                hash_key(TEST_ROOT_KEY),
             )
         finally:
             await conn.close()

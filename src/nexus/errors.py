@@ -11,6 +11,7 @@ labels) and says whether retrying can help::
      |    +-- PermanentDatabaseError   permanent  DATABASE_REJECTED (constraint, bad data)
      +-- NotFoundError            permanent  NOT_FOUND
      +-- AlreadyRedrivenError     permanent  ALREADY_REDRIVEN
+     +-- TooManyWaitsError        permanent  TOO_MANY_WAITS (HTTP 429: a key's open streams and long polls)
      +-- ConfigurationError       permanent  CONFIGURATION
      |    +-- UnsafeUrlError          permanent  UNSAFE_URL (issue 11: an outbound URL aimed inside)
 
@@ -64,6 +65,8 @@ class ErrorCode(enum.StrEnum):
     PLAN_SUPERSEDED = "PLAN_SUPERSEDED"
     APPROVAL_DENIED = "APPROVAL_DENIED"
     APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
+    # tenant safety: waits per key
+    TOO_MANY_WAITS = "TOO_MANY_WAITS"
 
 
 class NexusError(Exception):
@@ -131,6 +134,12 @@ class ApprovalNotPendingError(NexusError):
     """The approval was already answered (approved, denied, expired or cancelled)."""
 
     code = ErrorCode.APPROVAL_NOT_PENDING
+
+
+class TooManyWaitsError(NexusError):
+    """The key already holds as many open streams and long polls as it may (NEXUS_MAX_WAITS_PER_KEY)."""
+
+    code = ErrorCode.TOO_MANY_WAITS
 
 
 class ConfigurationError(NexusError):

@@ -66,6 +66,12 @@ DLQ_MESSAGES = Counter(
     ["code"],
     registry=REGISTRY,
 )
+AUTH_FAILURES = Counter(
+    "nexus_auth_failures_total",
+    "Failed authentications of API requests, by reason (missing, malformed, unknown, revoked).",
+    ["reason"],
+    registry=REGISTRY,
+)
 CONSUMER_RETRIES = Counter(
     "nexus_consumer_retries_total",
     "Transient failures retried in place by an ingress.",
@@ -110,6 +116,8 @@ for _code in ErrorCode:
 BLOCKED_CODES = ("INVALID_TRANSITION", "AFTER_TERMINAL", "UNKNOWN_STEP", "CHECK_FAILED", "LIMIT_EXCEEDED")
 for _blocked in BLOCKED_CODES:
     BLOCKED_ACTIONS.labels(code=_blocked)
+for _reason in ("missing", "malformed", "unknown", "revoked"):
+    AUTH_FAILURES.labels(reason=_reason)
 
 
 def record_outcomes(items: Sequence[_Item], outcomes: Sequence[_Outcome], drained: int) -> None:

@@ -204,6 +204,18 @@ class Settings(BaseSettings):
     supervisor binds the port and starts them; the background services run in the first one only."""
     workers_stop_s: float = 15.0
     """How long the supervisor waits for its processes to stop after SIGTERM before it kills them."""
+    # tenant safety: caps on waiting, slow request heads, failed authentication, the console's cookies
+    max_waits_per_key: int = Field(16, ge=1)
+    """Open SSE streams plus waiting long polls one key may hold in one gateway process; beyond: 429
+    TOO_MANY_WAITS. A count of connections, so not divided among processes."""
+    http_head_timeout_s: float = 5.0
+    """A request whose head (request line and headers) has not fully arrived this long after its first
+    byte is dropped (slowloris); `http_read_timeout_s` bounds head and body together."""
+    auth_failures_per_minute: float = 60.0
+    """Failed authentications one source address may make per minute, divided among the processes as the
+    rate limits are; beyond: its failed attempts get 429 RATE_LIMITED (a valid key is never refused). 0: no limit."""
+    console_secure: bool = False
+    """Mark the console's cookies `Secure` (also done for a request that came over https)."""
 
     def service_url(self, name: str) -> str | None:
         """The base URL of effect service `name`, from `service_urls`."""

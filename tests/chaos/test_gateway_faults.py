@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import PostgresForTests, api_headers
+from tests.conftest import PostgresForTests, api_headers, root_headers
 from tests.factories import plan_json
 from tests.helpers import assert_plans_completed_once
 
@@ -64,7 +64,7 @@ async def test_sigkill_mid_burst_then_resend(start_gateway, database_url: str) -
     async def killer() -> None:
         async with httpx.AsyncClient(base_url=base, headers=api_headers()) as api:
             while True:
-                text = (await api.get("/metrics")).text
+                text = (await api.get("/metrics", headers=root_headers())).text
                 applied = sum(
                     float(line.rsplit(" ", 1)[1])
                     for line in text.splitlines()

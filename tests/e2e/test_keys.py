@@ -10,7 +10,7 @@ import time
 import httpx
 
 from nexus.settings import Settings
-from tests.conftest import ROOT, api_headers, free_port, settings_env
+from tests.conftest import ROOT, api_headers, free_port, root_headers, settings_env
 
 
 def keys_cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
@@ -62,12 +62,14 @@ def test_keys_create_refuses_an_agent_key_for_every_tenant(settings: Settings) -
 
 
 def test_metrics_need_an_operator_key_unless_served_on_their_own_address(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
-    """/metrics on the API: 401 without a key, 200 with an operator key; NEXUS_METRICS_BIND serves it
+    """/metrics on the API: 401 without a key, 403 with a tenant's operator key, 200 with an operator key
+    spanning every tenant; NEXUS_METRICS_BIND serves it
     without a key on its own port."""
     bind = f"127.0.0.1:{free_port()}"
     _, base = start_gateway("--no-dispatcher", settings_=settings.replace(metrics_bind=bind))
     assert httpx.get(f"{base}/metrics").status_code == 401
-    assert httpx.get(f"{base}/metrics", headers=api_headers()).status_code == 200
+    assert httpx.get(f"{base}/metrics", headers=api_headers()).status_code == 403  # one tenant's operator
+    assert httpx.get(f"{base}/metrics", headers=root_headers()).status_code == 200
     deadline = time.monotonic() + 10
     while True:
         try:

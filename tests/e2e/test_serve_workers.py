@@ -24,6 +24,7 @@ from tests.conftest import (
     api_headers,
     fast_settings,
     free_port,
+    root_headers,
     settings_env,
     wait_http,
 )
@@ -124,7 +125,7 @@ def test_metrics_of_any_process_count_the_events_of_both(two: Served) -> None:
         )
         assert body.json()["results"][0]["decision"] == "APPLY"
     for _ in range(6):
-        scraped = httpx.get(f"{two.base}/metrics", headers=api_headers(**CLOSE))
+        scraped = httpx.get(f"{two.base}/metrics", headers=root_headers(**CLOSE))
         assert scraped.status_code == 200 and _applied(scraped.text) == k
     # The keyless listener (NEXUS_METRICS_BIND) runs once, in the first process, and counts both too.
     assert _applied(httpx.get(f"http://127.0.0.1:{two.metrics_port}/metrics").text) == k

@@ -25,6 +25,7 @@ KEYS = {
     "globex_operator": ("globex", {Role.OPERATOR}),
     "globex_admin": ("globex", {Role.ADMIN}),
     "victim": ("acme", {Role.AGENT}),
+    "root_operator": ("*", {Role.OPERATOR}),
 }
 
 
@@ -133,7 +134,8 @@ ROUTES: list[tuple[str, str, str, Any, str, str | None, str | None, int, int | N
         200,
         404,
     ),
-    ("metrics", "GET", "/metrics", None, "acme_operator", "acme_agent", None, 200, None),
+    # metrics name every tenant's subscriptions: an operator of every tenant only (a tenant's operator: 403)
+    ("metrics", "GET", "/metrics", None, "root_operator", "acme_agent", "acme_operator", 200, 403),
     (
         "keys create",
         "POST",

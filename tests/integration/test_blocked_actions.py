@@ -18,10 +18,12 @@ import pytest
 
 from nexus.audit.log import record_entries
 from nexus.audit.signing import KEY_FILE, load_signing_key, public_bytes
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
 from nexus.core.audit import Entry
 from nexus.settings import Settings
 from nexus.store.database import Database
-from tests.conftest import ROOT, api_headers, settings_env
+from tests.conftest import ROOT, api_headers, root_headers, settings_env
 from tests.factories import plan_json
 
 T1 = dt.datetime(2026, 11, 1, tzinfo=dt.UTC)
@@ -72,7 +74,7 @@ async def test_blocked_actions_endpoints(db: Database, start_gateway) -> None:  
     """The list filters by tenant, order, plan, code and since and pages by cursor; the summary counts."""
     await seed(db)
     _, base = start_gateway("--no-dispatcher")
-    with httpx.Client(base_url=base, headers=api_headers(), timeout=10) as api:
+    with httpx.Client(base_url=base, headers=root_headers(), timeout=10) as api:  # an operator of every tenant
         every = api.get("/v1/blocked-actions").json()
         assert [i["code"] for i in every["items"]] == [
             "AFTER_TERMINAL",
@@ -133,6 +135,26 @@ async def test_blocked_actions_endpoints(db: Database, start_gateway) -> None:  
         assert bad.status_code == 422
         assert bad.json()["code"] == "INVALID_PARAMETER" and "since" in bad.json()["message"]
         assert api.get("/v1/blocked-actions", params={"limit": "0"}).json()["code"] == "INVALID_PARAMETER"
+
+
+async def test_blocked_actions_are_the_keys_tenants_only(db: Database, start_gateway) -> None:  # type: ignore[no-untyped-def]
+    """A tenant's operator lists and counts only its own tenant's blocked actions, whatever `?tenant=`
+    says; only a key spanning every tenant chooses the tenant."""
+    await seed(db)
+    _, acme_key = await create_key(db, "acme", frozenset({Role.OPERATOR}), "acme-op")
+    _, base = start_gateway("--no-dispatcher")
+    with httpx.Client(base_url=base, timeout=10) as api:
+        acme = {"Authorization": f"Bearer {acme_key}"}
+        for params in ({}, {"tenant": "default"}):
+            listed = api.get("/v1/blocked-actions", params=params, headers=acme).json()
+            assert {i["tenant"] for i in listed["items"]} == {"acme"}, listed
+            summary = api.get("/v1/blocked-actions/summary", params=params, headers=acme).json()
+            assert summary["total"] == 2 and summary["filters"] == {"tenant": "acme"}
+        mine = api.get("/v1/blocked-actions", params={"tenant": "acme"}, headers=api_headers()).json()
+        assert {i["tenant"] for i in mine["items"]} == {"default"}
+        assert api.get("/v1/blocked-actions/summary", headers=api_headers()).json()["total"] == 3
+        chosen = api.get("/v1/blocked-actions/summary", params={"tenant": "acme"}, headers=root_headers()).json()
+        assert chosen["total"] == 2
 
 
 def report(settings: Settings, *args: str) -> str:

@@ -1,7 +1,7 @@
 """Fuzzing a real `nexus serve` (bounded, part of `make test`; `make fuzz` runs it longer via NEXUS_FUZZ_EXAMPLES).
 
-* schemathesis, every route of /openapi.json: no 5xx, no answer outside the published schema, no
-  driver text in a body;
+* schemathesis, every operation of /openapi.json with keys of every role, its five checks (no 5xx;
+  status, content type, body and headers as published), no driver text in a body;
 * Hypothesis, arbitrary JSON (deep nesting, huge numbers, odd strings) sent as events while valid
   traffic runs beside it: every valid event applies once and every answer has the one error shape.
 """
@@ -25,10 +25,12 @@ from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
 
+from nexus.auth.keys import hash_key
 from tests.conftest import (
     NexusProcess,
     PostgresForTests,
@@ -46,13 +48,71 @@ EXAMPLES = int(os.environ.get("NEXUS_FUZZ_EXAMPLES", "8"))
 DRIVER_WORDS = ("asyncpg", "Traceback", "SQLSTATE", "pkey", "psycopg", "UniqueViolation", "DataError")
 
 
+# Keys of every role the fuzz calls with: each role of tenant "default", and the keys spanning every
+# tenant (operator, admin). Created in the test database before the server starts.
+ROLE_KEYS = {
+    "agent": ("default", "agent"),
+    "operator": ("default", "operator"),
+    "approver": ("default", "approver"),
+    "admin": ("default", "admin"),
+    "every-tenant operator": (None, "operator"),
+    "every-tenant admin": (None, "admin"),
+}
+# The five checks, every one of them: the answer is no 5xx, its status, content type, body and headers
+# are the ones the document declares for the operation.
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
+
+
+async def _add_keys(database_url: str) -> dict[str, str]:
+    conn = await asyncpg.connect(database_url)
+    try:
+        made = {}
+        for name, (tenant, role) in ROLE_KEYS.items():
+            key = f"nxk_fuzz-{uuid.uuid4().hex}"
+            await conn.execute(
+                "INSERT INTO api_keys (name, tenant_id, roles, key_hash) VALUES ($1, $2, $3, $4)",
+                f"fuzz-{name}",
+                tenant,
+                [role],
+                hash_key(key),
+            )
+            made[name] = key
+        # The one a generated revoke may take: any other id would revoke a key these requests carry.
+        await conn.execute(
+            "INSERT INTO api_keys (name, tenant_id, roles, key_hash) VALUES ('sacrificial', 'default', $1, $2)",
+            ["agent"],
+            hash_key(f"nxk_fuzz-{uuid.uuid4().hex}"),
+        )
+        return made
+    finally:
+        await conn.close()
+
+
 @pytest.fixture
 def fuzz_server(pg: PostgresForTests, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """One `nexus serve` per test (a fresh database: one test's requests cannot change another's keys or
-    orders); yields (base url, database url)."""
+    orders); yields (base url, database url). Rate limits and the failed-authentication throttle are off:
+    the fuzz sends far more than a client would."""
     database_url = asyncio.run(pg.new_database())
     port = free_port()
-    env = settings_env(fast_settings(database_url, http_port=port, max_events_per_request=50))
+    settings_ = fast_settings(
+        database_url,
+        http_port=port,
+        max_events_per_request=50,
+        rate_limit_agent=0.0,
+        rate_limit_operator=0.0,
+        rate_limit_approver=0.0,
+        rate_limit_admin=0.0,
+        auth_failures_per_minute=0.0,
+        stream_keepalive_s=0.2,
+    )
+    env = settings_env(settings_)
     log = tmp_path_factory.mktemp("fuzz") / "serve.log"
     proc = NexusProcess(["serve", "--no-dispatcher"], env, Path(log)).start()
     base = f"http://127.0.0.1:{port}"
@@ -63,6 +123,7 @@ def fuzz_server(pg: PostgresForTests, tmp_path_factory: pytest.TempPathFactory) 
         proc.terminate()
     text = Path(log).read_text(errors="replace")
     assert "Exception in ASGI application" not in text
+    assert "request failed" not in text  # every 5xx is logged so
 
 
 def no_driver_text(response: Any) -> None:
@@ -71,39 +132,51 @@ def no_driver_text(response: Any) -> None:
     assert not found, f"driver text {found} in {response.text[:300]}"
 
 
-def test_every_route_answers_within_its_schema(fuzz_server: tuple[str, str]) -> None:
-    """Generated requests to every route: no 5xx, status, content type and body as published, no driver text."""
-    schema = schemathesis.openapi.from_url(fuzz_server[0] + "/openapi.json", headers=api_headers())
+def test_every_operation_with_keys_of_every_role(fuzz_server: tuple[str, str]) -> None:
+    """Generated requests to every operation of /openapi.json, with keys of every role (each of one tenant,
+    and spanning every tenant): schemathesis' five checks pass (no 5xx; status, content type, body and
+    headers as declared) and no answer carries driver text."""
+    base, database_url = fuzz_server
+    keys = asyncio.run(_add_keys(database_url))
+    sacrificial = len(ROLE_KEYS) + 3  # ids: the tests' two keys, the role keys, then this one
+    schema = schemathesis.openapi.from_url(base + "/openapi.json", headers=api_headers())
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) >= 10
+    assert len(operations) >= 20
+    document = httpx.get(base + "/openapi.json", headers=api_headers()).json()
+    bearer = document["components"]["securitySchemes"]["bearer"]
+    assert (bearer["type"], bearer["scheme"]) == ("http", "bearer") and document["security"] == [{"bearer": []}]
+    assert "202" in document["paths"]["/v1/events"]["post"]["responses"]
+    assert list(document["paths"]["/v1/orders/{order_id}/stream"]["get"]["responses"]["200"]["content"]) == [
+        "text/event-stream"
+    ]
 
     for operation in operations:
-        if operation.path.endswith("/stream"):
-            continue  # issue 13: server-sent events never end by design; tests/integration/test_waiting.py covers it
+        for role, key in keys.items():
+            try:
+                fuzz_operation(operation, key, sacrificial)
+            except Exception as exc:
+                exc.add_note(f"operation {operation.method.upper()} {operation.path}, key of role {role}")
+                raise
 
-        @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-        @given(case=operation.as_strategy())
-        def run(case: Any) -> None:
-            case.headers = {**api_headers(), **(case.headers or {})}
-            if case.path_parameters and case.path_parameters.get("key_id") == 1:
-                # Key 1 is the one these requests carry (tests/conftest.py): revoking it would answer every
-                # later case, and the next test, 401. Any other id exercises the route the same way.
-                case.path_parameters["key_id"] = 2
-            if case.query and "wait" in case.query:
-                case.query["wait"] = "0.1"  # issue 13: a long poll waits by design; its shape is what is fuzzed
-            response = case.call(timeout=30)
-            case.validate_response(
-                response,
-                checks=[
-                    not_a_server_error,
-                    status_code_conformance,
-                    content_type_conformance,
-                    response_schema_conformance,
-                ],
-            )
-            no_driver_text(response)
 
-        run()
+def fuzz_operation(operation: Any, key: str, sacrificial_key_id: int) -> None:
+    """EXAMPLES generated requests to `operation` with `key`, each checked by the five checks."""
+    streamed = operation.path.endswith("/stream")
+
+    @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(case=operation.as_strategy())
+    def run(case: Any) -> None:
+        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {key}"}
+        if case.path_parameters and "key_id" in case.path_parameters:
+            case.path_parameters["key_id"] = sacrificial_key_id
+        if case.query and "wait" in case.query:
+            case.query["wait"] = "0.1"  # a long poll waits by design; its shape is what is fuzzed
+        # A stream never ends by design: read until the timeout, then check what came.
+        response = case.call(timeout=1.0 if streamed else 30)
+        case.validate_response(response, checks=CHECKS)
+        no_driver_text(response)
+
+    run()
 
 
 json_leaf = st.one_of(

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from nexus.settings import Settings
-from tests.conftest import api_headers
+from tests.conftest import api_headers, root_headers
 from tests.factories import abort_json, plan_json, step_json
 
 pytestmark = pytest.mark.slow
@@ -147,7 +147,8 @@ async def test_malformed_input_is_dead_lettered_and_the_batch_goes_on(api: httpx
 
 
 async def test_nul_bytes_are_dead_lettered_not_lost(api: httpx.AsyncClient) -> None:
-    """A body with a NUL byte, and a step whose data holds NUL (which jsonb refuses), are kept as dead letters."""
+    """A body with a NUL byte, and a step whose data holds NUL (which jsonb refuses: INVALID_EVENT, decided
+    before the database), are kept as dead letters; the neighbour applies."""
     response = await api.post(
         "/v1/events", content=b'{"event_id": "\x00"}', headers={"content-type": "application/json"}
     )
@@ -158,11 +159,11 @@ async def test_nul_bytes_are_dead_lettered_not_lost(api: httpx.AsyncClient) -> N
     status, body = await post(api, {"events": [poisoned, neighbour]})
     assert status == 200
     assert [(r["decision"], r["code"]) for r in body["results"]] == [
-        ("DEAD_LETTER", "DATABASE_REJECTED"),
+        ("DEAD_LETTER", "INVALID_EVENT"),
         ("APPLY", None),
     ]
     codes = [d["code"] for d in (await api.get("/v1/dead-letters")).json()["dead_letters"]]
-    assert codes == ["PARSE_ERROR", "DATABASE_REJECTED"]
+    assert codes == ["PARSE_ERROR", "INVALID_EVENT"]
     assert (await api.get("/v1/orders/o-nul")).status_code == 404
 
 
@@ -185,7 +186,7 @@ async def test_status_endpoints(api: httpx.AsyncClient) -> None:
     assert (await api.get("/healthz")).json() == {"status": "ok"}
     assert (await api.get("/readyz")).json() == {"status": "ready"}
     assert "/v1/events" in (await api.get("/openapi.json")).json()["paths"]
-    text = (await api.get("/metrics")).text
+    text = (await api.get("/metrics", headers=root_headers())).text
     assert 'nexus_events_processed_total{kind="OrderCreated",outcome="apply"} 1.0' in text
     assert 'nexus_events_processed_total{kind="OrderShipped",outcome="discard"} 0.0' in text
     assert "nexus_events_drained_total 0.0" in text

@@ -20,7 +20,7 @@ from nexus.gateway import Gateway
 from nexus.kafka_io import read_topic
 from nexus.settings import Settings
 from nexus.store.database import Database
-from tests.conftest import ROOT, api_headers, settings_env
+from tests.conftest import ROOT, api_headers, root_headers, settings_env
 from tests.factories import plan_json, step_json
 from tests.helpers import wait_until
 from tests.integration.kafka_helpers import (
@@ -111,7 +111,7 @@ async def test_serve_kafka_consumes_beside_the_http_api(kafka_settings: Settings
         await wait_until(all_completed, 60, "every plan completed, seen over HTTP", interval=0.2)
         body = (await api.get(f"/v1/orders/{orders[0]}")).json()
         assert body["last_seq"] == 5 and body["notifications"] == 5
-        exposition = (await api.get("/metrics")).text
+        exposition = (await api.get("/metrics", headers=root_headers())).text
     assert 'nexus_consumer_lag{partition="0",topic="' + kafka_settings.kafka_topic in exposition
     settled = [line for line in exposition.splitlines() if line.startswith("nexus_event_settle_seconds_count")]
     assert settled and float(settled[0].split()[-1]) >= 150

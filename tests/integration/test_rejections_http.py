@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from nexus.settings import Settings
-from tests.conftest import api_headers, settings_env
+from tests.conftest import api_headers, root_headers, settings_env
 from tests.factories import plan_json, step_json
 
 pytestmark = pytest.mark.slow
@@ -69,7 +69,7 @@ async def test_each_code_single_envelope_is_422(api: httpx.AsyncClient, settings
         assert await conn.fetchval("SELECT count(*) FROM outbox o JOIN rejected_events r USING (event_id)") == 0
     finally:
         await conn.close()
-    text = (await api.get("/metrics")).text
+    text = (await api.get("/metrics", headers=root_headers())).text
     assert 'nexus_blocked_actions_total{code="CHECK_FAILED"} 2.0' in text
     assert 'outcome="rejected"' in text
 

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from nexus.audit.report import Filters, blocked_actions, blocked_summary
+from nexus.error_shape import error_response
 from nexus.errors import ErrorCode
 from nexus.store.database import Database
 
@@ -27,9 +28,10 @@ def parse_since(value: str | None) -> dt.datetime | None:
         return None
     try:
         since = dt.datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise _BadParameter(f"since: not an ISO 8601 timestamp: {value!r}") from exc
-    return since if since.tzinfo else since.replace(tzinfo=dt.UTC)
+        # In UTC here: an offset that moves it outside the years 1-9999 fails now, not in the driver.
+        return (since if since.tzinfo else since.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
+    except (ValueError, OverflowError) as exc:
+        raise _BadParameter("since: not an ISO 8601 timestamp within the years 1-9999") from exc
 
 
 def _int(name: str, value: str | None, default: int | None, low: int, high: int) -> int | None:
@@ -38,16 +40,24 @@ def _int(name: str, value: str | None, default: int | None, low: int, high: int)
     try:
         number = int(value)
     except ValueError as exc:
-        raise _BadParameter(f"{name}: not an integer: {value!r}") from exc
+        raise _BadParameter(f"{name}: not an integer") from exc
     if not low <= number <= high:
         raise _BadParameter(f"{name}: must be between {low} and {high}")
     return number
 
 
 def _filters(request: Request) -> Filters:
+    """The filters of a report request. The tenant is the key's own: only a key spanning every tenant
+    may choose one with `?tenant=` (a single tenant's key asking for another still sees its own)."""
     q = request.query_params
+    # The principal the key check attached (read here without importing nexus.auth: the audit package
+    # sits below it); None spans every tenant.
+    own: str | None = request.state.principal.tenant_id
+    for name in ("tenant", "order", "plan", "code"):
+        if len(q.get(name) or "") > 200:
+            raise _BadParameter(f"{name}: at most 200 characters")
     return Filters(
-        tenant=q.get("tenant") or None,
+        tenant=own if own is not None else (q.get("tenant") or None),
         order=q.get("order") or None,
         plan=q.get("plan") or None,
         code=q.get("code") or None,
@@ -56,7 +66,7 @@ def _filters(request: Request) -> Filters:
 
 
 def _bad(exc: _BadParameter) -> JSONResponse:
-    return JSONResponse({"code": ErrorCode.INVALID_PARAMETER.value, "message": str(exc)}, status_code=422)
+    return error_response(422, ErrorCode.INVALID_PARAMETER, str(exc))
 
 
 @router.get("/v1/blocked-actions")

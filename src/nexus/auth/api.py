@@ -9,12 +9,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.auth import keys
-from nexus.auth.middleware import principal_of, request_id_of
-from nexus.auth.roles import parse_roles
+from nexus.auth.middleware import principal_of
+from nexus.auth.roles import InvalidTenantError, parse_roles
 from nexus.core.strict_json import INT64_MAX
+from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, NotFoundError
 from nexus.store.database import Database
 
@@ -22,8 +23,10 @@ router = APIRouter(tags=["keys"])
 
 
 class NewKey(BaseModel):
-    tenant: str = Field(min_length=1, max_length=200, description="a tenant, or '*' for every tenant")
-    roles: list[str] = Field(min_length=1, description="agent, operator, approver, admin")
+    model_config = ConfigDict(extra="forbid")
+
+    tenant: str = Field(min_length=1, max_length=200, description="a tenant (an identifier), or '*' for every tenant")
+    roles: list[str] = Field(min_length=1, max_length=8, description="agent, operator, approver, admin")
     name: str | None = Field(default=None, max_length=200)
 
 
@@ -36,14 +39,15 @@ def _db(request: Request) -> Database:
 async def create_key(request: Request, body: NewKey) -> JSONResponse:
     own = principal_of(request).tenant_id
     if own is not None and body.tenant != own:
-        message = f"this key manages keys of tenant {own} only"
-        content = {"code": ErrorCode.FORBIDDEN.value, "message": message, "request_id": request_id_of(request.scope)}
-        return JSONResponse(content, status_code=403)
+        return error_response(403, ErrorCode.FORBIDDEN, "this key manages keys of its own tenant only")
     try:
         roles = parse_roles(body.roles)
         record, key = await keys.create_key(_db(request), body.tenant, roles, body.name)
-    except ValueError as exc:
-        return JSONResponse({"code": ErrorCode.INVALID_EVENT.value, "message": str(exc)}, status_code=422)
+    except InvalidTenantError as exc:
+        return error_response(422, ErrorCode.INVALID_IDENTIFIER, str(exc))
+    except ValueError:
+        message = "roles are agent, operator, approver, admin; only operator or admin keys may span every tenant"
+        return error_response(422, ErrorCode.INVALID_REQUEST, message)
     return JSONResponse({**record.as_json(), "key": key}, status_code=201)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import enum
 import hashlib
 import logging
 import os
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus.auth.roles import ALL_TENANTS, Principal, Role, check_key_scope
+from nexus.core.envelope import is_safe_identifier
 from nexus.errors import NexusError, NotFoundError
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
@@ -64,7 +66,11 @@ class KeyRecord:
         """One line of `nexus keys list`: the id first."""
         state = f"revoked {self.revoked_at.isoformat()}" if self.revoked_at else "active"
         tenant = self.tenant_id if self.tenant_id is not None else ALL_TENANTS
-        return f"{self.id}\ttenant={tenant}\troles={','.join(self.roles)}\tname={self.name or '-'}\t{state}"
+        if self.tenant_id is not None and not is_safe_identifier(self.tenant_id):
+            # Stored before tenants were checked: it keeps working, shown quoted and marked for review.
+            tenant = f"{self.tenant_id!r}\tINVALID-TENANT"
+        name = self.name if self.name is None or self.name.isprintable() else repr(self.name)
+        return f"{self.id}\ttenant={tenant}\troles={','.join(self.roles)}\tname={name or '-'}\t{state}"
 
 
 async def create_key(
@@ -120,22 +126,34 @@ def _write_key_file(data_dir: Path, key: str) -> Path:
     return path
 
 
+class Refusal(enum.StrEnum):
+    """Why a key was not accepted (the `reason` of nexus_auth_failures_total)."""
+
+    UNKNOWN = "unknown"
+    REVOKED = "revoked"
+
+
 class KeyCache:
     """Principals by key hash, each entry trusted for at most `ttl_s`; unknown keys are cached too (as
-    None) so a flood of wrong keys costs one query per distinct key per `ttl_s`, and the cache is
+    a refusal) so a flood of wrong keys costs one query per distinct key per `ttl_s`, and the cache is
     bounded so it cannot be grown without limit."""
 
     def __init__(self, db: Database, ttl_s: float = 1.0, max_entries: int = 10_000) -> None:
         self.db = db
         self.ttl_s = ttl_s
         self.max_entries = max_entries
-        self._entries: dict[bytes, tuple[float, Principal | None]] = {}
+        self._entries: dict[bytes, tuple[float, Principal | Refusal]] = {}
 
     async def lookup(self, key: str) -> Principal | None:
         return await self.lookup_hash(hash_key(key))
 
     async def lookup_hash(self, digest: bytes) -> Principal | None:
         """The principal of the key with this SHA-256 (a console session holds only the hash; issue 17)."""
+        found = await self.check_hash(digest)
+        return found if isinstance(found, Principal) else None
+
+    async def check_hash(self, digest: bytes) -> Principal | Refusal:
+        """The principal of the key with this SHA-256, or why there is none (unknown, revoked)."""
         now = time.monotonic()
         hit = self._entries.get(digest)
         if hit is not None and hit[0] > now:
@@ -145,17 +163,19 @@ class KeyCache:
         except NexusError:
             # The database is down: a key known a moment ago stays known (nothing can be revoked, and little
             # done, until it is back); an unknown key cannot be checked and the caller answers 503.
-            if hit is not None and hit[1] is not None:
+            if hit is not None and isinstance(hit[1], Principal):
                 return hit[1]
             raise
-        principal = (
-            None
-            if row is None
-            else Principal(row["id"], row["tenant_id"], frozenset(Role(r) for r in row["roles"]), row["name"])
-        )
+        found: Principal | Refusal
+        if row is None:
+            found = Refusal.UNKNOWN
+        elif row["revoked"]:
+            found = Refusal.REVOKED
+        else:
+            found = Principal(row["id"], row["tenant_id"], frozenset(Role(r) for r in row["roles"]), row["name"])
         if len(self._entries) >= self.max_entries:
             self._entries = {d: e for d, e in self._entries.items() if e[0] > now}
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()
-        self._entries[digest] = (now + self.ttl_s, principal)
-        return principal
+        self._entries[digest] = (now + self.ttl_s, found)
+        return found

@@ -9,17 +9,20 @@ key), 403 FORBIDDEN (no role for the route), 429 RATE_LIMITED with Retry-After.
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
+import re
 import time
-import uuid
 from collections.abc import MutableMapping
 from typing import Any
 
-from nexus.auth.keys import KeyCache
-from nexus.auth.ratelimit import RateLimiter, retry_after_header
+from nexus import metrics
+from nexus.auth.keys import KeyCache, Refusal, hash_key
+from nexus.auth.ratelimit import FailureThrottle, RateLimiter, retry_after_header
 from nexus.auth.roles import Principal, Role, allowed, required_roles, uses_session
 from nexus.auth.sessions import COOKIE, SessionStore, cookie_of
+from nexus.error_shape import request_id_for
 from nexus.errors import ErrorCode, NexusError
 
 log = logging.getLogger(__name__)
@@ -37,19 +40,29 @@ def principal_of(request: Any) -> Principal:
 
 class Gatekeeper:
     """Who is calling, and may they: the key (or console session), the route's roles, the rate limit.
-    Shared by the middleware and the events fast path (nexus.ingress.fast_events), so both refuse alike."""
+    Shared by the middleware and the events fast path (nexus.ingress.fast_events), so both refuse alike.
+
+    A failed authentication (reason missing, malformed, unknown or revoked) is counted
+    (`nexus_auth_failures_total{reason}`), logged without the key, and throttled per source address:
+    past `failures`' allowance the address's failed attempts get 429 RATE_LIMITED instead of 401."""
 
     def __init__(
-        self, keys: KeyCache, limiter: RateLimiter | None = None, sessions: SessionStore | None = None
+        self,
+        keys: KeyCache,
+        limiter: RateLimiter | None = None,
+        sessions: SessionStore | None = None,
+        failures: FailureThrottle | None = None,
     ) -> None:
         self.keys = keys
         self.limiter = limiter
         self.sessions = sessions
+        self.failures = failures
 
     async def admit(self, scope: Scope, send: Send, roles: frozenset[Role]) -> Principal | None:
         """The caller's principal; None once a refusal (401, 403, 429, 503, or the console's sign-in
         redirect) has been sent."""
         session_route = uses_session(scope["path"])
+        found: Principal | Refusal | None
         try:
             if session_route:  # issue 16: the console signs in with a form; its session cookie stands for the key
                 session = await self.sessions.get(cookie_of(scope["headers"], COOKIE)) if self.sessions else None
@@ -57,24 +70,26 @@ class Gatekeeper:
                     await _to_login(send)
                     return None
                 scope.setdefault("state", {})["console_session"] = session
-                principal = await self.keys.lookup_hash(session.key_hash)
+                found = await self.keys.lookup_hash(session.key_hash)
             else:
-                key = _bearer(scope)
+                reason, key = _bearer(scope)
                 if key is None:
-                    message = "an API key is required (Authorization: Bearer <key>)"
-                    await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, message)
+                    await self._failed(scope, send, reason)
                     return None
-                principal = await self.keys.lookup(key)
+                digest = hash_key(key)
+                found = await self.keys.check_hash(digest)
+                scope.setdefault("state", {})["key_hash"] = digest
         except NexusError as exc:
             message = "cannot check the API key now"
             await _refuse(scope, send, 503, exc.code, message, {"retry-after": "1"}, retryable=True)
             return None
-        if principal is None:
+        if not isinstance(found, Principal):
             if session_route:
                 await _to_login(send)
                 return None
-            await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, "unknown or revoked API key")
+            await self._failed(scope, send, found or Refusal.UNKNOWN)
             return None
+        principal = found
         if not allowed(principal, roles):
             need = " or ".join(sorted(r.value for r in roles))
             await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, f"this key lacks the role for this route ({need})")
@@ -93,13 +108,45 @@ class Gatekeeper:
                 return None
         return principal
 
+    def record_failure(self, scope: Scope, reason: AuthFailure | Refusal) -> float:
+        """Count and log (never the key) a failed authentication; the seconds its source address must
+        wait before failing again (0.0: within the allowance). The console's sign-in form calls it too."""
+        address = _client_address(scope)
+        metrics.AUTH_FAILURES.labels(reason=reason).inc()
+        wait = self.failures.fail(address, time.monotonic()) if self.failures is not None else 0.0
+        log.warning(
+            "authentication failed",
+            extra={
+                "action": "auth_failure",
+                "reason": reason,
+                "client": address,
+                "path": scope["path"][:200],
+                "throttled": wait > 0,
+            },
+        )
+        return wait
+
+    async def _failed(self, scope: Scope, send: Send, reason: AuthFailure | Refusal) -> None:
+        """Count, log and answer a failed authentication: 401, or 429 past the allowance."""
+        wait = self.record_failure(scope, reason)
+        if wait > 0:
+            message = "too many failed authentications from this address; retry later"
+            await _refuse(scope, send, 429, ErrorCode.RATE_LIMITED, message, {"retry-after": retry_after_header(wait)})
+            return
+        messages: dict[str, str] = {
+            AuthFailure.MISSING: "an API key is required (Authorization: Bearer <key>)",
+            AuthFailure.MALFORMED: "the Authorization header is not 'Bearer <key>'",
+        }
+        message = messages.get(reason, "unknown or revoked API key")
+        await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, message)
+
 
 class AuthMiddleware:
-    def __init__(
-        self, app: Any, keys: KeyCache, limiter: RateLimiter | None = None, sessions: SessionStore | None = None
-    ) -> None:
+    """The `Gatekeeper` in front of every route of the app (the events fast path calls the same one)."""
+
+    def __init__(self, app: Any, gate: Gatekeeper) -> None:
         self.app = app
-        self.gate = Gatekeeper(keys, limiter, sessions)
+        self.gate = gate
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -122,28 +169,33 @@ async def _to_login(send: Send) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
-def _bearer(scope: Scope) -> str | None:
+class AuthFailure(enum.StrEnum):
+    """Why a request carried no usable key (beside keys.Refusal: unknown, revoked)."""
+
+    MISSING = "missing"
+    MALFORMED = "malformed"
+
+
+# RFC 6750's b64token, bounded: what a Bearer credential may be (a key is nxk_ and URL-safe base64).
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{1,512}=*")
+
+
+def _bearer(scope: Scope) -> tuple[AuthFailure, str | None]:
+    """The key of `Authorization: Bearer <key>` (the first such header), or why there is none."""
     for name, value in scope["headers"]:
         if name == b"authorization":
             text: str = value.decode("latin-1")
             scheme, _, token = text.partition(" ")
             token = token.strip()
-            if scheme.lower() == "bearer" and token:
-                return token
-            return None
-    return None
+            if scheme.lower() == "bearer" and _TOKEN.fullmatch(token):
+                return AuthFailure.MALFORMED, token
+            return AuthFailure.MALFORMED, None
+    return AuthFailure.MISSING, None
 
 
-def request_id_of(scope: Scope) -> str:
-    state = scope.get("state") or {}
-    rid = state.get("request_id")
-    if isinstance(rid, str):
-        return rid
-    for name, value in scope["headers"]:
-        if name == b"x-request-id":
-            given: str = value.decode("latin-1")[:200]
-            return given
-    return uuid.uuid4().hex
+def _client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
 
 
 async def _refuse(
@@ -156,11 +208,16 @@ async def _refuse(
     *,
     retryable: bool | None = None,
 ) -> None:
-    content: dict[str, Any] = {"code": code.value, "message": message, "request_id": request_id_of(scope)}
+    rid = request_id_for(scope)
+    content: dict[str, Any] = {"code": code.value, "message": message, "request_id": rid}
     if retryable is not None:  # as the app's own 503 answers say (DESIGN: transient errors are retryable)
         content["retryable"] = retryable
     body = json.dumps(content).encode()
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", rid.encode()),
+    ]
     if status == 401:
         raw.append((b"www-authenticate", b"Bearer"))
     raw.extend((k.encode(), v.encode()) for k, v in (headers or {}).items())

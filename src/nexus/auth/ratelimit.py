@@ -63,3 +63,32 @@ class RateLimiter:
 def retry_after_header(wait_s: float) -> str:
     """Retry-After in whole seconds, at least 1."""
     return str(max(1, math.ceil(wait_s)))
+
+
+class FailureThrottle:
+    """Failed authentications per source address: a token bucket per address holding `per_minute` / the
+    process count attempts, refilled continuously. Only failures spend tokens and only failures are
+    refused, so a valid key is never refused because others (or the same address) failed."""
+
+    def __init__(self, per_minute: float, processes: int = 1, max_addresses: int = 100_000) -> None:
+        self.capacity = per_minute / max(1, processes)
+        self.rate = self.capacity / 60.0
+        self.max_addresses = max_addresses
+        self._buckets: dict[str, _Bucket] = {}
+
+    def fail(self, address: str, now: float) -> float:
+        """Record a failed attempt from `address`: 0.0 while it is within its allowance (answer 401), else
+        the seconds until the next failed attempt would be (answer 429)."""
+        if self.capacity <= 0:
+            return 0.0
+        bucket = self._buckets.get(address)
+        if bucket is None:
+            if len(self._buckets) >= self.max_addresses:
+                self._buckets.clear()
+            bucket = self._buckets[address] = _Bucket(self.capacity, now)
+        bucket.tokens = min(self.capacity, bucket.tokens + (now - bucket.updated) * self.rate)
+        bucket.updated = now
+        if bucket.tokens >= 1.0:
+            bucket.tokens -= 1.0
+            return 0.0
+        return (1.0 - bucket.tokens) / self.rate

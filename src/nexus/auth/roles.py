@@ -11,7 +11,15 @@ import dataclasses
 import enum
 import re
 
+from nexus.core.envelope import is_safe_identifier
+
 ALL_TENANTS = "*"
+TENANT_PATTERN = r"^(\*|[A-Za-z0-9][A-Za-z0-9._:@-]{0,199})$"
+"""A tenant as a key or subscription names it: an identifier (the envelope's rule), or `*` for every tenant."""
+
+
+class InvalidTenantError(ValueError):
+    """A tenant that is neither an identifier nor `*` (422 INVALID_IDENTIFIER)."""
 
 
 class Role(enum.StrEnum):
@@ -105,8 +113,10 @@ def parse_roles(values: list[str] | tuple[str, ...]) -> frozenset[Role]:
 def check_key_scope(tenant: str, roles: frozenset[Role]) -> str | None:
     """The stored tenant of a new key (None = every tenant); only operators and admins may span tenants."""
     if tenant != ALL_TENANTS:
-        if not tenant:
-            raise ValueError("a key needs a tenant (or '*' for every tenant)")
+        if not is_safe_identifier(tenant):
+            raise InvalidTenantError(
+                "a key's tenant is 1-200 characters of A-Za-z0-9._:@- starting with a letter or digit, or '*'"
+            )
         return tenant
     if roles & {Role.AGENT, Role.APPROVER} and not roles & {Role.OPERATOR, Role.ADMIN}:
         raise ValueError("only operator or admin keys may span every tenant ('*')")

@@ -5,7 +5,8 @@ Two checks, because a name can resolve anywhere and can change its answer (DNS r
 * at creation, `check_url` parses strictly (http/https, a host, no userinfo, no whitespace or control
   characters) and refuses hosts that are internal addresses in any notation the resolver would accept:
   dotted, decimal (`2130706433`), octal (`0177.0.0.1`), hex, short (`127.1`) IPv4, IPv6 and
-  IPv4-mapped IPv6 (`[::ffff:127.0.0.1]`), and `localhost` names;
+  IPv4-mapped IPv6 (`[::ffff:127.0.0.1]`), IPv4-compatible (`[::127.0.0.1]`, `[::7f00:1]`), site-local
+  (`[fec0::1]`) and NAT64 (`[64:ff9b::7f00:1]`, local-use `[64:ff9b:1::7f00:1]`) IPv6, and `localhost` names;
 * at connect time (`nexus.outbound.policy`), `forbidden` is asked about the address actually connected to.
 
 Internal means not globally routable (loopback, private, link-local, CGNAT 100.64/10, reserved,
@@ -27,6 +28,11 @@ _CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f-\x9f\\]")
 _LABEL = r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*\.?$")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# IPv6 ranges the standard library (3.11) still calls global although nothing global lives there: the
+# deprecated IPv4-compatible form `::a.b.c.d` (a stack may route it to the IPv4 address, loopback
+# included), site-local `fec0::/10` (deprecated, routed inside a site) and NAT64's local-use prefix
+# `64:ff9b:1::/48` (RFC 8215: translated inside the operator's network).
+_NOT_GLOBAL_V6 = tuple(ipaddress.ip_network(n) for n in ("::/96", "fec0::/10", "64:ff9b:1::/48"))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,6 +109,8 @@ def forbidden(ip: IPAddress, allowance: PrivateAllowance = PrivateAllowance()) -
         if mapped is None and ip in _NAT64:
             mapped = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
         if mapped is not None and forbidden(mapped, allowance):
+            return True
+        if any(ip in net for net in _NOT_GLOBAL_V6):
             return True
     return ip.is_multicast or not ip.is_global
 

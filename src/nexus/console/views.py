@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+import hmac
 import importlib.resources
 import secrets
 import time
@@ -23,9 +24,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 
 from nexus.audit.report import Filters, _bar_chart, blocked_actions, blocked_summary
-from nexus.auth.keys import hash_key
+from nexus.auth.keys import Refusal, hash_key
 from nexus.auth.middleware import principal_of
-from nexus.auth.roles import Role
+from nexus.auth.roles import Principal, Role
 from nexus.auth.sessions import COOKIE, LOGIN_COOKIE, Session, SessionStore, cookie_of, same_token
 from nexus.delivery import subscriptions as subs
 from nexus.errors import NexusError
@@ -87,8 +88,28 @@ def _csrf_refused(request: Request, form: dict[str, str]) -> Response | None:
     return _page(request, "message.html", 403, title="Refused", message="The form's CSRF token is missing or wrong.")
 
 
-def _back(path: str, note: str) -> RedirectResponse:
-    return RedirectResponse(f"{path}?{urllib.parse.urlencode({'note': note})}", status_code=303, headers=_NO_STORE)
+def _back(request: Request, path: str, note: str) -> RedirectResponse:
+    """Back to `path`, showing `note`: signed with the session's secret, so a page shows only the notes
+    the console wrote itself (never text a link put into the URL)."""
+    query_ = urllib.parse.urlencode({"note": note, "sig": _note_signature(request, note)})
+    return RedirectResponse(f"{path}?{query_}", status_code=303, headers=_NO_STORE)
+
+
+def _note_signature(request: Request, note: str) -> str:
+    return hmac.new(_session(request).csrf.encode(), note.encode(), hashlib.sha256).hexdigest()
+
+
+def _note(request: Request) -> str | None:
+    """The note `_back` sent this page, if its signature is this session's; else none."""
+    note, sig = request.query_params.get("note"), request.query_params.get("sig")
+    if note is None or sig is None or not hmac.compare_digest(sig, _note_signature(request, note)):
+        return None
+    return note
+
+
+def _secure(request: Request) -> bool:
+    """Whether cookies are `Secure`: NEXUS_CONSOLE_SECURE, or the request came over https."""
+    return bool(request.app.state.settings.console_secure) or request.url.scheme == "https"
 
 
 # -- sign in / out ---------------------------------------------------------------------------------------
@@ -98,7 +119,9 @@ def _back(path: str, note: str) -> RedirectResponse:
 async def login_form(request: Request) -> Response:
     token = secrets.token_urlsafe(24)
     response = _page(request, "login.html", csrf=token, error=None)
-    response.set_cookie(LOGIN_COOKIE, token, httponly=True, samesite="strict", path="/console/login")
+    response.set_cookie(
+        LOGIN_COOKIE, token, httponly=True, samesite="strict", path="/console/login", secure=_secure(request)
+    )
     return response
 
 
@@ -109,14 +132,18 @@ async def login(request: Request) -> Response:
     if not same_token(form.get("csrf"), expected):
         return _page(request, "login.html", 403, csrf=expected or "", error="The form expired; try again.")
     key = form.get("api_key", "").strip()
-    principal = await request.app.state.keys.lookup(key) if key else None
+    found = await request.app.state.keys.check_hash(hash_key(key)) if key else Refusal.UNKNOWN
+    principal = found if isinstance(found, Principal) else None
+    if principal is None and request.app.state.gate.record_failure(request.scope, found) > 0:
+        error = "Too many failed sign-ins from this address; try again in a minute."
+        return _page(request, "login.html", 429, csrf=expected or "", error=error)
     if principal is None or Role.OPERATOR not in principal.roles:
         error = "Unknown or revoked key." if principal is None else "This key lacks the operator role."
         return _page(request, "login.html", 401 if principal is None else 403, csrf=expected or "", error=error)
     sid, _ = await _sessions(request).create(hash_key(key))
     response = RedirectResponse("/console/orders", status_code=303, headers=_NO_STORE)
-    response.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/console")
-    response.delete_cookie(LOGIN_COOKIE, path="/console/login")
+    response.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/console", secure=_secure(request))
+    response.delete_cookie(LOGIN_COOKIE, path="/console/login", secure=_secure(request))
     return response
 
 
@@ -127,7 +154,7 @@ async def logout(request: Request) -> Response:
         return refused
     await _sessions(request).drop(cookie_of(request.scope["headers"], COOKIE))
     response = RedirectResponse("/console/login", status_code=303, headers=_NO_STORE)
-    response.delete_cookie(COOKIE, path="/console")
+    response.delete_cookie(COOKIE, path="/console", secure=_secure(request))
     return response
 
 
@@ -181,7 +208,7 @@ async def order_page(request: Request, tenant: str, order_id: str) -> Response:
     context = await _order_context(request, tenant, order_id)
     if context is None:
         return _page(request, "message.html", 404, title="Not found", message=f"No order {order_id} of {tenant}.")
-    return _page(request, "order.html", **context, note=request.query_params.get("note"))
+    return _page(request, "order.html", **context, note=_note(request))
 
 
 @router.get("/orders/{tenant}/{order_id}/live")
@@ -272,7 +299,7 @@ async def dead(request: Request) -> Response:
     db = _db(request)
     letters = await db.fetch(query("api.sql", "dead_letters"), None, None, False, 200, 0, viewer)
     deliveries = await subs.list_dead_deliveries(db, None, 200, 0, viewer)
-    return _page(request, "dead.html", letters=letters, deliveries=deliveries, note=request.query_params.get("note"))
+    return _page(request, "dead.html", letters=letters, deliveries=deliveries, note=_note(request))
 
 
 @router.post("/dead-letters/{dead_letter_id}/redrive")
@@ -284,8 +311,8 @@ async def redrive_letter(request: Request, dead_letter_id: int) -> Response:
     try:
         outcome = await redrive(_db(request), gateway, dead_letter_id, principal_of(request).tenant_id)
     except NexusError as exc:
-        return _back("/console/dead", f"dead letter {dead_letter_id}: {exc.code.value} {exc}")
-    return _back("/console/dead", f"dead letter {dead_letter_id} redriven: {outcome.decision.value}")
+        return _back(request, "/console/dead", f"dead letter {dead_letter_id}: {exc.code.value} {exc}")
+    return _back(request, "/console/dead", f"dead letter {dead_letter_id} redriven: {outcome.decision.value}")
 
 
 @router.post("/deliveries/{outbox_id}/{subscription_id}/redrive")
@@ -296,8 +323,8 @@ async def redrive_delivery(request: Request, outbox_id: uuid.UUID, subscription_
     try:
         await subs.redrive_delivery(_db(request), outbox_id, subscription_id, principal_of(request).tenant_id)
     except NexusError as exc:
-        return _back("/console/dead", f"delivery {outbox_id}: {exc.code.value} {exc}")
-    return _back("/console/dead", f"delivery {outbox_id} to subscription {subscription_id} redriven: pending")
+        return _back(request, "/console/dead", f"delivery {outbox_id}: {exc.code.value} {exc}")
+    return _back(request, "/console/dead", f"delivery {outbox_id} to subscription {subscription_id} redriven: pending")
 
 
 # -- subscriptions and processes --------------------------------------------------------------------------

@@ -134,19 +134,19 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise InvalidEventError(f"duplicate key {key[:100]!r}", code=ErrorCode.PARSE_ERROR)
+                raise InvalidEventError("duplicate key in an object", code=ErrorCode.PARSE_ERROR)
             seen.add(key)
     return result
 
 
 def _no_constant(name: str) -> Any:
-    raise InvalidEventError(f"{name} is not a JSON number", code=ErrorCode.PARSE_ERROR)
+    raise InvalidEventError("NaN and Infinity are not JSON numbers", code=ErrorCode.PARSE_ERROR)
 
 
 def _finite_float(literal: str) -> float:
     value = float(literal)
     if not math.isfinite(value):
-        raise InvalidEventError(f"number {literal[:40]} is out of range", code=ErrorCode.PARSE_ERROR)
+        raise InvalidEventError("a number is out of range", code=ErrorCode.PARSE_ERROR)
     return value
 
 

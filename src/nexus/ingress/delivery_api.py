@@ -11,9 +11,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.auth.middleware import principal_of
+from nexus.auth.roles import ALL_TENANTS, TENANT_PATTERN
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.delivery import subscriptions as subs
 from nexus.delivery.signing import generate_secret
@@ -30,13 +31,18 @@ Name = Annotated[str, Field(min_length=1, max_length=200, pattern=SAFE_IDENTIFIE
 
 
 class NewSubscription(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     name: Name
     url: str
     secret: str | None = Field(default=None, description="whsec_<base64>; generated and returned if absent")
     event_types: list[str] | None = None
     format: str = Field(default="native", description="native | cloudevents (CloudEvents 1.0 structured)")
     tenant: str | None = Field(
-        default=None, description="only for keys spanning every tenant: bind the subscription to one tenant"
+        default=None,
+        max_length=200,
+        pattern=TENANT_PATTERN,
+        description="only for keys spanning every tenant: bind the subscription to one tenant ('*': every tenant)",
     )
 
 
@@ -57,14 +63,16 @@ async def create_subscription(request: Request, body: NewSubscription) -> JSONRe
     principal = principal_of(request)
     # A tenant's key makes its tenant's subscription; a key spanning every tenant may bind one or span all.
     tenant = principal.tenant_id if principal.tenant_id is not None else body.tenant
+    if tenant == ALL_TENANTS:
+        tenant = None
     try:
         sub = await subs.add_subscription(
             _db(request), body.name, body.url, secret, body.event_types, tenant_id=tenant, fmt=body.format
         )
     except ConfigurationError as exc:
         return error_response(422, exc.code, exc.message)
-    except PermanentDatabaseError as exc:  # the unique name is taken
-        return error_response(409, exc.code, exc.message)
+    except PermanentDatabaseError as exc:  # the name is taken in this tenant (names are unique per tenant)
+        return error_response(409, exc.code, "a subscription of this tenant already has this name")
     content = sub.as_json()
     if body.secret is None:
         content["secret"] = secret  # shown once, so the subscriber can verify signatures

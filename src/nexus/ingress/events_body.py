@@ -3,7 +3,7 @@
 A body is refused as a whole, writing nothing, when it is not `application/json` (415), too large (413
 PAYLOAD_TOO_LARGE, or BATCH_TOO_LARGE by events, or a string beyond the limit), or nested too deep (400
 NESTING_TOO_DEEP). A body that is not strict JSON is one PARSE_ERROR dead letter (the stream goes on);
-every other problem stays with its item.
+every other problem stays with its item (a NUL character in any of its strings: INVALID_EVENT).
 """
 
 from __future__ import annotations
@@ -97,9 +97,31 @@ def parse_body(body: bytes, traceparent: str | None, limits: InputLimits) -> Par
     return Parsed([_item(e, traceparent, limits) for e in events], single)
 
 
+def has_nul(value: Any) -> bool:
+    """Whether a NUL character is in any key or string of a decoded JSON value (iterative)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 def _item(event: Any, traceparent: str | None, limits: InputLimits) -> Incoming:
     if isinstance(event, dict):
-        return Incoming.parse(event, traceparent, limits)
+        item = Incoming.parse(event, traceparent, limits)
+        if item.envelope is not None and has_nul(event):
+            # PostgreSQL text and jsonb hold no NUL: an INVALID_EVENT of its own, before the database (a
+            # NUL in an identifier is already INVALID_IDENTIFIER, by the envelope's own rule).
+            error = InvalidEventError("a string of the envelope contains a NUL character (U+0000)")
+            return Incoming(item.raw, None, error, traceparent)
+        return item
     # Not an object: an INVALID_EVENT of its own (a string is not decoded again as JSON).
     return Incoming(json.dumps(event), None, InvalidEventError("an envelope is a JSON object"), traceparent)
 

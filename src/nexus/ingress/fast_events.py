@@ -117,7 +117,7 @@ class EventsFastPath:
                     exc_info=exc,
                     extra={"action": "http_5xx", "request_id": rid, "path": PATH, "status": status},
                 )
-            content = http_errors.error_body(exc.code, exc.message, retryable=exc.transient)
+            content = http_errors.error_body(exc.code, http_errors.public_message(exc, status), retryable=exc.transient)
             headers = [(b"retry-after", b"1")] if status == 503 else []
         except Exception:
             log.exception(

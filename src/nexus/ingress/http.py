@@ -13,17 +13,19 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from nexus import metrics, tracing
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, Gatekeeper, principal_of
-from nexus.auth.ratelimit import RateLimiter
+from nexus.auth.ratelimit import FailureThrottle, RateLimiter
 from nexus.auth.roles import read_tenant
 from nexus.auth.sessions import SessionStore
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
-from nexus.errors import AlreadyRedrivenError, NexusError, NotFoundError
+from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
 from nexus.gateway import Gateway, Incoming, Outcome
-from nexus.ingress import http_errors, tenants
+from nexus.ingress import http_errors, openapi, tenants
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Refusal, media_type_refusal, read_body
 from nexus.ingress.fast_events import EventsFastPath, answer_events
 from nexus.ingress.http_errors import ERROR_RESPONSES, error_response
+from nexus.ingress.request_guard import RequestGuard
+from nexus.lifecycle.waiting import WaitSlots
 from nexus.saga.admin import effect_of, order_saga
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -80,21 +82,28 @@ def create_app(
     decision_listener: DecisionListener | None = None,
 ) -> FastAPI:
     """The ASGI app. `committer` shares transactions between concurrent requests (group commit)."""
+    # Keys, rates and failed authentications follow the given settings, else the database's (as always).
+    limits = settings or db.settings
     settings = settings or Settings()
     app = _GatewayApp(title="Nexus Event Gateway", version="1.0", responses=ERROR_RESPONSES)
+    # No trailing-slash redirects: Starlette builds them from the Host header, which the caller chooses.
+    app.router.redirect_slashes = False
+    openapi.install(app)
     submitter = committer or GroupCommitter(gateway, workers=1)
     http_errors.install(app)
     # issue 11: every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
-    keys = KeyCache(db, ttl_s=db.settings.auth_cache_ttl_s)
+    keys = KeyCache(db, ttl_s=limits.auth_cache_ttl_s)
     sessions = SessionStore(db, db.settings.console_session_ttl_s)  # issue 16; issue 17: in PostgreSQL
-    limiter = RateLimiter(rate_limits(db.settings))  # one set of buckets for both paths below
-    app.add_middleware(AuthMiddleware, keys=keys, limiter=limiter, sessions=sessions)
+    limiter = RateLimiter(rate_limits(limits))  # one set of buckets for both paths below
+    failures = FailureThrottle(limits.auth_failures_per_minute, processes_of(limits))
+    gate = Gatekeeper(keys, limiter, sessions, failures)
+    app.add_middleware(RequestGuard, settings=settings)  # inside the key check: no body read for a stranger
+    app.add_middleware(AuthMiddleware, gate=gate)
+    app.add_middleware(http_errors.RequestContext)  # outermost: the request id is set before anything answers
     if tracing.active():  # issue 16: the maintained ASGI instrumentation, outermost; absent when tracing is off
         tracing.instrument(app)
     # issue 17: POST /v1/events without the framework's layers (it steps aside while tracing is on)
-    app.fast_path = EventsFastPath(
-        app.framework, gate=Gatekeeper(keys, limiter, sessions), submitter=submitter, settings=settings
-    )
+    app.fast_path = EventsFastPath(app.framework, gate=gate, submitter=submitter, settings=settings)
 
     @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
     async def post_events(request: Request) -> JSONResponse:
@@ -111,7 +120,7 @@ def create_app(
     async def get_order(
         request: Request,
         order_id: OrderId,
-        tenant: str | None = None,
+        tenant: Annotated[str | None, Query(max_length=200)] = None,
         wait: Annotated[float | None, Query(ge=0, le=86400)] = None,
         after_seq: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
         after_status: Annotated[str | None, Query(max_length=200)] = None,
@@ -119,21 +128,23 @@ def create_app(
         """The order (with its saga, if any); with `wait=S` (issue 13) a long poll answering as soon as
         last_seq passes `after_seq`, the status differs from `after_status` (or, with neither, anything
         changed), or after S seconds, in the same shape."""
-        tenant_id = read_tenant(principal_of(request), tenant)
+        principal = principal_of(request)
+        tenant_id = read_tenant(principal, tenant)
         if wait is None:
             order = await read_order(db, tenant_id, order_id)
         else:
             from nexus.lifecycle.waiting import wait_for_order
 
-            order = await wait_for_order(
-                request.app.state.decision_listener,
-                lambda: read_order(db, tenant_id, order_id),
-                tenant_id,
-                order_id,
-                min(wait, settings.wait_max_s),
-                after_seq=after_seq,
-                after_status=after_status,
-            )
+            with request.app.state.wait_slots.hold(principal.key_id):  # 429 TOO_MANY_WAITS past the cap
+                order = await wait_for_order(
+                    request.app.state.decision_listener,
+                    lambda: read_order(db, tenant_id, order_id),
+                    tenant_id,
+                    order_id,
+                    min(wait, settings.wait_max_s),
+                    after_seq=after_seq,
+                    after_status=after_status,
+                )
         if order is None:
             raise NotFoundError(f"no order {order_id!r}")
         return order
@@ -199,7 +210,12 @@ def create_app(
         return {"dead_letter_id": dead_letter_id, "result": outcome.as_json()}
 
     @app.get("/metrics", response_class=PlainTextResponse)
-    async def get_metrics() -> Response:
+    async def get_metrics(request: Request) -> Response:
+        """Prometheus exposition. Its series name every tenant's subscriptions, so on the API only an
+        operator key spanning every tenant reads it (a tenant's operator: 403); `NEXUS_METRICS_BIND`
+        serves it without a key on an address of its own."""
+        if not principal_of(request).all_tenants:
+            return error_response(403, ErrorCode.FORBIDDEN, "metrics need an operator key spanning every tenant")
         await refresh_db_gauges(db)
         return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
@@ -234,7 +250,9 @@ def create_app(
 
         decision_listener = DecisionListener(db.url, settings)
     app.state.decision_listener = decision_listener
+    app.state.wait_slots = WaitSlots(settings.max_waits_per_key)
     app.state.keys = keys
+    app.state.gate = gate  # the console's sign-in form records its failed attempts through it
     app.state.console_sessions = sessions
     app.state.settings = settings
     app.state.redrive_dead_letter = redrive_dead_letter  # the console's button; it must not import this module
@@ -255,8 +273,14 @@ def rate_limits(settings: Any) -> Any:
             Role.ADMIN: settings.rate_limit_admin,
         },
         # issue 17 (workers): unless set, the limit is divided among this serve's own HTTP processes
-        processes=settings.rate_limit_processes or settings.workers,
+        processes=processes_of(settings),
     )
+
+
+def processes_of(settings: Any) -> int:
+    """The gateway processes sharing the load, among which rates are divided (`NEXUS_RATE_LIMIT_PROCESSES`,
+    else this serve's own `workers`)."""
+    return int(settings.rate_limit_processes or settings.workers)
 
 
 async def read_order(db: Database, tenant_id: str, order_id: str) -> dict[str, Any] | None:

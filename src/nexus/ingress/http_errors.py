@@ -9,9 +9,7 @@ disconnects mid-request is logged once, at debug, and nothing else happens.
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import random
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -23,13 +21,40 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from nexus.core.envelope import is_safe_identifier
-from nexus.errors import AlreadyRedrivenError, ApprovalNotPendingError, ErrorCode, NexusError, NotFoundError
+from nexus.error_shape import (
+    REQUEST_ID_HEADER,
+    _request_id,
+    error_body,
+    error_response,
+    new_request_id,
+    request_id,
+    request_id_for,
+    reset_request_id,
+    use_request_id,
+)
+from nexus.errors import (
+    AlreadyRedrivenError,
+    ApprovalNotPendingError,
+    ErrorCode,
+    NexusError,
+    NotFoundError,
+    TooManyWaitsError,
+)
 
 log = logging.getLogger(__name__)
 
-REQUEST_ID_HEADER = "X-Request-ID"
-_request_id: contextvars.ContextVar[str] = contextvars.ContextVar("nexus_request_id", default="")
+__all__ = [
+    "REQUEST_ID_HEADER",
+    "error_body",
+    "error_response",
+    "new_request_id",
+    "request_id",
+    "request_id_for",
+    "reset_request_id",
+    "use_request_id",
+]
+
+
 # Parameters that name things: a malformed one is INVALID_IDENTIFIER, not a generic INVALID_REQUEST.
 IDENTIFIER_PARAMS = frozenset({"order_id", "plan_id", "tenant_id", "correlation_id", "name", "id_or_name"})
 
@@ -53,8 +78,11 @@ _DESCRIPTIONS = {
     409: "Conflict (PLAN_MISMATCH, ALREADY_REDRIVEN, APPROVAL_NOT_PENDING, name taken)",
     413: "Too large (PAYLOAD_TOO_LARGE, BATCH_TOO_LARGE)",
     415: "Content-Type is not application/json (UNSUPPORTED_MEDIA_TYPE)",
-    422: "Invalid input (INVALID_EVENT, INVALID_IDENTIFIER, INVALID_REQUEST, UNSAFE_URL), or a REJECTED step",
-    429: "Rate limit of the key's role reached (RATE_LIMITED, Retry-After)",
+    431: "Request line and headers too large (INVALID_REQUEST)",
+    422: "Invalid input (INVALID_EVENT, INVALID_IDENTIFIER, INVALID_REQUEST, INVALID_PARAMETER, UNSAFE_URL), or a"
+    " REJECTED step",
+    429: "Rate limit of the key's role, or of failed authentications from an address, reached (RATE_LIMITED,"
+    " Retry-After); or the key's open streams and long polls at their cap (TOO_MANY_WAITS)",
     500: "Internal error",
     503: "Database unavailable or server busy; retry (Retry-After)",
 }
@@ -63,24 +91,16 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def new_request_id() -> str:
-    """A fresh request id: 128 random bits in hex, as uuid4().hex but without a system call per request
-    (an id needs to be unique, not unguessable: the random module's generator, seeded from the OS in each
-    process and again in a forked child, as delivery/signing.py draws trace ids)."""
-    return f"{random.getrandbits(128):032x}"
-
-
-def request_id() -> str:
-    return _request_id.get() or new_request_id()
-
-
-def error_body(code: ErrorCode, message: str, /, **extra: Any) -> dict[str, Any]:
-    return {"code": code.value, "message": message, "request_id": request_id(), **extra}
-
-
-def error_response(http_status: int, code: ErrorCode, message: str, /, **extra: Any) -> JSONResponse:
-    headers = {"Retry-After": "1"} if http_status == 503 else None
-    return JSONResponse(error_body(code, message, **extra), status_code=http_status, headers=headers)
+def public_message(exc: NexusError, status: int) -> str:
+    """What an answer says of `exc`: never the input (a 404 would repeat the identifier asked for) nor the
+    driver's words (a 5xx); the log has the details."""
+    if status == 404:
+        return "not found (or not visible to this key)"
+    if status == 503:
+        return "temporarily unavailable; retry"
+    if status >= 500:
+        return "internal error"
+    return exc.message
 
 
 def status_of(exc: NexusError) -> int:
@@ -90,30 +110,9 @@ def status_of(exc: NexusError) -> int:
         return 404
     if isinstance(exc, AlreadyRedrivenError | ApprovalNotPendingError):
         return 409
+    if isinstance(exc, TooManyWaitsError):
+        return 429
     return 500
-
-
-def request_id_for(scope: Scope) -> str:
-    """The request's id: the caller's `X-Request-ID` (the last one) when it is a safe identifier, else new."""
-    wanted = REQUEST_ID_HEADER.lower().encode()
-    given = b""
-    for name, value in scope.get("headers") or ():
-        if name == wanted:
-            given = value  # the last one, as a dict of the headers would keep
-    try:
-        candidate = given.decode("ascii")
-    except UnicodeDecodeError:
-        candidate = ""
-    return candidate if candidate and len(candidate) <= 100 and is_safe_identifier(candidate) else new_request_id()
-
-
-def use_request_id(rid: str) -> contextvars.Token[str]:
-    """Make `rid` the id `error_body` puts in answers (reset with the token when the request is done)."""
-    return _request_id.set(rid)
-
-
-def reset_request_id(token: contextvars.Token[str]) -> None:
-    _request_id.reset(token)
 
 
 class RequestContext:
@@ -134,7 +133,9 @@ class RequestContext:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                MutableHeaders(scope=message).append(REQUEST_ID_HEADER, rid)
+                headers = MutableHeaders(scope=message)
+                if REQUEST_ID_HEADER not in headers:  # the auth refusals set it themselves
+                    headers.append(REQUEST_ID_HEADER, rid)
             await send(message)
 
         try:
@@ -169,7 +170,7 @@ def install(app: FastAPI) -> None:
                 exc_info=exc,
                 extra={"action": "http_5xx", "request_id": request_id(), "path": request.url.path, "status": status},
             )
-        return error_response(status, exc.code, exc.message, retryable=exc.transient)
+        return error_response(status, exc.code, public_message(exc, status), retryable=exc.transient)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -192,5 +193,3 @@ def install(app: FastAPI) -> None:
                 code = ErrorCode.INVALID_IDENTIFIER
             parts.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
         return error_response(422, code, "; ".join(parts) or "invalid request")
-
-    app.add_middleware(RequestContext)

@@ -3,9 +3,12 @@
 uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but never a connection whose request
 head or body stops half way (one byte a minute keeps it forever), and its connection cap answers in
 plain text. `GuardedHttpToolsProtocol` adds a read deadline per request (from its first byte until its
-body has fully arrived), a cap on the bytes of a request head, and the cap on connections and in-flight
-requests answered with the API's one error shape. It also sends each response's head and body in one
-write (uvicorn writes them separately: two system calls and two TCP segments per answer; issue 17).
+body has fully arrived), a shorter head deadline (`NEXUS_HTTP_HEAD_TIMEOUT_S`: from a request's first
+byte, or a connection's opening, until the end of its headers: a slowloris holds a socket that long at
+most), a cap on the bytes of a request head, and the cap on connections and in-flight requests answered
+with the API's one error shape (`/healthz` and `/readyz` are answered even then). It also sends each
+response's head and body in one write (uvicorn writes them separately: two system calls and two TCP
+segments per answer; issue 17).
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ def _refusal(status: int, code: ErrorCode, message: str) -> Any:
     """An ASGI app answering every request with one error in the API's shape, closing the connection."""
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
-        body = json.dumps({"code": code.value, "message": message, "request_id": new_request_id()}).encode()
+        rid = new_request_id()
+        body = json.dumps({"code": code.value, "message": message, "request_id": rid}).encode()
         headers = [
             (b"content-type", b"application/json"),
             (b"content-length", str(len(body)).encode()),
+            (b"x-request-id", rid.encode()),
             (b"connection", b"close"),
         ]
         if status == 503:
@@ -43,8 +48,22 @@ def _refusal(status: int, code: ErrorCode, message: str) -> Any:
     return app
 
 
+_HEAD_TOO_LARGE = "request line and headers too large"
 _busy = _refusal(503, ErrorCode.SERVER_BUSY, "too many connections or requests in flight; retry later")
-_head_too_large = _refusal(431, ErrorCode.INVALID_REQUEST, "request line and headers too large")
+_head_too_large = _refusal(431, ErrorCode.INVALID_REQUEST, _HEAD_TOO_LARGE)
+# Answered even at the connection cap: a balancer's probes must not read a busy gateway as a dead one.
+_PROBES = frozenset({b"/healthz", b"/readyz"})
+
+
+def _raw_refusal(status: int, reason: str, message: str) -> bytes:
+    """A whole HTTP/1.1 answer in the API's error shape, for a request that never reached the app."""
+    rid = new_request_id()
+    body = json.dumps({"code": ErrorCode.INVALID_REQUEST.value, "message": message, "request_id": rid}).encode()
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+        f"x-request-id: {rid}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode() + body
 
 
 class _OneWritePerResponse:
@@ -87,18 +106,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a per-request read deadline, a head size cap and a JSON 503 cap."""
 
     read_timeout_s: float = 30.0
+    head_timeout_s: float = 5.0
     max_head_bytes: int = 65_536
     max_concurrency: int | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._deadline: asyncio.TimerHandle | None = None
+        self._head_deadline: asyncio.TimerHandle | None = None
         self._head_bytes = 0
         self._in_head = False
         super().connection_made(transport)
         self._arm()
+        self._arm_head()  # a new connection owes its first request head within the head timeout
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._disarm_head()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -108,9 +131,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._head_bytes += len(data)
             if self._head_bytes > self.max_head_bytes:
                 log.debug("request head too large; closing", extra={"action": "http_head_too_large"})
-                self.transport.write(
-                    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-                )
+                self.transport.write(_raw_refusal(431, "Request Header Fields Too Large", _HEAD_TOO_LARGE))
                 self.transport.close()
 
     def on_message_begin(self) -> None:
@@ -118,15 +139,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._arm()
+        if self._head_deadline is None:  # from the request's first byte (or the connection's opening)
+            self._arm_head()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
+        self._disarm_head()
         cap = self.max_concurrency
         refusal = None
         if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > self.max_head_bytes:
             refusal = _head_too_large
-        elif cap is not None and (len(self.connections) > cap or len(self.tasks) >= cap):
+        elif (
+            cap is not None
+            and (len(self.connections) > cap or len(self.tasks) >= cap)
+            and self.url.split(b"?", 1)[0] not in _PROBES
+        ):
             log.warning("connection cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
             refusal = _busy
         before = self.cycle
@@ -155,6 +183,21 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._deadline.cancel()
             self._deadline = None
 
+    def _arm_head(self) -> None:
+        self._disarm_head()
+        self._head_deadline = self.loop.call_later(self.head_timeout_s, self._head_timed_out)
+
+    def _disarm_head(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_timed_out(self) -> None:
+        self._head_deadline = None
+        if not self.transport.is_closing():
+            log.debug("request head not received in time; closing", extra={"action": "http_head_timeout"})
+            self.transport.close()
+
     def _read_timed_out(self) -> None:
         self._deadline = None
         if not self.transport.is_closing():
@@ -169,6 +212,7 @@ def server_config(app: Any, settings: Settings) -> uvicorn.Config:
         (GuardedHttpToolsProtocol,),
         {
             "read_timeout_s": settings.http_read_timeout_s,
+            "head_timeout_s": settings.http_head_timeout_s,
             "max_head_bytes": settings.http_max_head_bytes,
             "max_concurrency": settings.http_limit_concurrency,
         },

@@ -4,6 +4,7 @@ includes; Database, gateway, settings and the decision listener from app.state).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -11,7 +12,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict
 
+from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import principal_of
 from nexus.auth.roles import read_tenant
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
@@ -19,7 +22,7 @@ from nexus.errors import ErrorCode, NexusError
 from nexus.ingress.http_errors import error_response
 from nexus.lifecycle.approvals import ApproverRefused, answer, approver_of, pending
 from nexus.lifecycle.history import history_item, order_history, plan_history
-from nexus.lifecycle.waiting import DecisionListener
+from nexus.lifecycle.waiting import DecisionListener, WaitSlots
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
@@ -30,7 +33,9 @@ PlanId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
 
 
 @router.get("/v1/orders/{order_id}/history")
-async def get_order_history(order_id: OrderId, request: Request, tenant: str | None = None) -> dict[str, Any]:
+async def get_order_history(
+    order_id: OrderId, request: Request, tenant: Annotated[str | None, Query(max_length=200)] = None
+) -> dict[str, Any]:
     """Every decision taken for the caller's tenant's order, from the decision log, oldest first."""
     db: Database = request.app.state.db
     tenant_id = read_tenant(principal_of(request), tenant)
@@ -44,28 +49,65 @@ async def get_plan_history(plan_id: PlanId, request: Request) -> dict[str, Any]:
     return {"plan_id": plan_id, "items": await plan_history(db, plan_id, principal_of(request).tenant_id)}
 
 
-@router.get("/v1/orders/{order_id}/stream")
+@router.get(
+    "/v1/orders/{order_id}/stream",
+    response_class=StreamingResponse,
+    responses={200: {"description": "Server-sent events (`event: decision`)", "content": {"text/event-stream": {}}}},
+)
 async def stream_order(
     order_id: OrderId,
     request: Request,
     after: Annotated[int, Query(ge=0, le=2**31)] = 0,
-    tenant: str | None = None,
+    tenant: Annotated[str | None, Query(max_length=200)] = None,
 ) -> StreamingResponse:
     """Server-sent events: each decision about the order as it commits (`event: decision`, `id:` its
-    position in the order's decision log, `data:` the history item). Resume with `Last-Event-ID` or `after`."""
+    position in the order's decision log, `data:` the history item). Resume with `Last-Event-ID` or `after`.
+    A stream counts against its key's `NEXUS_MAX_WAITS_PER_KEY` (429 TOO_MANY_WAITS beyond) and ends within
+    the auth cache's TTL plus a second after its key is revoked."""
     db: Database = request.app.state.db
     listener: DecisionListener = request.app.state.decision_listener
     settings: Settings = request.app.state.settings
+    slots: WaitSlots = request.app.state.wait_slots
     last = request.headers.get("last-event-id")
-    start = int(last) if last is not None and last.isdigit() and len(last) < 10 else after
-    tenant_id = read_tenant(principal_of(request), tenant)
-    return StreamingResponse(
-        decision_events(
-            db, listener, (tenant_id, order_id), start, settings.stream_keepalive_s, request.is_disconnected
-        ),
+    # ASCII digits only: a header is read as latin-1, and "²".isdigit() is true where int() refuses it.
+    start = int(last) if last is not None and last.isascii() and last.isdigit() and len(last) < 10 else after
+    principal = principal_of(request)
+    tenant_id = read_tenant(principal, tenant)
+    keys: KeyCache = request.app.state.keys
+    key_hash: bytes | None = request.scope.get("state", {}).get("key_hash")
+
+    async def alive() -> bool:
+        if await request.is_disconnected():
+            return False
+        return key_hash is None or await keys.lookup_hash(key_hash) is not None
+
+    slots.take(principal.key_id)
+    return _HeldStream(
+        lambda: slots.give_back(principal.key_id),
+        decision_events(db, listener, (tenant_id, order_id), start, settings.stream_keepalive_s, alive),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+class _HeldStream(StreamingResponse):
+    """A streamed answer that gives its wait slot back when it ends, however it ends."""
+
+    def __init__(self, release: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._release: Callable[[], None] | None = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if self._release is not None:
+                release, self._release = self._release, None
+                release()
+
+
+# How often a quiet stream asks whether its client is still there and its key still valid.
+RECHECK_S = 0.5
 
 
 async def decision_events(
@@ -74,12 +116,15 @@ async def decision_events(
     order: tuple[str, str],
     position: int,
     keepalive_s: float,
-    disconnected: Callable[[], Awaitable[bool]],
+    alive: Callable[[], Awaitable[bool]],
 ) -> AsyncIterator[str]:
-    """The SSE body: decisions after `position`, read from the log whenever the listener wakes us."""
+    """The SSE body: decisions after `position`, read from the log whenever the listener wakes us, while
+    `alive()` (the client is connected, its key not revoked: asked at least every RECHECK_S)."""
+    loop = asyncio.get_running_loop()
     with listener.watch(*order) as woken:
         yield ": stream of order decisions\n\n"
-        while not await disconnected():
+        quiet_since = loop.time()
+        while await alive():
             woken.clear()
             try:
                 rows = await db.fetch(query("lifecycle.sql", "order_history_after"), *order, position)
@@ -89,12 +134,14 @@ async def decision_events(
                 position = row["position"]
                 data = json.dumps(history_item(row), separators=(",", ":"))
                 yield f"id: {position}\nevent: decision\ndata: {data}\n\n"
+                quiet_since = loop.time()
             if len(rows) == 500:
                 continue
-            try:
-                await asyncio.wait_for(woken.wait(), timeout=keepalive_s)
-            except TimeoutError:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), timeout=min(keepalive_s, RECHECK_S))
+            if not woken.is_set() and loop.time() - quiet_since >= keepalive_s:
                 yield ": keepalive\n\n"
+                quiet_since = loop.time()
 
 
 # --- approvals ----------------------------------------------------------------------------------------
@@ -122,13 +169,20 @@ async def _answer(request: Request, approval_id: uuid.UUID, *, approve: bool) ->
     }
 
 
+class ApprovalAnswer(BaseModel):
+    """The optional body of an approve or deny: nothing is read from it, and an unknown field is refused
+    (422 INVALID_REQUEST) rather than silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 @router.post("/v1/approvals/{approval_id}/approve")
-async def approve(request: Request, approval_id: uuid.UUID) -> Any:
+async def approve(request: Request, approval_id: uuid.UUID, body: ApprovalAnswer | None = None) -> Any:
     """Apply the held step in order (and its waiting successors); the decision log records who approved."""
     return await _answer(request, approval_id, approve=True)
 
 
 @router.post("/v1/approvals/{approval_id}/deny")
-async def deny(request: Request, approval_id: uuid.UUID) -> Any:
+async def deny(request: Request, approval_id: uuid.UUID, body: ApprovalAnswer | None = None) -> Any:
     """REJECTED with code APPROVAL_DENIED: the order waits at the same seq for a corrected step."""
     return await _answer(request, approval_id, approve=False)

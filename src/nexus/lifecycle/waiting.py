@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from nexus.core.backoff import RetryPolicy
+from nexus.errors import TooManyWaitsError
 from nexus.retrying import Retrying
 from nexus.settings import Settings
 from nexus.store.listen import listen_forever
@@ -101,6 +102,41 @@ class DecisionListener:
             on_disconnect=disconnected,
             check_s=self.settings.listen_check_s,
         )
+
+
+class WaitSlots:
+    """Open SSE streams plus waiting long polls, per key, in this process: at most `per_key` each
+    (`NEXUS_MAX_WAITS_PER_KEY`). A wait holds a connection for as long as it lasts, so the cap is what
+    keeps one key from taking every connection the process has (the others' requests and health checks)."""
+
+    def __init__(self, per_key: int) -> None:
+        self.per_key = per_key
+        self._held: dict[int, int] = {}
+
+    def held(self, key_id: int) -> int:
+        return self._held.get(key_id, 0)
+
+    def take(self, key_id: int) -> None:
+        """Hold one slot of the key's; raise TooManyWaitsError when all are held."""
+        held = self._held.get(key_id, 0)
+        if held >= self.per_key:
+            raise TooManyWaitsError(f"this key already holds {self.per_key} open streams and long polls")
+        self._held[key_id] = held + 1
+
+    def give_back(self, key_id: int) -> None:
+        held = self._held.get(key_id, 0) - 1
+        if held > 0:
+            self._held[key_id] = held
+        else:
+            self._held.pop(key_id, None)
+
+    @contextlib.contextmanager
+    def hold(self, key_id: int) -> Iterator[None]:
+        self.take(key_id)
+        try:
+            yield
+        finally:
+            self.give_back(key_id)
 
 
 OrderView = dict[str, Any]

@@ -6,7 +6,8 @@ VALUES ($1, $2, $3::text[], $4)
 RETURNING id, name, tenant_id, roles, created_at, revoked_at;
 
 -- name: key_by_hash
-SELECT id, name, tenant_id, roles FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL;
+-- Revoked keys too: a failed authentication says whether the key was unknown or revoked.
+SELECT id, name, tenant_id, roles, revoked_at IS NOT NULL AS revoked FROM api_keys WHERE key_hash = $1;
 
 -- name: list_keys
 SELECT id, name, tenant_id, roles, created_at, revoked_at FROM api_keys ORDER BY id;

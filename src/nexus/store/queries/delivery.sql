@@ -161,8 +161,8 @@ ORDER BY s.id;
 -- name: upsert_subscription
 INSERT INTO subscriptions (name, url, secret, event_types, enabled, tenant_id, format)
 VALUES ($1, $2, $3, $4::text[], true, $5, $6)
-ON CONFLICT (name) DO UPDATE SET url = EXCLUDED.url, secret = EXCLUDED.secret,
-    event_types = EXCLUDED.event_types, enabled = true, tenant_id = EXCLUDED.tenant_id, format = EXCLUDED.format
+ON CONFLICT ((coalesce(tenant_id, '*')), name) DO UPDATE SET url = EXCLUDED.url, secret = EXCLUDED.secret,
+    event_types = EXCLUDED.event_types, enabled = true, format = EXCLUDED.format
 RETURNING id, name, url, event_types, enabled, created_at, tenant_id, format;
 
 -- name: insert_subscription
@@ -179,8 +179,13 @@ WHERE $1::text IS NULL OR s.tenant_id = $1
 ORDER BY s.id;
 
 -- name: disable_subscription
+-- $1 an id or a name, $2 the caller's tenant (NULL: a caller spanning every tenant). Names are unique per
+-- tenant (migration 0013), so a name is looked up in the caller's own tenant only: a tenant's key finds
+-- its tenant's subscription, a key spanning every tenant the subscriptions spanning every tenant (another
+-- tenant's it names by id).
 UPDATE subscriptions SET enabled = false
-WHERE (id::text = $1 OR name = $1) AND ($2::text IS NULL OR tenant_id = $2)
+WHERE (id::text = $1 AND ($2::text IS NULL OR tenant_id = $2))
+   OR (name = $1 AND coalesce(tenant_id, '*') = coalesce($2::text, '*'))
 RETURNING id, name, url, event_types, enabled, created_at, tenant_id, format;
 
 -- name: dead_deliveries

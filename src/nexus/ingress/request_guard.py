@@ -1,0 +1,147 @@
+"""What every request of the app passes before its route: parameters without NUL, a body within its
+limit, strict JSON.
+
+* A NUL (U+0000) in the query, a header or a console path is 422 INVALID_PARAMETER: PostgreSQL text
+  cannot hold one, and a parameter is refused here, before anything reaches the database.
+* A body larger than `NEXUS_MAX_BODY_BYTES` is 413 PAYLOAD_TOO_LARGE, decided from its Content-Length
+  before a byte is read, or as soon as the streamed bytes pass the limit (the console's forms too).
+* A JSON body is strict (`nexus.core.strict_json`): duplicate keys, NaN or Infinity, a number beyond
+  float range, non-UTF-8: 400 PARSE_ERROR; nested too deep: 400 NESTING_TOO_DEEP; a string beyond the
+  limit: 413 PAYLOAD_TOO_LARGE; a NUL in any string: 422 INVALID_REQUEST. The body is then handed to the
+  route as it came.
+
+Every answer under `/console` carries a Content-Security-Policy, `X-Frame-Options: DENY`,
+`X-Content-Type-Options: nosniff` and a same-origin Referrer-Policy.
+
+`POST /v1/events` keeps its own reading (nexus.ingress.events_body): its problems are per item and
+dead-lettered, not refusals.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nexus.core import strict_json
+from nexus.errors import ErrorCode, InvalidEventError
+from nexus.ingress.events_body import has_nul, limits_of
+from nexus.ingress.http_errors import error_response
+from nexus.settings import Settings
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_OWN_READER = frozenset({"/v1/events"})
+
+
+def _nul_in_parameters(scope: Any) -> bool:
+    query = scope.get("query_string", b"")
+    # The API's path parameters have patterns of their own (a NUL there is INVALID_IDENTIFIER); the
+    # console's pages take theirs as they are.
+    if (scope["path"].startswith("/console") and "\x00" in scope["path"]) or b"%00" in query or b"\x00" in query:
+        return True
+    return any(b"\x00" in value for _, value in scope["headers"])
+
+
+def _is_json(scope: Any) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            media = value.split(b";", 1)[0].strip().lower()
+            return bool(media == b"application/json" or media.endswith(b"+json"))
+    return False
+
+
+# The console's pages load only their own script and styles (its <style> blocks are inline), submit only
+# to themselves, and are never framed (clickjacking).
+CONSOLE_HEADERS = (
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+        b"connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+)
+
+
+def _with_console_headers(send: Any) -> Any:
+    async def sending(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *CONSOLE_HEADERS]}
+        await send(message)
+
+    return sending
+
+
+class RequestGuard:
+    """Pure ASGI middleware: the checks above, then the route."""
+
+    def __init__(self, app: Any, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if _nul_in_parameters(scope):
+            message = "a parameter (path, query or header) contains a NUL character"
+            await error_response(422, ErrorCode.INVALID_PARAMETER, message)(scope, receive, send)
+            return
+        if scope["path"].startswith("/console"):
+            send = _with_console_headers(send)
+        if scope["method"] not in _BODY_METHODS or scope["path"] in _OWN_READER:
+            await self.app(scope, receive, send)
+            return
+        body = await self._read(scope, receive, send)
+        if body is None:
+            return
+        if body and _is_json(scope) and not await self._strict(body, scope, receive, send):
+            return
+        sent = False
+
+        async def replay() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # after the body: only the disconnect is left to wait for
+
+        await self.app(scope, replay, send)
+
+    async def _read(self, scope: Any, receive: Any, send: Any) -> bytes | None:
+        """The body, or None once 413 has been sent (from the declared length, or the streamed bytes)."""
+        limit = self.settings.max_body_bytes
+        too_large = error_response(413, ErrorCode.PAYLOAD_TOO_LARGE, f"body exceeds {limit} bytes")
+        for name, value in scope["headers"]:
+            if name == b"content-length" and (not value.isdigit() or int(value) > limit):
+                await too_large(scope, receive, send)
+                return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                await too_large(scope, receive, send)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _strict(self, body: bytes, scope: Any, receive: Any, send: Any) -> bool:
+        """Whether the JSON body is strict; False once the refusal has been sent."""
+        limits = limits_of(self.settings)
+        try:
+            value = strict_json.loads(body, limits)
+            strict_json.check_strings(value, limits)
+        except InvalidEventError as exc:
+            status = {ErrorCode.PAYLOAD_TOO_LARGE: 413}.get(exc.code, 400)
+            await error_response(status, exc.code, exc.message)(scope, receive, send)
+            return False
+        if has_nul(value):
+            message = "a string in the body contains a NUL character"
+            await error_response(422, ErrorCode.INVALID_REQUEST, message)(scope, receive, send)
+            return False
+        return True
