@@ -8,6 +8,7 @@ from `NEXUS_GATEWAY_URL` and `NEXUS_API_KEY` by `ClientConfig.from_env()`.
 """
 
 from nexus.core.envelope import EventEnvelope
+from nexus_client._protocol import envelope_json
 from nexus_client.config import ClientConfig
 from nexus_client.errors import ApiError, ClientError, GatewayUnreachable, NotFound, Unavailable, WaitTimeout
 from nexus_client.http import AsyncNexusClient, NexusClient
@@ -45,4 +46,5 @@ __all__ = [
     "SubmitResult",
     "Unavailable",
     "WaitTimeout",
+    "envelope_json",
 ]

@@ -41,18 +41,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inventory-failure-rate", type=float, default=0.2)
     parser.add_argument("--payment-rejection-rate", type=float, default=0.25)
     parser.add_argument("--hostile-rate", type=float, default=0.35, help="rate of every hostile mode")
-    parser.add_argument(
-        "--lifecycle-rate", type=float, default=0.2, help="issue 13: rate of the replan and stall modes"
-    )
+    parser.add_argument("--lifecycle-rate", type=float, default=0.2, help="rate of the replan and stall modes")
     parser.add_argument(
         "--approval-rate",
         type=float,
         default=0.6,
-        help="issue 13: rate of completed plans (not replanning, stalling, sending after completion) placing an "
+        help="rate of completed plans (not replanning, stalling, sending after completion) placing an "
         "order that needs approval; a demo approver answers them",
     )
     parser.add_argument(
-        "--stall-deadline-s", type=float, default=10.0, help="issue 13: a stalling plan's deadline, from its start"
+        "--stall-deadline-s", type=float, default=10.0, help="a stalling plan's deadline, from its start"
     )
     parser.add_argument("--step-delay-ms", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=8)
