@@ -140,7 +140,9 @@ async def _main(args: argparse.Namespace) -> int:
         gateway_url = f"http://127.0.0.1:{http_port}"
         await wait_ready(children[0], f"http://127.0.0.1:{sink_port}/healthz", 20)
         print(f"  sink on :{sink_port} (fails ~15% of attempts with 500/503/429)", flush=True)
-        await wait_ready(children[1], gateway_url + "/readyz", 45)
+        # A first run initialises PostgreSQL and compiles a fresh venv's bytecode: over 45 s was seen on a
+        # loaded 2-core machine.
+        await wait_ready(children[1], gateway_url + "/readyz", 120)
         print(f"  gateway on {gateway_url} (embedded PostgreSQL, dispatcher)", flush=True)
 
         config = runner.AgentConfig(

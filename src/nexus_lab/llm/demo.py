@@ -90,7 +90,7 @@ async def _main(args: argparse.Namespace) -> int:
         await wait_ready(children[0], f"http://127.0.0.1:{llm_port}/healthz", 20)
         print(f"  fake model on :{llm_port} (every behaviour; 429 every 9th request, 500 every 13th)", flush=True)
         gateway_url = f"http://127.0.0.1:{http_port}"
-        await wait_ready(children[1], gateway_url + "/readyz", 45)
+        await wait_ready(children[1], gateway_url + "/readyz", 120)
         print(f"  gateway on {gateway_url} (embedded PostgreSQL)", flush=True)
         key = await agent_key(tmp / "data", "demo-llm-agent")
         settings = LlmSettings(

@@ -47,7 +47,7 @@ async def _main() -> int:
         serve = ["serve", "--data-dir", str(tmp / "data"), "--http-port", str(http_port), "--no-dispatcher"]
         children.append(nexus("gateway", serve, env, tmp / "serve.out").start())
         await wait_ready(children[0], f"http://127.0.0.1:{llm_port}/healthz", 30)
-        await wait_ready(children[1], gateway_url + "/readyz", 60)
+        await wait_ready(children[1], gateway_url + "/readyz", 120)
         key = await agent_key(tmp / "data", "studio-check-agent")
         langgraph = str(Path(sys.executable).with_name("langgraph"))
         studio_env = {
