@@ -131,7 +131,7 @@ agent-e2e: $(VENV)/.base
 agent-test: $(STAMP)
 	$(BIN)/pytest tests/unit/test_agent_graph.py tests/unit/test_hostile.py
 
-# issue 15: the LLM planner against `nexus fake-llm` (no internet, no key).
+# The LLM planner against `nexus fake-llm` (no internet, no model key; it creates its gateway key).
 demo-llm: $(VENV)/.base
 	$(BIN)/python -m nexus_lab.llm.demo
 
@@ -139,18 +139,23 @@ llm-test: $(STAMP)
 	$(BIN)/pytest tests/unit/test_llm_planner.py tests/integration/test_llm_client.py tests/e2e/test_llm_planner_e2e.py
 
 # LangGraph Studio (langgraph dev) on the planner graph of langgraph.json; offline: no analytics, no tracing.
-# Not part of `make test`: the studio extra (langgraph-cli[inmem]) is heavy.
+# Not part of `make test`: the studio extra (langgraph-cli[inmem]) is heavy, and its pins (jsonschema-rs,
+# OpenTelemetry) clash with the dev extra's schemathesis, so it gets a venv of its own. `.ci/run` runs
+# studio-check after `make test`; it creates the keys it needs and keeps its logs when it fails.
 STUDIO_PORT ?= 2024
+STUDIO_VENV ?= .venv-studio
 STUDIO_ENV := LANGGRAPH_CLI_NO_ANALYTICS=1 LANGSMITH_TRACING=false LANGCHAIN_TRACING_V2=false
-$(VENV)/.studio: $(VENV)/.base
-	$(BIN)/pip install --quiet -e '.[studio]'
+$(STUDIO_VENV)/.installed: pyproject.toml
+	test -x $(STUDIO_VENV)/bin/python || $(PYTHON) -m venv $(STUDIO_VENV)
+	$(STUDIO_VENV)/bin/pip install --quiet --upgrade pip
+	$(STUDIO_VENV)/bin/pip install --quiet -e '.[studio]'
 	touch $@
 
-agent-studio: $(VENV)/.studio
-	$(STUDIO_ENV) $(BIN)/langgraph dev --no-browser --port $(STUDIO_PORT)
+agent-studio: $(STUDIO_VENV)/.installed
+	$(STUDIO_ENV) $(STUDIO_VENV)/bin/langgraph dev --no-browser --port $(STUDIO_PORT)
 
-studio-check: $(VENV)/.studio
-	$(STUDIO_ENV) $(BIN)/python -m nexus_lab.llm.studio_check
+studio-check: $(STUDIO_VENV)/.installed
+	$(STUDIO_ENV) $(STUDIO_VENV)/bin/python -m nexus_lab.llm.studio_check
 
 clean:
 	rm -rf .nexus .cache/kafka/node-* .pytest_cache .mypy_cache .ruff_cache

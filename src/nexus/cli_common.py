@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+COMMON_FLAGS = {"--data-dir": "data_dir", "--database-url": "database_url", "--log-level": "log_level"}
+"""The flags every command accepts, anywhere on its line (the router takes them out), by destination."""
+
+
 def add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=None, help="embedded PostgreSQL data (default .nexus/)")
     parser.add_argument("--database-url", default=None, help="PostgreSQL URL (default: NEXUS_DATABASE_URL)")
@@ -32,6 +36,21 @@ def settings_from(args: argparse.Namespace, **extra: Any) -> Settings:
         database_url=getattr(args, "database_url", None),
         log_level=getattr(args, "log_level", None),
         **extra,
+    )
+
+
+def missing_database(settings: Settings) -> str | None:
+    """None when there is a database to open: a PostgreSQL URL, or an embedded data directory a server
+    initialised. Otherwise one line naming the path looked at and how to get one, for the commands that
+    read or administer rows and must never initialise an empty database nobody serves."""
+    if settings.database_url:
+        return None
+    pgdata = (Path(settings.data_dir) / "pgdata").resolve()
+    if (pgdata / "PG_VERSION").is_file():
+        return None
+    return (
+        f"no database at {pgdata} (start one with `nexus serve`, or point at yours with --data-dir DIR, "
+        "NEXUS_DATA_DIR or NEXUS_DATABASE_URL)"
     )
 
 

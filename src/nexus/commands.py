@@ -16,7 +16,7 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kafka", action="store_true", help="also consume the Kafka topic")
     parser.add_argument("--no-dispatcher", action="store_true", help="do not deliver webhooks here")
     parser.add_argument("--dispatcher-only", action="store_true", help="only deliver webhooks (no HTTP API)")
-    parser.add_argument(  # issue 17 (workers)
+    parser.add_argument(
         "--workers",
         type=int,
         default=None,
@@ -29,7 +29,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     settings = settings_from(args, http_host=args.http_host, http_port=args.http_port, workers=args.workers)
     setup_logging(settings.log_level)
-    if settings.workers > 1 and not args.dispatcher_only:  # issue 17: a supervisor and N HTTP processes
+    if settings.workers > 1 and not args.dispatcher_only:  # a supervisor and N HTTP processes
         from nexus.workers import run_workers
 
         return run_workers(settings, dispatcher=not args.no_dispatcher, kafka=args.kafka)

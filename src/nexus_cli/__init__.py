@@ -28,8 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": GATEWAY_COMMANDS["report"],
     "keys": GATEWAY_COMMANDS["keys"],
     "sagas": GATEWAY_COMMANDS["sagas"],
-    "orders": GATEWAY_COMMANDS["orders"],  # issue 13
-    "approvals": GATEWAY_COMMANDS["approvals"],  # issue 13
+    "orders": GATEWAY_COMMANDS["orders"],
+    "approvals": GATEWAY_COMMANDS["approvals"],
 }
 
 

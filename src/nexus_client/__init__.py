@@ -2,16 +2,20 @@
 
 Typed sync and async HTTP clients of the public API (`NexusClient`, `AsyncNexusClient`), a Kafka producer
 of envelopes (`nexus_client.kafka.EventProducer`, imported on demand: aiokafka is only needed there), and
-typed errors. Built on the gateway's pure core (`nexus.core`) only. Configuration: `ClientConfig`, read
+typed errors. `EventEnvelope` is the step an agent sends (`tenant_id` is sent only when set: the gateway
+takes the key's tenant). Built on the gateway's pure core (`nexus.core`) only. Configuration: `ClientConfig`, read
 from `NEXUS_GATEWAY_URL` and `NEXUS_API_KEY` by `ClientConfig.from_env()`.
 """
 
+from nexus.core.envelope import EventEnvelope
+from nexus_client._protocol import envelope_json
 from nexus_client.config import ClientConfig
 from nexus_client.errors import ApiError, ClientError, GatewayUnreachable, NotFound, Unavailable, WaitTimeout
 from nexus_client.http import AsyncNexusClient, NexusClient
 from nexus_client.models import (
     Approval,
     ApprovalAnswer,
+    Approvals,
     Order,
     OrderSummary,
     Plan,
@@ -25,9 +29,11 @@ __all__ = [
     "ApiError",
     "Approval",
     "ApprovalAnswer",
+    "Approvals",
     "AsyncNexusClient",
     "ClientConfig",
     "ClientError",
+    "EventEnvelope",
     "GatewayUnreachable",
     "NexusClient",
     "NotFound",
@@ -40,4 +46,5 @@ __all__ = [
     "SubmitResult",
     "Unavailable",
     "WaitTimeout",
+    "envelope_json",
 ]

@@ -22,11 +22,18 @@ M = TypeVar("M", bound=BaseModel)
 JSON_HEADERS = {"content-type": "application/json"}
 
 
+def envelope_json(envelope: EventEnvelope) -> bytes:
+    """One envelope as sent: `tenant_id` only when the caller set it, so the gateway takes the key's tenant
+    (an envelope naming another tenant than its key's is refused)."""
+    exclude = None if "tenant_id" in envelope.model_fields_set else {"tenant_id"}
+    return envelope.model_dump_json(exclude=exclude).encode()
+
+
 def encode_steps(steps: EventEnvelope | Sequence[EventEnvelope]) -> bytes:
     """One envelope as itself, several as `{"events": [...]}`."""
     if isinstance(steps, EventEnvelope):
-        return steps.model_dump_json().encode()
-    return b'{"events": [' + b", ".join(s.model_dump_json().encode() for s in steps) + b"]}"
+        return envelope_json(steps)
+    return b'{"events": [' + b", ".join(envelope_json(s) for s in steps) + b"]}"
 
 
 def _json(content: bytes) -> Any:

@@ -20,6 +20,7 @@ from aiokafka import AIOKafkaProducer
 
 from nexus.core.envelope import EventEnvelope
 from nexus_client import _tracing
+from nexus_client._protocol import envelope_json
 
 Headers = list[tuple[str, bytes]]
 BATCH_BYTES = 256 * 1024
@@ -88,7 +89,7 @@ class EventProducer:
         """Publish one step (key = its order_id) and wait for its acknowledgement."""
         with _tracing.publish([step], "kafka") as trace_headers:  # issue 16: the agent's publish span
             tp = traceparent or trace_headers.get("traceparent") or new_traceparent()
-            fut = await self._enqueue(step.model_dump_json().encode(), step.order_id, tp)
+            fut = await self._enqueue(envelope_json(step), step.order_id, tp)
             return _delivered(await fut)
 
     async def send_many(self, steps: Iterable[EventEnvelope]) -> list[Delivered]:
@@ -96,10 +97,7 @@ class EventProducer:
         batch = list(steps)
         with _tracing.publish(batch, "kafka") as trace_headers:
             shared = trace_headers.get("traceparent")
-            futures = [
-                await self._enqueue(s.model_dump_json().encode(), s.order_id, shared or new_traceparent())
-                for s in batch
-            ]
+            futures = [await self._enqueue(envelope_json(s), s.order_id, shared or new_traceparent()) for s in batch]
             return [_delivered(m) for m in await asyncio.gather(*futures)]
 
     async def send_raw(

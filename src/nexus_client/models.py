@@ -22,11 +22,16 @@ class OrderSummary(_Model):
 
 
 class StepResult(_Model):
-    """The gateway's decision about one submitted item."""
+    """The gateway's decision about one submitted item: `code` names a refusal (REJECTED, dead letter),
+    `check` the failed check of a CHECK_FAILED, `message` says why, `approval_id` names a HELD step's
+    approval."""
 
     event_id: str | None = None
     decision: Decision
     code: str | None = None
+    check: str | None = None
+    message: str | None = None
+    approval_id: str | None = None
     order: OrderSummary | None = None
     error: str | None = None
 
@@ -88,7 +93,7 @@ class Process(_Model):
 
 
 class Approval(_Model):
-    """issue 13: one held step waiting for a person (an item of GET /v1/approvals)."""
+    """One held step waiting for a person (an item of GET /v1/approvals)."""
 
     approval_id: str
     order_id: str

@@ -63,7 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--reactive",
         action="store_true",
-        help="issue 14: propose one fulfilment step at a time and wait for its effect's outcome (HTTP)",
+        help="propose one fulfilment step at a time and wait for its effect's outcome (HTTP)",
     )
     parser.add_argument("--orders", type=int, default=1, help="plans to run, each with a new order_id")
     parser.add_argument(
@@ -98,12 +98,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--stall-deadline-s",
         type=float,
         default=5.0,
-        help="issue 13: the deadline a stalling plan sets on its first step, from its start (5)",
+        help="the deadline a stalling plan sets on its first step, from its start (5)",
     )
     parser.add_argument(
         "--approver-key",
         default=None,
-        help="issue 13: the approver-role key answering approval plans' held steps (the agent's NEXUS_API_KEY)",
+        help="the approver-role key answering approval plans' held steps (the agent's NEXUS_API_KEY)",
     )
     hostile = parser.add_argument_group(
         "hostile modes (fraction of plans that misbehave so; --hostile-rate leaves replan, stall, approval off)"
@@ -195,7 +195,7 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 async def _reactive(args: argparse.Namespace) -> int:
-    """issue 14: the reactive agent over the client SDK."""
+    """the reactive agent over the client SDK."""
     from nexus_client import AsyncNexusClient
     from nexus_client.config import ClientConfig
     from nexus_lab.agent.reactive import run_reactive

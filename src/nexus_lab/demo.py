@@ -41,18 +41,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inventory-failure-rate", type=float, default=0.2)
     parser.add_argument("--payment-rejection-rate", type=float, default=0.25)
     parser.add_argument("--hostile-rate", type=float, default=0.35, help="rate of every hostile mode")
-    parser.add_argument(
-        "--lifecycle-rate", type=float, default=0.2, help="issue 13: rate of the replan and stall modes"
-    )
+    parser.add_argument("--lifecycle-rate", type=float, default=0.2, help="rate of the replan and stall modes")
     parser.add_argument(
         "--approval-rate",
         type=float,
         default=0.6,
-        help="issue 13: rate of completed plans (not replanning, stalling, sending after completion) placing an "
+        help="rate of completed plans (not replanning, stalling, sending after completion) placing an "
         "order that needs approval; a demo approver answers them",
     )
     parser.add_argument(
-        "--stall-deadline-s", type=float, default=10.0, help="issue 13: a stalling plan's deadline, from its start"
+        "--stall-deadline-s", type=float, default=10.0, help="a stalling plan's deadline, from its start"
     )
     parser.add_argument("--step-delay-ms", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=8)
@@ -142,7 +140,9 @@ async def _main(args: argparse.Namespace) -> int:
         gateway_url = f"http://127.0.0.1:{http_port}"
         await wait_ready(children[0], f"http://127.0.0.1:{sink_port}/healthz", 20)
         print(f"  sink on :{sink_port} (fails ~15% of attempts with 500/503/429)", flush=True)
-        await wait_ready(children[1], gateway_url + "/readyz", 45)
+        # A first run initialises PostgreSQL and compiles a fresh venv's bytecode: over 45 s was seen on a
+        # loaded 2-core machine.
+        await wait_ready(children[1], gateway_url + "/readyz", 120)
         print(f"  gateway on {gateway_url} (embedded PostgreSQL, dispatcher)", flush=True)
 
         config = runner.AgentConfig(

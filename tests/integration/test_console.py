@@ -89,22 +89,24 @@ async def test_a_key_without_the_operator_role_cannot_sign_in(db: Database, brow
 async def test_orders_filter_paginate_and_an_order_shows_its_rejected_and_buffered_steps(
     db: Database, browser: httpx.AsyncClient
 ) -> None:
-    """The orders list filters by status and id and pages by key; the order's page shows the REJECTED step
-    with its code and message, the BUFFER decision, and its notifications."""
+    """The orders list (newest first) filters by status and id and pages by key; the order's page shows the
+    REJECTED step with its code and message, the BUFFER decision, and its notifications."""
     gateway = Gateway(db)
-    items = [Incoming.parse(step_json(f"con-{i}", f"cp-{i}", 1)) for i in range(5)]
-    items.append(Incoming.parse(step_json("con-0", "cp-0", 2, event_type="OrderShipped")))  # out of turn
+    for i in range(5):  # one transaction each: five creation times
+        await gateway.submit([Incoming.parse(step_json(f"con-{i}", f"cp-{i}", 1))])
+    items = [Incoming.parse(step_json("con-0", "cp-0", 2, event_type="OrderShipped"))]  # out of turn
     items.append(Incoming.parse(step_json("con-0", "cp-0", 4)))  # ahead of a gap
     items.append(Incoming.parse(step_json("con-1", "cp-1", 2)))
     outcomes = await gateway.submit(items)
-    assert [o.decision.value for o in outcomes[5:]] == ["REJECTED", "BUFFER", "APPLY"]
+    assert [o.decision.value for o in outcomes] == ["REJECTED", "BUFFER", "APPLY"]
     await sign_in(browser)
     first = await browser.get("/console/orders")
-    assert first.status_code == 200 and "con-0" in first.text and "con-1" in first.text and "con-2" not in first.text
+    assert first.status_code == 200 and "con-4" in first.text and "con-3" in first.text
+    assert first.text.index("con-4") < first.text.index("con-3") and "con-2" not in first.text
     next_url = re.search(r'href="([^"]+)" rel="next"', first.text)
     assert next_url is not None
     second = await browser.get(next_url.group(1).replace("&amp;", "&"))
-    assert "con-2" in second.text and "con-0" not in second.text
+    assert "con-2" in second.text and "con-1" in second.text and "con-4" not in second.text
     filtered = await browser.get("/console/orders", params={"status": "inventory_validated"})
     assert "con-1" in filtered.text and "con-0" not in filtered.text
     found = await browser.get("/console/orders", params={"q": "con-3"})

@@ -206,7 +206,7 @@ def test_cloudevents_body_is_structured_and_native_is_unchanged() -> None:
         "type": "nexus.order.OrderShipped",
         "subject": "o-1",
         "time": "2026-01-01T00:00:00Z",
-        "sequence": "2",
+        "sequence": "00000000000000000002",  # zero-padded: sorts as strings
     }
     assert event["source"] == "/nexus/tenants/acme/orders/o-1" and event["data"] == json.loads(stored)
     assert render_body("native", stored, at) == (stored.encode(), "application/json")

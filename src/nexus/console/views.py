@@ -176,7 +176,7 @@ async def orders(
     after: str | None = None,
 ) -> Response:
     viewer = principal_of(request).tenant_id
-    after_tenant, _, after_order = (after or "").partition("/")
+    after_at, after_tenant, after_order = _after(after)
     size = request.app.state.settings.console_page_size
     rows = await _db(request).fetch(
         query("console.sql", "orders"),
@@ -185,7 +185,8 @@ async def orders(
         tenant or None,
         process or None,
         (q or "").strip()[:200] or None,
-        after_tenant or None,
+        after_at,
+        after_tenant,
         after_order,
         size + 1,
     )
@@ -196,11 +197,26 @@ async def orders(
     if more and rows:
         last = rows[-1]
         next_url = "/console/orders?" + urllib.parse.urlencode(
-            {**{k: v for k, v in filters.items() if v}, "after": f"{last['tenant_id']}/{last['order_id']}"}
+            {
+                **{k: v for k, v in filters.items() if v},
+                "after": f"{last['created_at'].isoformat()}|{last['tenant_id']}/{last['order_id']}",
+            }
         )
     return _page(
         request, "orders.html", rows=rows, filters=filters, statuses=STATUSES, next_url=next_url, after=after or ""
     )
+
+
+def _after(after: str | None) -> tuple[dt.datetime | None, str, str]:
+    """The previous page's last order (`<created_at ISO>|<tenant>/<order_id>`); (None, "", "") for the
+    first page or a value that does not parse."""
+    at, _, key = (after or "").partition("|")
+    tenant, _, order_id = key.partition("/")
+    try:
+        when = dt.datetime.fromisoformat(at)
+    except ValueError:
+        return None, "", ""
+    return (when, tenant, order_id) if when.tzinfo is not None else (None, "", "")
 
 
 @router.get("/orders/{tenant}/{order_id}")
@@ -297,9 +313,25 @@ async def blocked(request: Request, code: str | None = None) -> Response:
 async def dead(request: Request) -> Response:
     viewer = principal_of(request).tenant_id
     db = _db(request)
-    letters = await db.fetch(query("api.sql", "dead_letters"), None, None, False, 200, 0, viewer)
+    rows = await db.fetch(query("api.sql", "dead_letters"), None, None, False, 200, 0, viewer)
+    letters = [{**dict(r), "payload_text": _shown_payload(r["payload"])} for r in rows]
     deliveries = await subs.list_dead_deliveries(db, None, 200, 0, viewer)
     return _page(request, "dead.html", letters=letters, deliveries=deliveries, note=_note(request))
+
+
+PAYLOAD_SHOWN = 4000
+"""Characters of a dead letter's payload the page shows (the API and `nexus dlq` give it whole)."""
+
+
+def _shown_payload(payload: str | None) -> str:
+    """A dead letter's payload as sent, pretty-printed when it is JSON, cut at PAYLOAD_SHOWN characters."""
+    import contextlib
+    import json
+
+    text = payload or ""
+    with contextlib.suppress(ValueError):
+        text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    return text if len(text) <= PAYLOAD_SHOWN else text[:PAYLOAD_SHOWN] + f"\n... ({len(text)} characters)"
 
 
 @router.post("/dead-letters/{dead_letter_id}/redrive")
@@ -349,32 +381,117 @@ async def processes(request: Request) -> Response:
     return _page(request, "processes.html", processes=shown)
 
 
+# The diagram's text is monospace, so a label's width is known without a browser: characters times the
+# font's advance (0.6 em for the usual monospace faces), plus a margin.
+_STATE_FONT, _STEP_FONT, _ADVANCE = 12, 10, 0.62
+
+
+def _text_width(text: str, size: int) -> float:
+    return len(text) * size * _ADVANCE
+
+
 def _state_svg(process: Any) -> str:
-    """A left-to-right diagram of a process's states in definition order, arrows labelled by step."""
+    """A left-to-right diagram of a process's states in definition order: each node as wide as its name,
+    steps as labelled arcs (forward above the row, backward below), the first step from a start dot, and
+    ABORT_PLAN as dashed edges from every live state to `aborted` (the built-in step any live order takes)."""
     import html
 
     states = list(process.definition.states)
-    x_of = {s: 20 + i * 150 for i, s in enumerate(states)}
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{40 + 150 * len(states)}" height="150">']
-    for s, x in x_of.items():
-        parts.append(f'<rect x="{x}" y="60" width="120" height="30" rx="6" fill="#eef" stroke="#447"/>')
-        parts.append(f'<text x="{x + 6}" y="80">{html.escape(s)[:18]}</text>')
-    for lane, (name, compiled) in enumerate(process.steps.items()):
-        to = compiled.step.to
-        for origin in compiled.step.from_:
-            if origin not in x_of or to not in x_of:
-                continue
-            x1, x2 = x_of[origin] + 120, x_of[to]
-            y = 55 - (lane % 3) * 15 if x2 > x1 else 95 + (lane % 3) * 15
-            parts.append(f'<path d="M{x1 - 60},{y} L{x2 + 60},{y}" stroke="#447" fill="none" marker-end="url(#a)"/>')
-            parts.append(f'<text x="{min(x1, x2)}" y="{y - 2}" font-size="10">{html.escape(name)[:24]}</text>')
-    parts.insert(
-        1,
+    if ABORTED_STATE not in states:
+        states.append(ABORTED_STATE)
+    terminal = {*process.definition.terminal, ABORTED_STATE}
+    steps = [(name, compiled.step.from_, compiled.step.to) for name, compiled in process.steps.items()]
+    forward = [(n, o, t) for n, froms, t in steps for o in froms if o in states and t in states]
+    gap = max(
+        [40.0] + [_text_width(n, _STEP_FONT) + 16 for n, o, t in forward if states.index(t) == states.index(o) + 1]
+    )
+    x_of: dict[str, float] = {}
+    width_of: dict[str, float] = {}
+    x = 60.0
+    for state in states:
+        x_of[state], width_of[state] = x, max(80.0, _text_width(state, _STATE_FONT) + 24)
+        x += width_of[state] + gap
+    lanes_above, lanes_below = 0, 0
+    row_y, node_h = 0.0, 30.0
+    arcs: list[tuple[str, float, float, bool, int]] = []
+    for name, origin, to in forward:
+        x1 = x_of[origin] + width_of[origin] / 2
+        x2 = x_of[to] + width_of[to] / 2
+        ahead = x2 > x1
+        if ahead:
+            lanes_above += 1
+        else:
+            lanes_below += 1
+        arcs.append((name, x1, x2, ahead, lanes_above if ahead else lanes_below))
+    lane_h = 18.0
+    row_y = 20 + lane_h * (lanes_above + 1)
+    live = [s for s in states if s not in terminal]
+    bus_y = row_y + node_h + lane_h * (lanes_below + 1) + 14
+    height = bus_y + 30
+    total_w = x + 20
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="process" width="{total_w:.0f}" height="{height:.0f}" '
+        f'viewBox="0 0 {total_w:.0f} {height:.0f}" font-family="monospace">',
         '<defs><marker id="a" markerWidth="8" markerHeight="8" refX="8" refY="4" orient="auto">'
         '<path d="M0,0 L8,4 L0,8 z" fill="#447"/></marker></defs>',
-    )
+    ]
+    for state in states:
+        sx, w = x_of[state], width_of[state]
+        fill = "#fee" if state == ABORTED_STATE else "#efe" if state in terminal else "#eef"
+        parts.append(
+            f'<g class="state" data-state="{html.escape(state)}"><rect x="{sx:.1f}" y="{row_y:.1f}" width="{w:.1f}" '
+            f'height="{node_h:.0f}" rx="6" fill="{fill}" stroke="#447"/>'
+            f'<text x="{sx + w / 2:.1f}" y="{row_y + 20:.1f}" font-size="{_STATE_FONT}" text-anchor="middle">'
+            f"{html.escape(state)}</text></g>"
+        )
+    starts = [(n, t) for n, froms, t in steps for o in froms if o is None and t in states]
+    for name, to in starts:
+        tx = x_of[to]
+        parts.append(f'<circle cx="14" cy="{row_y + node_h / 2:.1f}" r="6" fill="#447"/>')
+        parts.append(
+            f'<path d="M20,{row_y + node_h / 2:.1f} L{tx:.1f},{row_y + node_h / 2:.1f}" stroke="#447" '
+            'fill="none" marker-end="url(#a)"/>'
+        )
+        parts.append(
+            f'<text class="step" x="22" y="{row_y - 4:.1f}" font-size="{_STEP_FONT}">{html.escape(name)}</text>'
+        )
+    for name, x1, x2, ahead, lane in arcs:
+        if ahead:
+            y = row_y - lane * lane_h
+            y_end = row_y
+        else:
+            y = row_y + node_h + lane * lane_h
+            y_end = row_y + node_h
+        parts.append(
+            f'<path d="M{x1:.1f},{y_end:.1f} L{x1:.1f},{y:.1f} L{x2:.1f},{y:.1f} L{x2:.1f},{y_end:.1f}" '
+            'stroke="#447" fill="none" marker-end="url(#a)"/>'
+        )
+        label_x = min(x1, x2) + 4
+        parts.append(
+            f'<text class="step" x="{label_x:.1f}" y="{y - 3:.1f}" font-size="{_STEP_FONT}">{html.escape(name)}</text>'
+        )
+    if live:
+        ax = x_of[ABORTED_STATE] + width_of[ABORTED_STATE] / 2
+        first = min(x_of[s] + width_of[s] / 2 for s in live)
+        for state in live:
+            cx = x_of[state] + width_of[state] / 2
+            parts.append(
+                f'<path class="abort" d="M{cx:.1f},{row_y + node_h:.1f} L{cx:.1f},{bus_y:.1f}" stroke="#a44" '
+                'stroke-dasharray="4 3" fill="none"/>'
+            )
+        parts.append(
+            f'<path class="abort" d="M{first:.1f},{bus_y:.1f} L{ax:.1f},{bus_y:.1f} L{ax:.1f},{row_y + node_h:.1f}" '
+            'stroke="#a44" stroke-dasharray="4 3" fill="none" marker-end="url(#a)"/>'
+        )
+        parts.append(
+            f'<text class="step abort" x="{first + 4:.1f}" y="{bus_y + 14:.1f}" font-size="{_STEP_FONT}" '
+            f'fill="#a44">ABORT_PLAN (from any live state)</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
+
+
+ABORTED_STATE = "aborted"
 
 
 def fmt_time(value: dt.datetime | None) -> str:

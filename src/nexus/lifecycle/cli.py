@@ -21,15 +21,18 @@ def configure_orders(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="orders_command", required=True)
     show = sub.add_parser("show", help="an order's state and every decision taken for it, oldest first")
     show.add_argument("order_id")
-    show.add_argument("--tenant", default="default", help="the order's tenant (default: default)")
+    show.add_argument("--tenant", default=None, help="the order's tenant (default: default)")
     show.add_argument("--json", action="store_true", help="machine-readable output (the history API's items)")
 
 
 def run_orders(args: argparse.Namespace) -> int:
+    tenant = args.tenant or "default"
     try:
-        return asyncio.run(_show(settings_from(args), args.tenant, args.order_id, as_json=args.json))
+        return asyncio.run(_show(settings_from(args), tenant, args.order_id, as_json=args.json))
     except NexusError as exc:
-        print(f"nexus orders: {exc.code.value}: {exc}")
+        # The tenant was not given: say which one was looked in, as the order may well be another's.
+        where = f" (in tenant {tenant!r}, the default: pass --tenant T for another)" if args.tenant is None else ""
+        print(f"nexus orders: {exc.code.value}: {exc}{where}")
         return 1
 
 
@@ -96,6 +99,8 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
             items = await pending(db, approver, limit=1000)
             if args.json:
                 print(json.dumps({"approvals": items}, indent=2))
+            elif not items:
+                print("no pending approvals")
             for item in [] if args.json else items:
                 expires = item["expires_at"] or "never"
                 print(

@@ -6,19 +6,25 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
-from nexus.cli_common import add_common, settings_from
-from nexus.core.process import DefinitionError, compile_definition
-from nexus.processes import describe, mermaid, register
+from nexus.cli_common import add_common, missing_database, settings_from
+from nexus.core.process import CompiledProcess, DefinitionError, compile_definition
+from nexus.errors import ConfigurationError
+from nexus.processes import builtin_sources, compile_sources, describe, dir_sources, mermaid
+from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
 
 
 def configure_processes(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
-    listing = sub.add_parser("list", help="the registered definitions (package and NEXUS_PROCESS_DIR)")
+    listing = sub.add_parser(
+        "list", help="the definitions (package and NEXUS_PROCESS_DIR), and versions pinned in an existing database"
+    )
     add_common(listing)
     listing.add_argument("--json", action="store_true")
     show = sub.add_parser("show", help="one definition, or its state diagram with --mermaid")
@@ -45,34 +51,53 @@ def run_processes(args: argparse.Namespace) -> int:
         print(f"{args.file}: ok: {process.name} v{process.version}, {len(process.steps)} steps")
         return 0
     settings = settings_from(args)
-
-    async def load() -> list[object]:
-        db = await Database(settings).open()
-        try:
-            catalog = await register(db, settings.process_dir)
-        finally:
-            await db.close()
-        return list(catalog.versions.values())
-
-    processes = asyncio.run(load())
-    from nexus.core.process import CompiledProcess
-
-    known = [p for p in processes if isinstance(p, CompiledProcess)]
+    try:
+        known = definitions(settings)
+    except ConfigurationError as exc:
+        print(f"nexus processes: {exc}", file=sys.stderr)
+        return 1
     if args.action == "list":
         if args.json:
-            print(json.dumps([describe(p) for p in known], indent=2))
+            print(json.dumps([{**describe(p), "pinned_only": where == PINNED} for p, where in known], indent=2))
+        elif not known:
+            print("no process definitions (none shipped, none in NEXUS_PROCESS_DIR)")
         else:
-            for p in known:
+            for p, where in known:
                 about = p.definition.description or ""
-                print(f"{p.name:<20} v{p.version:<4} {p.content_hash[:12]}  {len(p.steps)} steps  {about}")
+                origin = "  (pinned in the database; no longer a file)" if where == PINNED else ""
+                print(f"{p.name:<20} v{p.version:<4} {p.content_hash[:12]}  {len(p.steps)} steps  {about}{origin}")
         return 0
-    matches = [p for p in known if p.name == args.name and (args.version is None or p.version == args.version)]
+    matches = [p for p, _ in known if p.name == args.name and (args.version is None or p.version == args.version)]
     if not matches:
         print(f"no process {args.name!r}", file=sys.stderr)
         return 1
     chosen = max(matches, key=lambda p: p.version)
     print(mermaid(chosen) if args.mermaid else json.dumps(describe(chosen), indent=2), end="" if args.mermaid else "\n")
     return 0
+
+
+FILE, PINNED = "file", "pinned"
+
+
+def definitions(settings: Settings) -> list[tuple[CompiledProcess, str]]:
+    """Every definition, by (name, version): the files (the package's and NEXUS_PROCESS_DIR's) and, where a
+    database exists, the versions orders are pinned to that no file defines any more. Reads only: nothing is
+    registered, and no database is created (the server registers the files when it starts)."""
+    files = compile_sources([*builtin_sources(), *dir_sources(settings.process_dir)])
+    found = {(p.name, p.version): (p, FILE) for p in files}
+    if missing_database(settings) is None:
+        for row in asyncio.run(_registered(settings)):
+            if (row["name"], row["version"]) not in found:
+                found[(row["name"], row["version"])] = (compile_definition(row["body"]), PINNED)
+    return [found[key] for key in sorted(found)]
+
+
+async def _registered(settings: Settings) -> list[Mapping[str, Any]]:
+    db = await Database(settings).open(migrate=False)
+    try:
+        return list(await db.fetch(query("processes.sql", "all_processes")))
+    finally:
+        await db.close()
 
 
 def configure_tenants(parser: argparse.ArgumentParser) -> None:

@@ -62,6 +62,7 @@ from typing import Any
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import STEPS, EventType
 from nexus.core.sequencing import Decision
+from nexus_client import envelope_json
 
 
 class Mode(enum.StrEnum):
@@ -348,7 +349,7 @@ class Message:
 
 def _message(spec: SendSpec, envelope: EventEnvelope) -> Message:
     return Message(
-        body=envelope.model_dump_json().encode(),
+        body=envelope_json(envelope),
         key=envelope.order_id,
         envelope=envelope,
         mode=spec.mode,

@@ -39,6 +39,9 @@ async def _main(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.report is not None:
         write_report(report, args.report)
     s = report["summary"]
+    if report["error"] and not s["plans"]:
+        print(f"nexus agent: stopped: {report['error']}", file=sys.stderr)
+        return 1
     rejected = ", ".join(f"{k} {v}" for k, v in s["rejections"].items()) or "none"
     print(
         f"agent (llm {settings.model}): {s['plans']} plans (seed {seed}): {s['completed']} completed, "

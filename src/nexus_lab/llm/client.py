@@ -1,9 +1,12 @@
 """The planner's model client: the official `openai` client against any Chat Completions server, with the
 run's budgets and the one retry mechanism (`nexus.core.backoff`).
 
-    LlmError                 the model cannot be asked any more for this run
+    LlmError                 the model cannot be asked any more for this plan (the plan gives up)
      +-- BudgetExhausted     the run's request or token budget is spent
      +-- ModelUnavailable    retries exhausted (429, 5xx, timeouts) or an error no retry can fix (4xx)
+    RunStopped               no plan of the run can go on: stop the run at once, exit non-zero
+     +-- ModelRefused        401, 403 or 404 from the model (a wrong key, base URL or model name)
+     +-- ModelUnreachable    nothing answered at the base URL after every retry
 
 The openai client's own retries are off (`max_retries=0`): 429 (honouring Retry-After up to the policy's
 cap), 5xx, timeouts and connection errors are retried here, each attempt counted against the request
@@ -40,6 +43,26 @@ class BudgetExhausted(LlmError):
 
 class ModelUnavailable(LlmError):
     """The model did not answer usefully after every retry, or refused the request for good."""
+
+
+class RunStopped(Exception):
+    """No plan of the run can go on (every plan would fail the same way): the run stops at once and says
+    why in one line. Not an `LlmError`, so no plan turns it into a give-up."""
+
+
+class ModelRefused(RunStopped):
+    """The model answered 401, 403 or 404: a wrong key, base URL or model name; no retry can fix it."""
+
+
+class ModelUnreachable(RunStopped):
+    """Nothing answered at the model's base URL (connection refused, unknown host) after every retry."""
+
+
+FATAL_STATUSES = {
+    401: "check NEXUS_LLM_API_KEY",
+    403: "check NEXUS_LLM_API_KEY and the model's permissions",
+    404: "check NEXUS_LLM_BASE_URL and NEXUS_LLM_MODEL",
+}
 
 
 class SwitchedToJsonMode(Exception):
@@ -121,6 +144,11 @@ class LlmClient:
                 raise ModelUnavailable(f"the model refused the request: {exc}") from exc
             except (openai.RateLimitError, openai.InternalServerError, openai.APIConnectionError) as exc:
                 delay = self._retry_delay_s(exc, attempt)
+                if delay is None and type(exc) is openai.APIConnectionError:
+                    raise ModelUnreachable(
+                        f"cannot reach the model at {self.settings.base_url} after {attempt} attempts: {exc} "
+                        "(check NEXUS_LLM_BASE_URL)"
+                    ) from exc
                 if delay is None:
                     raise ModelUnavailable(f"no answer after {attempt} attempts: {type(exc).__name__}: {exc}") from exc
                 self.budget.retries += 1
@@ -128,6 +156,12 @@ class LlmClient:
                 attempt += 1
                 continue
             except openai.APIStatusError as exc:
+                hint = FATAL_STATUSES.get(exc.status_code)
+                if hint is not None:
+                    raise ModelRefused(
+                        f"the model at {self.settings.base_url} answered HTTP {exc.status_code} "
+                        f"({_error_message(exc)}; {hint})"
+                    ) from exc
                 if exc.status_code >= 500:
                     delay = self._retry_delay_s(exc, attempt)
                     if delay is not None:
@@ -233,6 +267,18 @@ class LlmClient:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _error_message(exc: openai.APIStatusError) -> str:
+    """The server's own words about a refusal: its JSON error message, else the reason phrase."""
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:200]
+        if isinstance(inner, str):
+            return inner[:200]
+    return exc.response.reason_phrase or type(exc).__name__
 
 
 def _message_dict(content: str | None, calls: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_client import ClientConfig
@@ -60,6 +62,17 @@ def plans_table(report: dict[str, Any], played: dict[str, str]) -> str:
     return text_table("Plans", header, rows, "rllrrlrll")
 
 
+async def agent_key(data_dir: Path, name: str) -> str:
+    """A new agent key of tenant `default` in the (running) embedded database under `data_dir`: what the
+    planner calls the gateway with (shown once, as `nexus keys create` would)."""
+    db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
+    try:
+        _, key = await create_key(db, "default", frozenset({Role.AGENT}), name=name)
+    finally:
+        await db.close()
+    return key
+
+
 async def _main(args: argparse.Namespace) -> int:
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="nexus-demo-llm-"))
@@ -77,14 +90,15 @@ async def _main(args: argparse.Namespace) -> int:
         await wait_ready(children[0], f"http://127.0.0.1:{llm_port}/healthz", 20)
         print(f"  fake model on :{llm_port} (every behaviour; 429 every 9th request, 500 every 13th)", flush=True)
         gateway_url = f"http://127.0.0.1:{http_port}"
-        await wait_ready(children[1], gateway_url + "/readyz", 45)
+        await wait_ready(children[1], gateway_url + "/readyz", 120)
         print(f"  gateway on {gateway_url} (embedded PostgreSQL)", flush=True)
+        key = await agent_key(tmp / "data", "demo-llm-agent")
         settings = LlmSettings(
             base_url=f"http://127.0.0.1:{llm_port}/v1", model="nexus-fake-1", retry_base_ms=20, retry_max_ms=200
         )
         report = await runner.run_llm_agent(
             settings, orders=args.orders, seed=args.seed, concurrency=args.concurrency,
-            gateway=ClientConfig(gateway_url=gateway_url),
+            gateway=ClientConfig(gateway_url=gateway_url, api_key=key),
         )  # fmt: skip
         write_report(report, tmp / "llm-report.json")
         if report["error"]:

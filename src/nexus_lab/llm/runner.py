@@ -29,12 +29,12 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nexus_client import AsyncNexusClient, ClientConfig
+from nexus_client import ApiError, AsyncNexusClient, ClientConfig, ClientError, GatewayUnreachable
 from nexus_lab.agent.graph import sample_order
-from nexus_lab.llm.client import LlmClient
+from nexus_lab.llm.client import LlmClient, RunStopped
 from nexus_lab.llm.planner import PlannerContext, graph, new_counts
 from nexus_lab.llm.settings import LlmSettings
 
@@ -83,6 +83,17 @@ async def run_plan(ctx: PlannerContext, seed: str, index: int) -> dict[str, Any]
         steps=final.get("steps", []),
     )
     return entry
+
+
+def stopped_cause(failures: Sequence[BaseException], gateway_url: str) -> str:
+    """One line saying why the run stopped (the first cause; concurrent plans fail alike)."""
+    exc = failures[0]
+    if isinstance(exc, GatewayUnreachable):
+        return f"cannot reach the gateway at {gateway_url}: {exc} (check NEXUS_GATEWAY_URL, or start `nexus serve`)"
+    if isinstance(exc, ApiError):
+        hint = {401: " (check NEXUS_API_KEY)", 403: " (the key's role or tenant)"}.get(exc.status, "")
+        return f"the gateway at {gateway_url} answered HTTP {exc.status} {exc.code}: {exc.message}{hint}"
+    return str(exc)
 
 
 def summarize(plans: list[dict[str, Any]], llm: LlmClient, elapsed_s: float) -> dict[str, Any]:
@@ -146,7 +157,12 @@ async def run_llm_agent(
         async with asyncio.TaskGroup() as group:
             for _ in range(max(1, min(concurrency, orders))):
                 group.create_task(worker())
-    except* Exception as failures:  # the report still says how far the run got
+    except* (RunStopped, ClientError) as stopped:
+        # Expected: a refused key, a wrong URL, nothing listening. Every plan would fail the same way: the
+        # run stops at once, its cause one line (no traceback); the report still says how far it got.
+        error = stopped_cause(stopped.exceptions, gateway.gateway_url)
+        log.info("llm agent stopped: %s", error, extra={"action": "llm_agent_stopped"})
+    except* Exception as failures:  # a bug: the traceback is worth having
         error = "; ".join(f"{type(e).__name__}: {e}" for e in failures.exceptions)
         log.exception("llm agent stopped", extra={"action": "llm_agent_failed"})
     finally:

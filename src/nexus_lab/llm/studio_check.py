@@ -4,7 +4,8 @@ Starts `nexus fake-llm`, `nexus serve` (embedded PostgreSQL in a temporary --dat
 --no-browser --no-reload` on `langgraph.json` (analytics and tracing off, the planner wired by
 `NEXUS_GATEWAY_URL` and `NEXUS_LLM_*`), asks its local API for a stateless run of `nexus-llm-planner`
 (`POST /runs/wait`) on one order, and checks that the run completed the order at the gateway. Exit 0 when
-it did; stops everything it started. Needs the `studio` extra (`pip install -e '.[studio]'`).
+it did; stops everything it started. On a failure it keeps its temporary directory (each process's log)
+and names it. Needs the `studio` extra (`pip install -e '.[studio]'`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from nexus_lab.llm.demo import agent_key
 from nexus_lab.llm.runner import plan_input
 from nexus_lab.procs import REPO_ROOT, Proc, free_port, nexus, wait_ready
 
@@ -35,6 +37,7 @@ async def _main() -> int:
     llm_port, http_port, studio_port = free_port(), free_port(), free_port()
     gateway_url = f"http://127.0.0.1:{http_port}"
     children: list[Proc] = []
+    ok = False
     try:
         children.append(
             nexus(
@@ -44,12 +47,14 @@ async def _main() -> int:
         serve = ["serve", "--data-dir", str(tmp / "data"), "--http-port", str(http_port), "--no-dispatcher"]
         children.append(nexus("gateway", serve, env, tmp / "serve.out").start())
         await wait_ready(children[0], f"http://127.0.0.1:{llm_port}/healthz", 30)
-        await wait_ready(children[1], gateway_url + "/readyz", 60)
+        await wait_ready(children[1], gateway_url + "/readyz", 120)
+        key = await agent_key(tmp / "data", "studio-check-agent")
         langgraph = str(Path(sys.executable).with_name("langgraph"))
         studio_env = {
             **env,
             **OFFLINE,
             "NEXUS_GATEWAY_URL": gateway_url,
+            "NEXUS_API_KEY": key,
             "NEXUS_LLM_BASE_URL": f"http://127.0.0.1:{llm_port}/v1",
             "NEXUS_LLM_MODEL": "nexus-fake-1",
         }
@@ -75,7 +80,9 @@ async def _main() -> int:
             output = run.json()
             if "--keep" in sys.argv:
                 print(run.text[:3000])
-            order = (await httpx.AsyncClient().get(f"{gateway_url}/v1/orders/{start['order_id']}")).json()
+            auth = {"Authorization": f"Bearer {key}"}
+            async with httpx.AsyncClient(headers=auth) as gateway:
+                order = (await gateway.get(f"{gateway_url}/v1/orders/{start['order_id']}")).json()
         counts = output.get("counts", {})
         print(
             f"studio-check: {len(assistants)} assistant(s); run of nexus-llm-planner -> status {output.get('status')}, "
@@ -85,15 +92,19 @@ async def _main() -> int:
         ok = output.get("status") == "completed" == order.get("status") and counts.get("rejections") == {
             "CHECK_FAILED": 1
         }
-        print("studio-check: ok" if ok else f"studio-check: FAILED (logs in {tmp})")
-        return 0 if ok else 1
+        print("studio-check: ok" if ok else "studio-check: FAILED")
+    except (OSError, RuntimeError, TimeoutError, httpx.HTTPError) as exc:
+        print(f"studio-check: FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
     finally:
         for child in reversed(children):
             child.stop(15.0)
-        if "--keep" not in sys.argv:
+        # The logs go only once every process has stopped, and only after a success: a failure names them.
+        if ok and "--keep" not in sys.argv:
             shutil.rmtree(tmp, ignore_errors=True)
         else:
-            print(f"studio-check: logs kept in {tmp}")
+            logs = ", ".join(sorted(p.name for p in tmp.glob("*.out"))) or "none written"  # noqa: ASYNC240
+            print(f"studio-check: logs kept in {tmp} ({logs})", file=sys.stderr)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

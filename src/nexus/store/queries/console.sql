@@ -2,19 +2,20 @@
 -- spanning every tenant.
 
 -- name: orders
--- One page of orders in key order (keyset: $6/$7 = the last row of the previous page); filters may be NULL.
--- $5 finds an order by id (exact or prefix) or by its plan id.
-SELECT tenant_id, order_id, plan_id, status, last_seq, process, process_version, outbox_count, updated_at
+-- One page of orders, newest first (keyset: $6/$7/$8 = created_at, tenant and id of the previous page's last
+-- row); filters may be NULL. $5 finds an order by id (exact or prefix) or by its plan id.
+SELECT tenant_id, order_id, plan_id, status, last_seq, process, process_version, outbox_count, created_at,
+       updated_at
 FROM orders
 WHERE ($1::text IS NULL OR tenant_id = $1)
   AND ($2::text IS NULL OR status = $2)
   AND ($3::text IS NULL OR tenant_id = $3)
   AND ($4::text IS NULL OR process = $4)
   AND ($5::text IS NULL OR starts_with(order_id, $5) OR plan_id = $5)
-  AND ($6::text IS NULL OR (tenant_id, order_id) > ($6, $7))
+  AND ($6::timestamptz IS NULL OR (created_at, tenant_id, order_id) < ($6, $7, $8))
   AND NOT tombstone
-ORDER BY tenant_id, order_id
-LIMIT $8;
+ORDER BY created_at DESC, tenant_id DESC, order_id DESC
+LIMIT $9;
 
 -- name: order
 SELECT tenant_id, order_id, plan_id, status, last_seq, process, process_version, outbox_count, facts,
