@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from nexus.auth.tenants import bind
 from nexus.gateway import Gateway, Incoming
+from nexus.ingress.tenants import bind
 from nexus.processes import register
 from nexus.settings import Settings
 from nexus.store.database import Database

@@ -13,10 +13,10 @@ import pytest
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from nexus.auth.tenants import bind
 from nexus.delivery.formats import CLOUDEVENTS, render_body
 from nexus.delivery.subscriptions import add_subscription
 from nexus.gateway import Gateway, Incoming
+from nexus.ingress.tenants import bind
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.sink import start_sink
