@@ -45,6 +45,7 @@ COMMAND_WORDS = ("nexus ", "make ", "curl ", "export ", ".venv/bin/", "KEY=", "N
 
 # A line starting with one of these cannot run in this test; the reason says why (and where it runs).
 CANNOT_RUN: dict[str, str] = {
+    "make check": "lint, types and the unit tests, which `make test` runs too (this test is one of its e2e tests)",
     "make test": "runs this test itself (and every other one); .ci/run runs it",
     "make chaos": "minutes of processes killed at CI size; `make test` runs a short version of each scenario",
     "make fuzz": "the long fuzz run; `make test` runs the short one (tests/integration/test_fuzz.py)",
