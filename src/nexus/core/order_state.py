@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import Verdict
+from nexus.core.process_model import Verdict
 
 
 class Decision(enum.StrEnum):

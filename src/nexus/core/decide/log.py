@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from nexus.core.audit_chain import Entry
+from nexus.core.decide.deadlines import is_deadline_abort
+from nexus.core.decide.replan import code_of
 from nexus.core.envelope import EventEnvelope
-from nexus.core.sequencing import Decision, Rejection, Resolution, code_of, is_deadline_abort
+from nexus.core.order_state import Decision, Rejection, Resolution
 from nexus.errors import ErrorCode
 
 

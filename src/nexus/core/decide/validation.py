@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nexus.core.checks import build_context, convert_money, exponent_of, pick, to_minor
-from nexus.core.process_model import ABORT_STEP, CompiledProcess, Verdict
+from nexus.core.process_model import ABORT_STEP, ABORTED, CompiledProcess, Verdict
 from nexus.errors import ErrorCode
 
 
@@ -121,3 +121,52 @@ def approval_expires_s(process: CompiledProcess, event_type: str) -> float | Non
 
 def _limit(value: Any, exponent: int) -> Any:
     return to_minor(value, exponent) if not isinstance(value, str) else value
+
+
+def judge(
+    process: CompiledProcess | None, name: str, state_status: str | None, facts: Mapping[str, Any],
+    event_type: str, seq_id: int | None, data: Mapping[str, Any], limits: Mapping[str, Any],
+) -> Verdict | None:  # fmt: skip
+    """`validate_step` against the order's process, or UNKNOWN_STEP when process `name` is not registered."""
+    if process is None:
+        return Verdict(ErrorCode.UNKNOWN_STEP, f"unknown process {name!r}: no definition is registered")
+    return validate_step(process, state_status, facts, event_type, seq_id, data, limits)
+
+
+def after_terminal(
+    process: CompiledProcess | None, order_id: str, status: str | None, last_seq: int, seq_id: int | None
+) -> Verdict | None:
+    """AFTER_TERMINAL for a step past the last seq of an order in a terminal state other than aborted."""
+    if process is None or status is None or status == ABORTED or not process.is_terminal(status):
+        return None
+    if seq_id is None or seq_id <= last_seq:
+        return None
+    return Verdict(
+        ErrorCode.AFTER_TERMINAL,
+        f"order {order_id} is {status} at seq {last_seq}: no step may follow a terminal state",
+    )
+
+
+class StepChecks:
+    """The process validation a gateway applies (injected): every step judged by its process."""
+
+    checks = True
+
+    def verdict(
+        self, process: CompiledProcess | None, name: str, status: str | None, facts: Mapping[str, Any],
+        event_type: str, seq_id: int | None, data: Mapping[str, Any], limits: Mapping[str, Any],
+    ) -> Verdict | None:  # fmt: skip
+        return judge(process, name, status, facts, event_type, seq_id, data, limits)
+
+
+class NoChecks(StepChecks):
+    """No process validation (the validation benchmark's baseline): every step in turn applies, the order's
+    states still coming from its process; nothing is REJECTED or HELD by a process."""
+
+    checks = False
+
+    def verdict(
+        self, process: CompiledProcess | None, name: str, status: str | None, facts: Mapping[str, Any],
+        event_type: str, seq_id: int | None, data: Mapping[str, Any], limits: Mapping[str, Any],
+    ) -> Verdict | None:  # fmt: skip
+        return None
