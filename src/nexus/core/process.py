@@ -2,13 +2,13 @@
 
 The names importers know, from the modules that hold them: the models, compiled definitions and the
 catalog (`core/process_model.py`), compiling YAML text (`core/process_compile.py`), and judging a step
-against its process (`core/decide/validation.py`, the process's part of the decision table). Pure: YAML
-arrives as text; reading files happens outside the core.
+against its process (`core/process_checks.py`; their place in the decision table: `core/decide/validation.py`).
+Pure: YAML arrives as text; reading files happens outside the core.
 """
 
 from __future__ import annotations
 
-from nexus.core.decide.validation import approval_expires_s, needs_approval, validate_step
+from nexus.core.process_checks import approval_expires_s, needs_approval, validate_step
 from nexus.core.process_compile import compile_definition, definition_schema
 from nexus.core.process_model import (
     ABORT_STEP,
