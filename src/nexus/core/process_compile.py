@@ -19,6 +19,7 @@ from nexus.core.process_model import (
     CompiledStep,
     DefinitionError,
     ProcessDefinition,
+    Step,
     content_hash,
 )
 
@@ -83,44 +84,7 @@ def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
                     _line_of(text, [*where, "from"]),
                 )
             allowed.setdefault(origin, []).append(name)
-        rules = []
-        seen: set[str] = set()
-        for i, check in enumerate(step.checks):
-            if check.id in seen:
-                raise DefinitionError(
-                    f"step {name}: duplicate check id {check.id!r}", _line_of(text, [*where, "checks", i])
-                )
-            seen.add(check.id)
-            try:
-                rules.append((check, CompiledRule.compile(check.rule)))
-            except CheckSyntaxError as exc:
-                raise DefinitionError(
-                    f"step {name}, check {check.id}: CEL syntax error: {exc}", _line_of(text, [*where, "checks", i])
-                ) from exc
-        try:
-            if step.data:
-                jsonschema.Draft202012Validator.check_schema(step.data)
-            # The Rust validator checks a step's data in < 1 us; `jsonschema` took ~80 us per step.
-            validator = jsonschema_rs.validator_for(step.data) if step.data else None
-        except jsonschema.SchemaError as exc:
-            raise DefinitionError(
-                f"step {name}: data is not a JSON Schema: {exc.message}", _line_of(text, [*where, "data"])
-            ) from exc
-        properties = step.data.get("properties", {}) if isinstance(step.data, dict) else {}
-        defaults = {k: v["default"] for k, v in properties.items() if isinstance(v, dict) and "default" in v}
-        fields = fields_used(r.source for _, r in rules)
-        uses_sum = any(r.uses_sum for _, r in rules)
-        approval_rule = None
-        if step.approval is not None and step.approval.when:
-            try:
-                approval_rule = CompiledRule.compile(step.approval.when)
-            except CheckSyntaxError as exc:
-                raise DefinitionError(
-                    f"step {name}, approval.when: CEL syntax error: {exc}", _line_of(text, [*where, "approval"])
-                ) from exc
-        steps[name] = CompiledStep(
-            name, step, tuple(rules), validator, defaults, fields, uses_sum, approval_rule=approval_rule
-        )
+        steps[name] = _compile_step(name, step, text)
     if None not in allowed:
         raise DefinitionError("no initial step: at least one step needs `from: [null]`", _line_of(text, ["steps"]))
     return CompiledProcess(
@@ -129,6 +93,47 @@ def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
         steps=steps,
         allowed={k: tuple(v) for k, v in allowed.items()},
     )
+
+
+def _compile_step(name: str, step: Step, text: str) -> CompiledStep:
+    """One step's rules, data schema and approval condition, compiled once."""
+    where = ["steps", name]
+    rules = []
+    seen: set[str] = set()
+    for i, check in enumerate(step.checks):
+        if check.id in seen:
+            raise DefinitionError(
+                f"step {name}: duplicate check id {check.id!r}", _line_of(text, [*where, "checks", i])
+            )
+        seen.add(check.id)
+        try:
+            rules.append((check, CompiledRule.compile(check.rule)))
+        except CheckSyntaxError as exc:
+            raise DefinitionError(
+                f"step {name}, check {check.id}: CEL syntax error: {exc}", _line_of(text, [*where, "checks", i])
+            ) from exc
+    try:
+        if step.data:
+            jsonschema.Draft202012Validator.check_schema(step.data)
+        # The Rust validator checks a step's data in < 1 us; `jsonschema` took ~80 us per step.
+        validator = jsonschema_rs.validator_for(step.data) if step.data else None
+    except jsonschema.SchemaError as exc:
+        raise DefinitionError(
+            f"step {name}: data is not a JSON Schema: {exc.message}", _line_of(text, [*where, "data"])
+        ) from exc
+    properties = step.data.get("properties", {}) if isinstance(step.data, dict) else {}
+    defaults = {k: v["default"] for k, v in properties.items() if isinstance(v, dict) and "default" in v}
+    approval_rule = None
+    if step.approval is not None and step.approval.when:
+        try:
+            approval_rule = CompiledRule.compile(step.approval.when)
+        except CheckSyntaxError as exc:
+            raise DefinitionError(
+                f"step {name}, approval.when: CEL syntax error: {exc}", _line_of(text, [*where, "approval"])
+            ) from exc
+    fields = fields_used(r.source for _, r in rules)
+    uses_sum = any(r.uses_sum for _, r in rules)
+    return CompiledStep(name, step, tuple(rules), validator, defaults, fields, uses_sum, approval_rule=approval_rule)
 
 
 def _line_of(text: str, path: list[Any]) -> int | None:

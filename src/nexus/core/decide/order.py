@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from nexus.core.decide.approvals import must_hold
@@ -34,6 +34,9 @@ from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Res
 from nexus.core.process_model import ABORTED, CompiledProcess, ProcessCatalog, Verdict, as_status
 
 _CHECKED = StepChecks()
+
+Numbering = Callable[[OrderState, EventEnvelope], EventEnvelope]
+Precheck = Callable[[EventEnvelope], "Verdict | None"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,6 +54,12 @@ class OrderContext:
     approvals: Mapping[uuid.UUID, Verdict | None] = dataclasses.field(default_factory=dict)
     positional: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Without a catalog only: the status each step type leads to (no process judges anything)."""
+    numbering: Numbering | None = None
+    """Extension point: gives a step proposed without a seq_id its number (`core/numbering.py`), under the
+    order's lock, from the order's state as this fold has it (earlier steps of the batch included)."""
+    prechecks: tuple[Precheck, ...] = ()
+    """Extension point: per-step limits (e.g. `max_list_items`); the first verdict makes the step
+    REJECTED with it, before its position is looked at."""
 
 
 class OrderFold:
@@ -85,6 +94,8 @@ class OrderFold:
 
     def step(self, event: EventEnvelope) -> None:
         state = self.state
+        if self.ctx.numbering is not None:
+            event = self.ctx.numbering(state, event)
         if is_deadline_abort(event) and not self._overdue(state):
             self.decisions.append((event, Decision.DUPLICATE, state))  # a sweeper's abort, not (now) due
             return
@@ -100,6 +111,10 @@ class OrderFold:
         if known is not None:
             self.rejections.append(Rejection(event, known, replay=True))
             return Decision.REJECTED, state
+        for check in self.ctx.prechecks:
+            verdict = check(event)
+            if verdict is not None:
+                return Decision.REJECTED, self._reject(state, event, verdict, drained=False)
         verdict = self._after_terminal(state, event)
         if verdict is not None:
             return Decision.REJECTED, self._reject(state, event, verdict, drained=False)
