@@ -92,6 +92,7 @@ def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
         content_hash=content_hash(text),
         steps=steps,
         allowed={k: tuple(v) for k, v in allowed.items()},
+        terminal_states=frozenset(terminal),
     )
 
 

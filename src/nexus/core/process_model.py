@@ -215,6 +215,8 @@ class CompiledProcess:
     steps: Mapping[str, CompiledStep]
     allowed: Mapping[str | None, tuple[str, ...]]
     """State (None: before the order exists) -> step types allowed from it, ABORT_PLAN excluded."""
+    terminal_states: frozenset[str] = frozenset({ABORTED})
+    """The definition's terminal states, and the built-in `aborted`."""
 
     @property
     def name(self) -> str:

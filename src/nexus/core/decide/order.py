@@ -96,10 +96,11 @@ class OrderFold:
         state = self.state
         if self.ctx.numbering is not None:
             event = self.ctx.numbering(state, event)
-        if is_deadline_abort(event) and not self._overdue(state):
+        due = self._overdue(state)
+        if is_deadline_abort(event) and not due:
             self.decisions.append((event, Decision.DUPLICATE, state))  # a sweeper's abort, not (now) due
             return
-        if self._overdue(state) and not is_deadline_abort(event):
+        if due and not is_deadline_abort(event):
             assert self.ctx.now is not None
             state = self._drop_buffer(self._apply(state, deadline_abort(state, event.tenant_id, self.ctx.now), False))
             state = dataclasses.replace(state, buffered=self.buffer.seqs())
@@ -118,7 +119,7 @@ class OrderFold:
         verdict = self._after_terminal(state, event)
         if verdict is not None:
             return Decision.REJECTED, self._reject(state, event, verdict, drained=False)
-        decision = decide(state, event, self._terminal_for_position(state, event))
+        decision = decide(state, event, self._terminal(state, event))
         verdict = past_pivot(state, event, decision)
         if verdict is not None:
             return Decision.REJECTED, self._reject(state, event, verdict, drained=False)
@@ -175,11 +176,21 @@ class OrderFold:
             return catalog.get(current.process, current.process_version)
         return catalog.get(event.process_name)
 
-    def _terminal_for_position(self, state: OrderState, event: EventEnvelope) -> frozenset[str]:
-        return DEFAULT_TERMINAL
+    def _terminal(self, state: OrderState, event: EventEnvelope | None) -> frozenset[str]:
+        """The terminal states of the order's process, from its definition (`aborted` included)."""
+        catalog = self.ctx.catalog
+        if catalog is None:
+            return DEFAULT_TERMINAL
+        if state.process is not None:
+            process = catalog.get(state.process, state.process_version)
+        else:
+            process = catalog.get(event.process_name) if event is not None else None
+        return process.terminal_states if process is not None else DEFAULT_TERMINAL
 
     def _overdue(self, state: OrderState) -> bool:
-        return overdue(state, self.ctx.now, DEFAULT_TERMINAL)
+        if state.deadline_at is None:
+            return False
+        return overdue(state, self.ctx.now, self._terminal(state, None))
 
     def _judge(self, current: OrderState, event: EventEnvelope) -> Verdict | None:
         if self.ctx.catalog is None:
@@ -199,6 +210,8 @@ class OrderFold:
 
     def _reject(self, current: OrderState, event: EventEnvelope, verdict: Verdict, drained: bool) -> OrderState:
         self.rejections.append(Rejection(event, verdict, drained))
+        if current.status is not None and current.status in self._terminal(current, event):
+            return dataclasses.replace(current, plan_id=event.plan_id)  # a finished plan counts no rejection
         current = dataclasses.replace(current, rejections=current.rejections + 1, plan_id=event.plan_id)
         limit = limit_reached(self._process(current, event), current.rejections)
         if limit is not None:
