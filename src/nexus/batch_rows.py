@@ -34,7 +34,7 @@ from nexus.core.decide.rows import (
 )
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.order_state import OrderState
-from nexus.core.process_model import Verdict, as_status
+from nexus.core.process_model import Verdict
 from nexus.errors import ErrorCode
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store.queries import query
@@ -163,7 +163,7 @@ def state_of(row: Any, pending: Mapping[OrderKey, Mapping[int, EventEnvelope]]) 
     return OrderState(
         order_id=row["order_id"],
         plan_id=row["plan_id"],
-        status=as_status(row["status"]),
+        status=row["status"],
         last_seq=row["last_seq"],
         buffered=frozenset(pending.get((row["tenant_id"], row["order_id"]), {})),
         tombstone=row["tombstone"],

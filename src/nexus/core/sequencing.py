@@ -15,13 +15,13 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nexus.core.decide import order as _order
+from nexus.core.decide import position as _position
 from nexus.core.decide.deadlines import deadline_abort, deadline_abort_id, is_deadline_abort
-from nexus.core.decide.position import decide
 from nexus.core.decide.rejections import policy_abort
 from nexus.core.decide.replan import code_of
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Resolution
-from nexus.core.process_model import STATUS_AFTER, ProcessCatalog, Verdict
+from nexus.core.process_model import STATUS_AFTER, OrderStatus, ProcessCatalog, Verdict
 
 __all__ = [
     "Applied",
@@ -40,8 +40,14 @@ __all__ = [
 ]
 
 # Without a catalog nothing is judged and statuses are positional: the built-in order's (tests of the
-# position table use it; a gateway always has a catalog).
+# position table use it; a gateway always has a catalog, and the deciders never read these constants).
 _POSITIONAL: Mapping[str, str] = {str(k): v for k, v in STATUS_AFTER.items()}
+_ORDER_TERMINAL: frozenset[str] = frozenset(s.value for s in OrderStatus if s.terminal)
+
+
+def decide(state: OrderState | None, event: EventEnvelope) -> Decision:
+    """The position table (`core/decide/position.py`) for an order of the built-in `order` process."""
+    return _position.decide(state, event, _ORDER_TERMINAL)
 
 
 def resolve(
@@ -65,6 +71,7 @@ def resolve(
         now=now,
         approvals=approvals or {},
         positional=_POSITIONAL if catalog is None else {},
+        positional_terminal=_ORDER_TERMINAL,
     )
     return _order.resolve(state, events, pending, ctx)
 
@@ -78,5 +85,10 @@ def complete_effect(
     limits: Mapping[str, Any] | None = None,
 ) -> Resolution:
     """The effect of `event` succeeded: the step applies for good, then its successors drain."""
-    ctx = _order.OrderContext(catalog=catalog, limits=limits or {}, positional=_POSITIONAL if catalog is None else {})
+    ctx = _order.OrderContext(
+        catalog=catalog,
+        limits=limits or {},
+        positional=_POSITIONAL if catalog is None else {},
+        positional_terminal=_ORDER_TERMINAL,
+    )
     return _order.complete_effect(state, event, pending, ctx)

@@ -54,6 +54,8 @@ class OrderContext:
     approvals: Mapping[uuid.UUID, Verdict | None] = dataclasses.field(default_factory=dict)
     positional: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Without a catalog only: the status each step type leads to (no process judges anything)."""
+    positional_terminal: frozenset[str] = DEFAULT_TERMINAL
+    """Without a catalog only: the terminal states."""
     numbering: Numbering | None = None
     """Extension point: gives a step proposed without a seq_id its number (`core/numbering.py`), under the
     order's lock, from the order's state as this fold has it (earlier steps of the batch included)."""
@@ -180,7 +182,7 @@ class OrderFold:
         """The terminal states of the order's process, from its definition (`aborted` included)."""
         catalog = self.ctx.catalog
         if catalog is None:
-            return DEFAULT_TERMINAL
+            return self.ctx.positional_terminal
         if state.process is not None:
             process = catalog.get(state.process, state.process_version)
         else:
@@ -295,8 +297,8 @@ class OrderFold:
         deadline_at = current.deadline_at
         if event.is_replan or current.status is None:
             deadline_at = self._set_deadline(event, process)
-        terminal = process.is_terminal(status) if process is not None else status in DEFAULT_TERMINAL
-        if event.is_abort or terminal or status == "completed":
+        terminal = process.is_terminal(status) if process is not None else status in self.ctx.positional_terminal
+        if event.is_abort or terminal:
             return None
         if process is not None and is_pivot(process, event):
             return None  # the saga's pivot completed: its plan can no longer time out

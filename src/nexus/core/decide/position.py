@@ -26,8 +26,8 @@ from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Decision, OrderState
 from nexus.core.process_model import ABORTED
 
-DEFAULT_TERMINAL: frozenset[str] = frozenset({ABORTED, "completed"})
-"""Terminal states when the order's process is not known (no catalog): the built-in order's."""
+DEFAULT_TERMINAL: frozenset[str] = frozenset({ABORTED})
+"""Terminal states when the order's process is not known: only the built-in `aborted`."""
 
 
 def decide(state: OrderState | None, event: EventEnvelope, terminal: Collection[str] = DEFAULT_TERMINAL) -> Decision:
