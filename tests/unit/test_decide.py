@@ -307,3 +307,59 @@ def test_pending_rows_carry_their_trace() -> None:
     plan = plan_batch([item], BatchReads(), Parts(catalog=builtin_catalog()), kind=IngressKind.HTTP, now=T0)
     [row] = plan.buffered
     assert isinstance(row, PendingRow) and row.seq_id == 3 and row.traceparent == item.traceparent
+
+
+# --- Hypothesis over the remaining deciders -----------------------------------------------------------
+
+STATUSES = st.sampled_from([None, "created", "payment_processed", "completed", "aborted", "paid"])
+PLANS = st.sampled_from(["p-1", "p-2", "p-3"])
+
+
+@given(status=STATUSES, plan=PLANS, new_plan=PLANS, superseded=st.frozensets(PLANS, max_size=2))
+def test_replan_never_applies_to_a_finished_or_same_plan(
+    status: str | None, plan: str, new_plan: str, superseded: frozenset[str]
+) -> None:
+    """A REPLAN applies only on a live order of its plan naming another plan; anything else changes nothing."""
+    state = OrderState(O, plan_id="p-1" if status else None, status=status, last_seq=2, superseded=superseded)
+    swap = EventEnvelope.model_validate(replan_json(O, plan, new_plan))
+    decision = decide_replan(state, swap, frozenset({"completed", "aborted", "paid"}))
+    if decision is Decision.APPLY:
+        assert status in ("created", "payment_processed") and plan == state.plan_id and new_plan != plan
+    if new_plan == state.plan_id:
+        assert decision is Decision.DUPLICATE
+
+
+@given(status=STATUSES, last=st.integers(0, 6), seq=st.integers(1, 8))
+def test_after_terminal_only_past_the_last_seq_of_a_terminal_order(status: str | None, last: int, seq: int) -> None:
+    """AFTER_TERMINAL exactly when the refund is in a terminal state other than aborted and seq > last_seq."""
+    verdict = after_terminal(process("refund"), O, status, last, seq)
+    expected = status in ("paid",) and seq > last  # refund's terminal states: paid, rejected (and aborted)
+    assert (verdict is not None) == expected
+
+
+@given(amount=st.integers(1, 10_000))
+def test_approval_threshold_of_order_reviewed(amount: int) -> None:
+    """order_reviewed holds a payment exactly when its amount is above 1000.00."""
+    facts = {"total_amount": amount * 100, "currency": "USD"}
+    payment = step(O, P, 3, data={"payment_id": "p", "amount": amount, "currency": "USD"})
+    assert must_hold(process("order_reviewed"), facts, payment, LIMITS, {}) == (amount > 1000)
+
+
+@given(seq=st.integers(2, 5), status=st.sampled_from(["created", "inventory_validated", "payment_processed"]))
+def test_every_effect_step_keeps_the_status_and_takes_its_seq(seq: int, status: str) -> None:
+    """For every fulfilment step with an effect, deferring keeps the status, moves last_seq, writes no
+    notification (position 0) and marks the effect running."""
+    state = OrderState(O, plan_id=P, status=status, last_seq=seq - 1, process="fulfilment", process_version=1)
+    deferred = defer_for_effect(process("fulfilment"), state, step(O, P, seq), True, None)
+    assert deferred is not None
+    applied, after = deferred
+    assert (applied.position, applied.drained, after.status, after.last_seq) == (0, True, status, seq)
+    assert after.effect is not None and after.effect["seq"] == seq
+
+
+@given(count=st.integers(0, 10))
+def test_limit_reached_is_monotonic(count: int) -> None:
+    """Once a count reaches refund's max_rejections every larger count does too; order has no limit."""
+    reached = limit_reached(process("refund"), count)
+    assert (reached is not None) == (count >= 3)
+    assert limit_reached(process("order"), count) is None
