@@ -4,8 +4,8 @@ Every ingress (HTTP, Kafka, redrive, approvals, the deadline sweeper) hands its 
 `IngressKind`. A batch is written with a fixed number of set-based statements whatever its size: advisory
 locks for its orders (in key order, so batches never deadlock), one read of their state and buffer
 (`batch_rows.read_batch`), the pure `plan_batch` of the core (every decision is there), then one statement
-per table (`batch_rows.write_plan`). The buffer sweeper (`expire_buffered`) does the same with the core's
-`plan_expiry`. If the shared transaction fails for a permanent reason, each order is retried alone so one
+per table (`batch_rows.write_plan`). The buffer sweeper (`expire_buffered`) does the same, its expiry
+decided by the same fold. If the shared transaction fails for a permanent reason, each order is retried alone so one
 culprit cannot fail its neighbours; transient failures propagate for the caller to retry as a whole.
 """
 
@@ -25,7 +25,7 @@ from nexus import metrics, tracing
 from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.deadlines import deadline_abort
-from nexus.core.decide.expiry import plan_expiry
+from nexus.core.decide.expiry import Expiry
 from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, NoDecisionLog
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
@@ -239,9 +239,9 @@ class Gateway:
     async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
         """Dead-letter buffered steps whose gap has not filled for `timeout_s`; return the dead-letter ids.
 
-        Lock, read, plan (`core/decide/expiry.py`), write: each expired step leaves the buffer and enters
-        dead_letters in the same transaction, under its order's advisory lock, so it is dead-lettered once
-        and never applied afterwards.
+        Lock, read, plan (the batch fold, with `core/decide/expiry.py`), write: each expired step leaves the
+        buffer and enters dead_letters in the same transaction, under its order's advisory lock, so it is
+        dead-lettered once and never applied afterwards.
         """
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
@@ -251,7 +251,8 @@ class Gateway:
                     return []
                 await conn.execute(query("gateway.sql", "lock_orders"), *pairs(candidates))
                 steps, now = await read_buffered(conn, candidates)
-                plan = plan_expiry(steps, now, timeout_s, self.parts.log) if steps else BatchPlan(answers=())
+                expiry = Expiry(tuple(steps), timeout_s)
+                plan = plan_batch([], BatchReads(), self.parts, kind=IngressKind.BUFFER, now=now, expiry=expiry)
                 if not plan.dead_letters:
                     return []
                 ids = await write_plan(conn, plan, {}, ())

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import uuid
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.decide.approvals import approval_id_for, must_hold
 from nexus.core.decide.deadlines import deadline_abort, deadline_abort_id, deadline_for, is_deadline_abort, overdue
 from nexus.core.decide.effects import EffectStatus, defer_for_effect, past_pivot
-from nexus.core.decide.expiry import BufferedStep, plan_expiry
+from nexus.core.decide.expiry import BufferedStep, Expiry
 from nexus.core.decide.items import Incoming, IngressKind
-from nexus.core.decide.log import DecisionLog, NoDecisionLog
+from nexus.core.decide.log import NoDecisionLog
 from nexus.core.decide.order import OrderContext, resolve
 from nexus.core.decide.plan import BatchReads, Parts, plan_batch
 from nexus.core.decide.position import ReorderBuffer, decide
@@ -111,18 +112,24 @@ def test_replan_table() -> None:
 # --- deadlines ----------------------------------------------------------------------------------------
 
 
-@given(wanted_s=st.integers(1, 10_000), max_s=st.integers(1, 10_000))
+@functools.cache
+def timed(max_s: int) -> CompiledProcess | None:
+    return timed_catalog(default_s=None, max_s=max_s).get("timed")
+
+
+@settings(deadline=None)  # the first example of each max_s compiles its definition (cached after)
+@given(wanted_s=st.integers(1, 10_000), max_s=st.sampled_from([1, 60, 3600, 7200, 10_000]))
 def test_deadline_is_clipped_to_the_process_max(wanted_s: int, max_s: int) -> None:
     """A requested deadline later than now + max_s becomes now + max_s, and says it was clipped."""
-    timed = timed_catalog(default_s=None, max_s=max_s).get("timed")
+    timed_process = timed(max_s)
     event = step(O, P, 1, deadline=(NOW + dt.timedelta(seconds=wanted_s)).isoformat())
-    found = deadline_for(event, timed, NOW, past_pivot=False)
+    found = deadline_for(event, timed_process, NOW, past_pivot=False)
     assert found is not None
     at, clipped = found
     assert clipped == (wanted_s > max_s)
     assert at == NOW + dt.timedelta(seconds=min(wanted_s, max_s))
-    assert deadline_for(event, timed, NOW, past_pivot=True) is None
-    assert deadline_for(event, timed, None, past_pivot=False) is None
+    assert deadline_for(event, timed_process, NOW, past_pivot=True) is None
+    assert deadline_for(event, timed_process, None, past_pivot=False) is None
 
 
 def test_overdue_only_for_a_live_plan_past_its_deadline() -> None:
@@ -254,12 +261,17 @@ def test_expiry_dead_letters_only_steps_older_than_the_timeout(ages: list[int]) 
                      NOW - dt.timedelta(seconds=age))
         for seq, age in enumerate(ages)
     ]  # fmt: skip
-    plan = plan_expiry(steps, NOW, 3600, DecisionLog())
+    expiry = Expiry(tuple(steps), 3600)
+    plan = plan_batch(
+        [], BatchReads(), Parts(catalog=builtin_catalog()), kind=IngressKind.BUFFER, now=NOW, expiry=expiry
+    )
     old = [s for s, age in zip(steps, ages, strict=True) if age > 3600]
     assert [d.event_id for d in plan.dead_letters] == [s.event_id for s in old]
     assert {d.code for d in plan.dead_letters} <= {ErrorCode.BUFFER_TIMEOUT.value}
     assert [u.seq_id for u in plan.unbuffered] == [s.seq_id for s in old]
-    assert len(plan.log) == len(old) and plan_expiry(steps, NOW, 3600, NoDecisionLog()).log == ()
+    assert len(plan.log) == len(old) and plan.wake == ((("default", O),) if old else ())
+    silent = Parts(catalog=builtin_catalog(), log=NoDecisionLog())
+    assert plan_batch([], BatchReads(), silent, kind=IngressKind.BUFFER, now=NOW, expiry=expiry).log == ()
 
 
 def test_plan_batch_answers_in_item_order_with_typed_rows() -> None:

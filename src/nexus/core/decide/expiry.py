@@ -7,7 +7,8 @@
 
 (1) dead-lettered once, under its order's lock, in the transaction that removes it: never applied after.
 
-Planned as a `BatchPlan` (deletes, dead letters, log entries, wake-ups) the gateway writes like any other.
+Decided inside the batch fold (`plan_batch(..., expiry=Expiry(...))`), so the sweeper's plan (deletes, dead
+letters, log entries, wake-ups) is a `BatchPlan` the gateway writes like any other.
 Pure: the clock is passed in (the database's, with the steps' arrival times).
 """
 
@@ -18,8 +19,6 @@ import datetime as dt
 
 from nexus.core.audit_chain import Entry
 from nexus.core.decide.items import IngressKind
-from nexus.core.decide.log import DecisionLog
-from nexus.core.decide.plan import BatchPlan
 from nexus.core.decide.rows import DeadLetterRow, PendingDelete
 from nexus.core.envelope import parse_envelope
 from nexus.core.order_state import Decision
@@ -39,9 +38,19 @@ class BufferedStep:
     received_at: dt.datetime
 
 
-def plan_expiry(steps: list[BufferedStep], now: dt.datetime, timeout_s: float, log: DecisionLog) -> BatchPlan:
-    """Dead-letter the steps that waited more than `timeout_s` at `now`."""
-    expired = [s for s in steps if s.received_at < now - dt.timedelta(seconds=timeout_s)]
+@dataclasses.dataclass(frozen=True, slots=True)
+class Expiry:
+    """The buffer sweeper's question to the batch fold: which of these buffered steps (of orders locked
+    by the sweeper) waited more than `timeout_s`."""
+
+    steps: tuple[BufferedStep, ...]
+    timeout_s: float
+
+
+def expired_rows(expiry: Expiry, now: dt.datetime) -> tuple[list[PendingDelete], list[DeadLetterRow], list[Entry]]:
+    """The deletes, dead letters and log entries of the steps that waited more than the timeout at `now`."""
+    timeout_s = expiry.timeout_s
+    expired = [s for s in expiry.steps if s.received_at < now - dt.timedelta(seconds=timeout_s)]
     dead: list[DeadLetterRow] = []
     entries: list[Entry] = []
     for step in expired:
@@ -60,10 +69,4 @@ def plan_expiry(steps: list[BufferedStep], now: dt.datetime, timeout_s: float, l
                 code=ErrorCode.BUFFER_TIMEOUT.value, message=message,
             )
         )  # fmt: skip
-    return BatchPlan(
-        answers=(),
-        unbuffered=tuple(PendingDelete(s.order_id, s.seq_id, s.tenant_id) for s in expired),
-        dead_letters=tuple(dead),
-        log=tuple(log.entries(entries)),
-        wake=tuple(sorted({(s.tenant_id, s.order_id) for s in expired})),
-    )
+    return [PendingDelete(s.order_id, s.seq_id, s.tenant_id) for s in expired], dead, entries

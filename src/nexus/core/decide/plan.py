@@ -26,6 +26,7 @@ from typing import Any
 
 from nexus.core.audit_chain import Entry
 from nexus.core.decide.answers import Outcome, answer
+from nexus.core.decide.expiry import Expiry, expired_rows
 from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, ingress_entry
 from nexus.core.decide.order import Numbering, OrderContext, Precheck, resolve
@@ -118,6 +119,8 @@ class _Planner:
         self.traces: dict[uuid.UUID, str | None] = {}
         self.drained = 0
         self.blocked: list[ErrorCode] = []
+        self.woken: set[OrderKey] = set()
+        self.with_actors = any(item.actor for item in items)
 
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
@@ -132,11 +135,14 @@ class _Planner:
         self.resolutions.append(resolution)
         self.traces.update(traces)
         self.blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
-        held, cancelled = approval_rows(resolution, self.parts.catalog, traces, ctx.approvals)
-        self.rows.approvals += held
-        self.rows.cancelled += cancelled
-        actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]
-        self.log += self.parts.log.order_entries(resolution, pending, None, actors or None)
+        if resolution.held or resolution.released:
+            held, cancelled = approval_rows(resolution, self.parts.catalog, traces, ctx.approvals)
+            self.rows.approvals += held
+            self.rows.cancelled += cancelled
+        actors = None
+        if self.with_actors:
+            actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]
+        self.log += self.parts.log.order_entries(resolution, pending, None, actors)
         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
             self.answers[i] = answer(event, decision, after, verdict, resolution.deadlines.get(event.event_id))
@@ -164,6 +170,13 @@ class _Planner:
                 self.answers[i] = Outcome(item.event_id, Decision.DEAD_LETTER, item.error.code, str(item.error))
                 self.log += self.parts.log.entries([ingress_entry(item)])
 
+    def expire(self, expiry: Expiry, now: dt.datetime) -> None:
+        deletes, dead, entries = expired_rows(expiry, now)
+        self.rows.pending_del += deletes
+        self.rows.dead += dead
+        self.log += self.parts.log.entries(entries)
+        self.woken.update((d.tenant_id, d.order_id) for d in deletes)
+
     def decision_records(self) -> None:
         """A Kafka batch's decisions, for `nexus.decisions`, written in its transaction."""
         for item, outcome in zip(self.items, self.answers, strict=True):
@@ -183,9 +196,11 @@ def plan_batch(
     kind: IngressKind,
     now: dt.datetime | None,
     approvals: Mapping[uuid.UUID, Verdict | None] | None = None,
+    expiry: Expiry | None = None,
 ) -> BatchPlan:
     """Decide a batch: each order's items folded through the deciders (orders in key order, the lock
-    order), then the items that are not steps; see the module docstring for the extension points."""
+    order), then the items that are not steps, then the buffer sweeper's `expiry` (if any); see the module
+    docstring for the extension points."""
     by_order: dict[OrderKey, list[int]] = defaultdict(list)
     for i, item in enumerate(items):
         if item.envelope is not None:
@@ -195,11 +210,19 @@ def plan_batch(
         catalog=parts.catalog, checks=parts.checks, now=now, approvals=approvals or {},
         numbering=parts.numbering, prechecks=parts.prechecks,
     )  # fmt: skip
+    contexts: dict[str, OrderContext] = {}  # per tenant, for orders without rejected steps (the usual)
     for key in sorted(by_order):
-        limits = reads.limits.get(key[0]) or parts.default_limits
-        ctx = dataclasses.replace(base, limits=limits, rejected=reads.rejected.get(key) or {})
+        rejected = reads.rejected.get(key)
+        ctx = contexts.get(key[0]) if not rejected else None
+        if ctx is None:
+            limits = reads.limits.get(key[0]) or parts.default_limits
+            ctx = dataclasses.replace(base, limits=limits, rejected=rejected or {})
+            if not rejected:
+                contexts[key[0]] = ctx
         planner.order(key, by_order[key], reads, ctx)
     planner.unparsed()
+    if expiry is not None and now is not None:
+        planner.expire(expiry, now)
     if kind is IngressKind.KAFKA:
         planner.decision_records()
     rows = planner.rows
@@ -209,6 +232,6 @@ def plan_batch(
         unbuffered=tuple(rows.pending_del), rejected=tuple(rows.rejected), dead_letters=tuple(rows.dead),
         dead_letter_items=tuple(planner.dead_items), approvals=tuple(rows.approvals),
         cancelled_approvals=tuple(rows.cancelled), decisions=tuple(rows.decisions), log=tuple(planner.log),
-        wake=tuple(sorted(by_order)), resolutions=tuple(planner.resolutions), traces=planner.traces,
+        wake=tuple(sorted({*by_order, *planner.woken})), resolutions=tuple(planner.resolutions), traces=planner.traces,
         drained=planner.drained, blocked=tuple(planner.blocked),
     )  # fmt: skip

@@ -147,14 +147,14 @@ def tenant_of(resolution: Resolution) -> str:
     return "default"
 
 
-def order_row(resolution: Resolution) -> OrderRow | None:
+def order_row(resolution: Resolution, tenant: str) -> OrderRow | None:
     """The order's row when the batch changed it."""
     after = resolution.after
     if after.status is None or after == resolution.before:
         return None
     return OrderRow(
         after.order_id,
-        tenant_of(resolution),
+        tenant,
         after.plan_id,
         str(after.status),
         after.last_seq,
@@ -170,7 +170,8 @@ def order_row(resolution: Resolution) -> OrderRow | None:
 
 def add_rows(resolution: Resolution, traces: Mapping[uuid.UUID, str | None], rows: RowsBuilder) -> int:
     """One order's resolution as rows; return how many buffered steps it drained."""
-    order = order_row(resolution)
+    tenant = tenant_of(resolution)
+    order = order_row(resolution, tenant)
     if order is not None:
         rows.orders.append(order)
     for rejection in resolution.rejections:
@@ -183,8 +184,9 @@ def add_rows(resolution: Resolution, traces: Mapping[uuid.UUID, str | None], row
                     rejection.drained, event.model_dump_json(),
                 )
             )  # fmt: skip
-    tenant = tenant_of(resolution)
-    rows.pending_del.extend(PendingDelete(resolution.after.order_id, seq, tenant) for seq in resolution.unbuffered)
+    if resolution.unbuffered:
+        order_id = resolution.after.order_id
+        rows.pending_del.extend(PendingDelete(order_id, seq, tenant) for seq in resolution.unbuffered)
     for event in resolution.buffered:
         rows.pending_add.append(
             PendingRow(
@@ -243,6 +245,7 @@ def approval_rows(
                 traces.get(event.event_id), expires,
             )
         )  # fmt: skip
+    if not resolution.released:
+        return rows, []
     tenant = tenant_of(resolution)
-    cancelled = [approval_id_for(e, tenant) for e in resolution.released if e not in answered]
-    return rows, cancelled
+    return rows, [approval_id_for(e, tenant) for e in resolution.released if e not in answered]
