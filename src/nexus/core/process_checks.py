@@ -76,7 +76,7 @@ def needs_approval(
     data: Mapping[str, Any],
     limits: Mapping[str, Any],
 ) -> bool:
-    """issue 13: whether a step that passed `validate_step` must wait for a person (decided HELD).
+    """Whether a step that passed `validate_step` must wait for a person (decided HELD).
 
     A step with `approval` and no `when` always waits; with `when`, it waits when the CEL condition is
     true, and also when it cannot be evaluated (fail safe: a person looks rather than nobody)."""

@@ -51,8 +51,8 @@ class AbortCode(enum.StrEnum):
     TIMEOUT = "timeout"
     MANUAL = "manual"
     POLICY_VIOLATION = "policy_violation"
-    PLANNER_GAVE_UP = "planner_gave_up"  # issue 15: the LLM planner gave up correcting a rejected step
-    EFFECT_FAILED = "effect_failed"  # issue 14: a saga effect failed before the pivot; compensated
+    PLANNER_GAVE_UP = "planner_gave_up"  # the LLM planner gave up correcting a rejected step
+    EFFECT_FAILED = "effect_failed"  # a saga effect failed before the pivot; compensated
 
 
 # The steps of the order process, by position (seq_id), and the status each one leaves the order in.
@@ -91,7 +91,7 @@ def as_status(name: str) -> str:
 
 ABORT_STEP = "ABORT_PLAN"
 REPLAN_STEP = "REPLAN"
-"""issue 13: the built-in plan swap (no seq_id; `plan_id` = the plan replaced; data {new_plan_id, reason})."""
+"""The built-in plan swap (no seq_id; `plan_id` = the plan replaced; data {new_plan_id, reason})."""
 BUILTIN_STEPS = frozenset({ABORT_STEP, REPLAN_STEP})
 ABORTED = "aborted"
 _Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")]
@@ -200,7 +200,7 @@ class CompiledStep:
     """The CEL variables the step's rules mention, and their fields read: only those are converted."""
     uses_sum: bool = False
     approval_rule: CompiledRule | None = None
-    """issue 13: the compiled `approval.when` (None with an approval: always held)."""
+    """The compiled `approval.when` (None with an approval: always held)."""
 
     def with_defaults(self, data: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.defaults, **data} if self.defaults else dict(data)
