@@ -1,8 +1,8 @@
 """The decision log's cost in batched `Gateway.submit`: the same workload with the log on and off, same run.
 
 Rounds alternate on/off on one database (fresh orders each round) so machine noise hits both sides alike;
-the figure to read is the median ratio. The log is turned off with `Gateway(decision_log=False)`, a
-switch that exists for this measurement only.
+the figure to read is the median ratio. The log is turned off by injecting a log that records nothing,
+`Gateway(log=NoDecisionLog())`.
 
 Usage: ``.venv/bin/python benchmarks/decision_log.py [--plans 400] [--rounds 5] [--chunk 200] [--conc 1]``.
 PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an embedded pgserver.
@@ -17,7 +17,7 @@ import time
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import STEPS
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway, Incoming, NoDecisionLog
 from nexus.store.database import Database
 from nexus_lab.bench import admin_postgres, scratch_database
 from nexus_lab.bench.scenarios import backend_pids, cpu_seconds, make_plans, split, timed
@@ -28,7 +28,7 @@ async def one(
 ) -> tuple[float, float, float, float]:
     """events/s, p50 batch ms, and CPU us per event of this process and of PostgreSQL's backends: CPU is
     what the log costs; wall-clock throughput on a shared, loaded machine mostly measures the neighbours."""
-    gateway = Gateway(db, decision_log=log_on)
+    gateway = Gateway(db, log=None if log_on else NoDecisionLog())
     workload = split(make_plans(prefix, plans), conc)
 
     async def call(events: list[EventEnvelope]) -> None:

@@ -1,5 +1,6 @@
-"""The rows of one `Gateway.submit` transaction: the batch's orders read in one statement, and each
-order's resolution turned into set-based writes (one statement per table, whatever the batch size).
+"""The store's side of one `Gateway.submit` transaction: the batch's orders read in one statement
+(`read_batch` -> `BatchReads`), and a `BatchPlan`'s rows written with a fixed number of set-based
+statements whatever the batch size (`write_plan`). No decision here: the plan comes from the core.
 
 Shared by the gateway and the saga outcomes (nexus.saga.outcomes), which apply an effect's step under
 the same lock with the same writes.
@@ -7,89 +8,61 @@ the same lock with the same writes.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 import asyncpg
 
+from nexus.audit.log import record_columns
+from nexus.core.decide.expiry import BufferedStep
+from nexus.core.decide.plan import BatchPlan, BatchReads
+from nexus.core.decide.rows import (
+    ApprovalRow,
+    DeadLetterRow,
+    OrderRow,
+    OutboxRow,
+    PendingDelete,
+    PendingRow,
+    RejectedRow,
+    RowsBuilder,
+    outbox_id_for,
+    postgres_text,
+)
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import Verdict, as_status
-from nexus.core.sequencing import OrderState, Resolution
+from nexus.core.order_state import OrderState
+from nexus.core.process_model import Verdict
 from nexus.errors import ErrorCode
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store.queries import query
 
-_OUTBOX_NAMESPACE = uuid.UUID("6d1f3c1e-8f43-4a43-9d5c-6e6578757300")
+__all__ = ["outbox_id_for", "pairs", "postgres_text", "read_batch", "read_buffered", "write_plan", "write_rows"]
+
+OrderKey = tuple[str, str]
 
 
-def outbox_id_for(event_id: uuid.UUID, tenant_id: str = "default") -> uuid.UUID:
-    """The notification id (and Idempotency-Key) of an applied event: derived, so it never changes.
-    Two tenants' events with the same event_id get different ids (the default tenant keeps the old ones)."""
-    name = str(event_id) if tenant_id == "default" else f"{tenant_id}\x1f{event_id}"
-    return uuid.uuid5(_OUTBOX_NAMESPACE, name)
-
-
-@dataclasses.dataclass(slots=True)
-class Writes:
-    """The set-based writes of one transaction, accumulated column by column."""
-
-    orders: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    outbox: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    pending_add: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    pending_del: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    dead: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    rejected: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    approvals: list[tuple[Any, ...]] = dataclasses.field(default_factory=list)
-    cancelled: list[uuid.UUID] = dataclasses.field(default_factory=list)
-
-    async def run(self, conn: asyncpg.Connection, records: list[list[Any]] | None = None) -> list[int]:
-        """Write the rows; `records`: the decision log's columns (audit.log.record_columns). The usual rows
-        (orders, notifications and their deliveries, decision log) go in one statement (issue 17)."""
-        await lifecycle_records.write_approvals(conn, self.approvals, self.cancelled)  # issue 13: held steps
-        if self.rejected:
-            await conn.execute(query("gateway.sql", "insert_rejected"), *columns(self.rejected, 11))
-        if self.pending_del:
-            await conn.execute(query("gateway.sql", "delete_pending"), *columns(self.pending_del, 3))
-        if self.pending_add:
-            await conn.execute(query("gateway.sql", "insert_pending"), *columns(self.pending_add, 7))
-        records = records or [[] for _ in range(15)]
-        if self.orders or self.outbox or records[0]:
-            # Notifications wake the dispatchers at commit, and only then, without waiting for their poll.
-            await conn.execute(
-                query("gateway.sql", "write_batch"), *columns(self.orders, 12), *columns(self.outbox, 10), *records
-            )
-        if self.dead:
-            rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *columns(self.dead, 8))
-            return [r["id"] for r in rows]
-        return []
-
-
-def columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+def columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
+    """Rows (named tuples) as the parameter arrays of a set-based statement."""
     return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
 
 
-async def read_batch(
-    conn: asyncpg.Connection, order_ids: list[tuple[str, str]], *, validated: bool
-) -> tuple[
-    dict[tuple[str, str], OrderState],
-    dict[tuple[str, str], dict[int, EventEnvelope]],
-    dict[tuple[str, str], dict[uuid.UUID, Verdict]],
-    dict[str, dict[str, Any]],
-    dict[tuple[str, str], tuple[int, bytes]],
-]:
+def pairs(keys: Sequence[OrderKey]) -> tuple[list[str], list[str]]:
+    """(tenant, order_id) pairs as the two arrays the queries take."""
+    return [t for t, _ in keys], [o for _, o in keys]
+
+
+async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, validated: bool) -> BatchReads:
     """The orders' rows and buffered steps, their rejected steps by event_id and the tenants' limits
-    (when steps are `validated`), and their decision-log chain heads: one statement (issue 17)."""
+    (when steps are `validated`), and their decision-log chain heads: one statement."""
     tenants = sorted({tenant for tenant, _ in order_ids})
     rows = await conn.fetch(query("gateway.sql", "read_batch"), *pairs(order_ids), tenants, validated)
-    pending: dict[tuple[str, str], dict[int, EventEnvelope]] = defaultdict(dict)
-    rejected: dict[tuple[str, str], dict[uuid.UUID, Verdict]] = defaultdict(dict)
+    pending: dict[OrderKey, dict[int, EventEnvelope]] = defaultdict(dict)
+    rejected: dict[OrderKey, dict[uuid.UUID, Verdict]] = defaultdict(dict)
     limits: dict[str, dict[str, Any]] = {}
-    heads: dict[tuple[str, str], tuple[int, bytes]] = {}
+    heads: dict[OrderKey, tuple[int, bytes]] = {}
     order_rows = []
     for row in rows:
         kind = row["kind"]
@@ -110,110 +83,87 @@ async def read_batch(
             # the plan of a buffered step (any: they share it, or PLAN_MISMATCH kept them out)
             plan_id = next(iter(steps.values())).plan_id
             states[oid] = OrderState(oid[1], plan_id=plan_id, buffered=frozenset(steps))
-    if validated:  # issue 13: a step held for approval takes its order's next seq
+    if validated:  # a step held for approval takes its order's next seq
         await lifecycle_records.read_held(conn, states, order_ids)
-    return states, pending, rejected, limits, heads
+    return BatchReads(states, pending, rejected, limits, heads)
 
 
-def plan_writes(
-    resolution: Resolution,
-    traces: dict[uuid.UUID, str | None],
-    writes: Writes,
-) -> int:
-    """Turn one order's resolution into rows; return how many buffered events it drained."""
-    after = resolution.after
-    if after.status is not None and after != resolution.before:
-        writes.orders.append(
-            (
-                after.order_id,
-                tenant_of(resolution),
-                after.plan_id,
-                str(after.status),
-                after.last_seq,
-                after.tombstone,
-                after.outbox_count,
-                after.process or "order",
-                after.process_version or 1,
-                json.dumps(dict(after.facts), default=str),
-                "\x1f".join(sorted(after.superseded)),  # identifiers never contain U+001F
-                after.deadline_at,
-            )
+async def read_buffered(conn: asyncpg.Connection, order_ids: list[OrderKey]) -> tuple[list[BufferedStep], Any]:
+    """The buffered steps of locked orders, oldest first, and the database's clock (None: no step)."""
+    rows = await conn.fetch(query("gateway.sql", "read_buffered"), *pairs(order_ids))
+    steps = [
+        BufferedStep(
+            r["tenant_id"], r["order_id"], r["seq_id"], r["event_id"], r["plan_id"], r["envelope"], r["received_at"]
         )
-    for rejection in resolution.rejections:
-        if rejection.replay:
-            continue
-        event, verdict = rejection.event, rejection.verdict
-        writes.rejected.append(
-            (
-                event.event_id,
-                event.order_id,
-                event.plan_id,
-                event.tenant_id,
-                event.seq_id,
-                str(event.event_type),
-                verdict.code.value,
-                verdict.check,
-                postgres_text(verdict.message),
-                rejection.drained,
-                event.model_dump_json(),
-            )
-        )
-    tenant = tenant_of(resolution)
-    for seq in resolution.unbuffered:
-        writes.pending_del.append((after.order_id, seq, tenant))
-    for event in resolution.buffered:
-        writes.pending_add.append(
-            (
-                event.order_id,
-                event.seq_id,
-                event.event_id,
-                event.plan_id,
-                event.model_dump_json(),
-                traces.get(event.event_id),
-                event.tenant_id,
-            )
-        )
-    for applied in resolution.applied:
-        if applied.effect:  # issue 14: notified once its effect succeeds (nexus.saga.outcomes)
-            continue
-        event = applied.event
-        status_after = applied.status
-        notification_id = outbox_id_for(event.event_id, event.tenant_id)
-        payload = {
-            "notification_id": str(notification_id),
-            "order_id": event.order_id,
-            "plan_id": event.plan_id,
-            "tenant_id": event.tenant_id,
-            "position": applied.position,
-            "event_type": str(event.event_type),
-            "seq_id": event.seq_id,
-            "status": str(status_after),
-        }
-        # The envelope's JSON spliced in as it is (the column is jsonb): not decoded to be encoded again.
-        body = f'{json.dumps(payload)[:-1]}, "event": {event.model_dump_json()}}}'
-        writes.outbox.append(
-            (
-                notification_id,
-                event.order_id,
-                applied.position,
-                event.event_id,
-                str(event.event_type),
-                event.seq_id,
-                event.plan_id,
-                body,
-                traces.get(event.event_id),
-                event.tenant_id,
-            )
-        )
-    return sum(1 for a in resolution.applied if a.drained)
+        for r in rows
+    ]
+    return steps, rows[0]["now"] if rows else None
 
 
-def state_of(row: Any, pending: dict[tuple[str, str], dict[int, EventEnvelope]]) -> OrderState:
+async def write_rows(
+    conn: asyncpg.Connection,
+    *,
+    orders: Sequence[OrderRow] = (),
+    notifications: Sequence[OutboxRow] = (),
+    buffered: Sequence[PendingRow] = (),
+    unbuffered: Sequence[PendingDelete] = (),
+    rejected: Sequence[RejectedRow] = (),
+    dead: Sequence[DeadLetterRow] = (),
+    approvals: Sequence[ApprovalRow] = (),
+    cancelled: Sequence[uuid.UUID] = (),
+    records: list[list[Any]] | None = None,
+) -> list[int]:
+    """Write the rows; `records`: the decision log's columns (audit.log.record_columns). The usual rows
+    (orders, notifications and their deliveries, decision log) go in one statement. Returns the dead
+    letters' ids, in order."""
+    await lifecycle_records.write_approvals(conn, list(approvals), list(cancelled))
+    if rejected:
+        await conn.execute(query("gateway.sql", "insert_rejected"), *columns(rejected, 11))
+    if unbuffered:
+        await conn.execute(query("gateway.sql", "delete_pending"), *columns(unbuffered, 3))
+    if buffered:
+        await conn.execute(query("gateway.sql", "insert_pending"), *columns(buffered, 7))
+    records = records or [[] for _ in range(15)]
+    if orders or notifications or records[0]:
+        # Notifications wake the dispatchers at commit, and only then, without waiting for their poll.
+        await conn.execute(
+            query("gateway.sql", "write_batch"), *columns(orders, 12), *columns(notifications, 10), *records
+        )
+    if dead:
+        rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *columns(dead, 8))
+        return [r["id"] for r in rows]
+    return []
+
+
+async def write_plan(
+    conn: asyncpg.Connection, plan: BatchPlan, heads: Mapping[OrderKey, tuple[int, bytes]], known: Iterable[OrderKey]
+) -> list[int]:
+    """Write everything a plan decided, in the caller's transaction; the dead letters' ids, in order.
+    `heads`: the decision-log heads of the `known` chains, read with the batch."""
+    if plan.decisions:
+        await conn.execute(query("lifecycle.sql", "insert_decisions"), *columns(plan.decisions, 4))
+    records = await record_columns(conn, plan.log, heads, set(known))
+    return await write_rows(
+        conn, orders=plan.orders, notifications=plan.notifications, buffered=plan.buffered,
+        unbuffered=plan.unbuffered, rejected=plan.rejected, dead=plan.dead_letters, approvals=plan.approvals,
+        cancelled=plan.cancelled_approvals, records=records,
+    )  # fmt: skip
+
+
+async def write_builder(conn: asyncpg.Connection, rows: RowsBuilder, records: list[list[Any]] | None = None) -> None:
+    """Write rows gathered outside a batch plan (the saga outcomes)."""
+    await write_rows(
+        conn, orders=rows.orders, notifications=rows.outbox, buffered=rows.pending_add, unbuffered=rows.pending_del,
+        rejected=rows.rejected, dead=rows.dead, approvals=rows.approvals, cancelled=rows.cancelled, records=records,
+    )  # fmt: skip
+
+
+def state_of(row: Any, pending: Mapping[OrderKey, Mapping[int, EventEnvelope]]) -> OrderState:
     """An order's state from its row (read_batch) and its buffered steps."""
     return OrderState(
         order_id=row["order_id"],
         plan_id=row["plan_id"],
-        status=as_status(row["status"]),
+        status=row["status"],
         last_seq=row["last_seq"],
         buffered=frozenset(pending.get((row["tenant_id"], row["order_id"]), {})),
         tombstone=row["tombstone"],
@@ -224,19 +174,3 @@ def state_of(row: Any, pending: dict[tuple[str, str], dict[int, EventEnvelope]])
         superseded=frozenset(row["superseded_plans"] or ()),
         deadline_at=row["deadline_at"],
     )
-
-
-def postgres_text(value: str) -> str:
-    """PostgreSQL text holds neither NUL nor lone surrogates: keep the dead letter, escaped, rather than lose it."""
-    return value.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def pairs(keys: Sequence[tuple[str, str]]) -> tuple[list[str], list[str]]:
-    """(tenant, order_id) pairs as the two arrays the queries take."""
-    return [t for t, _ in keys], [o for _, o in keys]
-
-
-def tenant_of(resolution: Resolution) -> str:
-    for event, _, _ in resolution.decisions:
-        return event.tenant_id
-    return "default"

@@ -1,35 +1,37 @@
-"""`Gateway.submit`: the one entry point. Validate, lock, decide, apply: one transaction per batch.
+"""`Gateway.submit`: the one entry point. Lock, read, plan, write: one transaction per batch.
 
-Every ingress (HTTP, Kafka, redrive) hands its events here. A batch is written with a fixed number of
-set-based statements whatever its size: advisory locks for its orders (in key order, so batches never
-deadlock), one read of their state and buffer, the pure `resolve` per order, then one statement per table.
-If the shared transaction fails for a permanent reason, each order is retried alone so one culprit cannot
-fail its neighbours; transient failures propagate for the caller to retry as a whole.
+Every ingress (HTTP, Kafka, redrive, approvals, the deadline sweeper) hands its items here, with its
+`IngressKind`. A batch is written with a fixed number of set-based statements whatever its size: advisory
+locks for its orders (in key order, so batches never deadlock), one read of their state and buffer
+(`batch_rows.read_batch`), the pure `plan_batch` of the core (every decision is there), then one statement
+per table (`batch_rows.write_plan`). The buffer sweeper (`expire_buffered`) does the same, its expiry
+decided by the same fold. If the shared transaction fails for a permanent reason, each order is retried alone so one
+culprit cannot fail its neighbours; transient failures propagate for the caller to retry as a whole.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import json
 import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any
 
 import asyncpg
 
 from nexus import metrics, tracing
-from nexus.audit.log import record_columns, record_entries
-from nexus.batch_rows import Writes, columns, pairs, plan_writes, postgres_text, read_batch
-from nexus.core import strict_json
-from nexus.core.audit import INGRESS_ORDER, Entry, resolution_entries
-from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import ProcessCatalog
-from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, deadline_abort, resolve
-from nexus.core.strict_json import InputLimits
+from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan
+from nexus.core.decide.answers import Outcome
+from nexus.core.decide.deadlines import deadline_abort
+from nexus.core.decide.expiry import Expiry
+from nexus.core.decide.items import Incoming, IngressKind, order_key
+from nexus.core.decide.log import DecisionLog, NoDecisionLog
+from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
+from nexus.core.decide.validation import NoChecks, StepChecks
+from nexus.core.order_state import Decision, OrderState
+from nexus.core.process_model import ProcessCatalog
 from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as saga_records
@@ -38,105 +40,21 @@ from nexus.store.errors import wrap_db_errors
 from nexus.store.lifecycle import ApprovalDecision
 from nexus.store.queries import query
 
+__all__ = ["DecisionLog", "Gateway", "Incoming", "IngressKind", "NoChecks", "NoDecisionLog", "Outcome", "trace_id_of"]
+
 log = logging.getLogger(__name__)
 
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Incoming:
-    """One item handed to the gateway: a parsed envelope, or the raw input and why it failed to parse."""
-
-    raw: str
-    envelope: EventEnvelope | None = None
-    error: InvalidEventError | None = None
-    traceparent: str | None = None
-    tenant_id: str = "default"
-    """The tenant the caller's key (or the Kafka topic) speaks for; see nexus.ingress.tenants."""
-
-    @classmethod
-    def parse(
-        cls, raw: bytes | str | dict[str, Any], traceparent: str | None = None, limits: InputLimits | None = None
-    ) -> Incoming:
-        text = (
-            raw
-            if isinstance(raw, str)
-            else (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw, default=str))
-        )
-        try:
-            return cls(text, parse_envelope(raw, limits), None, traceparent)
-        except InvalidEventError as exc:
-            return cls(text, None, exc, traceparent)
-
-    @classmethod
-    def of(cls, envelope: EventEnvelope, traceparent: str | None = None) -> Incoming:
-        return cls(envelope.model_dump_json(), envelope, None, traceparent, tenant_id=envelope.tenant_id)
-
-    @property
-    def event_id(self) -> str | None:
-        if self.envelope is not None:
-            return str(self.envelope.event_id)
-        try:
-            obj = strict_json.loads(self.raw)
-        except InvalidEventError:
-            return None
-        value = obj.get("event_id") if isinstance(obj, dict) else None
-        return str(value) if value is not None else None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Outcome:
-    """The gateway's answer for one item."""
-
-    event_id: str | None
-    decision: Decision
-    code: ErrorCode | None = None
-    error: str | None = None
-    status: str | None = None
-    last_seq: int | None = None
-    dead_letter_id: int | None = None
-    check: str | None = None
-    """REJECTED: the id of the failed check (CHECK_FAILED, LIMIT_EXCEEDED)."""
-    message: str | None = None
-    """REJECTED: why, in words (INVALID_TRANSITION lists the allowed next steps)."""
-    effect: Any = None
-    """issue 14: the saga effect holding the order ({"step", "seq", "status", "attempts"}), if any."""
-    deadline: tuple[dt.datetime, bool] | None = None
-    """issue 13: the deadline this step set for its plan, and whether it was clipped to the process's max."""
-    approval_id: uuid.UUID | None = None
-    """issue 13: HELD: the approval that will decide the step."""
-
-    @property
-    def is_dead_letter(self) -> bool:
-        return self.decision in (Decision.DEAD_LETTER, Decision.PLAN_MISMATCH)
-
-    def as_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "event_id": self.event_id,
-            "decision": self.decision.value,
-            "code": self.code.value if self.code else None,
-            "order": None
-            if self.status is None and self.last_seq is None
-            else {
-                "status": str(self.status) if self.status else None,
-                "last_seq": self.last_seq,
-            },
-        }
-        if self.decision is Decision.REJECTED:
-            body["check"] = self.check
-            body["message"] = self.message
-        if self.decision is Decision.HELD:
-            body["approval_id"] = str(self.approval_id) if self.approval_id else None
-        if self.deadline is not None:
-            body["deadline"] = self.deadline[0].isoformat()
-            body["deadline_clipped"] = self.deadline[1]
-        if self.error:
-            body["error"] = self.error
-        if self.effect is not None:  # issue 14
-            body["effect"] = dict(self.effect)
-        return body
+OrderKey = tuple[str, str]
 
 
 class Gateway:
-    """Decides and applies agents' steps. Safe to call concurrently, from any number of processes."""
+    """Decides and applies agents' steps. Safe to call concurrently, from any number of processes.
+
+    Injected parts: `catalog` (the processes; default: the shipped ones), `checks` (`NoChecks()`: steps
+    apply by position, judged by nothing: the validation benchmark's baseline), `log` (`NoDecisionLog()`:
+    the decision log records nothing: its cost benchmark's baseline). `validate=False` is the older
+    spelling of `checks=NoChecks()`.
+    """
 
     def __init__(
         self,
@@ -144,26 +62,30 @@ class Gateway:
         *,
         record_plan_mismatch: bool = True,
         catalog: ProcessCatalog | None = None,
-        validate: bool = True,
+        checks: StepChecks | None = None,
+        log: DecisionLog | None = None,
         default_max_order_amount: Decimal | str = Decimal(100000),
-        decision_log: bool = True,
+        validate: bool = True,
     ) -> None:
         self.db = db
-        # Kafka ingress sends plan mismatches to its DLQ topic instead of the dead_letters table.
-        self.record_plan_mismatch = record_plan_mismatch
-        if catalog is None and validate:
+        if catalog is None:
             from nexus.processes import builtin_catalog
 
             catalog = builtin_catalog()
-        # None: no process validation (steps apply by position only): the bench's "checks off" baseline.
-        self.catalog = catalog if validate else None
+        self.catalog = catalog
         self.default_max_order_amount = Decimal(default_max_order_amount)
-        # issue 12: every decision is a row of the decision log; off only to measure its cost (bench).
-        self.decision_log = decision_log
-        # issue 14: only orders of processes with effects pay for reading their sagas
-        self.effect_processes = saga_records.effect_processes(self.catalog)
+        self.parts = Parts(
+            catalog=catalog,
+            checks=checks or (StepChecks() if validate else NoChecks()),
+            log=log or DecisionLog(),
+            # Kafka ingress sends plan mismatches to its DLQ topic instead of the dead_letters table.
+            record_plan_mismatch=record_plan_mismatch,
+            default_limits={"max_order_amount": self.default_max_order_amount},
+        )
+        # only orders of processes with effects pay for reading their sagas
+        self.effect_processes = saga_records.effect_processes(catalog) if self.parts.checks.checks else frozenset()
 
-    async def submit(self, items: Sequence[Incoming], *, source: str = "http") -> list[Outcome]:
+    async def submit(self, items: Sequence[Incoming], *, source: IngressKind | str = IngressKind.HTTP) -> list[Outcome]:
         """Decide and apply a batch; one outcome per item, in the items' order.
 
         Raises TransientDatabaseError when the database cannot be reached: nothing was written, and the
@@ -171,16 +93,17 @@ class Gateway:
         """
         if not items:
             return []
-        if tracing.active():  # issue 16: off, this check is the whole cost
-            with tracing.submit_span(items, source) as span:
-                outcomes = await self._submit(items, source)
+        kind = IngressKind(source)
+        if tracing.active():  # off, this check is the whole cost
+            with tracing.submit_span(items, kind.value) as span:
+                outcomes = await self._submit(items, kind)
                 tracing.record_decisions(items, outcomes, span)
                 return outcomes
-        return await self._submit(items, source)
+        return await self._submit(items, kind)
 
-    async def _submit(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
+    async def _submit(self, items: Sequence[Incoming], kind: IngressKind) -> list[Outcome]:
         try:
-            return await self._submit_once(items, source)
+            return await self._submit_once(items, kind)
         except TransientDatabaseError:
             # The server went away: its pooled connections may be half-dead; replace them all.
             await self.db.expire_connections()
@@ -191,207 +114,106 @@ class Gateway:
                 exc_info=not isinstance(exc, PermanentDatabaseError),
                 extra={"action": "isolate", "error": str(exc), "cause": repr(exc.__cause__)},
             )
-            return await self._isolate(items, source)
+            return await self._isolate(items, kind)
 
-    async def _isolate(self, items: Sequence[Incoming], source: str) -> list[Outcome]:
+    async def _isolate(self, items: Sequence[Incoming], kind: IngressKind) -> list[Outcome]:
         """Each order alone; an order that still fails, each of its items alone, in order; an item that
         fails alone is dead-lettered. So a poisonous item never fails another request's events."""
-        groups: dict[tuple[str, str] | None, list[int]] = defaultdict(list)
+        groups: dict[OrderKey | None, list[int]] = defaultdict(list)
         for i, item in enumerate(items):
-            groups[_key(item.envelope) if item.envelope else None].append(i)
+            groups[order_key(item.envelope) if item.envelope else None].append(i)
         outcomes: list[Outcome | None] = [None] * len(items)
         for indexes in groups.values():
             group = [items[i] for i in indexes]
             try:
-                results = await self._submit_once(group, source)
+                results = await self._submit_once(group, kind)
             except TransientDatabaseError:
                 raise
             except Exception:  # noqa: BLE001 - narrowed down below, one item at a time
                 results = []
                 for item in group:
-                    try:
-                        results.extend(await self._submit_once([item], source))
-                    except TransientDatabaseError:
-                        raise
-                    except Exception as exc:  # this item is the poison
-                        log.warning(
-                            "item refused, dead-lettered",
-                            exc_info=not isinstance(exc, PermanentDatabaseError),
-                            extra={"action": "isolate_item", "event_id": item.event_id, "cause": repr(exc.__cause__)},
-                        )
-                        results.extend(await self._reject([item], source, exc))
+                    results.extend(await self._submit_alone(item, kind))
             for i, result in zip(indexes, results, strict=True):
                 outcomes[i] = result
         return [o for o in outcomes if o is not None]
 
-    async def _reject(self, group: list[Incoming], source: str, exc: Exception) -> list[Outcome]:
-        """Dead-letter items the database refuses (or that cannot be serialized), in a transaction of their own."""
-        failed = [dataclasses.replace(item, envelope=None, error=_refusal(exc)) for item in group]
-        return await self._submit_once(failed, source)
+    async def _submit_alone(self, item: Incoming, kind: IngressKind) -> list[Outcome]:
+        try:
+            return await self._submit_once([item], kind)
+        except TransientDatabaseError:
+            raise
+        except Exception as exc:
+            log.warning(
+                "item refused, dead-lettered",
+                exc_info=not isinstance(exc, PermanentDatabaseError),
+                extra={"action": "isolate_item", "event_id": item.event_id, "cause": repr(exc.__cause__)},
+            )
+            return await self._submit_once([dataclasses.replace(item, envelope=None, error=_refusal(exc))], kind)
 
     async def _submit_once(
-        self,
-        items: Sequence[Incoming],
-        source: str,
-        decided: Mapping[uuid.UUID, ApprovalDecision] | None = None,
+        self, items: Sequence[Incoming], kind: IngressKind, decided: Mapping[uuid.UUID, ApprovalDecision] | None = None
     ) -> list[Outcome]:
-        by_order: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for i, item in enumerate(items):
-            if item.envelope is not None:
-                by_order[_key(item.envelope)].append(i)
-        order_ids = sorted(by_order)
-        outcomes: list[Outcome | None] = [None] * len(items)
-        writes = Writes()
-        dead_index: list[int] = []
-        heads: dict[tuple[str, str], tuple[int, bytes]] = {}
-        drained = 0
-        blocked: list[ErrorCode] = []
-        audit: list[Entry] = []  # issue 12: the decision log's rows, in decision order
-        resolutions: list[Resolution] = []  # issue 14: the sagas' steps are recorded from them
-        all_traces: dict[uuid.UUID, str | None] = {}
-        now = dt.datetime.now(dt.UTC)  # issue 13: the clock of deadlines
-
+        """Lock, read, plan, write: one transaction."""
+        order_ids = sorted({order_key(item.envelope) for item in items if item.envelope is not None})
+        now = dt.datetime.now(dt.UTC)  # the clock of deadlines
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
+                reads = BatchReads()
                 if order_ids:
                     await conn.execute(query("gateway.sql", "lock_orders"), *pairs(order_ids))
-                    states, pending, rejected, limits, heads = await read_batch(
-                        conn, order_ids, validated=self.catalog is not None
-                    )
-                    await self._read_sagas(conn, states, items, by_order)  # issue 14
-                    if decided:  # issue 13: an approval is answered once, under its order's lock
+                    reads = await self._read(conn, order_ids, items)
+                    if decided:  # an approval is answered once, under its order's lock
                         await lifecycle_records.decide_approvals(conn, decided)
-                    for key in order_ids:
-                        order_id = key[1]
-                        indexes = by_order[key]
-                        state = states.get(key) or OrderState(order_id)
-                        resolution = resolve(
-                            dataclasses.replace(state, rejections=len(rejected[key])) if key in rejected else state,
-                            [items[i].envelope for i in indexes],  # type: ignore[misc]
-                            pending.get(key, {}),
-                            catalog=self.catalog,
-                            limits=limits.get(key[0]) or {"max_order_amount": self.default_max_order_amount},
-                            rejected=rejected.get(key),
-                            now=now,
-                            approvals={k: v.verdict for k, v in decided.items()} if decided else None,
-                        )
-                        traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
-                        drained += plan_writes(resolution, traces, writes)
-                        resolutions.append(resolution)
-                        all_traces.update(traces)
-                        blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
-                        held, cancelled = lifecycle_records.approval_rows(
-                            resolution, self.catalog, traces, decided or {}
-                        )
-                        writes.approvals += held
-                        writes.cancelled += cancelled
-                        if self.decision_log:
-                            actor = next(iter(decided.values())).by if decided else None
-                            audit += resolution_entries(resolution, pending.get(key, {}), actor=actor)
-                        for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
-                            verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
-                            outcomes[i] = Outcome(
-                                str(event.event_id),
-                                decision,
-                                verdict.code if verdict else code_of(decision, event, after),
-                                status=after.status,
-                                last_seq=after.last_seq,
-                                check=verdict.check if verdict else None,
-                                message=verdict.message if verdict else None,
-                                effect=after.effect,
-                                deadline=resolution.deadlines.get(event.event_id),
-                                approval_id=lifecycle_records.approval_id_for(event.event_id, event.tenant_id)
-                                if decision is Decision.HELD
-                                else None,
-                            )
-                            if decision is Decision.PLAN_MISMATCH and self.record_plan_mismatch:
-                                dead_index.append(i)
-                                writes.dead.append(
-                                    self._dead_row(
-                                        source,
-                                        ErrorCode.PLAN_MISMATCH,
-                                        f"order {order_id} follows plan {resolution.before.plan_id}, "
-                                        f"not {event.plan_id}",
-                                        items[i],
-                                    )
-                                )
-                for i, item in enumerate(items):
-                    if item.envelope is None:
-                        assert item.error is not None
-                        dead_index.append(i)
-                        writes.dead.append(self._dead_row(source, item.error.code, str(item.error), item))
-                        outcomes[i] = Outcome(item.event_id, Decision.DEAD_LETTER, item.error.code, str(item.error))
-                        audit.append(_ingress_entry(item))
-                if source == "kafka":  # issue 13: the decisions, for nexus.decisions, in this transaction
-                    await lifecycle_records.record_decisions(
-                        conn,
-                        (
-                            (item.envelope, item.traceparent, outcome.as_json())
-                            for item, outcome in zip(items, outcomes, strict=True)
-                            if item.envelope is not None and outcome is not None
-                        ),
-                    )
-                entries = audit if self.decision_log else []
-                records = await record_columns(conn, entries, heads, set(order_ids))
-                dead_ids = await writes.run(conn, records)
-                if self.effect_processes:  # issue 14
-                    await saga_records.record(conn, resolutions, self.catalog, all_traces)
-                await lifecycle_records.notify_orders(conn, order_ids)  # issue 13: wake their waiters at commit
+                answers = {k: v.verdict for k, v in decided.items()} if decided else None
+                plan = plan_batch(items, reads, self.parts, kind=kind, now=now, approvals=answers)
+                dead_ids = await self._write(conn, plan, reads, order_ids)
+        return self._answered(items, plan, dead_ids, kind)
 
-        for i, dead_id in zip(dead_index, dead_ids, strict=False):
-            outcomes[i] = dataclasses.replace(outcomes[i], dead_letter_id=dead_id)  # type: ignore[type-var]
-        final = [o for o in outcomes if o is not None]
-        metrics.record_outcomes(items, final, drained)
-        if log.isEnabledFor(logging.INFO):
-            _log_decisions(items, final, source)
-        metrics.record_blocked(blocked)
-        return final
+    async def _read(self, conn: asyncpg.Connection, order_ids: list[OrderKey], items: Sequence[Incoming]) -> BatchReads:
+        reads = await read_batch(conn, order_ids, validated=self.parts.checks.checks)
+        if self.effect_processes:  # the sagas holding the batch's orders
+            first = {order_key(i.envelope): i.envelope.process_name for i in reversed(items) if i.envelope}
+            states = dict(reads.states)
+            keys = [k for k, s in states.items() if (s.process or first.get(k)) in self.effect_processes]
+            await saga_records.annotate(conn, states, keys)
+            reads = dataclasses.replace(reads, states=states)
+        return reads
 
-    async def _read_sagas(
-        self,
-        conn: asyncpg.Connection,
-        states: dict[tuple[str, str], OrderState],
-        items: Sequence[Incoming],
-        by_order: dict[tuple[str, str], list[int]],
-    ) -> None:
-        """issue 14: the sagas holding the batch's orders (only orders of processes with effects)."""
-        if not self.effect_processes:
-            return
-        keys = [
-            key
-            for key, state in states.items()
-            if (state.process or items[by_order[key][0]].envelope.process_name)  # type: ignore[union-attr]
-            in self.effect_processes
-        ]
-        await saga_records.annotate(conn, states, keys)
+    async def _write(
+        self, conn: asyncpg.Connection, plan: BatchPlan, reads: BatchReads, order_ids: list[OrderKey]
+    ) -> list[int]:
+        dead_ids = await write_plan(conn, plan, reads.heads, order_ids)
+        if self.effect_processes:
+            await saga_records.record(conn, plan.resolutions, self.catalog, plan.traces)
+        await lifecycle_records.notify_orders(conn, plan.wake)  # wake the orders' waiters at commit
+        return dead_ids
 
     @staticmethod
-    def _dead_row(source: str, code: ErrorCode, error: str, item: Incoming) -> tuple[Any, ...]:
-        env = item.envelope
-        return (
-            source,
-            code.value,
-            postgres_text(error),
-            item.event_id and postgres_text(item.event_id),
-            env.order_id if env else None,
-            env.plan_id if env else None,
-            postgres_text(item.raw),
-            env.tenant_id if env else item.tenant_id,
-        )
+    def _answered(items: Sequence[Incoming], plan: BatchPlan, dead_ids: list[int], kind: IngressKind) -> list[Outcome]:
+        outcomes = list(plan.answers)
+        for i, dead_id in zip(plan.dead_letter_items, dead_ids, strict=False):
+            outcomes[i] = dataclasses.replace(outcomes[i], dead_letter_id=dead_id)
+        metrics.record_outcomes(items, outcomes, plan.drained)
+        if log.isEnabledFor(logging.INFO):
+            _log_decisions(items, outcomes, kind)
+        metrics.record_blocked(list(plan.blocked))
+        return outcomes
 
     async def submit_approval(self, item: Incoming, decision: ApprovalDecision) -> list[Outcome]:
-        """issue 13: decide a held step with a person's answer (nexus.lifecycle.approvals), in one
-        transaction with the approvals row's change; ApprovalNotPendingError if it was answered already."""
+        """Decide a held step with a person's answer (nexus.lifecycle.approvals), in one transaction with
+        the approvals row's change; ApprovalNotPendingError if it was answered already."""
         assert item.envelope is not None
-        with_cause = {item.envelope.event_id: decision}
+        answered = {item.envelope.event_id: decision}
         try:
-            return await self._submit_once([item], "approval", with_cause)
+            return await self._submit_once(
+                [dataclasses.replace(item, actor=decision.by)], IngressKind.APPROVAL, answered
+            )
         except TransientDatabaseError:
             await self.db.expire_connections()
             raise
 
     async def abort_overdue(self, *, limit: int = 500) -> int:
-        """issue 13: abort live plans past their deadline (abort_code timeout); return how many applied.
+        """Abort live plans past their deadline (abort_code timeout); return how many applied.
 
         Each abort goes through `submit` (the order's advisory lock, a fresh read, the pure decision) with
         the plan's one timeout-abort id: a plan no longer due, or already aborted by another gateway's
@@ -408,7 +230,7 @@ class Gateway:
             )
             for r in rows
         ]
-        outcomes = await self.submit(aborts, source="deadline")
+        outcomes = await self.submit(aborts, source=IngressKind.DEADLINE)
         applied = sum(1 for o in outcomes if o.decision is Decision.APPLY)
         if applied:
             log.info("overdue plans aborted", extra={"action": "deadline_abort", "count": applied})
@@ -417,42 +239,27 @@ class Gateway:
     async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
         """Dead-letter buffered steps whose gap has not filled for `timeout_s`; return the dead-letter ids.
 
-        Each expired step leaves the buffer and enters dead_letters in the same transaction, under its
-        order's advisory lock, so it is dead-lettered once and never applied afterwards.
+        Lock, read, plan (the batch fold, with `core/decide/expiry.py`), write: each expired step leaves the
+        buffer and enters dead_letters in the same transaction, under its order's advisory lock, so it is
+        dead-lettered once and never applied afterwards.
         """
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
-                candidates = [
-                    (r["tenant_id"], r["order_id"])
-                    for r in await conn.fetch(query("gateway.sql", "expiry_candidates"), timeout_s, limit)
-                ]
+                rows = await conn.fetch(query("gateway.sql", "expiry_candidates"), timeout_s, limit)
+                candidates = sorted((r["tenant_id"], r["order_id"]) for r in rows)
                 if not candidates:
                     return []
-                candidates.sort()
                 await conn.execute(query("gateway.sql", "lock_orders"), *pairs(candidates))
-                rows = await conn.fetch(query("gateway.sql", "expire_pending"), *pairs(candidates), timeout_s)
-                if not rows:
+                steps, now = await read_buffered(conn, candidates)
+                expiry = Expiry(tuple(steps), timeout_s)
+                plan = plan_batch([], BatchReads(), self.parts, kind=IngressKind.BUFFER, now=now, expiry=expiry)
+                if not plan.dead_letters:
                     return []
-                dead = [
-                    (
-                        "buffer",
-                        ErrorCode.BUFFER_TIMEOUT.value,
-                        f"seq {r['seq_id']} waited more than {timeout_s:g}s for its predecessor",
-                        r["event_id"],
-                        r["order_id"],
-                        r["plan_id"],
-                        r["envelope"],
-                        r["tenant_id"],
-                    )
-                    for r in rows
-                ]
-                ids = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *columns(dead, 8))
-                if self.decision_log:
-                    await record_entries(conn, [_expiry_entry(r, d[2]) for r, d in zip(rows, dead, strict=True)])
-                await lifecycle_records.notify_orders(conn, ((r["tenant_id"], r["order_id"]) for r in rows))
-        metrics.record_buffer_timeouts(len(rows))
-        log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(rows)})
-        return [r["id"] for r in ids]
+                ids = await write_plan(conn, plan, {}, ())
+                await lifecycle_records.notify_orders(conn, plan.wake)
+        metrics.record_buffer_timeouts(len(ids))
+        log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(ids)})
+        return ids
 
 
 # Unique keys on a step's event_id: a second step reusing an event_id hits one of them.
@@ -468,12 +275,7 @@ def _refusal(exc: Exception) -> InvalidEventError:
     return InvalidEventError("the item cannot be serialized or stored", code=ErrorCode.DATABASE_REJECTED)
 
 
-def _key(envelope: EventEnvelope) -> tuple[str, str]:
-    """An order's identity: (tenant, order_id)."""
-    return (envelope.tenant_id, envelope.order_id)
-
-
-def _log_decisions(items: Sequence[Incoming], outcomes: Sequence[Outcome], source: str) -> None:
+def _log_decisions(items: Sequence[Incoming], outcomes: Sequence[Outcome], kind: IngressKind) -> None:
     """One line per decided step, with the stable keys that let a person follow an order through the logs."""
     # strict=False: a log line must never be what fails a submission
     for item, outcome in zip(items, outcomes, strict=False):
@@ -491,7 +293,7 @@ def _log_decisions(items: Sequence[Incoming], outcomes: Sequence[Outcome], sourc
                 "trace_id": trace_id_of(item.traceparent),
                 "seq_id": env.seq_id if env else None,
                 "code": outcome.code.value if outcome.code else None,
-                "source": source,
+                "source": kind.value,
             },
         )
 
@@ -502,35 +304,3 @@ def trace_id_of(traceparent: str | None) -> str | None:
         return None
     parts = traceparent.split("-")
     return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
-
-
-# --- issue 12: decision-log rows of decisions taken outside an order's resolution ------------------
-
-
-def _ingress_entry(item: Incoming) -> Entry:
-    """An item with no valid envelope has no trustworthy order: it is logged in the ingress chain."""
-    assert item.error is not None
-    event_id = item.event_id
-    return Entry(
-        tenant_id=item.tenant_id,
-        order_id=INGRESS_ORDER,
-        decision=Decision.DEAD_LETTER.value,
-        event_id=postgres_text(event_id)[:200] if event_id is not None else None,
-        code=item.error.code.value,
-        message=postgres_text(str(item.error))[:1000],
-    )
-
-
-def _expiry_entry(row: Any, message: str) -> Entry:
-    envelope = parse_envelope(row["envelope"])
-    return Entry(
-        tenant_id=envelope.tenant_id,
-        order_id=row["order_id"],
-        decision=Decision.DEAD_LETTER.value,
-        event_id=row["event_id"],
-        plan_id=row["plan_id"],
-        seq=row["seq_id"],
-        event_type=str(envelope.event_type),
-        code=ErrorCode.BUFFER_TIMEOUT.value,
-        message=message,
-    )

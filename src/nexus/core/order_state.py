@@ -1,4 +1,4 @@
-"""An order's state and what resolving a batch of its steps decided: the values `core/sequencing.py`
+"""An order's state and what resolving a batch of its steps decided: the values `core/decide/`
 computes and the gateway writes. Pure: no I/O."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import Verdict
+from nexus.core.process_model import Verdict
 
 
 class Decision(enum.StrEnum):
@@ -43,17 +43,17 @@ class OrderState:
     facts: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """What the order's applied steps established (money in minor units): the `order` of CEL checks."""
     rejections: int = 0
-    # issue 14: sagas. `effect`: the step whose effect is in flight ({"step", "seq", "status", "attempts"}),
+    # Sagas. `effect`: the step whose effect is in flight ({"step", "seq", "status", "attempts"}),
     # or the open saga holding the order; while set, the next step is BUFFER. `past_pivot`: the saga's
     # pivot completed, so an agent's ABORT_PLAN is REJECTED (PAST_PIVOT).
     effect: Mapping[str, Any] | None = None
     past_pivot: bool = False
     superseded: frozenset[str] = frozenset()
-    """issue 13: plans a REPLAN replaced for this order; their later steps are DISCARD PLAN_SUPERSEDED."""
+    """Plans a REPLAN replaced for this order; their later steps are DISCARD PLAN_SUPERSEDED."""
     deadline_at: dt.datetime | None = None
-    """issue 13: when the live plan is aborted (abort_code timeout); None: no deadline, or not live."""
+    """When the live plan is aborted (abort_code timeout); None: no deadline, or not live."""
     held: uuid.UUID | None = None
-    """issue 13: the event_id of the step waiting for approval (at seq last_seq + 1), if any."""
+    """The event_id of the step waiting for approval (at seq last_seq + 1), if any."""
 
     @property
     def exists(self) -> bool:
@@ -70,7 +70,7 @@ class Applied:
     status: str = ""
     """The order's status once the step applied."""
     effect: bool = False
-    """issue 14: the step took its seq but waits for its effect: no notification yet, status unchanged."""
+    """The step took its seq but waits for its effect: no notification yet, status unchanged."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,11 +100,11 @@ class Resolution:
     rejections: tuple[Rejection, ...] = ()
     """Every rejection of this batch, the events' own and those of drained buffered steps."""
     deadlines: Mapping[uuid.UUID, tuple[dt.datetime, bool]] = dataclasses.field(default_factory=dict)
-    """issue 13: the deadline each plan-starting step set (by event_id), and whether it was clipped."""
+    """The deadline each plan-starting step set (by event_id), and whether it was clipped."""
     held: tuple[tuple[EventEnvelope, bool], ...] = ()
-    """issue 13: steps newly HELD for approval in this batch, with whether they came out of the buffer."""
+    """Steps newly HELD for approval in this batch, with whether they came out of the buffer."""
     released: tuple[uuid.UUID, ...] = ()
-    """issue 13: held steps no longer held: approved, denied, or dropped by an abort or a REPLAN."""
+    """Held steps no longer held: approved, denied, or dropped by an abort or a REPLAN."""
 
     def verdict_of(self, event_id: uuid.UUID) -> Verdict | None:
         for rejection in self.rejections:

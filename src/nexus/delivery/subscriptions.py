@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from nexus.auth.urlguard import PrivateAllowance, check_url, redact
+from nexus.core.breaker import BreakerState
 from nexus.core.delivery import DeliveryState, redrive
 from nexus.core.envelope import is_safe_identifier
 from nexus.delivery.formats import FORMATS, NATIVE
@@ -40,7 +41,7 @@ class Subscription:
     event_types: tuple[str, ...] | None
     enabled: bool
     created_at: dt.datetime
-    breaker_state: str = "closed"
+    breaker_state: BreakerState = BreakerState.CLOSED
     tenant_id: str | None = None  # None: every tenant (an operator's subscription)
     format: str = NATIVE
 
@@ -54,7 +55,7 @@ class Subscription:
             event_types=tuple(types) if types is not None else None,
             enabled=row["enabled"],
             created_at=row["created_at"],
-            breaker_state=row.get("breaker_state", "closed"),
+            breaker_state=BreakerState(row.get("breaker_state") or BreakerState.CLOSED),
             tenant_id=row.get("tenant_id"),
             format=row.get("format", NATIVE),
         )
@@ -70,7 +71,7 @@ class Subscription:
             "event_types": list(self.event_types) if self.event_types is not None else None,
             "enabled": self.enabled,
             "created_at": self.created_at.isoformat(),
-            "breaker_state": self.breaker_state,
+            "breaker_state": self.breaker_state.value,
         }
 
 

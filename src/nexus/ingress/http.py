@@ -18,7 +18,7 @@ from nexus.auth.roles import read_tenant
 from nexus.auth.sessions import SessionStore
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
-from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
 from nexus.ingress import http_errors, openapi, tenants
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Refusal, media_type_refusal, read_body
@@ -341,7 +341,7 @@ async def redrive_dead_letter(
     # Its envelope naming another tenant is dead-lettered again as such, changing nothing.
     item = tenants.bind_or_dead_letter(Incoming.parse(claimed["payload"]), claimed["tenant_id"] or "default")
     try:
-        [outcome] = await gateway.submit([item], source="http")
+        [outcome] = await gateway.submit([item], source=IngressKind.HTTP)
     except BaseException:
         await db.execute(query("api.sql", "withdraw_redrive"), dead_letter_id)
         raise

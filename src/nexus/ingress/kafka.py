@@ -45,7 +45,7 @@ from nexus import metrics, tracing
 from nexus.core.backoff import RetryPolicy
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, PermanentDatabaseError, TransientDatabaseError
-from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
 from nexus.ingress.tenants import bind_or_dead_letter
 from nexus.retrying import Retrying
 from nexus.settings import Settings
@@ -363,7 +363,7 @@ class KafkaIngress:
         retrying = Retrying(retry_policy(self.settings))
         while True:
             try:
-                return await self.gateway.submit(items, source="kafka")
+                return await self.gateway.submit(items, source=IngressKind.KAFKA)
             except TransientDatabaseError as exc:
                 metrics.CONSUMER_RETRIES.inc()
                 delay = retrying.next_delay_s()

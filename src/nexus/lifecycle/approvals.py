@@ -21,6 +21,7 @@ import uuid
 from typing import Any
 
 from nexus.auth.roles import Principal, Role
+from nexus.core.decide.approvals import ApprovalStatus
 from nexus.core.envelope import parse_envelope
 from nexus.core.process import Verdict
 from nexus.errors import ApprovalNotPendingError, ErrorCode, NotFoundError
@@ -93,7 +94,7 @@ async def answer(
     row = await gateway.db.fetchrow(query("lifecycle.sql", "approval"), approval_id)
     if row is None or not can_answer(approver, row["tenant_id"]):
         raise NotFoundError(f"no approval {approval_id}")  # another tenant's: as if it did not exist
-    if row["status"] != "pending":
+    if row["status"] != ApprovalStatus.PENDING:
         raise ApprovalNotPendingError(f"approval {approval_id} is {row['status']}")
     envelope = parse_envelope(row["envelope"])
     if approve:
@@ -102,7 +103,7 @@ async def answer(
         verdict = Verdict(ErrorCode.APPROVAL_DENIED, f"approval {approval_id} expired unanswered")
     else:
         verdict = Verdict(ErrorCode.APPROVAL_DENIED, f"denied by {approver.name}")
-    status = "approved" if approve else ("expired" if expired else "denied")
+    status = ApprovalStatus.APPROVED if approve else (ApprovalStatus.EXPIRED if expired else ApprovalStatus.DENIED)
     decision = ApprovalDecision(approval_id, verdict, status, approver.name)
     item = Incoming(envelope.model_dump_json(), envelope, None, row["traceparent"], tenant_id=row["tenant_id"])
     [outcome] = await gateway.submit_approval(item, decision)

@@ -14,8 +14,8 @@ from typing import Any
 import asyncpg
 
 from nexus.audit.log import record_entries
-from nexus.batch_rows import Writes, plan_writes, read_batch
-from nexus.core.audit import resolution_entries
+from nexus.batch_rows import read_batch, write_builder
+from nexus.core.decide.rows import OutboxRow, RowsBuilder, add_rows
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import ABORT_STEP, AbortCode
 from nexus.core.saga import SagaStatus
@@ -51,9 +51,9 @@ async def set_saga(
 
 
 async def _state(gateway: Gateway, conn: asyncpg.Connection, key: tuple[str, str]) -> tuple[OrderState, Any, Any]:
-    states, pending, _, limits, _ = await read_batch(conn, [key], validated=gateway.catalog is not None)
-    state = states.get(key) or OrderState(key[1])
-    return state, pending.get(key, {}), limits.get(key[0]) or {"max_order_amount": gateway.default_max_order_amount}
+    reads = await read_batch(conn, [key], validated=gateway.parts.checks.checks)
+    state = reads.states.get(key) or OrderState(key[1])
+    return state, reads.pending.get(key, {}), reads.limits.get(key[0]) or gateway.parts.default_limits
 
 
 async def _write(
@@ -65,14 +65,13 @@ async def _write(
     skip_first: bool,
     traces: dict[uuid.UUID, str | None] | None = None,
 ) -> None:
-    writes = Writes()
-    plan_writes(resolution, traces or {}, writes)
-    await writes.run(conn)
+    rows = RowsBuilder()
+    add_rows(resolution, traces or {}, rows)
+    await write_builder(conn, rows)
     await records.record(conn, [resolution], gateway.catalog, {})
-    if gateway.decision_log:
-        entries = resolution_entries(resolution, pending)
-        # The step's own APPLY was logged when it took its seq; what it drains now is logged here.
-        await record_entries(conn, entries[1:] if skip_first else entries)
+    entries = gateway.parts.log.order_entries(resolution, pending, None, None)
+    # The step's own APPLY was logged when it took its seq; what it drains now is logged here.
+    await record_entries(conn, entries[1:] if skip_first else entries)
 
 
 async def apply_effect(gateway: Gateway, conn: asyncpg.Connection, tenant_id: str, order_id: str, envelope: str) -> str:
@@ -113,9 +112,9 @@ async def notify_compensation(conn: asyncpg.Connection, step: asyncpg.Record, re
         "status": row["status"],
         "compensation": {"step": step["step_name"], "service": step["service"], "result": response},
     }
-    writes = Writes()
-    writes.outbox.append(
-        (
+    rows = RowsBuilder()
+    rows.outbox.append(
+        OutboxRow(
             notification_id,
             order_id,
             row["outbox_count"],
@@ -128,7 +127,7 @@ async def notify_compensation(conn: asyncpg.Connection, step: asyncpg.Record, re
             tenant_id,
         )
     )
-    await writes.run(conn)
+    await write_builder(conn, rows)
 
 
 async def abort_plan(gateway: Gateway, conn: asyncpg.Connection, tenant_id: str, order_id: str, reason: str) -> bool:

@@ -1,31 +1,31 @@
-"""The gateway's side of the plan lifecycle (issue 13): what `Gateway.submit` reads and writes for held
-steps (approvals), for the decisions of Kafka-ingested steps (the decisions outbox) and for the waiters of
-an order (NOTIFY), in the transaction of the decisions themselves. Every row is keyed by (tenant, order)."""
+"""The gateway's side of the plan lifecycle: what `Gateway.submit` reads and writes for held steps
+(approvals) and for the waiters of an order (NOTIFY), in the transaction of the decisions themselves.
+Every row is keyed by (tenant, order)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import asyncpg
 
-from nexus.core.envelope import EventEnvelope
-from nexus.core.process import ProcessCatalog, Verdict, approval_expires_s
-from nexus.core.sequencing import OrderState, Resolution
+from nexus.core.decide.approvals import ApprovalStatus, approval_id_for
+from nexus.core.decide.rows import ApprovalRow
+from nexus.core.order_state import OrderState
+from nexus.core.process_model import Verdict
 from nexus.errors import ApprovalNotPendingError
 from nexus.store.queries import query
 
-_APPROVAL_NAMESPACE = uuid.UUID("a9f0c2d4-1b3e-4f5a-8c7d-617070726f76")
-
-
-def approval_id_for(event_id: uuid.UUID, tenant_id: str = "default") -> uuid.UUID:
-    """The approval of a held step: derived from its tenant and event_id, so a resend names the same one
-    (two tenants' steps with one event_id get different approvals)."""
-    name = str(event_id) if tenant_id == "default" else f"{tenant_id}\x1f{event_id}"
-    return uuid.uuid5(_APPROVAL_NAMESPACE, name)
+__all__ = [
+    "ApprovalDecision",
+    "approval_id_for",
+    "decide_approvals",
+    "notify_orders",
+    "read_held",
+    "write_approvals",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -35,7 +35,7 @@ class ApprovalDecision:
     approval_id: uuid.UUID
     verdict: Verdict | None
     """None approves; a verdict (APPROVAL_DENIED) denies."""
-    status: str
+    status: ApprovalStatus
     """approved, denied or expired (the approvals row's new status)."""
     by: str
 
@@ -61,64 +61,13 @@ async def decide_approvals(conn: asyncpg.Connection, decided: Mapping[uuid.UUID,
             raise ApprovalNotPendingError(f"approval {answer.approval_id} is not pending")
 
 
-def approval_rows(
-    resolution: Resolution,
-    catalog: ProcessCatalog | None,
-    traces: Mapping[uuid.UUID, str | None],
-    decided: Mapping[uuid.UUID, ApprovalDecision] | None,
-) -> tuple[list[tuple[Any, ...]], list[uuid.UUID]]:
-    """An approvals row per newly held step, and the approvals of held steps dropped (by an abort or a
-    REPLAN) to cancel. `decided` is keyed by the held steps' event_ids."""
-    rows: list[tuple[Any, ...]] = []
-    for event, _drained in resolution.held:
-        assert catalog is not None  # only a process holds a step
-        after = resolution.after
-        process = (
-            catalog.get(after.process, after.process_version)
-            if after.process is not None
-            else catalog.get(event.process_name)
-        )
-        rows.append(
-            (
-                approval_id_for(event.event_id, event.tenant_id),
-                event.tenant_id,
-                event.order_id,
-                event.event_id,
-                event.plan_id,
-                event.seq_id,
-                str(event.event_type),
-                event.model_dump_json(),
-                traces.get(event.event_id),
-                approval_expires_s(process, str(event.event_type)) if process is not None else None,
-            )
-        )
-    tenant = _tenant_of(resolution)
-    cancelled = [approval_id_for(e, tenant) for e in resolution.released if e not in (decided or {})]
-    return rows, cancelled
-
-
-async def write_approvals(conn: asyncpg.Connection, rows: list[tuple[Any, ...]], cancelled: list[uuid.UUID]) -> None:
+async def write_approvals(
+    conn: asyncpg.Connection, rows: Sequence[ApprovalRow], cancelled: Sequence[uuid.UUID]
+) -> None:
     if rows:
         await conn.execute(query("lifecycle.sql", "insert_approvals"), *_columns(rows, 10))
     if cancelled:
-        await conn.execute(query("lifecycle.sql", "cancel_approvals"), cancelled)
-
-
-async def record_decisions(
-    conn: asyncpg.Connection, decided: Iterable[tuple[EventEnvelope, str | None, dict[str, Any]]]
-) -> None:
-    """One decisions_outbox row per decided Kafka step: its HTTP result plus `order_id` and `tenant`."""
-    rows = [
-        (
-            envelope.tenant_id,
-            envelope.order_id,
-            json.dumps({**result, "order_id": envelope.order_id, "tenant": envelope.tenant_id}),
-            traceparent,
-        )
-        for envelope, traceparent, result in decided
-    ]
-    if rows:
-        await conn.execute(query("lifecycle.sql", "insert_decisions"), *_columns(rows, 4))
+        await conn.execute(query("lifecycle.sql", "cancel_approvals"), list(cancelled))
 
 
 async def notify_orders(conn: asyncpg.Connection, keys: Iterable[tuple[str, str]]) -> None:
@@ -128,11 +77,5 @@ async def notify_orders(conn: asyncpg.Connection, keys: Iterable[tuple[str, str]
         await conn.execute(query("gateway.sql", "notify_orders"), [t for t, _ in pairs], [o for _, o in pairs])
 
 
-def _tenant_of(resolution: Resolution) -> str:
-    for event, _, _ in resolution.decisions:
-        return event.tenant_id
-    return "default"
-
-
-def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
     return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]

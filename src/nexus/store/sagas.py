@@ -11,12 +11,17 @@ from typing import Any
 
 import asyncpg
 
+from nexus.core.decide.effects import EffectStatus, effect_view
+from nexus.core.order_state import OrderState, Resolution
 from nexus.core.process import ProcessCatalog
 from nexus.core.saga import EffectBodyError, SagaStatus, StepStatus, build_body
-from nexus.core.sequencing import OrderState, Resolution
 from nexus.store.queries import query
 
-_HOLDING = {SagaStatus.COMPENSATING: "compensating", SagaStatus.FAILED: "failed", SagaStatus.ESCALATED: "escalated"}
+_HOLDING = {
+    SagaStatus.COMPENSATING: EffectStatus.COMPENSATING,
+    SagaStatus.FAILED: EffectStatus.FAILED,
+    SagaStatus.ESCALATED: EffectStatus.ESCALATED,
+}
 
 
 def effect_processes(catalog: ProcessCatalog | None) -> frozenset[str]:
@@ -59,12 +64,12 @@ def gate_of(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
         return None
     for step in steps:
         if step["step_status"] in (StepStatus.PENDING, StepStatus.RUNNING):
-            return _view(step, "running")
+            return _view(step, EffectStatus.RUNNING)
     return None
 
 
-def _view(step: Mapping[str, Any], status: str) -> dict[str, Any]:
-    return {"step": step["step_name"], "seq": step["seq"], "status": status, "attempts": step["attempts"]}
+def _view(step: Mapping[str, Any], status: EffectStatus) -> dict[str, Any]:
+    return effect_view(step["step_name"], step["seq"], status, step["attempts"])
 
 
 def _past_pivot(steps: Iterable[Mapping[str, Any]]) -> bool:

@@ -38,13 +38,13 @@ SELECT DISTINCT tenant_id, order_id FROM pending_events
 WHERE received_at < now() - make_interval(secs => $1)
 LIMIT $2;
 
--- name: expire_pending
--- Buffered steps whose gap never filled, of orders already locked: removed and returned to dead-letter.
-DELETE FROM pending_events AS p
-USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE p.tenant_id = u.t AND p.order_id = u.oid AND p.received_at < now() - make_interval(secs => $3)
-RETURNING p.tenant_id, p.order_id, p.seq_id, p.event_id::text AS event_id, p.plan_id,
-          p.envelope::text AS envelope;
+-- name: read_buffered
+-- The buffered steps of orders already locked, oldest first, with the database's clock: the core decides
+-- which expired (core/decide/expiry.py).
+SELECT p.tenant_id, p.order_id, p.seq_id, p.event_id::text AS event_id, p.plan_id, p.envelope::text AS envelope,
+       p.received_at, now() AS now
+FROM pending_events AS p JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid
+ORDER BY p.received_at, p.tenant_id, p.order_id, p.seq_id;
 
 -- name: notify_orders
 -- issue 13: wakes the waiters of these orders (long poll, SSE) at commit, and only then. The payload is

@@ -1,0 +1,213 @@
+"""Verifying the decision log: chains walked in storage order, and signed checkpoints over chain heads.
+
+The faults and the canonical form are described in `core/audit_chain.py`. Pure: no I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from nexus.core.audit_chain import FORMAT_VERSION, GENESIS, Record, canonical_json
+
+
+class Fault(enum.StrEnum):
+    MODIFIED = "MODIFIED"
+    DELETED = "DELETED"
+    INSERTED = "INSERTED"
+    REORDERED = "REORDERED"
+    BAD_SIGNATURE = "BAD_SIGNATURE"
+    """A checkpoint whose signature does not verify, or signed by a key that is not trusted."""
+    CHECKPOINT_CHAIN = "CHECKPOINT_CHAIN"
+    """A checkpoint that does not follow its predecessor (one was deleted, changed or reordered)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Finding:
+    """The first bad record (or checkpoint) and what is wrong with it."""
+
+    fault: Fault
+    tenant_id: str | None
+    order_id: str | None
+    position: int | None
+    record_id: int | None
+    detail: str
+
+    def describe(self) -> str:
+        if self.order_id is None:  # a checkpoint: its id is in the detail
+            return f"{self.fault.value}: {self.detail}"
+        rid = f" (record id {self.record_id})" if self.record_id is not None else ""
+        where = f"order ({self.tenant_id}, {self.order_id}) position {self.position}{rid}"
+        return f"{self.fault.value}: {where}: {self.detail}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verification:
+    records: int
+    chains: int
+    checkpoints: int
+    finding: Finding | None
+
+    @property
+    def ok(self) -> bool:
+        return self.finding is None
+
+
+def verify_records(records: Sequence[Record]) -> tuple[Finding | None, dict[tuple[str, str], list[Record]]]:
+    """Walk records in storage order; return the first fault (or None) and each chain's records by position."""
+    remaining: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for r in reversed(records):
+        remaining[r.chain].append(r.position)  # a stack per chain: the last element is the next record's
+    expected: dict[tuple[str, str], tuple[int, bytes]] = {}
+    seen: dict[tuple[str, str], dict[int, Record]] = defaultdict(dict)
+    for r in records:
+        remaining[r.chain].pop()
+        position, prev = expected.get(r.chain, (0, GENESIS))
+        want = position + 1
+
+        def finding(fault: Fault, detail: str, r: Record = r) -> Finding:
+            return Finding(fault, r.tenant_id, r.order_id, r.position, r.id, detail)
+
+        if r.position in seen[r.chain] or r.position < want:
+            return finding(Fault.INSERTED, f"position {r.position} is already taken in this chain"), {}
+        if r.position > want:
+            if want in remaining[r.chain]:
+                return finding(Fault.REORDERED, f"found position {r.position} where {want} was due"), {}
+            missing = f"{want}" if r.position == want + 1 else f"{want}..{r.position - 1}"
+            return finding(Fault.DELETED, f"position(s) {missing} missing before this record"), {}
+        self_ok = r.computed_hash() == r.hash
+        if not self_ok:
+            return finding(Fault.MODIFIED, "content does not match its hash"), {}
+        if r.prev_hash != prev:
+            return finding(Fault.INSERTED, "well-formed record that does not link to its predecessor"), {}
+        expected[r.chain] = (r.position, r.hash)
+        seen[r.chain][r.position] = r
+    return None, {chain: [by_pos[p] for p in sorted(by_pos)] for chain, by_pos in seen.items()}
+
+
+# --- signed checkpoints -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Head:
+    tenant_id: str
+    order_id: str
+    position: int
+    hash: bytes
+
+    def as_json(self) -> list[Any]:
+        return [self.tenant_id, self.order_id, self.position, self.hash.hex()]
+
+    @classmethod
+    def from_json(cls, value: Sequence[Any]) -> Head:
+        return cls(str(value[0]), str(value[1]), int(value[2]), bytes.fromhex(str(value[3])))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A signed commitment to the heads of the chains changed since the previous checkpoint.
+
+    digest = SHA-256(canonical JSON of {"v", "at", "prev_digest" (hex), "heads": [[tenant, order, position,
+    hash hex], ...] sorted}); the signature is Ed25519 over the 32 digest bytes. Each checkpoint names its
+    predecessor's digest, so together they commit to every head ever checkpointed.
+    """
+
+    at: str
+    prev_digest: bytes
+    heads: tuple[Head, ...]
+    digest: bytes
+    signature: bytes
+    key_id: str
+    public_key: bytes
+    id: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "at": self.at,
+            "prev_digest": self.prev_digest.hex(),
+            "heads": [h.as_json() for h in self.heads],
+            "digest": self.digest.hex(),
+            "signature": self.signature.hex(),
+            "key_id": self.key_id,
+            "public_key": self.public_key.hex(),
+        }
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Checkpoint:
+        return cls(
+            at=str(body["at"]),
+            prev_digest=bytes.fromhex(body["prev_digest"]),
+            heads=tuple(Head.from_json(h) for h in body["heads"]),
+            digest=bytes.fromhex(body["digest"]),
+            signature=bytes.fromhex(body["signature"]),
+            key_id=str(body["key_id"]),
+            public_key=bytes.fromhex(body["public_key"]),
+            id=body.get("id"),
+        )
+
+
+def checkpoint_digest(at: str, prev_digest: bytes, heads: Iterable[Head]) -> bytes:
+    ordered = sorted(heads, key=lambda h: (h.tenant_id, h.order_id))
+    body = {"v": FORMAT_VERSION, "at": at, "prev_digest": prev_digest.hex(), "heads": [h.as_json() for h in ordered]}
+    return hashlib.sha256(canonical_json(body)).digest()
+
+
+def key_id(public_key: bytes) -> str:
+    """A public key's short name: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(public_key).hexdigest()[:16]
+
+
+def verify_checkpoints(
+    checkpoints: Sequence[Checkpoint],
+    chains: Mapping[tuple[str, str], Sequence[Record]],
+    signature_ok: Any,
+    *,
+    complete: bool = True,
+) -> Finding | None:
+    """Check each checkpoint's digest, signature (`signature_ok(checkpoint) -> bool`) and link to its
+    predecessor, then that every head it names is still in its chain with the same hash.
+
+    `complete` is False when only some chains were loaded (`--order`): heads of other chains are skipped.
+    """
+    prev = GENESIS
+    for c in checkpoints:
+
+        def bad(fault: Fault, detail: str, c: Checkpoint = c) -> Finding:
+            return Finding(fault, None, None, None, c.id, f"checkpoint {c.id}: {detail}")
+
+        if c.prev_digest != prev:
+            return bad(Fault.CHECKPOINT_CHAIN, "does not follow the previous checkpoint")
+        if checkpoint_digest(c.at, c.prev_digest, c.heads) != c.digest:
+            return bad(Fault.BAD_SIGNATURE, "its heads do not match its digest")
+        if not signature_ok(c):
+            return bad(Fault.BAD_SIGNATURE, f"signature does not verify with key {c.key_id}")
+        prev = c.digest
+        for h in c.heads:
+            chain = chains.get((h.tenant_id, h.order_id))
+            if chain is None and not complete:
+                continue
+            chain = chain or []
+            if len(chain) < h.position:
+                return Finding(
+                    Fault.DELETED,
+                    h.tenant_id,
+                    h.order_id,
+                    len(chain) + 1,
+                    None,
+                    f"checkpoint {c.id} signed a head at position {h.position}; the chain ends at {len(chain)}",
+                )
+            record = chain[h.position - 1]
+            if record.hash != h.hash:
+                return Finding(
+                    Fault.MODIFIED,
+                    h.tenant_id,
+                    h.order_id,
+                    h.position,
+                    record.id,
+                    f"chain rewritten: hash differs from the one checkpoint {c.id} signed",
+                )
+    return None

@@ -1,0 +1,8 @@
+"""The decision core: one small pure module per concern, folded over a batch into a `BatchPlan`.
+
+Deciders, each with its part of the decision table in its docstring: `position` (sequencing, the reorder
+buffer), `replan` (plan swap), `validation` (the process), `rejections` (max_rejections), `approvals`,
+`deadlines`, `effects` (saga steps), `expiry` (the buffer's timeout). `order` folds one order's steps
+through them; `plan` folds a whole batch into a `BatchPlan` (`answers`, `rows`, `log` build its parts);
+`items` is what a batch is made of. See docs/architecture.md, "Where each decision lives".
+"""

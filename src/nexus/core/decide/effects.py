@@ -1,0 +1,75 @@
+"""Effects (saga steps): a step whose definition declares an effect, and the saga's pivot.
+
+| situation                                               | decision | effect                              |
+|---------------------------------------------------------|----------|-------------------------------------|
+| a step with an effect would apply                       | APPLY    | takes its seq, holds the order (1)  |
+| the next step while an effect is open                   | BUFFER   | (position.py)                       |
+| the effect succeeded (`order.complete_effect`)          | APPLY    | applied for good, successors drain  |
+| an agent's ABORT_PLAN once the saga's pivot completed   | REJECTED | PAST_PIVOT                          |
+| a pivot step applies for good                           | -        | the plan's deadline is cleared      |
+
+(1) the order keeps its status and no notification is written yet; its `effect` is {step, seq, status
+running, attempts}. The gateway's own `effect_failed` abort never meets PAST_PIVOT: it only follows a
+compensated saga, and a saga whose pivot completed is never compensated. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from nexus.core.envelope import EventEnvelope
+from nexus.core.order_state import Applied, Decision, OrderState
+from nexus.core.process_model import CompiledProcess, Verdict
+from nexus.errors import ErrorCode
+
+
+class EffectStatus(enum.StrEnum):
+    """What an order's open effect is doing, as its answers show it (`effect.status`)."""
+
+    RUNNING = "running"
+    COMPENSATING = "compensating"
+    FAILED = "failed"
+    ESCALATED = "escalated"
+
+
+def effect_view(step: str, seq: int, status: EffectStatus, attempts: int) -> dict[str, Any]:
+    """The `effect` of an order's state and answers."""
+    return {"step": step, "seq": seq, "status": status, "attempts": attempts}
+
+
+def defer_for_effect(
+    process: CompiledProcess | None, current: OrderState, event: EventEnvelope, drained: bool, effect_done: int | None
+) -> tuple[Applied, OrderState] | None:
+    """A step with an effect takes its seq but keeps the order's status (and writes no notification) until
+    the effect succeeds; None for any other step, or once its effect is done (`effect_done`)."""
+    if process is None or event.is_abort or event.seq_id is None or event.seq_id == effect_done:
+        return None
+    compiled = process.steps.get(event.event_type)
+    if compiled is None or compiled.step.effect is None:
+        return None
+    after = dataclasses.replace(
+        current,
+        plan_id=event.plan_id,
+        last_seq=event.seq_id,
+        process=process.name,
+        process_version=process.version,
+        effect=effect_view(str(event.event_type), event.seq_id, EffectStatus.RUNNING, 0),
+    )
+    return Applied(event, 0, drained, str(current.status), effect=True), after
+
+
+def past_pivot(state: OrderState, event: EventEnvelope, decision: Decision) -> Verdict | None:
+    """An agent's ABORT_PLAN once the saga's pivot completed: the saga is committed, the abort refused."""
+    if not (event.is_abort and state.past_pivot and decision is Decision.APPLY):
+        return None
+    return Verdict(
+        ErrorCode.PAST_PIVOT,
+        f"order {state.order_id}: the saga's pivot completed, its effects are committed and cannot be aborted",
+    )
+
+
+def is_pivot(process: CompiledProcess, event: EventEnvelope) -> bool:
+    compiled = process.steps.get(event.event_type)
+    return compiled is not None and compiled.step.pivot

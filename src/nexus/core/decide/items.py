@@ -1,0 +1,76 @@
+"""What a batch is made of: the items handed to `Gateway.submit`, and the ingress kind they came by. Pure."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from typing import Any
+
+from nexus.core import strict_json
+from nexus.core.envelope import EventEnvelope, parse_envelope
+from nexus.core.strict_json import InputLimits
+from nexus.errors import InvalidEventError
+
+
+class IngressKind(enum.StrEnum):
+    """How a batch reached the gateway: its dead letters' `source`, its log lines' `source`, and whether its
+    decisions are also written for the `nexus.decisions` topic (Kafka)."""
+
+    HTTP = "http"
+    KAFKA = "kafka"
+    APPROVAL = "approval"
+    """A person's answer to a held step (nexus.lifecycle.approvals)."""
+    DEADLINE = "deadline"
+    """The deadline sweeper's timeout aborts."""
+    BUFFER = "buffer"
+    """The buffer sweeper's expiries (dead letters BUFFER_TIMEOUT)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Incoming:
+    """One item handed to the gateway: a parsed envelope, or the raw input and why it failed to parse."""
+
+    raw: str
+    envelope: EventEnvelope | None = None
+    error: InvalidEventError | None = None
+    traceparent: str | None = None
+    tenant_id: str = "default"
+    """The tenant the caller's key (or the Kafka topic) speaks for; see nexus.ingress.tenants."""
+    actor: str | None = None
+    """Who proposed it, as the decision log names it (`key:<id>`, `kafka:<topic>`, `system:...`); None:
+    not recorded (the log's `actor` stays null, as for records written before actors)."""
+
+    @classmethod
+    def parse(
+        cls, raw: bytes | str | dict[str, Any], traceparent: str | None = None, limits: InputLimits | None = None
+    ) -> Incoming:
+        text = (
+            raw
+            if isinstance(raw, str)
+            else (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw, default=str))
+        )
+        try:
+            return cls(text, parse_envelope(raw, limits), None, traceparent)
+        except InvalidEventError as exc:
+            return cls(text, None, exc, traceparent)
+
+    @classmethod
+    def of(cls, envelope: EventEnvelope, traceparent: str | None = None) -> Incoming:
+        return cls(envelope.model_dump_json(), envelope, None, traceparent, tenant_id=envelope.tenant_id)
+
+    @property
+    def event_id(self) -> str | None:
+        if self.envelope is not None:
+            return str(self.envelope.event_id)
+        try:
+            obj = strict_json.loads(self.raw)
+        except InvalidEventError:
+            return None
+        value = obj.get("event_id") if isinstance(obj, dict) else None
+        return str(value) if value is not None else None
+
+
+def order_key(envelope: EventEnvelope) -> tuple[str, str]:
+    """An order's identity: (tenant, order_id)."""
+    return (envelope.tenant_id, envelope.order_id)

@@ -1,0 +1,181 @@
+"""The decision log's entries: every decision of a batch, in the order it was taken, and the log as an
+injected part of the gateway (`DecisionLog`, or `NoDecisionLog`, which records nothing: the cost
+benchmark's baseline). Pure."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from nexus.core.audit_chain import INGRESS_ORDER, Entry
+from nexus.core.decide.deadlines import is_deadline_abort
+from nexus.core.decide.items import Incoming
+from nexus.core.decide.replan import code_of
+from nexus.core.decide.rows import postgres_text
+from nexus.core.envelope import EventEnvelope
+from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Resolution
+from nexus.errors import ErrorCode
+
+
+class _OrderEntries:
+    """Walks one order's decisions; `applied`, `rejections` and `held` are chronological, so each decision
+    consumes, in order, the applications and rejections it caused."""
+
+    def __init__(self, resolution: Resolution, pending: Mapping[int, EventEnvelope], actor: str | None) -> None:
+        self.resolution = resolution
+        self.applied: list[Applied] = list(resolution.applied)
+        self.rejections: list[Rejection] = list(resolution.rejections)
+        self.held: list[tuple[EventEnvelope, bool]] = list(resolution.held)
+        self.waiting: dict[int, EventEnvelope] = dict(pending)
+        self.entries: list[Entry] = []
+        self.actor = actor
+
+    def add(
+        self, event: EventEnvelope, decision: str, code: str | None, message: str | None, check: str | None = None
+    ) -> None:
+        self.entries.append(
+            Entry(
+                tenant_id=event.tenant_id, order_id=event.order_id, decision=decision, event_id=str(event.event_id),
+                plan_id=event.plan_id, seq=event.seq_id, event_type=str(event.event_type), code=code, check=check,
+                message=message, actor=self.actor,
+            )
+        )  # fmt: skip
+
+    def drop_waiting(self, cause: str = "abort") -> None:
+        for seq in sorted(self.waiting):
+            self.add(self.waiting.pop(seq), Decision.DISCARD.value, None, f"buffered step dropped by {cause}")
+
+    def rejected(self, rejection: Rejection, note: str | None = None) -> None:
+        verdict = rejection.verdict
+        message = f"{verdict.message} ({note})" if note else verdict.message
+        self.add(rejection.event, Decision.REJECTED.value, verdict.code.value, message, verdict.check)
+
+    def policy_abort(self) -> None:
+        # Only a rejection applies an abort of the gateway's own: it follows the rejection at once.
+        if self.applied and self.applied[0].event.is_abort and not self.applied[0].drained:
+            self.add(self.applied.pop(0).event, Decision.APPLY.value, None, "plan aborted: max_rejections reached")
+            self.drop_waiting()
+
+    def decided(self, event: EventEnvelope, decision: Decision, after: OrderState) -> None:
+        applied = self.applied
+        if applied and is_deadline_abort(applied[0].event) and applied[0].event.event_id != event.event_id:
+            # a deadline passed before this step: the gateway's timeout abort went first
+            self.add(applied.pop(0).event, Decision.APPLY.value, None, "plan aborted: deadline passed")
+            self.drop_waiting("deadline")
+        if decision is Decision.REJECTED:
+            self.rejected(self.rejections.pop(0))
+            self.policy_abort()
+            return
+        if decision is Decision.HELD:
+            if self.held and self.held[0][0].event_id == event.event_id:
+                self.held.pop(0)
+            self.add(event, decision.value, None, "awaiting approval")
+            return
+        code = code_of(decision, event, after)
+        self.add(event, decision.value, code.value if code else None, self.message(event, decision, after, code))
+        if decision is Decision.BUFFER and event.seq_id is not None:
+            self.waiting[event.seq_id] = event
+        elif decision is Decision.TOMBSTONE:
+            self.drop_waiting()
+        elif decision is Decision.APPLY:
+            self.consequences(event)
+
+    def message(
+        self, event: EventEnvelope, decision: Decision, after: OrderState, code: ErrorCode | None
+    ) -> str | None:
+        if decision is Decision.PLAN_MISMATCH:
+            return f"order {event.order_id} follows plan {self.resolution.before.plan_id}, not {event.plan_id}"
+        if code is ErrorCode.PLAN_SUPERSEDED:
+            return f"plan {event.plan_id} was replaced by plan {after.plan_id}"
+        if decision is Decision.APPLY and event.is_replan:
+            return f"plan {event.plan_id} replaced by {event.new_plan_id} at seq {after.last_seq}"
+        return None
+
+    def consequences(self, event: EventEnvelope) -> None:
+        """What an applied step caused: buffered successors drained (or one refused, or held), or, for an
+        abort or a REPLAN, the buffer dropped."""
+        applied = self.applied
+        applied.pop(0)  # the step itself
+        if event.is_abort or event.is_replan:
+            self.drop_waiting("replan" if event.is_replan else "abort")
+            return
+        while applied and applied[0].drained:
+            drained = applied.pop(0).event
+            self.waiting.pop(drained.seq_id or 0, None)
+            self.add(drained, Decision.APPLY.value, None, "drained from the buffer")
+        if self.rejections and self.rejections[0].drained:
+            refused = self.rejections.pop(0)
+            self.waiting.pop(refused.event.seq_id or 0, None)
+            self.rejected(refused, "drained from the buffer")
+            self.policy_abort()
+        elif self.held and self.held[0][1]:
+            step = self.held.pop(0)[0]
+            self.waiting.pop(step.seq_id or 0, None)
+            self.add(step, Decision.HELD.value, None, "drained from the buffer; awaiting approval")
+
+
+def resolution_entries(
+    resolution: Resolution,
+    pending: Mapping[int, EventEnvelope],
+    *,
+    actor: str | None = None,
+    actors: Mapping[uuid.UUID, str | None] | None = None,
+) -> list[Entry]:
+    """One entry per decision of one order's batch, in the order they were taken.
+
+    Besides each arriving step's decision: a buffered step that applies when its gap fills is logged as an
+    APPLY right after the step that drained it (a drained step the process refuses as a REJECTED); an
+    abort the gateway writes when a plan reaches its process's `max_rejections` as an APPLY after the
+    rejection that caused it; a buffered step dropped by an abort as a DISCARD right after the abort.
+    `actors`: who proposed each arriving step (by event_id), else `actor`; what a step causes is logged
+    with its actor.
+    """
+    walk = _OrderEntries(resolution, pending, actor)
+    for event, decision, after in resolution.decisions:
+        walk.actor = actors.get(event.event_id, actor) if actors else actor
+        walk.decided(event, decision, after)
+    return walk.entries
+
+
+def ingress_entry(item: Incoming) -> Entry:
+    """An item with no valid envelope has no trustworthy order: it is logged in the ingress chain."""
+    assert item.error is not None
+    event_id = item.event_id
+    return Entry(
+        tenant_id=item.tenant_id,
+        order_id=INGRESS_ORDER,
+        decision=Decision.DEAD_LETTER.value,
+        event_id=postgres_text(event_id)[:200] if event_id is not None else None,
+        code=item.error.code.value,
+        message=postgres_text(str(item.error))[:1000],
+        actor=item.actor,
+    )
+
+
+class DecisionLog:
+    """The decision log a gateway keeps (injected): every decision is an entry of its order's chain."""
+
+    records = True
+
+    def order_entries(
+        self, resolution: Resolution, pending: Mapping[int, EventEnvelope], actor: str | None,
+        actors: Mapping[uuid.UUID, str | None] | None,
+    ) -> list[Entry]:  # fmt: skip
+        return resolution_entries(resolution, pending, actor=actor, actors=actors)
+
+    def entries(self, entries: list[Entry]) -> list[Entry]:
+        """Entries built elsewhere (ingress, expiry), as this log keeps them."""
+        return entries
+
+
+class NoDecisionLog(DecisionLog):
+    """A log that records nothing: to measure what the decision log costs (benchmarks/decision_log.py)."""
+
+    records = False
+
+    def order_entries(self, *args: Any, **kwargs: Any) -> list[Entry]:
+        return []
+
+    def entries(self, entries: list[Entry]) -> list[Entry]:
+        return []

@@ -1,0 +1,237 @@
+"""The batch fold: every item of one `Gateway.submit` through the deciders, into one frozen `BatchPlan`.
+
+The gateway locks the batch's orders, reads them (`BatchReads`), calls `plan_batch`, and writes the plan:
+the decision table is in the deciders (`core/decide/*.py`), and nothing decides outside the core.
+
+Extension points, for what later work adds to every step (each documented where it plugs in):
+
+* `Parts.numbering` (`OrderContext.numbering`, order.py): a server-assigned sequence number for a step
+  proposed without one (`core/numbering.py`), called under the order's lock with the order's state as the
+  fold has it;
+* `Parts.prechecks` (`OrderContext.prechecks`): per-step limits (e.g. `max_list_items`): a verdict makes
+  the step REJECTED with it before sequencing;
+* `Incoming.actor`: who proposed each item; it reaches the decision log's entries of that item and of what
+  it caused (`log.resolution_entries`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import uuid
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nexus.core.audit_chain import Entry
+from nexus.core.decide.answers import Outcome, answer
+from nexus.core.decide.expiry import Expiry, expired_rows
+from nexus.core.decide.items import Incoming, IngressKind, order_key
+from nexus.core.decide.log import DecisionLog, ingress_entry
+from nexus.core.decide.order import Numbering, OrderContext, Precheck, resolve
+from nexus.core.decide.rows import (
+    ApprovalRow,
+    DeadLetterRow,
+    DecisionRecord,
+    OrderRow,
+    OutboxRow,
+    PendingDelete,
+    PendingRow,
+    RejectedRow,
+    RowsBuilder,
+    add_rows,
+    approval_rows,
+    postgres_text,
+)  # fmt: skip
+from nexus.core.decide.validation import StepChecks
+from nexus.core.envelope import EventEnvelope
+from nexus.core.order_state import Decision, OrderState, Resolution
+from nexus.core.process_model import ProcessCatalog, Verdict
+from nexus.errors import ErrorCode
+
+OrderKey = tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Parts:
+    """What a gateway decides with, injected: the processes, how steps are judged (`NoChecks`: not at all),
+    the decision log (`NoDecisionLog`: records nothing), whether plan mismatches are dead-lettered in the
+    table (Kafka ingress sends them to its DLQ topic instead), and the limits of a tenant that has none."""
+
+    catalog: ProcessCatalog
+    checks: StepChecks = dataclasses.field(default_factory=StepChecks)
+    log: DecisionLog = dataclasses.field(default_factory=DecisionLog)
+    record_plan_mismatch: bool = True
+    default_limits: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    numbering: Numbering | None = None
+    """See `OrderContext.numbering`."""
+    prechecks: tuple[Precheck, ...] = ()
+    """See `OrderContext.prechecks`."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchReads:
+    """What the gateway read of the batch's orders under their locks."""
+
+    states: Mapping[OrderKey, OrderState] = dataclasses.field(default_factory=dict)
+    pending: Mapping[OrderKey, Mapping[int, EventEnvelope]] = dataclasses.field(default_factory=dict)
+    rejected: Mapping[OrderKey, Mapping[uuid.UUID, Verdict]] = dataclasses.field(default_factory=dict)
+    limits: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    heads: Mapping[OrderKey, tuple[int, bytes]] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """Everything one batch decided: the answers (one per item, in order) and what to write for them."""
+
+    answers: tuple[Outcome, ...]
+    orders: tuple[OrderRow, ...] = ()
+    notifications: tuple[OutboxRow, ...] = ()
+    buffered: tuple[PendingRow, ...] = ()
+    unbuffered: tuple[PendingDelete, ...] = ()
+    rejected: tuple[RejectedRow, ...] = ()
+    dead_letters: tuple[DeadLetterRow, ...] = ()
+    dead_letter_items: tuple[int, ...] = ()
+    """The item index each dead letter answers (to give its answer the dead letter's id)."""
+    approvals: tuple[ApprovalRow, ...] = ()
+    cancelled_approvals: tuple[uuid.UUID, ...] = ()
+    decisions: tuple[DecisionRecord, ...] = ()
+    log: tuple[Entry, ...] = ()
+    wake: tuple[OrderKey, ...] = ()
+    """Orders whose waiters (long poll, SSE) wake at commit."""
+    resolutions: tuple[Resolution, ...] = ()
+    """Each order's resolution, for the saga steps of the steps with effects."""
+    traces: Mapping[uuid.UUID, str | None] = dataclasses.field(default_factory=dict)
+    drained: int = 0
+    blocked: tuple[ErrorCode, ...] = ()
+    """Codes of drained steps REJECTED (metrics of blocked actions)."""
+
+
+class _Planner:
+    def __init__(self, items: Sequence[Incoming], parts: Parts, kind: IngressKind) -> None:
+        self.items, self.parts, self.kind = items, parts, kind
+        self.rows = RowsBuilder()
+        self.answers: list[Outcome | None] = [None] * len(items)
+        self.dead_items: list[int] = []
+        self.log: list[Entry] = []
+        self.resolutions: list[Resolution] = []
+        self.traces: dict[uuid.UUID, str | None] = {}
+        self.drained = 0
+        self.blocked: list[ErrorCode] = []
+        self.woken: set[OrderKey] = set()
+        self.with_actors = any(item.actor for item in items)
+
+    def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
+        items = self.items
+        events = [items[i].envelope for i in indexes]
+        state = reads.states.get(key) or OrderState(key[1])
+        if key in reads.rejected:
+            state = dataclasses.replace(state, rejections=len(reads.rejected[key]))
+        pending = reads.pending.get(key, {})
+        resolution = resolve(state, events, pending, ctx)  # type: ignore[arg-type]
+        traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
+        self.drained += add_rows(resolution, traces, self.rows)
+        self.resolutions.append(resolution)
+        self.traces.update(traces)
+        self.blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
+        if resolution.held or resolution.released:
+            held, cancelled = approval_rows(resolution, self.parts.catalog, traces, ctx.approvals)
+            self.rows.approvals += held
+            self.rows.cancelled += cancelled
+        actors = None
+        if self.with_actors:
+            actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]
+        self.log += self.parts.log.order_entries(resolution, pending, None, actors)
+        for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
+            verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
+            self.answers[i] = answer(event, decision, after, verdict, resolution.deadlines.get(event.event_id))
+            if decision is Decision.PLAN_MISMATCH and self.parts.record_plan_mismatch:
+                why = f"order {key[1]} follows plan {resolution.before.plan_id}, not {event.plan_id}"
+                self.dead_letter(i, ErrorCode.PLAN_MISMATCH, why)
+
+    def dead_letter(self, i: int, code: ErrorCode, error: str) -> None:
+        item = self.items[i]
+        env = item.envelope
+        self.dead_items.append(i)
+        self.rows.dead.append(
+            DeadLetterRow(
+                self.kind.value, code.value, postgres_text(error), item.event_id and postgres_text(item.event_id),
+                env.order_id if env else None, env.plan_id if env else None, postgres_text(item.raw),
+                env.tenant_id if env else item.tenant_id,
+            )
+        )  # fmt: skip
+
+    def unparsed(self) -> None:
+        for i, item in enumerate(self.items):
+            if item.envelope is None:
+                assert item.error is not None
+                self.dead_letter(i, item.error.code, str(item.error))
+                self.answers[i] = Outcome(item.event_id, Decision.DEAD_LETTER, item.error.code, str(item.error))
+                self.log += self.parts.log.entries([ingress_entry(item)])
+
+    def expire(self, expiry: Expiry, now: dt.datetime) -> None:
+        deletes, dead, entries = expired_rows(expiry, now)
+        self.rows.pending_del += deletes
+        self.rows.dead += dead
+        self.log += self.parts.log.entries(entries)
+        self.woken.update((d.tenant_id, d.order_id) for d in deletes)
+
+    def decision_records(self) -> None:
+        """A Kafka batch's decisions, for `nexus.decisions`, written in its transaction."""
+        for item, outcome in zip(self.items, self.answers, strict=True):
+            env = item.envelope
+            if env is not None and outcome is not None:
+                value = {**outcome.as_json(), "order_id": env.order_id, "tenant": env.tenant_id}
+                self.rows.decisions.append(
+                    DecisionRecord(env.tenant_id, env.order_id, json.dumps(value), item.traceparent)
+                )
+
+
+def plan_batch(
+    items: Sequence[Incoming],
+    reads: BatchReads,
+    parts: Parts,
+    *,
+    kind: IngressKind,
+    now: dt.datetime | None,
+    approvals: Mapping[uuid.UUID, Verdict | None] | None = None,
+    expiry: Expiry | None = None,
+) -> BatchPlan:
+    """Decide a batch: each order's items folded through the deciders (orders in key order, the lock
+    order), then the items that are not steps, then the buffer sweeper's `expiry` (if any); see the module
+    docstring for the extension points."""
+    by_order: dict[OrderKey, list[int]] = defaultdict(list)
+    for i, item in enumerate(items):
+        if item.envelope is not None:
+            by_order[order_key(item.envelope)].append(i)
+    planner = _Planner(items, parts, kind)
+    base = OrderContext(
+        catalog=parts.catalog, checks=parts.checks, now=now, approvals=approvals or {},
+        numbering=parts.numbering, prechecks=parts.prechecks,
+    )  # fmt: skip
+    contexts: dict[str, OrderContext] = {}  # per tenant, for orders without rejected steps (the usual)
+    for key in sorted(by_order):
+        rejected = reads.rejected.get(key)
+        ctx = contexts.get(key[0]) if not rejected else None
+        if ctx is None:
+            limits = reads.limits.get(key[0]) or parts.default_limits
+            ctx = dataclasses.replace(base, limits=limits, rejected=rejected or {})
+            if not rejected:
+                contexts[key[0]] = ctx
+        planner.order(key, by_order[key], reads, ctx)
+    planner.unparsed()
+    if expiry is not None and now is not None:
+        planner.expire(expiry, now)
+    if kind is IngressKind.KAFKA:
+        planner.decision_records()
+    rows = planner.rows
+    return BatchPlan(
+        answers=tuple(a for a in planner.answers if a is not None),
+        orders=tuple(rows.orders), notifications=tuple(rows.outbox), buffered=tuple(rows.pending_add),
+        unbuffered=tuple(rows.pending_del), rejected=tuple(rows.rejected), dead_letters=tuple(rows.dead),
+        dead_letter_items=tuple(planner.dead_items), approvals=tuple(rows.approvals),
+        cancelled_approvals=tuple(rows.cancelled), decisions=tuple(rows.decisions), log=tuple(planner.log),
+        wake=tuple(sorted({*by_order, *planner.woken})), resolutions=tuple(planner.resolutions), traces=planner.traces,
+        drained=planner.drained, blocked=tuple(planner.blocked),
+    )  # fmt: skip

@@ -1,0 +1,44 @@
+"""Rejections and `max_rejections`: what a REJECTED step does to its order.
+
+| situation                                            | effect                                            |
+|------------------------------------------------------|---------------------------------------------------|
+| a step is REJECTED (arriving, or drained)            | nothing changes; the order waits at the same seq (1) |
+| the same event_id sent again                         | REJECTED again, same verdict, recorded once       |
+| a live plan reaches its process's `max_rejections`   | the gateway's ABORT_PLAN (`policy_violation`) (2) |
+
+(1) for a corrected step (a new event_id); a drained one leaves the buffer and its successors wait.
+(2) applies with one notification; the buffer is dropped. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from nexus.core.envelope import EventEnvelope
+from nexus.core.process_model import ABORT_STEP, AbortCode, CompiledProcess
+
+_POLICY_ABORT_NAMESPACE = uuid.UUID("0b6f2a4e-7c59-4e8e-9a3d-706f6c696379")
+
+
+def policy_abort(event: EventEnvelope, last_seq: int, limit: int) -> EventEnvelope:
+    """The ABORT_PLAN the gateway writes when a plan reaches its process's `max_rejections`."""
+    return EventEnvelope(
+        event_id=uuid.uuid5(_POLICY_ABORT_NAMESPACE, f"{event.order_id}\x00{event.plan_id}"),
+        event_type=ABORT_STEP,
+        plan_id=event.plan_id,
+        order_id=event.order_id,
+        timestamp=event.timestamp,
+        tenant_id=event.tenant_id,
+        correlation_id=event.correlation_id,
+        data={
+            "reason": f"{limit} steps of this plan were rejected (max_rejections)",
+            "abort_code": AbortCode.POLICY_VIOLATION.value,
+            "aborted_at_seq": last_seq,
+        },
+    )
+
+
+def limit_reached(process: CompiledProcess | None, rejections: int) -> int | None:
+    """The process's `max_rejections` when `rejections` reached it, else None."""
+    limit = process.definition.max_rejections if process is not None else None
+    return limit if limit is not None and rejections >= limit else None

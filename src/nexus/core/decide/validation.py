@@ -1,0 +1,74 @@
+"""Process validation: the process's part of the decision table, for a step that would apply. Pure.
+
+| situation (the step would apply: in turn, drained, or approved)       | decision | code               |
+|-----------------------------------------------------------------------|----------|--------------------|
+| step type unknown to the order's process (or the process unknown)     | REJECTED | UNKNOWN_STEP       |
+| step type not allowed from the order's state                          | REJECTED | INVALID_TRANSITION |
+| data fails the step's JSON Schema                                     | REJECTED | CHECK_FAILED (data)|
+| a CEL check fails (or cannot be evaluated)                            | REJECTED | CHECK_FAILED / LIMIT_EXCEEDED |
+| a step (seq > last_seq) after a terminal state other than aborted     | REJECTED | AFTER_TERMINAL     |
+| the step's `approval.when` holds (or cannot be evaluated)             | HELD     | (see approvals.py) |
+
+The first failing check decides. The tenant's `limits` arrive in major units and reach CEL in the step's
+minor unit. Terminal states come from the definition (`terminal`, and `aborted`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nexus.core.process_checks import approval_expires_s, needs_approval, validate_step
+from nexus.core.process_model import ABORTED, CompiledProcess, Verdict
+from nexus.errors import ErrorCode
+
+__all__ = ["NoChecks", "StepChecks", "after_terminal", "approval_expires_s", "judge", "needs_approval", "validate_step"]
+
+
+def judge(
+    process: CompiledProcess | None, name: str, state_status: str | None, facts: Mapping[str, Any],
+    event_type: str, seq_id: int | None, data: Mapping[str, Any], limits: Mapping[str, Any],
+) -> Verdict | None:  # fmt: skip
+    """`validate_step` against the order's process, or UNKNOWN_STEP when process `name` is not registered."""
+    if process is None:
+        return Verdict(ErrorCode.UNKNOWN_STEP, f"unknown process {name!r}: no definition is registered")
+    return validate_step(process, state_status, facts, event_type, seq_id, data, limits)
+
+
+def after_terminal(
+    process: CompiledProcess | None, order_id: str, status: str | None, last_seq: int, seq_id: int | None
+) -> Verdict | None:
+    """AFTER_TERMINAL for a step past the last seq of an order in a terminal state other than aborted."""
+    if process is None or status is None or status == ABORTED or not process.is_terminal(status):
+        return None
+    if seq_id is None or seq_id <= last_seq:
+        return None
+    return Verdict(
+        ErrorCode.AFTER_TERMINAL,
+        f"order {order_id} is {status} at seq {last_seq}: no step may follow a terminal state",
+    )
+
+
+class StepChecks:
+    """The process validation a gateway applies (injected): every step judged by its process."""
+
+    checks = True
+
+    def verdict(
+        self, process: CompiledProcess | None, name: str, status: str | None, facts: Mapping[str, Any],
+        event_type: str, seq_id: int | None, data: Mapping[str, Any], limits: Mapping[str, Any],
+    ) -> Verdict | None:  # fmt: skip
+        return judge(process, name, status, facts, event_type, seq_id, data, limits)
+
+
+class NoChecks(StepChecks):
+    """No process validation (the validation benchmark's baseline): every step in turn applies, the order's
+    states still coming from its process; nothing is REJECTED or HELD by a process."""
+
+    checks = False
+
+    def verdict(
+        self, process: CompiledProcess | None, name: str, status: str | None, facts: Mapping[str, Any],
+        event_type: str, seq_id: int | None, data: Mapping[str, Any], limits: Mapping[str, Any],
+    ) -> Verdict | None:  # fmt: skip
+        return None

@@ -1,0 +1,112 @@
+"""Judging one step against its process's definition: transitions, the data's JSON Schema, the CEL checks,
+and whether it needs a person's approval. The decision table's use of them is `core/decide/validation.py`.
+Pure: no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from nexus.core.checks import build_context, convert_money, exponent_of, pick, to_minor
+from nexus.core.process_model import ABORT_STEP, CompiledProcess, Verdict
+from nexus.errors import ErrorCode
+
+
+def validate_step(
+    process: CompiledProcess,
+    status: str | None,
+    facts: Mapping[str, Any],
+    event_type: str,
+    seq_id: int | None,
+    data: Mapping[str, Any],
+    limits: Mapping[str, Any],
+) -> Verdict | None:
+    """Why a step that would apply to an order in `status` must be REJECTED, or None to apply it.
+
+    `status` is None before the order exists. Checks run in their declared order; the first that fails
+    decides. The tenant's `limits` arrive in major units and reach CEL in the step's minor unit.
+    """
+    compiled = process.steps.get(event_type)
+    if compiled is None:
+        known = ", ".join(sorted(process.steps))
+        return Verdict(
+            ErrorCode.UNKNOWN_STEP,
+            f"{event_type} is not a step of process {process.name} v{process.version} (its steps: {known})",
+        )
+    if status not in compiled.step.from_:
+        nexts = [*process.allowed.get(status, ()), *([] if status is None else [ABORT_STEP])]
+        return Verdict(
+            ErrorCode.INVALID_TRANSITION,
+            f"{event_type} is not allowed from state {status or 'none (the order does not exist yet)'}; "
+            f"allowed next steps: {', '.join(nexts) or 'none'}",
+        )
+    data = compiled.with_defaults(data)
+    if compiled.data_schema is not None and not compiled.data_schema.is_valid(data):
+        error = next(iter(compiled.data_schema.iter_errors(data)))
+        where = ".".join(str(p) for p in error.instance_path) or "data"
+        return Verdict(ErrorCode.CHECK_FAILED, f"{where}: {error.message}", "data")
+    if not compiled.rules:
+        return None
+    currency = data.get(process.definition.currency_field, facts.get(process.definition.currency_field))
+    exponent = exponent_of(currency)
+    used = compiled.fields
+    variables: dict[str, Any] = {}
+    if "data" in used:
+        picked = pick(data, used["data"])
+        variables["data"] = convert_money(picked, compiled.step.money, exponent) if compiled.step.money else picked
+    if "order" in used:
+        variables["order"] = pick(facts, used["order"])
+    if "step" in used:
+        variables["step"] = {"seq": seq_id or 0, "type": event_type}
+    if "limits" in used:
+        variables["limits"] = {k: _limit(v, exponent) for k, v in pick(limits, used["limits"]).items()}
+    context = build_context(variables, with_sum=compiled.uses_sum)
+    for check, rule in compiled.rules:
+        if not rule.passes(context):
+            code = ErrorCode(check.code)
+            return Verdict(code, check.message or f"check {check.id} failed: {check.rule}", check.id)
+    return None
+
+
+def needs_approval(
+    process: CompiledProcess,
+    facts: Mapping[str, Any],
+    event_type: str,
+    seq_id: int | None,
+    data: Mapping[str, Any],
+    limits: Mapping[str, Any],
+) -> bool:
+    """Whether a step that passed `validate_step` must wait for a person (decided HELD).
+
+    A step with `approval` and no `when` always waits; with `when`, it waits when the CEL condition is
+    true, and also when it cannot be evaluated (fail safe: a person looks rather than nobody)."""
+    compiled = process.steps.get(event_type)
+    if compiled is None or compiled.step.approval is None:
+        return False
+    rule = compiled.approval_rule
+    if rule is None:
+        return True
+    data = compiled.with_defaults(data)
+    currency = data.get(process.definition.currency_field, facts.get(process.definition.currency_field))
+    exponent = exponent_of(currency)
+    variables = {
+        "data": convert_money(data, compiled.step.money, exponent) if compiled.step.money else dict(data),
+        "order": dict(facts),
+        "step": {"seq": seq_id or 0, "type": event_type},
+        "limits": {k: _limit(v, exponent) for k, v in limits.items()},
+    }
+    try:
+        return bool(rule.evaluate({k: v for k, v in variables.items() if k in rule.names}))
+    except Exception:  # noqa: BLE001 -- a condition that cannot be evaluated holds the step
+        return True
+
+
+def approval_expires_s(process: CompiledProcess, event_type: str) -> float | None:
+    compiled = process.steps.get(event_type)
+    if compiled is None or compiled.step.approval is None:
+        return None
+    return compiled.step.approval.expires_s
+
+
+def _limit(value: Any, exponent: int) -> Any:
+    return to_minor(value, exponent) if not isinstance(value, str) else value

@@ -1,0 +1,273 @@
+"""Process definitions as data: the definition models, a compiled definition, the catalog. Pure: no I/O.
+
+A definition (DESIGN.md section 4, "Process definitions") names its states, the terminal ones, and for
+each step type the states it may follow (`from`, where `null` is "before the order exists"), the state it
+leads to, a JSON Schema of its data and its CEL checks. `core/process_compile.py` turns YAML text into a
+`CompiledProcess`; `core/decide/validation.py` judges steps against one. `core/process.py` re-exports all.
+
+The order constants below (`EventType`, `OrderStatus`, `STEPS`, `STATUS_AFTER`) describe the built-in
+`order` process for the lab; the decision core reads every process from its definition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from nexus.core.checks import CompiledRule, convert_money, exponent_of
+from nexus.errors import ErrorCode
+
+
+class EventType(enum.StrEnum):
+    ORDER_CREATED = "OrderCreated"
+    INVENTORY_VALIDATED = "InventoryValidated"
+    PAYMENT_PROCESSED = "PaymentProcessed"
+    ORDER_SHIPPED = "OrderShipped"
+    ORDER_COMPLETED = "OrderCompleted"
+    ABORT_PLAN = "ABORT_PLAN"
+
+
+class OrderStatus(enum.StrEnum):
+    CREATED = "created"
+    INVENTORY_VALIDATED = "inventory_validated"
+    PAYMENT_PROCESSED = "payment_processed"
+    SHIPPED = "shipped"
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (OrderStatus.COMPLETED, OrderStatus.ABORTED)
+
+
+class AbortCode(enum.StrEnum):
+    INVENTORY_FAILED = "inventory_failed"
+    PAYMENT_REJECTED = "payment_rejected"
+    TIMEOUT = "timeout"
+    MANUAL = "manual"
+    POLICY_VIOLATION = "policy_violation"
+    PLANNER_GAVE_UP = "planner_gave_up"  # the LLM planner gave up correcting a rejected step
+    EFFECT_FAILED = "effect_failed"  # a saga effect failed before the pivot; compensated
+
+
+# The steps of the order process, by position (seq_id), and the status each one leaves the order in.
+STEPS: tuple[EventType, ...] = (
+    EventType.ORDER_CREATED,
+    EventType.INVENTORY_VALIDATED,
+    EventType.PAYMENT_PROCESSED,
+    EventType.ORDER_SHIPPED,
+    EventType.ORDER_COMPLETED,
+)
+STATUS_AFTER: dict[EventType, OrderStatus] = {
+    EventType.ORDER_CREATED: OrderStatus.CREATED,
+    EventType.INVENTORY_VALIDATED: OrderStatus.INVENTORY_VALIDATED,
+    EventType.PAYMENT_PROCESSED: OrderStatus.PAYMENT_PROCESSED,
+    EventType.ORDER_SHIPPED: OrderStatus.SHIPPED,
+    EventType.ORDER_COMPLETED: OrderStatus.COMPLETED,
+    EventType.ABORT_PLAN: OrderStatus.ABORTED,
+}
+LAST_SEQ = len(STEPS)
+
+
+def seq_of(event_type: EventType) -> int | None:
+    """The position of a step in the built-in order process, from 1; None for ABORT_PLAN."""
+    if event_type is EventType.ABORT_PLAN:
+        return None
+    return STEPS.index(event_type) + 1
+
+
+def as_status(name: str) -> str:
+    """A state name, as the `OrderStatus` member when it is one of the order process's states."""
+    try:
+        return OrderStatus(name)
+    except ValueError:
+        return name
+
+
+ABORT_STEP = "ABORT_PLAN"
+REPLAN_STEP = "REPLAN"
+"""The built-in plan swap (no seq_id; `plan_id` = the plan replaced; data {new_plan_id, reason})."""
+BUILTIN_STEPS = frozenset({ABORT_STEP, REPLAN_STEP})
+ABORTED = "aborted"
+_Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class _Open(BaseModel):
+    # Keys owned by later issues (approval, deadline, effect): typed where known, open to extension.
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class Check(_Frozen):
+    """A value check: `rule` (CEL) must evaluate to true, else the step is REJECTED with `code`."""
+
+    id: _Name
+    rule: Annotated[str, Field(min_length=1)]
+    message: str | None = None
+    code: Literal["CHECK_FAILED", "LIMIT_EXCEEDED"] = "CHECK_FAILED"
+
+
+class Approval(_Open):
+    when: str | None = None
+    expires_s: Annotated[float, Field(gt=0)] | None = None
+
+
+class Deadline(_Open):
+    default_s: Annotated[float, Field(gt=0)] | None = None
+    max_s: Annotated[float, Field(gt=0)] | None = None
+
+
+class Compensation(_Open):
+    path: str | None = None
+    body: dict[str, str] = Field(default_factory=dict)
+
+
+class Effect(_Open):
+    service: _Name
+    path: str = "/"
+    body: dict[str, str] = Field(default_factory=dict)
+    compensation: Compensation | None = None
+
+
+class Step(_Frozen):
+    """One step type of a process."""
+
+    from_: Annotated[list[str | None], Field(alias="from", min_length=1)]
+    to: _Name
+    data: dict[str, Any] = Field(default_factory=dict)
+    """JSON Schema of the step's data (empty: anything)."""
+    checks: list[Check] = Field(default_factory=list)
+    money: list[str] = Field(default_factory=list)
+    """Dotted paths of the data's amounts (lists walked through), compared in the currency's minor unit."""
+    facts: list[str] | None = None
+    """Data keys the step adds to the order's facts once applied (default: all of them)."""
+    description: str | None = None
+    approval: Approval | None = None
+    effect: Effect | None = None
+    pivot: bool = False
+
+
+class ProcessDefinition(_Frozen):
+    """A process as its YAML file declares it."""
+
+    name: _Name
+    version: Annotated[int, Field(ge=1)]
+    description: str | None = None
+    states: Annotated[list[_Name], Field(min_length=1)]
+    terminal: list[_Name] = Field(default_factory=list)
+    max_rejections: Annotated[int, Field(ge=1)] | None = None
+    deadline: Deadline | None = None
+    currency_field: str = "currency"
+    """The data key (or order fact) naming the currency that money fields are in."""
+    steps: Annotated[dict[_Name, Step], Field(min_length=1)]
+
+
+class DefinitionError(ValueError):
+    """A process definition is refused; `line` is its 1-based line in the YAML text when known."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(f"line {line}: {message}" if line else message)
+        self.line = line
+        self.reason = message
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """Why a step is REJECTED: its code, the failed check's id (for CHECK_FAILED/LIMIT_EXCEEDED), a message."""
+
+    code: ErrorCode
+    message: str
+    check: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompiledStep:
+    name: str
+    step: Step
+    rules: tuple[tuple[Check, CompiledRule], ...]
+    data_schema: Any
+    defaults: Mapping[str, Any]
+    """Top-level `default`s of the data schema: what an absent field means, for checks and facts."""
+    fields: Mapping[str, frozenset[str] | None] = dataclasses.field(default_factory=dict)
+    """The CEL variables the step's rules mention, and their fields read: only those are converted."""
+    uses_sum: bool = False
+    approval_rule: CompiledRule | None = None
+    """The compiled `approval.when` (None with an approval: always held)."""
+
+    def with_defaults(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return {**self.defaults, **data} if self.defaults else dict(data)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompiledProcess:
+    """A definition ready to decide: rules compiled once, next steps indexed by state."""
+
+    definition: ProcessDefinition
+    content_hash: str
+    steps: Mapping[str, CompiledStep]
+    allowed: Mapping[str | None, tuple[str, ...]]
+    """State (None: before the order exists) -> step types allowed from it, ABORT_PLAN excluded."""
+    terminal_states: frozenset[str] = frozenset({ABORTED})
+    """The definition's terminal states, and the built-in `aborted`."""
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def version(self) -> int:
+        return self.definition.version
+
+    def is_terminal(self, state: str | None) -> bool:
+        return state is not None and (state == ABORTED or state in self.definition.terminal)
+
+    def status_after(self, event_type: str) -> str:
+        return as_status(ABORTED if event_type == ABORT_STEP else self.steps[event_type].step.to)
+
+    def facts_after(self, facts: Mapping[str, Any], event_type: str, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The order's facts once a step applied: its data (money in minor units) merged over them."""
+        compiled = self.steps.get(event_type)
+        if compiled is None:
+            return dict(facts)
+        converted = self._money(compiled.step, compiled.with_defaults(data), facts)
+        keys = compiled.step.facts if compiled.step.facts is not None else list(converted)
+        return {**facts, **{k: converted[k] for k in keys if k in converted}}
+
+    def _money(self, step: Step, data: Mapping[str, Any], facts: Mapping[str, Any]) -> dict[str, Any]:
+        if not step.money:
+            return dict(data)
+        field = self.definition.currency_field
+        return convert_money(data, step.money, exponent_of(data.get(field, facts.get(field))))
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProcessCatalog:
+    """The definitions a gateway knows: every (name, version), and the latest version of each name."""
+
+    versions: Mapping[tuple[str, int], CompiledProcess]
+    latest: Mapping[str, CompiledProcess]
+
+    @classmethod
+    def of(cls, processes: Iterable[CompiledProcess]) -> ProcessCatalog:
+        versions = {(p.name, p.version): p for p in processes}
+        latest: dict[str, CompiledProcess] = {}
+        for (name, _), process in sorted(versions.items()):
+            latest[name] = process
+        return cls(versions, latest)
+
+    def get(self, name: str, version: int | None = None) -> CompiledProcess | None:
+        if version is not None:
+            return self.versions.get((name, version))
+        return self.latest.get(name)
