@@ -28,7 +28,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from nexus.core import definitions, strict_json
@@ -137,7 +136,15 @@ def _data_errors(event_type: str, data: dict[str, Any]) -> list[InitErrorDetails
     return details
 
 
-def _words(name: str, kind: Any, fallback: str) -> str:  # noqa: PLR0911 -- one line per keyword
+def data_problem(event_type: str, data: dict[str, Any]) -> str | None:
+    """Why `data` is not valid for a step of the default process (as an envelope would say it), or None."""
+    errors = _data_errors(event_type, data)
+    if not errors:
+        return None
+    return _summarize(ValidationError.from_exception_data(event_type, errors))
+
+
+def _words(name: str, kind: Any, fallback: str) -> str:
     if name == "Minimum":
         return f"Input should be greater than or equal to {kind.limit}"
     if name == "ExclusiveMinimum":

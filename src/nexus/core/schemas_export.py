@@ -37,9 +37,7 @@ def shapes(folder: Path = PROCESSES) -> dict[str, dict[str, Any]]:
     for path in sorted(folder.glob("*.yaml")):
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         shape = {k: raw[k] for k in _SHAPE_KEYS if k in raw}
-        shape["steps"] = {
-            name: {k: step[k] for k in _STEP_KEYS if k in step} for name, step in raw["steps"].items()
-        }
+        shape["steps"] = {name: {k: step[k] for k in _STEP_KEYS if k in step} for name, step in raw["steps"].items()}
         out[raw["name"]] = shape
     return out
 
