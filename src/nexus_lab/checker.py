@@ -31,13 +31,13 @@ import asyncio
 import collections
 import dataclasses
 import json
+import math
 import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nexus.core.process import STEPS, EventType
 from nexus.core.sequencing import deadline_abort_id
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -55,7 +55,6 @@ CHECKS: dict[str, str] = {
     "approvals": "each held step answered once, as the approver did; no other approval",
 }
 DEAD_LETTERED = ("DEAD_LETTER", "PLAN_MISMATCH")
-_PROCESS_ORDER = [t.value for t in (*STEPS, EventType.ABORT_PLAN)]
 
 
 @dataclasses.dataclass
@@ -118,8 +117,8 @@ def _honest_in_process_order(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]
     for e in (e for e in plan["events"] if e["honest"]):
         if e["event_type"] == "REPLAN":  # issue 13: applies where it was sent, after the steps before it
             keyed.append((max((k for k, _ in keyed), default=-1.0) + 0.5, e))
-        else:
-            keyed.append((float(_PROCESS_ORDER.index(e["event_type"])), e))
+        else:  # a step by its seq_id, whatever its process; the plan's ABORT_PLAN (no seq_id) after them
+            keyed.append((float(e["seq_id"]) if e["seq_id"] is not None else math.inf, e))
     return [e for _, e in sorted(keyed, key=lambda pair: pair[0])]
 
 

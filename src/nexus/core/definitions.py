@@ -95,8 +95,18 @@ def status_after(process: CompiledProcess, path: Iterable[str]) -> str | None:
 
 def event_kinds(catalog: ProcessCatalog) -> tuple[str, ...]:
     """Every step type of every definition in the catalog, then the built-in steps: the metrics' `kind`s."""
+    return _kinds(sorted(catalog.versions.values(), key=lambda p: (p.name, p.version)))
+
+
+def shipped_kinds() -> tuple[str, ...]:
+    """`event_kinds` of the shipped definitions: the default process's steps first."""
+    names = sorted(shipped_names(), key=lambda n: (n != DEFAULT_PROCESS, n))
+    return _kinds([shipped(n) for n in names])
+
+
+def _kinds(processes: Iterable[CompiledProcess]) -> tuple[str, ...]:
     names: dict[str, None] = {}
-    for process in sorted(catalog.versions.values(), key=lambda p: (p.name, p.version)):
+    for process in processes:
         names.update(dict.fromkeys(step_names(process)))
     return (*names, ABORT_STEP, REPLAN_STEP)
 

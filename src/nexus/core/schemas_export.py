@@ -49,7 +49,7 @@ def render_shipped(folder: Path = PROCESSES) -> str:
         '"""The shipped process definitions\' shapes, generated from src/nexus/processes/*.yaml by `make schemas`\n'
         '(nexus.core.schemas_export): do not edit. Read them through `nexus.core.definitions`."""\n\n'
         "import json\nfrom typing import Any\n\n"
-        f"DEFINITIONS: dict[str, dict[str, Any]] = json.loads(\n    r'''{body}'''\n)\n"
+        f'DEFINITIONS: dict[str, dict[str, Any]] = json.loads(\n    r"""{body}"""\n)\n'
     )
 
 

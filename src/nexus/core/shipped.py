@@ -5,7 +5,7 @@ import json
 from typing import Any
 
 DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
-    r'''{
+    r"""{
  "fulfilment": {
   "name": "fulfilment",
   "version": 1,
@@ -551,5 +551,5 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
    }
   }
  }
-}'''
+}"""
 )

@@ -20,8 +20,8 @@ from typing import Any
 
 import asyncpg
 
+from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import STEPS
 from nexus.gateway import Gateway, Incoming
 from nexus.store.database import Database
 from nexus_lab.procs import NEXUS_CMD, wait_http
@@ -40,6 +40,8 @@ RAW_OUTBOX = (
 )
 
 Row = dict[str, Any]
+# The order process's plan (processes/order.yaml), each order's steps in order.
+STEPS = definitions.main_plan(definitions.shipped("order"))
 
 
 _ITEMS = [
