@@ -31,15 +31,59 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
     "data": {
      "type": "object",
      "properties": {
+      "user_id": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
+      },
       "items": {
        "type": "array",
-       "default": []
+       "default": [],
+       "items": {
+        "type": "object",
+        "required": [
+         "product_id",
+         "quantity",
+         "unit_price"
+        ],
+        "properties": {
+         "product_id": {
+          "type": "string",
+          "minLength": 1,
+          "maxLength": 200
+         },
+         "quantity": {
+          "type": "integer",
+          "exclusiveMinimum": 0,
+          "maximum": 9223372036854775807,
+          "x-json-integer": true
+         },
+         "unit_price": {
+          "type": [
+           "number",
+           "string"
+          ],
+          "minimum": 0,
+          "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$"
+         }
+        }
+       }
       },
       "total_amount": {
+       "type": [
+        "number",
+        "string"
+       ],
+       "minimum": 0,
+       "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$",
        "default": 0
       },
       "currency": {
        "type": "string",
+       "pattern": "^[A-Z]{3}$",
        "default": "USD"
       }
      }
@@ -54,6 +98,51 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
      "created"
     ],
     "to": "inventory_validated",
+    "data": {
+     "type": "object",
+     "properties": {
+      "warehouse_id": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
+      },
+      "reserved_items": {
+       "type": "array",
+       "items": {
+        "type": "object",
+        "required": [
+         "product_id",
+         "quantity",
+         "unit_price"
+        ],
+        "properties": {
+         "product_id": {
+          "type": "string",
+          "minLength": 1,
+          "maxLength": 200
+         },
+         "quantity": {
+          "type": "integer",
+          "exclusiveMinimum": 0,
+          "maximum": 9223372036854775807,
+          "x-json-integer": true
+         },
+         "unit_price": {
+          "type": [
+           "number",
+           "string"
+          ],
+          "minimum": 0,
+          "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$"
+         }
+        }
+       }
+      }
+     }
+    },
     "facts": [
      "warehouse_id"
     ]
@@ -66,12 +155,35 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
     "data": {
      "type": "object",
      "properties": {
+      "payment_id": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
+      },
       "amount": {
+       "type": [
+        "number",
+        "string"
+       ],
+       "minimum": 0,
+       "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$",
        "default": 0
       },
       "currency": {
        "type": "string",
+       "pattern": "^[A-Z]{3}$",
        "default": "USD"
+      },
+      "method": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
       }
      }
     },
@@ -89,6 +201,27 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
      "payment_processed"
     ],
     "to": "shipped",
+    "data": {
+     "type": "object",
+     "properties": {
+      "carrier": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
+      },
+      "tracking_number": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
+      }
+     }
+    },
     "facts": [
      "carrier",
      "tracking_number"
@@ -99,6 +232,18 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
      "shipped"
     ],
     "to": "completed",
+    "data": {
+     "type": "object",
+     "properties": {
+      "completed_at": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "format": "date-time"
+      }
+     }
+    },
     "facts": []
    }
   }
@@ -374,15 +519,59 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
     "data": {
      "type": "object",
      "properties": {
+      "user_id": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
+      },
       "items": {
        "type": "array",
-       "default": []
+       "default": [],
+       "items": {
+        "type": "object",
+        "required": [
+         "product_id",
+         "quantity",
+         "unit_price"
+        ],
+        "properties": {
+         "product_id": {
+          "type": "string",
+          "minLength": 1,
+          "maxLength": 200
+         },
+         "quantity": {
+          "type": "integer",
+          "exclusiveMinimum": 0,
+          "maximum": 9223372036854775807,
+          "x-json-integer": true
+         },
+         "unit_price": {
+          "type": [
+           "number",
+           "string"
+          ],
+          "minimum": 0,
+          "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$"
+         }
+        }
+       }
       },
       "total_amount": {
+       "type": [
+        "number",
+        "string"
+       ],
+       "minimum": 0,
+       "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$",
        "default": 0
       },
       "currency": {
        "type": "string",
+       "pattern": "^[A-Z]{3}$",
        "default": "USD"
       }
      }
@@ -397,6 +586,51 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
      "created"
     ],
     "to": "inventory_validated",
+    "data": {
+     "type": "object",
+     "properties": {
+      "warehouse_id": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
+      },
+      "reserved_items": {
+       "type": "array",
+       "items": {
+        "type": "object",
+        "required": [
+         "product_id",
+         "quantity",
+         "unit_price"
+        ],
+        "properties": {
+         "product_id": {
+          "type": "string",
+          "minLength": 1,
+          "maxLength": 200
+         },
+         "quantity": {
+          "type": "integer",
+          "exclusiveMinimum": 0,
+          "maximum": 9223372036854775807,
+          "x-json-integer": true
+         },
+         "unit_price": {
+          "type": [
+           "number",
+           "string"
+          ],
+          "minimum": 0,
+          "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$"
+         }
+        }
+       }
+      }
+     }
+    },
     "money": [
      "reserved_items.unit_price"
     ],
@@ -413,12 +647,35 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
     "data": {
      "type": "object",
      "properties": {
+      "payment_id": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
+      },
       "amount": {
+       "type": [
+        "number",
+        "string"
+       ],
+       "minimum": 0,
+       "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$",
        "default": 0
       },
       "currency": {
        "type": "string",
+       "pattern": "^[A-Z]{3}$",
        "default": "USD"
+      },
+      "method": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
       }
      }
     },
@@ -436,6 +693,27 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
      "payment_processed"
     ],
     "to": "shipped",
+    "data": {
+     "type": "object",
+     "properties": {
+      "carrier": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
+      },
+      "tracking_number": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "minLength": 1,
+       "maxLength": 200
+      }
+     }
+    },
     "facts": [
      "carrier",
      "tracking_number"
@@ -446,6 +724,18 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
      "shipped"
     ],
     "to": "completed",
+    "data": {
+     "type": "object",
+     "properties": {
+      "completed_at": {
+       "type": [
+        "string",
+        "null"
+       ],
+       "format": "date-time"
+      }
+     }
+    },
     "facts": []
    }
   }
