@@ -288,7 +288,8 @@ def check_run(report: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
     out: list[tuple[str, bool, str]] = []
     complete = bool(report.get("complete")) and all(p["finished"] for p in plans)
     out.append(("report", complete, f"{len(plans)}/{config['orders']} plans, error: {report.get('error')}"))
-    outcomes = collections.Counter(p["outcome"] for p in plans)
+    # A plan of another process than the order names the simulated failure it took (`failure`).
+    outcomes = collections.Counter(p.get("failure") or p["outcome"] for p in plans)
     for kind, rate_key in (
         ("inventory_failed", "inventory_failure_rate"),
         ("payment_rejected", "payment_rejection_rate"),

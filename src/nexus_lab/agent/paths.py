@@ -31,6 +31,7 @@ REFUND_AUTO_LIMIT = Decimal(100)
 """refund.yaml's automatic approval threshold, in major units (its checks say 10000 in minor units)."""
 AUTO_STEP = "RefundAutoApproved"
 WITHDRAWN, COMPLETED = "withdrawn", "completed"
+INVENTORY_FAILED, PAYMENT_REJECTED = "inventory_failed", "payment_rejected"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +46,9 @@ class PathPlan:
     status: str
     last_seq: int
     notifications: int
+    failure: str | None = None
+    """The simulated failure the plan took, named as the order's (`inventory_failed`: the first roll, here a
+    withdrawal; `payment_rejected`: the second, here a rejection), so a run's failure rates are checkable."""
 
 
 def refund_plan(seed: str, inventory_failure_rate: float = 0.0, payment_rejection_rate: float = 0.0) -> PathPlan:
@@ -70,8 +74,9 @@ def refund_plan(seed: str, inventory_failure_rate: float = 0.0, payment_rejectio
     data = tuple(_refund_data(name, facts) for name in shape)
     steps = sum(1 for name in shape if name != ABORT_STEP)
     if shape[-1] == ABORT_STEP:
-        return PathPlan(REFUND, outcome, shape, data, ABORTED, steps, len(shape))
-    return PathPlan(REFUND, outcome, shape, data, str(REFUND.status_after(shape)), steps, steps)
+        return PathPlan(REFUND, outcome, shape, data, ABORTED, steps, len(shape), INVENTORY_FAILED)
+    failure = None if outcome == COMPLETED else PAYMENT_REJECTED
+    return PathPlan(REFUND, outcome, shape, data, str(REFUND.status_after(shape)), steps, steps, failure)
 
 
 def _refund_data(step: str, facts: dict[str, str]) -> dict[str, Any]:

@@ -21,6 +21,8 @@ Report (JSON, version 1)::
       "plans": [{
         "index": 0, "plan_seed": "<seed>:0", "order_id": "...", "plan_id": "...", "process": "order",
         "outcome": "completed" | "inventory_failed" | "payment_rejected",
+        "failure": null | "inventory_failed" | "payment_rejected",  # another process's plan: the simulated
+                                        # failure it took (a refund withdrawn, or rejected), named as the order's
         "expected": {"status": "completed", "last_seq": 5, "notifications": 5},
         "final_plan_id": "...",         # issue 13: the plan the order ends on (`<plan_id>-r` after a replan)
         "gateway_abort": null | "timeout",  # issue 13: a stalled plan, aborted by its deadline
@@ -263,6 +265,7 @@ class PlanRun:
             "plan_id": self.plan_id,
             "process": self.lab.name,
             "outcome": self.outcome,
+            "failure": self.path.failure if self.path is not None else None,
             "expected": {"status": status, "last_seq": last_seq, "notifications": notifications},
             "final_plan_id": self.stream.final_plan_id,
             "gateway_abort": "timeout" if self.stalled else None,
