@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from hypothesis import given, settings
@@ -12,11 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus import metrics
 from nexus.core import definitions, schemas_export
-from nexus.core.envelope import Amount, Currency, Identifier, Int64, Timestamp, data_problem, json_schemas
+from nexus.core.envelope import Int64, Timestamp, data_problem, json_schemas
 from nexus.processes import builtin_catalog
 
-
 # The pydantic models order.yaml's data schemas replace, as they were: the YAML must refuse all they refused.
+Amount = Annotated[Decimal, Field(ge=0)]
+Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
+Identifier = Annotated[str, Field(min_length=1, max_length=200)]
+
+
 class _Data(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 

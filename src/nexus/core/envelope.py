@@ -1,4 +1,4 @@
-"""The wire format: `EventEnvelope`, one data model per event type, and JSON Schema export.
+"""The wire format: `EventEnvelope`, the validation of each step's data, and JSON Schema export.
 
 Validation is strict: a missing field, a seq_id on ABORT_PLAN (or none on a step), or a negative amount is
 an `InvalidEventError`. Which step types exist, and which may follow which, is the business of the order's
@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
-from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -37,10 +36,6 @@ from nexus.errors import ErrorCode, InvalidEventError
 
 SCHEMA_VERSION = "1.0"
 
-# Any precision: agents compute totals in binary floats (0.1 * 3 == 0.30000000000000004); only sign matters here.
-Amount = Annotated[Decimal, Field(ge=0)]
-Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
-Identifier = Annotated[str, Field(min_length=1, max_length=200)]
 # What names an order, a plan, a tenant: it travels in URLs, webhook headers and metric labels, so only
 # characters safe in all three (DESIGN.md section 4, INVALID_IDENTIFIER).
 SAFE_IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$"
