@@ -176,6 +176,10 @@ def test_order_yaml_schemas_accept_what_the_models_accepted(step: str, data: dic
         ),
         ("OrderCreated", {"total_amount": -1}, "total_amount: Input should be greater than or equal to 0"),
         ("PaymentProcessed", {"currency": "usd"}, "currency: String should match pattern '^[A-Z]{3}$'"),
+        ("PaymentProcessed", {"amount": "-1"}, "amount: Input should be greater than or equal to 0"),
+        ("PaymentProcessed", {"amount": "NaN"}, "amount: Input should be a finite number"),
+        ("PaymentProcessed", {"amount": "1,5"}, "amount: Input should be a valid decimal"),
+        ("PaymentProcessed", {"amount": True}, "amount: Decimal input should be an integer, float, string or Decimal"),
         (
             "InventoryValidated",
             {"reserved_items": [{"quantity": 1, "unit_price": 1}]},

@@ -11,6 +11,7 @@ the field's path; the built-in steps (ABORT_PLAN, REPLAN) keep their models belo
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import re
 import uuid
 from typing import Annotated, Any, Literal
@@ -126,7 +127,7 @@ def _data_errors(event_type: str, data: dict[str, Any]) -> list[InitErrorDetails
         if name == "Required":
             loc, message = (*loc, str(kind.property)), "Field required"
         else:
-            message = _words(name, kind, error.message)
+            message = _words(name, kind, error.message, error.instance)
         details.append({"type": PydanticCustomError("data", message), "loc": loc, "input": None})
     return details
 
@@ -139,7 +140,7 @@ def data_problem(event_type: str, data: dict[str, Any]) -> str | None:
     return _summarize(ValidationError.from_exception_data(event_type, errors))
 
 
-def _words(name: str, kind: Any, fallback: str) -> str:
+def _words(name: str, kind: Any, fallback: str, value: Any) -> str:
     if name == "Minimum":
         return f"Input should be greater than or equal to {kind.limit}"
     if name == "ExclusiveMinimum":
@@ -152,8 +153,7 @@ def _words(name: str, kind: Any, fallback: str) -> str:
         return f"String should have at most {kind.limit} character{'s' if kind.limit != 1 else ''}"
     if name == "Pattern":
         # A pattern with an exponent is a decimal number written as a string (an amount).
-        decimal = "[eE]" in kind.pattern
-        return "Input should be a valid decimal" if decimal else f"String should match pattern '{kind.pattern}'"
+        return _decimal_words(value) if "[eE]" in kind.pattern else f"String should match pattern '{kind.pattern}'"
     if name == "Type":
         types = sorted(str(t) for t in kind.types)
         if types == ["number", "string"]:
@@ -162,6 +162,16 @@ def _words(name: str, kind: Any, fallback: str) -> str:
     if name == "Format":
         return "Value error, expected an ISO 8601 date and time, e.g. 2026-01-01T10:00:00Z"
     return fallback
+
+
+def _decimal_words(value: Any) -> str:
+    try:
+        number = decimal.Decimal(str(value).strip())
+    except decimal.InvalidOperation:
+        return "Input should be a valid decimal"
+    if not number.is_finite():
+        return "Input should be a finite number"
+    return "Input should be greater than or equal to 0" if number < 0 else "Input should be a valid decimal"
 
 
 class EventEnvelope(BaseModel):
