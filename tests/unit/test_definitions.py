@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Annotated, Any
 
+import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from nexus import metrics
 from nexus.core import definitions, schemas_export
 from nexus.core.envelope import Int64, Timestamp, data_problem, json_schemas
 from nexus.processes import builtin_catalog
+from nexus_lab.agent import paths
 
 # The pydantic models order.yaml's data schemas replace, as they were: the YAML must refuse all they refused.
 Amount = Annotated[Decimal, Field(ge=0)]
@@ -225,13 +227,18 @@ def test_plans_are_the_paths_through_the_definitions() -> None:
 
 
 def test_event_schemas_carry_the_definitions_data() -> None:
-    """schemas/events/<step>.json's `data` is the step's `data:` schema in order.yaml."""
+    """schemas/events/<step>.json's `data` is the step's `data:` schema in its definition (order's and refund's
+    alike), one file per step type of the shipped definitions and per built-in step."""
     schemas = json_schemas()
     order = builtin_catalog().get("order")
     assert order is not None
     for name, compiled in order.steps.items():
         assert schemas[name]["properties"]["data"] == compiled.step.data
-    assert {"ABORT_PLAN", "REPLAN"} <= set(schemas)
+    refund = builtin_catalog().get("refund")
+    assert refund is not None
+    assert schemas["RefundRequested"]["properties"]["data"] == refund.steps["RefundRequested"].step.data
+    assert schemas["RefundPaid"]["properties"]["data"] == {"type": "object"}  # declares none: any object
+    assert set(schemas) == set(definitions.shipped_kinds())
 
 
 def test_metrics_kinds_come_from_the_definitions() -> None:
@@ -252,3 +259,23 @@ def test_date_time_format_reads_as_the_timestamp() -> None:
     """`format: date-time` accepts what the envelope's timestamp accepts (no offset: UTC) and refuses the rest."""
     assert data_problem("OrderCompleted", {"completed_at": "2026-01-01T00:00:00"}) is None
     assert data_problem("OrderCompleted", {"completed_at": "2026-01-01"}) is not None
+
+
+def test_refund_plans_validate_against_their_event_schemas() -> None:
+    """Every event of the lab's refund plans validates against schemas/events/<its type>.json."""
+    schemas = json_schemas()
+    for i in range(20):
+        plan = paths.refund_plan(f"schema:{i}", 0.3, 0.3)
+        for seq, (name, data) in enumerate(zip(plan.shape, plan.data, strict=True), start=1):
+            body = {
+                "event_id": "6f1c2b9e-3a5d-4c7e-8f10-2b3c4d5e6f70",
+                "event_type": name,
+                "plan_id": "p",
+                "order_id": "o",
+                "timestamp": "2026-01-01T00:00:00Z",
+                "data": data,
+                "process": "refund",
+            }
+            if name != "ABORT_PLAN":
+                body["seq_id"] = seq
+            jsonschema.validate(body, schemas[name])

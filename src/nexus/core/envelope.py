@@ -276,10 +276,15 @@ def _summarize(exc: ValidationError) -> str:
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
-    """One JSON Schema per event type: the envelope with that type's `data`, for the default process's steps
-    (their definition's `data:` schemas) and the built-in ABORT_PLAN and REPLAN (their models)."""
+    """One JSON Schema per event type: the envelope with that type's `data`, for the step types of the shipped
+    definitions (their `data:` schemas; a step type two definitions share has the same schema in both) and
+    the built-in ABORT_PLAN and REPLAN (their models)."""
     base = EventEnvelope.model_json_schema()
-    datas: dict[str, dict[str, Any]] = {name: dict(compiled.step.data) for name, compiled in _DEFAULT.steps.items()}
+    datas: dict[str, dict[str, Any]] = {}
+    for process in sorted(definitions.shipped_names(), key=lambda n: (n != definitions.DEFAULT_PROCESS, n)):
+        for name, compiled in definitions.shipped(process).steps.items():
+            if datas.setdefault(name, dict(compiled.step.data)) != compiled.step.data:
+                raise ValueError(f"step type {name} of {process} has another data schema than elsewhere")
     datas[ABORT_STEP] = AbortPlanData.model_json_schema()
     datas[REPLAN_STEP] = ReplanData.model_json_schema()
     schemas: dict[str, dict[str, Any]] = {}
