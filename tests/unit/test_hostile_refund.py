@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import uuid
+from collections.abc import Sequence
 from decimal import Decimal
 
 import pytest
 
 from nexus.core import definitions
+from nexus.core.envelope import EventEnvelope
 from nexus.core.process import ABORT_STEP
-from nexus.core.sequencing import Decision, OrderState
 from nexus_lab.agent import hostile, paths
 from nexus_lab.agent.hostile import HostileStream, Message, Mode
 from nexus_lab.agent.processes import REFUND
@@ -20,35 +23,27 @@ HALLUCINATIONS = {mode: 1.0 for mode in hostile.REJECTED_MODES}
 MOST = {mode: 0.5 for mode in Mode if mode not in (Mode.STALL, Mode.APPROVAL)}
 
 
-def run(seed: str, rates: dict[Mode, float], failures: float = 0.3) -> tuple[paths.PathPlan, list[Message]]:
+def stream_plan(plan: paths.PathPlan, actions: Sequence[hostile.Action]) -> list[Message]:
     """A refund plan's messages, streamed through its hostile moves as the runner sends them."""
-    plan = paths.refund_plan(seed, failures, failures)
-    actions = hostile.choose(seed, rates, plan.shape, REFUND)
     stream = HostileStream(
         hostile.schedule(plan.shape, actions), order_id="o-1", plan_id="p-1", process="refund", lab=REFUND
     )
     sent = [*stream.ready()]
     for name, data in zip(plan.shape, plan.data, strict=True):
         seq = None if name == ABORT_STEP else len(stream.honest) + 1
-        sent += stream.push(_envelope(name, seq, data))
+        event = EventEnvelope(
+            event_id=uuid.uuid4(), event_type=name, plan_id="p-1", order_id="o-1", seq_id=seq,
+            timestamp=dt.datetime.now(dt.UTC), data=data,
+        )  # fmt: skip
+        sent += stream.push(event)
     assert stream.done
-    return plan, sent
+    return sent
 
 
-def _envelope(name: str, seq: int | None, data: dict[str, object]):  # type: ignore[no-untyped-def]
-    import datetime as dt
-    import uuid
-
-    from nexus.core.envelope import EventEnvelope
-
-    return EventEnvelope(
-        event_id=uuid.uuid4(), event_type=name, plan_id="p-1", order_id="o-1", seq_id=seq,
-        timestamp=dt.datetime.now(dt.UTC), data=data,
-    )  # fmt: skip
-
-
-def final(plan: paths.PathPlan, sent: list[Message]) -> tuple[list[Decision], OrderState]:
-    return fold_messages("o-1", sent)
+def run(seed: str, rates: dict[Mode, float], failures: float = 0.3) -> tuple[paths.PathPlan, list[Message]]:
+    """The refund plan of `seed` and its messages under the moves its seed picks at these rates."""
+    plan = paths.refund_plan(seed, failures, failures)
+    return plan, stream_plan(plan, hostile.choose(seed, rates, plan.shape, REFUND))
 
 
 def test_refund_plans_are_paths_of_its_definition() -> None:
@@ -72,13 +67,14 @@ def test_refund_plans_end_as_honest_whatever_the_modes(rates: dict[Mode, float])
     used: set[Mode] = set()
     for i in range(40):
         plan, sent = run(f"refund:{i}", rates)
-        decisions, state = final(plan, sent)
+        decisions, state = fold_messages("o-1", sent)
         assert decisions == [m.expected for m in sent]
         replans = sum(m.event_type == "REPLAN" for m in sent)
         expected = (plan.status, plan.last_seq, plan.notifications + replans)
         assert (state.status, state.last_seq, state.outbox_count) == expected
         used |= {m.mode for m in sent if m.mode is not None}
-    assert set(hostile.REJECTED_MODES) <= used or rates is MOST
+    if rates is HALLUCINATIONS:  # each hallucination acts on some refund (two at most per plan)
+        assert set(hostile.REJECTED_MODES) <= used
 
 
 def test_wrong_amount_and_currency_falsify_refund_paid() -> None:
@@ -116,13 +112,7 @@ def test_refund_gets_fewer_hallucinations_than_its_max_rejections() -> None:
 
 
 def _with_actions(plan: paths.PathPlan, actions: list[hostile.Action]) -> tuple[paths.PathPlan, list[Message]]:
-    stream = HostileStream(
-        hostile.schedule(plan.shape, actions), order_id="o-1", plan_id="p-1", process="refund", lab=REFUND
-    )
-    sent = [*stream.ready()]
-    for name, data in zip(plan.shape, plan.data, strict=True):
-        seq = None if name == ABORT_STEP else len(stream.honest) + 1
-        sent += stream.push(_envelope(name, seq, data))
+    sent = stream_plan(plan, actions)
     decisions, _ = fold_messages("o-1", sent)
     assert decisions == [m.expected for m in sent]
     return plan, sent
