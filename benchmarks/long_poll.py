@@ -23,10 +23,11 @@ from pathlib import Path
 
 import httpx
 
+from nexus.core import definitions
 from nexus_lab.bench import create_database, drop_database, start_embedded
 from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_http
 
-STEPS = ("OrderCreated", "InventoryValidated", "PaymentProcessed", "OrderShipped", "OrderCompleted")
+STEPS = definitions.main_plan(definitions.shipped("order"))  # the order process's steps, in order
 
 
 def step_json(order: str, plan: str, seq: int) -> dict[str, object]:

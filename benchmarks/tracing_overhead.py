@@ -26,11 +26,10 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from nexus import tracing
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import STEPS
 from nexus.gateway import Gateway, Incoming
 from nexus.store.database import Database
 from nexus_lab.bench import admin_postgres, scratch_database
-from nexus_lab.bench.scenarios import make_plans, split, timed
+from nexus_lab.bench.scenarios import STEPS, make_plans, split, timed
 
 
 class Dropping(SpanExporter):

@@ -7,12 +7,16 @@ import datetime as dt
 import uuid
 from typing import Any
 
+from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import STEPS, EventType, Verdict
+from nexus.core.envelope import StepType as EventType
+from nexus.core.process import Verdict
 from nexus.core.sequencing import Decision, OrderState, resolve
 from nexus.errors import InvalidEventError
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+# The order process's steps (processes/order.yaml), in order.
+STEPS = tuple(EventType(name) for name in definitions.main_plan(definitions.shipped("order")))
 
 
 def step_json(order_id: str, plan_id: str, seq: int, **overrides: Any) -> dict[str, Any]:

@@ -52,8 +52,7 @@ class Gateway:
 
     Injected parts: `catalog` (the processes; default: the shipped ones), `checks` (`NoChecks()`: steps
     apply by position, judged by nothing: the validation benchmark's baseline), `log` (`NoDecisionLog()`:
-    the decision log records nothing: its cost benchmark's baseline). `validate=False` is the older
-    spelling of `checks=NoChecks()`.
+    the decision log records nothing: its cost benchmark's baseline).
     """
 
     def __init__(
@@ -65,7 +64,6 @@ class Gateway:
         checks: StepChecks | None = None,
         log: DecisionLog | None = None,
         default_max_order_amount: Decimal | str = Decimal(100000),
-        validate: bool = True,
     ) -> None:
         self.db = db
         if catalog is None:
@@ -76,7 +74,7 @@ class Gateway:
         self.default_max_order_amount = Decimal(default_max_order_amount)
         self.parts = Parts(
             catalog=catalog,
-            checks=checks or (StepChecks() if validate else NoChecks()),
+            checks=checks or StepChecks(),
             log=log or DecisionLog(),
             # Kafka ingress sends plan mismatches to its DLQ topic instead of the dead_letters table.
             record_plan_mismatch=record_plan_mismatch,

@@ -17,8 +17,8 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
+from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import EventType
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode
 
@@ -104,7 +104,8 @@ HTTP_BATCH_SIZE = Histogram(
 )
 
 _OUTCOMES = [d.value.lower() for d in Decision]
-_KINDS = [t.value for t in EventType] + ["unknown"]
+# Every step type of the shipped definitions and the built-in steps (born at zero); any other is "other".
+_KINDS = [*definitions.shipped_kinds(), "unknown"]
 _KNOWN_KINDS = frozenset(_KINDS)
 
 for _kind in _KINDS:

@@ -101,6 +101,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the deadline a stalling plan sets on its first step, from its start (5)",
     )
     parser.add_argument(
+        "--processes",
+        default=None,
+        help="the processes plan i follows, in turn, comma-separated: order, refund (SIM_PROCESSES, order)",
+    )
+    parser.add_argument(
         "--approver-key",
         default=None,
         help="the approver-role key answering approval plans' held steps (the agent's NEXUS_API_KEY)",
@@ -150,6 +155,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfig
         concurrency=args.concurrency,
         hostile=hostile,
         stall_deadline_s=args.stall_deadline_s,
+        processes=tuple(p.strip() for p in (args.processes or env.get("SIM_PROCESSES") or "order").split(",") if p),
     )
 
 

@@ -30,12 +30,12 @@ import asyncio
 import collections
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from nexus.core.process import STEPS, EventType
 from nexus.core.sequencing import deadline_abort_id
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -53,7 +53,6 @@ CHECKS: dict[str, str] = {
     "approvals": "each held step answered once, as the approver did; no other approval",
 }
 DEAD_LETTERED = ("DEAD_LETTER", "PLAN_MISMATCH")
-_PROCESS_ORDER = [t.value for t in (*STEPS, EventType.ABORT_PLAN)]
 
 
 @dataclasses.dataclass
@@ -116,8 +115,8 @@ def _honest_in_process_order(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]
     for e in (e for e in plan["events"] if e["honest"]):
         if e["event_type"] == "REPLAN":  # issue 13: applies where it was sent, after the steps before it
             keyed.append((max((k for k, _ in keyed), default=-1.0) + 0.5, e))
-        else:
-            keyed.append((float(_PROCESS_ORDER.index(e["event_type"])), e))
+        else:  # a step by its seq_id, whatever its process; the plan's ABORT_PLAN (no seq_id) after them
+            keyed.append((float(e["seq_id"]) if e["seq_id"] is not None else math.inf, e))
     return [e for _, e in sorted(keyed, key=lambda pair: pair[0])]
 
 
@@ -287,7 +286,8 @@ def check_run(report: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
     out: list[tuple[str, bool, str]] = []
     complete = bool(report.get("complete")) and all(p["finished"] for p in plans)
     out.append(("report", complete, f"{len(plans)}/{config['orders']} plans, error: {report.get('error')}"))
-    outcomes = collections.Counter(p["outcome"] for p in plans)
+    # A plan of another process than the order names the simulated failure it took (`failure`).
+    outcomes = collections.Counter(p.get("failure") or p["outcome"] for p in plans)
     for kind, rate_key in (
         ("inventory_failed", "inventory_failure_rate"),
         ("payment_rejected", "payment_rejection_rate"),

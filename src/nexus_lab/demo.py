@@ -55,14 +55,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--step-delay-ms", type=float, default=10.0)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--settle-timeout", type=float, default=30.0, help="seconds to wait for deliveries")
+    parser.add_argument(
+        "--processes",
+        default="order,order,order,refund",
+        help="the processes plan i follows, in turn (comma-separated; default: every fourth plan a refund)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, report)")
+
+
+def _outcome(plan: dict[str, Any]) -> str:
+    """How a plan ended, named with its process when it is not the order."""
+    process = plan.get("process", "order")
+    return plan["outcome"] if process == "order" else f"{process}: {plan['outcome']}"
 
 
 def summary(report: dict[str, Any], result: CheckResult, elapsed_s: float) -> str:
     """The tables the demo prints: outcomes, hostile modes, decisions, notifications, invariants."""
     plans = report["plans"]
-    by_outcome = collections.Counter(p["outcome"] for p in plans)
-    expected = {p["outcome"]: p["expected"] for p in plans}
+    by_outcome = collections.Counter(_outcome(p) for p in plans)
+    expected = {_outcome(p): p["expected"] for p in plans}
     outcome_rows = [
         (o, n, expected[o]["status"], expected[o]["last_seq"], expected[o]["notifications"])
         for o, n in sorted(by_outcome.items())
@@ -157,6 +168,7 @@ async def _main(args: argparse.Namespace) -> int:
                 Mode.APPROVAL: args.approval_rate,
             },
             stall_deadline_s=args.stall_deadline_s,
+            processes=tuple(p.strip() for p in args.processes.split(",") if p.strip()),
         )
         # The keys it needs: an agent key for tenant "default" and an approver's (issue 13: it answers the
         # approval plans' held payments), made against the database directly.

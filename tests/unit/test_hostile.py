@@ -12,12 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import STEPS, EventType, OrderStatus, Verdict, seq_of
+from nexus.core.envelope import StepType as EventType
+from nexus.core.process import ABORTED, Verdict
 from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
 from nexus.errors import ErrorCode, InvalidEventError
 from nexus.processes import builtin_catalog
 from nexus_lab.agent import hostile
-from nexus_lab.agent.graph import EXPECTED, Outcome, shape_of
+from nexus_lab.agent.graph import EXPECTED, STEPS, Outcome, seq_of, shape_of
 from nexus_lab.agent.hostile import HostileStream, Message, Mode
 from tests.factories import Answer, fold_messages
 
@@ -202,12 +203,12 @@ def test_expected_decisions_are_what_the_core_decides(seed: str, outcome: Outcom
         sweep = resolve(overdue, [deadline_abort(overdue, "default", late)], {}, catalog=builtin_catalog(), now=late)
         assert [d for _, d, _ in sweep.decisions] == [Decision.APPLY]
         final = sweep.after
-        status, last_seq = OrderStatus.ABORTED, last_seq - 1
+        status, last_seq = ABORTED, last_seq - 1
     if Mode.REPLAN in modes:
         notifications += 1
     denied = any(a.mode is Mode.APPROVAL and a.variant == hostile.DENY for a in actions)
     if denied:
-        status, last_seq, notifications = OrderStatus.ABORTED, hostile.HELD_AT, hostile.HELD_AT + 1
+        status, last_seq, notifications = ABORTED, hostile.HELD_AT, hostile.HELD_AT + 1
     plan = "p-1" + hostile.REPLAN_SUFFIX if Mode.REPLAN in modes else "p-1"
     assert (final.status, final.last_seq, final.outbox_count, final.plan_id) == (status, last_seq, notifications, plan)
     messages = [m for m in sent if isinstance(m, Message)]

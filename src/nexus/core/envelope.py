@@ -1,17 +1,19 @@
-"""The wire format: `EventEnvelope`, one data model per event type, and JSON Schema export.
+"""The wire format: `EventEnvelope`, the validation of each step's data, and JSON Schema export.
 
 Validation is strict: a missing field, a seq_id on ABORT_PLAN (or none on a step), or a negative amount is
 an `InvalidEventError`. Which step types exist, and which may follow which, is the business of the order's
 process (`core/process.py`): a well-formed step of an unknown type or out of turn is REJECTED there, with a
-precise code, not dead-lettered here. The built-in order types keep their typed data models.
+precise code, not dead-lettered here. A step of the default process (`order`, `processes/order.yaml`) has its
+data validated here by the JSON Schema of its definition (the `data:` key), so bad data is INVALID_EVENT with
+the field's path; the built-in steps (ABORT_PLAN, REPLAN) keep their models below.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import re
 import uuid
-from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -26,18 +28,15 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from nexus.core import strict_json
-from nexus.core.process import REPLAN_STEP, AbortCode, EventType, seq_of
+from nexus.core import definitions, strict_json
+from nexus.core.process import ABORT_STEP, REPLAN_STEP, AbortCode
 from nexus.core.strict_json import INT64_MAX, InputLimits
 from nexus.errors import ErrorCode, InvalidEventError
 
 SCHEMA_VERSION = "1.0"
 
-# Any precision: agents compute totals in binary floats (0.1 * 3 == 0.30000000000000004); only sign matters here.
-Amount = Annotated[Decimal, Field(ge=0)]
-Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
-Identifier = Annotated[str, Field(min_length=1, max_length=200)]
 # What names an order, a plan, a tenant: it travels in URLs, webhook headers and metric labels, so only
 # characters safe in all three (DESIGN.md section 4, INVALID_IDENTIFIER).
 SAFE_IDENTIFIER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$"
@@ -79,42 +78,6 @@ class _Data(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
 
-class Item(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-    product_id: Identifier
-    quantity: Annotated[Int64, Field(gt=0)]
-    unit_price: Amount
-
-
-class OrderCreatedData(_Data):
-    user_id: Identifier | None = None
-    items: list[Item] = Field(default_factory=list)
-    total_amount: Amount = Decimal(0)
-    currency: Currency = "USD"
-
-
-class InventoryValidatedData(_Data):
-    warehouse_id: Identifier | None = None
-    reserved_items: list[Item] = Field(default_factory=list)
-
-
-class PaymentProcessedData(_Data):
-    payment_id: Identifier | None = None
-    amount: Amount = Decimal(0)
-    currency: Currency = "USD"
-    method: Identifier | None = None
-
-
-class OrderShippedData(_Data):
-    carrier: Identifier | None = None
-    tracking_number: Identifier | None = None
-
-
-class OrderCompletedData(_Data):
-    completed_at: Timestamp | None = None
-
-
 class AbortPlanData(_Data):
     reason: Annotated[str, Field(min_length=1, max_length=2000)]
     abort_code: AbortCode
@@ -128,14 +91,87 @@ class ReplanData(_Data):
     reason: Annotated[str, Field(min_length=1, max_length=2000)]
 
 
-DATA_MODELS: dict[EventType, type[_Data]] = {
-    EventType.ORDER_CREATED: OrderCreatedData,
-    EventType.INVENTORY_VALIDATED: InventoryValidatedData,
-    EventType.PAYMENT_PROCESSED: PaymentProcessedData,
-    EventType.ORDER_SHIPPED: OrderShippedData,
-    EventType.ORDER_COMPLETED: OrderCompletedData,
-    EventType.ABORT_PLAN: AbortPlanData,
+def _is_date_time(value: str) -> bool:
+    try:
+        _TIMESTAMP.validate_python(value)
+    except ValidationError:
+        return False
+    return True
+
+
+_TIMESTAMP: TypeAdapter[dt.datetime] = TypeAdapter(Timestamp)
+_DEFAULT = definitions.shipped()
+StepType = definitions.step_enum(_DEFAULT, "StepType")
+"""The default process's step types and ABORT_PLAN: an envelope's `event_type` is one of them when it can be."""
+_DATA_VALIDATORS = {
+    name: definitions.data_validator(compiled.step.data, _is_date_time)
+    for name, compiled in _DEFAULT.steps.items()
+    if compiled.step.data
 }
+# What JSON Schema's words are in the envelope's other answers (pydantic's), for the keywords the shipped
+# schemas use: one wording for a field whatever validates it.
+_TYPE_WORDS = {"string": "a valid string", "integer": "a valid integer", "array": "a valid list",
+               "object": "a valid dictionary", "number": "a valid number", "boolean": "a valid boolean"}  # fmt: skip
+
+
+def _data_errors(event_type: str, data: dict[str, Any]) -> list[InitErrorDetails]:
+    """The data's errors against its step's schema in the default process (none for other step types)."""
+    validator = _DATA_VALIDATORS.get(event_type)
+    if validator is None or validator.is_valid(data):
+        return []
+    details: list[InitErrorDetails] = []
+    for error in validator.iter_errors(data):
+        loc = tuple(error.instance_path)
+        kind = error.kind
+        name = type(kind).__name__
+        if name == "Required":
+            loc, message = (*loc, str(kind.property)), "Field required"
+        else:
+            message = _words(name, kind, error.message, error.instance)
+        details.append({"type": PydanticCustomError("data", message), "loc": loc, "input": None})
+    return details
+
+
+def data_problem(event_type: str, data: dict[str, Any]) -> str | None:
+    """Why `data` is not valid for a step of the default process (as an envelope would say it), or None."""
+    errors = _data_errors(event_type, data)
+    if not errors:
+        return None
+    return _summarize(ValidationError.from_exception_data(event_type, errors))
+
+
+def _words(name: str, kind: Any, fallback: str, value: Any) -> str:
+    if name == "Minimum":
+        return f"Input should be greater than or equal to {kind.limit}"
+    if name == "ExclusiveMinimum":
+        return f"Input should be greater than {kind.limit}"
+    if name == "Maximum":
+        return f"Input should be less than or equal to {kind.limit}"
+    if name == "MinLength":
+        return f"String should have at least {kind.limit} character{'s' if kind.limit != 1 else ''}"
+    if name == "MaxLength":
+        return f"String should have at most {kind.limit} character{'s' if kind.limit != 1 else ''}"
+    if name == "Pattern":
+        # A pattern with an exponent is a decimal number written as a string (an amount).
+        return _decimal_words(value) if "[eE]" in kind.pattern else f"String should match pattern '{kind.pattern}'"
+    if name == "Type":
+        types = sorted(str(t) for t in kind.types)
+        if types == ["number", "string"]:
+            return "Decimal input should be an integer, float, string or Decimal object"
+        return "Input should be " + " or ".join(_TYPE_WORDS.get(t, t) for t in types if t != "null")
+    if name == "Format":
+        return "Value error, expected an ISO 8601 date and time, e.g. 2026-01-01T10:00:00Z"
+    return fallback
+
+
+def _decimal_words(value: Any) -> str:
+    try:
+        number = decimal.Decimal(str(value).strip())
+    except decimal.InvalidOperation:
+        return "Input should be a valid decimal"
+    if not number.is_finite():
+        return "Input should be a finite number"
+    return "Input should be greater than or equal to 0" if number < 0 else "Input should be a valid decimal"
 
 
 class EventEnvelope(BaseModel):
@@ -145,7 +181,7 @@ class EventEnvelope(BaseModel):
 
     event_id: uuid.UUID
     event_type: Annotated[str, Strict(), Field(min_length=1, max_length=200, pattern=r"^[A-Za-z][A-Za-z0-9_.:-]*$")]
-    """A step type of the order's process (the built-in ones arrive as `EventType` members)."""
+    """A step type of the order's process (the default process's arrive as `StepType` members)."""
     plan_id: SafeIdentifier
     order_id: SafeIdentifier
     seq_id: Annotated[Int64, Field(ge=1)] | None = None
@@ -164,27 +200,27 @@ class EventEnvelope(BaseModel):
     @classmethod
     def _known_type(cls, value: str) -> str:
         try:
-            return EventType(value)
+            return StepType(value)
         except ValueError:
             return value
 
     @model_validator(mode="after")
     def _check_shape(self) -> EventEnvelope:
-        if self.event_type in (EventType.ABORT_PLAN, REPLAN_STEP):
+        if self.event_type in (ABORT_STEP, REPLAN_STEP):
             if self.seq_id is not None:
                 raise ValueError(f"{self.event_type} carries no seq_id")
-            if self.event_type == REPLAN_STEP:
-                ReplanData.model_validate(self.data)
-        elif self.seq_id is None:
+            (ReplanData if self.event_type == REPLAN_STEP else AbortPlanData).model_validate(self.data)
+            return self
+        if self.seq_id is None:
             raise ValueError(f"{self.event_type} needs a seq_id")
-        model = DATA_MODELS.get(self.event_type)  # type: ignore[call-overload]
-        if model is not None:
-            model.model_validate(self.data)
+        errors = _data_errors(self.event_type, self.data)
+        if errors:
+            raise ValidationError.from_exception_data(self.event_type, errors)
         return self
 
     @property
     def is_abort(self) -> bool:
-        return self.event_type == EventType.ABORT_PLAN
+        return self.event_type == ABORT_STEP
 
     @property
     def is_replan(self) -> bool:
@@ -198,9 +234,6 @@ class EventEnvelope(BaseModel):
     @property
     def process_name(self) -> str:
         return self.process or "order"
-
-    def typed_data(self) -> _Data:
-        return DATA_MODELS[EventType(self.event_type)].model_validate(self.data)
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -243,18 +276,25 @@ def _summarize(exc: ValidationError) -> str:
 
 
 def json_schemas() -> dict[str, dict[str, Any]]:
-    """One JSON Schema per event type (the built-in REPLAN included): the envelope with that type's `data`."""
-    schemas: dict[str, dict[str, Any]] = {}
+    """One JSON Schema per event type: the envelope with that type's `data`, for the step types of the shipped
+    definitions (their `data:` schemas; a step type two definitions share has the same schema in both) and
+    the built-in ABORT_PLAN and REPLAN (their models)."""
     base = EventEnvelope.model_json_schema()
-    models: dict[str, type[_Data]] = {**{t.value: m for t, m in DATA_MODELS.items()}, REPLAN_STEP: ReplanData}
-    for name, model in models.items():
-        data_schema = model.model_json_schema()
+    datas: dict[str, dict[str, Any]] = {}
+    for process in sorted(definitions.shipped_names(), key=lambda n: (n != definitions.DEFAULT_PROCESS, n)):
+        for name, compiled in definitions.shipped(process).steps.items():
+            if datas.setdefault(name, dict(compiled.step.data)) != compiled.step.data:
+                raise ValueError(f"step type {name} of {process} has another data schema than elsewhere")
+    datas[ABORT_STEP] = AbortPlanData.model_json_schema()
+    datas[REPLAN_STEP] = ReplanData.model_json_schema()
+    schemas: dict[str, dict[str, Any]] = {}
+    for name, data_schema in datas.items():
         defs = {**base.get("$defs", {}), **data_schema.pop("$defs", {})}
         props = dict(base["properties"])
         props["event_type"] = {"const": name, "title": "Event Type"}
-        props["data"] = data_schema
+        props["data"] = data_schema or {"type": "object"}
         required = list(base["required"])
-        if name == REPLAN_STEP or seq_of(EventType(name)) is None:
+        if name in (ABORT_STEP, REPLAN_STEP):
             props["seq_id"] = {"type": "null", "title": "Seq Id"}
         else:
             props["seq_id"] = {"type": "integer", "minimum": 1, "title": "Seq Id"}

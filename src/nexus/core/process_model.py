@@ -5,8 +5,9 @@ each step type the states it may follow (`from`, where `null` is "before the ord
 leads to, a JSON Schema of its data and its CEL checks. `core/process_compile.py` turns YAML text into a
 `CompiledProcess`; `core/decide/validation.py` judges steps against one. `core/process.py` re-exports all.
 
-The order constants below (`EventType`, `OrderStatus`, `STEPS`, `STATUS_AFTER`) describe the built-in
-`order` process for the lab; the decision core reads every process from its definition.
+The order names below (`EventType`, `OrderStatus`, `STEPS`, `STATUS_AFTER`) are generated from order.yaml
+(through `core/shipped.py`, which `make schemas` writes), not written by hand; the decision core reads every
+process from its definition.
 """
 
 from __future__ import annotations
@@ -15,34 +16,38 @@ import dataclasses
 import enum
 import hashlib
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.core.checks import CompiledRule, convert_money, exponent_of
+from nexus.core.shipped import DEFINITIONS as SHIPPED
 from nexus.errors import ErrorCode
 
 
-class EventType(enum.StrEnum):
-    ORDER_CREATED = "OrderCreated"
-    INVENTORY_VALIDATED = "InventoryValidated"
-    PAYMENT_PROCESSED = "PaymentProcessed"
-    ORDER_SHIPPED = "OrderShipped"
-    ORDER_COMPLETED = "OrderCompleted"
-    ABORT_PLAN = "ABORT_PLAN"
+def _upper_snake(name: str) -> str:
+    if name.isupper():
+        return name
+    return "".join("_" + c if c.isupper() and i else c for i, c in enumerate(name)).upper()
 
 
-class OrderStatus(enum.StrEnum):
-    CREATED = "created"
-    INVENTORY_VALIDATED = "inventory_validated"
-    PAYMENT_PROCESSED = "payment_processed"
-    SHIPPED = "shipped"
-    COMPLETED = "completed"
-    ABORTED = "aborted"
+# The built-in `order` process's names, generated from order.yaml (core/shipped.py, `make schemas`), never
+# written by hand: its step types (and ABORT_PLAN), its states, and the state each step leads to.
+_ORDER: Mapping[str, Any] = SHIPPED["order"]
+EventType: type[enum.StrEnum] = enum.StrEnum(  # type: ignore[misc]
+    "EventType", {_upper_snake(name): name for name in (*_ORDER["steps"], "ABORT_PLAN")}
+)
 
+
+class _StatusBase(enum.StrEnum):
     @property
     def terminal(self) -> bool:
-        return self in (OrderStatus.COMPLETED, OrderStatus.ABORTED)
+        return self.value in _ORDER["terminal"]
+
+
+OrderStatus: type[_StatusBase] = cast(Any, _StatusBase)(
+    "OrderStatus", {name.upper(): name for name in _ORDER["states"]}
+)
 
 
 class AbortCode(enum.StrEnum):
@@ -56,27 +61,17 @@ class AbortCode(enum.StrEnum):
 
 
 # The steps of the order process, by position (seq_id), and the status each one leaves the order in.
-STEPS: tuple[EventType, ...] = (
-    EventType.ORDER_CREATED,
-    EventType.INVENTORY_VALIDATED,
-    EventType.PAYMENT_PROCESSED,
-    EventType.ORDER_SHIPPED,
-    EventType.ORDER_COMPLETED,
-)
-STATUS_AFTER: dict[EventType, OrderStatus] = {
-    EventType.ORDER_CREATED: OrderStatus.CREATED,
-    EventType.INVENTORY_VALIDATED: OrderStatus.INVENTORY_VALIDATED,
-    EventType.PAYMENT_PROCESSED: OrderStatus.PAYMENT_PROCESSED,
-    EventType.ORDER_SHIPPED: OrderStatus.SHIPPED,
-    EventType.ORDER_COMPLETED: OrderStatus.COMPLETED,
-    EventType.ABORT_PLAN: OrderStatus.ABORTED,
+STEPS: tuple[enum.StrEnum, ...] = tuple(EventType(name) for name in _ORDER["steps"])
+STATUS_AFTER: dict[enum.StrEnum, enum.StrEnum] = {
+    **{EventType(name): OrderStatus(step["to"]) for name, step in _ORDER["steps"].items()},
+    EventType("ABORT_PLAN"): OrderStatus("aborted"),
 }
 LAST_SEQ = len(STEPS)
 
 
-def seq_of(event_type: EventType) -> int | None:
+def seq_of(event_type: enum.StrEnum) -> int | None:
     """The position of a step in the built-in order process, from 1; None for ABORT_PLAN."""
-    if event_type is EventType.ABORT_PLAN:
+    if event_type == ABORT_STEP:
         return None
     return STEPS.index(event_type) + 1
 

@@ -1,27 +1,68 @@
-"""Write the JSON Schema of every event type to a folder: ``python -m nexus.core.schemas_export DIR``."""
+"""Write what is generated from the process definitions: ``python -m nexus.core.schemas_export DIR``.
+
+Two outputs, both from `src/nexus/processes/*.yaml`: the JSON Schema of every event type of the default
+process (`order`) and of the built-in steps, in DIR (schemas/events/), and `core/shipped.py`, the shapes of
+the shipped definitions (what the core and the lab read of them: states, steps, data schemas; not the
+checks, effects or approvals, which only the gateway's catalog applies).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from nexus.core.envelope import json_schemas
+import yaml
+
+PROCESSES = Path(__file__).resolve().parents[1] / "processes"
+SHIPPED = Path(__file__).resolve().parent / "shipped.py"
+_SHAPE_KEYS = ("name", "version", "description", "states", "terminal", "max_rejections", "currency_field")
+_STEP_KEYS = ("from", "to", "data", "money", "facts", "description")
 
 
 def render() -> dict[str, str]:
     """File name -> file text, for every event type."""
+    # Imported here: the envelope reads shipped.py, which main() writes first.
+    from nexus.core.envelope import json_schemas
+
     return {
         f"{name}.json": json.dumps(schema, indent=2, sort_keys=True) + "\n" for name, schema in json_schemas().items()
     }
 
 
+def shapes(folder: Path = PROCESSES) -> dict[str, dict[str, Any]]:
+    """Each shipped definition, name -> its shape (the keys above), in file-name order."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        shape = {k: raw[k] for k in _SHAPE_KEYS if k in raw}
+        shape["steps"] = {name: {k: step[k] for k in _STEP_KEYS if k in step} for name, step in raw["steps"].items()}
+        out[raw["name"]] = shape
+    return out
+
+
+def render_shipped(folder: Path = PROCESSES) -> str:
+    """The text of `core/shipped.py`."""
+    body = json.dumps(shapes(folder), indent=1, sort_keys=False)
+    return (
+        '"""The shipped process definitions\' shapes, generated from src/nexus/processes/*.yaml by `make schemas`\n'
+        '(nexus.core.schemas_export): do not edit. Read them through `nexus.core.definitions`."""\n\n'
+        "import json\nfrom typing import Any\n\n"
+        f'DEFINITIONS: dict[str, dict[str, Any]] = json.loads(\n    r"""{body}"""\n)\n'
+    )
+
+
 def main(argv: list[str]) -> int:
+    SHIPPED.write_text(render_shipped(), encoding="utf-8")
     target = Path(argv[0] if argv else "schemas/events")
     target.mkdir(parents=True, exist_ok=True)
-    for name, text in render().items():
+    for old in target.glob("*.json"):
+        old.unlink()
+    files = render()
+    for name, text in files.items():
         (target / name).write_text(text, encoding="utf-8")
-    print(f"wrote {len(render())} schemas to {target}")
+    print(f"wrote {SHIPPED.name} and {len(files)} schemas to {target}")
     return 0
 
 

@@ -32,17 +32,23 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from nexus.core.envelope import (
-    AbortPlanData,
-    EventEnvelope,
-    InventoryValidatedData,
-    Item,
-    OrderCompletedData,
-    OrderCreatedData,
-    OrderShippedData,
-    PaymentProcessedData,
-)
-from nexus.core.process import LAST_SEQ, STEPS, AbortCode, EventType, OrderStatus, seq_of
+from nexus.core import definitions
+from nexus.core.envelope import AbortPlanData, EventEnvelope, StepType, data_problem
+from nexus.core.process import ABORT_STEP, ABORTED, AbortCode
+
+# The order process as its definition says (processes/order.yaml): the graph has one node per step of its
+# plan, and the statuses it expects are the states those steps lead to.
+ORDER = definitions.shipped("order")
+STEPS: tuple[enum.StrEnum, ...] = tuple(StepType(name) for name in definitions.main_plan(ORDER))
+ABORT = StepType(ABORT_STEP)
+LAST_SEQ = len(STEPS)
+COMPLETED = definitions.status_after(ORDER, STEPS) or ""
+(CREATE, VALIDATE, PAY, SHIP, COMPLETE) = STEPS  # the graph's nodes, in the definition's order
+
+
+def seq_of(event_type: str) -> int | None:
+    """A step's position in the order's plan, from 1; None for ABORT_PLAN."""
+    return None if event_type == ABORT else STEPS.index(StepType(event_type)) + 1
 
 
 class Outcome(enum.StrEnum):
@@ -58,17 +64,17 @@ class Outcome(enum.StrEnum):
 class Expected:
     """What the gateway must end up with for a plan: order status, last_seq and notifications."""
 
-    status: OrderStatus
+    status: str
     last_seq: int
     notifications: int
 
 
 EXPECTED: dict[Outcome, Expected] = {
-    Outcome.COMPLETED: Expected(OrderStatus.COMPLETED, LAST_SEQ, LAST_SEQ),
-    Outcome.INVENTORY_FAILED: Expected(OrderStatus.ABORTED, 1, 2),
-    Outcome.PAYMENT_REJECTED: Expected(OrderStatus.ABORTED, 2, 3),
+    Outcome.COMPLETED: Expected(COMPLETED, LAST_SEQ, LAST_SEQ),
+    Outcome.INVENTORY_FAILED: Expected(ABORTED, 1, 2),
+    Outcome.PAYMENT_REJECTED: Expected(ABORTED, 2, 3),
     # ABORT_PLAN before any step: a tombstone, which writes no notification.
-    Outcome.INVALID_PLAN: Expected(OrderStatus.ABORTED, 0, 0),
+    Outcome.INVALID_PLAN: Expected(ABORTED, 0, 0),
 }
 
 
@@ -152,7 +158,7 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _envelope(state: PlanState, event_type: EventType, data: dict[str, Any]) -> EventEnvelope:
+def _envelope(state: PlanState, event_type: str, data: dict[str, Any]) -> EventEnvelope:
     return EventEnvelope(
         event_id=uuid.uuid4(),
         event_type=event_type,
@@ -166,7 +172,7 @@ def _envelope(state: PlanState, event_type: EventType, data: dict[str, Any]) -> 
 
 
 async def _emit(
-    state: PlanState, runtime: Runtime[AgentContext], event_type: EventType, data: dict[str, Any]
+    state: PlanState, runtime: Runtime[AgentContext], event_type: str, data: dict[str, Any]
 ) -> dict[str, Any]:
     """Build one event, publish it and wait for its acknowledgement; the state update that records it."""
     envelope = _envelope(state, event_type, data)
@@ -181,24 +187,26 @@ async def _emit(
     return update
 
 
+def _order_data(state: PlanState) -> dict[str, Any]:
+    return {
+        "user_id": state.get("user_id"),
+        "items": state.get("items", []),
+        "total_amount": state.get("total_amount", 0),
+        "currency": state.get("currency", "USD"),
+    }
+
+
 def _plan_problem(state: PlanState) -> str | None:
     """Why the order cannot be placed, or None: the agent checks items and total before any step."""
-    try:
-        data = OrderCreatedData.model_validate(
-            {
-                "user_id": state.get("user_id"),
-                "items": state.get("items", []),
-                "total_amount": state.get("total_amount", 0),
-                "currency": state.get("currency", "USD"),
-            }
-        )
-    except ValueError as exc:
-        return f"invalid order: {exc}"
-    if not data.items:
+    data = _order_data(state)
+    problem = data_problem(CREATE, data)
+    if problem is not None:
+        return f"invalid order: {problem}"
+    if not data["items"]:
         return "the order has no items"
-    total = sum((i.unit_price * i.quantity for i in data.items), Decimal(0))
-    if total != data.total_amount:
-        return f"total_amount {data.total_amount} is not the sum of the items ({total})"
+    total = sum((Decimal(str(i["unit_price"])) * i["quantity"] for i in data["items"]), Decimal(0))
+    if total != Decimal(str(data["total_amount"])):
+        return f"total_amount {data['total_amount']} is not the sum of the items ({total})"
     return None
 
 
@@ -219,15 +227,7 @@ async def generate_plan(state: PlanState) -> dict[str, Any]:
 
 async def create_order(state: PlanState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
     """OrderCreated (seq 1)."""
-    data = OrderCreatedData.model_validate(
-        {
-            "user_id": state.get("user_id"),
-            "items": state["items"],
-            "total_amount": state["total_amount"],
-            "currency": state.get("currency", "USD"),
-        }
-    )
-    return await _emit(state, runtime, EventType.ORDER_CREATED, data.model_dump(mode="json"))
+    return await _emit(state, runtime, CREATE, _order_data(state))
 
 
 async def validate_inventory(state: PlanState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
@@ -238,9 +238,9 @@ async def validate_inventory(state: PlanState, runtime: Runtime[AgentContext]) -
             "abort_code": AbortCode.INVENTORY_FAILED.value,
             "abort_reason": "inventory unavailable for at least one item",
         }
-    items = [Item.model_validate(i) for i in state["items"]]
-    data = InventoryValidatedData(warehouse_id="wh_main", reserved_items=items)
-    return await _emit(state, runtime, EventType.INVENTORY_VALIDATED, data.model_dump(mode="json"))
+    items = [{"product_id": i["product_id"], "quantity": i["quantity"], "unit_price": str(i["unit_price"])}
+             for i in state["items"]]  # fmt: skip
+    return await _emit(state, runtime, VALIDATE, {"warehouse_id": "wh_main", "reserved_items": items})
 
 
 async def process_payment(state: PlanState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
@@ -251,26 +251,25 @@ async def process_payment(state: PlanState, runtime: Runtime[AgentContext]) -> d
             "abort_code": AbortCode.PAYMENT_REJECTED.value,
             "abort_reason": "payment rejected by the issuer",
         }
-    data = PaymentProcessedData(
-        payment_id=f"pay_{uuid.uuid4().hex[:12]}",
-        amount=Decimal(str(state["total_amount"])),
-        currency=state.get("currency", "USD"),
-        method="credit_card",
-    )
-    return await _emit(state, runtime, EventType.PAYMENT_PROCESSED, data.model_dump(mode="json"))
+    data = {
+        "payment_id": f"pay_{uuid.uuid4().hex[:12]}",
+        "amount": str(Decimal(str(state["total_amount"]))),
+        "currency": state.get("currency", "USD"),
+        "method": "credit_card",
+    }
+    return await _emit(state, runtime, PAY, data)
 
 
 async def ship_order(state: PlanState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
     """OrderShipped (seq 4)."""
-    data = OrderShippedData(carrier="correios", tracking_number=f"BR{uuid.uuid4().hex[:10].upper()}")
-    return await _emit(state, runtime, EventType.ORDER_SHIPPED, data.model_dump(mode="json"))
+    data = {"carrier": "correios", "tracking_number": f"BR{uuid.uuid4().hex[:10].upper()}"}
+    return await _emit(state, runtime, SHIP, data)
 
 
 async def complete_order(state: PlanState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
     """OrderCompleted (seq 5): the plan is done."""
-    data = OrderCompletedData(completed_at=_now())
-    update = await _emit(state, runtime, EventType.ORDER_COMPLETED, data.model_dump(mode="json"))
-    return {**update, "status": OrderStatus.COMPLETED.value}
+    update = await _emit(state, runtime, COMPLETE, {"completed_at": _now().isoformat()})
+    return {**update, "status": COMPLETED}
 
 
 async def abort_plan(state: PlanState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
@@ -280,8 +279,8 @@ async def abort_plan(state: PlanState, runtime: Runtime[AgentContext]) -> dict[s
         abort_code=AbortCode(state.get("abort_code") or AbortCode.MANUAL.value),
         aborted_at_seq=state.get("current_seq", 0),
     )
-    update = await _emit(state, runtime, EventType.ABORT_PLAN, data.model_dump(mode="json"))
-    return {**update, "status": OrderStatus.ABORTED.value}
+    update = await _emit(state, runtime, ABORT, data.model_dump(mode="json"))
+    return {**update, "status": ABORTED}
 
 
 def _go_on_or_abort(next_node: str) -> Callable[[PlanState], str]:
@@ -343,12 +342,12 @@ def initial_state(
     return state
 
 
-def shape_of(outcome: Outcome) -> tuple[EventType, ...]:
+def shape_of(outcome: Outcome) -> tuple[enum.StrEnum, ...]:
     """The event types a plan with this outcome sends, in order (what the graph's nodes produce)."""
     if outcome is Outcome.COMPLETED:
         return STEPS
     if outcome is Outcome.INVENTORY_FAILED:
-        return (EventType.ORDER_CREATED, EventType.ABORT_PLAN)
+        return (CREATE, ABORT)
     if outcome is Outcome.PAYMENT_REJECTED:
-        return (EventType.ORDER_CREATED, EventType.INVENTORY_VALIDATED, EventType.ABORT_PLAN)
-    return (EventType.ABORT_PLAN,)
+        return (CREATE, VALIDATE, ABORT)
+    return (ABORT,)

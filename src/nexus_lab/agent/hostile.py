@@ -39,7 +39,11 @@ hallucination (those resend under the plan they started with); a stall only wher
 last step, and never with a replan (a REPLAN without a deadline clears the plan's).
 
 The last five are the hallucinations the order's process catches (issue 12): each is sent at a boundary,
-is rejected with its code and changes nothing, so the honest plan's outcome stands.
+is rejected with its code and changes nothing, so the honest plan's outcome stands. They act on any process
+the lab runs (`processes.LabProcess`): the skipped step is the main plan's step after next (where the
+definition does not allow it), wrong amount and currency falsify the process's money step, and after
+completion resends the plan's step before last once the order reached a terminal state. A process with
+`max_rejections` gets fewer hallucinations than that per plan (more would abort it: policy_violation).
 
 Extras (restart, other_plan, malformed, zombie) go at a boundary: a point where every honest event before
 it was sent and none after it, never inside an out-of-order pair, so the gateway's state there is exactly
@@ -60,9 +64,10 @@ from decimal import Decimal
 from typing import Any
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import STEPS, EventType
+from nexus.core.process import ABORT_STEP
 from nexus.core.sequencing import Decision
 from nexus_client import envelope_json
+from nexus_lab.agent.processes import ORDER, LabProcess
 
 
 class Mode(enum.StrEnum):
@@ -107,7 +112,7 @@ REPLAN_SUFFIX = "-r"
 # step's index, what the approver answers (variant: drawn from the plan's seed) and how often it approves.
 APPROVAL_PROCESS = "order_reviewed"
 APPROVAL_THRESHOLD = Decimal(1000)
-HELD_AT = STEPS.index(EventType.PAYMENT_PROCESSED)
+HELD_AT = ORDER.steps.index(ORDER.money_step)
 APPROVE, DENY = "approve", "deny"
 APPROVE_SHARE = 0.5
 # The moves that shape a whole plan, which an approval plan yields to (it never takes them away).
@@ -176,14 +181,21 @@ class SendSpec:
         return 0 if self.ref is None else self.ref + 1
 
 
-def _is_step(event_type: EventType) -> bool:
-    return event_type is not EventType.ABORT_PLAN
+def _is_step(event_type: str) -> bool:
+    return event_type != ABORT_STEP
 
 
-def candidates(mode: Mode, shape: Sequence[EventType], swap_at: int | None, chosen: Sequence[Action] = ()) -> list[int]:
-    """Where `mode` may act in a plan of this shape (honest event types), given the out-of-order pair and
-    the actions already chosen."""
+def candidates(
+    mode: Mode,
+    shape: Sequence[str],
+    swap_at: int | None,
+    chosen: Sequence[Action] = (),
+    lab: LabProcess = ORDER,
+) -> list[int]:
+    """Where `mode` may act in a plan of this shape (honest event types) of `lab`'s process, given the
+    out-of-order pair and the actions already chosen."""
     n = len(shape)
+    steps = lab.steps
     boundaries = [b for b in range(n + 1) if swap_at is None or b != swap_at + 1]
     if mode is Mode.OUT_OF_ORDER:
         return [i for i in range(n - 1) if _is_step(shape[i]) and _is_step(shape[i + 1])]
@@ -198,17 +210,17 @@ def candidates(mode: Mode, shape: Sequence[EventType], swap_at: int | None, chos
     if mode is Mode.MALFORMED:
         return boundaries
     if mode is Mode.ZOMBIE:
-        aborted = n >= 1 and shape[-1] is EventType.ABORT_PLAN and n - 1 < len(STEPS)
+        aborted = n >= 1 and shape[-1] == ABORT_STEP and n - 1 < len(steps)
         return [n] if aborted else []
     live = [b for b in boundaries if b < n and all(_is_step(t) for t in shape[:b])]
-    if mode is Mode.SKIPPED_STEP:
-        return [b for b in live if b + 1 < len(STEPS)]
+    if mode is Mode.SKIPPED_STEP:  # the main plan's step after next, where the process does not allow it
+        return [b for b in live if b + 1 < len(steps) and steps[b + 1] not in lab.allowed_from(shape[:b])]
     if mode is Mode.INVENTED_STEP:
         return live
     if mode in (Mode.WRONG_AMOUNT, Mode.WRONG_CURRENCY):
-        return [b for b in live if b >= 1 and shape[b] is EventType.PAYMENT_PROCESSED]
+        return [b for b in live if b >= 1 and shape[b] == lab.money_step]
     if mode is Mode.AFTER_COMPLETION:
-        return [n] if n == len(STEPS) and tuple(shape) == STEPS and n in boundaries else []
+        return [n] if n >= 2 and lab.completes(shape) and n in boundaries else []
     if mode is Mode.REPLAN:
         resent = [a.at for a in chosen if a.mode is Mode.RESTART or a.mode in REJECTED_MODES]
         return [b for b in live if b >= 1 and b >= max(resent, default=0)]
@@ -219,7 +231,8 @@ def candidates(mode: Mode, shape: Sequence[EventType], swap_at: int | None, chos
         return [n - 1] if stallable else []
     if mode is Mode.APPROVAL:
         whole = any(a.mode in WHOLE_PLAN_MODES for a in chosen)
-        return [HELD_AT] if tuple(shape) == STEPS and not whole else []
+        approvable = lab.approval_process is not None and tuple(shape) == steps
+        return [HELD_AT] if approvable and not whole else []
     raise AssertionError(mode)
 
 
@@ -233,7 +246,7 @@ def _before_held(action: Action) -> bool:
     return action.at <= HELD_AT
 
 
-def choose(seed: str, rates: Mapping[Mode, float], shape: Sequence[EventType]) -> tuple[Action, ...]:
+def choose(seed: str, rates: Mapping[Mode, float], shape: Sequence[str], lab: LabProcess = ORDER) -> tuple[Action, ...]:
     """The hostile actions of one plan, from its seed only (a mode whose rate is 0 never acts)."""
     rng = random.Random(f"{seed}/hostile")
     actions: list[Action] = []
@@ -242,7 +255,7 @@ def choose(seed: str, rates: Mapping[Mode, float], shape: Sequence[EventType]) -
         roll, pick, variant_pick = rng.random(), rng.random(), rng.random()
         if roll >= rates.get(mode, 0.0):
             continue
-        where = candidates(mode, shape, swap_at, actions)
+        where = candidates(mode, shape, swap_at, actions, lab)
         if not where:
             continue
         at = where[int(pick * len(where))]
@@ -256,10 +269,20 @@ def choose(seed: str, rates: Mapping[Mode, float], shape: Sequence[EventType]) -
             variant = APPROVE if variant_pick < APPROVE_SHARE else DENY
             actions = [a for a in actions if _before_held(a)]
         actions.append(Action(mode, at, variant))
-    return tuple(actions)
+    return tuple(_within_max_rejections(seed, actions, lab))
 
 
-def schedule(shape: Sequence[EventType], actions: Sequence[Action]) -> list[SendSpec]:
+def _within_max_rejections(seed: str, actions: list[Action], lab: LabProcess) -> list[Action]:
+    """A process that aborts a plan at its max_rejections-th rejected step keeps one fewer hallucinations
+    at most, drawn from the seed (dropping one never makes another move's decision uncertain)."""
+    rejected = [a for a in actions if a.mode in REJECTED_MODES]
+    if lab.max_rejections is None or len(rejected) < lab.max_rejections:
+        return actions
+    kept = random.Random(f"{seed}/hostile/rejections").sample(rejected, lab.max_rejections - 1)
+    return [a for a in actions if a.mode not in REJECTED_MODES or a in kept]
+
+
+def schedule(shape: Sequence[str], actions: Sequence[Action]) -> list[SendSpec]:
     """The messages of one plan, in sending order, each with the decision the gateway must give it."""
     n = len(shape)
     swap_at = next((a.at for a in actions if a.mode is Mode.OUT_OF_ORDER), None)
@@ -272,7 +295,7 @@ def schedule(shape: Sequence[EventType], actions: Sequence[Action]) -> list[Send
     def honest(i: int, expected: Decision, mode: Mode | None) -> None:
         if i in stalled:
             return  # never sent: the gateway's deadline ends the plan
-        if i == 0 and shape[0] is EventType.ABORT_PLAN:
+        if i == 0 and shape[0] == ABORT_STEP:
             expected = Decision.TOMBSTONE
         if held is not None and i >= held.at:  # issue 13: held, then its successors wait; a denial voids them
             expected = Decision.HELD if i == held.at else Decision.BUFFER
@@ -380,7 +403,7 @@ def denied_abort(
     first = honest[0]
     abort = EventEnvelope(
         event_id=new_id(),
-        event_type=EventType.ABORT_PLAN,
+        event_type=ABORT_STEP,
         plan_id=plan_id,
         order_id=order_id,
         timestamp=honest[-1].timestamp,
@@ -405,11 +428,11 @@ def malformed_body(variant: str, base: dict[str, Any]) -> bytes:
         obj.pop("plan_id", None)
     elif variant == "wrong_seq_id":
         # A step out of turn is the process's business now (REJECTED); a seq_id below 1 is still malformed.
-        obj["event_type"] = EventType.ORDER_SHIPPED.value
+        obj["event_type"] = ORDER.steps[-2]
         obj["seq_id"] = 0
         obj["data"] = {}
     elif variant == "negative_quantity":
-        obj["event_type"] = EventType.ORDER_CREATED.value
+        obj["event_type"] = ORDER.steps[0]  # its data schema has items with quantities
         obj["seq_id"] = 1
         obj["data"] = {"items": [{"product_id": "prod_x", "quantity": -1, "unit_price": "1.00"}]}
     else:
@@ -424,8 +447,10 @@ def materialize(
     order_id: str,
     plan_id: str,
     new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+    lab: LabProcess = ORDER,
+    process: str | None = None,
 ) -> Message:
-    """Build the message `spec` describes from the honest events produced so far."""
+    """Build the message `spec` describes from the honest events produced so far (a plan of `lab`)."""
     ref = honest[spec.ref] if spec.ref is not None else None
     if spec.mutation == "as_is":
         assert ref is not None
@@ -454,7 +479,7 @@ def materialize(
     if spec.mutation == "zombie":
         assert ref is not None
         aborted_at = int(ref.data["aborted_at_seq"])
-        step = STEPS[aborted_at]
+        step = lab.steps[aborted_at]
         zombie = EventEnvelope(
             event_id=new_id(),
             event_type=step,
@@ -467,13 +492,16 @@ def materialize(
         )
         return _message(spec, zombie)
     if spec.mode in REJECTED_MODES:
-        return _message(spec, hallucination(spec.mode, honest, order_id=order_id, plan_id=plan_id, new_id=new_id))
+        made = hallucination(
+            spec.mode, honest, order_id=order_id, plan_id=plan_id, new_id=new_id, lab=lab, process=process
+        )
+        return _message(spec, made)
     if spec.mutation == "malformed":
         assert spec.variant is not None
         event_id = new_id()
         base: dict[str, Any] = {
             "event_id": str(event_id),
-            "event_type": EventType.INVENTORY_VALIDATED.value,
+            "event_type": ORDER.steps[1],
             "plan_id": plan_id,
             "order_id": order_id,
             "seq_id": 2,
@@ -506,8 +534,11 @@ def hallucination(
     order_id: str,
     plan_id: str,
     new_id: Callable[[], uuid.UUID] = uuid.uuid4,
+    lab: LabProcess = ORDER,
+    process: str | None = None,
 ) -> EventEnvelope:
-    """The step a hallucinating agent sends at the boundary after the honest events so far."""
+    """The step a hallucinating agent sends at the boundary after the honest events so far (before any, it
+    names the plan's `process`, as a first step does: the order's process is its first step's)."""
     b = len(honest)
     first = honest[0] if honest else None
     timestamp = honest[-1].timestamp if honest else dt.datetime.now(dt.UTC)
@@ -518,28 +549,32 @@ def hallucination(
         "timestamp": timestamp,
         "correlation_id": first.correlation_id if first else None,
     }
+    if first is None and process is not None:
+        common["process"] = process
     if mode is Mode.SKIPPED_STEP:
-        return EventEnvelope(event_type=STEPS[b + 1], seq_id=b + 1, data=_data_for(STEPS[b + 1], first), **common)
+        skipped = lab.steps[b + 1]
+        return EventEnvelope(event_type=skipped, seq_id=b + 1, data=_data_for(lab, skipped, first), **common)
     if mode is Mode.INVENTED_STEP:
         return EventEnvelope(event_type=INVENTED_TYPE, seq_id=b + 1, data={"note": "a step no process has"}, **common)
     if mode is Mode.AFTER_COMPLETION:
-        return EventEnvelope(event_type=EventType.ORDER_SHIPPED, seq_id=b + 1, data={"carrier": "again"}, **common)
+        again = str(honest[-2].event_type)
+        return EventEnvelope(event_type=again, seq_id=b + 1, data={"note": "again, after completion"}, **common)
     assert first is not None
-    data = _data_for(EventType.PAYMENT_PROCESSED, first)
+    data = _data_for(lab, lab.money_step, first)
     if mode is Mode.WRONG_AMOUNT:
-        data["amount"] = str(Decimal(str(data["amount"])) + 1)
+        data[lab.amount_field] = str(Decimal(str(data[lab.amount_field])) + 1)
     else:
-        data["currency"] = "JPY" if data["currency"] != "JPY" else "USD"
-    return EventEnvelope(event_type=EventType.PAYMENT_PROCESSED, seq_id=b + 1, data=data, **common)
+        data[lab.currency_field] = "JPY" if data[lab.currency_field] != "JPY" else "USD"
+    return EventEnvelope(event_type=lab.money_step, seq_id=b + 1, data=data, **common)
 
 
-def _data_for(event_type: EventType, first: EventEnvelope | None) -> dict[str, Any]:
+def _data_for(lab: LabProcess, event_type: str, first: EventEnvelope | None) -> dict[str, Any]:
     created = first.data if first is not None else {}
-    if event_type is EventType.PAYMENT_PROCESSED:
+    if event_type == lab.money_step:
         return {
             "payment_id": "pay_hallucinated",
-            "amount": str(created.get("total_amount", "0")),
-            "currency": created.get("currency", "USD"),
+            lab.amount_field: str(created.get(lab.source_amount_field, "0")),
+            lab.currency_field: created.get(lab.currency_field, "USD"),
         }
     return {}
 
@@ -560,6 +595,7 @@ class HostileStream:
         new_id: Callable[[], uuid.UUID] = uuid.uuid4,
         deadline: dt.datetime | None = None,
         process: str | None = None,
+        lab: LabProcess = ORDER,
     ) -> None:
         self.specs = list(specs)
         self.order_id = order_id
@@ -571,6 +607,8 @@ class HostileStream:
         """issue 13: set on the plan's first step (a stalling plan: the gateway aborts it then)."""
         self.process = process
         """issue 13: the process the plan's first step names (None: `order`)."""
+        self.lab = lab
+        """The process whose steps the plan's hallucinations falsify."""
         replan = next((s for s in self.specs if s.mutation == "replan"), None)
         self.replanned_at = None if replan is None or replan.ref is None else replan.ref + 1
         """issue 13: honest events from this index on go under the new plan."""
@@ -579,7 +617,17 @@ class HostileStream:
         out: list[Message] = []
         while self.next < len(self.specs) and self.specs[self.next].needs <= len(self.honest):
             spec = self.specs[self.next]
-            out.append(materialize(spec, self.honest, order_id=self.order_id, plan_id=self.plan_id, new_id=self.new_id))
+            out.append(
+                materialize(
+                    spec,
+                    self.honest,
+                    order_id=self.order_id,
+                    plan_id=self.plan_id,
+                    new_id=self.new_id,
+                    lab=self.lab,
+                    process=self.process,
+                )
+            )
             self.next += 1
         return out
 

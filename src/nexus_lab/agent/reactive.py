@@ -22,23 +22,19 @@ from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
+from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import STEPS, AbortCode, EventType
+from nexus.core.process import AbortCode
 from nexus_client import AsyncNexusClient
 from nexus_client.errors import WaitTimeout
 
 PROCESS = "fulfilment"
-STATUS_OF = {
-    EventType.ORDER_CREATED: "created",
-    EventType.INVENTORY_VALIDATED: "inventory_validated",
-    EventType.PAYMENT_PROCESSED: "payment_processed",
-    EventType.ORDER_SHIPPED: "shipped",
-    EventType.ORDER_COMPLETED: "completed",
-}
-FAILURE_OF = {
-    EventType.INVENTORY_VALIDATED: AbortCode.INVENTORY_FAILED,
-    EventType.PAYMENT_PROCESSED: AbortCode.PAYMENT_REJECTED,
-}
+_FULFILMENT = definitions.shipped(PROCESS)
+STEPS = definitions.main_plan(_FULFILMENT)
+STATUS_OF = {name: _FULFILMENT.steps[name].step.to for name in STEPS}
+"""The status each step leaves the order in once its effect succeeded (the definition's `to`)."""
+CREATE, RESERVE, CHARGE, SHIP, _ = STEPS
+FAILURE_OF = {RESERVE: AbortCode.INVENTORY_FAILED, CHARGE: AbortCode.PAYMENT_REJECTED}
 
 
 class ReactiveState(TypedDict, total=False):
@@ -53,15 +49,15 @@ class ReactiveState(TypedDict, total=False):
     log: Annotated[list[str], operator.add]
 
 
-def _data(event_type: EventType) -> dict[str, Any]:
-    if event_type is EventType.ORDER_CREATED:
+def _data(event_type: str) -> dict[str, Any]:
+    if event_type == CREATE:
         return {"user_id": "u-reactive", "items": [{"product_id": "p-1", "quantity": 2, "unit_price": 12.5}],
                 "total_amount": 25, "currency": "USD"}  # fmt: skip
-    if event_type is EventType.INVENTORY_VALIDATED:
+    if event_type == RESERVE:
         return {"warehouse_id": "w-1"}
-    if event_type is EventType.PAYMENT_PROCESSED:
+    if event_type == CHARGE:
         return {"payment_id": f"pay-{uuid.uuid4().hex[:8]}", "amount": 25, "currency": "USD", "method": "card"}
-    if event_type is EventType.ORDER_SHIPPED:
+    if event_type == SHIP:
         return {"carrier": "ACME", "tracking_number": f"T{uuid.uuid4().hex[:10]}"}
     return {}
 
@@ -71,7 +67,7 @@ def step_envelope(order_id: str, plan_id: str, seq: int) -> EventEnvelope:
     return EventEnvelope.model_validate(
         {
             "event_id": str(uuid.uuid4()),
-            "event_type": event_type.value,
+            "event_type": event_type,
             "plan_id": plan_id,
             "order_id": order_id,
             "seq_id": seq,

@@ -1,7 +1,9 @@
 """Runs N plans through the graph, C at a time, publishing each event as its node produces it.
 
-Plan i uses the seed `<seed>:<i>`; its outcome (completed, inventory_failed, payment_rejected) and its
-hostile moves depend on that seed only. order_id and plan_id are fresh for every run, so the same seed can
+Plan i uses the seed `<seed>:<i>` and the process `processes[i % len(processes)]` (`order` by default; the
+other processes' plans are paths through their definitions, `agent.paths`); its outcome (completed,
+inventory_failed, payment_rejected; for a refund completed, rejected, withdrawn) and its hostile moves depend
+on that seed only. order_id and plan_id are fresh for every run, so the same seed can
 run again against the same database. If the transport fails to acknowledge a message, every plan stops,
 the report is written with `"complete": false` and the error, and `nexus agent` exits 1.
 
@@ -17,8 +19,10 @@ Report (JSON, version 1)::
       "summary": {"outcomes": {"completed": n, ...}, "hostile": {"<mode>": plans, ...},
                   "decisions": {"APPLY": n, ...}, "messages": n, "unexpected_decisions": n},
       "plans": [{
-        "index": 0, "plan_seed": "<seed>:0", "order_id": "...", "plan_id": "...",
+        "index": 0, "plan_seed": "<seed>:0", "order_id": "...", "plan_id": "...", "process": "order",
         "outcome": "completed" | "inventory_failed" | "payment_rejected",
+        "failure": null | "inventory_failed" | "payment_rejected",  # another process's plan: the simulated
+                                        # failure it took (a refund withdrawn, or rejected), named as the order's
         "expected": {"status": "completed", "last_seq": 5, "notifications": 5},
         "final_plan_id": "...",         # issue 13: the plan the order ends on (`<plan_id>-r` after a replan)
         "gateway_abort": null | "timeout",  # issue 13: a stalled plan, aborted by its deadline
@@ -57,17 +61,19 @@ from pathlib import Path
 from typing import Any
 
 from nexus.core.envelope import EventEnvelope
-from nexus_lab.agent import hostile
+from nexus_lab.agent import hostile, paths
 from nexus_lab.agent.approver import ApprovalError, LabApprover
 from nexus_lab.agent.graph import (
     EXPECTED,
     AgentContext,
+    Expected,
     Simulation,
     graph,
     initial_state,
     shape_of,
 )
 from nexus_lab.agent.hostile import HostileStream, Message, Mode
+from nexus_lab.agent.processes import LAB_PROCESSES, ORDER
 from nexus_lab.agent.transport import Ack, PublishError, Transport
 
 log = logging.getLogger(__name__)
@@ -88,6 +94,16 @@ class AgentConfig:
     hostile: Mapping[Mode, float] = dataclasses.field(default_factory=dict)
     stall_deadline_s: float = 5.0
     """issue 13: a stalling plan's deadline, from its start (the gateway aborts it then)."""
+    processes: tuple[str, ...] = ("order",)
+    """Plan i follows processes[i % len(processes)] (each one the lab runs: `processes.LAB_PROCESSES`)."""
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.processes if p not in LAB_PROCESSES]
+        if not self.processes or unknown:
+            raise ValueError(f"processes must name some of {sorted(LAB_PROCESSES)} (got {list(self.processes)})")
+
+    def process_of(self, index: int) -> str:
+        return self.processes[index % len(self.processes)]
 
     def as_json(self, transport: str, target: str) -> dict[str, Any]:
         return {
@@ -101,6 +117,7 @@ class AgentConfig:
             "target": target,
             "hostile": {m.value: float(self.hostile.get(m, 0.0)) for m in Mode},
             "stall_deadline_s": self.stall_deadline_s,
+            "processes": list(self.processes),
         }
 
 
@@ -122,9 +139,20 @@ class PlanRun:
         self.order_id = str(uuid.uuid4())
         self.plan_id = f"plan_{uuid.uuid4().hex[:16]}"
         self.simulation = Simulation(config.inventory_failure_rate, config.payment_rejection_rate, self.seed)
-        self.outcome = self.simulation.outcome()
-        self.shape = shape_of(self.outcome)
-        self.actions = hostile.choose(self.seed, config.hostile, self.shape)
+        self.lab = LAB_PROCESSES[config.process_of(index)]
+        self.path: paths.PathPlan | None = None
+        """A plan of another process than the order: the path through its definition it sends."""
+        if self.lab is ORDER:
+            outcome = self.simulation.outcome()
+            self.outcome: str = outcome.value
+            self.shape: tuple[str, ...] = shape_of(outcome)
+            self.expected = EXPECTED[outcome]
+        else:
+            rates = (config.inventory_failure_rate, config.payment_rejection_rate)
+            self.path = paths.PLANNERS[self.lab.name](self.seed, *rates)
+            self.outcome, self.shape = self.path.outcome, self.path.shape
+            self.expected = Expected(self.path.status, self.path.last_seq, self.path.notifications)
+        self.actions = hostile.choose(self.seed, config.hostile, self.shape, self.lab)
         self.stalled = any(a.mode is Mode.STALL for a in self.actions)
         deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=config.stall_deadline_s) if self.stalled else None
         self.held = next((a for a in self.actions if a.mode is Mode.APPROVAL), None)
@@ -134,7 +162,8 @@ class PlanRun:
             order_id=self.order_id,
             plan_id=self.plan_id,
             deadline=deadline,
-            process=hostile.APPROVAL_PROCESS if self.held else None,
+            process=hostile.APPROVAL_PROCESS if self.held else (None if self.lab is ORDER else self.lab.name),
+            lab=self.lab,
         )
         self.approval_id: str | None = None
         self.approval: dict[str, Any] | None = None
@@ -174,6 +203,18 @@ class PlanRun:
     async def run(self) -> None:
         for message in self.stream.ready():
             await self._send(message)
+        if self.path is not None:
+            await paths.run_path(
+                self.path,
+                order_id=self.order_id,
+                plan_id=self.plan_id,
+                publish=self._publish,
+                step_delay_s=self.step_delay_s,
+            )
+            if not self.stream.done:
+                raise AssertionError(f"plan {self.plan_id}: messages left unsent")
+            self.finished = True
+            return
         state = initial_state(
             order_id=self.order_id,
             plan_id=self.plan_id,
@@ -185,7 +226,7 @@ class PlanRun:
             state.update(hostile.reviewed_order(state))  # type: ignore[typeddict-item]
         final = await graph.ainvoke(state, context=AgentContext(self._publish, self.step_delay_s))
         produced = tuple(e["event_type"] for e in final["events"])
-        if produced != tuple(t.value for t in self.shape) or not self.stream.done:
+        if produced != tuple(self.shape) or not self.stream.done:
             raise AssertionError(f"plan {self.plan_id}: the graph produced {produced}, expected {self.shape}")
         if self.held is not None:
             await self._answer_held()
@@ -209,8 +250,8 @@ class PlanRun:
             await self._send(hostile.denied_abort(self.stream.honest, order_id=self.order_id, plan_id=self.plan_id))
 
     def as_json(self) -> dict[str, Any]:
-        expected = EXPECTED[self.outcome]
-        status, last_seq, notifications = expected.status.value, expected.last_seq, expected.notifications
+        expected = self.expected
+        status, last_seq, notifications = expected.status, expected.last_seq, expected.notifications
         if self.stalled:  # issue 13: the last step never sent; the gateway's timeout abort instead
             status, last_seq = "aborted", last_seq - 1
         if self.stream.replanned_at is not None:
@@ -222,7 +263,9 @@ class PlanRun:
             "plan_seed": self.seed,
             "order_id": self.order_id,
             "plan_id": self.plan_id,
-            "outcome": self.outcome.value,
+            "process": self.lab.name,
+            "outcome": self.outcome,
+            "failure": self.path.failure if self.path is not None else None,
             "expected": {"status": status, "last_seq": last_seq, "notifications": notifications},
             "final_plan_id": self.stream.final_plan_id,
             "gateway_abort": "timeout" if self.stalled else None,

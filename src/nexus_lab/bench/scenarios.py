@@ -20,8 +20,9 @@ from typing import Any
 
 import asyncpg
 
+from nexus.core import definitions
+from nexus.core.decide.validation import NoChecks
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import STEPS
 from nexus.gateway import Gateway, Incoming
 from nexus.store.database import Database
 from nexus_lab.procs import NEXUS_CMD, wait_http
@@ -40,6 +41,8 @@ RAW_OUTBOX = (
 )
 
 Row = dict[str, Any]
+# The order process's plan (processes/order.yaml), each order's steps in order.
+STEPS = definitions.main_plan(definitions.shipped("order"))
 
 
 _ITEMS = [
@@ -156,7 +159,7 @@ async def bench_raw(url: str, plans: int, conc: int) -> Row:
 
 
 async def bench_submit(db: Database, plans: int, conc: int, chunk: int, *, validate: bool = True) -> Row:
-    gateway = Gateway(db, validate=validate)
+    gateway = Gateway(db, checks=None if validate else NoChecks())
 
     async def call(events: list[EventEnvelope]) -> None:
         await gateway.submit([Incoming.of(e) for e in events])

@@ -26,6 +26,7 @@ from typing import Any
 
 import asyncpg
 
+from nexus.core import definitions
 from nexus_client import ClientConfig
 from nexus_lab.bench.external import Skipped
 from nexus_lab.tables import text_table
@@ -96,11 +97,16 @@ def _script(name: str) -> Path:
     return path
 
 
+ORDER_STEPS = definitions.main_plan(definitions.shipped("order"))
+"""The steps each wrk connection sends per order, in order (wrk_orders.lua's third argument)."""
+
+
 def run_wrk(base: str, connections: int, seconds: float, run_id: str, script: Path) -> dict[str, Any]:
     """One wrk run; its `done()` prints one JSON line, read here."""
     authorization = ClientConfig.from_env().headers().get("authorization", "")
     command = ["wrk", "-t", str(connections), "-c", str(connections), "-d", f"{max(1, round(seconds))}s",
-               "--timeout", "10s", "-s", str(script), base, "--", run_id, authorization]  # fmt: skip
+               "--timeout", "10s", "-s", str(script), base, "--", run_id, authorization,
+               ",".join(ORDER_STEPS)]  # fmt: skip
     out = subprocess.run(  # noqa: S603 - wrk with our own script and arguments
         command, capture_output=True, text=True, timeout=seconds + 60, check=True
     ).stdout

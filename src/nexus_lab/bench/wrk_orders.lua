@@ -1,13 +1,14 @@
 -- wrk script of `nexus bench --suite wrk`: one event per request, POST /v1/events.
 -- Run with one connection per thread (-t N -c N): a thread's Lua state is then one connection, and wrk
 -- asks it for its next request only once the previous answer arrived, so each connection publishes its
--- own orders' five steps in order (order 0 seq 1..5, then order 1, ...), as an agent does.
+-- own orders' steps in order (order 0 seq 1..5, then order 1, ...), as an agent does.
 -- The step advances in response(), not in request(): wrk calls request() once more than it sends (to
 -- check the script, on the first thread), and a request lost to a reconnect is sent again (same event_id,
 -- which the gateway answers DUPLICATE if it had applied it).
--- Arguments (after --): run id (8 hex digits), Authorization header value or "".
+-- Arguments (after --): run id (8 hex digits), Authorization header value or "", the order process's
+-- steps in order, comma-separated (bench/wrk.py reads them from the definition, processes/order.yaml).
 
-local STEPS = {"OrderCreated", "InventoryValidated", "PaymentProcessed", "OrderShipped", "OrderCompleted"}
+local STEPS = {}
 local threads = {}
 local counter = 0
 local run = "00000000"
@@ -24,6 +25,9 @@ function init(args)
   if args[2] ~= nil and args[2] ~= "" then
     wrk.headers["Authorization"] = args[2]
   end
+  for name in string.gmatch(args[3] or "", "[^,]+") do
+    table.insert(STEPS, name)
+  end
 end
 
 local ITEMS = '[{"product_id":"prod_a","quantity":2,"unit_price":"3.50"},' ..
@@ -35,8 +39,8 @@ DATA = {
 }
 
 function request()
-  local order = math.floor(counter / 5)
-  local seq = counter % 5 + 1
+  local order = math.floor(counter / #STEPS)
+  local seq = counter % #STEPS + 1
   local order_id = string.format("wrk-%s-%d-%d", run, thread_id, order)
   local event_id = string.format("%s-%04x-4000-8000-%012x", run, thread_id, counter + 1)
   -- The same honest data as the bench's Python plans (bench/scenarios.py _BENCH_DATA): it passes the

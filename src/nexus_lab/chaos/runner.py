@@ -111,6 +111,7 @@ async def run_scenario(
             step_delay_ms=scenario.step_delay_ms,
             concurrency=8,
             hostile=dict(scenario.hostile),
+            processes=scenario.processes,
         )
         ctx.started = time.monotonic()
         for fault in scenario.faults:

@@ -57,6 +57,8 @@ class Scenario:
     """At-least-once: a dispatcher or receiver killed after the receiver took a notification resends it."""
     sink_faults: bool = False
     """Count the sink's injected faults (from its log) as this scenario's faults."""
+    processes: tuple[str, ...] = ("order",)
+    """The processes the agent's plans follow, in turn (`AgentConfig.processes`)."""
     saga: SagaFault | None = None
     """A saga scenario (issue 14): `fulfilment` plans whose effects the executors perform under this fault,
     judged by the saga checker from PostgreSQL and the services' ledgers (`nexus_lab.chaos.sagas`)."""
@@ -105,7 +107,8 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "hallucinations",
-            "hallucinated steps: skipped steps, wrong amounts and currencies, invented types, steps after completion",
+            "hallucinated steps: skipped steps, wrong amounts and currencies, invented types, steps after completion"
+            " (orders and refunds)",
             "hostile messages",
             hostile={
                 Mode.SKIPPED_STEP: 1.0,
@@ -114,6 +117,7 @@ SCENARIOS: dict[str, Scenario] = {
                 Mode.INVENTED_STEP: 1.0,
                 Mode.AFTER_COMPLETION: 1.0,
             },
+            processes=("order", "refund"),
         ),
         Scenario(
             "gateway-kill",

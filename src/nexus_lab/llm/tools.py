@@ -2,8 +2,8 @@
 
 Tools are generated from the process definition (as GET /v1/processes/{name} describes it): one tool per
 step allowed from the order's current state, named after the step, whose parameters are the JSON Schema of
-the step's data (the definition's `data` schema when the API gives it, else the envelope's data model of a
-built-in step), and whose description lists the step's checks. `ABORT_PLAN` is offered once the order
+the step's data (the definition's `data` schema: as the API gives it, else as the shipped definition of that
+name declares it), and whose description lists the step's checks. `ABORT_PLAN` is offered once the order
 exists. The planner owns `seq_id`, `event_id` and the envelope: the model only names a step and its data.
 
 Everything the model reads that came from outside (the order, the gateway's verdicts, step data) travels
@@ -16,14 +16,13 @@ the model answers `{"step": NAME, "data": {...}}` (or `{"steps": [...]}`).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nexus.core.envelope import DATA_MODELS
-from nexus.core.process import ABORT_STEP, AbortCode, EventType
+from nexus.core import definitions
+from nexus.core.process import ABORT_STEP, AbortCode
 
 # Codes of proposals the planner refuses itself, before the gateway sees anything.
 MALFORMED_PROPOSAL = "MALFORMED_PROPOSAL"
@@ -67,36 +66,31 @@ class Unusable:
 Reading = Proposal | Unusable
 
 
-def _inline_refs(schema: Any, defs: Mapping[str, Any]) -> Any:
-    """The schema with every local `$ref` replaced by its definition (some servers reject `$defs`)."""
-    if isinstance(schema, dict):
-        ref = schema.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            return _inline_refs(copy.deepcopy(defs[ref.removeprefix("#/$defs/")]), defs)
-        return {k: _inline_refs(v, defs) for k, v in schema.items() if k != "$defs"}
-    if isinstance(schema, list):
-        return [_inline_refs(v, defs) for v in schema]
+def data_schema(step: str, described: Mapping[str, Any] | None, process: str | None = None) -> dict[str, Any]:
+    """The JSON Schema of a step's data: the definition's, as described (when the description carries it)
+    or as the shipped definition `process` (default: the default process) declares it; else any object."""
+    declared = (described or {}).get("data")
+    if not (isinstance(declared, dict) and declared.get("properties")):
+        declared = _shipped_data(step, process or definitions.DEFAULT_PROCESS)
+    schema: dict[str, Any] = _nexus_free(declared) if declared else {"type": "object"}
+    schema.pop("title", None)
+    schema.setdefault("type", "object")
     return schema
 
 
-def data_schema(step: str, described: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The JSON Schema of a step's data: the definition's own if it declares one with properties, else the
-    envelope's model of a built-in step, else any object."""
-    declared = (described or {}).get("data")
-    model = None
-    try:
-        model = DATA_MODELS.get(EventType(step))
-    except ValueError:
-        model = None
-    if model is not None:
-        raw = model.model_json_schema()
-        schema: dict[str, Any] = _inline_refs(raw, raw.get("$defs", {}))
-    elif isinstance(declared, dict) and declared.get("properties"):
-        schema = dict(declared)
-    else:
-        schema = {"type": "object"}
-    schema.pop("title", None)
-    schema.setdefault("type", "object")
+def _shipped_data(step: str, process: str) -> dict[str, Any] | None:
+    if process not in definitions.shipped_names():
+        return None
+    compiled = definitions.shipped(process).steps.get(step)
+    return dict(compiled.step.data) if compiled is not None and compiled.step.data else None
+
+
+def _nexus_free(schema: Any) -> Any:
+    """The schema without Nexus's own keywords (`x-...`): a model is shown plain JSON Schema."""
+    if isinstance(schema, dict):
+        return {k: _nexus_free(v) for k, v in schema.items() if not k.startswith("x-")}
+    if isinstance(schema, list):
+        return [_nexus_free(v) for v in schema]
     return schema
 
 
@@ -134,7 +128,7 @@ def tools_for(process: Mapping[str, Any], status: str | None) -> list[dict[str, 
     tools = []
     for name in allowed_steps(process, status):
         described = process["steps"].get(name)
-        parameters = _abort_schema() if name == ABORT_STEP else data_schema(name, described)
+        parameters = _abort_schema() if name == ABORT_STEP else data_schema(name, described, process.get("name"))
         tools.append(
             {
                 "type": "function",
@@ -147,7 +141,7 @@ def tools_for(process: Mapping[str, Any], status: str | None) -> list[dict[str, 
 def system_prompt(process: Mapping[str, Any], json_mode: bool) -> str:
     text = SYSTEM_PROMPT.format(process=process.get("name", "order"))
     if json_mode:
-        schemas = {name: data_schema(name, s) for name, s in process["steps"].items()}
+        schemas = {name: data_schema(name, s, process.get("name")) for name, s in process["steps"].items()}
         schemas[ABORT_STEP] = _abort_schema()
         text += JSON_MODE_PROMPT.format(schemas=json.dumps(schemas, sort_keys=True))
     return text

@@ -1,0 +1,132 @@
+"""What the rest of Nexus reads of a process definition: its step names, states, plans and data schemas.
+
+Nothing here is written per process: every answer is read from a `CompiledProcess` (the gateway's catalog,
+or `shipped(name)`, the shapes of the definitions shipped in `src/nexus/processes/`, generated into
+`core/shipped.py` by `make schemas`). A *plan* is a path through a definition's steps: from a step allowed
+before the order exists to a terminal state other than `aborted`, each step allowed from the state the
+previous one led to; `plans()` lists them in the order the definition declares its steps.
+
+The step data schemas are JSON Schemas with two Nexus readings, checked by `data_validator`:
+`x-json-integer: true` on an integer means a JSON integer literal (`2`, not `2.0`), and `format: date-time`
+is an ISO 8601 date and time whose offset may be absent (read as UTC), as the envelope's `timestamp`.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jsonschema_rs
+
+from nexus.core.process import ABORT_STEP, ABORTED, REPLAN_STEP, CompiledProcess, ProcessCatalog, compile_definition
+from nexus.core.shipped import DEFINITIONS
+
+DEFAULT_PROCESS = "order"
+"""The process of an order whose first step names none."""
+MAX_PLANS = 64
+"""A definition with loops has endless paths: the lab's plans are the first ones (loops not taken)."""
+
+
+@functools.cache
+def shipped(name: str = DEFAULT_PROCESS) -> CompiledProcess:
+    """A shipped definition's shape (states, steps, data schemas; no checks, effects or approvals)."""
+    return compile_definition(json.dumps(DEFINITIONS[name]))
+
+
+def shipped_names() -> tuple[str, ...]:
+    return tuple(DEFINITIONS)
+
+
+def step_names(process: CompiledProcess) -> tuple[str, ...]:
+    """The step types of a process, in the order its definition declares them (built-in steps excluded)."""
+    return tuple(process.steps)
+
+
+def terminal_states(process: CompiledProcess) -> frozenset[str]:
+    return frozenset({*process.definition.terminal, ABORTED})
+
+
+def step_enum(process: CompiledProcess, enum_name: str) -> type[enum.StrEnum]:
+    """The step types of a process and ABORT_PLAN as a string enum (member names in UPPER_SNAKE_CASE)."""
+    names = [*step_names(process), ABORT_STEP]
+    return enum.StrEnum(enum_name, {_upper_snake(n): n for n in names})  # type: ignore[return-value]
+
+
+def _upper_snake(name: str) -> str:
+    out = "".join(f"_{c}" if c.isupper() and i and name[i - 1].islower() else c for i, c in enumerate(name))
+    return out.replace(".", "_").replace("-", "_").upper()
+
+
+def plans(process: CompiledProcess, limit: int = MAX_PLANS) -> tuple[tuple[str, ...], ...]:
+    """Every path through the process's steps to a terminal state other than aborted (at most `limit`)."""
+    terminal = terminal_states(process)
+    found: list[tuple[str, ...]] = []
+
+    def walk(state: str | None, path: tuple[str, ...], seen: frozenset[str | None]) -> None:
+        for name in process.allowed.get(state, ()):
+            if len(found) >= limit:
+                return
+            after = process.steps[name].step.to
+            if after in terminal:
+                if after != ABORTED:
+                    found.append((*path, name))
+            elif after not in seen:
+                walk(after, (*path, name), seen | {after})
+
+    walk(None, (), frozenset({None}))
+    return tuple(found)
+
+
+def main_plan(process: CompiledProcess) -> tuple[str, ...]:
+    """The first plan: the path an honest agent takes when every branch goes the first declared way."""
+    return plans(process, limit=1)[0]
+
+
+def status_after(process: CompiledProcess, path: Iterable[str]) -> str | None:
+    """The state an order is in once the steps of `path` applied (None: no step)."""
+    status: str | None = None
+    for name in path:
+        status = ABORTED if name == ABORT_STEP else process.steps[name].step.to
+    return status
+
+
+def event_kinds(catalog: ProcessCatalog) -> tuple[str, ...]:
+    """Every step type of every definition in the catalog, then the built-in steps: the metrics' `kind`s."""
+    return _kinds(sorted(catalog.versions.values(), key=lambda p: (p.name, p.version)))
+
+
+def shipped_kinds() -> tuple[str, ...]:
+    """`event_kinds` of the shipped definitions: the default process's steps first."""
+    names = sorted(shipped_names(), key=lambda n: (n != DEFAULT_PROCESS, n))
+    return _kinds([shipped(n) for n in names])
+
+
+def _kinds(processes: Iterable[CompiledProcess]) -> tuple[str, ...]:
+    names: dict[str, None] = {}
+    for process in processes:
+        names.update(dict.fromkeys(step_names(process)))
+    return (*names, ABORT_STEP, REPLAN_STEP)
+
+
+class _JsonInteger:
+    """`x-json-integer: true`: an integer written as one (strict JSON decoding keeps 2.0 a float)."""
+
+    def __init__(self, parent_schema: Any, value: Any, schema_path: Any) -> None:
+        self.on = bool(value)
+
+    def validate(self, instance: Any) -> None:
+        if self.on and isinstance(instance, float):
+            raise ValueError("Input should be a valid integer")
+
+
+def data_validator(schema: dict[str, Any], is_date_time: Callable[[str], bool]) -> Any:
+    """A compiled validator of a step's data schema, with the Nexus readings above."""
+    return jsonschema_rs.validator_for(
+        schema,
+        formats={"date-time": is_date_time},
+        validate_formats=True,
+        keywords={"x-json-integer": _JsonInteger},
+    )
