@@ -12,8 +12,12 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
 
+# Data written by `make schemas` from the YAML definitions, not code: its length is the definitions'.
+GENERATED = {SRC / "core" / "shipped.py"}
+
+
 def _modules() -> list[Path]:
-    return [*sorted((SRC / "core").rglob("*.py")), SRC / "gateway.py"]
+    return [*sorted(p for p in (SRC / "core").rglob("*.py") if p not in GENERATED), SRC / "gateway.py"]
 
 
 def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
