@@ -18,6 +18,7 @@ from typing import Any
 import asyncpg
 
 from nexus.core.envelope import EventEnvelope, parse_envelope
+from nexus.core.list_limits import tenant_limits
 from nexus.core.process import Verdict, as_status
 from nexus.core.sequencing import OrderState, Resolution
 from nexus.errors import ErrorCode
@@ -103,7 +104,7 @@ async def read_batch(
             verdict = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
             rejected[(row["tenant_id"], row["order_id"])][row["event_id"]] = verdict
         else:
-            limits[row["tenant_id"]] = {"max_order_amount": Decimal(row["max_order_amount"])}
+            limits[row["tenant_id"]] = tenant_limits(Decimal(row["max_order_amount"]), row["max_list_items"])
     states = {(r["tenant_id"], r["order_id"]): state_of(r, pending) for r in order_rows}
     for oid, steps in pending.items():
         if oid not in states:

@@ -20,6 +20,8 @@ from typing import Any
 
 import cel
 
+from nexus.core.cel_functions import same_items
+
 # ISO 4217 currencies whose minor unit is not the cent; every other code has two decimals.
 _EXPONENTS: dict[str, int] = {
     "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0, "RWF": 0,
@@ -90,8 +92,10 @@ def build_context(variables: Mapping[str, Any], *, with_sum: bool) -> cel.Contex
     costs more than evaluating a rule, so it is done once per step, for the variables its rules name."""
     context = cel.Context()
     if with_sum:
-        # CEL has no fold over a list; `sum(list)` is the one function checks need beyond the standard library.
+        # CEL has no fold over a list: `sum(list)` and `same_items(a, b)` (core/cel_functions.py) are the
+        # functions checks need beyond the standard library, registered only for rules that call them.
         context.add_function("sum", _sum)
+        context.add_function("same_items", same_items)
     context.update(dict(variables))  # one conversion call: about half the cost of one add_variable per name
     return context
 
@@ -125,7 +129,7 @@ def pick(value: Mapping[str, Any], fields: frozenset[str] | None) -> Mapping[str
     return {k: value[k] for k in fields if k in value}
 
 
-_SUM = re.compile(r"\bsum\s*\(")
+_SUM = re.compile(r"\b(sum|same_items)\s*\(")
 
 
 class CheckSyntaxError(ValueError):

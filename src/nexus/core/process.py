@@ -35,6 +35,9 @@ from nexus.core.checks import (
     pick,
     to_minor,
 )
+from nexus.core.list_limits import CHECK_ID as LIST_CHECK_ID
+from nexus.core.list_limits import list_limit_message
+from nexus.core.rule_cost import costly_rules
 from nexus.errors import ErrorCode
 
 
@@ -180,6 +183,9 @@ class ProcessDefinition(_Frozen):
     terminal: list[_Name] = Field(default_factory=list)
     max_rejections: Annotated[int, Field(ge=1)] | None = None
     deadline: Deadline | None = None
+    max_list_items: Annotated[int, Field(ge=1)] | None = None
+    """The most items any list of a step's data may hold (default 1,000; a tenant's limit may lower it).
+    Its rules are judged for cost against it (core/rule_cost.py); more items: LIMIT_EXCEEDED."""
     currency_field: str = "currency"
     """The data key (or order fact) naming the currency that money fields are in."""
     steps: Annotated[dict[_Name, Step], Field(min_length=1)]
@@ -276,8 +282,11 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def compile_definition(text: str) -> CompiledProcess:
-    """Parse, validate and compile a definition from its YAML text; raise `DefinitionError` with a line."""
+def compile_definition(text: str, *, judge_cost: bool = True) -> CompiledProcess:
+    """Parse, validate and compile a definition from its YAML text; raise `DefinitionError` with a line.
+
+    `judge_cost` False: a definition registered before its rules' cost was judged, loaded as accepted then
+    (its orders are pinned to it)."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -297,10 +306,10 @@ def compile_definition(text: str) -> CompiledProcess:
         err = exc.errors()[0]
         path = [p for p in err["loc"]]
         raise DefinitionError(f"{'.'.join(map(str, path))}: {err['msg']}", _line_of(text, path)) from exc
-    return _compile(definition, text)
+    return _compile(definition, text, judge_cost)
 
 
-def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
+def _compile(definition: ProcessDefinition, text: str, judge_cost: bool = True) -> CompiledProcess:
     states = set(definition.states) | {ABORTED}
     terminal = set(definition.terminal) | {ABORTED}
     for state in definition.terminal:
@@ -363,6 +372,8 @@ def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
         steps[name] = CompiledStep(
             name, step, tuple(rules), validator, defaults, fields, uses_sum, approval_rule=approval_rule
         )
+    for where, reason in costly_rules(definition) if judge_cost else ():
+        raise DefinitionError(reason, _line_of(text, where))
     if None not in allowed:
         raise DefinitionError("no initial step: at least one step needs `from: [null]`", _line_of(text, ["steps"]))
     return CompiledProcess(
@@ -423,6 +434,8 @@ def validate_step(
             f"{event_type} is not allowed from state {status or 'none (the order does not exist yet)'}; "
             f"allowed next steps: {', '.join(nexts) or 'none'}",
         )
+    if (too_long := list_limit_message(data, process.definition.max_list_items, limits)) is not None:
+        return Verdict(ErrorCode.LIMIT_EXCEEDED, too_long, LIST_CHECK_ID)
     data = compiled.with_defaults(data)
     if compiled.data_schema is not None and not compiled.data_schema.is_valid(data):
         error = next(iter(compiled.data_schema.iter_errors(data)))
