@@ -125,6 +125,9 @@ _ENV_NAMES: dict[str, str] = {
     # issue 17 (workers): several HTTP processes sharing the port
     "workers": "NEXUS_WORKERS",
     "workers_stop_s": "NEXUS_WORKERS_STOP_S",
+    # per-tenant bulkheads of the webhook workers
+    "delivery_max_inflight_per_tenant": "NEXUS_DELIVERY_MAX_INFLIGHT_PER_TENANT",
+    "delivery_max_inflight_per_subscription": "NEXUS_DELIVERY_MAX_INFLIGHT_PER_SUBSCRIPTION",
 }
 
 
@@ -299,6 +302,13 @@ class Settings(BaseSettings):
     supervisor binds the port and starts them; the background services run in the first one only."""
     workers_stop_s: float = 15.0
     """How long the supervisor waits for its processes to stop after SIGTERM before it kills them."""
+    # per-tenant bulkheads of the webhook workers (delivery/bulkheads.py)
+    delivery_max_inflight_per_tenant: int | None = Field(None, ge=1)
+    """Webhook requests one tenant's subscriptions may have in flight at once in one dispatcher process;
+    None: half of `webhook_workers` (8 of 16), so another tenant always finds slots free."""
+    delivery_max_inflight_per_subscription: int | None = Field(None, ge=1)
+    """Webhook requests one subscription may have in flight at once in one dispatcher process; None: all of
+    `webhook_workers` (within its tenant's bulkhead)."""
 
     def service_url(self, name: str) -> str | None:
         """The base URL of effect service `name`, from `service_urls`."""
