@@ -47,17 +47,23 @@ def effective_limit(process_limit: int | None, tenant_limits: Mapping[str, Any])
 
 def longest_list(value: Any, limit: int) -> int | None:
     """The size of the first list found holding more than `limit` items (nested lists included); None when
-    every list is within the limit. Walks each container once (its depth is bounded by the parser)."""
+    every list is within the limit. Walks each container once (its depth is bounded by the parser); data
+    comes from JSON, so only dicts and lists are containers (exact types: an ABC check per item would cost
+    more than the rest of the walk)."""
     stack: list[Any] = [value]
     while stack:
         node = stack.pop()
-        if isinstance(node, list | tuple):
+        kind = type(node)
+        if kind is list or kind is tuple:
             if len(node) > limit:
                 return len(node)
-            stack.extend(item for item in node if isinstance(item, list | tuple | Mapping))
-        elif isinstance(node, Mapping):
-            stack.extend(item for item in node.values() if isinstance(item, list | tuple | Mapping))
+            stack.extend(item for item in node if type(item) in _CONTAINERS)
+        elif kind is dict or isinstance(node, Mapping):
+            stack.extend(item for item in node.values() if type(item) in _CONTAINERS)
     return None
+
+
+_CONTAINERS = (list, tuple, dict)
 
 
 def list_limit_message(

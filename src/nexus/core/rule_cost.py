@@ -1,27 +1,32 @@
-"""Static cost of CEL rules: a rule that walks a list once per item of another is refused at load. Pure.
+"""Static cost of CEL rules: a rule whose work grows faster than linearly with a list is refused. Pure.
 
 A check runs under its order's lock on the event loop, and CEL holds the GIL: a rule whose work grows
 with the square of a list (``a.all(x, b.exists(y, ...))``, 1,000 x 1,000 visits, 1.2-2.4 s of CPU) stalls
 every tenant. Lists are bounded (`core/list_limits.py`, `max_list_items`), so what is left to bound is how
-the work of a rule grows with them: this module parses each rule (checks, `approval.when`, effect
-bodies) and counts, for every operation that walks a list, how many items it visits at the limits:
+the work of a rule grows with them. This module parses each rule (checks, `approval.when`, effect
+bodies) and counts the items each operation visits at the limits, as the engine (`common-expression-
+language`, cel-rust) does the work (measured in benchmarks/RESULTS.md, "Bounded check cost"):
 
-* the walks are the comprehension macros (``all``, ``exists``, ``exists_one``, ``map``, ``filter``), the
-  ``in`` operator (on anything but a literal) and the core's list functions (``sum``, ``same_items``);
-* a walk inside the body of another is done once per item of the outer one: its visits are the product of
-  the lists' bounds;
-* a list's bound is the definition's `max_list_items` (default 1,000) unless the step's JSON Schema
-  gives it a smaller ``maxItems`` (for ``data.*`` paths, the items of a walked list, and ``order.*``
-  facts, from the schemas of the steps that record them), or it is a literal of known length.
+* a walk (``all``, ``exists``, ``exists_one``; ``in`` on anything but a literal; the core's list
+  functions ``sum`` and ``same_items``) visits its list once;
+* ``map`` and ``filter`` build their result by copying it once per item: their own list, squared
+  (1,000 items: 40-300 ms), so they are for short lists only;
+* a list, or a value that may hold one, read from a variable (``data.x``, ``order.x``) is copied on
+  every read: read inside a walk, once per item of that walk;
+* whatever sits inside a walk's body is done once per item of the walk (products of the bounds).
 
-A rule is refused when a nested walk visits more than `NESTED_FACTOR` x the limit items, i.e. unless every
-inner list is bounded far below the limit (16 items when the outer one is at the limit). A single walk,
-however long, is linear and allowed; so are any number of walks one after the other. Strings are not
-counted (each is bounded by `NEXUS_MAX_STRING_LENGTH`), nor list equality or concatenation (linear
-outside a walk; inside one, write the rule with a registered function instead).
+A list's bound is the definition's `max_list_items` (default 1,000) unless the step's JSON Schema gives it
+a smaller ``maxItems`` (for ``data.*`` paths, the items of a walked list, and ``order.*`` facts, from the
+schemas of the steps that record them), or it is a literal of known length. A value read inside a walk is
+known not to be a list when the schema gives it a scalar ``type`` (``limits`` and ``step`` hold scalars).
+
+A rule is refused when an operation visits more than `NESTED_FACTOR` x the limit items: a single walk,
+however long, is allowed, and so are any number of them one after another; anything quadratic only when
+its lists are bounded far below the limit (16 items inside a walk of 1,000). Strings are not counted (each
+is bounded by `NEXUS_MAX_STRING_LENGTH`).
 
 The parser covers CEL's expression grammar (the engine has already accepted the rule's syntax); it builds
-a small tree of tuples, enough to find the walks and their lists.
+a small tree of tuples, enough to find the walks and their lists. A rule it cannot read is refused.
 """
 
 from __future__ import annotations
@@ -196,14 +201,18 @@ def parse(source: str) -> Node:
 # -- the walks and their bounds ----------------------------------------------------------------------------
 
 
+WALKS_ONCE = "walks its list once"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Walk:
-    """One operation that walks a list: what it walks and how many items it visits at the limits."""
+    """One operation of a rule that visits list items: what it is, how many it visits at the limits, why."""
 
     what: str
     visits: int
     depth: int
     """How many walks it sits inside (0: at the top of the rule)."""
+    why: str = WALKS_ONCE
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -213,6 +222,10 @@ class Bounds:
     limit: int
     data: Mapping[str, Any] | None = None
     facts: Mapping[str, Mapping[str, Any] | None] = dataclasses.field(default_factory=dict)
+
+
+_SCALARS = frozenset({"string", "number", "integer", "boolean", "null"})
+_SCALAR_VARIABLES = frozenset({"limits", "step"})
 
 
 def _path(node: Node) -> tuple[str, tuple[str, ...]] | None:
@@ -249,16 +262,28 @@ def _schema_at(schema: Mapping[str, Any] | None, fields: tuple[str, ...]) -> Map
     return schema if isinstance(schema, Mapping) else None
 
 
+def _is_scalar(schema: Mapping[str, Any] | None) -> bool:
+    kind = schema.get("type") if schema is not None else None
+    kinds = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else {"?"}
+    return kinds <= _SCALARS
+
+
+Scope = Mapping[str, Mapping[str, Any] | None]
+"""The iteration variables in scope, each with the schema of its items (None: unknown)."""
+
+
 class _Analysis:
     def __init__(self, bounds: Bounds) -> None:
         self.bounds = bounds
         self.walks: list[Walk] = []
 
-    def schema_of(self, node: Node, scope: Mapping[str, Mapping[str, Any] | None]) -> Mapping[str, Any] | None:
+    def schema_of(self, node: Node, scope: Scope) -> Mapping[str, Any] | None:
         found = _path(node)
         if found is None:
             return None
-        root, fields = found
+        return self._schema(found[0], found[1], scope)
+
+    def _schema(self, root: str, fields: tuple[str, ...], scope: Scope) -> Mapping[str, Any] | None:
         if root in scope:
             return _schema_at(scope[root], fields)
         if root == "data":
@@ -267,7 +292,7 @@ class _Analysis:
             return _schema_at(self.bounds.facts.get(fields[0]), fields[1:])
         return None
 
-    def bound(self, node: Node, scope: Mapping[str, Mapping[str, Any] | None]) -> int:
+    def bound(self, node: Node, scope: Scope) -> int:
         """How many items the list `node` holds at most."""
         limit = self.bounds.limit
         if node[0] in ("list", "map"):
@@ -276,21 +301,38 @@ class _Analysis:
             return self.bound(node[1], scope)
         if node[0] == "op" and node[1] == "+":
             return min(sum(self.bound(n, scope) for n in node[2]), 2 * limit)
-        schema = self.schema_of(node, scope)
-        if schema is not None:
-            most = schema.get("maxItems")
-            if isinstance(most, int) and not isinstance(most, bool) and most >= 0:
-                return min(most, limit)
-        return limit
+        return _max_items(self.schema_of(node, scope), limit)
 
-    def walk(self, node: Node, scope: Mapping[str, Mapping[str, Any] | None], times: int, depth: int) -> None:
+    def read(self, node: Node, scope: Scope, times: int, depth: int) -> None:
+        """A variable's value read inside a walk: copied on every read unless the schema says it is a scalar
+        (for a read through an index, the list before the first index is what is copied)."""
+        found = _path(node)
+        if found is None or depth == 0:
+            return
+        root, fields = found
+        if root in scope or root in _SCALAR_VARIABLES or root not in VARIABLES:
+            return
+        copied = fields[: fields.index("[]")] if "[]" in fields else fields
+        schema = self._schema(root, copied, scope)
+        if _is_scalar(schema):
+            return
+        what = ".".join((root, *copied))
+        self.walks.append(
+            Walk(what, times * _max_items(schema, self.bounds.limit), depth, "may be a list, copied on every read")
+        )
+
+    def walk(self, node: Node, scope: Scope, times: int, depth: int) -> None:
         kind = node[0]
         if kind == "call":
             target, name, args = node[1], node[2], node[3]
             if target is not None and name in MACROS and args and args[0][0] == "ident":
                 self.walk(target, scope, times, depth)
                 size = self.bound(target, scope)
-                self.walks.append(Walk(f"{_describe(target)}.{name}", times * size, depth))
+                if name in ("map", "filter"):
+                    why = "builds its result by copying it once per item (this CEL engine)"
+                    self.walks.append(Walk(f"{_describe(target)}.{name}", times * size * size, depth, why))
+                else:
+                    self.walks.append(Walk(f"{_describe(target)}.{name}", times * size, depth))
                 two_variables = len(args) == 3 and name != "map" and args[1][0] == "ident"
                 names = [a[1] for a in args[: 2 if two_variables else 1]]
                 element = self.schema_of(target, scope)
@@ -304,7 +346,8 @@ class _Analysis:
                 self.walk(arg, scope, times, depth)
             if target is None and name in LIST_FUNCTIONS:
                 for arg in args:
-                    self.walks.append(Walk(f"{name}({_describe(arg)})", times * self.bound(arg, scope), depth))
+                    if arg[0] != "literal":
+                        self.walks.append(Walk(f"{name}({_describe(arg)})", times * self.bound(arg, scope), depth))
             return
         if kind == "op":
             for operand in node[2]:
@@ -313,14 +356,23 @@ class _Analysis:
                 collection = node[2][1]
                 self.walks.append(Walk(f"in {_describe(collection)}", times * self.bound(collection, scope), depth))
             return
-        if kind in ("select", "index"):
+        if kind in ("ident", "select", "index"):
+            if _path(node) is not None:
+                self.read(node, scope, times, depth)
             for child in node[1:]:
-                if isinstance(child, tuple):
+                if isinstance(child, tuple) and (kind == "index" or _path(child) is None):
                     self.walk(child, scope, times, depth)
             return
         if kind in ("list", "map"):
             for child in node[1]:
                 self.walk(child, scope, times, depth)
+
+
+def _max_items(schema: Mapping[str, Any] | None, limit: int) -> int:
+    most = schema.get("maxItems") if schema is not None else None
+    if isinstance(most, int) and not isinstance(most, bool) and most >= 0:
+        return min(most, limit)
+    return limit
 
 
 def walks(source: str, bounds: Bounds) -> list[Walk]:
@@ -331,17 +383,19 @@ def walks(source: str, bounds: Bounds) -> list[Walk]:
 
 
 def too_costly(source: str, bounds: Bounds) -> str | None:
-    """Why a rule is refused (its costliest nested walk), or None when its cost is at most linear."""
+    """Why a rule is refused (its costliest operation), or None when its cost is at most linear."""
     budget = NESTED_FACTOR * bounds.limit
-    nested = [w for w in walks(source, bounds) if w.depth > 0 and w.visits > budget]
-    if not nested:
+    over = [w for w in walks(source, bounds) if w.visits > budget]
+    if not over:
         return None
-    worst = max(nested, key=lambda w: w.visits)
+    # The costliest; among equals, a walk names the cause better than the read of its list.
+    worst = max(over, key=lambda w: (w.visits, w.why == WALKS_ONCE, w.depth))
+    where = f", inside {'another walk' if worst.depth == 1 else f'{worst.depth} walks'}" if worst.depth else ""
     return (
-        f"its cost grows faster than linearly with a list: {worst.what} runs inside another walk, "
-        f"{worst.visits:,} visits at max_list_items {bounds.limit:,} (at most {budget:,}); "
-        f"bound the inner list far below the limit (JSON Schema maxItems <= {NESTED_FACTOR}) "
-        "or compare the lists in one pass (e.g. same_items)"
+        f"its cost grows faster than linearly with a list: {worst.what} {worst.why}{where}, "
+        f"{worst.visits:,} visits at max_list_items {bounds.limit:,} (at most {budget:,}); bound the lists "
+        f"far below the limit (JSON Schema maxItems, <= {NESTED_FACTOR} inside a walk) or compare them in one "
+        "pass (sum(list, fields...), same_items(a, b, fields...))"
     )
 
 
