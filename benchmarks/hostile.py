@@ -232,7 +232,7 @@ async def run(seconds: float, bodies: int, admin_url: str) -> dict[str, Any]:
                     "status": refused.status_code,
                     "check": refused.json().get("check"),
                     "ms": round(refused_s * 1000, 2),
-                },  # fmt: skip
+                },
                 "healthz_meanwhile": percentiles(await poller),
             }
 
