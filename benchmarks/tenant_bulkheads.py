@@ -4,8 +4,9 @@ On a fresh database: tenant `acme` has 20 subscriptions whose receiver reads eve
 answers (a real HTTP server in this process); tenant `beta` has one subscription to a healthy `nexus sink`
 process. acme's backlog (N plans) is applied first, then a `nexus serve --dispatcher-only` process starts
 (default settings: 16 webhook workers, 10 s webhook timeout) and beta's plans are applied at a steady pace
-for a while. Reported: beta's latency (`delivered_at - outbox.created_at`, both PostgreSQL clocks) p50, p99
-and max, beta's notifications delivered by the end, and the most requests acme held at once.
+for a while, then the run waits (up to `--drain-s`) for beta's last ones. Reported: beta's latency
+(`delivered_at - outbox.created_at`, both PostgreSQL clocks) p50, p99 and max, beta's notifications
+delivered by the end, and the most requests acme held at once.
 
 Run it against the code on the path, e.g. ``PYTHONPATH=src`` (this branch) and ``PYTHONPATH=../main/src``
 (before bulkheads): ``.venv/bin/python benchmarks/tenant_bulkheads.py [--seconds 20] [--acme-plans 40]``.
@@ -67,7 +68,9 @@ async def apply(gateway: Gateway, tenant: str, prefix: str, plans: int) -> None:
     await gateway.submit([i for i in items if i is not None])
 
 
-async def run(admin_url: str, embedded: EmbeddedPostgres | None, seconds: float, acme_plans: int) -> dict[str, Any]:
+async def run(
+    admin_url: str, embedded: EmbeddedPostgres | None, seconds: float, acme_plans: int, drain_s: float
+) -> dict[str, Any]:
     url = await new_database(admin_url, embedded)
     db = await Database(Settings(database_url=url, db_pool_size=4, allow_private_urls="127.0.0.0/8")).open()
     hanging = Hanging()
@@ -94,7 +97,11 @@ async def run(admin_url: str, embedded: EmbeddedPostgres | None, seconds: float,
                 await apply(gateway, "beta", f"b{tick}-", 1)
                 tick += 1
                 await asyncio.sleep(max(0.0, started + tick * 0.2 - time.monotonic()))
-            await asyncio.sleep(2.0)  # a last beta plan may still be on its way
+            applied_for = time.monotonic() - started
+            drain_until = time.monotonic() + drain_s  # then every beta notification, however late
+            pending = "SELECT count(*) FROM deliveries WHERE tenant_id = 'beta' AND state = 'pending'"
+            while await db.fetchval(pending) and time.monotonic() < drain_until:  # noqa: ASYNC110 - another process
+                await asyncio.sleep(0.2)
             row = await db.fetchrow(
                 "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,"
                 " percentile_cont(0.99) WITHIN GROUP (ORDER BY ms) AS p99, max(ms) AS max, count(ms) AS delivered,"
@@ -105,9 +112,10 @@ async def run(admin_url: str, embedded: EmbeddedPostgres | None, seconds: float,
         finally:
             stop(dispatcher)
         return {
-            "beta_p50_ms": round(row["p50"] or -1, 1),
-            "beta_p99_ms": round(row["p99"] or -1, 1),
-            "beta_max_ms": round(row["max"] or -1, 1),
+            "beta_applied_s": round(applied_for, 1),
+            "beta_p50_ms": round(float(row["p50"] or -1), 1),
+            "beta_p99_ms": round(float(row["p99"] or -1), 1),
+            "beta_max_ms": round(float(row["max"] or -1), 1),
             "beta_delivered": f"{row['delivered']}/{row['due']}",
             "acme_most_held": hanging.most,
         }
@@ -121,6 +129,7 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="how long beta's plans are applied (5/s)")
     parser.add_argument("--acme-plans", type=int, default=40)
+    parser.add_argument("--drain-s", type=float, default=120.0, help="longest wait for beta's last deliveries")
     args = parser.parse_args()
     embedded = None
     admin_url = os.environ.get("NEXUS_DATABASE_URL")
@@ -128,7 +137,7 @@ async def main() -> None:
         embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="nexus-bench-")), cleanup_mode="delete")
         admin_url = embedded.start()
     try:
-        print(json.dumps(await run(admin_url, embedded, args.seconds, args.acme_plans)), flush=True)
+        print(json.dumps(await run(admin_url, embedded, args.seconds, args.acme_plans, args.drain_s)), flush=True)
     finally:
         if embedded is not None:
             embedded.close()
