@@ -42,9 +42,13 @@ import httpx
 import psutil
 from delivery import free_port, plan  # benchmarks/ is the script's directory, first on sys.path
 
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
 from nexus.core.list_limits import DEFAULT_MAX_LIST_ITEMS
 from nexus.core.process import compile_definition, needs_approval, validate_step
 from nexus.processes import builtin_sources
+from nexus.settings import Settings
+from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 
 JSON = {"content-type": "application/json"}
@@ -158,7 +162,8 @@ async def run(seconds: float, bodies: int, admin_url: str) -> dict[str, Any]:
     parts = urllib.parse.urlsplit(admin_url)
     database_url = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
     port = free_port()
-    env = {**os.environ, "NEXUS_DATABASE_URL": database_url, "NEXUS_HTTP_PORT": str(port)}
+    data_dir = tempfile.mkdtemp(prefix="nexus-hostile-")  # the bootstrap admin key goes there, not in the cwd
+    env = {**os.environ, "NEXUS_DATABASE_URL": database_url, "NEXUS_HTTP_PORT": str(port), "NEXUS_DATA_DIR": data_dir}
     log = (Path(__file__).resolve().parent / "results" / "hostile-serve.log").open("wb")  # noqa: ASYNC240 - before timing
     proc = subprocess.Popen(  # noqa: ASYNC220 - started once, runs for the whole measurement
         [sys.executable, "-m", "nexus.cli", "serve", "--no-dispatcher"],
@@ -176,6 +181,13 @@ async def run(seconds: float, bodies: int, admin_url: str) -> dict[str, Any]:
                         break
                 except httpx.HTTPError:
                     await asyncio.sleep(0.1)
+            # An agent key of its own (every route but the health checks needs one since issue 11).
+            db = await Database(Settings(database_url=database_url, db_pool_size=1)).open(migrate=False)
+            try:
+                _, key = await create_key(db, "default", frozenset({Role.AGENT}))
+            finally:
+                await db.close()
+            client.headers["authorization"] = f"Bearer {key}"
             server = psutil.Process(proc.pid)
             stop = asyncio.Event()
             poller = asyncio.create_task(poll_health(client, stop))
