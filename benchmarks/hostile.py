@@ -8,7 +8,12 @@ Against a `nexus serve --no-dispatcher` it starts (its own database), with defau
    request may carry: 1,000 valid events (applied), 1 MiB of `{}` (refused, 413 BATCH_TOO_LARGE) and
    1 MiB of nested arrays (refused, 400 NESTING_TOO_DEEP);
 3. memory: the server's RSS before and after N hostile bodies (deep nesting, huge numbers, odd strings,
-   duplicate keys, NaN) sent beside valid traffic.
+   duplicate keys, NaN) sent beside valid traffic;
+4. the worst step each shipped definition allows, at the limits (`max_list_items` lists where its rules
+   walk them, a list at the limit in every other step too): the CPU of deciding it in this process
+   (`validate_step`, `needs_approval`, `facts_after`; the aim is under 50 ms), then over HTTP the issue's
+   attack (an order of 1,000 items, then its 1,000 items reserved in reverse) sent back to back with
+   /healthz polled meanwhile, and a step one item over the limit (422).
 
 Usage: ``.venv/bin/python benchmarks/hostile.py [--seconds 10] [--bodies 2000]``.
 PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an embedded pgserver.
@@ -28,6 +33,7 @@ import tempfile
 import time
 import urllib.parse
 import uuid
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +42,17 @@ import httpx
 import psutil
 from delivery import free_port, plan  # benchmarks/ is the script's directory, first on sys.path
 
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
+from nexus.core.list_limits import DEFAULT_MAX_LIST_ITEMS
+from nexus.core.process import compile_definition, needs_approval, validate_step
+from nexus.processes import builtin_sources
+from nexus.settings import Settings
+from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 
 JSON = {"content-type": "application/json"}
+LIMITS = {"max_order_amount": Decimal(100000)}
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -60,6 +74,59 @@ async def poll_health(client: httpx.AsyncClient, stop: asyncio.Event) -> list[fl
         assert response.status_code == 200
         await asyncio.sleep(0.01)
     return samples
+
+
+LIMIT = DEFAULT_MAX_LIST_ITEMS
+
+
+def limit_items(n: int = LIMIT) -> list[dict[str, Any]]:
+    return [{"product_id": f"p{i}", "quantity": 1 + i % 3, "unit_price": "1.25"} for i in range(n)]
+
+
+def worst_data(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Data every shipped step accepts in form, its lists at the limit (extra fields are kept, as designed)."""
+    total = str(sum(Decimal(i["unit_price"]) * i["quantity"] for i in items))
+    return {
+        "user_id": "u", "items": items, "reserved_items": items[::-1], "total_amount": total, "amount": total,
+        "currency": "USD", "payment_id": "pay", "warehouse_id": "w", "method": "card", "carrier": "c",
+        "tracking_number": "t", "reason": "r", "reviewer": "x", "note": "n", "tags": list(range(LIMIT)),
+    }  # fmt: skip
+
+
+def worst_steps(repeat: int = 10) -> dict[str, Any]:
+    """Per shipped definition: the CPU (ms, median of `repeat`) of deciding each step at the limits, and the worst."""
+    items = limit_items()
+    data = worst_data(items)
+    out: dict[str, Any] = {}
+    for source in builtin_sources():
+        process = compile_definition(source.text)
+        initial = process.allowed[None][0]
+        facts = process.facts_after({}, initial, data)
+        steps: dict[str, float] = {}
+        for name, compiled in process.steps.items():
+            status = next((s for s in compiled.step.from_ if s is not None), None)
+            times = []
+            for _ in range(repeat):
+                started = time.process_time()
+                validate_step(process, status, facts, name, 2, data, LIMITS)
+                needs_approval(process, facts, name, 2, data, LIMITS)
+                process.facts_after(facts, name, data)
+                times.append(time.process_time() - started)
+            steps[name] = round(statistics.median(times) * 1000, 2)
+        worst = max(steps, key=lambda k: steps[k])
+        out[f"{process.name} v{process.version}"] = {"worst_step": worst, "worst_cpu_ms": steps[worst], "steps": steps}
+    return out
+
+
+def attack_bodies() -> tuple[bytes, bytes]:
+    """The issue's attack at the limit, on a fresh order: 1,000 items, then the same 1,000 reserved in reverse."""
+    order = f"atk-{uuid.uuid4().hex[:10]}"
+    created, validated = plan(order)[:2]
+    items = limit_items()
+    created["data"] = {"user_id": "u", "items": items, "total_amount": worst_data(items)["total_amount"],
+                       "currency": "USD"}  # fmt: skip
+    validated["data"] = {"warehouse_id": "w", "reserved_items": items[::-1]}
+    return json.dumps(created).encode(), json.dumps(validated).encode()
 
 
 def maximal_bodies() -> list[tuple[str, bytes]]:
@@ -95,7 +162,8 @@ async def run(seconds: float, bodies: int, admin_url: str) -> dict[str, Any]:
     parts = urllib.parse.urlsplit(admin_url)
     database_url = urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
     port = free_port()
-    env = {**os.environ, "NEXUS_DATABASE_URL": database_url, "NEXUS_HTTP_PORT": str(port)}
+    data_dir = tempfile.mkdtemp(prefix="nexus-hostile-")  # the bootstrap admin key goes there, not in the cwd
+    env = {**os.environ, "NEXUS_DATABASE_URL": database_url, "NEXUS_HTTP_PORT": str(port), "NEXUS_DATA_DIR": data_dir}
     log = (Path(__file__).resolve().parent / "results" / "hostile-serve.log").open("wb")  # noqa: ASYNC240 - before timing
     proc = subprocess.Popen(  # noqa: ASYNC220 - started once, runs for the whole measurement
         [sys.executable, "-m", "nexus.cli", "serve", "--no-dispatcher"],
@@ -113,6 +181,13 @@ async def run(seconds: float, bodies: int, admin_url: str) -> dict[str, Any]:
                         break
                 except httpx.HTTPError:
                     await asyncio.sleep(0.1)
+            # An agent key of its own (every route but the health checks needs one since issue 11).
+            db = await Database(Settings(database_url=database_url, db_pool_size=1)).open(migrate=False)
+            try:
+                _, key = await create_key(db, "default", frozenset({Role.AGENT}))
+            finally:
+                await db.close()
+            client.headers["authorization"] = f"Bearer {key}"
             server = psutil.Process(proc.pid)
             stop = asyncio.Event()
             poller = asyncio.create_task(poll_health(client, stop))
@@ -138,6 +213,40 @@ async def run(seconds: float, bodies: int, admin_url: str) -> dict[str, Any]:
                     "answers": {status: percentiles(times) for status, times in answers.items()},
                     "healthz_meanwhile": percentiles(await poller),
                 }
+
+            # The worst step at the limits over HTTP, back to back, with /healthz polled meanwhile.
+            answers = {}
+            stop = asyncio.Event()
+            poller = asyncio.create_task(poll_health(client, stop))
+            cpu_before = server.cpu_times()
+            steps = 0
+            deadline = time.monotonic() + seconds / 3
+            while time.monotonic() < deadline:
+                for label, body in zip(("OrderCreated x1000", "InventoryValidated x1000 reversed"), attack_bodies(),
+                                       strict=True):  # fmt: skip
+                    started = time.perf_counter()
+                    response = await client.post("/v1/events", content=body, headers=JSON)
+                    assert response.json()["results"][0]["decision"] == "APPLY", response.text[:300]
+                    answers.setdefault(label, []).append(time.perf_counter() - started)
+                    steps += 1
+            over = json.loads(attack_bodies()[0])
+            over["data"]["items"] = limit_items(LIMIT + 1)
+            started = time.perf_counter()
+            refused = await client.post("/v1/events", json=over)
+            refused_s = time.perf_counter() - started
+            stop.set()
+            cpu_after = server.cpu_times()
+            cpu_s = (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
+            result["limits_over_http"] = {
+                "answers": {label: percentiles(times) for label, times in answers.items()},
+                "server_cpu_ms_per_step": round(cpu_s / max(1, steps) * 1000, 2),
+                "over_the_limit": {
+                    "status": refused.status_code,
+                    "check": refused.json().get("check"),
+                    "ms": round(refused_s * 1000, 2),
+                },
+                "healthz_meanwhile": percentiles(await poller),
+            }
 
             rss_before = server.memory_info().rss
             rng = random.Random(10)
@@ -173,7 +282,7 @@ def main() -> None:
         embedded = EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="nexus-bench-hostile-")), cleanup_mode="delete")
         admin_url = embedded.start()
     try:
-        result = asyncio.run(run(args.seconds, args.bodies, admin_url))
+        result = {"worst_steps": worst_steps(), **asyncio.run(run(args.seconds, args.bodies, admin_url))}
     finally:
         if embedded is not None:
             embedded.close()

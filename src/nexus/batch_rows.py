@@ -33,6 +33,7 @@ from nexus.core.decide.rows import (
     postgres_text,
 )
 from nexus.core.envelope import EventEnvelope, parse_envelope
+from nexus.core.list_limits import tenant_limits
 from nexus.core.order_state import OrderState
 from nexus.core.process_model import Verdict
 from nexus.errors import ErrorCode
@@ -76,7 +77,7 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
             verdict = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
             rejected[(row["tenant_id"], row["order_id"])][row["event_id"]] = verdict
         else:
-            limits[row["tenant_id"]] = {"max_order_amount": Decimal(row["max_order_amount"])}
+            limits[row["tenant_id"]] = tenant_limits(Decimal(row["max_order_amount"]), row["max_list_items"])
     states = {(r["tenant_id"], r["order_id"]): state_of(r, pending) for r in order_rows}
     for oid, steps in pending.items():
         if oid not in states:

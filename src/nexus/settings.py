@@ -216,6 +216,13 @@ class Settings(BaseSettings):
     rate limits are; beyond: its failed attempts get 429 RATE_LIMITED (a valid key is never refused). 0: no limit."""
     console_secure: bool = False
     """Mark the console's cookies `Secure` (also done for a request that came over https)."""
+    # per-tenant bulkheads of the webhook workers (delivery/bulkheads.py)
+    delivery_max_inflight_per_tenant: int | None = Field(None, ge=1)
+    """Webhook requests one tenant's subscriptions may have in flight at once in one dispatcher process;
+    None: half of `webhook_workers` (8 of 16), so another tenant always finds slots free."""
+    delivery_max_inflight_per_subscription: int | None = Field(None, ge=1)
+    """Webhook requests one subscription may have in flight at once in one dispatcher process; None: all of
+    `webhook_workers` (within its tenant's bulkhead)."""
 
     def service_url(self, name: str) -> str | None:
         """The base URL of effect service `name`, from `service_urls`."""

@@ -16,6 +16,7 @@ import pytest
 
 from nexus.core.breaker import Breaker, BreakerConfig, BreakerState
 from nexus.delivery.breakers import BreakerReport, write_breaker
+from nexus.delivery.bulkheads import BulkheadConfig, Bulkheads
 from nexus.delivery.claims import Claimer
 from nexus.delivery.subscriptions import ensure_default_subscription
 from nexus.settings import Settings
@@ -85,16 +86,17 @@ async def test_a_cached_subscription_list_still_honours_breaker_changes(db: Data
     await submit_plans(db, 3)
     report = BreakerReport(10)
     claimer = Claimer(db, "me", 60.0, BreakerConfig(threshold=5, cooldown_s=30, probe_ttl_s=60), report, 60.0)
+    heads = Bulkheads(BulkheadConfig.of(16, None, None))
     now = dt.datetime.now(dt.UTC)
     opened = Breaker(BreakerState.OPEN, 5, now, now + dt.timedelta(seconds=30))
     async with db.pool.acquire() as conn:
         await conn.execute("INSERT INTO circuit_breakers (subscription_id) VALUES (1) ON CONFLICT DO NOTHING")
         await write_breaker(conn, 1, opened)
-    assert await claimer.claim(10) == []  # the list, now cached, is empty
+    assert await claimer.claim(10, heads) == []  # the list, now cached, is empty
     async with db.pool.acquire() as conn:
         await write_breaker(conn, 1, Breaker())
     report.transitioned(1, opened, Breaker())  # closed (say, by this instance's probe): read again at once
-    assert len(await claimer.claim(1)) == 1
+    assert len(await claimer.claim(1, heads)) == 1
     async with db.pool.acquire() as conn:
         await write_breaker(conn, 1, opened)  # opened by another instance: the cached list still names it
-    assert await claimer.claim(10) == []
+    assert await claimer.claim(10, heads) == []

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
+
+import pytest
+
 from nexus import metrics
 from nexus.delivery.dispatcher import OutboxDispatcher
 from nexus.delivery.subscriptions import disable_subscription
@@ -59,3 +65,40 @@ async def test_breaker_series_are_bounded_and_disabled_ones_removed(db: Database
 def _breaker_samples() -> list:  # type: ignore[type-arg]
     [family] = [m for m in metrics.REGISTRY.collect() if m.name == "nexus_circuit_breaker_state"]
     return list(family.samples)
+
+
+async def test_hostile_retry_after_is_read_as_absent(
+    db: Database, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A receiver answering 503 with `Retry-After: \\xb2` gets a normal retry: no ERROR, the status recorded."""
+    answers = [b"503 Service Unavailable\r\nRetry-After: \xb2", b"200 OK"]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                writer.close()
+                return
+            length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+            await reader.readexactly(length)
+            answer = answers.pop(0) if len(answers) > 1 else answers[0]
+            writer.write(b"HTTP/1.1 " + answer + b"\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    caplog.set_level(logging.INFO)
+    try:
+        await subscribe(db, f"http://127.0.0.1:{port}/hook")
+        envelope = step("o-ra", "p-ra", 1)
+        await Gateway(db).submit([Incoming(envelope.model_dump_json(), envelope)])
+        async with dispatching(db, settings):
+            await wait_until(lambda: settled(db), 10, "the notification delivered")
+        row = await db.fetchrow("SELECT state, attempts FROM deliveries")
+        tried = await db.fetch("SELECT status, error_class FROM delivery_attempts ORDER BY attempt")
+    finally:
+        server.close()
+    assert row is not None and (row["state"], row["attempts"]) == ("delivered", 2)
+    assert [(r["status"], r["error_class"]) for r in tried] == [(503, None), (200, None)]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

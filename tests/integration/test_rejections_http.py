@@ -151,7 +151,7 @@ async def test_refund_process_end_to_end(api: httpx.AsyncClient) -> None:
 async def test_processes_api(api: httpx.AsyncClient) -> None:
     """GET /v1/processes lists the registered definitions; GET /v1/processes/{name} shows one; 404 else."""
     listing = (await api.get("/v1/processes")).json()["processes"]
-    assert {("order", 1), ("refund", 1)} <= {(p["name"], p["version"]) for p in listing}
+    assert {("order", 2), ("refund", 1)} <= {(p["name"], p["version"]) for p in listing}
     order = (await api.get("/v1/processes/order")).json()
     assert order["steps"]["PaymentProcessed"]["from"] == ["inventory_validated"]
     assert order["mermaid"].startswith("stateDiagram-v2")

@@ -65,6 +65,28 @@ def test_parse_retry_after_reads_seconds_and_http_dates() -> None:
     assert parse_retry_after(None, NOW) is None
 
 
+def test_hostile_retry_after_reads_as_absent() -> None:
+    """A receiver's unreadable Retry-After (non-ASCII digits, impossible dates) is no hint, never an error."""
+    for hostile in (
+        "\xb2",
+        "\u0663",
+        "1\xb2",
+        "-5",
+        "1e5",
+        "Mon, 32 Jan 2026 00:00:00 GMT",
+        "Thu, 01 Jan 99999 00:00:00 GMT",
+    ):
+        assert parse_retry_after(hostile, NOW) is None, hostile
+    assert parse_retry_after("9" * 400, NOW) == 10.0**12
+
+
+@given(st.text(max_size=40))
+def test_any_retry_after_is_absent_or_a_finite_delay(text: str) -> None:
+    """Whatever a receiver sends, the reading is None or a finite, non-negative delay."""
+    value = parse_retry_after(text, NOW)
+    assert value is None or 0 <= value < float("inf")
+
+
 def test_policy_rejects_nonsense() -> None:
     """Negative delays and fewer than one attempt are configuration errors."""
     with pytest.raises(ValueError):

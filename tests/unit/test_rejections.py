@@ -70,14 +70,14 @@ def test_after_terminal_and_after_abort() -> None:
     decisions, _ = run([*done, extra])
     assert decisions[-1] is Decision.REJECTED
     res = resolve(
-        OrderState(O, P, OrderStatus.COMPLETED, 5, process="order", process_version=1),
+        OrderState(O, P, OrderStatus.COMPLETED, 5, process="order", process_version=2),
         [extra],
         {},
         catalog=builtin_catalog(),
         limits=LIMITS,
     )
     assert res.rejections[0].verdict.code is ErrorCode.AFTER_TERMINAL
-    aborted = OrderState(O, P, OrderStatus.ABORTED, 2, process="order", process_version=1)
+    aborted = OrderState(O, P, OrderStatus.ABORTED, 2, process="order", process_version=2)
     res = resolve(aborted, [step(O, P, 3)], {}, catalog=builtin_catalog(), limits=LIMITS)
     assert res.decisions[0][1] is Decision.DISCARD
 

@@ -12,6 +12,8 @@ from nexus.settings import Settings, env_name, otel_variables
 # Every variable of the gateway's settings, written out: they are public (docs, deployments, scripts), so
 # none may be renamed or dropped, and a new setting is added here on purpose.
 PUBLIC_VARIABLES = [
+    "NEXUS_DELIVERY_MAX_INFLIGHT_PER_TENANT",
+    "NEXUS_DELIVERY_MAX_INFLIGHT_PER_SUBSCRIPTION",
     "NEXUS_MAX_WAITS_PER_KEY",
     "NEXUS_HTTP_HEAD_TIMEOUT_S",
     "NEXUS_AUTH_FAILURES_PER_MINUTE",

@@ -26,6 +26,7 @@ import datetime as dt
 import email.utils
 import enum
 import math
+import re
 
 
 class Jitter(enum.StrEnum):
@@ -116,21 +117,28 @@ def decide(policy: RetryPolicy, attempt: int, rand: float, retry_after_ms: float
     return RetryDecision(retry=True, delay_ms=delay)
 
 
+# ASCII digits only: `str.isdigit` also accepts superscripts and other scripts' digits, which float() refuses.
+_DELTA_SECONDS = re.compile(r"[0-9]+")
+_LONGEST_S = 10.0**9  # beyond any cap; keeps a 400-digit value finite
+
+
 def parse_retry_after(value: str | None, now: dt.datetime) -> float | None:
     """A ``Retry-After`` header as milliseconds from `now` (aware); None when absent or unreadable.
 
     Both forms of RFC 9110 are read: delta-seconds (``120``) and an HTTP-date; a date in the past is 0.
+    The header is the receiver's, so anything else (a superscript two, which `str.isdigit` calls a digit, a date no
+    calendar has, a year past 9999) is read as absent, never as an error.
     """
     if value is None:
         return None
     text = value.strip()
     if not text:
         return None
-    if text.isdigit():
-        return float(text) * 1000.0
+    if _DELTA_SECONDS.fullmatch(text):
+        return min(float(text), _LONGEST_S) * 1000.0
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)

@@ -20,6 +20,8 @@ from typing import Any
 
 import cel
 
+from nexus.core.cel_functions import same_items
+
 # ISO 4217 currencies whose minor unit is not the cent; every other code has two decimals.
 _EXPONENTS: dict[str, int] = {
     "BIF": 0, "CLP": 0, "DJF": 0, "GNF": 0, "ISK": 0, "JPY": 0, "KMF": 0, "KRW": 0, "PYG": 0, "RWF": 0,
@@ -74,15 +76,31 @@ def _convert_path(node: dict[str, Any], parts: list[str], exponent: int) -> None
         node[key] = copies
 
 
-def _sum(values: object) -> object:
+def _sum(values: object, *fields: object) -> object:
+    """`sum(list)`: the sum of the numbers; `sum(list, "a", "b")`: the sum over the list's maps of the
+    product of their fields a and b (an order's total: ``sum(data.items, "quantity", "unit_price")``)."""
     if not isinstance(values, list):
         raise TypeError("sum() takes a list")
+    if not all(isinstance(f, str) for f in fields):
+        raise TypeError("sum() takes field names after its list")
     total: int | float = 0
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise TypeError("sum() takes numbers")
-        total += v
+        if fields:
+            if not isinstance(v, Mapping):
+                raise TypeError("sum() with fields takes a list of maps")
+            product: int | float = 1
+            for field in fields:
+                product *= _number(v.get(field))
+            total += product
+        else:
+            total += _number(v)
     return total
+
+
+def _number(v: object) -> int | float:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise TypeError("sum() takes numbers")
+    return v
 
 
 def build_context(variables: Mapping[str, Any], *, with_sum: bool) -> cel.Context:
@@ -90,8 +108,11 @@ def build_context(variables: Mapping[str, Any], *, with_sum: bool) -> cel.Contex
     costs more than evaluating a rule, so it is done once per step, for the variables its rules name."""
     context = cel.Context()
     if with_sum:
-        # CEL has no fold over a list; `sum(list)` is the one function checks need beyond the standard library.
+        # CEL has no fold over a list, and this engine's `map`/`filter` copy their result once per item
+        # (quadratic): `sum(list[, fields])` and `same_items(a, b[, fields])` (core/cel_functions.py) are the
+        # functions checks need beyond the standard library, each one pass; registered for rules that call them.
         context.add_function("sum", _sum)
+        context.add_function("same_items", same_items)
     context.update(dict(variables))  # one conversion call: about half the cost of one add_variable per name
     return context
 
@@ -125,7 +146,7 @@ def pick(value: Mapping[str, Any], fields: frozenset[str] | None) -> Mapping[str
     return {k: value[k] for k in fields if k in value}
 
 
-_SUM = re.compile(r"\bsum\s*\(")
+_SUM = re.compile(r"\b(sum|same_items)\s*\(")
 
 
 class CheckSyntaxError(ValueError):

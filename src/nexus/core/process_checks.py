@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from nexus.core.checks import build_context, convert_money, exponent_of, pick, to_minor
+from nexus.core.list_limits import CHECK_ID as LIST_CHECK_ID
+from nexus.core.list_limits import list_limit_message
 from nexus.core.process_model import ABORT_STEP, CompiledProcess, Verdict
 from nexus.errors import ErrorCode
 
@@ -40,6 +42,8 @@ def validate_step(
             f"{event_type} is not allowed from state {status or 'none (the order does not exist yet)'}; "
             f"allowed next steps: {', '.join(nexts) or 'none'}",
         )
+    if (too_long := list_limit_message(data, process.definition.max_list_items, limits)) is not None:
+        return Verdict(ErrorCode.LIMIT_EXCEEDED, too_long, LIST_CHECK_ID)
     data = compiled.with_defaults(data)
     if compiled.data_schema is not None and not compiled.data_schema.is_valid(data):
         error = next(iter(compiled.data_schema.iter_errors(data)))

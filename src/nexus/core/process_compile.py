@@ -22,6 +22,7 @@ from nexus.core.process_model import (
     Step,
     content_hash,
 )
+from nexus.core.rule_cost import costly_rules
 
 
 def definition_schema() -> dict[str, Any]:
@@ -35,8 +36,11 @@ def definition_schema() -> dict[str, Any]:
 _SCHEMA_VALIDATOR = jsonschema.Draft202012Validator(definition_schema())
 
 
-def compile_definition(text: str) -> CompiledProcess:
-    """Parse, validate and compile a definition from its YAML text; raise `DefinitionError` with a line."""
+def compile_definition(text: str, *, judge_cost: bool = True) -> CompiledProcess:
+    """Parse, validate and compile a definition from its YAML text; raise `DefinitionError` with a line.
+
+    `judge_cost` False: a definition registered before its rules' cost was judged, loaded as accepted then
+    (its orders are pinned to it)."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -56,10 +60,10 @@ def compile_definition(text: str) -> CompiledProcess:
         err = exc.errors()[0]
         path = [p for p in err["loc"]]
         raise DefinitionError(f"{'.'.join(map(str, path))}: {err['msg']}", _line_of(text, path)) from exc
-    return _compile(definition, text)
+    return _compile(definition, text, judge_cost)
 
 
-def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
+def _compile(definition: ProcessDefinition, text: str, judge_cost: bool = True) -> CompiledProcess:
     states = set(definition.states) | {ABORTED}
     terminal = set(definition.terminal) | {ABORTED}
     for state in definition.terminal:
@@ -85,6 +89,8 @@ def _compile(definition: ProcessDefinition, text: str) -> CompiledProcess:
                 )
             allowed.setdefault(origin, []).append(name)
         steps[name] = _compile_step(name, step, text)
+    for where, reason in costly_rules(definition) if judge_cost else ():
+        raise DefinitionError(reason, _line_of(text, where))
     if None not in allowed:
         raise DefinitionError("no initial step: at least one step needs `from: [null]`", _line_of(text, ["steps"]))
     return CompiledProcess(

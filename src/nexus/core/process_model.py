@@ -160,6 +160,9 @@ class ProcessDefinition(_Frozen):
     terminal: list[_Name] = Field(default_factory=list)
     max_rejections: Annotated[int, Field(ge=1)] | None = None
     deadline: Deadline | None = None
+    max_list_items: Annotated[int, Field(ge=1)] | None = None
+    """The most items any list of a step's data may hold (default 1,000; a tenant's limit may lower it).
+    Its rules are judged for cost against it (core/rule_cost.py); more items: LIMIT_EXCEEDED."""
     currency_field: str = "currency"
     """The data key (or order fact) naming the currency that money fields are in."""
     steps: Annotated[dict[_Name, Step], Field(min_length=1)]

@@ -8,7 +8,7 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
     r"""{
  "fulfilment": {
   "name": "fulfilment",
-  "version": 1,
+  "version": 2,
   "description": "An order whose inventory, payment, shipping and invoice are effects performed by the gateway.",
   "states": [
    "created",
@@ -250,7 +250,7 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
  },
  "order": {
   "name": "order",
-  "version": 1,
+  "version": 2,
   "description": "An e-commerce order, created, validated against inventory, paid, shipped and completed.",
   "states": [
    "created",
@@ -496,7 +496,7 @@ DEFINITIONS: dict[str, dict[str, Any]] = json.loads(
  },
  "order_reviewed": {
   "name": "order_reviewed",
-  "version": 1,
+  "version": 2,
   "description": "An e-commerce order whose payments above 1000.00 wait for a person's approval.",
   "states": [
    "created",

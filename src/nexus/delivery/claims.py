@@ -2,8 +2,11 @@
 
 One ``UPDATE ... FOR UPDATE SKIP LOCKED`` statement per subscription takes up to as many due deliveries
 as there are free workers (only the oldest pending one of each (order, subscription); see ``claim`` in
-delivery.sql) and leases them to this instance. Claims are shared across the claimable subscriptions,
-rotating who goes first, so one subscription's backlog does not starve another. The list of claimable
+delivery.sql) and leases them to this instance. Claims are shared across the tenants, then across each
+tenant's subscriptions, rotating who goes first, within the bulkheads (delivery/bulkheads.py): a tenant
+holds at most its share of the slots and a subscription at most its own, so one tenant's backlog or
+hanging endpoints never take the slots another tenant's deliveries need. A claimed delivery takes its
+slot here; the dispatcher gives it back when the delivery's task ends. The list of claimable
 subscriptions is read at most once per `subscriptions_ttl_s` (issue 17: a round trip per claim less): a
 breaker that opened since is still honoured by ``claim`` itself, which checks the breaker and the
 subscription again; a subscription added since, or whose breaker another instance closed, waits at most
@@ -19,12 +22,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections import Counter
 from typing import Any
 
 import asyncpg
 
 from nexus.core.breaker import BreakerConfig
 from nexus.delivery.breakers import BreakerReport, breaker_of, write_breaker
+from nexus.delivery.bulkheads import EVERY_TENANT, Bulkheads, in_turn, share, tenant_key
 from nexus.delivery.formats import render_body
 from nexus.delivery.signing import parse_secret
 from nexus.store.database import Database
@@ -51,6 +56,8 @@ class Claimed:
     probe: bool = False
     tenant_id: str = "default"
     content_type: str = "application/json"
+    bulkhead: str = EVERY_TENANT
+    """The tenant of the subscription (its bulkhead): `*` for a subscription of every tenant."""
 
 
 class Claimer:
@@ -67,7 +74,8 @@ class Claimer:
     ) -> None:
         self.db = db
         self.subscriptions_ttl_s = subscriptions_ttl_s
-        self._subscriptions: list[int] = []
+        self._subscriptions: list[tuple[int, str]] = []
+        self._tenants = 0
         self._subscriptions_until = float("-inf")
         self._generation = report.generation
         self.owner = owner
@@ -77,53 +85,64 @@ class Claimer:
         self._keys: dict[str, bytes] = {}
         self._turn = 0
 
-    async def claim(self, limit: int) -> list[Claimed]:
-        """Claim up to `limit` heads, shared across the claimable subscriptions (rotating who goes first),
-        then any capacity left over to whoever still has work."""
+    async def claim(self, limit: int, bulkheads: Bulkheads) -> list[Claimed]:
+        """Claim up to `limit` heads within the bulkheads: an even share of them to each tenant with room
+        (the first tenant rotating), each tenant's share across its subscriptions (rotating too), then any
+        capacity left over to whoever still has work and room. Each claimed delivery takes its slot."""
         subscriptions = await self._claimable()
         if not subscriptions:
             return []
-        self._turn = (self._turn + 1) % len(subscriptions)
-        subscriptions = subscriptions[self._turn :] + subscriptions[: self._turn]
-        share = max(1, -(-limit // len(subscriptions)))
-        rows: list[asyncpg.Record] = []
-        busy: list[int] = []
-        for subscription_id in subscriptions:
-            want = min(share, limit - len(rows))
-            if want <= 0:
-                break
-            got = await self._claim_for(subscription_id, want)
-            rows.extend(got)
-            if len(got) == want:
-                busy.append(subscription_id)
-        for subscription_id in busy:
-            if len(rows) >= limit:
-                break
-            rows.extend(await self._claim_for(subscription_id, limit - len(rows)))
-        return [self._claimed(r) for r in rows]
+        bulkheads.shared = self._tenants > 1
+        self._turn += 1
+        groups = [(t, ids) for t, ids in in_turn(subscriptions, self._turn) if bulkheads.tenant_room(t) > 0]
+        claimed: list[Claimed] = []
+        busy: list[tuple[str, int]] = []
+        for i, (tenant, ids) in enumerate(groups):
+            budget = min(share(limit - len(claimed), len(groups) - i), bulkheads.tenant_room(tenant))
+            for j, subscription_id in enumerate(ids):
+                want = min(share(budget, len(ids) - j), bulkheads.room(tenant, subscription_id))
+                if want <= 0:
+                    continue
+                got = await self._claim_for(subscription_id, want, bulkheads)
+                claimed.extend(got)
+                budget -= len(got)
+                if len(got) == want:
+                    busy.append((tenant, subscription_id))
+        for tenant, subscription_id in busy:
+            want = min(limit - len(claimed), bulkheads.room(tenant, subscription_id))
+            if want > 0:
+                claimed.extend(await self._claim_for(subscription_id, want, bulkheads))
+        return claimed
 
-    async def _claimable(self) -> list[int]:
+    async def _claimable(self) -> list[tuple[int, str]]:
         now = time.monotonic()
         # A breaker this instance saw change state (e.g. its probe closed it): read the list again now.
         if now >= self._subscriptions_until or self.report.generation != self._generation:
             self._generation = self.report.generation
             rows = await self.db.fetch(query("delivery.sql", "claimable_subscriptions"))
-            self._subscriptions = [r["id"] for r in rows]
+            self._subscriptions = [(r["id"], tenant_key(r["tenant_id"])) for r in rows if r["claimable"]]
+            self._tenants = len({tenant_key(r["tenant_id"]) for r in rows})
             self._subscriptions_until = now + self.subscriptions_ttl_s
         return self._subscriptions
 
-    async def claim_probes(self) -> list[Claimed]:
-        """Take the probe slot of breakers whose cooldown is over, and claim one delivery for each."""
+    async def claim_probes(self, bulkheads: Bulkheads) -> list[Claimed]:
+        """Take the probe slot of breakers whose cooldown is over, and claim one delivery for each (a probe
+        holds a worker slot like any delivery: a subscription whose bulkhead is full waits its turn)."""
         taken: list[int] = []
+        planned: Counter[str] = Counter()  # probes of each tenant taken in this loop, not yet claimed
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 for row in await conn.fetch(query("delivery.sql", "lock_probe_candidates")):
+                    tenant = tenant_key(row["tenant_id"])
+                    if bulkheads.room(tenant, row["subscription_id"]) - planned[tenant] <= 0:
+                        continue
                     before = breaker_of(row)
                     after = before.take_probe(row["now"], self.owner, self.breaker_config)
                     if after is not None:
                         await write_breaker(conn, row["subscription_id"], after)
                         self.report.transitioned(row["subscription_id"], before, after)
                         taken.append(row["subscription_id"])
+                        planned[tenant] += 1
         probes: list[Claimed] = []
         for subscription_id in taken:
             row = await self.db.fetchrow(
@@ -133,6 +152,7 @@ class Claimer:
                 await self._release_probe(subscription_id)
                 continue
             claimed = self._claimed(row, probe=True)
+            bulkheads.take(claimed.bulkhead, subscription_id)
             log.info(
                 "breaker probe",
                 extra={"action": "breaker_probe", "subscription_id": subscription_id, "order_id": claimed.order_id},
@@ -140,10 +160,14 @@ class Claimer:
             probes.append(claimed)
         return probes
 
-    async def _claim_for(self, subscription_id: int, limit: int) -> list[asyncpg.Record]:
-        return await self.db.fetch(
+    async def _claim_for(self, subscription_id: int, limit: int, bulkheads: Bulkheads) -> list[Claimed]:
+        rows = await self.db.fetch(
             query("delivery.sql", "claim"), self.owner, self.lease_s, limit, subscription_id, False
         )
+        claimed = [self._claimed(r) for r in rows]
+        for c in claimed:
+            bulkheads.take(c.bulkhead, c.subscription_id)
+        return claimed
 
     async def _release_probe(self, subscription_id: int) -> None:
         with wrap_db_errors():
@@ -175,4 +199,5 @@ class Claimer:
             probe=probe,
             tenant_id=row["tenant_id"],
             content_type=content_type,
+            bulkhead=tenant_key(row["subscription_tenant"]),
         )

@@ -2,7 +2,8 @@
 
 Three loops share one process:
 
-* the claimer leases due deliveries to this instance, up to the free workers (delivery/claims.py);
+* the claimer leases due deliveries to this instance, up to the free workers, within the tenants' and
+  subscriptions' bulkheads (delivery/claims.py, delivery/bulkheads.py);
 * one task per claimed delivery sends its request (delivery/sender.py; at most `webhook_workers` in flight);
 * the flusher writes results back in batches (delivery/outcomes.py), each delivery's next state decided by
   the pure state machine of core/delivery.py.
@@ -27,6 +28,7 @@ from nexus.core.backoff import RetryPolicy
 from nexus.core.breaker import BreakerConfig
 from nexus.core.delivery import AttemptOutcome
 from nexus.delivery.breakers import BreakerReport
+from nexus.delivery.bulkheads import BulkheadConfig, Bulkheads
 from nexus.delivery.claims import Claimed, Claimer
 from nexus.delivery.outcomes import OutcomeWriter
 from nexus.delivery.sender import Result, Sender
@@ -70,6 +72,13 @@ class OutboxDispatcher:
         self._claimer = Claimer(
             db, owner, settings.lease_s, breaker_config, self._report, subscriptions_ttl_s=settings.dispatcher_poll_s
         )
+        self._bulkheads = Bulkheads(
+            BulkheadConfig.of(
+                self.workers,
+                settings.delivery_max_inflight_per_tenant,
+                settings.delivery_max_inflight_per_subscription,
+            )
+        )
         self._writer = OutcomeWriter(db, owner, self.policy, breaker_config, self._report, self._rng)
         self._sender: Sender | None = None
         self._inflight: set[asyncio.Task[None]] = set()
@@ -89,7 +98,16 @@ class OutboxDispatcher:
                 extra={"action": "dispatcher_config", "timeout_s": self.request_timeout_s},
             )
         self._sender = Sender(self.workers, self.request_timeout_s, self.owner, self.settings)
-        log.info("dispatcher started", extra={"action": "dispatcher_start", "workers": self.workers})
+        bulkheads = self._bulkheads.config
+        log.info(
+            "dispatcher started",
+            extra={
+                "action": "dispatcher_start",
+                "workers": self.workers,
+                "max_inflight_per_tenant": bulkheads.per_tenant,
+                "max_inflight_per_subscription": bulkheads.per_subscription,
+            },
+        )
         loops = [
             asyncio.create_task(self._claim_loop()),
             asyncio.create_task(self._flush_loop()),
@@ -129,10 +147,10 @@ class OutboxDispatcher:
                         await self._report.refresh_gauges(self.db)
                     if now >= self._next_probe_check:
                         self._next_probe_check = now + self.settings.dispatcher_poll_s
-                        for probe in await self._claimer.claim_probes():
+                        for probe in await self._claimer.claim_probes(self._bulkheads):
                             self._start(probe)
                             capacity -= 1
-                    rows = await self._claimer.claim(capacity) if capacity > 0 else []
+                    rows = await self._claimer.claim(capacity, self._bulkheads) if capacity > 0 else []
                 except NexusError as exc:
                     log.warning("claim failed", extra={"action": "claim", "error": str(exc)})
                     rows = []
@@ -154,6 +172,7 @@ class OutboxDispatcher:
         def done(finished: asyncio.Task[None]) -> None:
             self._inflight.discard(finished)
             self._free_slots.append(slot)
+            self._bulkheads.release(claimed.bulkhead, claimed.subscription_id)  # taken by the claimer
 
         task.add_done_callback(done)
 

@@ -105,7 +105,8 @@ async def register(db: Database, process_dir: Path | None = None) -> ProcessCata
                 f"process {row['name']} v{row['version']} changed since it was registered "
                 f"(hash {row['content_hash'][:12]} -> {current.content_hash[:12]}): raise its version to change it"
             )
-        known.append(current or compile_definition(row["body"]))
+        # A version registered before rules were judged for cost stays loadable: its orders are pinned to it.
+        known.append(current or compile_definition(row["body"], judge_cost=False))
     return ProcessCatalog.of(known)
 
 

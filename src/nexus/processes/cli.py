@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus.cli_common import add_common, missing_database, settings_from
+from nexus.core.list_limits import DEFAULT_MAX_LIST_ITEMS
 from nexus.core.process import CompiledProcess, DefinitionError, compile_definition
 from nexus.errors import ConfigurationError
 from nexus.processes import builtin_sources, compile_sources, describe, dir_sources, mermaid
@@ -102,35 +103,67 @@ async def _registered(settings: Settings) -> list[Mapping[str, Any]]:
 
 def configure_tenants(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
-    set_limit = sub.add_parser("set-limit", help="a tenant's limit on an order's amount (major units)")
+    set_limit = sub.add_parser(
+        "set-limit", help="a tenant's limit on an order's amount (major units) and/or on the items of any list"
+    )
     add_common(set_limit)
     set_limit.add_argument("tenant")
-    set_limit.add_argument("amount")
+    set_limit.add_argument("amount", nargs="?", default=None)
+    set_limit.add_argument(
+        "--max-list-items",
+        type=int,
+        default=None,
+        help="the most items any list of a step's data may hold for this tenant (it lowers its process's "
+        "max_list_items, never raises it); 0 removes the tenant's own",
+    )
     listing = sub.add_parser("list", help="tenants with a limit of their own")
     add_common(listing)
 
 
 def run_tenants(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    amount: Decimal | None = None
     if args.action == "set-limit":
-        try:
-            amount = Decimal(args.amount)
-        except InvalidOperation:
-            amount = Decimal(-1)
-        if not amount.is_finite() or amount < 0:
-            print(f"not an amount: {args.amount!r}", file=sys.stderr)
+        if args.amount is None and args.max_list_items is None:
+            print("give an amount, --max-list-items, or both", file=sys.stderr)
             return 1
+        if args.max_list_items is not None and args.max_list_items < 0:
+            print(f"not a number of items: {args.max_list_items}", file=sys.stderr)
+            return 1
+        if args.amount is not None:
+            try:
+                amount = Decimal(args.amount)
+            except InvalidOperation:
+                amount = Decimal(-1)
+            if not amount.is_finite() or amount < 0:
+                print(f"not an amount: {args.amount!r}", file=sys.stderr)
+                return 1
 
     async def go() -> int:
         db = await Database(settings).open()
         try:
             if args.action == "set-limit":
-                await db.execute(query("processes.sql", "set_tenant_limit"), args.tenant, str(amount))
-                print(f"tenant {args.tenant}: max_order_amount {amount}")
+                if amount is not None:
+                    await db.execute(query("processes.sql", "set_tenant_limit"), args.tenant, str(amount))
+                    print(f"tenant {args.tenant}: max_order_amount {amount}")
+                if args.max_list_items is not None:
+                    items = args.max_list_items or None
+                    kept = await db.fetchval(
+                        query("processes.sql", "set_tenant_list_limit"),
+                        args.tenant,
+                        str(settings.default_max_order_amount),
+                        items,
+                    )
+                    shown = items if items is not None else "its process's"
+                    print(f"tenant {args.tenant}: max_list_items {shown} (max_order_amount {kept})")
             else:
-                print(f"default: max_order_amount {settings.default_max_order_amount}")
+                print(
+                    f"default: max_order_amount {settings.default_max_order_amount}, "
+                    f"max_list_items {DEFAULT_MAX_LIST_ITEMS} (unless a process sets its own)"
+                )
                 for row in await db.fetch(query("processes.sql", "tenant_limits")):
-                    print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}")
+                    items = "" if row["max_list_items"] is None else f", max_list_items {row['max_list_items']}"
+                    print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}{items}")
         finally:
             await db.close()
         return 0

@@ -7,11 +7,13 @@
 -- checks every state literal here is a DeliveryState value.
 
 -- name: claimable_subscriptions
--- Subscriptions a dispatcher may claim for: enabled, breaker closed. Claims are made per subscription,
--- so one with a backlog or an open breaker never slows the claims of another (a bulkhead).
-SELECT s.id FROM subscriptions AS s
+-- The enabled subscriptions with their tenant (NULL: every tenant's) and whether a dispatcher may claim
+-- for them (breaker closed). Claims are made per subscription, so one with a backlog or an open breaker
+-- never slows the claims of another, and shared out per tenant (delivery/bulkheads.py, which also needs
+-- to know how many tenants have subscriptions, claimable now or not).
+SELECT s.id, s.tenant_id, coalesce(b.state, 'closed') = 'closed' AS claimable FROM subscriptions AS s
 LEFT JOIN circuit_breakers AS b ON b.subscription_id = s.id
-WHERE s.enabled AND coalesce(b.state, 'closed') = 'closed'
+WHERE s.enabled
 ORDER BY s.id;
 
 -- name: claim
@@ -44,7 +46,8 @@ FROM claimable AS c, outbox AS o, subscriptions AS s
 WHERE d.outbox_id = c.outbox_id AND d.subscription_id = c.subscription_id
   AND o.id = d.outbox_id AND s.id = d.subscription_id
 RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, d.position, d.attempts,
-          o.event_type, o.payload::text AS body, o.traceparent, o.created_at, s.url, s.secret, s.format;
+          o.event_type, o.payload::text AS body, o.traceparent, o.created_at, s.url, s.secret, s.format,
+          s.tenant_id AS subscription_tenant;
 
 -- name: finish
 -- Record the results of attempts, each only if this instance still holds its lease: a dispatcher whose
@@ -136,14 +139,16 @@ ORDER BY subscription_id
 FOR UPDATE;
 
 -- name: lock_probe_candidates
--- Breakers that are not closed, for an instance to try and take a probe slot; SKIP LOCKED because
--- another instance deciding on the same breaker right now is as good as us deciding.
-SELECT subscription_id, state, failure_count, last_failure_at, open_until, probe_owner, probe_until,
-       now() AS now
-FROM circuit_breakers
-WHERE state <> 'closed'
-ORDER BY subscription_id
-FOR UPDATE SKIP LOCKED;
+-- Breakers that are not closed, for an instance to try and take a probe slot, with their subscription's
+-- tenant (a probe holds a slot of its tenant's bulkhead); SKIP LOCKED because another instance deciding on
+-- the same breaker right now is as good as us deciding.
+SELECT b.subscription_id, b.state, b.failure_count, b.last_failure_at, b.open_until, b.probe_owner,
+       b.probe_until, now() AS now, s.tenant_id
+FROM circuit_breakers AS b
+JOIN subscriptions AS s ON s.id = b.subscription_id
+WHERE b.state <> 'closed'
+ORDER BY b.subscription_id
+FOR UPDATE OF b SKIP LOCKED;
 
 -- name: write_breaker
 UPDATE circuit_breakers

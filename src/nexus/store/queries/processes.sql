@@ -11,8 +11,16 @@ SELECT name, version, content_hash, body, created_at FROM processes ORDER BY nam
 INSERT INTO tenant_limits (tenant_id, max_order_amount) VALUES ($1, $2::numeric)
 ON CONFLICT (tenant_id) DO UPDATE SET max_order_amount = EXCLUDED.max_order_amount, updated_at = now();
 
+-- name: set_tenant_list_limit
+-- A tenant's max_list_items ($3; NULL: the process's own); a tenant without a row gets the amount limit $2
+-- (the current default) recorded beside it.
+INSERT INTO tenant_limits (tenant_id, max_order_amount, max_list_items) VALUES ($1, $2::numeric, $3)
+ON CONFLICT (tenant_id) DO UPDATE SET max_list_items = EXCLUDED.max_list_items, updated_at = now()
+RETURNING max_order_amount::text AS max_order_amount;
+
 -- name: tenant_limits
-SELECT tenant_id, max_order_amount::text AS max_order_amount, updated_at FROM tenant_limits ORDER BY tenant_id;
+SELECT tenant_id, max_order_amount::text AS max_order_amount, max_list_items, updated_at
+FROM tenant_limits ORDER BY tenant_id;
 
 -- name: rejected_counts
 SELECT code, count(*) AS n FROM rejected_events GROUP BY code ORDER BY code;

@@ -1,0 +1,48 @@
+"""Functions the core registers in the CEL checks' environment, for what CEL cannot say in linear time.
+
+CEL has no fold and no grouping: comparing two lists as multisets takes a walk of one inside a walk of
+the other (``a.all(x, b.exists(y, ...))``: quadratic, and not even a multiset comparison), and this
+engine's ``map`` copies its result once per item (quadratic too), so projecting the items first does not
+help. `same_items` does it in one pass over each list, projecting in Python. Pure.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+
+def _canonical(value: Any) -> Any:
+    """A hashable form of a CEL value, equal for equal values (1 and 1.0 as CEL compares them; true is
+    not 1)."""
+    if isinstance(value, bool) or value is None:
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)
+    if isinstance(value, list | tuple):
+        return ("l", tuple(_canonical(v) for v in value))
+    if isinstance(value, Mapping):
+        return ("m", frozenset((_canonical(k), _canonical(v)) for k, v in value.items()))
+    return (type(value).__name__, value)
+
+
+def same_items(first: object, second: object, *fields: object) -> bool:
+    """`same_items(a, b)`: the two lists hold the same elements, each as many times (multiset equality).
+    `same_items(a, b, "f", "g")`: the same, comparing each element (a map) by its fields f and g only (a
+    missing field is null)."""
+    if not isinstance(first, list) or not isinstance(second, list):
+        raise TypeError("same_items() takes two lists")
+    if not all(isinstance(f, str) for f in fields):
+        raise TypeError("same_items() takes field names after its lists")
+    if len(first) != len(second):
+        return False
+    return _counted(first, fields) == _counted(second, fields)
+
+
+def _counted(items: list[Any], fields: tuple[object, ...]) -> Counter[Any]:
+    if not fields:
+        return Counter(map(_canonical, items))
+    if not all(isinstance(i, Mapping) for i in items):
+        raise TypeError("same_items() with fields compares maps")
+    return Counter(tuple(_canonical(i.get(f)) for f in fields) for i in items)
