@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from delivery import new_database, plan, start, stop  # benchmarks/ is the script's directory, first on sys.path
-from nexus.auth.tenants import bind
+from nexus.ingress.tenants import bind
 
 from nexus.delivery.signing import generate_secret
 from nexus.delivery.subscriptions import add_subscription

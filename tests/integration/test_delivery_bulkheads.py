@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from nexus.auth.tenants import bind
+from nexus.ingress.tenants import bind
 
 from nexus.delivery.subscriptions import add_subscription
 from nexus.gateway import Gateway, Incoming

@@ -50,11 +50,13 @@ def _inventory(process: CompiledProcess, order_items: list[dict[str, Any]], rese
 def test_reserved_items_must_be_the_orders_items_as_a_multiset(name: str) -> None:
     """p1 x3 + p2 x2 reserved as p1 x3 twice is refused; the same lines in another order pass."""
     process = builtin_catalog().latest[name]
-    order_items = [{"product_id": "p1", "quantity": 3}, {"product_id": "p2", "quantity": 2}]
-    twice = _inventory(process, order_items, [{"product_id": "p1", "quantity": 3}] * 2)
+    # Reserved lines are order lines (order.yaml's schema requires their unit_price, as the order's items).
+    p1, p2 = {"product_id": "p1", "quantity": 3, "unit_price": 1}, {"product_id": "p2", "quantity": 2, "unit_price": 1}
+    order_items = [p1, p2]
+    twice = _inventory(process, order_items, [p1] * 2)
     assert twice is not None and twice.check == "reserved_items_match_order"
     assert _inventory(process, order_items, order_items[::-1]) is None
-    wrong = _inventory(process, order_items, [{"product_id": "p1", "quantity": 3}, {"product_id": "p2", "quantity": 1}])
+    wrong = _inventory(process, order_items, [p1, {**p2, "quantity": 1}])
     assert wrong is not None and wrong.check == "reserved_items_match_order"
 
 
