@@ -64,6 +64,9 @@ class ErrorCode(enum.StrEnum):
     PLAN_SUPERSEDED = "PLAN_SUPERSEDED"
     APPROVAL_DENIED = "APPROVAL_DENIED"
     APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
+    # server-numbered steps
+    ORDER_EXISTS = "ORDER_EXISTS"
+    UNKNOWN_PROCESS = "UNKNOWN_PROCESS"
 
 
 class NexusError(Exception):

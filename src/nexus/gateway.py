@@ -21,12 +21,13 @@ from typing import Any
 
 import asyncpg
 
-from nexus import metrics, tracing
+from nexus import metrics, plan_steps, tracing
 from nexus.audit.log import record_columns, record_entries
 from nexus.batch_rows import Writes, columns, pairs, plan_writes, postgres_text, read_batch
 from nexus.core import strict_json
 from nexus.core.audit import INGRESS_ORDER, Entry, resolution_entries
 from nexus.core.envelope import EventEnvelope, parse_envelope
+from nexus.core.numbering import Proposal
 from nexus.core.process import ProcessCatalog
 from nexus.core.sequencing import Decision, OrderState, Resolution, code_of, deadline_abort, resolve
 from nexus.core.strict_json import InputLimits
@@ -51,6 +52,8 @@ class Incoming:
     traceparent: str | None = None
     tenant_id: str = "default"
     """The tenant the caller's key (or the Kafka topic) speaks for; see nexus.auth.tenants."""
+    proposal: Proposal | None = None
+    """A step proposed without a number (the steps API): numbered under its order's lock (nexus.plan_steps)."""
 
     @classmethod
     def parse(
@@ -103,6 +106,10 @@ class Outcome:
     """issue 13: the deadline this step set for its plan, and whether it was clipped to the process's max."""
     approval_id: uuid.UUID | None = None
     """issue 13: HELD: the approval that will decide the step."""
+    seq_id: int | None = None
+    """The step's sequence number (a numbered step's, or a repeat's first)."""
+    first: Mapping[str, Any] | None = None
+    """A repeated numbered step (DUPLICATE): the first verdict (decision, code, check, message)."""
 
     @property
     def is_dead_letter(self) -> bool:
@@ -250,6 +257,7 @@ class Gateway:
         resolutions: list[Resolution] = []  # issue 14: the sagas' steps are recorded from them
         all_traces: dict[uuid.UUID, str | None] = {}
         now = dt.datetime.now(dt.UTC)  # issue 13: the clock of deadlines
+        numbered: plan_steps.Numbered | None = None
 
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
@@ -259,11 +267,23 @@ class Gateway:
                         conn, order_ids, validated=self.catalog is not None
                     )
                     await self._read_sagas(conn, states, items, by_order)  # issue 14
+                    # --- server-numbered steps: numbered here, under the lock, before the decision ---
+                    if any(item.proposal is not None for item in items):
+                        window = self.db.settings.repeat_window_s
+                        numbered = await plan_steps.number(conn, items, by_order, states, pending, now, window)
+                        items, audit = numbered.items, numbered.entries
+                        decide = set(numbered.new)
+                        by_order = {
+                            k: [i for i in v if i in decide or not items[i].proposal] for k, v in by_order.items()
+                        }
+                    # --- end of server-numbered steps ---
                     if decided:  # issue 13: an approval is answered once, under its order's lock
                         await lifecycle_records.decide_approvals(conn, decided)
                     for key in order_ids:
                         order_id = key[1]
                         indexes = by_order[key]
+                        if not indexes:  # every step of this order was a numbered repeat
+                            continue
                         state = states.get(key) or OrderState(order_id)
                         resolution = resolve(
                             dataclasses.replace(state, rejections=len(rejected[key])) if key in rejected else state,
@@ -303,6 +323,7 @@ class Gateway:
                                 approval_id=lifecycle_records.approval_id_for(event.event_id, event.tenant_id)
                                 if decision is Decision.HELD
                                 else None,
+                                seq_id=event.seq_id,
                             )
                             if decision is Decision.PLAN_MISMATCH and self.record_plan_mismatch:
                                 dead_index.append(i)
@@ -315,6 +336,9 @@ class Gateway:
                                         items[i],
                                     )
                                 )
+                if numbered is not None:  # server-numbered steps: repeats answered, first verdicts stored
+                    plan_steps.finish(numbered, outcomes, Outcome)
+                    await plan_steps.record(conn, numbered, outcomes, now)
                 for i, item in enumerate(items):
                     if item.envelope is None:
                         assert item.error is not None

@@ -115,6 +115,7 @@ _ENV_NAMES: dict[str, str] = {
     "console_poll_s": "NEXUS_CONSOLE_POLL_S",
     # issue 13 (lc2): plan lifecycle (waiting, deadlines, approvals, decisions to Kafka)
     "wait_max_s": "NEXUS_WAIT_MAX_S",
+    "repeat_window_s": "NEXUS_REPEAT_WINDOW_S",
     "stream_keepalive_s": "NEXUS_STREAM_KEEPALIVE_S",
     "deadline_sweep_s": "NEXUS_DEADLINE_SWEEP_S",
     "approval_sweep_s": "NEXUS_APPROVAL_SWEEP_S",
@@ -279,6 +280,9 @@ class Settings(BaseSettings):
     """How often an open (visible) order page of the console asks whether the order changed."""
     # issue 13 (lc2): plan lifecycle (waiting, deadlines, approvals, decisions to Kafka)
     wait_max_s: float = 60.0
+    repeat_window_s: float = Field(60.0, ge=0)
+    """A numbered step proposed without an idempotency key, the same as the order's last applied step
+    (step and data) within this many seconds, is answered DUPLICATE instead of applied again."""
     """Longest long poll (`GET /v1/orders/{id}?wait=S`): a larger S is clipped to it."""
     stream_keepalive_s: float = 15.0
     """An SSE stream (`GET /v1/orders/{id}/stream`) with nothing to say sends a comment this often."""

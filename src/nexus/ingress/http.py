@@ -230,6 +230,9 @@ def create_app(
     from nexus.ingress.lifecycle_api import router as lifecycle_router  # issue 13: history, waiting, approvals
 
     app.include_router(lifecycle_router)
+    from nexus.ingress.steps_api import router as steps_router  # server-numbered steps (and MCP below)
+
+    app.include_router(steps_router)
     if decision_listener is None:
         from nexus.lifecycle.waiting import DecisionListener
 
