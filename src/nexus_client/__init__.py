@@ -20,12 +20,14 @@ from nexus_client.models import (
     StepResult,
     SubmitResult,
 )
+from nexus_client.plans import AsyncPlanRun, PlanRun
 
 __all__ = [
     "ApiError",
     "Approval",
     "ApprovalAnswer",
     "AsyncNexusClient",
+    "AsyncPlanRun",
     "ClientConfig",
     "ClientError",
     "GatewayUnreachable",
@@ -35,6 +37,7 @@ __all__ = [
     "OrderSummary",
     "Plan",
     "PlanOrder",
+    "PlanRun",
     "Process",
     "StepResult",
     "SubmitResult",

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Body, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from nexus.auth.roles import Principal, Role
+from nexus.auth.roles import Principal, Role, read_tenant
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
 from nexus.core.process import ABORT_STEP, REPLAN_STEP
@@ -165,6 +165,18 @@ async def end_plan(
     return status, body
 
 
+async def plan_of(db: Database, tenant: str, order_id: str) -> dict[str, Any]:
+    """The plan an order follows: `{order_id, plan_id, process, status, last_seq}` (NOT_FOUND if none)."""
+    plan = await _plan_of(db, tenant, order_id)
+    return {
+        "order_id": order_id,
+        "plan_id": plan["order_plan"] or plan["started_plan"],
+        "process": plan["process"] or "order",
+        "status": plan["status"],
+        "last_seq": plan["last_seq"],
+    }
+
+
 async def _plan_of(db: Database, tenant: str, order_id: str) -> Any:
     plan = await db.fetchrow(query("steps.sql", "plan_of_order"), tenant, order_id)
     if plan is None:
@@ -231,6 +243,15 @@ async def post_step(request: Request, order_id: OrderId, body: Annotated[Propose
     except StepsApiError as exc:
         return _error(exc)
     return JSONResponse(content, status_code=status)
+
+
+@router.get("/v1/orders/{order_id}/plan", summary="The plan an order follows (an agent resuming after a restart)")
+async def get_plan_of_order(request: Request, order_id: OrderId) -> Any:
+    state = request.app.state
+    try:
+        return await plan_of(state.db, read_tenant(_principal(request), None), order_id)
+    except StepsApiError as exc:
+        return _error(exc)
 
 
 @router.post("/v1/orders/{order_id}/abort", summary="Abort the order's plan (abort code manual)")

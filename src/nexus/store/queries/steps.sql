@@ -11,7 +11,8 @@ RETURNING order_id, plan_id, process, deadline_at;
 
 -- name: plan_of_order
 -- The plan a step of the order follows: the started plan's row, or the order's (started by /v1/events).
-SELECT p.plan_id AS started_plan, p.process, p.deadline_at, o.plan_id AS order_plan, o.status
+SELECT p.plan_id AS started_plan, coalesce(o.process, p.process) AS process, p.deadline_at,
+       o.plan_id AS order_plan, o.status, coalesce(o.last_seq, 0) AS last_seq
 FROM (SELECT $1::text AS tenant_id, $2::text AS order_id) k
 LEFT JOIN plans p ON p.tenant_id = k.tenant_id AND p.order_id = k.order_id
 LEFT JOIN orders o ON o.tenant_id = k.tenant_id AND o.order_id = k.order_id
