@@ -233,6 +233,9 @@ def create_app(
     from nexus.ingress.steps_api import router as steps_router  # server-numbered steps (and MCP below)
 
     app.include_router(steps_router)
+    from nexus.ingress.mcp_api import install as install_mcp
+
+    app.state.mcp = install_mcp(app, db, gateway, settings)
     if decision_listener is None:
         from nexus.lifecycle.waiting import DecisionListener
 

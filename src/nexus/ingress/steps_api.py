@@ -128,7 +128,9 @@ async def propose_step(
     }
     if plan["process"]:
         envelope["process"] = plan["process"]
-    return await _submit(gateway, envelope, tenant, proposal)
+    status, body = await _submit(gateway, envelope, tenant, proposal)
+    body["next_steps"] = next_steps(gateway, plan["process"], body["order"]["status"])
+    return status, body
 
 
 async def end_plan(
@@ -175,6 +177,14 @@ async def plan_of(db: Database, tenant: str, order_id: str) -> dict[str, Any]:
         "status": plan["status"],
         "last_seq": plan["last_seq"],
     }
+
+
+def next_steps(gateway: Gateway, process_name: str | None, status: str | None) -> list[str] | None:
+    """The steps the order's process allows from `status` (None when unknown: no catalog, or no process)."""
+    process = gateway.catalog.get(process_name or "order") if gateway.catalog is not None else None
+    if process is None:
+        return None
+    return [] if process.is_terminal(status) else list(process.allowed.get(status, ()))
 
 
 async def _plan_of(db: Database, tenant: str, order_id: str) -> Any:

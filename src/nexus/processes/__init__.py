@@ -137,10 +137,23 @@ def describe(process: CompiledProcess) -> dict[str, Any]:
                 **({"effect": s.step.effect.model_dump()} if s.step.effect else {}),
                 **({"approval": s.step.approval.model_dump()} if s.step.approval else {}),
                 **({"pivot": True} if s.step.pivot else {}),
+                "data_schema": data_schema(process, name),
             }
             for name, s in process.steps.items()
         },
     }
+
+
+def data_schema(process: CompiledProcess, step: str) -> dict[str, Any]:
+    """The JSON Schema of a step's data: the built-in step's model, else the definition's own `data`."""
+    from nexus.core.envelope import DATA_MODELS
+    from nexus.core.process import EventType
+
+    model = DATA_MODELS.get(EventType(step)) if step in EventType._value2member_map_ else None
+    if model is not None:
+        return model.model_json_schema()
+    declared = process.steps[step].step.data
+    return dict(declared) if declared else {"type": "object"}
 
 
 def mermaid(process: CompiledProcess) -> str:
