@@ -235,7 +235,7 @@ def create_app(
     app.include_router(steps_router)
     from nexus.ingress.mcp_api import install as install_mcp
 
-    app.state.mcp = install_mcp(app, db, gateway, settings)
+    app.state.mcp = install_mcp(app, db, gateway, settings, read_order)
     if decision_listener is None:
         from nexus.lifecycle.waiting import DecisionListener
 

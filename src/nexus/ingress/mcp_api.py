@@ -11,6 +11,7 @@ The route is not in the OpenAPI document.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -29,6 +30,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 
 _READERS = frozenset({Role.AGENT, Role.OPERATOR})
+ReadOrder = Callable[[Database, str, str], Awaitable[dict[str, Any] | None]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -40,6 +42,8 @@ class GatewayBackend:
     settings: Settings
     listener: Any
     principal: Principal
+    read_order: ReadOrder
+    """`GET /v1/orders/{order_id}`'s reading (nexus.ingress.http.read_order, which mounts this module)."""
 
     async def list_processes(self) -> dict[str, Any]:
         from nexus.processes import describe
@@ -70,11 +74,9 @@ class GatewayBackend:
             return await steps_api.end_plan(self.db, self.gateway, self.principal, order_id, request, replan=replan)
 
     async def get_order(self, order_id: str) -> dict[str, Any]:
-        from nexus.ingress.http import read_order
-
         tenant = self._reader_tenant()
         async with self._translated():
-            order = await read_order(self.db, tenant, order_id)
+            order = await self.read_order(self.db, tenant, order_id)
         if order is None:
             order = await self._started_only(tenant, order_id)
         return order
@@ -90,14 +92,13 @@ class GatewayBackend:
                 return {"order_id": order_id, "items": []}
 
     async def wait_for_order(self, order_id: str, after_seq: int | None, timeout_s: float) -> dict[str, Any]:
-        from nexus.ingress.http import read_order
         from nexus.lifecycle.waiting import wait_for_order
 
         tenant = self._reader_tenant()
         async with self._translated():
             order = await wait_for_order(
                 self.listener,
-                lambda: read_order(self.db, tenant, order_id),
+                lambda: self.read_order(self.db, tenant, order_id),
                 tenant,
                 order_id,
                 min(timeout_s, self.settings.wait_max_s),
@@ -146,12 +147,12 @@ class _Translated:
             raise BackendError(status_of(exc), exc.code.value, exc.message) from exc
 
 
-def install(app: FastAPI, db: Database, gateway: Gateway, settings: Settings) -> McpEndpoint:
+def install(app: FastAPI, db: Database, gateway: Gateway, settings: Settings, read_order: ReadOrder) -> McpEndpoint:
     """Serve MCP at `/mcp` (outside the OpenAPI document)."""
 
     def backend_of(ctx: Any) -> GatewayBackend:
-        request = ctx.request_context.request
-        return GatewayBackend(db, gateway, settings, app.state.decision_listener, request.state.principal)
+        principal = ctx.request_context.request.state.principal
+        return GatewayBackend(db, gateway, settings, app.state.decision_listener, principal, read_order)
 
     endpoint = McpEndpoint(build_server(backend_of))
     app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
