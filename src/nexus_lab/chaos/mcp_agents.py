@@ -2,12 +2,12 @@
 official `mcp` client, streamable HTTP) while gateways are SIGKILLed, and what must hold afterwards.
 
 An agent never counts: `start_plan`, then the order's five steps through `propose_step`, each with its own
-idempotency key. A call lost to a dying gateway (connection refused or reset mid-call) is made again with
-the same arguments on the next gateway, as a framework's retry would: the gateway answers DUPLICATE with
-the first verdict if the lost call had been decided, so nothing applies twice. Proven from PostgreSQL and
-the sink's log once deliveries settle: every order completed with five notifications in seq order, five
-first verdicts (APPLY, seq 1..5) and five APPLY rows in the decision log, each notification accepted by the
-sink in position order.
+idempotency key, one of them sent twice on purpose (it must be answered DUPLICATE). A call lost to a dying
+gateway (connection refused or reset mid-call) is made again with the same arguments on the next gateway,
+as a framework's retry would: the gateway answers DUPLICATE with the first verdict if the lost call had been
+decided, so nothing applies twice. Proven from PostgreSQL and the sink's log once deliveries settle: every
+order completed with five notifications in seq order, five first verdicts (APPLY, seq 1..5) and five APPLY
+rows in the decision log, each notification accepted by the sink in position order.
 """
 
 from __future__ import annotations
@@ -93,6 +93,11 @@ async def drive_order(
         if answer.get("decision") != "APPLY" and first.get("decision") != "APPLY":
             run.problems.append(f"{order_id}: {step} answered {answer.get('decision')} {answer.get('code')}")
             return
+        if step == MCP_STEPS[1]:  # the same call again on purpose, as a framework's retry: a DUPLICATE
+            again, _ = await call_tool(urls, key, index + 1, "propose_step", arguments, run, 60)
+            if (again.get("decision"), (again.get("first") or {}).get("decision")) != ("DUPLICATE", "APPLY"):
+                run.problems.append(f"{order_id}: {step} repeated answered {again.get('decision')} {again.get('code')}")
+                return
 
 
 async def run_mcp_agents(
