@@ -159,7 +159,9 @@ def refusal(exc: BackendError) -> CallToolResult:
     }.get(
         exc.status, "Check the call's arguments against describe_process." if exc.status < 500 else "Try again shortly."
     )
-    return result({"code": exc.code, "message": exc.message}, f"{exc.code}: {exc.message} {hint}", is_error=True)
+    return result(
+        {"code": exc.code, "message": exc.message}, f"{exc.code}: {_sentence(exc.message)} {hint}", is_error=True
+    )
 
 
 async def _list_processes(backend: Backend) -> CallToolResult:
@@ -226,7 +228,7 @@ def step_text(body: dict[str, Any]) -> str:
     if decision == "REJECTED":
         check = f", check {body['check']}" if body.get("check") else ""
         return (
-            f"REJECTED ({body.get('code')}{check}): {body.get('message')} Nothing changed: {where}. "
+            f"REJECTED ({body.get('code')}{check}): {_sentence(body.get('message'))} Nothing changed: {where}. "
             "Correct the step and propose it again with a new idempotency_key."
         )
     if decision == "DUPLICATE":
@@ -234,7 +236,9 @@ def step_text(body: dict[str, Any]) -> str:
         was = first.get("decision")
         text = f"DUPLICATE: this call repeats an earlier one (first decided {was}); nothing was done again; {where}."
         if was == "REJECTED":
-            text += f" The first was rejected: {first.get('message')} Propose a corrected step with a new key."
+            text += (
+                f" The first was rejected: {_sentence(first.get('message'))} Propose a corrected step with a new key."
+            )
         return text + then
     if decision == "HELD":
         return (
@@ -245,4 +249,10 @@ def step_text(body: dict[str, Any]) -> str:
         return f"BUFFER: the step (seq {seq}) waits for an earlier step to finish; {where}. Call wait_for_order."
     if decision in ("DISCARD", "TOMBSTONE"):
         return f"{decision}: the plan was aborted or replaced; the step was not applied; {where}."
-    return f"{decision} ({body.get('code')}): {body.get('message')} Nothing changed; {where}."
+    return f"{decision} ({body.get('code')}): {_sentence(body.get('message'))} Nothing changed; {where}."
+
+
+def _sentence(text: Any) -> str:
+    """A message as a sentence of the answer (ending with a full stop)."""
+    words = str(text or "").strip()
+    return words if words.endswith((".", "!", "?")) or not words else words + "."
