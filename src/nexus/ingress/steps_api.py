@@ -245,7 +245,12 @@ async def post_plan(request: Request, body: Annotated[StartPlan, Body()]) -> Any
         return _error(exc)
 
 
-@router.post("/v1/orders/{order_id}/steps", summary="Propose the order's next step; the gateway numbers it")
+_HELD = {202: {"description": "HELD: the step waits for a person's approval (`approval_id`)"}}
+
+
+@router.post(
+    "/v1/orders/{order_id}/steps", summary="Propose the order's next step; the gateway numbers it", responses=_HELD
+)
 async def post_step(request: Request, order_id: OrderId, body: Annotated[ProposeStep, Body()]) -> Any:
     state = request.app.state
     try:

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -73,13 +76,10 @@ def wrk_once(base: str, target: str, connections: int, seconds: float, run_id: s
 
 def run_wrk_mode(base: str, connections: int, seconds: float, run_id: str, mode: str) -> dict[str, Any]:
     """`run_wrk` with the steps script and its mode argument."""
-    import json
-    import re
-    import subprocess
-
     authorization = f"Bearer {os.environ['NEXUS_API_KEY']}"
+    script = str(_script("wrk_steps.lua"))
     command = ["wrk", "-t", str(connections), "-c", str(connections), "-d", f"{max(1, round(seconds))}s",
-               "--timeout", "10s", "-s", str(_script("wrk_steps.lua")), base, "--", run_id, authorization, mode]  # fmt: skip
+               "--timeout", "10s", "-s", script, base, "--", run_id, authorization, mode]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout  # noqa: S603
     match = re.search(r"^NEXUS_WRK (\{.*\})$", out, re.MULTILINE)
     if match is None:
@@ -127,7 +127,7 @@ async def _main(args: argparse.Namespace) -> int:
         db = await Database(Settings(data_dir=tmp / "data")).open(migrate=False)
         try:
             _, os.environ["NEXUS_API_KEY"] = await create_key(db, "bench", frozenset({Role.AGENT}))
-            url = db.url
+            url = str(db.url)
         finally:
             await db.close()
         assert serve.proc is not None
