@@ -133,7 +133,7 @@ async def _main(args: argparse.Namespace) -> int:
         assert serve.proc is not None
         rows = []
         for connections in args.connections:
-            for target in TARGETS:
+            for target in args.targets:
                 row = await measure(base, url, serve.proc.pid, target, connections, args.seconds, args.warmup)
                 print(row, flush=True)
                 rows.append(row)
@@ -144,7 +144,7 @@ async def _main(args: argparse.Namespace) -> int:
         ]  # fmt: skip
         header = ["target", "conns", "steps/s", "p50 ms", "p99 ms", "non-2xx", "gateway CPU ms/step"]
         print(text_table("Numbered steps under wrk", header, table, "lrrrrrr"))
-        for connections in args.connections:
+        for connections in args.connections if {"mcp", "steps"} <= set(args.targets) else ():
             by = {r["target"]: r for r in rows if r["connections"] == connections}
             extra = by["mcp"]["cpu_ms_per_step"] - by["steps"]["cpu_ms_per_step"]
             print(f"MCP layer at {connections} connection(s): {extra:.2f} ms of gateway CPU per step over REST")
@@ -160,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--connections", type=lambda s: [int(c) for c in s.split(",")], default=[1, 16])
+    parser.add_argument("--targets", type=lambda s: s.split(","), default=list(TARGETS), help="events,steps,mcp")
     return asyncio.run(_main(parser.parse_args(argv)))
 
 
