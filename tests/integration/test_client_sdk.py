@@ -175,7 +175,7 @@ async def test_async_client_lists_and_answers_approvals(base: str) -> None:
             assert [(a.http_status, a.first.decision) for a in answers[2:]] == [
                 (202, Decision.HELD), (200, Decision.BUFFER)
             ]  # fmt: skip
-            held[order] = (answers[2].first.model_extra or {})["approval_id"]
+            held[order] = answers[2].first.approval_id
         listed = {a.approval_id: a for a in await client.approvals()}
         assert set(held.values()) <= set(listed) and listed[held["sdk-a1"]].order_id == "sdk-a1"
         approved = await client.answer_approval(held["sdk-a1"], approve=True)
@@ -196,7 +196,7 @@ def test_sync_client_answers_an_approval(base: str) -> None:
     with NexusClient(config_for(base)) as client:
         for s in (1, 2, 3):
             answer = client.submit(reviewed("sdk-a3", s))
-        approval_id = (answer.first.model_extra or {})["approval_id"]
+        approval_id = answer.first.approval_id
         assert approval_id in {a.approval_id for a in client.approvals()}
         assert client.answer_approval(approval_id, approve=True).result.decision is Decision.APPLY
         assert client.order("sdk-a3").status == "payment_processed"

@@ -98,7 +98,7 @@ class HttpTransport:
             order_status=order.status if order is not None else None,
             order_last_seq=order.last_seq if order is not None else None,
             attempts=result.attempts,
-            approval_id=(first.model_extra or {}).get("approval_id") if first is not None else None,
+            approval_id=first.approval_id if first is not None else None,
         )
 
     async def close(self) -> None:

@@ -185,11 +185,10 @@ async def _submit(ctx: PlannerContext, envelope: Mapping[str, Any]) -> dict[str,
     if not result.results:
         return {"decision": "NOT_ACKNOWLEDGED", "code": f"HTTP_{result.http_status}", "message": "no result"}
     first = result.results[0]
-    extra = first.model_extra or {}
     verdict: dict[str, Any] = {"decision": first.decision.value, "code": first.code}
     for key in ("check", "message"):
-        if extra.get(key) is not None:
-            verdict[key] = extra[key]
+        if getattr(first, key) is not None:
+            verdict[key] = getattr(first, key)
     if first.error:
         verdict["message"] = first.error
     if first.order is not None:
