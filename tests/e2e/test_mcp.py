@@ -108,7 +108,8 @@ async def run_order(session: ClientSession, order_id: str) -> None:
 
 async def test_official_client_over_http_runs_a_plan_and_reads_resources(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
     """Over streamable HTTP: the eight tools are listed; a plan runs to completion (REJECTED then corrected,
-    a retried call DUPLICATE); describe_process gives each step's data schema; the resources answer."""
+    a retried call DUPLICATE); wait_for_order answers once last_seq passed after_seq; describe_process gives
+    each step's data schema; the resources answer."""
     _, base = start_gateway("--no-dispatcher")
     async with http_session(base, await agent_key(settings, "acme")) as session:
         assert {t.name for t in (await session.list_tools()).tools} == TOOLS
@@ -118,6 +119,8 @@ async def test_official_client_over_http_runs_a_plan_and_reads_resources(start_g
         assert "total_amount" in described["steps"]["OrderCreated"]["data_schema"]["properties"]
         assert described["mermaid"].startswith("stateDiagram") and "OrderCreated" in text
         await run_order(session, "mcp-http-1")
+        waited, _, error = await call(session, "wait_for_order", order_id="mcp-http-1", after_seq=4, timeout_s=5)
+        assert (waited["status"], waited["last_seq"], error) == ("completed", 5, False)
         order = await session.read_resource(AnyUrl("nexus://orders/mcp-http-1"))
         assert '"status": "completed"' in order.contents[0].text  # type: ignore[union-attr]
         assert '"decision": "REJECTED"' in order.contents[0].text  # type: ignore[union-attr]

@@ -156,3 +156,28 @@ async def test_abort_and_replan_without_numbers(clients: dict[str, httpx.AsyncCl
     assert aborted.json()["decision"] == "APPLY" and aborted.json()["order"]["status"] == "aborted"
     late = (await _step(acme, "o-7", "PaymentProcessed", {"amount": 10})).json()
     assert late["decision"] == "DISCARD"
+
+
+async def test_a_held_step_keeps_its_number(clients: dict[str, httpx.AsyncClient], db: Database) -> None:
+    """A payment HELD for approval (202, approval_id) keeps seq 3: the next proposal takes 4 and waits
+    (BUFFER); once approved both apply; a keyed repeat of the held step answers DUPLICATE with first HELD."""
+    acme = clients["acme"]
+    big = {"items": [{"product_id": "p", "quantity": 1, "unit_price": 1500}], "total_amount": 1500, "currency": "USD"}
+    assert (await acme.post("/v1/plans", json={"order_id": "o-8", "process": "order_reviewed"})).status_code == 201
+    assert (await _step(acme, "o-8", "OrderCreated", big)).json()["decision"] == "APPLY"
+    assert (await _step(acme, "o-8", "InventoryValidated", {})).json()["decision"] == "APPLY"
+    pay = {"payment_id": "pay", "amount": 1500, "currency": "USD"}
+    held = await _step(acme, "o-8", "PaymentProcessed", pay, key="pay")
+    assert held.status_code == 202, held.text
+    assert (held.json()["decision"], held.json()["seq_id"]) == ("HELD", 3) and held.json()["approval_id"]
+    after = (await _step(acme, "o-8", "OrderShipped", {"carrier": "ups"})).json()
+    assert (after["decision"], after["seq_id"]) == ("BUFFER", 4)
+    again = (await _step(acme, "o-8", "PaymentProcessed", pay, key="pay")).json()
+    assert (again["decision"], again["first"]["decision"], again["seq_id"]) == ("DUPLICATE", "HELD", 3)
+    _, approver_key = await create_key(db, "acme", frozenset({Role.APPROVER}))
+    approved = await acme.post(
+        f"/v1/approvals/{held.json()['approval_id']}/approve", headers={"Authorization": f"Bearer {approver_key}"}
+    )
+    assert approved.status_code == 200, approved.text
+    order = (await acme.get("/v1/orders/o-8")).json()
+    assert (order["status"], order["last_seq"], order["buffered"]) == ("shipped", 4, [])
