@@ -184,3 +184,26 @@ async def test_official_client_over_stdio(start_gateway, settings: Settings) -> 
         await run_order(session, "mcp-stdio-1")
         missing, _, error = await call(session, "get_order", order_id="nobody")
         assert error and missing["code"] == "NOT_FOUND"
+
+
+async def test_any_worker_answers_any_mcp_call(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    """With `nexus serve --workers 2`, a plan whose every call is a new connection (and so any worker process)
+    runs to completion: the server keeps no session."""
+    _, base = start_gateway("--no-dispatcher", "--workers", "2")
+    key = await agent_key(settings, "acme")
+    calls: list[tuple[str, dict[str, Any]]] = [("start_plan", {"order_id": "mcp-w-1"})]
+    calls += [
+        ("propose_step", {"order_id": "mcp-w-1", "step": step, "data": data, "idempotency_key": step})
+        for step, data in (
+            ("OrderCreated", CREATED),
+            ("InventoryValidated", {}),
+            ("PaymentProcessed", {"payment_id": "x", "amount": 10, "currency": "USD"}),
+            ("OrderShipped", {}),
+            ("OrderCompleted", {}),
+        )
+    ]
+    for tool, arguments in calls:
+        async with http_session(base, key) as session:
+            answer, text, error = await call(session, tool, **arguments)
+        assert not error, text
+    assert (answer["decision"], answer["status"], answer["last_seq"]) == ("APPLY", "completed", 5)
