@@ -245,7 +245,9 @@ async def post_plan(request: Request, body: Annotated[StartPlan, Body()]) -> Any
         return _error(exc)
 
 
-_HELD = {202: {"description": "HELD: the step waits for a person's approval (`approval_id`)"}}
+_HELD: dict[int | str, dict[str, Any]] = {
+    202: {"description": "HELD: the step waits for a person's approval (`approval_id`)"}
+}
 
 
 @router.post(
