@@ -272,7 +272,7 @@ class Gateway:
                         window = self.db.settings.repeat_window_s
                         numbered = await plan_steps.number(conn, items, by_order, states, pending, now, window)
                         items, audit = numbered.items, numbered.entries
-                        decide = set(numbered.new)
+                        decide = set(numbered.new)  # the deferred proposals wait for the next transaction
                         by_order = {
                             k: [i for i in v if i in decide or not items[i].proposal] for k, v in by_order.items()
                         }
@@ -364,11 +364,17 @@ class Gateway:
 
         for i, dead_id in zip(dead_index, dead_ids, strict=False):
             outcomes[i] = dataclasses.replace(outcomes[i], dead_letter_id=dead_id)  # type: ignore[type-var]
+        now_decided = [item for item, o in zip(items, outcomes, strict=True) if o is not None]
         final = [o for o in outcomes if o is not None]
-        metrics.record_outcomes(items, final, drained)
+        metrics.record_outcomes(now_decided, final, drained)
         if log.isEnabledFor(logging.INFO):
-            _log_decisions(items, final, source)
+            _log_decisions(now_decided, final, source)
         metrics.record_blocked(blocked)
+        if numbered is not None and numbered.deferred:  # server-numbered steps: an order's next, now
+            later = await self._submit_once([items[i] for i in numbered.deferred], source)
+            for i, outcome in zip(numbered.deferred, later, strict=True):
+                outcomes[i] = outcome
+            final = [o for o in outcomes if o is not None]
         return final
 
     async def _read_sagas(

@@ -1,10 +1,12 @@
 """Server-numbered steps inside `Gateway.submit`: number them under their orders' locks, before the decision,
 and store each one's first verdict in the same transaction (the rules: nexus.core.numbering).
 
-`number` runs after the batch's orders are locked and read: each item carrying a `Proposal` (from the
-steps API) takes its order's next free sequence number and the order's plan (the live plan, which a REPLAN
-may have changed since the request was read), or is answered at once as a DUPLICATE of a stored first
-verdict. `record` writes the first verdicts of the newly numbered steps (`plan_steps`, migration 0016).
+`number` runs after the batch's orders are locked and read: an order's first new proposal in the batch
+takes its next free sequence number and the order's plan (the live plan, which a REPLAN may have changed
+since the request was read); a repeat is answered at once as a DUPLICATE of a stored first verdict; a
+second new proposal of the same order is deferred to a transaction of its own (its number depends on
+whether the first is applied, rejected or held). `record` writes the first verdicts of the newly
+numbered steps (`plan_steps`, migration 0016).
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Numbered:
     same_as: dict[int, int]
     entries: list[Entry]
     new: list[int]
+    deferred: list[int] = dataclasses.field(default_factory=list)
+    """Second and later new proposals of one order in this batch: decided in a transaction of their own
+    after this one, from the state it leaves (a REJECTED proposal frees its number for the next)."""
 
 
 async def number(
@@ -83,10 +88,14 @@ async def number(
             now=now,
             window_s=window_s,
         )
+        numbered_one = False
         for i, assignment in zip(indexes, assignments, strict=True):
             envelope = items[i].envelope
             assert envelope is not None
-            if assignment.kind is Kind.NEW:
+            if assignment.kind is Kind.NEW and numbered_one:
+                out.deferred.append(i)
+            elif assignment.kind is Kind.NEW:
+                numbered_one = True
                 numbered = _numbered(envelope, assignment, state, plans.get(key))
                 out.items[i] = dataclasses.replace(items[i], envelope=numbered, raw=numbered.model_dump_json())
                 out.new.append(i)

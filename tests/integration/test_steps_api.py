@@ -181,3 +181,37 @@ async def test_a_held_step_keeps_its_number(clients: dict[str, httpx.AsyncClient
     assert approved.status_code == 200, approved.text
     order = (await acme.get("/v1/orders/o-8")).json()
     assert (order["status"], order["last_seq"], order["buffered"]) == ("shipped", 4, [])
+
+
+async def test_group_committed_proposals_of_one_order_are_numbered_one_transaction_at_a_time(db: Database) -> None:
+    """Proposals sharing a group-commit batch: different orders are decided together; a second proposal of
+    the same order waits for the next transaction, so a REJECTED first frees its number (none buffered)."""
+    from nexus.ingress import steps_api
+    from nexus.ingress.batcher import GroupCommitter
+
+    gateway = Gateway(db)
+    committer = GroupCommitter(gateway, workers=1, window_ms=200)
+    committer.start()
+    _, key = await create_key(db, "acme", frozenset({Role.AGENT}))
+    principal = await create_app(db, gateway).state.keys.lookup(key)
+    try:
+        for order_id in ("g-1", "g-2"):
+            await steps_api.start_plan(db, gateway, principal, steps_api.StartPlan(order_id=order_id))
+
+        async def propose(order_id: str, step: str, data: dict[str, Any]) -> dict[str, Any]:
+            request = steps_api.ProposeStep(step=step, data=data)
+            return (await steps_api.propose_step(db, gateway, principal, order_id, request, committer))[1]
+
+        # in one batch: a wrong first step of g-1 (REJECTED), the right one after it, and g-2's first step
+        answers = await asyncio.gather(
+            propose("g-1", "InventoryValidated", {}),
+            propose("g-1", "OrderCreated", CREATED),
+            propose("g-2", "OrderCreated", CREATED),
+        )
+    finally:
+        await committer.stop()
+    assert [(a["decision"], a["seq_id"]) for a in answers] == [("REJECTED", 1), ("APPLY", 1), ("APPLY", 1)]
+    for order_id in ("g-1", "g-2"):
+        order = await db.fetchrow("SELECT last_seq FROM orders WHERE tenant_id = 'acme' AND order_id = $1", order_id)
+        assert order["last_seq"] == 1
+    assert await db.fetchval("SELECT count(*) FROM pending_events") == 0

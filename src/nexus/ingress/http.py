@@ -233,6 +233,7 @@ def create_app(
     from nexus.ingress.steps_api import router as steps_router  # server-numbered steps (and MCP below)
 
     app.include_router(steps_router)
+    app.state.submitter = submitter
     from nexus.ingress.mcp_api import install as install_mcp
 
     app.state.mcp = install_mcp(app, db, gateway, settings, read_order)

@@ -44,6 +44,8 @@ class GatewayBackend:
     principal: Principal
     read_order: ReadOrder
     """`GET /v1/orders/{order_id}`'s reading (nexus.ingress.http.read_order, which mounts this module)."""
+    submitter: steps_api.Submitter
+    """The app's group committer (steps share transactions with other requests')."""
 
     async def list_processes(self) -> dict[str, Any]:
         from nexus.processes import describe
@@ -66,12 +68,16 @@ class GatewayBackend:
     ) -> tuple[int, dict[str, Any]]:
         async with self._translated():
             request = steps_api.ProposeStep(step=step, data=data, idempotency_key=idempotency_key)
-            return await steps_api.propose_step(self.db, self.gateway, self.principal, order_id, request)
+            return await steps_api.propose_step(
+                self.db, self.gateway, self.principal, order_id, request, self.submitter
+            )
 
     async def end_plan(self, order_id: str, reason: str, *, replan: bool) -> tuple[int, dict[str, Any]]:
         async with self._translated():
             request = steps_api.EndPlan(reason=reason)
-            return await steps_api.end_plan(self.db, self.gateway, self.principal, order_id, request, replan=replan)
+            return await steps_api.end_plan(
+                self.db, self.gateway, self.principal, order_id, request, replan=replan, submitter=self.submitter
+            )
 
     async def get_order(self, order_id: str) -> dict[str, Any]:
         tenant = self._reader_tenant()
@@ -152,7 +158,8 @@ def install(app: FastAPI, db: Database, gateway: Gateway, settings: Settings, re
 
     def backend_of(ctx: Any) -> GatewayBackend:
         principal = ctx.request_context.request.state.principal
-        return GatewayBackend(db, gateway, settings, app.state.decision_listener, principal, read_order)
+        state = app.state
+        return GatewayBackend(db, gateway, settings, state.decision_listener, principal, read_order, state.submitter)
 
     endpoint = McpEndpoint(build_server(backend_of))
     app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))

@@ -4,8 +4,9 @@ end or replace its plan. The MCP tools (nexus.mcp) call the same functions.
 
 A step is built here without a number: an envelope with a placeholder `seq_id` and a `Proposal`, which
 `Gateway.submit` numbers under the order's lock (nexus.plan_steps, nexus.core.numbering). Each proposal is
-its own transaction (not group-committed): parallel proposals of one order serialize on its lock, and each
-is numbered from the state the previous one left, so a REJECTED proposal frees its number for the next. With an
+group-committed with other requests' steps (`GroupCommitter`), but an order's second proposal in one
+shared transaction is decided in the next (nexus.plan_steps): parallel proposals of one order are each
+numbered from the state the previous one left, so a REJECTED proposal frees its number for the next. With an
 idempotency key its event id is `uuid5(tenant, order_id, key)`; without one, a fresh uuid4.
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Annotated, Any
+from collections.abc import Sequence
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Body, Path, Request
 from fastapi.responses import JSONResponse
@@ -35,6 +37,12 @@ router = APIRouter()
 
 Identifier = Annotated[str, Field(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
 OrderId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
+
+
+class Submitter(Protocol):
+    """What decides steps: the gateway, or the app's group committer in front of it."""
+
+    async def submit(self, items: Sequence[Incoming]) -> list[Outcome]: ...
 
 
 class StepsApiError(NexusError):
@@ -103,7 +111,12 @@ async def start_plan(db: Database, gateway: Gateway, principal: Principal, reque
 
 
 async def propose_step(
-    db: Database, gateway: Gateway, principal: Principal, order_id: str, request: ProposeStep
+    db: Database,
+    gateway: Gateway,
+    principal: Principal,
+    order_id: str,
+    request: ProposeStep,
+    submitter: Submitter | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """Decide one proposed step: its HTTP status and the result object."""
     tenant = step_tenant(principal)
@@ -128,13 +141,20 @@ async def propose_step(
     }
     if plan["process"]:
         envelope["process"] = plan["process"]
-    status, body = await _submit(gateway, envelope, tenant, proposal)
+    status, body = await _submit(submitter or gateway, envelope, tenant, proposal)
     body["next_steps"] = next_steps(gateway, plan["process"], body["order"]["status"])
     return status, body
 
 
 async def end_plan(
-    db: Database, gateway: Gateway, principal: Principal, order_id: str, request: EndPlan, *, replan: bool
+    db: Database,
+    gateway: Gateway,
+    principal: Principal,
+    order_id: str,
+    request: EndPlan,
+    *,
+    replan: bool,
+    submitter: Submitter | None = None,
 ) -> tuple[int, dict[str, Any]]:
     """ABORT_PLAN (abort code `manual`) or REPLAN (a new plan id) of the order's live plan."""
     tenant = step_tenant(principal)
@@ -161,7 +181,7 @@ async def end_plan(
     else:
         data = {"reason": request.reason, "abort_code": "manual", "aborted_at_seq": last_seq}
         envelope |= {"event_type": ABORT_STEP, "data": data}
-    status, body = await _submit(gateway, envelope, tenant, None)
+    status, body = await _submit(submitter or gateway, envelope, tenant, None)
     if replan and body["decision"] == Decision.APPLY.value:
         body["plan_id"] = envelope["data"]["new_plan_id"]
     return status, body
@@ -195,13 +215,13 @@ async def _plan_of(db: Database, tenant: str, order_id: str) -> Any:
 
 
 async def _submit(
-    gateway: Gateway, envelope: dict[str, Any], tenant: str, proposal: Proposal | None
+    submitter: Submitter, envelope: dict[str, Any], tenant: str, proposal: Proposal | None
 ) -> tuple[int, dict[str, Any]]:
     try:
         item = Incoming("", parse_envelope(envelope), None, None, tenant_id=tenant, proposal=proposal)
     except InvalidEventError as exc:
         raise StepsApiError(422, exc.code, str(exc)) from exc
-    [outcome] = await gateway.submit([item])
+    [outcome] = await submitter.submit([item])
     return single_status(outcome), result_json(outcome)
 
 
@@ -256,7 +276,8 @@ _HELD: dict[int | str, dict[str, Any]] = {
 async def post_step(request: Request, order_id: OrderId, body: Annotated[ProposeStep, Body()]) -> Any:
     state = request.app.state
     try:
-        status, content = await propose_step(state.db, state.gateway, _principal(request), order_id, body)
+        principal = _principal(request)
+        status, content = await propose_step(state.db, state.gateway, principal, order_id, body, state.submitter)
     except StepsApiError as exc:
         return _error(exc)
     return JSONResponse(content, status_code=status)
@@ -275,7 +296,9 @@ async def get_plan_of_order(request: Request, order_id: OrderId) -> Any:
 async def post_abort(request: Request, order_id: OrderId, body: Annotated[EndPlan, Body()]) -> Any:
     state = request.app.state
     try:
-        status, content = await end_plan(state.db, state.gateway, _principal(request), order_id, body, replan=False)
+        status, content = await end_plan(
+            state.db, state.gateway, _principal(request), order_id, body, replan=False, submitter=state.submitter
+        )
     except StepsApiError as exc:
         return _error(exc)
     return JSONResponse(content, status_code=status)
@@ -285,7 +308,9 @@ async def post_abort(request: Request, order_id: OrderId, body: Annotated[EndPla
 async def post_replan(request: Request, order_id: OrderId, body: Annotated[EndPlan, Body()]) -> Any:
     state = request.app.state
     try:
-        status, content = await end_plan(state.db, state.gateway, _principal(request), order_id, body, replan=True)
+        status, content = await end_plan(
+            state.db, state.gateway, _principal(request), order_id, body, replan=True, submitter=state.submitter
+        )
     except StepsApiError as exc:
         return _error(exc)
     return JSONResponse(content, status_code=status)
