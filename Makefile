@@ -10,13 +10,14 @@ export NEXUS_KAFKA_PORT ?= 9092
 export NEXUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NEXUS_KAFKA_PORT)
 
 
-.PHONY: demo-llm agent-studio studio-check llm-test
+.PHONY: demo-llm demo-mcp agent-studio studio-check llm-test
 .PHONY: promtool console-test
 .PHONY: help install demo check test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean agent-e2e agent-test fuzz
 
 help:
 	@echo "make demo    - start the embedded stack, run misbehaving agents through it, check the invariants"
 	@echo "make demo-llm - 20 plans of the LLM planner against the fake model, every behaviour; blocked actions"
+	@echo "make demo-mcp - an MCP agent (official client + fake model) completes an order through /mcp"
 	@echo "make agent-studio / studio-check - LangGraph Studio on the LLM planner graph (extra 'studio')"
 	@echo "make check   - lint, types, import contracts and the unit tests that start no process (under 2 minutes)"
 	@echo "make test    - lint, types and all tests (starts the local Kafka broker)"
@@ -134,6 +135,10 @@ agent-test: $(STAMP)
 # The LLM planner against `nexus fake-llm` (no internet, no model key; it creates its gateway key).
 demo-llm: $(VENV)/.base
 	$(BIN)/python -m nexus_lab.llm.demo
+
+# The gateway as an MCP server: an agent that knows only MCP runs an order (docs/mcp.md).
+demo-mcp: $(VENV)/.base
+	$(BIN)/python -m nexus_lab.mcp_demo
 
 llm-test: $(STAMP)
 	$(BIN)/pytest tests/unit/test_llm_planner.py tests/integration/test_llm_client.py tests/e2e/test_llm_planner_e2e.py

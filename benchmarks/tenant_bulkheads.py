@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from delivery import new_database, plan, start, stop  # benchmarks/ is the script's directory, first on sys.path
-from nexus.ingress.tenants import bind
 
 from nexus.delivery.signing import generate_secret
 from nexus.delivery.subscriptions import add_subscription
 from nexus.gateway import Gateway, Incoming
+from nexus.ingress.tenants import bind
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres

@@ -21,7 +21,7 @@ from decimal import Decimal
 
 import asyncpg
 
-from nexus import metrics, tracing
+from nexus import metrics, plan_steps, tracing
 from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.deadlines import deadline_abort
@@ -151,21 +151,51 @@ class Gateway:
     async def _submit_once(
         self, items: Sequence[Incoming], kind: IngressKind, decided: Mapping[uuid.UUID, ApprovalDecision] | None = None
     ) -> list[Outcome]:
-        """Lock, read, plan, write: one transaction."""
+        """Lock, read, (number,) plan, write: one transaction."""
         order_ids = sorted({order_key(item.envelope) for item in items if item.envelope is not None})
         now = dt.datetime.now(dt.UTC)  # the clock of deadlines
+        numbered: plan_steps.Numbered | None = None
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 reads = BatchReads()
                 if order_ids:
                     await conn.execute(query("gateway.sql", "lock_orders"), *pairs(order_ids))
                     reads = await self._read(conn, order_ids, items)
+                    if any(item.proposal is not None for item in items):  # server-numbered steps
+                        numbered = await self._number(conn, items, reads, now)
+                        items = numbered.items
                     if decided:  # an approval is answered once, under its order's lock
                         await lifecycle_records.decide_approvals(conn, decided)
                 answers = {k: v.verdict for k, v in decided.items()} if decided else None
-                plan = plan_batch(items, reads, self.parts, kind=kind, now=now, approvals=answers)
+                decide = numbered.decided(len(items)) if numbered else range(len(items))
+                plan = plan_batch([items[i] for i in decide], reads, self.parts, kind=kind, now=now, approvals=answers)
+                if numbered is not None:
+                    plan = dataclasses.replace(plan, log=(*numbered.entries, *plan.log))
                 dead_ids = await self._write(conn, plan, reads, order_ids)
-        return self._answered(items, plan, dead_ids, kind)
+                outcomes = self._answered([items[i] for i in decide], plan, dead_ids, kind)
+                if numbered is None:
+                    return outcomes
+                spread: list[Outcome | None] = [None] * len(items)
+                for i, outcome in zip(decide, outcomes, strict=True):
+                    spread[i] = outcome
+                plan_steps.finish(numbered, spread, Outcome)  # repeats answered with their first verdict
+                await plan_steps.record(conn, numbered, spread, now)  # the first verdicts, in this transaction
+        if numbered.deferred:  # a second new proposal of an order: numbered from the state this one left
+            later = await self._submit_once([items[i] for i in numbered.deferred], kind)
+            for i, outcome in zip(numbered.deferred, later, strict=True):
+                spread[i] = outcome
+        return [o for o in spread if o is not None]
+
+    async def _number(
+        self, conn: asyncpg.Connection, items: Sequence[Incoming], reads: BatchReads, now: dt.datetime
+    ) -> plan_steps.Numbered:
+        """Give the proposals without a number theirs (`core/numbering.py`), under their orders' locks."""
+        by_order: dict[OrderKey, list[int]] = defaultdict(list)
+        for i, item in enumerate(items):
+            if item.envelope is not None:
+                by_order[order_key(item.envelope)].append(i)
+        window = self.db.settings.repeat_window_s
+        return await plan_steps.number(conn, items, by_order, reads.states, reads.pending, now, window)
 
     async def _read(self, conn: asyncpg.Connection, order_ids: list[OrderKey], items: Sequence[Incoming]) -> BatchReads:
         reads = await read_batch(conn, order_ids, validated=self.parts.checks.checks)

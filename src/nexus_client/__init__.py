@@ -24,6 +24,7 @@ from nexus_client.models import (
     StepResult,
     SubmitResult,
 )
+from nexus_client.plans import AsyncPlanRun, PlanRun
 
 __all__ = [
     "ApiError",
@@ -31,6 +32,7 @@ __all__ = [
     "ApprovalAnswer",
     "Approvals",
     "AsyncNexusClient",
+    "AsyncPlanRun",
     "ClientConfig",
     "ClientError",
     "EventEnvelope",
@@ -41,6 +43,7 @@ __all__ = [
     "OrderSummary",
     "Plan",
     "PlanOrder",
+    "PlanRun",
     "Process",
     "StepResult",
     "SubmitResult",

@@ -5,6 +5,7 @@
         client.submit([step1, step2])                # a batch, one transaction per order
         client.order("o-1"); client.plan("p-1")
         client.wait("o-1", after_seq=2, timeout=30)  # the order once its last_seq passed 2
+        run = client.start_plan("order")             # the gateway numbers the steps (nexus_client.plans)
 
 `wait` is the gateway's long poll (`GET /v1/orders/{id}?wait=S&after_seq=N|after_status=X`), asked again
 until its own timeout; an answer that comes back early and unchanged (a gateway without the long poll) is
@@ -18,7 +19,7 @@ import random
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 import httpx
 
@@ -28,6 +29,7 @@ from nexus_client import _tracing
 from nexus_client.config import ClientConfig
 from nexus_client.errors import ClientError, GatewayUnreachable, NotFound
 from nexus_client.models import Approval, ApprovalAnswer, Approvals, Order, Plan, Process, SubmitResult
+from nexus_client.plans import AsyncPlanRun, PlanRun, plan_info, start_body
 
 Steps = EventEnvelope | Sequence[EventEnvelope]
 
@@ -76,6 +78,33 @@ class AsyncNexusClient:
                 error: ClientError = _unreachable(exc)
             except ClientError as exc:
                 error = exc
+            delay = proto.retry_delay_s(self.config.retry, attempt, error, random.random())
+            if delay is None:
+                raise error
+            await asyncio.sleep(delay)
+            attempt += 1
+
+    async def start_plan(
+        self, process: str = "order", order_id: str | None = None, deadline_s: float | None = None
+    ) -> AsyncPlanRun:
+        """POST /v1/plans: a new order whose steps the gateway numbers (`AsyncPlanRun.step`)."""
+        return AsyncPlanRun(self, plan_info(*await self._post("/v1/plans", start_body(process, order_id, deadline_s))))
+
+    async def resume_plan(self, order_id: str) -> AsyncPlanRun:
+        """The plan of an order started before (an agent that restarted); `NotFound` if there is none."""
+        return AsyncPlanRun(self, plan_info(*await self._get(f"/v1/orders/{order_id}/plan")))
+
+    async def _post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        """POST JSON; resent on 503 and transport errors (the plan helper's bodies carry idempotency keys)."""
+        attempt = 1
+        while True:
+            try:
+                response = await self._http.post(self.config.url(path), json=body)
+                if response.status_code != 503:
+                    return response.status_code, response.content
+                error: ClientError = proto.api_error(response.status_code, response.content)
+            except httpx.TransportError as exc:
+                error = _unreachable(exc)
             delay = proto.retry_delay_s(self.config.retry, attempt, error, random.random())
             if delay is None:
                 raise error
@@ -181,6 +210,33 @@ class NexusClient:
                 error: ClientError = _unreachable(exc)
             except ClientError as exc:
                 error = exc
+            delay = proto.retry_delay_s(self.config.retry, attempt, error, random.random())
+            if delay is None:
+                raise error
+            time.sleep(delay)
+            attempt += 1
+
+    def start_plan(
+        self, process: str = "order", order_id: str | None = None, deadline_s: float | None = None
+    ) -> PlanRun:
+        """POST /v1/plans: a new order whose steps the gateway numbers (`PlanRun.step`)."""
+        return PlanRun(self, plan_info(*self._post("/v1/plans", start_body(process, order_id, deadline_s))))
+
+    def resume_plan(self, order_id: str) -> PlanRun:
+        """The plan of an order started before (an agent that restarted); `NotFound` if there is none."""
+        return PlanRun(self, plan_info(*self._get(f"/v1/orders/{order_id}/plan")))
+
+    def _post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
+        """POST JSON; resent on 503 and transport errors (the plan helper's bodies carry idempotency keys)."""
+        attempt = 1
+        while True:
+            try:
+                response = self._http.post(self.config.url(path), json=body)
+                if response.status_code != 503:
+                    return response.status_code, response.content
+                error: ClientError = proto.api_error(response.status_code, response.content)
+            except httpx.TransportError as exc:
+                error = _unreachable(exc)
             delay = proto.retry_delay_s(self.config.retry, attempt, error, random.random())
             if delay is None:
                 raise error

@@ -30,10 +30,17 @@ class StepResult(_Model):
     decision: Decision
     code: str | None = None
     check: str | None = None
+    """REJECTED: the id of the failed check."""
     message: str | None = None
+    """REJECTED: why, in words (INVALID_TRANSITION lists the allowed next steps)."""
     approval_id: str | None = None
+    """HELD: the approval that will decide the step."""
     order: OrderSummary | None = None
     error: str | None = None
+    seq_id: int | None = None
+    """A numbered step (`PlanRun.step`): the number the gateway gave it."""
+    first: dict[str, Any] | None = None
+    """A repeated numbered step (DUPLICATE): the first verdict (decision, code, check, message)."""
 
 
 class SubmitResult(_Model):

@@ -65,3 +65,9 @@ async def test_hallucinations_catches_a_gateway_that_never_rejects(chaos_session
     """A process that approves every step in turn applies hallucinated steps: the checker sees them."""
     result = await run_broken(chaos_session, "hallucinations", "serve_without_checks.py", plans=10)
     assert broke(result, ": rejected: ", ": acks: ", ": outbox: ")
+
+
+async def test_gateway_kill_catches_numbering_that_forgets_idempotency_keys(chaos_session: ChaosSession) -> None:
+    """A repeated MCP call numbered as a new step (its key forgotten) is caught: not answered DUPLICATE."""
+    result = await run_broken(chaos_session, "gateway-kill", "serve_forget_step_keys.py", plans=4)
+    assert broke(result, "mcp answers: ")

@@ -55,9 +55,11 @@ async def test_hallucinations(chaos_session: ChaosSession) -> None:
 
 
 async def test_gateway_kill(chaos_session: ChaosSession) -> None:
-    """Gateways SIGKILLed repeatedly lose nothing the agent was told was accepted."""
+    """Gateways SIGKILLed repeatedly lose nothing the agent was told was accepted; MCP agents retrying lost
+    calls with the same idempotency keys complete their orders, each step applied once."""
     result = await run_short(chaos_session, "gateway-kill")
     assert result.faults["gateway SIGKILLed"] >= 2
+    assert result.faults["mcp orders"] == 4
 
 
 async def test_dispatcher_kill(chaos_session: ChaosSession) -> None:

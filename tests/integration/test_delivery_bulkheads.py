@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 import re
 
-from nexus.ingress.tenants import bind
-
 from nexus.delivery.subscriptions import add_subscription
 from nexus.gateway import Gateway, Incoming
+from nexus.ingress.tenants import bind
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.sink import start_sink

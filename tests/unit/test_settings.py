@@ -12,6 +12,7 @@ from nexus.settings import Settings, env_name, otel_variables
 # Every variable of the gateway's settings, written out: they are public (docs, deployments, scripts), so
 # none may be renamed or dropped, and a new setting is added here on purpose.
 PUBLIC_VARIABLES = [
+    "NEXUS_REPEAT_WINDOW_S",
     "NEXUS_DELIVERY_MAX_INFLIGHT_PER_TENANT",
     "NEXUS_DELIVERY_MAX_INFLIGHT_PER_SUBSCRIPTION",
     "NEXUS_MAX_WAITS_PER_KEY",

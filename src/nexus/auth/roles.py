@@ -66,6 +66,7 @@ _POLICY: tuple[tuple[str, re.Pattern[str], frozenset[Role]], ...] = tuple(
     for method, pattern, roles in (
         ("GET", r"/healthz|/readyz", PUBLIC),
         ("POST", r"/v1/events", frozenset({Role.AGENT})),
+        ("POST", r"/v1/plans|/v1/orders/[^/]+/(steps|abort|replan)", frozenset({Role.AGENT})),
         ("GET", r"/v1/(orders|plans)/[^/]+(/.*)?", _READERS),
         ("*", r"/v1/(dead-letters|subscriptions|deliveries|blocked-actions|sagas)(/.*)?", _OPERATOR),
         ("GET", r"/metrics", _OPERATOR),

@@ -245,6 +245,13 @@ def create_app(
     from nexus.ingress.lifecycle_api import router as lifecycle_router  # issue 13: history, waiting, approvals
 
     app.include_router(lifecycle_router)
+    from nexus.ingress.steps_api import router as steps_router  # server-numbered steps (and MCP below)
+
+    app.include_router(steps_router)
+    app.state.submitter = submitter
+    from nexus.ingress.mcp_api import install as install_mcp
+
+    app.state.mcp = install_mcp(app, db, gateway, settings, read_order)
     if decision_listener is None:
         from nexus.lifecycle.waiting import DecisionListener
 

@@ -138,10 +138,17 @@ def describe(process: CompiledProcess) -> dict[str, Any]:
                 **({"effect": s.step.effect.model_dump()} if s.step.effect else {}),
                 **({"approval": s.step.approval.model_dump()} if s.step.approval else {}),
                 **({"pivot": True} if s.step.pivot else {}),
+                "data_schema": data_schema(process, name),
             }
             for name, s in process.steps.items()
         },
     }
+
+
+def data_schema(process: CompiledProcess, step: str) -> dict[str, Any]:
+    """The JSON Schema of a step's data: the definition's own `data` (a process is only its YAML)."""
+    declared = process.steps[step].step.data
+    return dict(declared) if declared else {"type": "object"}
 
 
 def mermaid(process: CompiledProcess) -> str:

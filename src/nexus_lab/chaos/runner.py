@@ -21,6 +21,7 @@ from nexus_lab.agent import runner as agent
 from nexus_lab.agent.transport import KafkaTransport, Transport
 from nexus_lab.chaos.faults import BreakerWatch, FaultContext
 from nexus_lab.chaos.harness import ChaosSession, Stack
+from nexus_lab.chaos.mcp_agents import McpAgents, check_mcp_orders, run_mcp_agents
 from nexus_lab.chaos.result import ScenarioResult
 from nexus_lab.chaos.scenarios import Scenario
 from nexus_lab.chaos.transports import PatientTransport, RacingTransport, SpreadTransport, http_transports, relax_report
@@ -66,6 +67,21 @@ def _counted(scenario: Scenario, report: dict[str, Any], check: CheckResult, cou
         counts["sink faults"] += check.stats["sink_faults"]
 
 
+async def _mcp_agents(scenario: Scenario, stack: Stack) -> McpAgents:
+    from nexus_client import ClientConfig
+
+    key = ClientConfig.from_env().api_key or ""
+    return await run_mcp_agents(stack.gateway_urls, key, scenario.mcp_orders, f"{scenario.name}-{stack.dir.name}")
+
+
+async def _check_mcp(stack: Stack, run: McpAgents, wait_s: float, allow_duplicates: bool) -> tuple[int, int, list[str]]:
+    db = await Database(stack.settings()).open(migrate=False)
+    try:
+        return await check_mcp_orders(db, stack.sink_log, run, wait_s=wait_s, allow_duplicates=allow_duplicates)
+    finally:
+        await db.close()
+
+
 async def run_scenario(
     session: ChaosSession,
     scenario: Scenario,
@@ -95,6 +111,7 @@ async def run_scenario(
     tasks: list[asyncio.Task[None]] = []
     watches: list[asyncio.Task[None]] = []
     transport: Transport | None = None
+    mcp: asyncio.Task[McpAgents] | None = None
     try:
         await stack.start()
         spec = scenario.stack
@@ -117,7 +134,9 @@ async def run_scenario(
         for fault in scenario.faults:
             task = asyncio.create_task(fault.run(ctx))
             (watches if isinstance(fault, BreakerWatch) else tasks).append(task)
+        mcp = asyncio.create_task(_mcp_agents(scenario, stack)) if scenario.mcp_orders else None
         report = await agent.run_agent(config, transport, target=target)
+        mcp_run = await mcp if mcp is not None else None
         ctx.agent_done.set()
         say(f"agent done at {ctx.elapsed():.1f}s: {report['summary']['messages']} messages")
         await asyncio.gather(*tasks)
@@ -142,6 +161,15 @@ async def run_scenario(
             await db.close()
         _counted(scenario, report, check, ctx.counts)
         result.held, result.checked, result.failures = judge(check)
+        if mcp_run is not None:  # the MCP agents' orders: their own invariants
+            ctx.count("mcp orders", len(mcp_run.order_ids))
+            ctx.count("mcp calls retried", mcp_run.retried)
+            held, checked, broke = await _check_mcp(stack, mcp_run, settle_timeout_s, scenario.allow_duplicates)
+            result.held, result.checked, result.failures = (
+                result.held + held,
+                result.checked + checked,
+                result.failures + broke,
+            )
         result.check_text = render(check, len(report["plans"]))
         (stack.dir / "check.txt").write_text(result.check_text + "\n")
     except Exception as exc:  # noqa: BLE001 - a scenario that could not run is reported, the others go on
@@ -150,6 +178,9 @@ async def run_scenario(
     finally:
         for task in [*tasks, *watches]:
             task.cancel()
+        if mcp is not None:
+            mcp.cancel()
+            await asyncio.gather(mcp, return_exceptions=True)
         await asyncio.gather(*tasks, *watches, return_exceptions=True)
         if transport is not None:
             with contextlib.suppress(Exception):

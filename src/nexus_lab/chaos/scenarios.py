@@ -62,6 +62,9 @@ class Scenario:
     saga: SagaFault | None = None
     """A saga scenario (issue 14): `fulfilment` plans whose effects the executors perform under this fault,
     judged by the saga checker from PostgreSQL and the services' ledgers (`nexus_lab.chaos.sagas`)."""
+    mcp_orders: int = 0
+    """Orders an MCP agent drives through the gateways' `/mcp` tools meanwhile (`nexus_lab.chaos.mcp_agents`),
+    with their own invariants."""
 
 
 def _all(rate: float) -> dict[Mode, float]:
@@ -121,13 +124,14 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "gateway-kill",
-            "gateways (HTTP ingress + dispatcher) SIGKILLed repeatedly at random moments",
+            "gateways (HTTP ingress + dispatcher) SIGKILLed repeatedly at random moments, MCP agents too",
             "gateway SIGKILLed",
             StackSpec(gateways=2),
             hostile=_all(0.2),
             step_delay_ms=250.0,
             faults=(KillLoop("gateway", minimum=2, maximum=5),),
             allow_duplicates=True,
+            mcp_orders=4,
         ),
         Scenario(
             "dispatcher-kill",

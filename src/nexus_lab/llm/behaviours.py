@@ -17,6 +17,13 @@ only, never on a counter of its own: a restarted planner gets the same answers.
 | prompt_injection | OrderCreated whose data carries an injection string | completed, nothing extra |
 | refusal | refuses (text, no tool) at the payment, every time | NO_STEP_PROPOSED x4, given up |
 | stubborn_amount | the wrong amount at the payment, every time | CHECK_FAILED x4, given up |
+
+With the gateway's MCP tools offered (`propose_step`...), `mcp_agent` (in `MCP_BEHAVIOURS`, not in the
+planner's scripts) plays an MCP client's model: `start_plan`, then the order's steps through
+`propose_step` (never a sequence number), hallucinating once (PaymentProcessed before InventoryValidated:
+REJECTED, then corrected) and retrying one call with the same idempotency key (DUPLICATE), then `get_order`
+and a final text. It reads the tool results as a model would: their text (or JSON), whichever the client
+framework passes on.
 """
 
 from __future__ import annotations
@@ -40,6 +47,8 @@ BEHAVIOURS: tuple[str, ...] = (
     "refusal",
     "stubborn_amount",
 )
+# Behaviours of a model driving the gateway's MCP tools (see `mcp_reply`).
+MCP_BEHAVIOURS: tuple[str, ...] = ("mcp_agent",)
 # How each behaviour ends: the order's final status, the rejection codes on the way, whether it gave up.
 EXPECTED: dict[str, tuple[str, tuple[str, ...], bool]] = {
     "correct": ("completed", (), False),
@@ -153,6 +162,8 @@ def _plus_one(amount: Any) -> str:
 
 def reply(behaviour: str, messages: Sequence[Mapping[str, Any]]) -> Reply:
     """The fake model's answer to a conversation, for one behaviour."""
+    if behaviour in MCP_BEHAVIOURS:
+        return mcp_reply(messages)
     order, state, streak = read_conversation(messages)
     allowed = [s for s in state.get("allowed_next_steps", []) if s != "ABORT_PLAN"]
     if not allowed:
@@ -192,3 +203,70 @@ def as_json_content(answer: Reply) -> str:
         except ValueError:
             return '{"step": "' + name + '", "data": ' + raw
     return json.dumps(items[0] if len(items) == 1 else {"steps": items})
+
+
+# --- a model driving the gateway's MCP tools ----------------------------------------------------------
+
+MCP_STEPS = ("OrderCreated", "InventoryValidated", "PaymentProcessed", "OrderShipped", "OrderCompleted")
+_STATUS = re.compile(r"\bstatus\W+(\w+)")
+_VERDICT = re.compile(r"\b(APPLY|REJECTED|DUPLICATE|HELD|BUFFER|DISCARD|TOMBSTONE|NOT_FOUND|FORBIDDEN)\b")
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return ""
+
+
+def mcp_history(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, dict[str, Any], str]]:
+    """The tool calls made so far, in order: (tool name, arguments, the verdict word of its result, or for
+    `get_order` the order's status)."""
+    calls: dict[str, tuple[str, dict[str, Any]]] = {}
+    history: list[tuple[str, dict[str, Any], str]] = []
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except ValueError:
+                arguments = {}
+            calls[str(call.get("id"))] = (str(function.get("name")), arguments)
+        if message.get("role") == "tool" and str(message.get("tool_call_id")) in calls:
+            name, arguments = calls[str(message.get("tool_call_id"))]
+            text = _text_of(message.get("content"))
+            found = (_STATUS if name == "get_order" else _VERDICT).search(text)
+            history.append((name, arguments, found.group(1) if found else "OK"))
+    return history
+
+
+def mcp_reply(messages: Sequence[Mapping[str, Any]]) -> Reply:
+    """The next MCP tool call of a model that hallucinates once and retries once (module docstring)."""
+    order, _, _ = read_conversation(messages)
+    order_id = str(order.get("order_id") or "mcp-order")
+    history = mcp_history(messages)
+    if not history:
+        return Reply(calls=(("start_plan", json.dumps({"process": "order", "order_id": order_id})),))
+    proposals = [(args, verdict) for name, args, verdict in history if name == "propose_step"]
+    applied = [args["step"] for args, verdict in proposals if verdict == "APPLY"]
+    rejected = any(verdict == "REJECTED" for _, verdict in proposals)
+    repeated = any(verdict == "DUPLICATE" for _, verdict in proposals)
+    if history[-1][0] == "get_order":
+        return Reply(text=f"Order {order_id} is done: its status is {history[-1][2]}.")
+    if len(applied) == len(MCP_STEPS):
+        return Reply(calls=(("get_order", json.dumps({"order_id": order_id})),))
+    if len(applied) == 1 and not rejected:  # the hallucination: a step out of turn
+        step = "PaymentProcessed"
+    elif len(applied) == 2 and not repeated:  # the retry: the same call again, same key
+        args = next(a for a, v in reversed(proposals) if v == "APPLY")
+        return Reply(calls=(("propose_step", json.dumps(args)),))
+    else:
+        step = MCP_STEPS[len(applied)]
+    arguments = {
+        "order_id": order_id,
+        "step": step,
+        "data": correct_data(step, order),
+        "idempotency_key": f"{order_id}-{step}-{len(proposals)}",
+    }
+    return Reply(calls=(("propose_step", json.dumps(arguments)),))

@@ -8,6 +8,8 @@ deltas, tool-call arguments split over chunks, a usage chunk when `stream_option
 `data: [DONE]`); tool calls when `tools` are offered, JSON content under `response_format: json_object`,
 text for a refusal. `GET /v1/models` lists the one model; `GET /healthz` says it is up.
 
+`--behaviours mcp_agent` plays a model driving the gateway's MCP tools (`nexus_lab.llm.behaviours.mcp_reply`).
+
 Each new order (its `order_id` in the conversation's `<order>` block) gets the next behaviour of the script
 (`nexus_lab.llm.behaviours`), cycled; the same order keeps its behaviour for the server's life, so a
 restarted planner meets the same model. `--seed S` makes a script of every behaviour in a seeded order;
@@ -77,9 +79,9 @@ class FakeModel:
     """The server's state: the script, who got which behaviour, the request counter and the log."""
 
     def __init__(self, script: Sequence[str], faults: Faults, log_path: Path | None = None) -> None:
-        unknown = sorted(set(script) - set(bh.BEHAVIOURS))
+        unknown = sorted(set(script) - set(bh.BEHAVIOURS) - set(bh.MCP_BEHAVIOURS))
         if unknown or not script:
-            raise ValueError(f"unknown behaviours {unknown}; known: {', '.join(bh.BEHAVIOURS)}")
+            raise ValueError(f"unknown behaviours {unknown}; known: {', '.join(bh.BEHAVIOURS + bh.MCP_BEHAVIOURS)}")
         self.script = list(script)
         self.faults = faults
         self.log_path = log_path

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from nexus.core.decide.approvals import approval_id_for
@@ -37,6 +38,10 @@ class Outcome:
     """The deadline this step set for its plan, and whether it was clipped to the process's max."""
     approval_id: uuid.UUID | None = None
     """HELD: the approval that will decide the step."""
+    seq_id: int | None = None
+    """The step's sequence number (a server-numbered step's, or a repeat's first)."""
+    first: Mapping[str, Any] | None = None
+    """A repeated server-numbered step (DUPLICATE): the first verdict (decision, code, check, message)."""
 
     @property
     def is_dead_letter(self) -> bool:
@@ -88,6 +93,7 @@ def answer(
         effect=after.effect,
         deadline=deadline,
         approval_id=approval_id_for(event.event_id, event.tenant_id) if decision is Decision.HELD else None,
+        seq_id=event.seq_id,
     )
 
 

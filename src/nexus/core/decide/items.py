@@ -9,6 +9,7 @@ from typing import Any
 
 from nexus.core import strict_json
 from nexus.core.envelope import EventEnvelope, parse_envelope
+from nexus.core.numbering import Proposal
 from nexus.core.strict_json import InputLimits
 from nexus.errors import InvalidEventError
 
@@ -40,6 +41,9 @@ class Incoming:
     actor: str | None = None
     """Who proposed it, as the decision log names it (`key:<id>`, `kafka:<topic>`, `system:...`); None:
     not recorded (the log's `actor` stays null, as for records written before actors)."""
+    proposal: Proposal | None = None
+    """A step proposed without a number (`POST /v1/orders/{id}/steps`, MCP): numbered under its order's
+    lock before the decision (`core/numbering.py`, `nexus.plan_steps`)."""
 
     @classmethod
     def parse(

@@ -1,0 +1,166 @@
+"""`/mcp` on the gateway's port: the MCP server (nexus.mcp) with the REST API's own functions as its
+backend, for the key that called.
+
+The route sits behind the API's authentication middleware like every other: a missing or unknown key is
+a 401 in the REST error shape with `WWW-Authenticate: Bearer`, and the rate limit counts each request.
+Roles are checked per tool: steps need an agent key of one tenant (as `POST /v1/orders/{id}/steps`), reads
+an agent or operator key; every read is filtered by the key's tenant (another tenant's order is NOT_FOUND).
+The route is not in the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.routing import Route
+
+from nexus.auth.roles import Principal, Role, read_tenant
+from nexus.core.process import CompiledProcess
+from nexus.errors import NexusError
+from nexus.gateway import Gateway
+from nexus.ingress import steps_api
+from nexus.ingress.http_errors import status_of
+from nexus.mcp.asgi import McpEndpoint
+from nexus.mcp.backend import BackendError
+from nexus.mcp.server import build_server
+from nexus.settings import Settings
+from nexus.store.database import Database
+
+_READERS = frozenset({Role.AGENT, Role.OPERATOR})
+ReadOrder = Callable[[Database, str, str], Awaitable[dict[str, Any] | None]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GatewayBackend:
+    """The REST API's operations in process, as `principal` may call them."""
+
+    db: Database
+    gateway: Gateway
+    settings: Settings
+    listener: Any
+    principal: Principal
+    read_order: ReadOrder
+    """`GET /v1/orders/{order_id}`'s reading (nexus.ingress.http.read_order, which mounts this module)."""
+    submitter: steps_api.Submitter
+    """The app's group committer (steps share transactions with other requests')."""
+
+    async def list_processes(self) -> dict[str, Any]:
+        from nexus.processes import describe
+
+        return {"processes": [describe(p) for _, p in sorted(self._catalog().versions.items())]}
+
+    async def describe_process(self, name: str) -> dict[str, Any]:
+        from nexus.processes import describe, mermaid
+
+        process = self._process(name)
+        return {**describe(process), "mermaid": mermaid(process)}
+
+    async def start_plan(self, process: str, order_id: str | None, deadline_s: float | None) -> dict[str, Any]:
+        async with self._translated():
+            request = steps_api.StartPlan(process=process, order_id=order_id, deadline_s=deadline_s)
+            return await steps_api.start_plan(self.db, self.gateway, self.principal, request)
+
+    async def propose_step(
+        self, order_id: str, step: str, data: dict[str, Any], idempotency_key: str | None
+    ) -> tuple[int, dict[str, Any]]:
+        async with self._translated():
+            request = steps_api.ProposeStep(step=step, data=data, idempotency_key=idempotency_key)
+            return await steps_api.propose_step(
+                self.db, self.gateway, self.principal, order_id, request, self.submitter
+            )
+
+    async def end_plan(self, order_id: str, reason: str, *, replan: bool) -> tuple[int, dict[str, Any]]:
+        async with self._translated():
+            request = steps_api.EndPlan(reason=reason)
+            return await steps_api.end_plan(
+                self.db, self.gateway, self.principal, order_id, request, replan=replan, submitter=self.submitter
+            )
+
+    async def get_order(self, order_id: str) -> dict[str, Any]:
+        tenant = self._reader_tenant()
+        async with self._translated():
+            order = await self.read_order(self.db, tenant, order_id)
+        if order is None:
+            order = await self._started_only(tenant, order_id)
+        return order
+
+    async def order_history(self, order_id: str) -> dict[str, Any]:
+        from nexus.lifecycle.history import order_history
+
+        tenant = self._reader_tenant()
+        async with self._translated():
+            try:
+                return {"order_id": order_id, "items": await order_history(self.db, tenant, order_id)}
+            except NexusError:
+                return {"order_id": order_id, "items": []}
+
+    async def wait_for_order(self, order_id: str, after_seq: int | None, timeout_s: float) -> dict[str, Any]:
+        from nexus.lifecycle.waiting import wait_for_order
+
+        tenant = self._reader_tenant()
+        async with self._translated():
+            order = await wait_for_order(
+                self.listener,
+                lambda: self.read_order(self.db, tenant, order_id),
+                tenant,
+                order_id,
+                min(timeout_s, self.settings.wait_max_s),
+                after_seq=after_seq,
+            )
+        if order is None:
+            order = await self._started_only(tenant, order_id)
+        return order
+
+    async def _started_only(self, tenant: str, order_id: str) -> dict[str, Any]:
+        """A plan started with no step yet (or NOT_FOUND)."""
+        async with self._translated():
+            plan = await steps_api.plan_of(self.db, tenant, order_id)
+        return {**plan, "buffered": [], "notifications": 0}
+
+    def _reader_tenant(self) -> str:
+        if self.principal.roles.isdisjoint(_READERS):
+            raise BackendError(403, "FORBIDDEN", "reading orders needs an agent or operator key")
+        return read_tenant(self.principal, None)
+
+    def _catalog(self) -> Any:
+        from nexus.processes import builtin_catalog
+
+        return self.gateway.catalog or builtin_catalog()
+
+    def _process(self, name: str) -> CompiledProcess:
+        process: CompiledProcess | None = self._catalog().get(name)
+        if process is None:
+            raise BackendError(404, "NOT_FOUND", f"no process {name!r}")
+        return process
+
+    def _translated(self) -> _Translated:
+        return _Translated()
+
+
+class _Translated:
+    """Turns the API's errors into `BackendError`s with their HTTP status and code."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, steps_api.StepsApiError):
+            raise BackendError(exc.status, exc.code.value, exc.message) from exc
+        if isinstance(exc, NexusError):
+            raise BackendError(status_of(exc), exc.code.value, exc.message) from exc
+
+
+def install(app: FastAPI, db: Database, gateway: Gateway, settings: Settings, read_order: ReadOrder) -> McpEndpoint:
+    """Serve MCP at `/mcp` (outside the OpenAPI document)."""
+
+    def backend_of(ctx: Any) -> GatewayBackend:
+        principal = ctx.request_context.request.state.principal
+        state = app.state
+        return GatewayBackend(db, gateway, settings, state.decision_listener, principal, read_order, state.submitter)
+
+    endpoint = McpEndpoint(build_server(backend_of))
+    app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
+    return endpoint

@@ -1,0 +1,316 @@
+"""Server-numbered steps over REST: `POST /v1/plans` and `POST /v1/orders/{order_id}/steps` (DESIGN.md
+"Server-numbered steps and MCP"), plus `.../abort` and `.../replan` so an agent that never counts can also
+end or replace its plan. The MCP tools (nexus.mcp) call the same functions.
+
+A step is built here without a number: an envelope with a placeholder `seq_id` and a `Proposal`, which
+`Gateway.submit` numbers under the order's lock (nexus.plan_steps, nexus.core.numbering). Each proposal is
+group-committed with other requests' steps (`GroupCommitter`), but an order's second proposal in one
+shared transaction is decided in the next (nexus.plan_steps): parallel proposals of one order are each
+numbered from the state the previous one left, so a REJECTED proposal frees its number for the next. With an
+idempotency key its event id is `uuid5(tenant, order_id, key)`; without one, a fresh uuid4.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Sequence
+from typing import Annotated, Any, Protocol
+
+from fastapi import APIRouter, Body, Path, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from nexus.auth.roles import Principal, Role, read_tenant
+from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
+from nexus.core.numbering import Proposal, data_digest, event_id_for
+from nexus.core.process import ABORT_STEP, REPLAN_STEP
+from nexus.core.sequencing import Decision
+from nexus.errors import ErrorCode, InvalidEventError, NexusError
+from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.ingress import http_errors
+from nexus.ingress.fast_events import single_status
+from nexus.store.database import Database
+from nexus.store.queries import query
+
+router = APIRouter()
+
+Identifier = Annotated[str, Field(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
+OrderId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
+
+
+class Submitter(Protocol):
+    """What decides steps: the gateway, or the app's group committer in front of it."""
+
+    async def submit(self, items: Sequence[Incoming]) -> list[Outcome]: ...
+
+
+class StepsApiError(NexusError):
+    """The request cannot be served (its HTTP status and code say why)."""
+
+    def __init__(self, status: int, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class StartPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    process: Identifier = "order"
+    order_id: Identifier | None = None
+    deadline_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = None
+
+
+class ProposeStep(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    step: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z][A-Za-z0-9_.:-]*$")]
+    data: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+
+
+class EndPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Annotated[str, Field(min_length=1, max_length=2000)]
+    idempotency_key: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+
+
+def step_tenant(principal: Principal) -> str:
+    """The tenant a step is proposed for: an agent key's one tenant (a key spanning every tenant cannot)."""
+    if Role.AGENT not in principal.roles:
+        raise StepsApiError(403, ErrorCode.FORBIDDEN, "proposing steps needs an agent key")
+    if principal.tenant_id is None:
+        raise StepsApiError(403, ErrorCode.FORBIDDEN, "a key spanning every tenant cannot propose steps")
+    return principal.tenant_id
+
+
+async def start_plan(db: Database, gateway: Gateway, principal: Principal, request: StartPlan) -> dict[str, Any]:
+    """Create the plan row of a new order (201 body); ORDER_EXISTS if the tenant knows the order already."""
+    tenant = step_tenant(principal)
+    catalog = gateway.catalog
+    if catalog is not None and catalog.get(request.process) is None:
+        known = ", ".join(sorted(catalog.latest)) or "none"
+        raise StepsApiError(422, ErrorCode.UNKNOWN_PROCESS, f"no process {request.process!r}; known: {known}")
+    order_id = request.order_id or f"order-{uuid.uuid4().hex[:16]}"
+    plan_id = f"plan-{uuid.uuid4().hex[:16]}"
+    deadline = (
+        dt.datetime.now(dt.UTC) + dt.timedelta(seconds=request.deadline_s) if request.deadline_s is not None else None
+    )
+    actor = f"key:{principal.key_id}"
+    row = await db.fetchrow(
+        query("steps.sql", "create_plan"), tenant, order_id, plan_id, request.process, deadline, actor
+    )
+    if row is None:
+        raise StepsApiError(409, ErrorCode.ORDER_EXISTS, f"order {order_id!r} exists already; start another order id")
+    body: dict[str, Any] = {"order_id": order_id, "plan_id": plan_id, "process": request.process}
+    if deadline is not None:
+        body["deadline"] = deadline.isoformat()
+    return body
+
+
+async def propose_step(
+    db: Database,
+    gateway: Gateway,
+    principal: Principal,
+    order_id: str,
+    request: ProposeStep,
+    submitter: Submitter | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """Decide one proposed step: its HTTP status and the result object."""
+    tenant = step_tenant(principal)
+    if request.step in (ABORT_STEP, REPLAN_STEP):
+        message = f"{request.step} is not a step to propose: use abort or replan"
+        raise StepsApiError(422, ErrorCode.INVALID_REQUEST, message)
+    plan = await _plan_of(db, tenant, order_id)
+    if request.idempotency_key is not None:
+        event_id = event_id_for(tenant, order_id, request.idempotency_key)
+    else:
+        event_id = uuid.uuid4()
+    proposal = Proposal(event_id, data_digest(request.step, request.data), request.idempotency_key is not None)
+    envelope: dict[str, Any] = {
+        "event_id": str(event_id),
+        "event_type": request.step,
+        "plan_id": plan["order_plan"] or plan["started_plan"],
+        "order_id": order_id,
+        "seq_id": 1,  # a placeholder: numbered under the order's lock
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(),
+        "data": request.data,
+        "tenant_id": tenant,
+    }
+    if plan["process"]:
+        envelope["process"] = plan["process"]
+    status, body = await _submit(submitter or gateway, envelope, tenant, proposal)
+    body["next_steps"] = next_steps(gateway, plan["process"], body["order"]["status"])
+    return status, body
+
+
+async def end_plan(
+    db: Database,
+    gateway: Gateway,
+    principal: Principal,
+    order_id: str,
+    request: EndPlan,
+    *,
+    replan: bool,
+    submitter: Submitter | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """ABORT_PLAN (abort code `manual`) or REPLAN (a new plan id) of the order's live plan."""
+    tenant = step_tenant(principal)
+    order = await db.fetchrow(query("api.sql", "order"), order_id, tenant)
+    if order is None:
+        plan = await _plan_of(db, tenant, order_id)
+        if replan:
+            raise StepsApiError(409, ErrorCode.INVALID_REQUEST, "the plan has no step yet: nothing to replace")
+        plan_id, last_seq = plan["started_plan"], 0
+    else:
+        plan_id, last_seq = order["plan_id"], order["last_seq"]
+    key = request.idempotency_key
+    event_id = event_id_for(tenant, order_id, key) if key else uuid.uuid4()
+    envelope: dict[str, Any] = {
+        "event_id": str(event_id),
+        "plan_id": plan_id,
+        "order_id": order_id,
+        "timestamp": dt.datetime.now(dt.UTC).isoformat(),
+        "tenant_id": tenant,
+    }
+    if replan:
+        new_plan = f"plan-{uuid.uuid4().hex[:16]}"
+        envelope |= {"event_type": REPLAN_STEP, "data": {"new_plan_id": new_plan, "reason": request.reason}}
+    else:
+        data = {"reason": request.reason, "abort_code": "manual", "aborted_at_seq": last_seq}
+        envelope |= {"event_type": ABORT_STEP, "data": data}
+    status, body = await _submit(submitter or gateway, envelope, tenant, None)
+    if replan and body["decision"] == Decision.APPLY.value:
+        body["plan_id"] = envelope["data"]["new_plan_id"]
+    return status, body
+
+
+async def plan_of(db: Database, tenant: str, order_id: str) -> dict[str, Any]:
+    """The plan an order follows: `{order_id, plan_id, process, status, last_seq}` (NOT_FOUND if none)."""
+    plan = await _plan_of(db, tenant, order_id)
+    return {
+        "order_id": order_id,
+        "plan_id": plan["order_plan"] or plan["started_plan"],
+        "process": plan["process"] or "order",
+        "status": plan["status"],
+        "last_seq": plan["last_seq"],
+    }
+
+
+def next_steps(gateway: Gateway, process_name: str | None, status: str | None) -> list[str] | None:
+    """The steps the order's process allows from `status` (None when unknown: no catalog, or no process)."""
+    process = gateway.catalog.get(process_name or "order") if gateway.catalog is not None else None
+    if process is None:
+        return None
+    return [] if process.is_terminal(status) else list(process.allowed.get(status, ()))
+
+
+async def _plan_of(db: Database, tenant: str, order_id: str) -> Any:
+    plan = await db.fetchrow(query("steps.sql", "plan_of_order"), tenant, order_id)
+    if plan is None:
+        raise StepsApiError(404, ErrorCode.NOT_FOUND, f"no order {order_id!r}: start a plan first (start_plan)")
+    return plan
+
+
+async def _submit(
+    submitter: Submitter, envelope: dict[str, Any], tenant: str, proposal: Proposal | None
+) -> tuple[int, dict[str, Any]]:
+    try:
+        item = Incoming("", parse_envelope(envelope), None, None, tenant_id=tenant, proposal=proposal)
+    except InvalidEventError as exc:
+        raise StepsApiError(422, exc.code, str(exc)) from exc
+    [outcome] = await submitter.submit([item])
+    return single_status(outcome), result_json(outcome)
+
+
+def result_json(outcome: Outcome) -> dict[str, Any]:
+    """The one result object of a numbered step; on a 4xx also the error shape (`code`, `message`,
+    `request_id`)."""
+    body: dict[str, Any] = {
+        "event_id": outcome.event_id,
+        "seq_id": outcome.seq_id,
+        "decision": outcome.decision.value,
+        "code": outcome.code.value if outcome.code else None,
+        "check": outcome.check,
+        "message": outcome.message or outcome.error,
+        "approval_id": str(outcome.approval_id) if outcome.approval_id else None,
+        "first": dict(outcome.first) if outcome.first else None,
+        "order": {"status": str(outcome.status) if outcome.status else None, "last_seq": outcome.last_seq},
+    }
+    if outcome.effect is not None:
+        body["effect"] = dict(outcome.effect)
+    if single_status(outcome) >= 400:
+        code = outcome.code or ErrorCode.INVALID_EVENT
+        body |= http_errors.error_body(code, body["message"] or code.value)
+    return body
+
+
+def _error(exc: StepsApiError) -> JSONResponse:
+    return http_errors.error_response(exc.status, exc.code, exc.message)
+
+
+def _principal(request: Request) -> Principal:
+    principal: Principal = request.state.principal
+    return principal
+
+
+@router.post("/v1/plans", status_code=201, summary="Start a plan: the order exists before its first step")
+async def post_plan(request: Request, body: Annotated[StartPlan, Body()]) -> Any:
+    state = request.app.state
+    try:
+        return JSONResponse(await start_plan(state.db, state.gateway, _principal(request), body), status_code=201)
+    except StepsApiError as exc:
+        return _error(exc)
+
+
+_HELD: dict[int | str, dict[str, Any]] = {
+    202: {"description": "HELD: the step waits for a person's approval (`approval_id`)"}
+}
+
+
+@router.post(
+    "/v1/orders/{order_id}/steps", summary="Propose the order's next step; the gateway numbers it", responses=_HELD
+)
+async def post_step(request: Request, order_id: OrderId, body: Annotated[ProposeStep, Body()]) -> Any:
+    state = request.app.state
+    try:
+        principal = _principal(request)
+        status, content = await propose_step(state.db, state.gateway, principal, order_id, body, state.submitter)
+    except StepsApiError as exc:
+        return _error(exc)
+    return JSONResponse(content, status_code=status)
+
+
+@router.get("/v1/orders/{order_id}/plan", summary="The plan an order follows (an agent resuming after a restart)")
+async def get_plan_of_order(request: Request, order_id: OrderId) -> Any:
+    state = request.app.state
+    try:
+        return await plan_of(state.db, read_tenant(_principal(request), None), order_id)
+    except StepsApiError as exc:
+        return _error(exc)
+
+
+@router.post("/v1/orders/{order_id}/abort", summary="Abort the order's plan (abort code manual)")
+async def post_abort(request: Request, order_id: OrderId, body: Annotated[EndPlan, Body()]) -> Any:
+    state = request.app.state
+    try:
+        status, content = await end_plan(
+            state.db, state.gateway, _principal(request), order_id, body, replan=False, submitter=state.submitter
+        )
+    except StepsApiError as exc:
+        return _error(exc)
+    return JSONResponse(content, status_code=status)
+
+
+@router.post("/v1/orders/{order_id}/replan", summary="Replace the order's plan by a new one (REPLAN)")
+async def post_replan(request: Request, order_id: OrderId, body: Annotated[EndPlan, Body()]) -> Any:
+    state = request.app.state
+    try:
+        status, content = await end_plan(
+            state.db, state.gateway, _principal(request), order_id, body, replan=True, submitter=state.submitter
+        )
+    except StepsApiError as exc:
+        return _error(exc)
+    return JSONResponse(content, status_code=status)

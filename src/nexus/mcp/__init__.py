@@ -1,0 +1,10 @@
+"""The gateway as an MCP server (the official `mcp` SDK): any MCP-capable agent proposes steps and reads
+verdicts through tools, with no code of ours on its side.
+
+- `server.py`: the tools and resources (names fixed by DESIGN.md), each a thin call of a `Backend`, and the
+  results a model reads (`structuredContent`, `isError`, a text saying what to do next).
+- `backend.py`: the `Backend` port. The gateway's own (nexus.ingress.mcp_api) calls the REST API's
+  functions in process for `/mcp`; `nexus mcp --stdio` uses one that calls the REST API over HTTP.
+- `asgi.py`: streamable HTTP, stateless, JSON responses, as an ASGI endpoint behind the API's
+  authentication (so any process of `--workers N` answers any request).
+"""

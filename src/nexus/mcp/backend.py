@@ -1,0 +1,42 @@
+"""The port the MCP tools call: the REST API's operations, answering its JSON bodies.
+
+Two adapters: in the gateway's process (nexus.ingress.mcp_api), the same functions the REST routes call,
+for the caller of `/mcp`; in `nexus mcp --stdio`, HTTP calls of the REST API through the client SDK. A
+refusal (any 4xx or 5xx that is not a step's decision) is a `BackendError` with the API's status and code.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class BackendError(Exception):
+    """The API refused the call: its HTTP status, stable code and message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class Backend(Protocol):
+    """The REST API as the MCP tools use it. Step calls answer `(http_status, result object)`."""
+
+    async def list_processes(self) -> dict[str, Any]: ...
+
+    async def describe_process(self, name: str) -> dict[str, Any]: ...
+
+    async def start_plan(self, process: str, order_id: str | None, deadline_s: float | None) -> dict[str, Any]: ...
+
+    async def propose_step(
+        self, order_id: str, step: str, data: dict[str, Any], idempotency_key: str | None
+    ) -> tuple[int, dict[str, Any]]: ...
+
+    async def get_order(self, order_id: str) -> dict[str, Any]: ...
+
+    async def order_history(self, order_id: str) -> dict[str, Any]: ...
+
+    async def end_plan(self, order_id: str, reason: str, *, replan: bool) -> tuple[int, dict[str, Any]]: ...
+
+    async def wait_for_order(self, order_id: str, after_seq: int | None, timeout_s: float) -> dict[str, Any]: ...

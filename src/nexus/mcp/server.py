@@ -1,0 +1,258 @@
+"""The MCP tools and resources of the gateway (names fixed: DESIGN.md "Server-numbered steps and MCP").
+
+Every tool is one call of the `Backend` (the REST API) and answers a `CallToolResult` whose
+`structuredContent` always has `decision`, `code`, `check`, `message`, `approval_id`, `first`, `status` and
+`last_seq` (None where they do not apply) next to the tool's own fields, and whose `isError` is true for
+REJECTED, DEAD_LETTER, PLAN_MISMATCH and every refusal of the API (4xx, 5xx). The text is written for a
+model to act on: what happened and what to do next, in the process definition's words, never an echo of
+the call's input.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import yaml
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from nexus.mcp.backend import Backend, BackendError
+
+BackendOf = Callable[[Context[Any, Any, Any]], Backend]
+
+STANDARD_FIELDS = ("decision", "code", "check", "message", "approval_id", "first", "status", "last_seq")
+ERROR_DECISIONS = frozenset({"REJECTED", "DEAD_LETTER", "PLAN_MISMATCH"})
+
+INSTRUCTIONS = """\
+Nexus validates every step of a business process before it happens. Start with list_processes and
+describe_process to learn a process's steps and the data each needs; start_plan to open an order; then
+propose_step for each step in turn (the gateway numbers the steps: never send a sequence number). Each
+answer says whether the step was applied and what may come next. A REJECTED step changed nothing: fix it
+and propose it again with a new idempotency_key. Reusing an idempotency_key repeats the call safely
+(answered DUPLICATE with the first verdict). HELD means a person must approve: call wait_for_order."""
+
+
+def build_server(backend_of: BackendOf, *, name: str = "nexus") -> FastMCP:
+    """The MCP server; `backend_of(ctx)` is the API as the calling key sees it."""
+    server = FastMCP(
+        name,
+        instructions=INSTRUCTIONS,
+        stateless_http=True,
+        json_response=True,
+        streamable_http_path="/mcp",
+        # The API's Bearer keys authenticate every call; a DNS-rebinding page cannot send one (no ambient
+        # credential), and the gateway is reached under any host name a deployment gives it.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    read = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+    write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
+
+    @server.tool(annotations=read)
+    async def list_processes(ctx: Context[Any, Any, Any]) -> CallToolResult:
+        """The processes this gateway knows: their names, steps and states."""
+        return await _call(_list_processes(backend_of(ctx)))
+
+    @server.tool(annotations=read)
+    async def describe_process(
+        name: Annotated[str, Field(description="a process name from list_processes, e.g. order")],
+        ctx: Context[Any, Any, Any],
+    ) -> CallToolResult:
+        """A process: its states, its steps (from which states, to which state), each step's data as a JSON
+        Schema, its checks, and a Mermaid diagram."""
+        return await _call(_describe(backend_of(ctx), name))
+
+    @server.tool(annotations=write)
+    async def start_plan(
+        ctx: Context[Any, Any, Any],
+        process: Annotated[str, Field(description="the process to follow")] = "order",
+        order_id: Annotated[str | None, Field(description="an id of your choice; omitted: one is made")] = None,
+        deadline_s: Annotated[float | None, Field(description="seconds the plan may take", gt=0)] = None,
+    ) -> CallToolResult:
+        """Open a new order following a process; answers its order_id for the following calls."""
+        return await _call(_start(backend_of(ctx), process, order_id, deadline_s))
+
+    @server.tool(annotations=write)
+    async def propose_step(
+        order_id: str,
+        step: Annotated[str, Field(description="the step's name, as in describe_process")],
+        ctx: Context[Any, Any, Any],
+        data: Annotated[dict[str, Any] | None, Field(description="the step's data")] = None,
+        idempotency_key: Annotated[
+            str | None, Field(description="the same key repeats this call safely; a new key is a new step")
+        ] = None,
+    ) -> CallToolResult:
+        """Propose the order's next step. The gateway numbers it, validates it against the process and
+        applies it once, or says why not."""
+        return await _call(_step(backend_of(ctx).propose_step(order_id, step, data or {}, idempotency_key)))
+
+    @server.tool(annotations=read)
+    async def get_order(order_id: str, ctx: Context[Any, Any, Any]) -> CallToolResult:
+        """The order's state: status, last applied sequence number, buffered steps."""
+        return await _call(_order(backend_of(ctx).get_order(order_id)))
+
+    @server.tool(annotations=write)
+    async def abort_plan(order_id: str, reason: str, ctx: Context[Any, Any, Any]) -> CallToolResult:
+        """Abort the order's plan (abort code manual); nothing more will apply to it."""
+        return await _call(_step(backend_of(ctx).end_plan(order_id, reason, replan=False)))
+
+    @server.tool(annotations=write)
+    async def replan(order_id: str, reason: str, ctx: Context[Any, Any, Any]) -> CallToolResult:
+        """Replace the order's plan by a new one; the order keeps its state and continues from its next step."""
+        return await _call(_step(backend_of(ctx).end_plan(order_id, reason, replan=True)))
+
+    @server.tool(annotations=read)
+    async def wait_for_order(
+        order_id: str,
+        ctx: Context[Any, Any, Any],
+        after_seq: Annotated[int | None, Field(description="answer once last_seq passes this", ge=0)] = None,
+        timeout_s: Annotated[float, Field(description="longest wait in seconds", ge=0, le=300)] = 30.0,
+    ) -> CallToolResult:
+        """Wait until the order changes (e.g. a HELD step approved or denied), then answer its state."""
+        return await _call(_order(backend_of(ctx).wait_for_order(order_id, after_seq, timeout_s)))
+
+    @server.resource("nexus://processes/{name}", mime_type="application/yaml")
+    async def process_resource(name: str, ctx: Context) -> str:  # type: ignore[type-arg]  # found by its bare name
+        """A process definition (states, steps, checks, each step's data schema), as YAML."""
+        body = await backend_of(ctx).describe_process(name)
+        return yaml.safe_dump({k: v for k, v in body.items() if k != "mermaid"}, sort_keys=False)
+
+    @server.resource("nexus://orders/{order_id}", mime_type="application/json")
+    async def order_resource(order_id: str, ctx: Context) -> str:  # type: ignore[type-arg]
+        """An order's state and its history of decisions, as JSON."""
+        backend = backend_of(ctx)
+        order = await backend.get_order(order_id)
+        history = await backend.order_history(order_id)
+        return json.dumps({"order": order, "history": history.get("items", [])}, default=str)
+
+    return server
+
+
+# --- results -----------------------------------------------------------------------------------------
+
+
+def result(fields: dict[str, Any], text: str, *, is_error: bool = False) -> CallToolResult:
+    """A tool's answer: the standard fields (None where they do not apply) and the tool's own."""
+    structured = {key: None for key in STANDARD_FIELDS} | fields
+    return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=structured, isError=is_error)
+
+
+async def _call(answer: Any) -> CallToolResult:
+    try:
+        done: CallToolResult = await answer
+    except BackendError as exc:
+        return refusal(exc)
+    return done
+
+
+def refusal(exc: BackendError) -> CallToolResult:
+    """A call the API refused: its code and message, and what to do about it."""
+    hint = {
+        401: "The API key is missing or unknown.",
+        403: "This key may not do this: proposing steps needs an agent key of one tenant.",
+        404: "Nothing of that name is visible to this key's tenant; start_plan opens a new order.",
+        409: "Choose another order_id, or continue the existing order with propose_step.",
+        429: "Too many calls for this key: wait a few seconds, then call again.",
+    }.get(
+        exc.status, "Check the call's arguments against describe_process." if exc.status < 500 else "Try again shortly."
+    )
+    return result(
+        {"code": exc.code, "message": exc.message}, f"{exc.code}: {_sentence(exc.message)} {hint}", is_error=True
+    )
+
+
+async def _list_processes(backend: Backend) -> CallToolResult:
+    body = await backend.list_processes()
+    processes = [
+        {"name": p["name"], "version": p["version"], "description": p.get("description"), "steps": list(p["steps"])}
+        for p in body["processes"]
+    ]
+    names = ", ".join(p["name"] for p in processes) or "none"
+    return result({"processes": processes}, f"Processes: {names}. describe_process tells a process's steps and data.")
+
+
+async def _describe(backend: Backend, name: str) -> CallToolResult:
+    body = await backend.describe_process(name)
+    initial = ", ".join(body.get("initial") or []) or "none"
+    lines = [f"Process {body['name']} (version {body['version']}). A plan starts with: {initial}."]
+    for step, spec in body["steps"].items():
+        origins = ", ".join("start" if o is None else o for o in spec["from"])
+        lines.append(f"- {step}: from {origins} to {spec['to']}")
+    lines.append("ABORT_PLAN (abort_plan) ends a plan from any state that is not terminal.")
+    return result(body, "\n".join(lines))
+
+
+async def _start(backend: Backend, process: str, order_id: str | None, deadline_s: float | None) -> CallToolResult:
+    body = await backend.start_plan(process, order_id, deadline_s)
+    text = (
+        f"Plan started: order_id {body['order_id']} follows process {body['process']}. "
+        f"Propose its first step with propose_step (order_id {body['order_id']})."
+    )
+    return result({**body, "status": None, "last_seq": 0}, text)
+
+
+async def _order(answer: Any) -> CallToolResult:
+    body: dict[str, Any] = await answer
+    status, last_seq = body.get("status"), body.get("last_seq")
+    text = f"Order {body.get('order_id')}: status {status or 'not started'}, last applied step seq {last_seq}."
+    if body.get("buffered"):
+        text += f" Waiting steps: {body['buffered']}."
+    return result({**body, "status": status, "last_seq": last_seq}, text)
+
+
+async def _step(answer: Any) -> CallToolResult:
+    _, body = await answer
+    order = body.get("order") or {}
+    fields = {
+        **{k: v for k, v in body.items() if k != "order"},
+        "status": order.get("status"),
+        "last_seq": order.get("last_seq"),
+    }
+    decision = body["decision"]
+    return result(fields, step_text(body), is_error=decision in ERROR_DECISIONS)
+
+
+def step_text(body: dict[str, Any]) -> str:
+    """What a step's decision means, and what to do next."""
+    decision, seq = body["decision"], body.get("seq_id")
+    order = body.get("order") or {}
+    status, last_seq = order.get("status"), order.get("last_seq")
+    where = f"the order is {status or 'not started'} at seq {last_seq}"
+    nexts = body.get("next_steps")
+    then = f" Next allowed steps: {', '.join(nexts)}." if nexts else ""
+    if decision == "APPLY":
+        return f"APPLY: the step was applied as seq {seq}; {where}.{then}"
+    if decision == "REJECTED":
+        check = f", check {body['check']}" if body.get("check") else ""
+        return (
+            f"REJECTED ({body.get('code')}{check}): {_sentence(body.get('message'))} Nothing changed: {where}. "
+            "Correct the step and propose it again with a new idempotency_key."
+        )
+    if decision == "DUPLICATE":
+        first = body.get("first") or {}
+        was = first.get("decision")
+        text = f"DUPLICATE: this call repeats an earlier one (first decided {was}); nothing was done again; {where}."
+        if was == "REJECTED":
+            text += (
+                f" The first was rejected: {_sentence(first.get('message'))} Propose a corrected step with a new key."
+            )
+        return text + then
+    if decision == "HELD":
+        return (
+            f"HELD: the step (seq {seq}) waits for a person's approval (approval_id {body.get('approval_id')}). "
+            f"Do not resend it: call wait_for_order with after_seq {last_seq} to learn the outcome."
+        )
+    if decision == "BUFFER":
+        return f"BUFFER: the step (seq {seq}) waits for an earlier step to finish; {where}. Call wait_for_order."
+    if decision in ("DISCARD", "TOMBSTONE"):
+        return f"{decision}: the plan was aborted or replaced; the step was not applied; {where}."
+    return f"{decision} ({body.get('code')}): {_sentence(body.get('message'))} Nothing changed; {where}."
+
+
+def _sentence(text: Any) -> str:
+    """A message as a sentence of the answer (ending with a full stop)."""
+    words = str(text or "").strip()
+    return words if words.endswith((".", "!", "?")) or not words else words + "."

@@ -1,0 +1,48 @@
+-- Server-numbered steps: plans and the first verdicts of numbered steps (nexus.plan_steps, ingress/steps_api).
+
+-- name: create_plan
+-- Inserts only when the tenant knows nothing of the order (no plan, no order row, no buffered step).
+INSERT INTO plans (tenant_id, order_id, plan_id, process, deadline_at, actor)
+SELECT $1, $2, $3, $4, $5, $6
+WHERE NOT EXISTS (SELECT 1 FROM orders WHERE tenant_id = $1 AND order_id = $2)
+  AND NOT EXISTS (SELECT 1 FROM pending_events WHERE tenant_id = $1 AND order_id = $2)
+ON CONFLICT DO NOTHING
+RETURNING order_id, plan_id, process, deadline_at;
+
+-- name: plan_of_order
+-- The plan a step of the order follows: the started plan's row, or the order's (started by /v1/events).
+SELECT p.plan_id AS started_plan, coalesce(o.process, p.process) AS process, p.deadline_at,
+       o.plan_id AS order_plan, o.status, coalesce(o.last_seq, 0) AS last_seq
+FROM (SELECT $1::text AS tenant_id, $2::text AS order_id) k
+LEFT JOIN plans p ON p.tenant_id = k.tenant_id AND p.order_id = k.order_id
+LEFT JOIN orders o ON o.tenant_id = k.tenant_id AND o.order_id = k.order_id
+WHERE p.order_id IS NOT NULL OR o.order_id IS NOT NULL;
+
+-- name: read_numbering
+-- Under the orders' locks: the plans, the stored first verdicts of the given event ids, and each order's
+-- last applied numbered step. $1, $2: tenants and order ids (pairs); $3: event ids.
+SELECT 'plan' AS kind, tenant_id, order_id, plan_id, process, deadline_at,
+       NULL::uuid AS event_id, NULL::integer AS seq_id, NULL::text AS digest, NULL::text AS decision,
+       NULL::text AS code, NULL::text AS "check", NULL::text AS message, NULL::timestamptz AS decided_at
+FROM plans WHERE (tenant_id, order_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
+UNION ALL
+SELECT 'known', tenant_id, order_id, NULL, NULL, NULL, event_id, seq_id, digest, decision, code, "check",
+       message, decided_at
+FROM plan_steps
+WHERE (tenant_id, order_id) IN (SELECT * FROM unnest($1::text[], $2::text[])) AND event_id = ANY($3::uuid[])
+UNION ALL
+SELECT 'last', l.* FROM unnest($1::text[], $2::text[]) AS k(tenant_id, order_id)
+CROSS JOIN LATERAL (
+    SELECT s.tenant_id, s.order_id, NULL, NULL, NULL::timestamptz, s.event_id, s.seq_id, s.digest, s.decision,
+           s.code, s."check", s.message, s.decided_at
+    FROM plan_steps s
+    WHERE s.tenant_id = k.tenant_id AND s.order_id = k.order_id AND s.decision = 'APPLY'
+    ORDER BY s.seq_id DESC LIMIT 1
+) l;
+
+-- name: record_first_verdicts
+INSERT INTO plan_steps (tenant_id, order_id, event_id, seq_id, keyed, digest, decision, code, "check", message,
+                        decided_at)
+SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::integer[], $5::boolean[], $6::text[], $7::text[],
+                     $8::text[], $9::text[], $10::text[], $11::timestamptz[])
+ON CONFLICT DO NOTHING;

@@ -1,0 +1,150 @@
+"""`make demo-mcp`: an agent that knows nothing of Nexus but MCP completes an order through the gateway.
+
+Starts `nexus serve` (embedded PostgreSQL in a temporary --data-dir) and `nexus fake-llm --behaviours
+mcp_agent` (a model that hallucinates a step once and retries a call once), makes agent keys for two
+tenants, and runs a minimal MCP host: the official `mcp` client lists the gateway's tools at `/mcp`, offers
+them to the model through the `openai` client, and calls whatever the model asks for, until the model
+answers in words. Prints every call with the gateway's answer, the order's decision log, and what another
+tenant's key sees; stops everything it started.
+
+    python -m nexus_lab.mcp_demo [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from openai import AsyncOpenAI
+
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus_lab.procs import Proc, free_port, nexus, wait_ready
+from nexus_lab.tables import text_table
+
+ORDER = {
+    "order_id": "mcp-demo-1",
+    "user_id": "u-1",
+    "items": [{"product_id": "book", "quantity": 2, "unit_price": 12.5}],
+    "total_amount": 25,
+    "currency": "USD",
+}
+
+
+async def run_host(session: ClientSession, model: AsyncOpenAI, prompt: str, max_turns: int = 20) -> str:
+    """A minimal MCP host: the model sees the server's tools and the results of the calls it asks for."""
+    listed = (await session.list_tools()).tools
+    tools: Any = [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.inputSchema}}
+        for t in listed
+    ]
+    messages: list[Any] = [{"role": "user", "content": prompt}]
+    for _ in range(max_turns):
+        answer = (await model.chat.completions.create(model="nexus-fake-1", messages=messages, tools=tools)).choices[0]
+        message = answer.message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            return message.content or ""
+        for call in message.tool_calls:
+            arguments = json.loads(call.function.arguments or "{}")  # type: ignore[union-attr]
+            result = await session.call_tool(call.function.name, arguments)  # type: ignore[union-attr]
+            text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+            shown = {k: v for k, v in arguments.items() if k != "data"}
+            print(f"  -> {call.function.name}({json.dumps(shown)})")  # type: ignore[union-attr]
+            print(f"     {'ERROR ' if result.isError else ''}{text}", flush=True)
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+    return "(the model did not finish)"
+
+
+@contextlib.asynccontextmanager
+async def mcp_session(url: str, key: str) -> AsyncIterator[ClientSession]:
+    """An initialized MCP session over streamable HTTP at `{url}/mcp`, with `key` as its Bearer key."""
+    async with (
+        httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def _main(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    tmp = Path(tempfile.mkdtemp(prefix="nexus-demo-mcp-"))
+    llm_port, http_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
+    children: list[Proc] = []
+    print(f"nexus demo-mcp: working in {tmp}", flush=True)
+    try:
+        fake = ["fake-llm", "--port", str(llm_port), "--behaviours", "mcp_agent", "--log", str(tmp / "fake.jsonl")]
+        children.append(nexus("fake-llm", fake, env, tmp / "fake-llm.out").start())
+        serve = ["serve", "--data-dir", str(tmp / "data"), "--http-port", str(http_port), "--no-dispatcher"]
+        children.append(nexus("gateway", serve, {**env, "NEXUS_LOG_LEVEL": "WARNING"}, tmp / "serve.out").start())
+        await wait_ready(children[0], f"http://127.0.0.1:{llm_port}/healthz", 20)
+        gateway = f"http://127.0.0.1:{http_port}"
+        await wait_ready(children[1], gateway + "/readyz", 45)
+        db = await Database(Settings(data_dir=tmp / "data")).open(migrate=False)
+        try:
+            _, acme = await create_key(db, "acme", frozenset({Role.AGENT}))
+            _, globex = await create_key(db, "globex", frozenset({Role.AGENT}))
+        finally:
+            await db.close()
+        print(
+            f"  gateway on {gateway} (MCP at {gateway}/mcp), ready at {time.monotonic() - started:.1f}s; "
+            f"fake model on :{llm_port}; agent keys for tenants acme and globex\n",
+            flush=True,
+        )
+        agent_started = time.monotonic()
+        prompt = f"Run this order through the gateway's order process, step by step: <order>{json.dumps(ORDER)}</order>"
+        model = AsyncOpenAI(base_url=f"http://127.0.0.1:{llm_port}/v1", api_key="sk-demo", max_retries=0)
+        print("An MCP agent of tenant acme (its model hallucinates once and retries once):")
+        async with mcp_session(gateway, acme) as session:
+            final = await run_host(session, model, prompt)
+            print(f"  model: {final}\n")
+            order = (await session.call_tool("get_order", {"order_id": ORDER["order_id"]})).structuredContent or {}
+        await model.close()
+        async with httpx.AsyncClient(headers={"Authorization": f"Bearer {acme}"}) as http:
+            history = (await http.get(f"{gateway}/v1/orders/{ORDER['order_id']}/history")).json()["items"]
+        rows = [(h.get("seq") or "-", h.get("event_type"), h["decision"], h.get("code") or "-") for h in history]
+        print(text_table("The order's decision log (hash-chained)", ["seq", "step", "decision", "code"], rows, "rlll"))
+        print()
+        async with mcp_session(gateway, globex) as other:
+            seen = await other.call_tool("get_order", {"order_id": ORDER["order_id"]})
+        print(f"Tenant globex asks for the same order: {seen.content[0].text}")  # type: ignore[union-attr]
+        ok = order.get("status") == "completed" and bool(seen.isError)
+        agent_s = time.monotonic() - agent_started
+        print(f"\norder {order.get('status')} at seq {order.get('last_seq')}: the agent took {agent_s:.1f}s, "
+              f"the whole demo {time.monotonic() - started:.1f}s")  # fmt: skip
+        if args.keep:
+            print(f"logs kept in {tmp}")
+        return 0 if ok else 1
+    finally:
+        for child in reversed(children):
+            child.stop(15.0)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nexus_lab.mcp_demo", description=__doc__)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    return asyncio.run(_main(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
