@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 
-import nexus.core.sequencing
+import nexus.core.decide.validation
 
 
 def main() -> int:
-    nexus.core.sequencing.validate_step = lambda *args, **kwargs: None  # type: ignore[assignment]
+    nexus.core.decide.validation.validate_step = lambda *args, **kwargs: None  # type: ignore[assignment]
     from nexus.cli import main as nexus_main
 
     return nexus_main(sys.argv[1:])
