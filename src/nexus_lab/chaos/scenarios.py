@@ -32,6 +32,8 @@ class SagaFault:
     window_s: Range = (2.0, 3.0)
     """How long the service stays down, or answers late, or PostgreSQL stays stopped."""
     first_s: Range = (0.3, 0.8)
+    """When PostgreSQL is stopped; the other faults are armed before the agent sends (they strike the first
+    call they aim at, whatever the plan count)."""
     env: tuple[tuple[str, str], ...] = ()
     """Settings of the gateway and executor processes for this scenario (over `sagas.SAGA_ENV`)."""
     latency_ms: float = 0.0
