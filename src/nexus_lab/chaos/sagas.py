@@ -236,7 +236,7 @@ def _plans(count: int) -> list[list[dict[str, Any]]]:
     ]
 
 
-async def _submit(
+async def submit_batch(
     client: httpx.AsyncClient, url: str, batch: list[dict[str, Any]], counts: collections.Counter[str]
 ) -> None:
     """POST one plan's batch until it is answered 200 (the gateway may be restarting, PostgreSQL away)."""
@@ -358,7 +358,7 @@ async def run_saga_scenario(
 
             async def send(batch: list[dict[str, Any]]) -> None:
                 async with gate:
-                    await _submit(client, gateway_url, batch, run.counts)
+                    await submit_batch(client, gateway_url, batch, run.counts)
 
             await asyncio.gather(*(send(batch) for batch in _plans(plans)))
             await striking

@@ -64,7 +64,7 @@ class Scenario:
     judged by the saga checker from PostgreSQL and the services' ledgers (`nexus_lab.chaos.sagas`)."""
 
 
-def _all(rate: float) -> dict[Mode, float]:
+def all_modes(rate: float) -> dict[Mode, float]:
     """Every hostile mode but those whose outcome depends on time or on a person: a stalling plan's deadline
     may pass while a killed consumer is down (its last honest step then comes after the abort: DISCARD, as
     it should, but not what the agent's report can expect), and a held payment needs an approver."""
@@ -122,7 +122,7 @@ SCENARIOS: dict[str, Scenario] = {
             "gateways (HTTP ingress + dispatcher) SIGKILLed repeatedly at random moments",
             "gateway SIGKILLed",
             StackSpec(gateways=2),
-            hostile=_all(0.2),
+            hostile=all_modes(0.2),
             step_delay_ms=250.0,
             faults=(KillLoop("gateway", minimum=2, maximum=5),),
             allow_duplicates=True,
@@ -140,7 +140,7 @@ SCENARIOS: dict[str, Scenario] = {
             "postgres-restart",
             "PostgreSQL stopped (fast shutdown) and started again while the agent sends",
             "PostgreSQL stopped",
-            hostile=_all(0.2),
+            hostile=all_modes(0.2),
             step_delay_ms=250.0,
             faults=(PostgresOutage(count=2),),
             allow_duplicates=True,
@@ -151,7 +151,7 @@ SCENARIOS: dict[str, Scenario] = {
             "Kafka broker restarted",
             StackSpec(kafka=True),
             transport="kafka",
-            hostile=_all(0.2),
+            hostile=all_modes(0.2),
             step_delay_ms=300.0,
             faults=(KafkaRestart(),),
         ),
@@ -161,7 +161,7 @@ SCENARIOS: dict[str, Scenario] = {
             "gateway SIGKILLed",
             StackSpec(kafka=True),
             transport="kafka",
-            hostile=_all(0.2),
+            hostile=all_modes(0.2),
             step_delay_ms=300.0,
             faults=(KillLoop("gateway", minimum=1, maximum=2, first_s=(0.5, 1.2), gap_s=(1.0, 2.0)),),
             allow_duplicates=True,
@@ -187,7 +187,7 @@ SCENARIOS: dict[str, Scenario] = {
             "and receiver outages",
             "faults",
             StackSpec(gateways=2, dispatchers=1, sink_args=UNSTABLE_SINK),
-            hostile=_all(0.3),
+            hostile=all_modes(0.3),
             step_delay_ms=250.0,
             faults=(
                 KillLoop("gateway", minimum=1, maximum=3, first_s=(1.0, 2.0), gap_s=(1.5, 3.0)),
