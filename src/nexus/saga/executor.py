@@ -138,7 +138,8 @@ class SagaExecutor:
         self._wake = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
         self._held: set[tuple[str, str]] = set()
-        """Sagas a task of this process works on: a claim that returns one again only renewed its lease."""
+        """Sagas a task of this process works on (a claim of one of them is handed to its task)."""
+        self._handover: dict[tuple[str, str], asyncpg.Record] = {}
         self._slots: dict[str, asyncio.Semaphore] = {}
         """Per service, its free call slots (`saga_max_inflight_per_service`)."""
         self._calls = 0
@@ -183,33 +184,51 @@ class SagaExecutor:
                 for saga in rows:
                     self._start(saga)
                 got = len(rows)
-            if room <= 0:
-                await self._sleep(self.settings.saga_poll_s)  # full: a finished task wakes us
-            elif got < room:
+            if room <= 0 or 0 < got < room:
+                await self._sleep(self.settings.saga_poll_s)  # a finished task wakes us
+            elif got == 0:
                 await self._idle_wait()
 
     def _start(self, saga: asyncpg.Record) -> None:
         key = (saga["tenant_id"], saga["order_id"])
         if key in self._held:
-            return  # still worked on here (its lease ran out during a long call): the claim renewed the lease
+            # Its task wrote an outcome (the lease cleared) and has not claimed it again yet: the claim is
+            # the task's now, or the saga would stay leased with nobody working it.
+            self._handover[key] = saga
+            return
         self._held.add(key)
-        task = asyncio.create_task(self._work(saga))
+        task = asyncio.create_task(self._work(key, saga))
         self._inflight.add(task)
 
         def done(finished: asyncio.Task[None]) -> None:
             self._inflight.discard(finished)
-            self._held.discard(key)
-            self._wake.set()  # a slot is free, and the saga's next call may be due at once
+            self._wake.set()  # a slot is free
 
         task.add_done_callback(done)
 
-    async def _work(self, saga: asyncpg.Record) -> None:
+    async def _work(self, key: tuple[str, str], saga: asyncpg.Record) -> None:
+        """The saga's next calls, one claim each: after each outcome the task claims the same saga again
+        (due at once after a success) and goes on; else it ends and frees its place."""
+        tenant_id, order_id = key
         try:
-            await self._work_once(saga)
+            while True:
+                await self._work_once(saga)
+                with wrap_db_errors():
+                    again = await self.db.fetchrow(
+                        query("saga.sql", "claim_saga"), tenant_id, order_id, self.settings.saga_lease_s, self.owner
+                    )
+                # No await from here to the end of the saga's turn: the claim loop cannot claim it in between.
+                again = again or self._handover.pop(key, None)
+                if again is None:
+                    return
+                saga = again
         except NexusError as exc:  # the database is away: the lease runs out and the saga is taken again
-            log.warning("saga executor: %s", exc, extra={"action": "saga_retry", "order_id": saga["order_id"]})
+            log.warning("saga executor: %s", exc, extra={"action": "saga_retry", "order_id": order_id})
         except Exception:  # a bug in one saga must not stop the others; its lease runs out
-            log.exception("saga work failed unexpectedly", extra={"action": "saga", "order_id": saga["order_id"]})
+            log.exception("saga work failed unexpectedly", extra={"action": "saga", "order_id": order_id})
+        finally:
+            self._held.discard(key)
+            self._handover.pop(key, None)
 
     async def _sleep(self, timeout_s: float) -> None:
         with contextlib.suppress(TimeoutError):
