@@ -12,7 +12,7 @@ export NEXUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NEXUS_KAFKA_PORT)
 
 .PHONY: demo-llm demo-mcp agent-studio studio-check llm-test
 .PHONY: promtool console-test
-.PHONY: help install demo check test lint typecheck unit integration kafka-up kafka-down chaos bench schemas clean agent-e2e agent-test fuzz
+.PHONY: help install demo check test lint typecheck unit integration kafka-up kafka-down chaos soak bench schemas clean agent-e2e agent-test fuzz
 
 help:
 	@echo "make demo    - start the embedded stack, run misbehaving agents through it, check the invariants"
@@ -23,6 +23,7 @@ help:
 	@echo "make test    - lint, types and all tests (starts the local Kafka broker)"
 	@echo "make unit / integration - every test of tests/unit, of tests/integration (the latter starts the broker)"
 	@echo "make chaos   - the chaos scenarios at CI size"
+	@echo "make soak    - the whole stack under every chaos fault in turn for SOAK_MINUTES (30); drift checked"
 	@echo "make bench   - the benchmark suite (writes benchmarks/results/)"
 	@echo "make console-test - the web console in headless chromium, long run (make test has the short one)"
 	@echo "make fuzz    - a longer fuzz of the HTTP API (FUZZ_EXAMPLES=200)"
@@ -113,6 +114,12 @@ CHAOS_PLANS ?= 40
 CHAOS_SEED ?= ci
 chaos: $(VENV)/.base kafka-up
 	$(BIN)/nexus chaos --plans $(CHAOS_PLANS) --seed $(CHAOS_SEED)
+
+# The whole stack (HTTP and Kafka ingress, dispatchers, sagas) under every chaos fault in a repeating cycle,
+# checked after each cycle; RSS per minute, p99 and CPU per cycle in benchmarks/results/soak/ (plot: matplotlib).
+SOAK_MINUTES ?= 30
+soak: $(VENV)/.bench kafka-up
+	$(BIN)/nexus soak --minutes $(SOAK_MINUTES)
 
 bench: $(VENV)/.bench
 	$(BIN)/nexus bench

@@ -155,8 +155,12 @@ class Settings(BaseSettings):
     """`name=url` pairs, comma separated; `from_env` adds every `NEXUS_SERVICE_<NAME>_URL` (trusted config)."""
     saga_secret: str | None = None
     """HMAC secret of the effects' Idempotency-Keys; None: derived from the webhook secret or a fixed value."""
-    saga_executors: int = 1
-    """Executor tasks per `nexus serve` process (0: this process performs no effects)."""
+    saga_executors: int = Field(64, ge=0)
+    """Sagas one `nexus serve` process works on at once, each in its own task (0: this process performs no
+    effects). One claim loop per process leases due sagas in batches up to the free tasks."""
+    saga_max_inflight_per_service: int = Field(16, ge=1)
+    """Calls one process has in flight to one service at most; a saga whose next call would exceed it waits
+    for a free slot (at most half its lease, then it is released, due again at once)."""
     saga_poll_s: float = 2.0
     """How often an idle executor looks for due saga work when nothing woke it (the fallback of `saga_listen`;
     with it off, the only way work is found)."""

@@ -17,6 +17,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sink": ("nexus_lab.sink", "run a webhook receiver that verifies, records and injects faults"),
     "check": ("nexus_lab.check_cli", "check an agent report against PostgreSQL and the sink's log"),
     "chaos": ("nexus_lab.chaos", "run chaos scenarios on real processes and check the invariants"),
+    "soak": (
+        "nexus_lab.soak",
+        "run the whole stack for N minutes under every chaos fault in turn, check, measure drift",
+    ),
     "bench": ("nexus_lab.bench", "measure throughput and latency"),
     "fake-llm": ("nexus_lab.llm.fake", "serve a scripted fake model over the Chat Completions protocol"),
     "services": ("nexus_lab.services", "serve fake inventory, payment, shipping and invoice services with ledgers"),

@@ -67,6 +67,8 @@ class Faults:
     down: bool = False
     hang_compensations: bool = True
     """False: only forward calls hang (a late answer to a call its compensation then settles)."""
+    hang_forwards: bool = True
+    """False: only compensations hang (a release recorded but answered late, for a kill during compensation)."""
 
 
 @dataclasses.dataclass
@@ -78,6 +80,9 @@ class Ledger:
     forward_by_key: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     cancelled: set[str] = dataclasses.field(default_factory=set)
     attempts: dict[str, int] = dataclasses.field(default_factory=dict)
+    inflight: int = 0
+    """Requests being answered now; `max_inflight` the most at once (how concurrently the service is called)."""
+    max_inflight: int = 0
 
 
 class Services:
@@ -91,16 +96,31 @@ class Services:
         routes = [Route("/ledgers", self._all_ledgers), Route("/health", self._health)]
         routes.append(Route("/_faults", self._set_faults, methods=["POST", "GET"]))
         for name, (path, _, _) in FORWARD.items():
-            routes.append(Route(f"/{name}/{path}", self._forward(name), methods=["POST"]))
+            routes.append(Route(f"/{name}/{path}", self._counted(name, self._forward(name)), methods=["POST"]))
             routes.append(Route(f"/{name}/ledger", self._ledger(name)))
         for name, (path, _) in COMPENSATION.items():
-            routes.append(Route(f"/{name}/{path}", self._compensate(name), methods=["POST"]))
+            routes.append(Route(f"/{name}/{path}", self._counted(name, self._compensate(name)), methods=["POST"]))
         self.app = Starlette(routes=routes)
 
     # -- faults -------------------------------------------------------------------------------------------
     def _draw(self, service: str, key: str, what: str, attempt: int = 0) -> float:
         digest = hashlib.sha256(f"{self.seed}\x1f{service}\x1f{key}\x1f{what}\x1f{attempt}".encode()).digest()
         return random.Random(digest).random()
+
+    def _counted(self, service: str, handle: Any) -> Any:
+        """`handle` counting the requests in flight to `service` (its ledger's `inflight`, `max_inflight`)."""
+        ledger = self.ledgers[service]
+
+        async def counted(request: Request) -> Response:
+            ledger.inflight += 1
+            ledger.max_inflight = max(ledger.max_inflight, ledger.inflight)
+            try:
+                response: Response = await handle(request)
+                return response
+            finally:
+                ledger.inflight -= 1
+
+        return counted
 
     async def _before(self, service: str, key: str) -> Response | None:
         """A transient fault, or None to go on (after the configured latency)."""
@@ -125,7 +145,7 @@ class Services:
     ) -> Response:
         faults = self.faults[service]
         attempt = self.ledgers[service].attempts.get(key, 1) - 1
-        hangs = faults.hang_compensations or not compensation
+        hangs = faults.hang_compensations if compensation else faults.hang_forwards
         if hangs and faults.hang_rate and self._draw(service, key, "hang", attempt) < faults.hang_rate:
             await asyncio.sleep(faults.hang_ms / 1000)
         return JSONResponse(body, status_code=status)
@@ -212,6 +232,7 @@ class Services:
             "entries": ledger.entries,
             "cancelled": sorted(ledger.cancelled),
             "attempts": dict(ledger.attempts),  # requests per key: a call repeated after a crash shows here
+            "max_inflight": ledger.max_inflight,
         }
 
     async def _all_ledgers(self, _: Request) -> Response:

@@ -1,13 +1,18 @@
-"""Saga executors: any number, in any number of processes, like the outbox dispatcher.
+"""Saga executors: in any number of processes, like the outbox dispatcher.
 
-An executor claims a due saga (SKIP LOCKED + a lease, so a dead executor's saga is taken over once its
-lease runs out), asks `core.saga.next_work` for its one next call, marks the attempt (committed before
-the call: a crash after it leaves the step uncertain, never forgotten), calls the service with the
-call's derived `Idempotency-Key` and a `traceparent`, and writes the outcome back under the order's lock
-(`outcomes`). Forward calls and compensations take the same path (`_perform`); `call_service` is the one
-place a service is called. Retries follow `core.backoff` (the saga is simply due again later); a circuit
-breaker per service (`core.breaker`) holds calls to a service that keeps failing, uncounted, until its
-cooldown ends. Idle executors wake on `nexus_sagas` notifications (`wakeups`), polling as the fallback.
+Each process runs one claim loop that leases due sagas in batches (SKIP LOCKED + a lease, so a dead
+process's sagas are taken over once their leases run out), up to `saga_executors` at once, and one task
+per claimed saga: it asks `core.saga.next_work` for the saga's one next call, takes a call slot of the
+call's service (at most `saga_max_inflight_per_service` calls in flight per service and process), marks
+the attempt (committed before the call: a crash after it leaves the step uncertain, never forgotten),
+calls the service with the call's derived `Idempotency-Key` and a `traceparent`, and writes the outcome
+back under the order's lock (`outcomes`). A saga is worked by one task at a time and makes one call per
+claim, so its own steps and its compensations keep their order; different orders' calls run concurrently.
+Forward calls and compensations take the same path (`_perform`); `call_service` is the one place a
+service is called. Retries follow `core.backoff` (the saga is simply due again later); a circuit breaker
+per service (`core.breaker`) holds calls to a service that keeps failing, uncounted, until its cooldown
+ends. The idle claim loop wakes on `nexus_sagas` notifications (`wakeups`) and when a task finishes,
+polling as the fallback.
 """
 
 from __future__ import annotations
@@ -130,74 +135,145 @@ class SagaExecutor:
         self.client = Http1Client(
             OutboundPolicy.for_services(settings), f"nexus-saga ({owner})", body_limit=_ANSWER_MAX_BYTES
         )
+        self._wake = asyncio.Event()
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._held: set[tuple[str, str]] = set()
+        """Sagas a task of this process works on (a claim of one of them is handed to its task)."""
+        self._handover: dict[tuple[str, str], asyncpg.Record] = {}
+        self._slots: dict[str, asyncio.Semaphore] = {}
+        """Per service, its free call slots (`saga_max_inflight_per_service`)."""
+        self._calls = 0
         self.wakeups: SagaWakeups | None = None
         if settings.saga_listen and db.url is not None:
             self.wakeups = SagaWakeups(
-                db.url, reconnect_max_s=settings.listen_retry_s, check_s=settings.listen_check_s, rng=self.rng
+                db.url,
+                self._wake.set,
+                reconnect_max_s=settings.listen_retry_s,
+                check_s=settings.listen_check_s,
+                rng=self.rng,
             )
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
     async def run(self, workers: int | None = None) -> None:
-        """`workers` loops (default: the `saga_executors` setting), each one saga at a time."""
-        count = self.settings.saga_executors if workers is None else workers
+        """Work due sagas until cancelled, up to `workers` at once (default: the `saga_executors` setting)."""
+        capacity = self.settings.saga_executors if workers is None else workers
         try:
             async with asyncio.TaskGroup() as group:
                 if self.wakeups is not None:
                     group.create_task(self.wakeups.run())
-                for i in range(count):
-                    group.create_task(self._loop(f"{self.owner}-{i}"))
+                group.create_task(self._claim_loop(max(1, capacity)))
         finally:
+            for task in self._inflight:
+                task.cancel()
+            await asyncio.gather(*self._inflight, return_exceptions=True)
             await self.aclose()
 
-    async def _loop(self, owner: str) -> None:
-        woken = False
+    # -- scheduling: one claim loop, one task per claimed saga ------------------------------------------------
+    async def _claim_loop(self, capacity: int) -> None:
+        """Lease due sagas in batches, up to the free tasks, and start a task for each; sleep when nothing
+        more is due until woken (a NOTIFY, a task finished), the next known due time or the poll."""
         while True:
-            if self.wakeups is not None:
-                self.wakeups.clear()  # before looking: a wake-up arriving from here on is not lost
-            try:
-                worked = await self.run_once(owner)
-            except NexusError as exc:  # the database is away: wait and try again, the leases protect the work
-                log.warning("saga executor: %s", exc, extra={"action": "saga_retry"})
-                worked = False
-            if worked:
-                if woken and self.wakeups is not None:
-                    self.wakeups.wake_one()  # a burst may hold more: pass the wake-up on to one more loop
-            else:
-                woken = await self._idle_wait()
+            self._wake.clear()  # before looking: a wake-up arriving from here on is not lost
+            room = capacity - len(self._inflight)
+            got = 0
+            if room > 0:
+                try:
+                    with wrap_db_errors():
+                        rows = await self.db.fetch(
+                            query("saga.sql", "claim_sagas"), self.settings.saga_lease_s, self.owner, room
+                        )
+                except NexusError as exc:  # the database is away: wait and try again, the leases protect the work
+                    log.warning("saga executor: %s", exc, extra={"action": "saga_retry"})
+                    rows = []
+                for saga in rows:
+                    self._start(saga)
+                got = len(rows)
+            if room <= 0 or 0 < got < room:
+                await self._sleep(self.settings.saga_poll_s)  # a finished task wakes us
+            elif got == 0:
+                await self._idle_wait()
 
-    async def _idle_wait(self) -> bool:
-        """Nothing was due: sleep until woken (NOTIFY), the next known due time, or the fallback poll;
-        True if a notification woke us."""
-        if self.wakeups is None:
-            await asyncio.sleep(self.settings.saga_poll_s)
-            return False
+    def _start(self, saga: asyncpg.Record) -> None:
+        key = (saga["tenant_id"], saga["order_id"])
+        if key in self._held:
+            # Its task wrote an outcome (the lease cleared) and has not claimed it again yet: the claim is
+            # the task's now, or the saga would stay leased with nobody working it.
+            self._handover[key] = saga
+            return
+        self._held.add(key)
+        task = asyncio.create_task(self._work(key, saga))
+        self._inflight.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._inflight.discard(finished)
+            self._wake.set()  # a slot is free
+
+        task.add_done_callback(done)
+
+    async def _work(self, key: tuple[str, str], saga: asyncpg.Record) -> None:
+        """The saga's next calls, one claim each: after each outcome the task claims the same saga again
+        (due at once after a success) and goes on; else it ends and frees its place."""
+        tenant_id, order_id = key
+        try:
+            while True:
+                await self._work_once(saga)
+                with wrap_db_errors():
+                    again = await self.db.fetchrow(
+                        query("saga.sql", "claim_saga"), tenant_id, order_id, self.settings.saga_lease_s, self.owner
+                    )
+                # No await from here to the end of the saga's turn: the claim loop cannot claim it in between.
+                again = again or self._handover.pop(key, None)
+                if again is None:
+                    return
+                saga = again
+        except NexusError as exc:  # the database is away: the lease runs out and the saga is taken again
+            log.warning("saga executor: %s", exc, extra={"action": "saga_retry", "order_id": order_id})
+        except Exception:  # a bug in one saga must not stop the others; its lease runs out
+            log.exception("saga work failed unexpectedly", extra={"action": "saga", "order_id": order_id})
+        finally:
+            self._held.discard(key)
+            self._handover.pop(key, None)
+
+    async def _sleep(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), timeout=max(timeout_s, 0.0))
+
+    async def _idle_wait(self) -> None:
+        """Nothing more was due: sleep until woken (NOTIFY, a task finished), the next known due time, or
+        the fallback poll."""
         timeout = self.settings.saga_poll_s
-        with contextlib.suppress(NexusError), wrap_db_errors():
-            due = await self.db.fetchval(query("saga.sql", "next_due_in"))
-            if due is not None:
-                timeout = min(timeout, max(float(due), _MIN_WAIT_S))
-        return await self.wakeups.wait(timeout)
+        if self.wakeups is not None:
+            with contextlib.suppress(NexusError), wrap_db_errors():
+                due = await self.db.fetchval(query("saga.sql", "next_due_in"))
+                if due is not None:
+                    timeout = min(timeout, max(float(due), _MIN_WAIT_S))
+        await self._sleep(timeout)
 
     async def run_once(self, owner: str | None = None) -> bool:
-        """Claim one due saga and make its next call; False when nothing was due."""
-        owner = owner or self.owner
+        """Claim one due saga and make its next call, here and now; False when nothing was due."""
         with wrap_db_errors():
-            rows = await self.db.fetch(query("saga.sql", "claim_sagas"), self.settings.saga_lease_s, owner, 1)
+            rows = await self.db.fetch(
+                query("saga.sql", "claim_sagas"), self.settings.saga_lease_s, owner or self.owner, 1
+            )
         if not rows:
             return False
-        saga = rows[0]
+        await self._work_once(rows[0], owner or self.owner)
+        return True
+
+    async def _work_once(self, saga: asyncpg.Record, owner: str | None = None) -> None:
+        """The claimed saga's next call (or, with none to make, its settling)."""
         with wrap_db_errors():
             steps = await self.db.fetch(query("saga.sql", "read_steps"), saga["tenant_id"], saga["order_id"])
         status = SagaStatus(saga["status"])
         work = next_work(status, [_view(s) for s in steps])
         if work is None:
             await self._idle(saga, status, steps)
-            return True
+            return
         step = next(s for s in steps if s["seq"] == work.seq)
-        await self._perform(saga, step, work.action, owner)
-        return True
+        self._calls += 1
+        await self._perform(saga, step, work.action, owner or self.owner, f"{self.owner}#{self._calls}")
 
     # -- nothing to call: wait for the agent, or finish compensating ---------------------------------------
     async def _idle(self, saga: asyncpg.Record, status: SagaStatus, steps: list[asyncpg.Record]) -> None:
@@ -220,7 +296,9 @@ class SagaExecutor:
                     await outcomes.set_saga(conn, tenant_id, order_id, status, None)
 
     # -- one call, either direction -------------------------------------------------------------------------
-    async def _perform(self, saga: asyncpg.Record, step: asyncpg.Record, action: Action, owner: str) -> None:
+    async def _perform(
+        self, saga: asyncpg.Record, step: asyncpg.Record, action: Action, owner: str, caller: str
+    ) -> None:
         """Make the step's next call (forward or compensation) and write its outcome back.
 
         The same path for both directions: breaker, key, the attempt marked (committed before the call),
@@ -229,21 +307,30 @@ class SagaExecutor:
         """
         tenant_id, order_id, seq = saga["tenant_id"], saga["order_id"], step["seq"]
         service = step["service"]
-        if not self._admitted(service, owner):
-            await self._release(saga, owner, self.breaker_config.cooldown_s)
+        slot = self._slots.setdefault(service, asyncio.Semaphore(self.settings.saga_max_inflight_per_service))
+        try:  # a slot of the service before the attempt is marked: waiting holds the lease, so not for long
+            await asyncio.wait_for(slot.acquire(), timeout=self.settings.saga_lease_s / 2)
+        except TimeoutError:
+            await self._release(saga, owner, 0.0)
             return
-        call = self._prepare(step, action)
-        with wrap_db_errors():
-            attempts = await self.db.fetchval(query("saga.sql", call.start_query), *call.start_args)
-        response: Any = None
-        error: str | None
-        if call.refusal is not None:
-            outcome, error = CallOutcome.REFUSED, call.refusal
-        else:
-            assert call.url is not None
-            outcome, response, error = await self.call_service(call.url, call.body, call.key, step["traceparent"],
-                                                               call.compensates)  # fmt: skip
-            self._record_breaker(service, owner, outcome)
+        try:
+            if not self._admitted(service, caller):
+                await self._release(saga, owner, self.breaker_config.cooldown_s)
+                return
+            call = self._prepare(step, action)
+            with wrap_db_errors():
+                attempts = await self.db.fetchval(query("saga.sql", call.start_query), *call.start_args)
+            response: Any = None
+            error: str | None
+            if call.refusal is not None:
+                outcome, error = CallOutcome.REFUSED, call.refusal
+            else:
+                assert call.url is not None
+                outcome, response, error = await self.call_service(call.url, call.body, call.key,
+                                                                   step["traceparent"], call.compensates)  # fmt: skip
+                self._record_breaker(service, caller, outcome)
+        finally:
+            slot.release()
         rand = self.rng.random()
         if action is Action.FORWARD:
             decision = after_forward(_view(step), outcome, attempts, self.policy, rand=rand)

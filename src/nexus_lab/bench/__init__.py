@@ -247,10 +247,18 @@ class Bench:
         )  # fmt: skip
 
     async def run_sagas(self, url: str) -> None:  # issue 14 (saga2)
-        from nexus_lab.bench.sagas import MODES, bench_sagas
+        from nexus_lab.bench.sagas import MODES, SagaOptions, bench_sagas
 
         workdir = Path(tempfile.mkdtemp(prefix="nexus-bench-sagas-"))
-        self.saga_rows = await bench_sagas(url, self.args.concurrency, self.args.sagas, list(MODES), workdir, self.add)
+        modes = [m.strip() for m in self.args.saga_wakeups.split(",") if m.strip() in MODES] or list(MODES)
+        options = SagaOptions(
+            latency_ms=self.args.saga_latency_ms,
+            executors=self.args.saga_executors,
+            executor_cmd=tuple(shlex.split(self.args.gateway_cmd)) if self.args.gateway_cmd else None,
+        )
+        self.saga_rows = await bench_sagas(
+            url, self.args.concurrency, self.args.sagas, modes, workdir, self.add, options
+        )
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -266,10 +274,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, help="wrk: measured seconds (default 15)")
     parser.add_argument("--warmup", type=float, default=None, help="wrk: warm-up seconds first (default 3)")
     parser.add_argument(
-        "--gateway-cmd", default=None, help="wrk: start the gateway with this command (e.g. another checkout's)"
+        "--gateway-cmd",
+        default=None,
+        help="wrk: start the gateway, sagas: the executor process, with this command (e.g. another checkout's)",
     )
     parser.add_argument("--kafka-poll", type=int, default=500, help="max records per poll (kafka scenario)")
     parser.add_argument("--sagas", type=int, default=None, help="sagas per run of the sagas suite (default 100)")
+    parser.add_argument("--saga-latency-ms", type=float, default=0.0, help="sagas: delay of every service answer")
+    parser.add_argument(
+        "--saga-executors",
+        default=None,
+        help="sagas: NEXUS_SAGA_EXECUTORS of the executor process (default: the concurrency; 'default': unset)",
+    )
+    parser.add_argument("--saga-wakeups", default="notify,poll", help="sagas: comma list of notify,poll")
     parser.add_argument("--delivery-latency-s", type=float, default=None, help="delivery latency run (default 5 s)")
     parser.add_argument(
         "--delivery-processes", type=int, action="append", help="dispatcher processes, repeatable (default 1, 2)"

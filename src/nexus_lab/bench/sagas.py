@@ -10,6 +10,11 @@ wake-up) pair; the pairs alternate (poll, notify, poll, notify...) so the machin
 - ``notify``: the default, executors LISTEN on `nexus_sagas` (`NEXUS_SAGA_POLL_S` 2 s as the fallback);
 - ``poll``: `NEXUS_SAGA_LISTEN=false`, the executors poll every `POLL_S` (the previous default).
 
+Options (`nexus bench --suite sagas`): `--saga-latency-ms` delays every service answer (the chaos
+scenarios' services answer 250 ms late), `--saga-executors` sets `NEXUS_SAGA_EXECUTORS` of the executor
+process (default: the concurrency; `default`: leave it unset), `--saga-wakeups` picks the modes, and
+`--gateway-cmd` starts the executor process with another checkout's command (base vs new, same run).
+
 Per row: sagas/s, the saga's p50/p95/p99 from submission to completion, per effect (p50 / 4) and over the
 bare call, and CPU seconds per 1,000 effects of the executor process and of PostgreSQL.
 """
@@ -17,6 +22,7 @@ bare call, and CPU seconds per 1,000 effects of the executor process and of Post
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import statistics
 import subprocess
@@ -40,6 +46,9 @@ from nexus_lab.services import SERVICES
 
 EFFECTS = 4
 POLL_S = "0.2"
+# How often the bench looks for completed orders: often enough for sagas of a second or more, rarely enough
+# that its own queries are not a visible share of PostgreSQL's CPU (every 5 ms they were, at 64 sagas).
+WATCH_S = 0.02
 MODES: dict[str, dict[str, str]] = {
     "poll": {"NEXUS_SAGA_LISTEN": "false", "NEXUS_SAGA_POLL_S": POLL_S},
     "notify": {"NEXUS_SAGA_LISTEN": "true"},
@@ -58,9 +67,27 @@ async def bare_call_ms(services_url: str, calls: int = 200) -> float:
     return statistics.median(times)
 
 
-def _start(args: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+@dataclasses.dataclass(frozen=True)
+class SagaOptions:
+    """How the sagas suite runs its services and its executor process."""
+
+    latency_ms: float = 0.0
+    executors: str | None = None
+    """`NEXUS_SAGA_EXECUTORS` of the executor process: None = the concurrency, "default" = unset, or a number."""
+    executor_cmd: tuple[str, ...] | None = None
+    """The command that starts the executor process (another checkout's `nexus`); None: this one's."""
+
+    def executors_for(self, conc: int) -> int | None:
+        if self.executors is None:
+            return conc
+        return None if self.executors == "default" else int(self.executors)
+
+
+def _start(
+    args: Sequence[str], env: dict[str, str], log: Path, cmd: Sequence[str] | None = None
+) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen([*NEXUS_CMD, *args], env=env, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603
+        return subprocess.Popen([*(cmd or NEXUS_CMD), *args], env=env, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -81,15 +108,18 @@ async def _wait_serving(log: Path, proc: subprocess.Popen[bytes], timeout_s: flo
 
 
 async def _one_run(
-    url: str, services_url: str, mode: str, conc: int, sagas: int, workdir: Path
+    url: str, services_url: str, mode: str, conc: int, sagas: int, workdir: Path, options: SagaOptions
 ) -> tuple[float, list[float], float, float]:
     """(seconds, latencies, executor CPU s, PostgreSQL CPU s) of `sagas` sagas, `conc` at a time."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
-    env.update(NEXUS_DATABASE_URL=url, NEXUS_SAGA_EXECUTORS=str(conc), NEXUS_DB_POOL_SIZE=str(min(conc + 4, 90)),
-               NEXUS_LOG_LEVEL="WARNING", **MODES[mode])  # fmt: skip
+    env.update(NEXUS_DATABASE_URL=url, NEXUS_DB_POOL_SIZE=str(min(conc + 4, 90)), NEXUS_LOG_LEVEL="WARNING",
+               **MODES[mode])  # fmt: skip
+    executors = options.executors_for(conc)
+    if executors is not None:
+        env["NEXUS_SAGA_EXECUTORS"] = str(executors)
     env.update({f"NEXUS_SERVICE_{n.upper()}_URL": f"{services_url}/{n}" for n in SERVICES})
     log = workdir / f"executor-{mode}-{conc}.log"
-    executor = _start(["serve", "--dispatcher-only"], env, log)
+    executor = _start(["serve", "--dispatcher-only"], env, log, options.executor_cmd)
     db = await Database(Settings(database_url=url, db_pool_size=min(conc + 4, 40))).open(migrate=False)
     try:
         await _wait_serving(log, executor)
@@ -111,7 +141,7 @@ async def _one_run(
                         future = waiting.pop(r["order_id"], None)
                         if future is not None and not future.done():
                             future.set_result(None)
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(WATCH_S)
 
         async def one(i: int) -> None:
             async with gate:
@@ -143,13 +173,15 @@ async def _one_run(
 
 async def bench_sagas(
     url: str, concurrencies: Sequence[int], sagas: int, modes: Sequence[str], workdir: Path,
-    on_row: Callable[[Row], None],
+    on_row: Callable[[Row], None], options: SagaOptions | None = None,
 ) -> list[Row]:  # fmt: skip
     """Rows of the sagas scenario on the (migrated) database at `url`, modes alternating per concurrency."""
     port = free_port()
     services_url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
-    services = _start(["services", "--port", str(port)], env, workdir / "services.log")
+    options = options or SagaOptions()
+    latency = ["--latency-ms", str(options.latency_ms)] if options.latency_ms else []
+    services = _start(["services", "--port", str(port), *latency], env, workdir / "services.log")
     rows: list[Row] = []
     try:
         await asyncio.to_thread(wait_http, services_url + "/health")
@@ -158,7 +190,9 @@ async def bench_sagas(
         for n, conc in enumerate(concurrencies):
             for mode in modes if n % 2 == 0 else list(reversed(modes)):
                 load = os.getloadavg()[0]
-                elapsed, latencies, cpu_exec, cpu_pg = await _one_run(url, services_url, mode, conc, sagas, workdir)
+                elapsed, latencies, cpu_exec, cpu_pg = await _one_run(
+                    url, services_url, mode, conc, sagas, workdir, options
+                )
                 out = row("sagas", f"sagas, executors woken by {mode}", conc, sagas, elapsed, latencies, "saga")
                 per_effect = (out["p50_ms"] or 0.0) / EFFECTS
                 out.update(
@@ -172,6 +206,9 @@ async def bench_sagas(
                         "postgres": round(cpu_pg * 1000 / (sagas * EFFECTS), 3),
                     },
                     load_avg=round(load, 2),
+                    service_latency_ms=options.latency_ms,
+                    executors=options.executors_for(conc) or "default",
+                    executor_cmd=" ".join(options.executor_cmd or ("this checkout",)),
                 )
                 rows.append(out)
                 on_row(out)

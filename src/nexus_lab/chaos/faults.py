@@ -38,6 +38,8 @@ class FaultContext:
     progress: Callable[[str], None]
     counts: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
     started: float = dataclasses.field(default_factory=time.monotonic)
+    services_url: str | None = None
+    """`nexus services` of the run, for `ServiceOutage` (the saga scenarios and the soak run one)."""
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
@@ -66,11 +68,16 @@ class KillLoop:
     down_s: Range = (0.0, 0.4)
     mid_delivery: bool = False
     lease_wait_s: float = 3.0
+    spare: int = 0
+    """The first `spare` processes of the target are never killed (the soak keeps one of each alive)."""
 
     async def run(self, ctx: FaultContext) -> None:
         procs = ctx.stack.gateways if self.target == "gateway" else ctx.stack.dispatchers
         schedule = [
-            (ctx.rng.uniform(*(self.first_s if i == 0 else self.gap_s)), ctx.rng.randrange(len(procs)))
+            (
+                ctx.rng.uniform(*(self.first_s if i == 0 else self.gap_s)),
+                self.spare + ctx.rng.randrange(len(procs) - self.spare),
+            )
             for i in range(self.maximum)
         ]
         downs = [ctx.rng.uniform(*self.down_s) for _ in range(self.maximum)]
@@ -182,6 +189,34 @@ class ReceiverOutage:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ServiceOutage:
+    """An effect service (`nexus services`) answers 503 to everything for a while, then recovers: the
+    executors' breaker of that service opens, probes, and closes; the sagas complete afterwards."""
+
+    service: str = "payment"
+    count: int = 1
+    first_s: Range = (0.5, 1.5)
+    outage_s: Range = (2.0, 3.0)
+
+    async def run(self, ctx: FaultContext) -> None:
+        import httpx
+
+        schedule = [(ctx.rng.uniform(*self.first_s), ctx.rng.uniform(*self.outage_s)) for _ in range(self.count)]
+        assert ctx.services_url is not None, "ServiceOutage needs the run's services"
+        async with httpx.AsyncClient(base_url=ctx.services_url, timeout=10) as client:
+            for wait_s, outage_s in schedule:
+                await asyncio.sleep(wait_s)
+                (await client.post("/_faults", json={"service": self.service, "down": True})).raise_for_status()
+                ctx.count("service down")
+                ctx.progress(f"{self.service} service down at {ctx.elapsed():.1f}s for {outage_s:.1f}s")
+                try:
+                    await asyncio.sleep(outage_s)
+                finally:
+                    await client.post("/_faults", json={"service": self.service, "down": False})
+                ctx.progress(f"{self.service} service back at {ctx.elapsed():.1f}s")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BreakerWatch:
     """Not a fault: watches the circuit breakers and counts how often one opened and closed again."""
 
@@ -215,4 +250,4 @@ class BreakerWatch:
                 await db.close()
 
 
-Fault = KillLoop | PostgresOutage | KafkaRestart | ReceiverOutage | BreakerWatch
+Fault = KillLoop | PostgresOutage | KafkaRestart | ReceiverOutage | ServiceOutage | BreakerWatch

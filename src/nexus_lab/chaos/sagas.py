@@ -124,11 +124,10 @@ async def _until(condition: Callable[[], Any], what: str, timeout_s: float = 30.
 
 
 async def _kill_mid_call(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient) -> None:
-    """The service records the charge at once and answers `hang_ms` later; SIGKILL the executors in
-    between (a charge in the ledger whose step is still RUNNING), let them restart: the call is repeated
-    with the same key and the service answers the first charge."""
-    await asyncio.sleep(run.rng.uniform(*fault.first_s))
-    await run.faults(client, fault.service, hang_rate=1, hang_ms=fault.hang_ms)
+    """Armed before the agent sent (`_arm`): the service records every charge at once and answers it
+    `hang_ms` later; SIGKILL the executors as soon as a charge is in the ledger whose step is still
+    RUNNING, let them restart: the call is repeated with the same key and the service answers the first
+    charge."""
 
     async def in_flight() -> list[str]:
         keys = [e["key"] for e in (await run.ledger(client, fault.service))["entries"]]
@@ -147,11 +146,26 @@ async def _kill_mid_call(run: SagaRun, fault: SagaFault, client: httpx.AsyncClie
     run.watched[fault.service] = keys
 
 
+async def _arm(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient) -> None:
+    """What a fault sets up before the agent sends its first step, so that it strikes the first call it is
+    aimed at, whatever the plan count (a fault timed from the start may find every saga already settled)."""
+    if fault.kind == "kill-mid-call":
+        await run.faults(client, fault.service, hang_rate=1, hang_ms=fault.hang_ms)
+    elif fault.kind == "kill-mid-compensation":
+        # every charge declined until the kill, so the first saga compensates; releases recorded at once,
+        # answered late (forward calls in time)
+        await run.faults(client, "payment", permanent_fail_rate=1.0)
+        await run.faults(client, "inventory", hang_rate=1, hang_ms=fault.hang_ms, hang_forwards=False)
+    elif fault.kind == "service-down":
+        await run.faults(client, fault.service, down=True)
+    elif fault.kind == "late-answer":
+        await run.faults(client, fault.service, hang_rate=1, hang_ms=fault.hang_ms, hang_compensations=False)
+
+
 async def _kill_mid_compensation(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient) -> None:
-    """Once declined charges make sagas compensate, the inventory service records releases at once and
-    answers them late; SIGKILL the executors while a release is recorded but its step not yet written."""
-    await _until(lambda: _has_reservations(run, client), "a reservation")
-    await run.faults(client, "inventory", hang_rate=1, hang_ms=fault.hang_ms)
+    """Armed before the agent sent (`_arm`): SIGKILL the executors as soon as a release
+    is recorded by the service but its step not yet written; then charges are declined at the scenario's
+    rate again, releases answered in time, and the restarted executors repeat the release with its key."""
 
     async def releasing() -> list[str]:
         entries = (await run.ledger(client, "inventory"))["entries"]
@@ -165,23 +179,19 @@ async def _kill_mid_compensation(run: SagaRun, fault: SagaFault, client: httpx.A
     run.counts["executor SIGKILLed"] += len(run.executors)
     run.counts["killed during compensation"] += int(caught)
     run.say(f"SIGKILL executors at {run.elapsed():.1f}s with {caught} compensation(s) unwritten")
-    await run.faults(client, "inventory", hang_rate=0)
+    await run.faults(client, "inventory", hang_rate=0, hang_forwards=True)
+    await run.faults(client, "payment", permanent_fail_rate=fault.decline_rate)
     for proc in run.executors:
         await _restart(proc)
 
 
-async def _has_reservations(run: SagaRun, client: httpx.AsyncClient) -> bool:
-    return bool((await run.ledger(client, "inventory"))["entries"])
-
-
 async def _service_down(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient) -> None:
-    """The service answers 503 to everything for a while: its breaker opens (calls wait, uncounted),
-    probes after the cooldown, closes once the service is back; the sagas complete."""
-    await asyncio.sleep(run.rng.uniform(*fault.first_s))
+    """Down from before the agent sent (`_arm`): the service answers 503 to everything for a while: its
+    breaker opens (calls wait, uncounted), probes after the cooldown, closes once the service is back; the
+    sagas complete."""
     outage = run.rng.uniform(*fault.window_s)
-    await run.faults(client, fault.service, down=True)
     run.counts["service down"] += 1
-    run.say(f"{fault.service} down at {run.elapsed():.1f}s for {outage:.1f}s")
+    run.say(f"{fault.service} down from the start for {outage:.1f}s")
     await asyncio.sleep(outage)
     await run.faults(client, fault.service, down=False)
     run.say(f"{fault.service} back at {run.elapsed():.1f}s")
@@ -191,9 +201,8 @@ async def _late_answer(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient
     """The service records the call and answers after the client's timeout (forward calls only): an
     attempt's outcome is unknown; a retry with the same key gets the first answer, and a call given up
     is settled by its compensation with the same key, never by a guess."""
-    window = run.rng.uniform(*fault.window_s)
-    await run.faults(client, fault.service, hang_rate=1, hang_ms=fault.hang_ms, hang_compensations=False)
-    run.say(f"{fault.service} answers after the timeout for {window:.1f}s")
+    window = run.rng.uniform(*fault.window_s)  # armed before the agent sent (`_arm`)
+    run.say(f"{fault.service} answers after the timeout from the start for {window:.1f}s")
     await asyncio.sleep(window)
     await run.faults(client, fault.service, hang_rate=0)
     run.say(f"{fault.service} answers in time again at {run.elapsed():.1f}s")
@@ -227,7 +236,7 @@ def _plans(count: int) -> list[list[dict[str, Any]]]:
     ]
 
 
-async def _submit(
+async def submit_batch(
     client: httpx.AsyncClient, url: str, batch: list[dict[str, Any]], counts: collections.Counter[str]
 ) -> None:
     """POST one plan's batch until it is answered 200 (the gateway may be restarting, PostgreSQL away)."""
@@ -329,8 +338,7 @@ async def run_saga_scenario(
     gateway = Proc("gateway", [*cmd, "serve", "--no-dispatcher"],
                    {**env, "NEXUS_HTTP_PORT": str(gateway_port), "NEXUS_SAGA_EXECUTORS": "0"},
                    directory / "gateway.log")  # fmt: skip
-    executor = Proc("executor", [*cmd, "serve", "--dispatcher-only"], {**env, "NEXUS_SAGA_EXECUTORS": "2"},
-                    directory / "executor.log")  # fmt: skip
+    executor = Proc("executor", [*cmd, "serve", "--dispatcher-only"], env, directory / "executor.log")
     procs = [services, gateway, executor]
     db = await Database(Settings(database_url=url, db_pool_size=2)).open(migrate=False)
     run = SagaRun(directory, services_url, db, gateway, gateway_url, [executor], random.Random(f"{seed}:{name}"), say)
@@ -342,6 +350,7 @@ async def run_saga_scenario(
             await asyncio.gather(wait_ready(services, services_url + "/health"),
                                  wait_ready(gateway, gateway_url + "/readyz"), wait_ready(executor, None))  # fmt: skip
             await run.faults(client, "payment", permanent_fail_rate=fault.decline_rate)
+            await _arm(run, fault, client)
             say(f"started services, a gateway and an executor process; {plans} fulfilment plans, fault {fault.kind}")
             run.started = time.monotonic()
             striking = asyncio.create_task(_strike(run, fault, client, session))
@@ -349,7 +358,7 @@ async def run_saga_scenario(
 
             async def send(batch: list[dict[str, Any]]) -> None:
                 async with gate:
-                    await _submit(client, gateway_url, batch, run.counts)
+                    await submit_batch(client, gateway_url, batch, run.counts)
 
             await asyncio.gather(*(send(batch) for batch in _plans(plans)))
             await striking

@@ -32,6 +32,8 @@ class SagaFault:
     window_s: Range = (2.0, 3.0)
     """How long the service stays down, or answers late, or PostgreSQL stays stopped."""
     first_s: Range = (0.3, 0.8)
+    """When PostgreSQL is stopped; the other faults are armed before the agent sends (they strike the first
+    call they aim at, whatever the plan count)."""
     env: tuple[tuple[str, str], ...] = ()
     """Settings of the gateway and executor processes for this scenario (over `sagas.SAGA_ENV`)."""
     latency_ms: float = 0.0
@@ -67,7 +69,7 @@ class Scenario:
     with their own invariants."""
 
 
-def _all(rate: float) -> dict[Mode, float]:
+def all_modes(rate: float) -> dict[Mode, float]:
     """Every hostile mode but those whose outcome depends on time or on a person: a stalling plan's deadline
     may pass while a killed consumer is down (its last honest step then comes after the abort: DISCARD, as
     it should, but not what the agent's report can expect), and a held payment needs an approver."""
@@ -127,7 +129,7 @@ SCENARIOS: dict[str, Scenario] = {
             "gateways (HTTP ingress + dispatcher) SIGKILLed repeatedly at random moments, MCP agents too",
             "gateway SIGKILLed",
             StackSpec(gateways=2),
-            hostile=_all(0.2),
+            hostile=all_modes(0.2),
             step_delay_ms=250.0,
             faults=(KillLoop("gateway", minimum=2, maximum=5),),
             allow_duplicates=True,
@@ -146,7 +148,7 @@ SCENARIOS: dict[str, Scenario] = {
             "postgres-restart",
             "PostgreSQL stopped (fast shutdown) and started again while the agent sends",
             "PostgreSQL stopped",
-            hostile=_all(0.2),
+            hostile=all_modes(0.2),
             step_delay_ms=250.0,
             faults=(PostgresOutage(count=2),),
             allow_duplicates=True,
@@ -157,7 +159,7 @@ SCENARIOS: dict[str, Scenario] = {
             "Kafka broker restarted",
             StackSpec(kafka=True),
             transport="kafka",
-            hostile=_all(0.2),
+            hostile=all_modes(0.2),
             step_delay_ms=300.0,
             faults=(KafkaRestart(),),
         ),
@@ -167,7 +169,7 @@ SCENARIOS: dict[str, Scenario] = {
             "gateway SIGKILLed",
             StackSpec(kafka=True),
             transport="kafka",
-            hostile=_all(0.2),
+            hostile=all_modes(0.2),
             step_delay_ms=300.0,
             faults=(KillLoop("gateway", minimum=1, maximum=2, first_s=(0.5, 1.2), gap_s=(1.0, 2.0)),),
             allow_duplicates=True,
@@ -193,7 +195,7 @@ SCENARIOS: dict[str, Scenario] = {
             "and receiver outages",
             "faults",
             StackSpec(gateways=2, dispatchers=1, sink_args=UNSTABLE_SINK),
-            hostile=_all(0.3),
+            hostile=all_modes(0.3),
             step_delay_ms=250.0,
             faults=(
                 KillLoop("gateway", minimum=1, maximum=3, first_s=(1.0, 2.0), gap_s=(1.5, 3.0)),

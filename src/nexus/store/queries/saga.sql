@@ -57,6 +57,17 @@ FROM (SELECT tenant_id, order_id FROM sagas
 WHERE s.tenant_id = due.tenant_id AND s.order_id = due.order_id
 RETURNING s.tenant_id, s.order_id, s.plan_id, s.process, s.status;
 
+-- name: claim_saga
+-- The same saga again once its worker wrote a call's outcome, if its next call is due now and nobody holds
+-- it: the worker goes on with it (SKIP LOCKED + a lease, as claim_sagas) without a trip through the claimer.
+UPDATE sagas AS s SET lease_until = now() + make_interval(secs => $3), lease_owner = $4, updated_at = now()
+FROM (SELECT tenant_id, order_id FROM sagas
+      WHERE tenant_id = $1 AND order_id = $2 AND next_attempt_at <= now()
+        AND status IN ('PENDING', 'RUNNING', 'COMPENSATING') AND (lease_until IS NULL OR lease_until < now())
+      FOR UPDATE SKIP LOCKED) AS due
+WHERE s.tenant_id = due.tenant_id AND s.order_id = due.order_id
+RETURNING s.tenant_id, s.order_id, s.plan_id, s.process, s.status;
+
 -- name: read_steps
 SELECT *, envelope::text AS envelope_text, forward_response::text AS response_text FROM saga_steps WHERE tenant_id = $1 AND order_id = $2 ORDER BY seq;
 

@@ -1,0 +1,534 @@
+"""`nexus soak --minutes N`: every part of the gateway under load for N minutes, every chaos fault in turn.
+
+One stack (`chaos.harness`) runs on the embedded PostgreSQL of a `ChaosSession` and the Kafka broker: two
+`nexus serve --kafka` gateways (HTTP and Kafka ingress), two `--dispatcher-only` processes, `nexus
+services` and a `nexus sink`; every gateway and dispatcher process also runs saga executors. Gateway 0
+and dispatcher 0 are never killed; the others are, with PostgreSQL, the broker, the receiver and a service.
+
+A cycle is one pass over the faults of the chaos scenarios (`CYCLE`, from `chaos.faults`), in a fixed
+order, `--phase-seconds` apart: the second gateway SIGKILLed (HTTP ingress and Kafka consumer), the second
+dispatcher SIGKILLed while it holds delivery leases (and its saga executors with it), PostgreSQL stopped
+and started, the broker restarted, the receiver down, the payment service down. Meanwhile the agent runs
+rounds of plans over HTTP (every hostile mode but the timed ones) and over Kafka, and `fulfilment` sagas
+are submitted; when the cycle's faults are done, the load stops, everything settles and is checked: the
+checker (`checker.check_report`, as `nexus chaos` judges it) on every round's report, the saga invariants
+(`saga_checker`) and each completed saga's four effects standing once. Then the next cycle.
+
+Measured: per cycle the p99 of the agent's HTTP sends (retries included), CPU seconds per 1,000 events of
+the never-killed processes (gateway 0, dispatcher 0, PostgreSQL) and the sizes of the main tables; each
+minute the RSS of those processes (PostgreSQL: the private memory of its processes). Written to `--out`
+(soak.json, soak.md, soak.png). Exit 1 unless: 0 invariant violations, the RSS of each never-killed
+process at the end within 10 % of minute 5 (runs of 5 minutes or more), and the p99 of the last cycle
+within 1.5x of the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import random
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus_lab.agent import runner as agent
+from nexus_lab.agent.hostile import Message
+from nexus_lab.agent.reactive import step_envelope
+from nexus_lab.agent.transport import Ack, KafkaTransport, Transport
+from nexus_lab.chaos.faults import (
+    BreakerWatch,
+    Fault,
+    FaultContext,
+    KafkaRestart,
+    KillLoop,
+    PostgresOutage,
+    ReceiverOutage,
+    ServiceOutage,
+)
+from nexus_lab.chaos.harness import ChaosSession, Proc, Stack, StackSpec, clean_env
+from nexus_lab.chaos.runner import judge
+from nexus_lab.chaos.sagas import SAGA_ENV, submit_batch
+from nexus_lab.chaos.scenarios import all_modes
+from nexus_lab.chaos.transports import PatientTransport, SpreadTransport, http_transports
+from nexus_lab.checker import check_report
+from nexus_lab.procs import NEXUS_CMD, free_port, wait_ready
+from nexus_lab.saga_checker import check_sagas_live
+from nexus_lab.services import SERVICES
+from nexus_lab.tables import text_table
+
+RSS_TOLERANCE = 0.10
+P99_TOLERANCE = 1.5
+RSS_REFERENCE_MINUTE = 5
+
+# One pass over every chaos scenario's fault; the first gateway and the first dispatcher are spared.
+CYCLE: tuple[Fault, ...] = (
+    KillLoop("gateway", minimum=1, maximum=1, spare=1, first_s=(0.5, 1.5)),
+    KillLoop("dispatcher", minimum=1, maximum=1, spare=1, first_s=(0.5, 1.5), mid_delivery=True),
+    PostgresOutage(count=1, first_s=(0.5, 1.5), outage_s=(1.0, 2.0)),
+    KafkaRestart(count=1, first_s=(0.5, 1.0)),
+    ReceiverOutage(count=1, first_s=(0.5, 1.0), outage_s=(2.0, 3.0)),
+    ServiceOutage("payment", count=1, first_s=(0.5, 1.0), outage_s=(2.0, 3.0)),
+)
+
+_TABLES = ("orders", "outbox", "deliveries", "delivery_attempts", "decision_log", "dead_letters", "saga_steps")
+_SAGAS_UNSETTLED = """
+SELECT count(*) FROM orders AS o LEFT JOIN sagas AS s ON s.tenant_id = o.tenant_id AND s.order_id = o.order_id
+WHERE o.order_id = ANY($1::text[])
+  AND NOT ((o.status = 'completed' AND s.status = 'COMPLETED') OR (o.status = 'aborted' AND s.status = 'COMPENSATED'))
+"""
+
+
+class TimedTransport:
+    """The agent's transport, timing every send (retries included) for the cycle's p99."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.durations: list[float] = []
+
+    async def send(self, message: Message) -> Ack:
+        started = time.perf_counter()
+        try:
+            return await self.inner.send(message)
+        finally:
+            self.durations.append(time.perf_counter() - started)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@dataclasses.dataclass
+class Cycle:
+    """What one cycle did and measured."""
+
+    n: int
+    started_s: float
+    elapsed_s: float = 0.0
+    faults: dict[str, int] = dataclasses.field(default_factory=dict)
+    events: int = 0
+    p99_ms: float = 0.0
+    cpu_s_per_1k: float = 0.0
+    tables: dict[str, int] = dataclasses.field(default_factory=dict)
+    held: int = 0
+    checked: int = 0
+    violations: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Sample:
+    """RSS (MB) of the never-killed processes at one minute."""
+
+    minute: float
+    rss_mb: dict[str, float]
+
+
+@dataclasses.dataclass
+class SoakConfig:
+    minutes: float
+    seed: str = "soak"
+    phase_s: float = 10.0
+    http_plans: int = 12
+    kafka_plans: int = 8
+    saga_plans: int = 6
+    settle_timeout_s: float = 120.0
+    out: Path = Path("benchmarks/results/soak")
+    kafka_bootstrap: str | None = None
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def rss_mb(pid: int, *, private: bool = False) -> float:
+    """RSS of `pid` and its descendants in MB; `private`: only their private memory (PostgreSQL's backends
+    all map its shared buffers, which RSS would count once per backend)."""
+    total = 0
+    for proc in _tree(pid):
+        with contextlib.suppress(psutil.Error):
+            info = proc.memory_full_info() if private else proc.memory_info()
+            total += info.uss if private else info.rss
+    return total / 1e6
+
+
+def cpu_s(pid: int) -> float:
+    total = 0.0
+    for proc in _tree(pid):
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def p99(values: Sequence[float]) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+class Soak:
+    """One soak run: the stack, the load, the cycles, the samples and the verdict."""
+
+    def __init__(self, config: SoakConfig, say: Callable[[str], None] = print) -> None:
+        self.config = config
+        self.say = say
+        self.session = ChaosSession(kafka_bootstrap=config.kafka_bootstrap)
+        self.rng = random.Random(config.seed)
+        self.cycles: list[Cycle] = []
+        self.samples: list[Sample] = []
+        self.errors: list[str] = []
+        self.started = time.monotonic()
+        self.stack: Stack | None = None
+        self.services: Proc | None = None
+        self.services_url = ""
+        self.resent: collections.Counter[str] = collections.Counter()
+        """Saga batches resent because the gateway did not answer (it may be restarting, PostgreSQL away)."""
+
+    # -- processes -------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        await asyncio.to_thread(self.session.start)
+        url = await self.session.new_database("soak")
+        port = free_port()
+        self.services_url = f"http://127.0.0.1:{port}"
+        directory = self.session.tmp / "soak"
+        directory.mkdir(parents=True, exist_ok=True)
+        self.services = Proc("services", [*NEXUS_CMD, "services", "--port", str(port), "--seed", self.config.seed,
+                                          "--latency-ms", "20"], clean_env(), directory / "services.log")  # fmt: skip
+        self.services.start()
+        await wait_ready(self.services, self.services_url + "/health")
+        env = {
+            **SAGA_ENV,
+            "NEXUS_SAGA_LEASE_S": "5",
+            **{f"NEXUS_SERVICE_{name.upper()}_URL": f"{self.services_url}/{name}" for name in SERVICES},
+        }
+        self.stack = Stack(self.session, "soak", StackSpec(gateways=2, dispatchers=2, kafka=True, env=env), url)
+        await self.stack.start()
+        async with httpx.AsyncClient(timeout=10) as client:
+            await client.post(self.services_url + "/_faults", json={"service": "payment", "permanent_fail_rate": 0.2})
+        self.say(f"soak: stack up in {self.session.tmp}: 2 gateways (--kafka), 2 dispatchers, services, sink")
+
+    async def close(self) -> None:
+        if self.stack is not None:
+            await self.stack.close()
+        if self.services is not None:
+            await asyncio.to_thread(self.services.stop)
+        await asyncio.to_thread(self.session.close)
+
+    def _kept(self) -> dict[str, int]:
+        """pids of the never-killed processes (PostgreSQL's may change when it is restarted)."""
+        assert self.stack is not None
+        pids = {}
+        for name, proc in (("gateway-0", self.stack.gateways[0]), ("dispatcher-0", self.stack.dispatchers[0])):
+            if proc.proc is not None:
+                pids[name] = proc.proc.pid
+        pids["postgres"] = self._postmaster()
+        return pids
+
+    def _postmaster(self) -> int:
+        """The PostgreSQL server's main process (its first line of postmaster.pid; 0 while it is down)."""
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return int((self.session.pg.pgdata / "postmaster.pid").read_text().split()[0])
+        return 0
+
+    # -- measuring -------------------------------------------------------------------------------------------
+    async def _sample_forever(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(60.0)
+
+    def sample(self) -> None:
+        rss = {name: round(rss_mb(pid, private=name == "postgres"), 1) for name, pid in self._kept().items() if pid}
+        self.samples.append(Sample(round((time.monotonic() - self.started) / 60, 2), rss))
+        self.say(f"soak: minute {self.samples[-1].minute:.1f}: RSS MB {rss}")
+
+    async def _tables(self, db: Database) -> dict[str, int]:
+        sizes = {t: int(await db.fetchval(f"SELECT count(*) FROM {t}")) for t in _TABLES}
+        sizes["database_mb"] = int(await db.fetchval("SELECT pg_database_size(current_database())") // 1_000_000)
+        return sizes
+
+    # -- one cycle -------------------------------------------------------------------------------------------
+    async def cycle(self, n: int, db: Database) -> Cycle:
+        assert self.stack is not None
+        stack = self.stack
+        result = Cycle(n, round(time.monotonic() - self.started, 1))
+        ctx = FaultContext(self.session, stack, random.Random(f"{self.config.seed}:{n}"), asyncio.Event(),
+                           lambda line: self.say(f"[cycle {n}] {line}"), services_url=self.services_url)  # fmt: skip
+        kept = self._kept()
+        cpu_before = {name: cpu_s(pid) for name, pid in kept.items() if pid}
+        http = TimedTransport(SpreadTransport(http_transports(stack.gateway_urls)))
+        kafka = PatientTransport(await KafkaTransport(self.session.kafka_bootstrap, stack.kafka_topic).start())
+        reports: list[dict[str, Any]] = []
+        saga_orders: list[str] = []
+        watch = asyncio.create_task(BreakerWatch().run(ctx))
+        started = time.monotonic()
+
+        async def faults() -> None:
+            for fault in CYCLE:
+                await fault.run(ctx)
+                await asyncio.sleep(self.config.phase_s)
+            ctx.agent_done.set()
+
+        async def load() -> None:
+            rounds = 0
+            while not ctx.agent_done.is_set():
+                rounds += 1
+                tag = f"{self.config.seed}:{n}:{rounds}"
+                http_report, kafka_report, _ = await asyncio.gather(
+                    agent.run_agent(self._agent(f"{tag}:http", self.config.http_plans), http,
+                                    target=stack.gateway_urls[0]),
+                    agent.run_agent(self._agent(f"{tag}:kafka", self.config.kafka_plans), kafka,
+                                    target=f"kafka://{self.session.kafka_bootstrap}/{stack.kafka_topic}"),
+                    self._sagas(f"c{n}r{rounds}", saga_orders),
+                )  # fmt: skip
+                reports.extend((http_report, kafka_report))
+
+        try:
+            await asyncio.gather(faults(), load())
+            result.elapsed_s = round(time.monotonic() - started, 1)
+            self.say(f"[cycle {n}] faults and load done at {ctx.elapsed():.1f}s; settling and checking")
+            await self._check(result, db, reports, saga_orders)
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)
+            for transport in (http, kafka):
+                with contextlib.suppress(Exception):
+                    await transport.close()
+        kept = self._kept()
+        spent = sum(cpu_s(pid) - cpu_before.get(name, 0.0) for name, pid in kept.items() if pid)
+        result.events = sum(r["summary"]["messages"] for r in reports) + 5 * len(saga_orders)
+        result.cpu_s_per_1k = round(spent * 1000 / max(result.events, 1), 3)
+        result.p99_ms = round(p99(http.durations) * 1000, 1)
+        result.faults = dict(ctx.counts)
+        result.tables = await self._tables(db)
+        return result
+
+    def _agent(self, seed: str, plans: int) -> agent.AgentConfig:
+        return agent.AgentConfig(orders=plans, seed=seed, inventory_failure_rate=0.2, payment_rejection_rate=0.2,
+                                 step_delay_ms=50.0, concurrency=4, hostile=all_modes(0.2))  # fmt: skip
+
+    async def _sagas(self, prefix: str, orders: list[str]) -> None:
+        """Submit this round's `fulfilment` plans (five steps at once each), resent until answered."""
+        assert self.stack is not None
+        batches = [
+            [json.loads(step_envelope(f"{prefix}s{i}", f"{prefix}p{i}", seq).model_dump_json()) for seq in range(1, 6)]
+            for i in range(self.config.saga_plans)
+        ]
+        key = os.environ.get("NEXUS_API_KEY", "")  # the lab's key, registered in the soak's database
+        async with httpx.AsyncClient(timeout=10, headers={"authorization": f"Bearer {key}"}) as client:
+            for batch in batches:
+                await submit_batch(client, self.stack.gateway_urls[0], batch, self.resent)
+                orders.append(batch[0]["order_id"])
+
+    async def _check(self, result: Cycle, db: Database, reports: list[dict[str, Any]], sagas: list[str]) -> None:
+        assert self.stack is not None
+        for report in reports:
+            check = await check_report(report, db, self.stack.sink_log, settings=self.stack.settings(),
+                                       wait_s=self.config.settle_timeout_s, allow_duplicates=True)  # fmt: skip
+            held, checked, broke = judge(check)
+            result.held += held
+            result.checked += checked
+            result.violations += broke
+        deadline = time.monotonic() + self.config.settle_timeout_s
+        left = int(await db.fetchval(_SAGAS_UNSETTLED, sagas))
+        while left and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+            left = int(await db.fetchval(_SAGAS_UNSETTLED, sagas))
+        result.checked += 3
+        result.held += not left
+        if left:
+            result.violations.append(f"sagas settled: {left} of {len(sagas)} never settled")
+        problems = await check_sagas_live(db, self.services_url)
+        result.held += not problems
+        result.violations += [f"saga invariants: {p}" for p in problems]
+        effects = await self._effects_of_completed(db, sagas)
+        result.held += not effects
+        result.violations += effects
+
+    async def _effects_of_completed(self, db: Database, sagas: list[str]) -> list[str]:
+        """Each completed saga order has exactly one standing entry in every service's ledger."""
+        rows = await db.fetch("SELECT order_id FROM orders WHERE order_id = ANY($1::text[]) AND status = 'completed'",
+                              sagas)  # fmt: skip
+        completed = {r["order_id"] for r in rows}
+        async with httpx.AsyncClient(timeout=10) as client:
+            ledgers = (await client.get(self.services_url + "/ledgers")).json()
+        problems = []
+        for service in SERVICES:
+            entries = ledgers[service]["entries"]
+            undone = {e.get("compensates") for e in entries if e.get("compensates")}
+            standing: dict[str, int] = {}
+            for e in entries:
+                if "compensates" not in e and e["key"] not in undone and e.get("order_id") in completed:
+                    standing[e["order_id"]] = standing.get(e["order_id"], 0) + 1
+            problems += [f"{service}: completed order {o}: {standing.get(o, 0)} standing effects"
+                         for o in sorted(completed) if standing.get(o, 0) != 1]  # fmt: skip
+        return problems
+
+    # -- the run ---------------------------------------------------------------------------------------------
+    async def run(self) -> int:
+        sampler: asyncio.Task[None] | None = None
+        try:
+            await self.start()
+            assert self.stack is not None
+            self.started = time.monotonic()
+            sampler = asyncio.create_task(self._sample_forever())
+            db = await Database(Settings(database_url=self.stack.database_url, db_pool_size=2)).open(migrate=False)
+            try:
+                n = 0
+                while not n or time.monotonic() - self.started < self.config.minutes * 60:
+                    n += 1
+                    cycle = await self.cycle(n, db)
+                    self.cycles.append(cycle)
+                    self.say(f"[cycle {n}] invariants {cycle.held}/{cycle.checked}, p99 {cycle.p99_ms} ms, "
+                             f"CPU {cycle.cpu_s_per_1k} s/1k events, faults {cycle.faults}")  # fmt: skip
+                    for line in cycle.violations[:10]:
+                        self.say(f"[cycle {n}]   broke: {line}")
+            finally:
+                await db.close()
+            self.sample()
+        except Exception as exc:  # noqa: BLE001 - a run that could not go on is a failed run, said aloud
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            self.say(f"soak: error: {self.errors[-1]}")
+        finally:
+            if sampler is not None:
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
+            await self.close()
+        verdict = self.verdict()
+        self.write(verdict)
+        return 0 if all(ok for _, ok, _ in verdict) else 1
+
+    def verdict(self) -> list[tuple[str, bool, str]]:
+        """(criterion, held, detail) for each pass criterion."""
+        violations = sum(len(c.violations) for c in self.cycles)
+        detail = f"{violations} violations in {len(self.cycles)} cycles" + (
+            f"; {self.errors[0]}" if self.errors else ""
+        )
+        out = [("no invariant violation", violations == 0 and not self.errors and bool(self.cycles), detail)]
+        reference = next((s for s in self.samples if s.minute >= RSS_REFERENCE_MINUTE - 0.05), None)
+        if self.config.minutes >= RSS_REFERENCE_MINUTE and reference is not None and self.samples:
+            last = self.samples[-1]
+            for name, mb in reference.rss_mb.items():
+                now = last.rss_mb.get(name, 0.0)
+                drift = (now - mb) / mb if mb else 0.0
+                out.append((f"RSS of {name} within {RSS_TOLERANCE:.0%} of minute {RSS_REFERENCE_MINUTE}",
+                            abs(drift) <= RSS_TOLERANCE, f"{mb:.1f} -> {now:.1f} MB ({drift:+.1%})"))  # fmt: skip
+        else:
+            out.append(("RSS within 10 % of minute 5", True, "not judged: a run shorter than 5 minutes"))
+        if len(self.cycles) >= 2:
+            first, last_cycle = self.cycles[0].p99_ms, self.cycles[-1].p99_ms
+            out.append((f"p99 of the last cycle within {P99_TOLERANCE}x of the first",
+                        last_cycle <= P99_TOLERANCE * first, f"{first:.0f} -> {last_cycle:.0f} ms"))  # fmt: skip
+        else:
+            out.append(("p99 of the last cycle within 1.5x of the first", True, "not judged: one cycle"))
+        return out
+
+    # -- output ----------------------------------------------------------------------------------------------
+    def write(self, verdict: list[tuple[str, bool, str]]) -> None:
+        out = self.config.out
+        out.mkdir(parents=True, exist_ok=True)
+        data = {
+            "config": {k: str(v) for k, v in dataclasses.asdict(self.config).items()},
+            "cycles": [dataclasses.asdict(c) for c in self.cycles],
+            "samples": [dataclasses.asdict(s) for s in self.samples],
+            "verdict": [{"criterion": c, "held": ok, "detail": d} for c, ok, d in verdict],
+            "errors": self.errors,
+        }
+        (out / "soak.json").write_text(json.dumps(data, indent=2) + "\n")
+        text = self.render(verdict)
+        (out / "soak.md").write_text(text + "\n")
+        print(text)
+        with contextlib.suppress(ImportError):
+            self.plot(out / "soak.png")
+
+    def render(self, verdict: list[tuple[str, bool, str]]) -> str:
+        names = sorted({n for s in self.samples for n in s.rss_mb})
+        per_minute = [(f"{s.minute:.1f}", *(f"{s.rss_mb.get(n, 0):.1f}" for n in names)) for s in self.samples]
+        minutes = text_table("RSS of the never-killed processes (MB; PostgreSQL: private memory)",
+                             ("minute", *names), per_minute)  # fmt: skip
+        header = ("cycle", "at s", "events", "p99 ms", "CPU s/1k ev", "faults", "invariants", *_TABLES, "db MB")
+        rows = [(str(c.n), f"{c.started_s:.0f}", str(c.events), f"{c.p99_ms:.0f}", f"{c.cpu_s_per_1k:.3f}",
+                 str(sum(c.faults.values())), f"{c.held}/{c.checked}",
+                 *(str(c.tables.get(t, 0)) for t in _TABLES), str(c.tables.get("database_mb", 0)))
+                for c in self.cycles]  # fmt: skip
+        cycles = text_table("cycles", header, rows)
+        lines = [f"nexus soak: {self.config.minutes:g} minutes, seed {self.config.seed!r}", "", minutes, "", cycles, ""]
+        lines += [f"{'ok  ' if ok else 'FAIL'} {criterion}: {detail}" for criterion, ok, detail in verdict]
+        return "\n".join(lines)
+
+    def plot(self, path: Path) -> None:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7))
+        names = sorted({n for s in self.samples for n in s.rss_mb})
+        for name in names:
+            top.plot([s.minute for s in self.samples], [s.rss_mb.get(name, 0) for s in self.samples], "o-", label=name)
+        top.set_xlabel("minute")
+        top.set_ylabel("RSS MB")
+        top.legend()
+        top.set_title("RSS of the never-killed processes")
+        bottom.plot([c.n for c in self.cycles], [c.p99_ms for c in self.cycles], "o-", label="p99 of HTTP sends ms")
+        bottom.plot([c.n for c in self.cycles], [c.cpu_s_per_1k * 1000 for c in self.cycles], "s-",
+                    label="CPU ms per 1k events / 1000")  # fmt: skip
+        bottom.set_xlabel("cycle")
+        bottom.legend()
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--minutes", type=float, default=30.0, help="how long the soak runs (whole cycles)")
+    parser.add_argument("--seed", default="soak", help="schedules the faults and the agent's plans")
+    parser.add_argument("--phase-seconds", type=float, default=10.0, help="pause after each fault of a cycle")
+    parser.add_argument("--plans", type=int, default=12, help="HTTP plans per round (Kafka: 2/3, sagas: 1/2)")
+    parser.add_argument("--settle-timeout", type=float, default=120.0, help="seconds a cycle may take to settle")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/soak"), help="soak.json, .md, .png")
+    parser.add_argument("--kafka-bootstrap", default=None, help="the local broker (NEXUS_KAFKA_BOOTSTRAP)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from nexus_lab.chaos import broker_answers
+
+    config = SoakConfig(
+        minutes=args.minutes,
+        seed=args.seed,
+        phase_s=args.phase_seconds,
+        http_plans=args.plans,
+        kafka_plans=max(1, args.plans * 2 // 3),
+        saga_plans=max(1, args.plans // 2),
+        settle_timeout_s=args.settle_timeout,
+        out=args.out,
+        kafka_bootstrap=args.kafka_bootstrap,
+    )
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    for noisy in ("aiokafka", "asyncpg.pool"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)
+    soak = Soak(config, lambda line: print(line, flush=True))
+    if not broker_answers(soak.session.kafka_bootstrap):
+        print(f"nexus soak: no Kafka broker answers at {soak.session.kafka_bootstrap} (make kafka-up)", file=sys.stderr)
+        soak.session.close()
+        return 2
+    return asyncio.run(soak.run())
+
+
+__all__ = ["CYCLE", "Soak", "SoakConfig", "configure", "run"]
