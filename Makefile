@@ -84,7 +84,7 @@ promtool:
 test: $(STAMP) $(VENV)/.bench $(VENV)/.browser lint typecheck kafka-up promtool chromium
 	NEXUS_BROWSER_TESTS=short PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pytest $(PYTEST_ARGS)
 
-# issue 16: the console in Debian's headless chromium (Playwright pointed at /usr/bin/chromium; no browser
+# The console in Debian's headless chromium (Playwright pointed at /usr/bin/chromium; no browser
 # download). `make console-test` is the long run (every browser test); `make test` runs the short one.
 $(VENV)/.browser: $(VENV)/.base
 	$(BIN)/pip install --quiet -e '.[browser]'
@@ -93,7 +93,7 @@ $(VENV)/.browser: $(VENV)/.base
 console-test: $(STAMP) $(VENV)/.browser chromium
 	NEXUS_BROWSER_TESTS=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pytest tests/browser $(PYTEST_ARGS)
 
-# issue 16 (obs): Debian's chromium for the browser tests, for `make test` (short run) and `make console-test`
+# Debian's chromium for the browser tests, for `make test` (short run) and `make console-test`
 .PHONY: chromium
 chromium:
 	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)

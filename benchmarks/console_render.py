@@ -1,4 +1,4 @@
-"""Console page render time with 100,000 orders in the database (issue 16: every page < 200 ms).
+"""Console page render time with 100,000 orders in the database (every page < 200 ms).
 
 Fills a fresh database by SQL (orders; three decision-log rows per order, one in ten a REJECTED step;
 a notification and its delivery per order, one in a hundred dead; a few dead letters), then requests

@@ -95,11 +95,11 @@ async def delivered_count(db: Database) -> int:
 async def run_one(admin_url: str, embedded: EmbeddedPostgres | None, workers: int, notifications: int,
                   sink_url: str, secret: str, latency_s: float, processes: int = 1,
                   receiver_pids: list[int] | None = None) -> dict[str, Any]:  # fmt: skip
-    """One run. Also CPU seconds per 1,000 deliveries (issue 17) of the dispatcher processes, the receiver
+    """One run. Also CPU seconds per 1,000 deliveries of the dispatcher processes, the receiver
     (`receiver_pids`, with their children) and PostgreSQL, counted from the first delivery (so that the
     processes' start-up is not) to the last."""
     url = await new_database(admin_url, embedded)
-    # The bench's own receiver listens on loopback: open it to the outbound URL guard (issue 11).
+    # The bench's own receiver listens on loopback: open it to the outbound URL guard.
     db = await Database(Settings(database_url=url, db_pool_size=4, allow_private_urls="127.0.0.0/8")).open()
     gateway = Gateway(db)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")},
@@ -129,7 +129,7 @@ async def run_one(admin_url: str, embedded: EmbeddedPostgres | None, workers: in
                 if time.monotonic() > deadline:
                     raise TimeoutError("deliveries did not finish")
                 # Each look is a count over the whole table, PostgreSQL CPU inside the measured window: at
-                # 20 looks/s it was ~5-10 % of PostgreSQL's CPU per delivery (issue 17, deliv3).
+                # 20 looks/s it was ~5-10 % of PostgreSQL's CPU per delivery.
                 await asyncio.sleep(0.25)
             cpu_after = cpu()
             per_k = 1000 / max(1, done - first)

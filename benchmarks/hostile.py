@@ -181,7 +181,7 @@ async def run(seconds: float, bodies: int, admin_url: str) -> dict[str, Any]:
                         break
                 except httpx.HTTPError:
                     await asyncio.sleep(0.1)
-            # An agent key of its own (every route but the health checks needs one since issue 11).
+            # An agent key of its own (every route but the health checks needs one).
             db = await Database(Settings(database_url=database_url, db_pool_size=1)).open(migrate=False)
             try:
                 _, key = await create_key(db, "default", frozenset({Role.AGENT}))

@@ -1,4 +1,4 @@
-"""The long poll's latency after a commit (issue 13): how long after `POST /v1/events` returns does a
+"""The long poll's latency after a commit: how long after `POST /v1/events` returns does a
 waiting `GET /v1/orders/{id}?wait=30&after_seq=N` answer.
 
 A real `nexus serve --no-dispatcher` (a child process) on a fresh database; per sample: a long poll is

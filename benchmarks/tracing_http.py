@@ -1,4 +1,4 @@
-"""Tracing's cost on the HTTP path under wrk (issue 16): `nexus serve` with tracing off, on at 100 % and on
+"""Tracing's cost on the HTTP path under wrk: `nexus serve` with tracing off, on at 100 % and on
 at 1 % sampling, side by side in one run.
 
 Each round starts the same gateway three times in turn (the order rotating per round, one server at a

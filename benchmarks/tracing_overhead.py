@@ -1,4 +1,4 @@
-"""Tracing's cost in batched `Gateway.submit` (issue 16): off, on at 100 % and on at 1 % sampling, same run.
+"""Tracing's cost in batched `Gateway.submit`: off, on at 100 % and on at 1 % sampling, same run.
 
 Rounds rotate the three modes on one database (fresh orders each round) so machine noise hits them alike.
 "On" is the SDK's `TracerProvider` with a `ParentBased(TraceIdRatioBased(ratio))` sampler and a

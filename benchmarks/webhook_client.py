@@ -4,7 +4,7 @@ Sends N claimed deliveries (signed, every contract header) from `concurrency` ta
 `nexus.delivery.sender.Sender` to the bench's receiver (`nexus_lab.bench.receiver`, started here in its
 own process) and prints requests/s and CPU milliseconds per request of this process. Which `Sender` is
 measured is whichever `nexus` is imported: run it twice, e.g. with ``PYTHONPATH=<other checkout>/src``
-for the other build, interleaved (issue 17: httpx before, aiohttp after).
+for the other build, interleaved (httpx before, aiohttp after).
 
 Run: ``.venv/bin/python benchmarks/webhook_client.py --requests 5000 --concurrency 64``.
 """

@@ -74,7 +74,7 @@ def plan_json(order_id: str, plan_id: str, steps: int = 5) -> list[dict[str, Any
 
 @dataclasses.dataclass(frozen=True)
 class Answer:
-    """issue 13: a person's answer to a held step, folded among the messages (None approves)."""
+    """A person's answer to a held step, folded among the messages (None approves)."""
 
     event: EventEnvelope
     verdict: Verdict | None
@@ -91,7 +91,7 @@ class Answer:
 def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderState]:
     """What the pure core decides for each agent message (`.body`, `.expected_code`), in sending order,
     and the order's final state: the gateway without the database (the built-in processes, default limit).
-    An `Answer` among them answers its held step (issue 13)."""
+    An `Answer` among them answers its held step."""
     from nexus.processes import builtin_catalog
 
     state = OrderState(order_id)
@@ -130,7 +130,7 @@ def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderSt
 
 
 def replan_json(order_id: str, plan_id: str, new_plan_id: str, **overrides: Any) -> dict[str, Any]:
-    """issue 13: the built-in REPLAN step, replacing `plan_id` with `new_plan_id`."""
+    """The built-in REPLAN step, replacing `plan_id` with `new_plan_id`."""
     body: dict[str, Any] = {
         "event_id": str(uuid.uuid4()),
         "event_type": "REPLAN",

@@ -53,12 +53,12 @@ async def sweep_buffer(gateway: Gateway, settings: Settings) -> None:
 
 
 async def sweep_deadlines(gateway: Gateway, settings: Settings) -> None:
-    """issue 13: abort live plans past their deadline (abort_code timeout), every NEXUS_DEADLINE_SWEEP_S."""
+    """Abort live plans past their deadline (abort_code timeout), every NEXUS_DEADLINE_SWEEP_S."""
     await sweep_forever("deadline_sweep", gateway.abort_overdue, settings.deadline_sweep_s)
 
 
 async def expire_approvals(gateway: Gateway, settings: Settings) -> None:
-    """issue 13: deny approvals not given within their `expires_s`, every NEXUS_APPROVAL_SWEEP_S."""
+    """Deny approvals not given within their `expires_s`, every NEXUS_APPROVAL_SWEEP_S."""
     from nexus.lifecycle.approvals import expire
 
     await sweep_forever("approval_expiry", lambda: expire(gateway), settings.approval_sweep_s)
@@ -76,10 +76,10 @@ async def serve(
 ) -> None:
     """Run until SIGINT/SIGTERM: whichever of HTTP ingress, dispatcher and Kafka consumer are asked for.
 
-    issue 17 (workers): `background=False` runs only the HTTP API and its LISTEN connection (the other
+    `background=False` runs only the HTTP API and its LISTEN connection (the other
     processes of `--workers N`; the first runs the sweepers, checkpointer, dispatcher, executor, metrics
     listener and consumer once for all); `sockets`: serve on these (bound by the supervisor)."""
-    signing_key = load_signing_key(settings)  # issue 12: a bad key stops the start, before anything runs
+    signing_key = load_signing_key(settings)  # A bad key stops the start, before anything runs
     tracing.configure(otel_variables())  # the SDK's OTEL_* variables; nothing is installed unless they ask
     db = await Database(settings).open()
     from nexus.auth.keys import bootstrap_admin_key
@@ -103,7 +103,7 @@ async def serve(
         max_events=settings.batch_max_events,
         window_ms=settings.batch_window_ms,
     )
-    from nexus.lifecycle.waiting import DecisionListener  # issue 13: one LISTEN connection per process
+    from nexus.lifecycle.waiting import DecisionListener  # One LISTEN connection per process
 
     listener = DecisionListener(db.url, settings)
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("decision-listener", listener.run())]
@@ -175,19 +175,19 @@ async def _background_services(
 ) -> list[tuple[str, Coroutine[Any, Any, None]]]:
     """The services one process runs for the whole serve (with `--workers N`, the first process)."""
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("buffer-sweeper", sweep_buffer(gateway, settings))]
-    services.append(("deadline-sweeper", sweep_deadlines(gateway, settings)))  # issue 13
-    services.append(("approval-expirer", expire_approvals(gateway, settings)))  # issue 13
-    services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))  # issue 12
+    services.append(("deadline-sweeper", sweep_deadlines(gateway, settings)))
+    services.append(("approval-expirer", expire_approvals(gateway, settings)))
+    services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))
     if dispatcher:
         from nexus.delivery.dispatcher import OutboxDispatcher
         from nexus.delivery.subscriptions import ensure_default_subscription
 
         await ensure_default_subscription(db, settings)
         services.append(("dispatcher", OutboxDispatcher(db, settings, instance_id()).run()))
-        from nexus.delivery.attempts import prune_loop  # issue 16 (obs): the attempts' record stays bounded
+        from nexus.delivery.attempts import prune_loop  # The attempts' record stays bounded
 
         services.append(("attempts-pruner", prune_loop(db, settings)))
-    if settings.saga_executors > 0 and gateway.effect_processes:  # issue 14: effects performed here
+    if settings.saga_executors > 0 and gateway.effect_processes:  # Effects performed here
         from nexus.saga.executor import SagaExecutor
 
         services.append(("saga-executor", SagaExecutor(db, gateway, settings, instance_id()).run()))
@@ -199,7 +199,7 @@ async def _background_services(
         limit = settings.default_max_order_amount
         kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit)
         services.append(("kafka-consumer", KafkaIngress(kafka_gateway, settings).run()))
-        from nexus.lifecycle.relay import DecisionsRelay  # issue 13: decisions back to Kafka agents
+        from nexus.lifecycle.relay import DecisionsRelay  # Decisions back to Kafka agents
 
         services.append(("decisions-relay", DecisionsRelay(db, settings).run()))
     return services
@@ -230,7 +230,7 @@ def run_until_stopped(settings: Settings, *, name: str = "nexus serve", **option
 def freeze_startup_objects() -> None:
     """Move everything built at startup (modules, the app, pydantic's validators) out of the collector's
     sight: a full collection no longer walks them, and the request path allocates enough for those to run
-    often (issue 17: 15 % of the server's samples under wrk were the collector)."""
+    often (15 % of the server's samples under wrk were the collector)."""
     gc.collect()
     gc.freeze()
 

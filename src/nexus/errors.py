@@ -13,7 +13,7 @@ labels) and says whether retrying can help::
      +-- AlreadyRedrivenError     permanent  ALREADY_REDRIVEN
      +-- TooManyWaitsError        permanent  TOO_MANY_WAITS (HTTP 429: a key's open streams and long polls)
      +-- ConfigurationError       permanent  CONFIGURATION
-     |    +-- UnsafeUrlError          permanent  UNSAFE_URL (issue 11: an outbound URL aimed inside)
+     |    +-- UnsafeUrlError          permanent  UNSAFE_URL (an outbound URL aimed inside)
 
 Driver errors are translated at the adapter (`nexus.store.errors`) with ``raise ... from exc``.
 """
@@ -35,7 +35,7 @@ class ErrorCode(enum.StrEnum):
     PAYLOAD_TOO_LARGE = "PAYLOAD_TOO_LARGE"
     NOT_FOUND = "NOT_FOUND"
     CONFIGURATION = "CONFIGURATION"
-    # issue 10
+
     BATCH_TOO_LARGE = "BATCH_TOO_LARGE"
     NESTING_TOO_DEEP = "NESTING_TOO_DEEP"
     UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
@@ -45,23 +45,23 @@ class ErrorCode(enum.StrEnum):
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     INTERNAL_ERROR = "INTERNAL_ERROR"
     SERVER_BUSY = "SERVER_BUSY"
-    # issue 12: process validation (REJECTED decisions)
+    # Process validation (REJECTED decisions)
     INVALID_TRANSITION = "INVALID_TRANSITION"
     AFTER_TERMINAL = "AFTER_TERMINAL"
     UNKNOWN_STEP = "UNKNOWN_STEP"
     CHECK_FAILED = "CHECK_FAILED"
     LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
-    # issue 12: the decision log and the blocked-actions report
+    # The decision log and the blocked-actions report
     INVALID_PARAMETER = "INVALID_PARAMETER"
-    # issue 11: identity, tenancy, outbound URLs, rate limits
+    # Identity, tenancy, outbound URLs, rate limits
     UNAUTHENTICATED = "UNAUTHENTICATED"
     FORBIDDEN = "FORBIDDEN"
     TENANT_MISMATCH = "TENANT_MISMATCH"
     RATE_LIMITED = "RATE_LIMITED"
     UNSAFE_URL = "UNSAFE_URL"
-    # issue 14: sagas
+    # Sagas
     PAST_PIVOT = "PAST_PIVOT"
-    # issue 13 (lc2): plan lifecycle
+    # Plan lifecycle
     PLAN_SUPERSEDED = "PLAN_SUPERSEDED"
     APPROVAL_DENIED = "APPROVAL_DENIED"
     APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
@@ -151,7 +151,6 @@ class ConfigurationError(NexusError):
     code = ErrorCode.CONFIGURATION
 
 
-# issue 11
 class UnsafeUrlError(ConfigurationError):
     """The URL is not an allowed outbound target (malformed, credentials, or a private address)."""
 

@@ -9,7 +9,7 @@ acknowledgement before sending the next.
 aiokafka keeps one produce request in flight per broker, carrying at most one batch per partition, so a
 partition's throughput is `max_batch_size` per round trip: the default (`BATCH_BYTES`, 256 KiB, under the
 broker's 1 MiB message.max.bytes) lets records pile up into one batch while the previous one is acknowledged,
-where aiokafka's own 16 KiB held a partition to ~35 records per round trip (issue 17).
+where aiokafka's own 16 KiB held a partition to ~35 records per round trip.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class EventProducer:
     async def send_records(
         self, records: Iterable[tuple[bytes, str, str | None]], *, topic: str | None = None
     ) -> list[Delivered]:
-        """issue 13: publish (value, key, traceparent) records in order, then wait for every acknowledgement."""
+        """Publish (value, key, traceparent) records in order, then wait for every acknowledgement."""
         futures = [
             await self._enqueue(value, key, traceparent, None, None, topic) for value, key, traceparent in records
         ]

@@ -27,7 +27,7 @@ STABLE_KEYS = ("action", "order_id", "plan_id", "event_id", "tenant_id", "trace_
 
 _NOISY = {"pgserver": logging.WARNING, "httpx": logging.WARNING}
 """Libraries that narrate routine work at INFO (pgserver: every pg_ctl call; httpx: every request's full URL,
-and webhook URLs may carry tokens, issue 11); their warnings are kept."""
+and webhook URLs may carry tokens); their warnings are kept."""
 
 
 def _drop_library_noise(_: Any, __: str, event_dict: EventDict) -> EventDict:

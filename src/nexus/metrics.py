@@ -3,7 +3,7 @@
 An event is counted once it is resolved: a retried batch is not counted twice, and a dead letter sent
 to Kafka is counted after the broker's acknowledgement.
 
-issue 17 (workers): with `nexus serve --workers N` every process writes its series to files in
+with `nexus serve --workers N` every process writes its series to files in
 PROMETHEUS_MULTIPROC_DIR (prometheus_client's multiprocess mode, chosen when prometheus_client is first
 imported: the supervisor sets the variable before it starts the processes), and `/metrics` of any of them
 shows `exposition()`: counters and histograms summed over the processes, each gauge by its
@@ -225,7 +225,7 @@ for _to in ("closed", "open", "half_open"):
     CIRCUIT_BREAKER_TRANSITIONS.labels(to=_to)
 
 
-# --- issue 14: sagas ------------------------------------------------------------------------------------
+# --- sagas ------------------------------------------------------------------------------------
 SAGA_STEPS = Counter(
     "nexus_saga_steps_total",
     "Calls of saga steps to services, by action (forward, compensate) and result (core.saga labels).",
@@ -246,7 +246,7 @@ def set_saga_counts(counts: dict[str, int]) -> None:
         SAGAS.labels(status=status).set(counts.get(status, 0))
 
 
-# --- issue 17 (workers): one exposition for several processes --------------------------------------------
+# --- one exposition for several processes --------------------------------------------
 _multiprocess_dir: str | None = None
 _exposed: CollectorRegistry = REGISTRY
 

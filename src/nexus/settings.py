@@ -89,14 +89,14 @@ class Settings(BaseSettings):
     db_pool_size: int = 10
     # -- logging -----------------------------------------------------------------------------------------
     log_level: str = "INFO"
-    # issue 9: one retry mechanism (Kafka reconnects, the outbox listener)
+    # One retry mechanism (Kafka reconnects, the outbox listener)
     kafka_reconnect_max_ms: int = 5_000
     """Cap of the wait between two attempts to start a Kafka client (the broker is not up yet)."""
     listen_retry_s: float = 1.0
     """Wait before the dispatcher's LISTEN connection (a latency shortcut) is opened again after a loss."""
     listen_check_s: float = 5.0
     """How often an idle LISTEN connection (dispatchers, saga executors, long polls) is checked to be open."""
-    # issue 10: bounded requests, connection limits, bounded metric labels
+    # Bounded requests, connection limits, bounded metric labels
     max_body_bytes: int = 1024 * 1024
     max_events_per_request: int = 1000
     """More events in one request: 413 BATCH_TOO_LARGE, nothing written."""
@@ -117,17 +117,17 @@ class Settings(BaseSettings):
     """A request line plus headers larger than this: 431 and the connection is closed."""
     metrics_max_subscriptions: int = 50
     """Subscriptions with their own breaker series; more (by id) share the label `other`."""
-    # issue 12: process definitions and per-tenant limits
+    # Process definitions and per-tenant limits
     process_dir: Path | None = None
     """Extra process definitions (*.yaml) registered beside the built-in ones."""
     default_max_order_amount: str = "100000"
     """A tenant's limit on an amount (major units, decimal text) until `nexus tenants set-limit`."""
-    # issue 12: the decision log's signed checkpoints
+    # The decision log's signed checkpoints
     audit_checkpoint_s: float = 60.0
     """How often `nexus serve` signs a checkpoint of the chain heads changed since the previous one."""
     audit_signing_key: str | None = None
     """Ed25519 key: base64 of the raw 32-byte seed, or a PKCS#8 PEM; None: <data_dir>/audit_ed25519.key."""
-    # issue 11: identity, tenancy, outbound URL guard, rate limits
+    # Identity, tenancy, outbound URL guard, rate limits
     auth_cache_ttl_s: float = 1.0
     """How long a key lookup is trusted: a revoked key is refused by every process within this time."""
     metrics_bind: str | None = None
@@ -145,12 +145,12 @@ class Settings(BaseSettings):
     rate_limit_processes: int | None = None
     """Gateway processes sharing the load: each enforces limit / processes (limits are divided, not shared);
     None: this serve's own processes (`workers`)."""
-    # issue 16: the web console
+    # The web console
     console_session_ttl_s: float = 28800.0
     """How long a console sign-in lasts (a session is a row in PostgreSQL keyed by a hash of its cookie)."""
     console_page_size: int = 50
     """Rows per page of the console's lists."""
-    # issue 14: sagas (effects performed by the gateway's executors)
+    # Sagas (effects performed by the gateway's executors)
     service_urls: str = ""
     """`name=url` pairs, comma separated; `from_env` adds every `NEXUS_SERVICE_<NAME>_URL` (trusted config)."""
     saga_secret: str | None = None
@@ -175,18 +175,18 @@ class Settings(BaseSettings):
     saga_breaker_threshold: int = 5
     """Consecutive failures of one service that open its breaker (its calls wait, uncounted)."""
     saga_breaker_cooldown_s: float = 10.0
-    # issue 14 (saga2): executors woken by LISTEN/NOTIFY, the poll as the fallback
+    # Executors woken by LISTEN/NOTIFY, the poll as the fallback
     saga_listen: bool = True
     """Idle executors LISTEN on `nexus_sagas` and wake at once when a step is recorded (or a saga made due);
     off: they find work by polling every `saga_poll_s` only."""
-    # issue 16 (obs): every delivery attempt recorded, for a bounded time
+    # Every delivery attempt recorded, for a bounded time
     delivery_attempts_retention_s: float = 7 * 86400.0
     """How long the record of each webhook delivery attempt (delivery_attempts) is kept."""
     delivery_attempts_prune_s: float = 300.0
     """How often a dispatching process deletes the attempts older than the retention."""
     console_poll_s: float = 2.0
     """How often an open (visible) order page of the console asks whether the order changed."""
-    # issue 13 (lc2): plan lifecycle (waiting, deadlines, approvals, decisions to Kafka)
+    # Plan lifecycle (waiting, deadlines, approvals, decisions to Kafka)
     wait_max_s: float = 60.0
     repeat_window_s: float = Field(60.0, ge=0)
     """A numbered step proposed without an idempotency key, the same as the order's last applied step
@@ -202,10 +202,10 @@ class Settings(BaseSettings):
     """Kafka topic of the decisions on Kafka-ingested steps (relayed from the decisions outbox)."""
     decisions_relay_poll_s: float = 0.2
     """How often the decisions relay looks for outbox rows when no NOTIFY woke it."""
-    # issue 17 (perfkd): Kafka lanes
+    # Kafka lanes
     kafka_lanes: int = 2
     """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions."""
-    # issue 17 (workers): several HTTP processes sharing the port
+    # Several HTTP processes sharing the port
     workers: int = Field(1, ge=1)
     """HTTP processes of `nexus serve` sharing its port (1: one process, no supervisor). With more, a
     supervisor binds the port and starts them; the background services run in the first one only."""
@@ -243,7 +243,7 @@ class Settings(BaseSettings):
                 raise ConfigurationError(f"unknown setting {name!r}")
         source = os.environ if env is None else env
         from_vars = _Variables(cls, source)()
-        dynamic = _service_urls(source)  # issue 14: NEXUS_SERVICE_<NAME>_URL names are not fields
+        dynamic = _service_urls(source)  # NEXUS_SERVICE_<NAME>_URL names are not fields
         if dynamic:
             merged = {**parse_service_urls(str(from_vars.get("service_urls", ""))), **dynamic}
             from_vars["service_urls"] = ",".join(f"{k}={v}" for k, v in sorted(merged.items()))
@@ -310,7 +310,7 @@ def _validated(cls: type[Settings], values: dict[str, Any], from_vars: set[str] 
         raise ConfigurationError(f"{len(problems)} bad settings:{lines}") from None
 
 
-# --- issue 14: effect services' base URLs -------------------------------------------------------------
+# --- effect services' base URLs -------------------------------------------------------------
 
 
 def parse_service_urls(text: str) -> dict[str, str]:

@@ -117,7 +117,7 @@ def shutdown() -> None:
 
 
 def instrument_libraries(provider: Any) -> None:
-    """Install the maintained instrumentations of asyncpg and aiokafka (issue 16), their spans made only
+    """Install the maintained instrumentations of asyncpg and aiokafka, their spans made only
     inside an existing trace (see `_InsideTraces`). Only when tracing is on: off, nothing is patched. An
     outbound request's span is our own (`http_request_span`): its client (outbound/http1.py) is not a
     library's, and the gateway makes no other HTTP calls."""
@@ -316,8 +316,8 @@ def delivery_span(traceparent: str | None, attributes: dict[str, Any]) -> Iterat
 @contextlib.contextmanager
 def http_request_span(method: str, url: str) -> Iterator[Span]:
     """The HTTP request of a delivery attempt or a saga call (CLIENT, child of the current span), named as
-    the aiohttp and httpx instrumentations name theirs; the outbound client (outbound/http1.py) has none
-    (issue 17, deliv3). Only call when `active()`."""
+    the aiohttp and httpx instrumentations name theirs; the outbound client (outbound/http1.py) has none.
+    Only call when `active()`."""
     from opentelemetry.trace import SpanKind
     from yarl import URL
 

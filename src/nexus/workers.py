@@ -1,4 +1,4 @@
-"""`nexus serve --workers N` (issue 17): one supervisor, N HTTP processes sharing one listening socket.
+"""`nexus serve --workers N`: one supervisor, N HTTP processes sharing one listening socket.
 
 The supervisor binds the port once and starts N processes (multiprocessing, spawn: fresh interpreters,
 nothing inherited but the socket and the settings), each running `nexus.app.serve` on that socket with

@@ -181,5 +181,5 @@ def wait_of(path: str) -> float:
 
 
 def approval_path(approval_id: str, *, approve: bool) -> str:
-    """issue 13: where an approver answers one held step."""
+    """Where an approver answers one held step."""
     return f"/v1/approvals/{approval_id}/{'approve' if approve else 'deny'}"

@@ -62,7 +62,7 @@ class AsyncNexusClient:
 
     async def submit(self, steps: Steps) -> SubmitResult:
         """POST /v1/events with one envelope or a batch; resent on 503 and transport errors."""
-        with _tracing.publish(_as_list(steps), "http") as trace_headers:  # issue 16: the agent's publish span
+        with _tracing.publish(_as_list(steps), "http") as trace_headers:  # The agent's publish span
             return await self.submit_raw(proto.encode_steps(steps), headers=trace_headers)
 
     async def submit_raw(self, body: bytes | str, *, headers: dict[str, str] | None = None) -> SubmitResult:
@@ -125,11 +125,11 @@ class AsyncNexusClient:
         return proto.read_model(Process, *await self._get(f"/v1/processes/{name}{query}"))
 
     async def approvals(self, limit: int = 100) -> list[Approval]:
-        """issue 13: GET /v1/approvals, the pending approvals of the key's tenant (approver or operator keys)."""
+        """GET /v1/approvals, the pending approvals of the key's tenant (approver or operator keys)."""
         return proto.read_model(Approvals, *await self._get(f"/v1/approvals?limit={limit}")).approvals
 
     async def answer_approval(self, approval_id: str, *, approve: bool) -> ApprovalAnswer:
-        """issue 13: POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key."""
+        """POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key."""
         url = self.config.url(proto.approval_path(approval_id, approve=approve))
         try:
             response = await self._http.post(url)
@@ -194,7 +194,7 @@ class NexusClient:
 
     def submit(self, steps: Steps) -> SubmitResult:
         """POST /v1/events with one envelope or a batch; resent on 503 and transport errors."""
-        with _tracing.publish(_as_list(steps), "http") as trace_headers:  # issue 16: the agent's publish span
+        with _tracing.publish(_as_list(steps), "http") as trace_headers:  # The agent's publish span
             return self.submit_raw(proto.encode_steps(steps), headers=trace_headers)
 
     def submit_raw(self, body: bytes | str, *, headers: dict[str, str] | None = None) -> SubmitResult:
@@ -257,11 +257,11 @@ class NexusClient:
         return proto.read_model(Process, *self._get(f"/v1/processes/{name}{query}"))
 
     def approvals(self, limit: int = 100) -> list[Approval]:
-        """issue 13: GET /v1/approvals, the pending approvals of the key's tenant (approver or operator keys)."""
+        """GET /v1/approvals, the pending approvals of the key's tenant (approver or operator keys)."""
         return proto.read_model(Approvals, *self._get(f"/v1/approvals?limit={limit}")).approvals
 
     def answer_approval(self, approval_id: str, *, approve: bool) -> ApprovalAnswer:
-        """issue 13: POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key."""
+        """POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key."""
         url = self.config.url(proto.approval_path(approval_id, approve=approve))
         try:
             response = self._http.post(url)

@@ -26,7 +26,7 @@ Headers = list[tuple[str, bytes]]
 BATCH_BYTES = 256 * 1024
 """Per-partition batch limit. aiokafka keeps one produce request in flight per broker, with at most one batch
 per partition, so a partition carries `max_batch_size` per round trip; its default of 16 KiB held one partition
-to ~35 steps per round trip (issue 17). 256 KiB stays under the broker's 1 MiB message.max.bytes."""
+to ~35 steps per round trip. 256 KiB stays under the broker's 1 MiB message.max.bytes."""
 
 
 def new_traceparent() -> str:
@@ -87,7 +87,7 @@ class EventProducer:
 
     async def send(self, step: EventEnvelope, *, traceparent: str | None = None) -> Delivered:
         """Publish one step (key = its order_id) and wait for its acknowledgement."""
-        with _tracing.publish([step], "kafka") as trace_headers:  # issue 16: the agent's publish span
+        with _tracing.publish([step], "kafka") as trace_headers:  # The agent's publish span
             tp = traceparent or trace_headers.get("traceparent") or new_traceparent()
             fut = await self._enqueue(envelope_json(step), step.order_id, tp)
             return _delivered(await fut)
@@ -127,7 +127,7 @@ def _delivered(meta: Any) -> Delivered:
 
 
 class DecisionsReader:
-    """issue 13: reads the gateway's `nexus.decisions` topic: what it decided about each Kafka-sent step.
+    """Reads the gateway's `nexus.decisions` topic: what it decided about each Kafka-sent step.
 
     Starts at the topic's end (decisions about steps sent from now on), without a consumer group. A record's
     value is the step's HTTP result plus `order_id` and `tenant`; duplicates may come (the gateway relays

@@ -144,7 +144,7 @@ def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfig
     for mode in Mode:
         flag = getattr(args, f"{mode.value}_rate")
         var = f"SIM_{mode.value.upper()}_RATE"
-        default = 0.0 if mode in LIFECYCLE_MODES else default_hostile  # issue 13: only asked for explicitly
+        default = 0.0 if mode in LIFECYCLE_MODES else default_hostile  # Only asked for explicitly
         hostile[mode] = pick(flag, var) if flag is not None or env.get(var) else default
     return AgentConfig(
         orders=args.orders,
@@ -178,7 +178,7 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"nexus agent: {exc}", file=sys.stderr)
         return 1
     approver = None
-    if config.hostile.get(Mode.APPROVAL, 0.0) > 0:  # issue 13: someone answers the held steps
+    if config.hostile.get(Mode.APPROVAL, 0.0) > 0:  # Someone answers the held steps
         approver = LabApprover(args.gateway_url, api_key=args.approver_key)
     try:
         report = await runner.run_agent(config, transport, target=target, approver=approver)

@@ -3,7 +3,7 @@
 For every plan of the report (see `nexus_lab.agent.runner` for its format) it checks:
 
 - `acks`: every message got the decision the report expected (HTTP; Kafka acks carry no decision);
-- `order`: the order's status, last_seq and plan_id are the expected ones (issue 13: a replanned plan
+- `order`: the order's status, last_seq and plan_id are the expected ones (a replanned plan
   ends on its new plan, `final_plan_id`);
 - `outbox`: one outbox row per applied (honest) event, exactly those event_ids, positions 1..n in
   process order (a REPLAN where it applied), plus the gateway's timeout abort of a stalled plan, and
@@ -12,9 +12,9 @@ For every plan of the report (see `nexus_lab.agent.runner` for its format) it ch
 - `sink`: the sink accepted each notification once (no 2xx twice for one Idempotency-Key), all of them,
   in position order, with valid signatures;
 - `dead_letters`: each malformed or other-plan message is in `dead_letters` (HTTP) or the DLQ topic (Kafka);
-- `rejected`: each hallucinated step is REJECTED with its code (issue 13: and a denied held step with
+- `rejected`: each hallucinated step is REJECTED with its code (and a denied held step with
   APPROVAL_DENIED), no other message is;
-- `approvals` (issue 13): an approval plan's held payment has exactly one approval, answered as the report
+- `approvals`: an approval plan's held payment has exactly one approval, answered as the report
   says (approved: the step applied, with its successors; denied: REJECTED APPROVAL_DENIED, and then the
   plan's own abort: the held step and its successors never apply, which `outbox` proves); no other plan
   has any;
@@ -113,7 +113,7 @@ def _accepted(record: Mapping[str, Any]) -> bool:
 def _honest_in_process_order(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     keyed: list[tuple[float, Mapping[str, Any]]] = []
     for e in (e for e in plan["events"] if e["honest"]):
-        if e["event_type"] == "REPLAN":  # issue 13: applies where it was sent, after the steps before it
+        if e["event_type"] == "REPLAN":  # Applies where it was sent, after the steps before it
             keyed.append((max((k for k, _ in keyed), default=-1.0) + 0.5, e))
         else:  # a step by its seq_id, whatever its process; the plan's ABORT_PLAN (no seq_id) after them
             keyed.append((float(e["seq_id"]) if e["seq_id"] is not None else math.inf, e))
@@ -122,7 +122,7 @@ def _honest_in_process_order(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]
 
 def _expected_event_ids(plan: Mapping[str, Any]) -> list[str]:
     """The event_ids of the plan's notifications: its honest events, and the gateway's own abort of a
-    stalled plan (issue 13: one id per order and plan, `deadline_abort_id`)."""
+    stalled plan (one id per order and plan, `deadline_abort_id`)."""
     want = [e["event_id"] for e in _honest_in_process_order(plan)]
     if plan.get("gateway_abort") == "timeout":
         want.append(str(deadline_abort_id(plan["order_id"], plan.get("final_plan_id") or plan["plan_id"])))
@@ -138,7 +138,7 @@ def check_acks(plan: Mapping[str, Any]) -> list[str]:
         if got != want and not retried_ok:
             problems.append(f"message {e['n']} ({e['mode'] or 'honest'} {e['event_type']}) got {got}, expected {want}")
         elif got == "REJECTED" and e.get("code") != e.get("expected_code"):
-            # A blocked hallucination must be blocked for its own reason (issue 12).
+            # A blocked hallucination must be blocked for its own reason.
             problems.append(
                 f"message {e['n']} ({e['mode']} {e['event_type']}) was REJECTED {e.get('code')}, "
                 f"expected {e.get('expected_code')}"
@@ -155,7 +155,7 @@ def check_order(plan: Mapping[str, Any], row: Mapping[str, Any] | None) -> list[
         problems.append(f"status {row['status']!r}, expected {expected['status']!r}")
     if row["last_seq"] != expected["last_seq"]:
         problems.append(f"last_seq {row['last_seq']}, expected {expected['last_seq']}")
-    final_plan = plan.get("final_plan_id") or plan["plan_id"]  # issue 13: a replanned plan ends on its new plan
+    final_plan = plan.get("final_plan_id") or plan["plan_id"]  # A replanned plan ends on its new plan
     if row["plan_id"] != final_plan:
         problems.append(f"plan_id {row['plan_id']!r}, expected {final_plan!r}")
     return problems
@@ -240,7 +240,7 @@ def check_dead_letters(plan: Mapping[str, Any], dead: set[str]) -> list[str]:
 
 
 def _denied(e: Mapping[str, Any]) -> bool:
-    """issue 13: a held step the approver denied (it ends REJECTED APPROVAL_DENIED)."""
+    """A held step the approver denied (it ends REJECTED APPROVAL_DENIED)."""
     return e["expected_decision"] == "HELD" and e.get("variant") == "deny"
 
 
@@ -261,7 +261,7 @@ def check_rejected(plan: Mapping[str, Any], rejected: Mapping[str, str]) -> list
 
 
 def check_approvals(plan: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """issue 13: the held step's one approval ended as the approver answered, and the answer's decision was
+    """The held step's one approval ended as the approver answered, and the answer's decision was
     the one expected (approved: APPLY; denied: REJECTED APPROVAL_DENIED); a plan that held nothing has none."""
     held = [e for e in plan["events"] if e["expected_decision"] == "HELD"]
     answer = plan.get("approval")
@@ -416,7 +416,7 @@ async def check_report(
         )
     )
 
-    lifecycle = await db.fetchrow(query("checker.sql", "lifecycle"), order_ids)  # issue 13
+    lifecycle = await db.fetchrow(query("checker.sql", "lifecycle"), order_ids)
     all_records = [r for rs in sink_records.values() for r in rs]
     result.stats = {
         "notifications": created,

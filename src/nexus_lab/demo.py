@@ -90,7 +90,7 @@ def summary(report: dict[str, Any], result: CheckResult, elapsed_s: float) -> st
     ]
     decisions = collections.Counter(e["decision"] for p in plans for e in p["events"])
     decision_rows = sorted(decisions.items(), key=lambda kv: -kv[1])
-    # issue 12: the hallucinations the gateway blocked, by the code it answered.
+    # The hallucinations the gateway blocked, by the code it answered.
     blocked = collections.Counter(
         (e.get("code") or "?", e["mode"] or "honest") for p in plans for e in p["events"] if e["decision"] == "REJECTED"
     )
@@ -106,7 +106,7 @@ def summary(report: dict[str, Any], result: CheckResult, elapsed_s: float) -> st
         ("sink faults injected", st["sink_faults"]),
         ("sink duplicates", st["sink_duplicates"]),
     ]
-    approval_rows = [  # issue 13: the approval plans' held payments, as the demo's approver answered them
+    approval_rows = [  # The approval plans' held payments, as the demo's approver answered them
         ("approved", st.get("approved", 0)),
         ("denied", st.get("denied", 0)),
         ("still pending", st.get("held", 0)),
@@ -170,7 +170,7 @@ async def _main(args: argparse.Namespace) -> int:
             stall_deadline_s=args.stall_deadline_s,
             processes=tuple(p.strip() for p in args.processes.split(",") if p.strip()),
         )
-        # The keys it needs: an agent key for tenant "default" and an approver's (issue 13: it answers the
+        # The keys it needs: an agent key for tenant "default" and an approver's (it answers the
         # approval plans' held payments), made against the database directly.
         db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
         try:

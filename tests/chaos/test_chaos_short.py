@@ -50,7 +50,7 @@ async def test_poison(chaos_session: ChaosSession) -> None:
 
 
 async def test_hallucinations(chaos_session: ChaosSession) -> None:
-    """Hallucinated steps (issue 12) are each REJECTED with their code and change no order."""
+    """Hallucinated steps are each REJECTED with their code and change no order."""
     await run_short(chaos_session, "hallucinations")
 
 

@@ -102,7 +102,7 @@ async def test_agent_over_http_with_every_mode_passes_the_checker(
     assert report["complete"] and len(report["plans"]) == 40
     assert report["summary"]["unexpected_decisions"] == 0
     assert set(report["summary"]["outcomes"]) == {"completed", "inventory_failed", "payment_rejected"}
-    lifecycle = {m.value for m in LIFECYCLE_MODES}  # issue 13: only explicit rates turn them on
+    lifecycle = {m.value for m in LIFECYCLE_MODES}  # Only explicit rates turn them on
     assert all(n > 0 for m, n in report["summary"]["hostile"].items() if m not in lifecycle)
     done = run_check(stack, report_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1,4 +1,4 @@
-"""`nexus bench --suite kafka --kafka-consumers N` (issue 17, kafka3): the group made of gateway processes."""
+"""`nexus bench --suite kafka --kafka-consumers N`: the group made of gateway processes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""issue 13, the lab: `nexus agent` replanning mid-order, stalling before its last step and placing orders
+"""The lab: `nexus agent` replanning mid-order, stalling before its last step and placing orders
 that need approval, against a real `nexus serve` (dispatcher, faulty sink), and `nexus check` accounting for
 superseded, timed-out, approved and denied plans."""
 

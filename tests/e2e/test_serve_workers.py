@@ -1,4 +1,4 @@
-"""`nexus serve --workers 2` (issue 17): two HTTP processes on one port, with metrics, rate limits and console
+"""`nexus serve --workers 2`: two HTTP processes on one port, with metrics, rate limits and console
 sessions that hold across them, and a supervisor that leaves no process behind."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""issue 13: human approval end to end against a real `nexus serve`: held steps answered 202 with successors
+"""Human approval end to end against a real `nexus serve`: held steps answered 202 with successors
 waiting, approval (API and `nexus approvals`), denial, expiry, and the decision log naming who answered."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""issue 17: a batch read and written in one statement each still continues every chain and buffer."""
+"""A batch read and written in one statement each still continues every chain and buffer."""
 
 from __future__ import annotations
 

@@ -155,7 +155,7 @@ def test_no_key_no_authorization_header(recorder: str) -> None:
 
 
 def reviewed(order: str, seq: int, amount: int = 1500) -> Any:
-    """issue 13: a step of an `order_reviewed` order above 1000.00 (its payment is HELD)."""
+    """A step of an `order_reviewed` order above 1000.00 (its payment is HELD)."""
     if seq == 1:
         items = [{"product_id": "p", "quantity": 1, "unit_price": amount}]
         return step(order, "sdk-rv", 1, process="order_reviewed", data={"items": items, "total_amount": amount,
@@ -166,7 +166,7 @@ def reviewed(order: str, seq: int, amount: int = 1500) -> Any:
 
 
 async def test_async_client_lists_and_answers_approvals(base: str) -> None:
-    """issue 13: a held payment is listed by `approvals()`; `answer_approval` approves it (APPLY, the waiting
+    """A held payment is listed by `approvals()`; `answer_approval` approves it (APPLY, the waiting
     successor drains) or denies it (REJECTED APPROVAL_DENIED); answering twice is an ApiError 409."""
     async with AsyncNexusClient(config_for(base)) as client:
         held = {}
@@ -192,7 +192,7 @@ async def test_async_client_lists_and_answers_approvals(base: str) -> None:
 
 
 def test_sync_client_answers_an_approval(base: str) -> None:
-    """issue 13: the sync client lists and approves a held payment the same way."""
+    """The sync client lists and approves a held payment the same way."""
     with NexusClient(config_for(base)) as client:
         for s in (1, 2, 3):
             answer = client.submit(reviewed("sdk-a3", s))

@@ -1,4 +1,4 @@
-"""Console sessions in PostgreSQL (issue 17, workers): any gateway process finds a session another made."""
+"""Console sessions in PostgreSQL: any gateway process finds a session another made."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""issue 13: deadlines end to end: two real gateways racing the sweep abort a plan once (one notification),
+"""Deadlines end to end: two real gateways racing the sweep abort a plan once (one notification),
 a deadline passing while a step sits in the buffer, and the clipped deadline said in the answer."""
 
 from __future__ import annotations

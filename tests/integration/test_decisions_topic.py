@@ -1,4 +1,4 @@
-"""issue 13: every decision on a Kafka-ingested step reaches `nexus.decisions` (real Kafka, real `nexus serve
+"""Every decision on a Kafka-ingested step reaches `nexus.decisions` (real Kafka, real `nexus serve
 --kafka`), even when the gateway is SIGKILLed between the commit of the decisions and their produce."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every webhook delivery attempt recorded (issue 16, migration 0010): one `delivery_attempts` row per request
+"""Every webhook delivery attempt recorded: one `delivery_attempts` row per request
 the subscriber got (or timed out on), with its answer, and the record pruned past its retention."""
 
 from __future__ import annotations

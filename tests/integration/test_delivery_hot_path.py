@@ -1,4 +1,4 @@
-"""The delivery hot path's cheaper round trips (issue 17, deliv3) keep their guarantees.
+"""The delivery hot path's cheaper round trips keep their guarantees.
 
 * `finish` and `promote_heads` find their rows through the primary key on an analyzed table of any size
   (they once scanned the whole table per batch while it was small enough for the planner to prefer it);

@@ -1,4 +1,4 @@
-"""issue 17: `POST /v1/events` answered by the fast path is the framework route's answer, byte for byte."""
+"""`POST /v1/events` answered by the fast path is the framework route's answer, byte for byte."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hostile requests against a real `nexus serve` (issue 10): each test reproduces one way a single request
+"""Hostile requests against a real `nexus serve`: each test reproduces one way a single request
 used to harm others or leak internals, and proves it no longer does."""
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ async def test_malformed_input_is_dead_lettered_and_the_batch_goes_on(api: httpx
     response = await api.post("/v1/events", content=b"{this is not json", headers={"content-type": "application/json"})
     assert response.status_code == 400
     assert response.json()["code"] == "PARSE_ERROR"
-    bad = step_json("o-bad", "p", 1, seq_id=0)  # (a type out of its turn is the process's: REJECTED, issue 12)
+    bad = step_json("o-bad", "p", 1, seq_id=0)  # (a type out of its turn is the process's: REJECTED)
     status, body = await post(api, bad)
     assert (status, body["code"], body["results"][0]["decision"]) == (422, "INVALID_EVENT", "DEAD_LETTER")
     good = plan_json("o-batch", "p", 2)

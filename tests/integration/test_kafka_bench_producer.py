@@ -1,4 +1,4 @@
-"""The bench's producer publishes as agents do: every step keyed by its order_id (issue 17, kafka3).
+"""The bench's producer publishes as agents do: every step keyed by its order_id.
 
 Unkeyed, the steps of one order were scattered over the partitions, reached the gateway out of order and
 were buffered: the Kafka bench then measured buffering, and its CPU per event grew with the partitions.

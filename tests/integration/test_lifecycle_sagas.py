@@ -1,4 +1,4 @@
-"""Issue 14 meets issue 13: a deadline and a REPLAN arriving at an order with an open saga, on the
+"""Sagas meet a deadline and a REPLAN arriving at an order with an open saga, on the
 `fulfilment` process with real executors and the real effect services (the fixtures of test_sagas)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Outbound webhooks (issue 11): the URL guard at creation and at connect time, a subscription aimed at
+"""Outbound webhooks: the URL guard at creation and at connect time, a subscription aimed at
 the gateway's own API, per-tenant subscriptions and the CloudEvents format."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ async def test_an_address_literal_aimed_inside_is_refused_before_sending(
     strict_db: Database, settings: Settings
 ) -> None:
     """A stored URL naming 127.0.0.1 itself (no name for a resolver to check) is never called either: the
-    dispatcher's client checks address literals before each request (issue 17, aiohttp)."""
+    dispatcher's client checks address literals before each request."""
     sink = await start_sink(secret=SECRET)
     try:
         await strict_db.execute(

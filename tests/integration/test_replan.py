@@ -1,4 +1,4 @@
-"""issue 13: the plan swap end to end (real PostgreSQL, two real `nexus serve` processes), and the history
+"""The plan swap end to end (real PostgreSQL, two real `nexus serve` processes), and the history
 API and `nexus orders show` that tell it from the decision log."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (issue 16): one trace from the SDK's publish to the webhook receiver, spans in memory."""
+"""OpenTelemetry traces: one trace from the SDK's publish to the webhook receiver, spans in memory."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""issue 13: waiting for an order (long poll, SSE, the SDK's wait) against a real `nexus serve`, answered
+"""Waiting for an order (long poll, SSE, the SDK's wait) against a real `nexus serve`, answered
 on the commit through LISTEN/NOTIFY, and surviving a PostgreSQL restart."""
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ class RecordingTransport:
         return None
 
 
-# issue 13: an approval plan needs a gateway's approver to answer its held step (tests/e2e/test_approval_agent_e2e.py)
+# An approval plan needs a gateway's approver to answer its held step (tests/e2e/test_approval_agent_e2e.py)
 IN_MEMORY = [m for m in Mode if m is not Mode.APPROVAL]
 
 
@@ -158,7 +158,7 @@ async def test_publish_failure_stops_the_agent_with_a_partial_report(tmp_path: P
 
 
 async def test_an_approval_plan_without_an_approver_stops_the_agent() -> None:
-    """issue 13: a plan whose payment is held cannot finish without someone to answer it: the report says so."""
+    """A plan whose payment is held cannot finish without someone to answer it: the report says so."""
     report = await run(RecordingTransport(), orders=1, seed="lonely", hostile={Mode.APPROVAL: 1.0})
     assert not report["complete"] and "no approver" in report["error"]
     [plan] = report["plans"]
@@ -199,7 +199,7 @@ async def test_each_hostile_mode_is_recorded_and_absorbed(mode: Mode) -> None:
         assert [m.event_id for m in messages] == [e["event_id"] for e in plan["events"]]
         decisions, final = fold(plan, messages)
         assert [d.value for d in decisions] == [e["expected_decision"] for e in plan["events"]]
-        if plan["gateway_abort"] == "timeout":  # issue 13: a stalled plan: the gateway's sweep, once overdue
+        if plan["gateway_abort"] == "timeout":  # A stalled plan: the gateway's sweep, once overdue
             deadline = parse_envelope(next(m for m in messages if m.honest).body).deadline
             assert deadline is not None
             late = deadline + dt.timedelta(seconds=1)

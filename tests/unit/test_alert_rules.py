@@ -13,7 +13,7 @@ import yaml
 from nexus import metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-# Exported by the saga work (issue 16 names it); every other series must be in nexus.metrics.
+# Exported by the saga work ; every other series must be in nexus.metrics.
 FOREIGN = {"nexus_sagas"}
 
 

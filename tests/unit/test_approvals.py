@@ -1,4 +1,4 @@
-"""issue 13: HELD in the pure decision table: held steps, successors waiting, approve, deny, resend."""
+"""HELD in the pure decision table: held steps, successors waiting, approve, deny, resend."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""issue 13: the checker accounts for replanned plans (their new plan, the REPLAN's notification where it
+"""The checker accounts for replanned plans (their new plan, the REPLAN's notification where it
 applied) and stalled ones (the gateway's timeout abort), held ones (approved or denied),
 and reports a plan that ended otherwise."""
 
@@ -49,7 +49,7 @@ def test_a_stalled_plan_ends_with_the_gateways_timeout_abort() -> None:
 
 
 def held_plan(answer: str) -> dict[str, Any]:
-    """issue 13: an approval plan: payment HELD, successors waiting; denied, the agent's abort follows."""
+    """An approval plan: payment HELD, successors waiting; denied, the agent's abort follows."""
     approved = answer == "approve"
     events = [event(1, "OrderCreated", 1), event(2, "InventoryValidated", 2)]
     events += [{**event(n, t, n, honest=approved), "expected_decision": d, "variant": answer}

@@ -1,4 +1,4 @@
-"""issue 13: deadlines in the pure decision table: set on a plan's first step, clipped, enforced at `now`."""
+"""Deadlines in the pure decision table: set on a plan's first step, clipped, enforced at `now`."""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ def test_abort_schema_agrees_with_model() -> None:
 
 
 def test_replan_schema_agrees_with_model() -> None:
-    """issue 13: REPLAN has its schema; without new_plan_id, or with a seq_id, it fails both."""
+    """REPLAN has its schema; without new_plan_id, or with a seq_id, it fails both."""
     schema = json_schemas()["REPLAN"]
     good = replan_json("o1", "p1", "p2")
     jsonschema.validate(good, schema)

@@ -50,7 +50,7 @@ def honest_events(outcome: Outcome, order_id: str = "o-1", plan_id: str = "p-1")
 
 
 def reviewed(events: list[EventEnvelope]) -> list[EventEnvelope]:
-    """issue 13: the honest events of an approval plan: an order above the threshold, paid in full."""
+    """The honest events of an approval plan: an order above the threshold, paid in full."""
     order = hostile.reviewed_order(
         {"items": [{"product_id": "p", "quantity": 2, "unit_price": "2.50"}], "total_amount": "5.00"}
     )
@@ -59,7 +59,7 @@ def reviewed(events: list[EventEnvelope]) -> list[EventEnvelope]:
 
 
 def messages_for(outcome: Outcome, actions: Sequence[hostile.Action]) -> list[Message | Answer]:
-    """Stream the honest events of `outcome` through the hostile moves, as the runner does (issue 13: an
+    """Stream the honest events of `outcome` through the hostile moves, as the runner does (an
     approval plan's held step answered once every step was sent, and a denied plan's abort after it)."""
     held = next((a for a in actions if a.mode is Mode.APPROVAL), None)
     events = honest_events(outcome) if held is None else reviewed(honest_events(outcome))
@@ -187,7 +187,7 @@ def test_other_plan_keeps_the_order_and_changes_the_plan() -> None:
 )
 def test_expected_decisions_are_what_the_core_decides(seed: str, outcome: Outcome, rates: dict[Mode, float]) -> None:
     """Whatever modes a seed picks, the pure core answers each message as expected and ends as the honest plan
-    (issue 13: on its new plan after a replan, with the REPLAN's notification; aborted by the gateway's
+    (on its new plan after a replan, with the REPLAN's notification; aborted by the gateway's
     deadline sweep, one step short, after a stall; an approval plan's payment HELD and its successors
     BUFFER, then all applied once approved, or aborted at the seq before it once denied)."""
     actions = hostile.choose(seed, rates, shape_of(outcome))
@@ -224,7 +224,7 @@ def test_all_modes_on_each_acts_somewhere() -> None:
     for outcome in PLANNED:
         modes = {a.mode for a in hostile.choose("all", ALL_ON, shape_of(outcome))}
         applicable = {m for m in Mode if hostile.candidates(m, shape_of(outcome), None)}
-        # issue 13: the lifecycle modes yield to the others (a replan comes after every resend, a stall never
+        # The lifecycle modes yield to the others (a replan comes after every resend, a stall never
         # joins a replan nor a move on the plan's last step); alone, each acts wherever it can
         lifecycle = set(hostile.LIFECYCLE_MODES)
         assert modes - lifecycle == applicable - lifecycle
@@ -234,7 +234,7 @@ def test_all_modes_on_each_acts_somewhere() -> None:
 
 
 def test_an_approval_plan_keeps_only_the_moves_before_its_held_step() -> None:
-    """issue 13: approval yields to a plan that replans, stalls or sends after completion; on the others it
+    """Approval yields to a plan that replans, stalls or sends after completion; on the others it
     keeps exactly the moves done before the payment is sent; the seed decides the answer, both happen."""
     rates = {**dict.fromkeys(Mode, 0.5), Mode.APPROVAL: 1.0}
     answers, taken = set(), 0

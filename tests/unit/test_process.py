@@ -154,7 +154,7 @@ def test_data_schema_failure_is_check_failed_data() -> None:
     [("order_reviewed", 1000.01, True), ("order_reviewed", 1000, False), ("order", 5000, False)],
 )
 def test_order_reviewed_holds_payments_above_1000_and_order_holds_none(process: str, amount: float, held: bool) -> None:
-    """issue 13: the shipped `order_reviewed` is `order` whose payment above 1000.00 waits for a person;
+    """The shipped `order_reviewed` is `order` whose payment above 1000.00 waits for a person;
     `order` itself never holds a step."""
     item = [{"product_id": "p", "quantity": 1, "unit_price": amount}]
     bodies = [step_json("o", "p", 1, process=process), step_json("o", "p", 2), step_json("o", "p", 3)]

@@ -1,4 +1,4 @@
-"""The reactive agent's LangGraph graph (issue 14): a waiting node with conditional edges out of it."""
+"""The reactive agent's LangGraph graph: a waiting node with conditional edges out of it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""issue 13: the plan swap (REPLAN) in the pure decision table, row by row and under any interleaving."""
+"""The plan swap (REPLAN) in the pure decision table, row by row and under any interleaving."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The sequencing hooks of sagas (issue 14): a step with an effect takes its seq but holds the order."""
+"""The sequencing hooks of sagas: a step with an effect takes its seq but holds the order."""
 
 from __future__ import annotations
 

@@ -264,7 +264,7 @@ def test_to_env_round_trips() -> None:
 
 
 def test_workers_default_to_one_and_divide_the_rate_limits_unless_told_otherwise() -> None:
-    """issue 17: NEXUS_WORKERS (>= 1, default 1) is the divisor of every rate limit unless
+    """NEXUS_WORKERS (>= 1, default 1) is the divisor of every rate limit unless
     NEXUS_RATE_LIMIT_PROCESSES is set."""
     from nexus.ingress.http import rate_limits
 

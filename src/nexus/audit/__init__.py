@@ -1,1 +1,1 @@
-"""issue 12: the hash-chained, signed decision log and the blocked-actions report (adapters of core/audit.py)."""
+"""The hash-chained, signed decision log and the blocked-actions report (adapters of core/audit.py)."""

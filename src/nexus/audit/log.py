@@ -33,7 +33,7 @@ async def record_columns(
 ) -> list[list[Any]]:
     """The columns of audit.sql `insert_records` for `entries` (see `record_entries`). `heads`: the heads
     of the chains in `known`, already read under their locks (a chain in `known` without a head is new);
-    the heads of the other chains are read here (issue 17: Gateway.submit reads its orders' heads with
+    the heads of the other chains are read here (Gateway.submit reads its orders' heads with
     the rest of the batch)."""
     if not entries:
         return [[] for _ in range(15)]

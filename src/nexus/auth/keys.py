@@ -148,7 +148,7 @@ class KeyCache:
         return await self.lookup_hash(hash_key(key))
 
     async def lookup_hash(self, digest: bytes) -> Principal | None:
-        """The principal of the key with this SHA-256 (a console session holds only the hash; issue 17)."""
+        """The principal of the key with this SHA-256 (a console session holds only the hash)."""
         found = await self.check_hash(digest)
         return found if isinstance(found, Principal) else None
 

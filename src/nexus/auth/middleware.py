@@ -64,7 +64,7 @@ class Gatekeeper:
         session_route = uses_session(scope["path"])
         found: Principal | Refusal | None
         try:
-            if session_route:  # issue 16: the console signs in with a form; its session cookie stands for the key
+            if session_route:  # The console signs in with a form; its session cookie stands for the key
                 session = await self.sessions.get(cookie_of(scope["headers"], COOKIE)) if self.sessions else None
                 if session is None:
                     await _to_login(send)

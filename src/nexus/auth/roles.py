@@ -70,7 +70,7 @@ _POLICY: tuple[tuple[str, re.Pattern[str], frozenset[Role]], ...] = tuple(
         ("GET", r"/v1/(orders|plans)/[^/]+(/.*)?", _READERS),
         ("*", r"/v1/(dead-letters|subscriptions|deliveries|blocked-actions|sagas)(/.*)?", _OPERATOR),
         ("GET", r"/metrics", _OPERATOR),
-        ("*", r"/console/login", PUBLIC),  # issue 16: the sign-in form (CSRF-checked by the console itself)
+        ("*", r"/console/login", PUBLIC),  # The sign-in form (CSRF-checked by the console itself)
         ("*", r"/console(/.*)?", _OPERATOR),
         ("*", r"/v1/approvals(/.*)?", frozenset({Role.APPROVER, Role.OPERATOR})),
         ("*", r"/v1/keys(/.*)?", frozenset({Role.ADMIN})),

@@ -1,7 +1,7 @@
 """Console sessions: a random cookie value names a server-side session standing for the API key it signed in with.
 
 The cookie carries no key and no claims, only an unguessable id. Sessions live in PostgreSQL
-(`console_sessions`, migration 0012; issue 17): every gateway process (`nexus serve --workers N`, or
+(`console_sessions`, migration 0012): every gateway process (`nexus serve --workers N`, or
 several gateways) knows a session made by any of them, and a restart signs nobody out. The table holds
 the SHA-256 of the cookie value and of the key (as `api_keys` does), never either itself; the key is
 looked up by its hash on each request like a Bearer key, so a revoked key ends its console sessions

@@ -1,1 +1,1 @@
-"""The web console at /console (issue 16): server-rendered pages over the gateway's tables."""
+"""The web console at /console: server-rendered pages over the gateway's tables."""

@@ -85,7 +85,7 @@ class AbortPlanData(_Data):
 
 
 class ReplanData(_Data):
-    """issue 13: the plan that replaces the envelope's `plan_id` from the order's next seq on."""
+    """The plan that replaces the envelope's `plan_id` from the order's next seq on."""
 
     new_plan_id: SafeIdentifier
     reason: Annotated[str, Field(min_length=1, max_length=2000)]
@@ -193,7 +193,7 @@ class EventEnvelope(BaseModel):
     process: SafeIdentifier | None = None
     """The process an order follows, read from its first step (None: `order`)."""
     deadline: Timestamp | None = None
-    """issue 13: when the plan must be over, on its first step (or its REPLAN); clipped to the process's
+    """When the plan must be over, on its first step (or its REPLAN); clipped to the process's
     `deadline.max_s`. Past it, the gateway aborts the plan with abort_code `timeout`."""
 
     @field_validator("event_type", mode="after")

@@ -1,4 +1,4 @@
-"""The record of every webhook delivery attempt (issue 16), kept for a bounded time.
+"""The record of every webhook delivery attempt, kept for a bounded time.
 
 The dispatcher's outcome batch writes one `delivery_attempts` row per counted attempt in the transaction
 that records the attempts' outcomes (`OutcomeWriter.write`, ``record_attempts`` in delivery.sql). This

@@ -7,7 +7,7 @@ tenant's subscriptions, rotating who goes first, within the bulkheads (delivery/
 holds at most its share of the slots and a subscription at most its own, so one tenant's backlog or
 hanging endpoints never take the slots another tenant's deliveries need. A claimed delivery takes its
 slot here; the dispatcher gives it back when the delivery's task ends. The list of claimable
-subscriptions is read at most once per `subscriptions_ttl_s` (issue 17: a round trip per claim less): a
+subscriptions is read at most once per `subscriptions_ttl_s` (a round trip per claim less): a
 breaker that opened since is still honoured by ``claim`` itself, which checks the breaker and the
 subscription again; a subscription added since, or whose breaker another instance closed, waits at most
 that long for its first claim (a transition this instance made itself is read at once).

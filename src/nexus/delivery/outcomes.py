@@ -60,7 +60,7 @@ class OutcomeWriter:
     async def write(self, results: list[Result]) -> None:
         """Record a batch of results and their breaker evidence in one transaction."""
         columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
-        attempts: list[Result] = []  # issue 16 (obs): each counted attempt gets its delivery_attempts row
+        attempts: list[Result] = []  # Each counted attempt gets its delivery_attempts row
         labels: dict[tuple[Any, int], str] = {}
         ending: set[tuple[str, str]] = set()
         for r in results:

@@ -1,6 +1,6 @@
 """Sending: one signed webhook request per claimed delivery, and how the subscriber answered it.
 
-The client is `outbound/http1.py` (issue 17): httpx's request model was most of a dispatcher's samples,
+The client is `outbound/http1.py`: httpx's request model was most of a dispatcher's samples,
 then aiohttp's per-request machinery was still ~30 % of them (benchmarks/RESULTS.md); the webhook needs a
 POST and a status. One keep-alive connection pool per subscriber (scheme, host, port), at most as many
 connections as requests in flight (the worker slots). The outbound policy (`nexus.outbound.policy`) checks
@@ -37,7 +37,7 @@ class Result:
     status: int | None = None
     error: str | None = None
     retry_after_ms: float | None = None
-    # issue 16 (obs): the attempt's record (delivery_attempts): when it was sent, how long it took, and
+    # The attempt's record (delivery_attempts): when it was sent, how long it took, and
     # when the subscriber gave no status, what went wrong instead
     sent_at: float | None = None
     duration_ms: float | None = None
@@ -78,7 +78,7 @@ class Sender:
             "nexus.outbox.position": c.position,
         }
         with tracing.delivery_span(c.traceparent, attributes) as span:
-            # The receiver's parent: the request's own CLIENT span, child of the attempt's (issue 16).
+            # The receiver's parent: the request's own CLIENT span, child of the attempt's.
             with tracing.http_request_span("POST", c.url) as request:
                 result = await self._send(c, tracing.traceparent_of(request))
                 if result.status is not None:
@@ -112,9 +112,9 @@ class Sender:
             headers = signed_headers(c, int(time.time()))
         except UnsendableRequest as exc:
             return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc), error_class="UnsendableRequest")
-        except UnsafeUrlError as exc:  # issue 11: aimed inside; never sent, never retried, not the subscriber's fault
+        except UnsafeUrlError as exc:  # Aimed inside; never sent, never retried, not the subscriber's fault
             return Result(c, AttemptOutcome.UNSENDABLE, error=str(exc)[:500], error_class=type(exc).__name__)
-        if traceparent is not None:  # issue 16: the attempt's own span, in the agent's trace
+        if traceparent is not None:  # The attempt's own span, in the agent's trace
             headers["traceparent"] = traceparent
         sent_at, started = time.time(), time.perf_counter()
         try:

@@ -23,7 +23,7 @@ SECRET_PREFIX = "whsec_"  # noqa: S105 - the format's prefix, not a secret
 
 # Trace and span ids need to be unique, not secret (W3C Trace Context; OpenTelemetry's SDK draws them the
 # same way): the module's PRNG (re-seeded in a forked child) instead of two `os.urandom` system calls per
-# request (issue 17, deliv3).
+# request.
 _random_bits = random.getrandbits
 
 

@@ -1,4 +1,4 @@
-"""`POST /v1/events`, answered without the framework's per-request layers (issue 17).
+"""`POST /v1/events`, answered without the framework's per-request layers.
 
 The route is the gateway's hot path: under wrk, the framework's middleware stack, routing and request
 objects took more of the server's time than deciding the events. `EventsFastPath` is a pure ASGI
@@ -72,7 +72,7 @@ def single_status(outcome: Outcome) -> int:
     if outcome.decision is Decision.REJECTED:
         return 422
     if outcome.decision is Decision.HELD:
-        return 202  # issue 13: accepted, waiting for a person
+        return 202  # Accepted, waiting for a person
     return 200
 
 

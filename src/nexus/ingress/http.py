@@ -91,18 +91,18 @@ def create_app(
     openapi.install(app)
     submitter = committer or GroupCommitter(gateway, workers=1)
     http_errors.install(app)
-    # issue 11: every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
+    # Every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
     keys = KeyCache(db, ttl_s=limits.auth_cache_ttl_s)
-    sessions = SessionStore(db, db.settings.console_session_ttl_s)  # issue 16; issue 17: in PostgreSQL
+    sessions = SessionStore(db, db.settings.console_session_ttl_s)  # in PostgreSQL
     limiter = RateLimiter(rate_limits(limits))  # one set of buckets for both paths below
     failures = FailureThrottle(limits.auth_failures_per_minute, processes_of(limits))
     gate = Gatekeeper(keys, limiter, sessions, failures)
     app.add_middleware(RequestGuard, settings=settings)  # inside the key check: no body read for a stranger
     app.add_middleware(AuthMiddleware, gate=gate)
     app.add_middleware(http_errors.RequestContext)  # outermost: the request id is set before anything answers
-    if tracing.active():  # issue 16: the maintained ASGI instrumentation, outermost; absent when tracing is off
+    if tracing.active():  # The maintained ASGI instrumentation, outermost; absent when tracing is off
         tracing.instrument(app)
-    # issue 17: POST /v1/events without the framework's layers (it steps aside while tracing is on)
+    # POST /v1/events without the framework's layers (it steps aside while tracing is on)
     app.fast_path = EventsFastPath(app.framework, gate=gate, submitter=submitter, settings=settings)
 
     @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
@@ -125,7 +125,7 @@ def create_app(
         after_seq: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
         after_status: Annotated[str | None, Query(max_length=200)] = None,
     ) -> dict[str, Any]:
-        """The order (with its saga, if any); with `wait=S` (issue 13) a long poll answering as soon as
+        """The order (with its saga, if any); with `wait=S` a long poll answering as soon as
         last_seq passes `after_seq`, the status differs from `after_status` (or, with neither, anything
         changed), or after S seconds, in the same shape."""
         principal = principal_of(request)
@@ -236,13 +236,13 @@ def create_app(
 
     app.include_router(delivery_router)
     app.include_router(keys_router)
-    from nexus.audit.api import router as audit_router  # issue 12: the blocked-actions report
+    from nexus.audit.api import router as audit_router  # The blocked-actions report
 
     app.include_router(audit_router)
-    from nexus.console.views import router as console_router  # issue 16: the web console
+    from nexus.console.views import router as console_router  # The web console
 
     app.include_router(console_router)
-    from nexus.ingress.lifecycle_api import router as lifecycle_router  # issue 13: history, waiting, approvals
+    from nexus.ingress.lifecycle_api import router as lifecycle_router  # History, waiting, approvals
 
     app.include_router(lifecycle_router)
     from nexus.ingress.steps_api import router as steps_router  # server-numbered steps (and MCP below)
@@ -279,7 +279,7 @@ def rate_limits(settings: Any) -> Any:
             Role.APPROVER: settings.rate_limit_approver,
             Role.ADMIN: settings.rate_limit_admin,
         },
-        # issue 17 (workers): unless set, the limit is divided among this serve's own HTTP processes
+        # Unless set, the limit is divided among this serve's own HTTP processes
         processes=processes_of(settings),
     )
 
@@ -306,7 +306,7 @@ async def read_order(db: Database, tenant_id: str, order_id: str) -> dict[str, A
         "notifications": row["outbox_count"] if row else 0,
         "tombstone": row["tombstone"] if row else False,
     }
-    saga = await order_saga(db, tenant_id, order_id)  # issue 14: the saga and what holds the order
+    saga = await order_saga(db, tenant_id, order_id)  # The saga and what holds the order
     if saga is not None:
         body["saga"] = saga
         body["effect"] = effect_of(saga)
@@ -361,7 +361,7 @@ async def refresh_db_gauges(db: Database) -> None:
         row = await db.fetchrow(query("api.sql", "gauges"))
     except NexusError:
         return
-    with contextlib.suppress(NexusError):  # issue 14: sagas by status
+    with contextlib.suppress(NexusError):  # Sagas by status
         metrics.set_saga_counts({r["status"]: r["n"] for r in await db.fetch(query("saga.sql", "saga_gauges"))})
     if row is not None:
         metrics.PENDING_EVENTS.set(row["pending_events"])

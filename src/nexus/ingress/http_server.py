@@ -8,7 +8,7 @@ byte, or a connection's opening, until the end of its headers: a slowloris holds
 most), a cap on the bytes of a request head, and the cap on connections and in-flight requests answered
 with the API's one error shape (`/healthz` and `/readyz` are answered even then). It also sends each
 response's head and body in one write (uvicorn writes them separately: two system calls and two TCP
-segments per answer; issue 17).
+segments per answer).
 """
 
 from __future__ import annotations

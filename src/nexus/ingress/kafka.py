@@ -320,13 +320,13 @@ class KafkaIngress:
     async def _resolve(self, slices: dict[TopicPartition, list[Any]]) -> None:
         """Resolve slices of one or more partitions in one `submit`; then their offsets may be committed."""
         started = time.monotonic()
-        tenant = self.settings.kafka_tenant  # issue 11: the topic is bound to one tenant
+        tenant = self.settings.kafka_tenant  # The topic is bound to one tenant
         records = [r for part in slices.values() for r in part]
         items = [
             bind_or_dead_letter(Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)), tenant)
             for r in records
         ]
-        if tracing.active():  # issue 16: one consume span per partition in the batch
+        if tracing.active():  # One consume span per partition in the batch
             with contextlib.ExitStack() as spans:
                 at = 0
                 for tp, part in slices.items():

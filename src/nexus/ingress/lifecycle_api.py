@@ -1,4 +1,4 @@
-"""HTTP API of the plan lifecycle (issue 13): history, SSE stream, approvals (a FastAPI router the app
+"""HTTP API of the plan lifecycle: history, SSE stream, approvals (a FastAPI router the app
 includes; Database, gateway, settings and the decision listener from app.state)."""
 
 from __future__ import annotations

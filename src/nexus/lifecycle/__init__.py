@@ -1,2 +1,2 @@
-"""issue 13: the plan lifecycle around the decision table: history, waiting, deadlines, approvals and the
+"""The plan lifecycle around the decision table: history, waiting, deadlines, approvals and the
 decisions outbox to Kafka. The decisions themselves stay in `nexus.core.sequencing`."""

@@ -467,7 +467,7 @@ class SagaExecutor:
         self, url: str, body: dict[str, Any], key: str, traceparent: str | None, compensates: str | None
     ) -> tuple[CallOutcome, Any, str | None]:
         """The one place a service is called (forward calls and compensations alike)."""
-        # issue 16 (obs): each effect and compensation call under its span, the request carrying its traceparent
+        # Each effect and compensation call under its span, the request carrying its traceparent
         return await tracing.traced_effect(
             lambda sent: self._post(url, body, key, sent, compensates), url, traceparent, compensates is not None
         )

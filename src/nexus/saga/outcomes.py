@@ -34,7 +34,7 @@ async def lock_order(conn: asyncpg.Connection, tenant_id: str, order_id: str) ->
     """Take the order's advisory lock (as Gateway.submit does) and its saga's row; return its status.
     The transaction will write the order's saga outcome: its waiters (long poll, SSE) wake at commit."""
     await conn.execute(query("gateway.sql", "lock_orders"), [tenant_id], [order_id])
-    await lifecycle_records.notify_orders(conn, [(tenant_id, order_id)])  # issue 13
+    await lifecycle_records.notify_orders(conn, [(tenant_id, order_id)])
     row = await conn.fetchrow(query("saga.sql", "lock_saga"), tenant_id, order_id)
     return str(row["status"]) if row is not None else SagaStatus.COMPENSATED.value
 
@@ -81,7 +81,7 @@ async def apply_effect(gateway: Gateway, conn: asyncpg.Connection, tenant_id: st
     if state.last_seq != event.seq_id or state.status == "aborted":
         return str(state.status)  # aborted meanwhile (the saga compensates), or already applied
     resolution = complete_effect(state, event, pending, catalog=gateway.catalog, limits=limits)
-    # issue 16 (obs): the step's notification carries the step's traceparent (the agent's trace), as at APPLY
+    # The step's notification carries the step's traceparent (the agent's trace), as at APPLY
     traceparent = await conn.fetchval(query("saga.sql", "step_traceparent"), tenant_id, order_id, event.seq_id)
     await _write(gateway, conn, resolution, pending, skip_first=True, traces={event.event_id: traceparent})
     return str(resolution.after.status)

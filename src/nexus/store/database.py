@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 async def keep_session(conn: asyncpg.Connection) -> None:
-    """Release a pooled connection without asyncpg's default reset (issue 17, deliv3).
+    """Release a pooled connection without asyncpg's default reset.
 
     The default runs ``pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`` on every release: a
     round trip and four statements for PostgreSQL to parse, as many as the work itself for the

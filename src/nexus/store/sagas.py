@@ -144,7 +144,7 @@ async def record(
     if aborted:
         await conn.execute(query("saga.sql", "abort_sagas"), [t for t, _ in aborted], [o for _, o in aborted])
     if sagas or aborted:
-        await conn.execute(query("saga.sql", "notify_sagas"))  # issue 14 (saga2): wake the executors
+        await conn.execute(query("saga.sql", "notify_sagas"))  # Wake the executors
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:

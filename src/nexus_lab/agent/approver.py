@@ -1,4 +1,4 @@
-"""issue 13: the lab's approver, a person stand-in answering the agent's held steps over the client SDK.
+"""The lab's approver, a person stand-in answering the agent's held steps over the client SDK.
 
 The agent's `approval` plans place an order above the `order_reviewed` process's threshold, so their
 PaymentProcessed is HELD; once a plan sent every step (its successors wait in the buffer) the plan asks the

@@ -30,7 +30,7 @@ stays computable from the report alone: whatever the modes did, the order ends a
 |               | agent then aborts its plan at seq 2                   | APPROVAL_DENIED, the abort  |
 |               |                                                       | applies, nothing else does  |
 
-The last three are the plan lifecycle's (issue 13). Approval is drawn last; it yields to a plan that
+The last three are the plan lifecycle's. Approval is drawn last; it yields to a plan that
 replans, stalls or sends after completion, and on the plans it takes it keeps only the moves done before the
 held step is sent (resends, swaps and extras up to it), so every message's decision stays known in advance.
 A replanned plan ends on its new plan (`<plan>-r`); a stalled one ends aborted by the gateway with one more
@@ -38,7 +38,7 @@ notification than its honest events. A replan goes at a boundary at or after eve
 hallucination (those resend under the plan they started with); a stall only where nothing else acts on its
 last step, and never with a replan (a REPLAN without a deadline clears the plan's).
 
-The last five are the hallucinations the order's process catches (issue 12): each is sent at a boundary,
+The last five are the hallucinations the order's process catches: each is sent at a boundary,
 is rejected with its code and changes nothing, so the honest plan's outcome stands. They act on any process
 the lab runs (`processes.LabProcess`): the skipped step is the main plan's step after next (where the
 definition does not allow it), wrong amount and currency falsify the process's money step, and after
@@ -82,9 +82,9 @@ class Mode(enum.StrEnum):
     WRONG_CURRENCY = "wrong_currency"
     INVENTED_STEP = "invented_step"
     AFTER_COMPLETION = "after_completion"
-    REPLAN = "replan"  # issue 13
-    STALL = "stall"  # issue 13
-    APPROVAL = "approval"  # issue 13
+    REPLAN = "replan"
+    STALL = "stall"
+    APPROVAL = "approval"
 
 
 # The order modes are drawn in: out_of_order first, since it decides which boundaries exist.
@@ -105,10 +105,10 @@ DRAW_ORDER: tuple[Mode, ...] = (
     Mode.STALL,
     Mode.APPROVAL,
 )
-# The plan-lifecycle modes (issue 13): only explicit rates turn them on (not the `--hostile-rate` default).
+# The plan-lifecycle modes: only explicit rates turn them on (not the `--hostile-rate` default).
 LIFECYCLE_MODES: tuple[Mode, ...] = (Mode.REPLAN, Mode.STALL, Mode.APPROVAL)
 REPLAN_SUFFIX = "-r"
-# issue 13, the approval mode: the process whose payments above the threshold wait for a person, the held
+# The approval mode: the process whose payments above the threshold wait for a person, the held
 # step's index, what the approver answers (variant: drawn from the plan's seed) and how often it approves.
 APPROVAL_PROCESS = "order_reviewed"
 APPROVAL_THRESHOLD = Decimal(1000)
@@ -237,7 +237,7 @@ def candidates(
 
 
 def _before_held(action: Action) -> bool:
-    """issue 13: whether a move is done before an approval plan's held step is sent (so its decision does not
+    """Whether a move is done before an approval plan's held step is sent (so its decision does not
     depend on the hold): a resend or swap of the steps before it, or an extra at a boundary up to it."""
     if action.mode is Mode.DUPLICATE:
         return action.at < HELD_AT
@@ -297,7 +297,7 @@ def schedule(shape: Sequence[str], actions: Sequence[Action]) -> list[SendSpec]:
             return  # never sent: the gateway's deadline ends the plan
         if i == 0 and shape[0] == ABORT_STEP:
             expected = Decision.TOMBSTONE
-        if held is not None and i >= held.at:  # issue 13: held, then its successors wait; a denial voids them
+        if held is not None and i >= held.at:  # Held, then its successors wait; a denial voids them
             expected = Decision.HELD if i == held.at else Decision.BUFFER
             specs.append(SendSpec(i, "as_is", Mode.APPROVAL, held.variant == APPROVE, expected, variant=held.variant))
             return
@@ -388,7 +388,7 @@ def _message(spec: SendSpec, envelope: EventEnvelope) -> Message:
 
 
 def reviewed_order(order: Mapping[str, Any]) -> dict[str, Any]:
-    """issue 13: an approval plan's order: the sampled one plus an item of the threshold's price, so its
+    """An approval plan's order: the sampled one plus an item of the threshold's price, so its
     total (and payment) is above it."""
     extra = {"product_id": "prod_reviewed", "quantity": 1, "unit_price": str(APPROVAL_THRESHOLD)}
     total = Decimal(str(order["total_amount"])) + APPROVAL_THRESHOLD
@@ -398,7 +398,7 @@ def reviewed_order(order: Mapping[str, Any]) -> dict[str, Any]:
 def denied_abort(
     honest: Sequence[EventEnvelope], *, order_id: str, plan_id: str, new_id: Callable[[], uuid.UUID] = uuid.uuid4
 ) -> Message:
-    """issue 13: what an agent whose held payment was denied sends: ABORT_PLAN at the seq before it (it
+    """What an agent whose held payment was denied sends: ABORT_PLAN at the seq before it (it
     applies, drops the waiting successors, and the order ends aborted)."""
     first = honest[0]
     abort = EventEnvelope(
@@ -604,14 +604,14 @@ class HostileStream:
         self.honest: list[EventEnvelope] = []
         self.next = 0
         self.deadline = deadline
-        """issue 13: set on the plan's first step (a stalling plan: the gateway aborts it then)."""
+        """Set on the plan's first step (a stalling plan: the gateway aborts it then)."""
         self.process = process
-        """issue 13: the process the plan's first step names (None: `order`)."""
+        """The process the plan's first step names (None: `order`)."""
         self.lab = lab
         """The process whose steps the plan's hallucinations falsify."""
         replan = next((s for s in self.specs if s.mutation == "replan"), None)
         self.replanned_at = None if replan is None or replan.ref is None else replan.ref + 1
-        """issue 13: honest events from this index on go under the new plan."""
+        """Honest events from this index on go under the new plan."""
 
     def ready(self) -> list[Message]:
         out: list[Message] = []

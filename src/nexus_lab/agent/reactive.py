@@ -1,4 +1,4 @@
-"""The reactive agent (issue 14): it proposes one step of a `fulfilment` order, waits for the gateway to
+"""The reactive agent: it proposes one step of a `fulfilment` order, waits for the gateway to
 perform its effect, and decides the next step from the outcome. The agent never touches a service.
 
     START -> propose -> await_outcome --(the step's status reached)--------------> propose (next step)

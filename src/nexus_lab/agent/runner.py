@@ -24,10 +24,10 @@ Report (JSON, version 1)::
         "failure": null | "inventory_failed" | "payment_rejected",  # another process's plan: the simulated
                                         # failure it took (a refund withdrawn, or rejected), named as the order's
         "expected": {"status": "completed", "last_seq": 5, "notifications": 5},
-        "final_plan_id": "...",         # issue 13: the plan the order ends on (`<plan_id>-r` after a replan)
-        "gateway_abort": null | "timeout",  # issue 13: a stalled plan, aborted by its deadline
+        "final_plan_id": "...",         # The plan the order ends on (`<plan_id>-r` after a replan)
+        "gateway_abort": null | "timeout",  # A stalled plan, aborted by its deadline
         "approval": null | {"approval_id", "answer": "approve" | "deny", "status", "decision", "code"},
-                                        # issue 13: an approval plan's held payment and the approver's answer
+                                        # An approval plan's held payment and the approver's answer
         "last_seq": 5,                  # the highest seq_id the agent sent honestly
         "hostile": ["duplicate", ...],  # modes this plan used
         "finished": true,               # false: stopped by a publish failure
@@ -93,7 +93,7 @@ class AgentConfig:
     concurrency: int = 8
     hostile: Mapping[Mode, float] = dataclasses.field(default_factory=dict)
     stall_deadline_s: float = 5.0
-    """issue 13: a stalling plan's deadline, from its start (the gateway aborts it then)."""
+    """A stalling plan's deadline, from its start (the gateway aborts it then)."""
     processes: tuple[str, ...] = ("order",)
     """Plan i follows processes[i % len(processes)] (each one the lab runs: `processes.LAB_PROCESSES`)."""
 
@@ -156,7 +156,7 @@ class PlanRun:
         self.stalled = any(a.mode is Mode.STALL for a in self.actions)
         deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=config.stall_deadline_s) if self.stalled else None
         self.held = next((a for a in self.actions if a.mode is Mode.APPROVAL), None)
-        """issue 13: an approval plan's move (its variant: what the approver answers)."""
+        """An approval plan's move (its variant: what the approver answers)."""
         self.stream = HostileStream(
             hostile.schedule(self.shape, self.actions),
             order_id=self.order_id,
@@ -234,7 +234,7 @@ class PlanRun:
         log.debug("plan done", extra={"action": "plan_done", "plan_id": self.plan_id, "order_id": self.order_id})
 
     async def _answer_held(self) -> None:
-        """issue 13: every step sent (the successors wait); the approver answers the held payment as the seed
+        """Every step sent (the successors wait); the approver answers the held payment as the seed
         said, and after a denial the agent aborts its plan."""
         assert self.held is not None
         if self.approver is None:
@@ -252,7 +252,7 @@ class PlanRun:
     def as_json(self) -> dict[str, Any]:
         expected = self.expected
         status, last_seq, notifications = expected.status, expected.last_seq, expected.notifications
-        if self.stalled:  # issue 13: the last step never sent; the gateway's timeout abort instead
+        if self.stalled:  # The last step never sent; the gateway's timeout abort instead
             status, last_seq = "aborted", last_seq - 1
         if self.stream.replanned_at is not None:
             notifications += 1  # the REPLAN's own
@@ -298,7 +298,7 @@ async def run_agent(
     config: AgentConfig, transport: Transport, *, target: str, approver: LabApprover | None = None
 ) -> dict[str, Any]:
     """Run every plan; return the report (partial, with `error`, if a publish failed). `approver` answers
-    the held steps of approval plans (issue 13)."""
+    the held steps of approval plans."""
     started = _now()
     runs: list[PlanRun] = []
     queue: asyncio.Queue[int] = asyncio.Queue()

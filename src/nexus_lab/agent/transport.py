@@ -8,7 +8,7 @@
   error is a failure; 503 and transport errors are retried with exponential backoff a few times first
   (safe: resending an event the gateway already applied is answered DUPLICATE).
 - Kafka: the broker's acknowledgement (acks=all). The gateway decides later: with `decisions_topic`
-  (issue 13) the transport then reads the decision from `nexus.decisions` (the SDK's `DecisionsReader`)
+  the transport then reads the decision from `nexus.decisions` (the SDK's `DecisionsReader`)
   and the Ack carries it; without, or for a message with no valid envelope (dead-lettered at ingress,
   never published there), the Ack has no decision.
 """
@@ -40,7 +40,7 @@ class Ack:
     partition: int | None = None
     offset: int | None = None
     approval_id: str | None = None
-    """issue 13: a HELD step's approval (what the lab approver answers)."""
+    """A HELD step's approval (what the lab approver answers)."""
 
 
 class Transport(Protocol):

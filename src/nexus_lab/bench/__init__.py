@@ -246,7 +246,7 @@ class Bench:
             self.add, self.args.delivery_processes or [1, 2],
         )  # fmt: skip
 
-    async def run_sagas(self, url: str) -> None:  # issue 14 (saga2)
+    async def run_sagas(self, url: str) -> None:
         from nexus_lab.bench.sagas import MODES, SagaOptions, bench_sagas
 
         workdir = Path(tempfile.mkdtemp(prefix="nexus-bench-sagas-"))
@@ -291,7 +291,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--delivery-processes", type=int, action="append", help="dispatcher processes, repeatable (default 1, 2)"
     )
-    # issue 17 (kafka3): the consumer group made of several gateway processes
+    # The consumer group made of several gateway processes
     parser.add_argument(
         "--kafka-consumers",
         type=int,

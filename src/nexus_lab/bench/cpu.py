@@ -1,4 +1,4 @@
-"""CPU accounting of a bench run (issue 17): a producer in a process of its own, and the CPU seconds of a
+"""CPU accounting of a bench run: a producer in a process of its own, and the CPU seconds of a
 local PostgreSQL server, every backend included (those that exit during the run too)."""
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ async def bench_kafka(
                         settings, dbs, records, prefill=False, poll=poll, producer=producer
                     )
                     latencies = _TimedGateway.latencies
-                else:  # issue 17 (kafka3)
+                else:
                     result = await module.kafka_run_processes(
                         settings, dbs, records, poll=poll, producer=producer, consumers=procs
                     )
@@ -127,7 +127,7 @@ async def bench_kafka(
                     latencies,
                     "batch",
                 )
-                # issue 17: CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
+                # CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
                 per_k = 1000 / len(records)
                 out["cpu_s_per_1000"] = {
                     "gateway": round(result["cpu_consumer_s"] * per_k, 3),

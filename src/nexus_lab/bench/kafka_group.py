@@ -1,4 +1,4 @@
-"""issue 17 (kafka3): produce -> applied with the consumer group made of several gateway processes.
+"""Produce -> applied with the consumer group made of several gateway processes.
 
 Partitions are how a Kafka consumer group spreads its work: each gateway process (`nexus serve --kafka`)
 owns some of them. `benchmarks/kafka_ingress.py` runs its consumer in its own process; this module runs

@@ -1,4 +1,4 @@
-"""A webhook receiver that is not the bottleneck of the delivery bench (issue 17).
+"""A webhook receiver that is not the bottleneck of the delivery bench.
 
 `nexus sink` verifies, records and injects faults, in Python on Starlette: on 2 cores it would cap the
 measurement near the dispatcher's own rate. This one only parses HTTP (httptools, the parser uvicorn uses)

@@ -23,7 +23,7 @@ def progress(r: Row) -> None:
     if r.get("cpu_pct"):
         cpu = r["cpu_pct"]
         extra = f"  cpu% server {cpu['server']} postgres {cpu['postgres']} clients {cpu['clients']}"
-    if r.get("cpu_s_per_1000"):  # issue 17
+    if r.get("cpu_s_per_1000"):
         extra += "  cpu s/1000 events " + " ".join(f"{k} {v}" for k, v in r["cpu_s_per_1000"].items())
     print(
         f"  {r['suite']:<8} c={r['concurrency']:<3} {r['events_per_s']:>9,.0f} events/s  p50 {_ms(r['p50_ms'])}"

@@ -49,7 +49,7 @@ _ITEMS = [
     {"product_id": "prod_a", "quantity": 2, "unit_price": "3.50"},
     {"product_id": "prod_b", "quantity": 1, "unit_price": "3.00"},
 ]
-# An honest plan's data: every check of the order process has something real to compare (issue 12).
+# An honest plan's data: every check of the order process has something real to compare.
 _BENCH_DATA: dict[int, dict[str, Any]] = {
     1: {"user_id": "u1", "items": _ITEMS, "total_amount": "10.00", "currency": "USD"},
     2: {"warehouse_id": "wh", "reserved_items": _ITEMS},

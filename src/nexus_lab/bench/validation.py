@@ -1,4 +1,4 @@
-"""The `validation` suite (issue 12): batched `Gateway.submit` with process definitions and checks on
+"""The `validation` suite: batched `Gateway.submit` with process definitions and checks on
 against the same with them off, in the same run and interleaved; check evaluation latency per step; and
 the CEL engine micro-bench that chose `common-expression-language` over `cel-python`."""
 

@@ -93,7 +93,7 @@ async def run_scenario(
     progress: Callable[[str], None] = print,
 ) -> ScenarioResult:
     """Run `scenario` on fresh processes and a fresh database; never raises for what the system did."""
-    if scenario.saga is not None:  # issue 14 (saga2): judged by the saga checker, not the agent's report
+    if scenario.saga is not None:  # Judged by the saga checker, not the agent's report
         from nexus_lab.chaos.sagas import run_saga_scenario
 
         return await run_saga_scenario(session, scenario, plans=plans, seed=seed, settle_timeout_s=settle_timeout_s,

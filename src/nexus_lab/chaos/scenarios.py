@@ -62,7 +62,7 @@ class Scenario:
     processes: tuple[str, ...] = ("order",)
     """The processes the agent's plans follow, in turn (`AgentConfig.processes`)."""
     saga: SagaFault | None = None
-    """A saga scenario (issue 14): `fulfilment` plans whose effects the executors perform under this fault,
+    """A saga scenario: `fulfilment` plans whose effects the executors perform under this fault,
     judged by the saga checker from PostgreSQL and the services' ledgers (`nexus_lab.chaos.sagas`)."""
     mcp_orders: int = 0
     """Orders an MCP agent drives through the gateways' `/mcp` tools meanwhile (`nexus_lab.chaos.mcp_agents`),
@@ -207,7 +207,7 @@ SCENARIOS: dict[str, Scenario] = {
             allow_duplicates=True,
             sink_faults=True,
         ),
-        # issue 14 (saga2): effects as sagas under crashes and failing services
+        # Effects as sagas under crashes and failing services
         Scenario(
             "saga-executor-kill",
             "saga executors SIGKILLed between a service's charge and the write of its result",

@@ -1,4 +1,4 @@
--- Issue 10: a dead letter is redriven at most once, by construction: the second claim of the same
+-- a dead letter is redriven at most once, by construction: the second claim of the same
 -- dead letter violates the primary key (ALREADY_REDRIVEN), whatever the callers checked first.
 
 CREATE TABLE dead_letter_redrives (

@@ -1,4 +1,4 @@
--- Identity and tenancy (issue 11): API keys with roles, and every order-scoped row keyed by
+-- Identity and tenancy: API keys with roles, and every order-scoped row keyed by
 -- (tenant_id, order_id) so two tenants may use the same order id without touching each other.
 
 CREATE TABLE api_keys (

@@ -1,4 +1,4 @@
--- Process definitions (issue 12): the registry, orders pinned to a (process, version), their facts,
+-- Process definitions: the registry, orders pinned to a (process, version), their facts,
 -- remembered rejections and per-tenant limits.
 
 CREATE TABLE processes (

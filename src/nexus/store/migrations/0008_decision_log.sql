@@ -1,4 +1,4 @@
--- issue 12: the decision log. Every decision the gateway takes about a step is one row, written in the
+-- the decision log. Every decision the gateway takes about a step is one row, written in the
 -- transaction of its effects, chained per order (tenant_id, order_id) by hash: see nexus/core/audit.py for
 -- the canonical record. Append-only: a trigger refuses UPDATE, DELETE and TRUNCATE.
 

@@ -1,4 +1,4 @@
--- Every webhook delivery attempt (issue 16), for the console's order page: `deliveries` keeps only the
+-- Every webhook delivery attempt, for the console's order page: `deliveries` keeps only the
 -- last answer. Written by the dispatcher's outcome batch in the same transaction as the attempts'
 -- outcomes (one INSERT per batch, `record_attempts` in delivery.sql); pruned past
 -- NEXUS_DELIVERY_ATTEMPTS_RETENTION_S (`prune_attempts`). No foreign key: the history outlives nothing it

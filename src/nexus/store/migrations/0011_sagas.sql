@@ -1,4 +1,4 @@
--- Sagas (issue 14, seed 002): the effects of an order's steps, performed by the gateway's executors.
+-- Sagas: the effects of an order's steps, performed by the gateway's executors.
 -- One saga per order, keyed like the order; one row per step with an effect, keyed by its seq.
 -- Statuses are core/saga.py's enums; the CHECKs keep SQL and Python from drifting apart silently.
 

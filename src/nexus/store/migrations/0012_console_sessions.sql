@@ -1,4 +1,4 @@
--- Console sign-in sessions (issue 17, workers): held in PostgreSQL so that every gateway process knows a
+-- Console sign-in sessions: held in PostgreSQL so that every gateway process knows a
 -- session made by any of them (`nexus serve --workers N`, or several gateways behind a balancer), and a
 -- restart signs nobody out. The cookie stays an opaque random id; the table holds its SHA-256 (reading
 -- the table gives no usable cookie) and the signed-in key's SHA-256 as api_keys holds it (never the key).

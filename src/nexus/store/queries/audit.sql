@@ -1,4 +1,4 @@
--- issue 12: the decision log (writes in Gateway.submit's transaction), checkpoints, verification, report.
+-- the decision log (writes in Gateway.submit's transaction), checkpoints, verification, report.
 
 -- name: read_heads
 -- The last (position, hash) of each chain; the caller holds each order's advisory lock.

@@ -1,4 +1,4 @@
--- API keys (issue 11). Keys are looked up by their SHA-256; the key itself is never stored.
+-- API keys. Keys are looked up by their SHA-256; the key itself is never stored.
 
 -- name: insert_key
 INSERT INTO api_keys (name, tenant_id, roles, key_hash)
@@ -23,7 +23,7 @@ SELECT count(*) FROM api_keys;
 -- Two gateways starting at once on an empty database must not both write an admin key.
 SELECT pg_advisory_xact_lock(7233002211);
 
--- issue 17 (workers): console sessions shared by every process (migration 0012)
+-- console sessions shared by every process (migration 0012)
 -- name: insert_session
 INSERT INTO console_sessions (id_hash, key_hash, csrf, expires_at)
 VALUES ($1, $2, $3, now() + make_interval(secs => $4));

@@ -23,11 +23,11 @@ SELECT
   (SELECT count(*) FROM deliveries WHERE order_id = ANY($1::text[]) AND state = 'pending') AS pending;
 
 -- name: rejected
--- issue 12: the blocked steps of the report's orders, with the code they were refused for.
+-- the blocked steps of the report's orders, with the code they were refused for.
 SELECT event_id::text AS event_id, code FROM rejected_events WHERE order_id = ANY($1::text[]);
 
 -- name: lifecycle
--- issue 13: how the report's plans ended beyond the agent's own steps: replaced (REPLAN), aborted by their
+-- how the report's plans ended beyond the agent's own steps: replaced (REPLAN), aborted by their
 -- deadline, held for approval (still pending), denied (by a person or by expiry).
 SELECT
   (SELECT count(*) FROM orders WHERE order_id = ANY($1::text[]) AND cardinality(superseded_plans) > 0) AS superseded,
@@ -38,7 +38,7 @@ SELECT
   (SELECT count(*) FROM approvals WHERE order_id = ANY($1::text[]) AND status = 'approved') AS approved;
 
 -- name: approvals
--- issue 13: every approval of the report's orders (the agent's held payments), with how it ended.
+-- every approval of the report's orders (the agent's held payments), with how it ended.
 SELECT order_id, event_id::text AS event_id, status, decided_by
 FROM approvals
 WHERE order_id = ANY($1::text[])

@@ -1,4 +1,4 @@
--- issue 16: read models of the web console (/console). $1 is always the viewer's tenant, or NULL for a key
+-- read models of the web console (/console). $1 is always the viewer's tenant, or NULL for a key
 -- spanning every tenant.
 
 -- name: orders
@@ -47,18 +47,18 @@ SELECT DISTINCT tenant_id FROM api_keys WHERE tenant_id IS NOT NULL
 UNION SELECT 'default' ORDER BY 1;
 
 -- name: attempts
--- issue 16 (obs): every recorded delivery attempt of the order's notifications (migration 0010), per
+-- every recorded delivery attempt of the order's notifications (migration 0010), per
 -- notification and subscriber in the order they were made.
 SELECT outbox_id, subscription_id, attempt, at, outcome, status, error_class, duration_ms
 FROM delivery_attempts WHERE tenant_id = $1 AND order_id = $2
 ORDER BY outbox_id, subscription_id, at, id;
 
 -- name: saga
--- issue 16 (obs): the order's saga (issue 14), if its process has effects.
+-- the order's saga, if its process has effects.
 SELECT status, error, created_at, updated_at FROM sagas WHERE tenant_id = $1 AND order_id = $2;
 
 -- name: saga_steps
--- issue 16 (obs): each step with an effect: its forward call and its compensation.
+-- each step with an effect: its forward call and its compensation.
 SELECT seq, step_name, service, status, pivot, compensable, uncertain, forward_path, compensation_path,
        attempts, compensation_attempts, last_error, executed_at, compensated_at, traceparent
 FROM saga_steps WHERE tenant_id = $1 AND order_id = $2 ORDER BY seq;

@@ -56,8 +56,7 @@ RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, d.position, d
 -- core/delivery.py (`next_step`); the state values are passed in: $10 pending, $11 delivered, $12 dead.
 -- An attempt that does not count (cancelled by our shutdown) gives its attempt back and keeps the last
 -- answer; a delay (NULL: none) reschedules the next attempt.
--- The rows are found through the primary key whatever the table's size and statistics (issue 17,
--- deliv3). Written as a plain join on the unnest, with the lease test as a filter, the planner estimated
+-- The rows are found through the primary key whatever the table's size and statistics. Written as a plain join on the unnest, with the lease test as a filter, the planner estimated
 -- one row for `lease_owner = $1` (nearly every row has none), scanned the whole table once per batch
 -- and rescanned the unnest once per row; given the ids as a constant array, it still preferred a scan
 -- while the table was small. Now the ids come from the batch as an opaque array (an InitPlan: the
@@ -114,7 +113,7 @@ WITH first AS MATERIALIZED (
     ) AS f
 )
 -- The update finds them by primary key (`outbox_id = ANY(...)`): joined to `first` alone, the planner
--- hashed a scan of every non-head row of the table per batch while the table was small enough (issue 17).
+-- hashed a scan of every non-head row of the table per batch while the table was small enough.
 UPDATE deliveries AS d SET head = true
 FROM first
 WHERE d.outbox_id = ANY (ARRAY(SELECT outbox_id FROM first))
@@ -230,7 +229,7 @@ GROUP BY s.id, s.name
 ORDER BY s.id;
 
 -- name: record_attempts
--- issue 16 (obs): one row per counted attempt of an outcome batch (migration 0010), in the batch's
+-- one row per counted attempt of an outcome batch (migration 0010), in the batch's
 -- transaction; `at` is the sender's clock when the request went out (the database's, if none was sent).
 INSERT INTO delivery_attempts
     (outbox_id, subscription_id, tenant_id, order_id, attempt, at, outcome, status, error_class, duration_ms)
@@ -241,7 +240,7 @@ FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::int[], $6::flo
     AS u(outbox_id, subscription_id, tenant_id, order_id, attempt, sent_at, outcome, status, error_class, duration_ms);
 
 -- name: prune_attempts
--- issue 16 (obs): the attempts older than the retention ($1 seconds), at most $2 rows per statement so a
+-- the attempts older than the retention ($1 seconds), at most $2 rows per statement so a
 -- large backlog is pruned in short transactions; returns how many went.
 WITH old AS (
     SELECT id FROM delivery_attempts WHERE at < now() - make_interval(secs => $1) ORDER BY at LIMIT $2

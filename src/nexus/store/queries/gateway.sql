@@ -47,12 +47,12 @@ FROM pending_events AS p JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.t
 ORDER BY p.received_at, p.tenant_id, p.order_id, p.seq_id;
 
 -- name: notify_orders
--- issue 13: wakes the waiters of these orders (long poll, SSE) at commit, and only then. The payload is
+-- wakes the waiters of these orders (long poll, SSE) at commit, and only then. The payload is
 -- {"tenant", "order_id"} (an order is the pair).
 SELECT pg_notify('nexus_orders', json_build_object('tenant', t, 'order_id', o)::text)
 FROM unnest($1::text[], $2::text[]) AS u(t, o);
 
--- issue 17: the batch in fewer round trips (lock; one read; one write of the usual rows)
+-- the batch in fewer round trips (lock; one read; one write of the usual rows)
 
 -- name: read_batch
 -- Everything `Gateway.submit` reads of a batch's orders after `lock_orders`, in one statement: their

@@ -1,4 +1,4 @@
--- issue 13: plan lifecycle (history, waiting, deadlines, approvals, decisions outbox).
+-- plan lifecycle (history, waiting, deadlines, approvals, decisions outbox).
 
 -- name: order_history
 -- Every decision about one order ($1 tenant, $2 order_id), in the order taken (its chain's positions); the

@@ -1,4 +1,4 @@
--- Process registry and per-tenant limits (issue 12).
+-- Process registry and per-tenant limits.
 
 -- name: register_process
 INSERT INTO processes (name, version, content_hash, body) VALUES ($1, $2, $3, $4)

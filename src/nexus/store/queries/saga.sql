@@ -1,4 +1,4 @@
--- Queries of the sagas (issue 14): recorded by Gateway.submit, performed by the executors (nexus.saga).
+-- Queries of the sagas: recorded by Gateway.submit, performed by the executors (nexus.saga).
 
 -- name: read_saga_gates
 -- The open sagas of a batch's orders with their steps: what holds each order (core.saga).
@@ -145,5 +145,5 @@ WHERE s.tenant_id = $1 AND s.order_id = $2 ORDER BY st.seq;
 SELECT status, count(*) AS n FROM sagas GROUP BY status;
 
 -- name: step_traceparent
--- issue 16 (obs): the traceparent a step came with, for the notification written when its effect succeeds.
+-- the traceparent a step came with, for the notification written when its effect succeeds.
 SELECT traceparent FROM saga_steps WHERE tenant_id = $1 AND order_id = $2 AND seq = $3;
