@@ -23,6 +23,7 @@ from nexus.errors import NexusError
 from nexus.gateway import Gateway
 from nexus.ingress import steps_api
 from nexus.ingress.http_errors import status_of
+from nexus.lifecycle.waiting import WaitSlots
 from nexus.mcp.asgi import McpEndpoint
 from nexus.mcp.backend import BackendError
 from nexus.mcp.server import build_server
@@ -46,6 +47,8 @@ class GatewayBackend:
     """`GET /v1/orders/{order_id}`'s reading (nexus.ingress.http.read_order, which mounts this module)."""
     submitter: steps_api.Submitter
     """The app's group committer (steps share transactions with other requests')."""
+    wait_slots: WaitSlots | None = None
+    """The key's open streams and long polls (`NEXUS_MAX_WAITS_PER_KEY`): `wait_for_order` holds one."""
 
     async def list_processes(self) -> dict[str, Any]:
         from nexus.processes import describe
@@ -101,15 +104,23 @@ class GatewayBackend:
         from nexus.lifecycle.waiting import wait_for_order
 
         tenant = self._reader_tenant()
+        slots = self.wait_slots
         async with self._translated():
-            order = await wait_for_order(
-                self.listener,
-                lambda: self.read_order(self.db, tenant, order_id),
-                tenant,
-                order_id,
-                min(timeout_s, self.settings.wait_max_s),
-                after_seq=after_seq,
-            )
+            if slots is not None:  # 429 TOO_MANY_WAITS past the key's cap, as the REST long poll
+                slots.take(self.principal.key_id)
+        try:
+            async with self._translated():
+                order = await wait_for_order(
+                    self.listener,
+                    lambda: self.read_order(self.db, tenant, order_id),
+                    tenant,
+                    order_id,
+                    min(timeout_s, self.settings.wait_max_s),
+                    after_seq=after_seq,
+                )
+        finally:
+            if slots is not None:
+                slots.give_back(self.principal.key_id)
         if order is None:
             order = await self._started_only(tenant, order_id)
         return order
@@ -159,7 +170,9 @@ def install(app: FastAPI, db: Database, gateway: Gateway, settings: Settings, re
     def backend_of(ctx: Any) -> GatewayBackend:
         principal = ctx.request_context.request.state.principal
         state = app.state
-        return GatewayBackend(db, gateway, settings, state.decision_listener, principal, read_order, state.submitter)
+        return GatewayBackend(
+            db, gateway, settings, state.decision_listener, principal, read_order, state.submitter, state.wait_slots
+        )
 
     endpoint = McpEndpoint(build_server(backend_of))
     app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
