@@ -1,5 +1,5 @@
-"""The decision log's actors, pure: which key names read as an actor, and which entries the gateway's own
-decisions are logged under."""
+"""The decision log's actors, pure: which key names read as an actor, and the forms of a key's and a
+topic's actor."""
 
 from __future__ import annotations
 
