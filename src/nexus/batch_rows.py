@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from nexus.audit.log import record_columns
+from nexus.audit.log import RECORD_COLUMNS, record_columns
 from nexus.core.decide.expiry import BufferedStep
 from nexus.core.decide.plan import BatchPlan, BatchReads
 from nexus.core.decide.rows import (
@@ -124,7 +124,7 @@ async def write_rows(
         await conn.execute(query("gateway.sql", "delete_pending"), *columns(unbuffered, 3))
     if buffered:
         await conn.execute(query("gateway.sql", "insert_pending"), *columns(buffered, 7))
-    records = records or [[] for _ in range(15)]
+    records = records or [[] for _ in range(RECORD_COLUMNS)]
     if orders or notifications or records[0]:
         # Notifications wake the dispatchers at commit, and only then, without waiting for their poll.
         await conn.execute(

@@ -23,6 +23,7 @@ import asyncpg
 
 from nexus import metrics, plan_steps, tracing
 from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan
+from nexus.core.actors import SYSTEM_DEADLINE
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.deadlines import deadline_abort
 from nexus.core.decide.expiry import Expiry
@@ -229,13 +230,12 @@ class Gateway:
 
     async def submit_approval(self, item: Incoming, decision: ApprovalDecision) -> list[Outcome]:
         """Decide a held step with a person's answer (nexus.lifecycle.approvals), in one transaction with
-        the approvals row's change; ApprovalNotPendingError if it was answered already."""
+        the approvals row's change (`item.actor`: who answered); ApprovalNotPendingError if it was answered
+        already."""
         assert item.envelope is not None
         answered = {item.envelope.event_id: decision}
         try:
-            return await self._submit_once(
-                [dataclasses.replace(item, actor=decision.by)], IngressKind.APPROVAL, answered
-            )
+            return await self._submit_once([item], IngressKind.APPROVAL, answered)
         except TransientDatabaseError:
             await self.db.expire_connections()
             raise
@@ -254,7 +254,8 @@ class Gateway:
             Incoming.of(
                 deadline_abort(
                     OrderState(r["order_id"], plan_id=r["plan_id"], last_seq=r["last_seq"]), r["tenant_id"], now
-                )
+                ),
+                actor=SYSTEM_DEADLINE,
             )
             for r in rows
         ]

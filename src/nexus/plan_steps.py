@@ -111,7 +111,7 @@ async def number(
                 first = assignment.first
                 assert first is not None
                 out.answered[i] = (first, state)
-                out.entries.append(_duplicate_entry(envelope, first, state))
+                out.entries.append(_duplicate_entry(envelope, first, state, items[i].actor, items[i].actor_name))
     return out
 
 
@@ -199,7 +199,9 @@ def _first_of(outcome: Outcome) -> dict[str, Any]:
     }
 
 
-def _duplicate_entry(envelope: EventEnvelope, first: FirstVerdict, state: OrderState) -> Entry:
+def _duplicate_entry(
+    envelope: EventEnvelope, first: FirstVerdict, state: OrderState, actor: str | None, actor_name: str | None
+) -> Entry:
     """The decision log's row of a repeat answered here: a DUPLICATE, naming the step it repeats."""
     return Entry(
         tenant_id=envelope.tenant_id,
@@ -211,4 +213,6 @@ def _duplicate_entry(envelope: EventEnvelope, first: FirstVerdict, state: OrderS
         event_type=str(envelope.event_type),
         code=None,
         message=f"repeats the step decided {first.decision}" + (f" ({first.code})" if first.code else ""),
+        actor=actor,
+        actor_name=actor_name,
     )

@@ -15,12 +15,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from nexus.auth.roles import Role
+from nexus.auth.roles import Principal, Role
 from nexus.core.process import ProcessCatalog, compile_definition
 from nexus.core.saga import SagaStatus
 from nexus.errors import NexusError
 from nexus.gateway import Gateway, Incoming, Outcome
-from nexus.lifecycle.approvals import Approver, answer
+from nexus.lifecycle.approvals import answer, approver_of
 from nexus.processes import builtin_catalog
 from nexus.saga import outcomes
 from nexus.store.database import Database
@@ -29,7 +29,8 @@ from nexus.store.queries import query
 from tests.unit.test_deadlines import timed_yaml
 
 _TS = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:?\d{2})?")
-APPROVER = Approver("golden-approver", None, frozenset({Role.APPROVER}))
+# as the API makes an approver of its key (key 1, named golden-approver): actor key:1
+APPROVER = approver_of(Principal(1, None, frozenset({Role.APPROVER}), "golden-approver"))
 
 
 def catalog() -> ProcessCatalog:
@@ -132,8 +133,8 @@ class Driver:
             "outbox": "SELECT tenant_id, order_id, position, event_id::text, event_type, seq_id, plan_id,"
             " payload::text AS payload FROM outbox ORDER BY tenant_id, order_id, position",
             "deliveries": "SELECT tenant_id, order_id, position, head FROM deliveries ORDER BY 1, 2, 3",
-            "decision_log": "SELECT tenant_id, order_id, position, actor, event_id, plan_id, seq, event_type, decision,"
-            ' code, "check", message FROM decision_log ORDER BY tenant_id, order_id, position',
+            "decision_log": "SELECT tenant_id, order_id, position, actor, actor_name, event_id, plan_id, seq,"
+            ' event_type, decision, code, "check", message FROM decision_log ORDER BY tenant_id, order_id, position',
             "rejected": "SELECT tenant_id, event_id::text, order_id, plan_id, seq_id, event_type, code, check_id,"
             " message, drained FROM rejected_events ORDER BY 1, 3, 2",
             "dead_letters": "SELECT source, code, error, event_id, order_id, plan_id, payload FROM dead_letters"

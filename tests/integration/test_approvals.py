@@ -81,14 +81,20 @@ async def test_approval_applies_the_step_and_drains_successors(api: httpx.AsyncC
     assert again.status_code == 409 and again.json()["code"] == "APPROVAL_NOT_PENDING"
     order = (await api.get("/v1/orders/o-ok", headers=api_headers())).json()
     assert (order["status"], order["last_seq"], order["buffered"], order["notifications"]) == ("completed", 5, [], 5)
-    rows = await db.fetch("SELECT seq, decision, actor FROM decision_log WHERE order_id = 'o-ok' ORDER BY position")
-    assert [(r["seq"], r["decision"], r["actor"]) for r in rows][-5:] == [
-        (4, "BUFFER", None),
-        (5, "BUFFER", None),
-        (3, "APPLY", "tests"),  # the name of the test key (tests/conftest.py)
-        (4, "APPLY", "tests"),
-        (5, "APPLY", "tests"),
+    key_id = await db.fetchval("SELECT id FROM api_keys WHERE name = 'tests'")  # tests/conftest.py
+    key = f"key:{key_id}"
+    rows = await db.fetch(
+        "SELECT seq, decision, actor, actor_name FROM decision_log WHERE order_id = 'o-ok' ORDER BY position"
+    )
+    assert [tuple(r) for r in rows][-5:] == [
+        (4, "BUFFER", key, "tests"),  # the agent's steps, by its key
+        (5, "BUFFER", key, "tests"),
+        (3, "APPLY", key, "tests"),  # the approver's answer (the same key here) and what it drained
+        (4, "APPLY", key, "tests"),
+        (5, "APPLY", key, "tests"),
     ]
+    history = (await api.get("/v1/orders/o-ok/history", headers=api_headers())).json()["items"]
+    assert [(i["actor"], i["actor_name"]) for i in history][-1] == (key, "tests")
     resent = await api.post("/v1/events", json=payment, headers=api_headers())
     assert resent.json()["results"][0]["decision"] == "DUPLICATE"
     assert (await api.get("/v1/approvals", headers=api_headers())).json()["approvals"] == []
@@ -124,7 +130,7 @@ async def test_an_unanswered_approval_expires_as_a_denial(api: httpx.AsyncClient
     row = await db.fetchrow(
         "SELECT decision, code, actor FROM decision_log WHERE order_id = 'o-late' ORDER BY position DESC LIMIT 1"
     )
-    assert tuple(row) == ("REJECTED", "APPROVAL_DENIED", "expiry")  # type: ignore[arg-type]
+    assert tuple(row) == ("REJECTED", "APPROVAL_DENIED", "system:expiry")  # type: ignore[arg-type]
     late = await api.post(f"/v1/approvals/{approval_id}/approve", headers=api_headers())
     assert late.status_code == 409
 
@@ -160,15 +166,16 @@ async def test_a_batch_answers_held_steps_200_with_their_approval_id(api: httpx.
 async def test_approvals_stay_within_their_tenant(api: httpx.AsyncClient, db: Database) -> None:
     """Another tenant's approver neither lists nor answers an approval (404, as for an unknown one); a key
     without the approver role is refused 403; the tenant's own approver applies it, named in the log."""
-    keys = {}
+    keys, ids = {}, {}
     for name, tenant, roles in (
         ("acme-agent", "acme", {Role.AGENT}),
         ("acme-operator", "acme", {Role.OPERATOR}),
         ("acme-approver", "acme", {Role.APPROVER}),
         ("globex-approver", "globex", {Role.APPROVER}),
     ):
-        _, key = await create_key(db, tenant, frozenset(roles), name=name)
+        record, key = await create_key(db, tenant, frozenset(roles), name=name)
         keys[name] = {"Authorization": f"Bearer {key}"}
+        ids[name] = record.id
     approval_id, _ = await held_order(api, "o-t", headers=keys["acme-agent"])
     assert (await api.get("/v1/approvals", headers=keys["globex-approver"])).json()["approvals"] == []
     assert (await api.get("/v1/approvals", headers=api_headers())).json()["approvals"] == []  # tenant default
@@ -187,11 +194,12 @@ async def test_approvals_stay_within_their_tenant(api: httpx.AsyncClient, db: Da
     answer = await api.post(f"/v1/approvals/{approval_id}/approve", headers=keys["acme-approver"])
     assert answer.status_code == 200 and answer.json()["result"]["decision"] == "APPLY"
     rows = await db.fetch(
-        "SELECT seq, actor FROM decision_log WHERE tenant_id = 'acme' AND order_id = 'o-t' AND decision = 'APPLY'"
-        " ORDER BY position"
+        "SELECT seq, actor, actor_name FROM decision_log WHERE tenant_id = 'acme' AND order_id = 'o-t'"
+        " AND decision = 'APPLY' ORDER BY position"
     )
-    assert [(r["seq"], r["actor"]) for r in rows][-3:] == [
-        (3, "acme-approver"),
-        (4, "acme-approver"),
-        (5, "acme-approver"),
+    approver = f"key:{ids['acme-approver']}"
+    assert [tuple(r) for r in rows][-3:] == [
+        (3, approver, "acme-approver"),
+        (4, approver, "acme-approver"),
+        (5, approver, "acme-approver"),
     ]

@@ -9,8 +9,9 @@ import re
 
 import httpx
 
+from nexus.auth.roles import Principal, Role
 from nexus.gateway import Gateway, Incoming
-from nexus.lifecycle.approvals import Approver, answer
+from nexus.lifecycle.approvals import answer, approver_of
 from nexus.processes import register
 from nexus.store.database import Database
 from tests.factories import step_json
@@ -36,7 +37,8 @@ async def test_orders_are_listed_newest_first_across_pages(db: Database, browser
 
 
 async def test_the_timeline_names_who_took_each_decision(db: Database, browser: httpx.AsyncClient) -> None:
-    """A held payment approved by a person: its APPLY row names the approver; rows without an actor say so."""
+    """A held payment approved by a person: its APPLY row names the approver's key and its name; rows
+    without an actor say so."""
     catalog = await register(db, None)
     gateway = Gateway(db, catalog=catalog)
     steps = [step_json("held-1", "hp", s, process="order_reviewed") for s in (1, 2, 3)]
@@ -44,12 +46,13 @@ async def test_the_timeline_names_who_took_each_decision(db: Database, browser: 
     steps[2]["data"]["amount"] = 1500
     outcomes = await gateway.submit([Incoming.parse(s) for s in steps])
     assert outcomes[-1].approval_id is not None
-    await answer(gateway, outcomes[-1].approval_id, Approver("ops-alice", None), approve=True)
+    alice = approver_of(Principal(42, None, frozenset({Role.APPROVER}), "ops-alice"))  # as the API makes it
+    await answer(gateway, outcomes[-1].approval_id, alice, approve=True)
     await sign_in(browser)
     page = await browser.get("/console/orders/default/held-1")
     timeline = page.text.split('id="timeline"')[1].split("</table>")[0]
     actors = re.findall(r'<td class="actor">(.*?)</td>', timeline)
-    assert any("ops-alice" in a for a in actors), actors
+    assert any("key:42" in a and "ops-alice" in a for a in actors), actors  # the key, its name beside
     assert "<th>by</th>" in timeline and all(a for a in actors)
 
 

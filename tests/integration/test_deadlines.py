@@ -85,7 +85,8 @@ async def test_two_gateways_racing_the_sweep_abort_once(start_gateway, timed_set
 
 async def test_deadline_passing_while_a_step_is_buffered(start_gateway, timed_settings: Settings, db: Database) -> None:  # type: ignore[no-untyped-def]
     """The sweeper aborts a plan whose next step never came while a later one waits in the buffer; the
-    buffered step is dropped and the late gap-filler is DISCARD."""
+    buffered step is dropped and the late gap-filler is DISCARD; the abort and the drop are logged as
+    `system:deadline`."""
     _, base = start_gateway("--no-dispatcher", settings_=timed_settings)
     soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1)).isoformat()
     async with httpx.AsyncClient(base_url=base, timeout=10) as api:
@@ -101,10 +102,12 @@ async def test_deadline_passing_while_a_step_is_buffered(start_gateway, timed_se
         history = (await api.get("/v1/orders/o-buf/history", headers=api_headers())).json()["items"]
     assert order["buffered"] == [] and order["last_seq"] == 1
     assert gap["decision"] == "DISCARD"
-    assert [(i["event_type"], i["decision"]) for i in history][-3:] == [
-        ("ABORT_PLAN", "APPLY"),
-        ("PaymentProcessed", "DISCARD"),
-        ("InventoryValidated", "DISCARD"),
+    key_id = await db.fetchval("SELECT id FROM api_keys WHERE name = 'tests'")
+    key = f"key:{key_id}"
+    assert [(i["event_type"], i["decision"], i["actor"]) for i in history][-3:] == [
+        ("ABORT_PLAN", "APPLY", "system:deadline"),  # the sweeper's abort, and the buffered step it drops
+        ("PaymentProcessed", "DISCARD", "system:deadline"),
+        ("InventoryValidated", "DISCARD", key),  # the agent's late step
     ]
 
 

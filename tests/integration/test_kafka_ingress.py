@@ -93,7 +93,8 @@ async def test_poison_records_go_to_the_dlq_and_the_partition_goes_on(kafka_sett
 
 
 async def test_serve_kafka_consumes_beside_the_http_api(kafka_settings: Settings, start_gateway) -> None:  # type: ignore[no-untyped-def]
-    """`nexus serve --kafka` applies plans from the topic while status queries answer over HTTP."""
+    """`nexus serve --kafka` applies plans from the topic while status queries answer over HTTP; the decision
+    log names each step's actor `kafka:<topic>`."""
     plans = plan_events(f"serve-{uuid.uuid4().hex[:6]}", 30)
     _, base = start_gateway("--kafka", "--no-dispatcher", settings_=kafka_settings)
     async with producer(kafka_settings) as p:
@@ -111,6 +112,9 @@ async def test_serve_kafka_consumes_beside_the_http_api(kafka_settings: Settings
         await wait_until(all_completed, 60, "every plan completed, seen over HTTP", interval=0.2)
         body = (await api.get(f"/v1/orders/{orders[0]}")).json()
         assert body["last_seq"] == 5 and body["notifications"] == 5
+        history = (await api.get(f"/v1/orders/{orders[0]}/history")).json()["items"]
+        # the decision log names the topic a step came by (and no key name)
+        assert {(i["actor"], i["actor_name"]) for i in history} == {(f"kafka:{kafka_settings.kafka_topic}", None)}
         exposition = (await api.get("/metrics", headers=root_headers())).text
     assert 'nexus_consumer_lag{partition="0",topic="' + kafka_settings.kafka_topic in exposition
     settled = [line for line in exposition.splitlines() if line.startswith("nexus_event_settle_seconds_count")]

@@ -11,6 +11,9 @@ import asyncpg
 from nexus.core.audit import INGRESS_ORDER, Entry, place
 from nexus.store.queries import query
 
+RECORD_COLUMNS = 16
+"""The columns of audit.sql `insert_records` (and of gateway.sql `write_batch`'s decision log part)."""
+
 
 async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at: dt.datetime | None = None) -> None:
     """Append `entries` to their chains, in order, in the transaction open on `conn`.
@@ -36,7 +39,7 @@ async def record_columns(
     the heads of the other chains are read here (Gateway.submit reads its orders' heads with
     the rest of the batch)."""
     if not entries:
-        return [[] for _ in range(15)]
+        return [[] for _ in range(RECORD_COLUMNS)]
     chains = sorted({e.chain for e in entries} - known)
     ingress = [(tenant, order_id) for tenant, order_id in chains if order_id == INGRESS_ORDER]
     if ingress:
@@ -63,4 +66,5 @@ async def record_columns(
         [e.message for e in entries],
         prevs,
         hashes,
+        [e.actor_name for e in entries],
     ]

@@ -49,6 +49,7 @@ def item_json(row: Any) -> dict[str, Any]:
         "check": row["check"],
         "message": row["message"],
         "actor": row["actor"],
+        "actor_name": row["actor_name"],
     }
 
 
@@ -92,9 +93,10 @@ def render_table(summary: dict[str, Any], items: Sequence[dict[str, Any]]) -> st
         lines.append("recent:")
         for i in items:
             check = f" check={i['check']}" if i["check"] else ""
+            named = f" ({i['actor_name']!r})" if i.get("actor_name") else ""
             lines.append(
                 f"  {i['at']}  {i['tenant']}/{i['order_id']} plan={i['plan_id']} seq={i['seq']} "
-                f"{i['event_type']} {i['code']}{check} actor={i['actor'] or UNKNOWN_ACTOR}"
+                f"{i['event_type']} {i['code']}{check} actor={i['actor'] or UNKNOWN_ACTOR}{named}"
             )
             if i["message"]:
                 lines.append(f"      {i['message'][:200]}")

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.auth import keys
 from nexus.auth.middleware import principal_of
-from nexus.auth.roles import InvalidTenantError, parse_roles
+from nexus.auth.roles import InvalidKeyNameError, InvalidTenantError, parse_roles
 from nexus.core.strict_json import INT64_MAX
 from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, NotFoundError
@@ -43,7 +43,7 @@ async def create_key(request: Request, body: NewKey) -> JSONResponse:
     try:
         roles = parse_roles(body.roles)
         record, key = await keys.create_key(_db(request), body.tenant, roles, body.name)
-    except InvalidTenantError as exc:
+    except (InvalidTenantError, InvalidKeyNameError) as exc:
         return error_response(422, ErrorCode.INVALID_IDENTIFIER, str(exc))
     except ValueError:
         message = "roles are agent, operator, approver, admin; only operator or admin keys may span every tenant"

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from nexus.auth.roles import ALL_TENANTS, Principal, Role, check_key_scope
+from nexus.auth.roles import ALL_TENANTS, Principal, Role, check_key_name, check_key_scope
 from nexus.core.envelope import is_safe_identifier
 from nexus.errors import NexusError, NotFoundError
 from nexus.store.database import Database
@@ -78,6 +78,7 @@ async def create_key(
 ) -> tuple[KeyRecord, str]:
     """Store a new key; return its record and the key (the only time it exists outside the caller)."""
     stored_tenant = check_key_scope(tenant, roles)
+    check_key_name(name)
     key = generate_key()
     row = await db.fetchrow(
         query("auth.sql", "insert_key"), name, stored_tenant, sorted(r.value for r in roles), hash_key(key)

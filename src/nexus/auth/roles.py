@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import re
 
+from nexus.core.actors import reserved_name
 from nexus.core.envelope import is_safe_identifier
 
 ALL_TENANTS = "*"
@@ -20,6 +21,20 @@ TENANT_PATTERN = r"^(\*|[A-Za-z0-9][A-Za-z0-9._:@-]{0,199})$"
 
 class InvalidTenantError(ValueError):
     """A tenant that is neither an identifier nor `*` (422 INVALID_IDENTIFIER)."""
+
+
+class InvalidKeyNameError(ValueError):
+    """A key name that reads as a decision-log actor (core/actors.py; 422 INVALID_IDENTIFIER)."""
+
+
+def check_key_name(name: str | None) -> None:
+    """InvalidKeyNameError if a new key's name takes an actor's form (`system:*`, `kafka:*`, `key:*`) or a
+    system actor's word (`expiry`, `deadline`, `max_rejections`, `saga`)."""
+    if name is not None and reserved_name(name):
+        raise InvalidKeyNameError(
+            "a key's name may not take a decision-log actor's form (system:, kafka:, key:) "
+            "or a system actor's name (expiry, deadline, max_rejections, saga)"
+        )
 
 
 class Role(enum.StrEnum):

@@ -341,7 +341,8 @@ async def redrive_letter(request: Request, dead_letter_id: int) -> Response:
         return refused
     redrive, gateway = request.app.state.redrive_dead_letter, request.app.state.gateway
     try:
-        outcome = await redrive(_db(request), gateway, dead_letter_id, principal_of(request).tenant_id)
+        principal = principal_of(request)  # the signed-in operator's key: the decision log's actor
+        outcome = await redrive(_db(request), gateway, dead_letter_id, principal.tenant_id, principal)
     except NexusError as exc:
         return _back(request, "/console/dead", f"dead letter {dead_letter_id}: {exc.code.value} {exc}")
     return _back(request, "/console/dead", f"dead letter {dead_letter_id} redriven: {outcome.decision.value}")

@@ -10,7 +10,8 @@ Every decision the gateway takes about a step is one `Record`. Records form one 
     hash(r)      = SHA-256(canonical(r) || prev_hash)          (raw 32-byte digests)
     prev_hash    = hash of the record at position - 1, or 32 zero bytes (GENESIS) at position 1
 
-The storage id, prev_hash and hash are not part of the canonical record. `verify` walks records in storage
+The storage id, prev_hash, hash and `actor_name` (the name of the key an `actor` `key:<id>` stands for, a
+label kept beside the record) are not part of the canonical record. `verify` walks records in storage
 order (the table's id, a file's line order) and names the first bad record with one of:
 
 * MODIFIED:  its content no longer yields its hash (a field, the hash or the prev_hash was changed).
@@ -87,6 +88,9 @@ class Entry(NamedTuple):
     check: str | None = None
     message: str | None = None
     actor: str | None = None
+    actor_name: str | None = None
+    """The name of the key an actor `key:<id>` stands for: stored beside the record, not hashed (a label
+    that may change; the hash covers `actor`)."""
 
     @property
     def chain(self) -> tuple[str, str]:

@@ -23,6 +23,7 @@ from typing import Any
 from nexus import tracing
 from nexus.auth.middleware import Gatekeeper
 from nexus.auth.roles import Principal, required_roles
+from nexus.core.actors import key_actor
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, NexusError
 from nexus.gateway import Outcome
@@ -43,7 +44,8 @@ async def answer_events(
     parsed = await parse(body, traceparent, settings)
     if isinstance(parsed, Refusal):
         return parsed.status, http_errors.error_body(parsed.code, parsed.message)
-    bound = [tenants.bind(item, principal.tenant_id) for item in parsed.items]
+    actor = key_actor(principal.key_id)
+    bound = [tenants.bind(item, principal.tenant_id, actor, principal.name) for item in parsed.items]
     if any(b is None for b in bound):
         # Refused as a whole, before anything is decided or written (no dead letter either).
         message = f"an envelope names another tenant than this key's ({principal.tenant_id})"

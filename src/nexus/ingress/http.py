@@ -14,8 +14,9 @@ from nexus import metrics, tracing
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, Gatekeeper, principal_of
 from nexus.auth.ratelimit import FailureThrottle, RateLimiter
-from nexus.auth.roles import read_tenant
+from nexus.auth.roles import Principal, read_tenant
 from nexus.auth.sessions import SessionStore
+from nexus.core.actors import key_actor
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
@@ -206,7 +207,8 @@ def create_app(
 
     @app.post("/v1/dead-letters/{dead_letter_id}/redrive")
     async def redrive(request: Request, dead_letter_id: Annotated[int, Path(ge=1, le=INT64_MAX)]) -> dict[str, Any]:
-        outcome = await redrive_dead_letter(db, gateway, dead_letter_id, principal_of(request).tenant_id)
+        principal = principal_of(request)
+        outcome = await redrive_dead_letter(db, gateway, dead_letter_id, principal.tenant_id, principal)
         return {"dead_letter_id": dead_letter_id, "result": outcome.as_json()}
 
     @app.get("/metrics", response_class=PlainTextResponse)
@@ -331,14 +333,15 @@ def dead_letter_json(row: Any) -> dict[str, Any]:
 
 
 async def redrive_dead_letter(
-    db: Database, gateway: Gateway, dead_letter_id: int, tenant_id: str | None = None
+    db: Database, gateway: Gateway, dead_letter_id: int, tenant_id: str | None = None, by: Principal | None = None
 ) -> Outcome:
     """Submit a dead letter's original payload again, once: a second redrive is ALREADY_REDRIVEN.
 
     The claim is a row keyed by the dead letter (dead_letter_redrives, migration 0004): two redrives,
     concurrent or not, cannot both insert it. If the submission fails (database unreachable), the
     claim is withdrawn so the redrive can be tried again. `tenant_id`: the caller's tenant (another
-    tenant's dead letter is not found); the payload is resubmitted for the tenant it was dead-lettered under.
+    tenant's dead letter is not found); the payload is resubmitted for the tenant it was dead-lettered under,
+    proposed by `by` (the decision log's actor `key:<id>`; None: not recorded, as from the CLI).
     """
     claimed = await db.fetchrow(query("api.sql", "claim_redrive"), dead_letter_id, tenant_id)
     if claimed is None:
@@ -346,7 +349,10 @@ async def redrive_dead_letter(
             raise NotFoundError(f"no dead letter {dead_letter_id}")
         raise AlreadyRedrivenError(f"dead letter {dead_letter_id} was already redriven")
     # Its envelope naming another tenant is dead-lettered again as such, changing nothing.
-    item = tenants.bind_or_dead_letter(Incoming.parse(claimed["payload"]), claimed["tenant_id"] or "default")
+    actor, name = (key_actor(by.key_id), by.name) if by else (None, None)
+    item = tenants.bind_or_dead_letter(
+        Incoming.parse(claimed["payload"]), claimed["tenant_id"] or "default", actor, name
+    )
     try:
         [outcome] = await gateway.submit([item], source=IngressKind.HTTP)
     except BaseException:

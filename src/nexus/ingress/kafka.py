@@ -42,6 +42,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 
 from nexus import metrics, tracing
+from nexus.core.actors import kafka_actor
 from nexus.core.backoff import RetryPolicy
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, PermanentDatabaseError, TransientDatabaseError
@@ -323,7 +324,9 @@ class KafkaIngress:
         tenant = self.settings.kafka_tenant  # The topic is bound to one tenant
         records = [r for part in slices.values() for r in part]
         items = [
-            bind_or_dead_letter(Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)), tenant)
+            bind_or_dead_letter(
+                Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)), tenant, kafka_actor(r.topic)
+            )
             for r in records
         ]
         if tracing.active():  # One consume span per partition in the batch

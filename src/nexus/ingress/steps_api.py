@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.auth.roles import Principal, Role, read_tenant
+from nexus.core.actors import key_actor
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
 from nexus.core.process import ABORT_STEP, REPLAN_STEP
@@ -98,7 +99,7 @@ async def start_plan(db: Database, gateway: Gateway, principal: Principal, reque
     deadline = (
         dt.datetime.now(dt.UTC) + dt.timedelta(seconds=request.deadline_s) if request.deadline_s is not None else None
     )
-    actor = f"key:{principal.key_id}"
+    actor = key_actor(principal.key_id)
     row = await db.fetchrow(
         query("steps.sql", "create_plan"), tenant, order_id, plan_id, request.process, deadline, actor
     )
@@ -141,7 +142,7 @@ async def propose_step(
     }
     if plan["process"]:
         envelope["process"] = plan["process"]
-    status, body = await _submit(submitter or gateway, envelope, tenant, proposal)
+    status, body = await _submit(submitter or gateway, envelope, tenant, proposal, principal)
     body["next_steps"] = next_steps(gateway, plan["process"], body["order"]["status"])
     return status, body
 
@@ -181,7 +182,7 @@ async def end_plan(
     else:
         data = {"reason": request.reason, "abort_code": "manual", "aborted_at_seq": last_seq}
         envelope |= {"event_type": ABORT_STEP, "data": data}
-    status, body = await _submit(submitter or gateway, envelope, tenant, None)
+    status, body = await _submit(submitter or gateway, envelope, tenant, None, principal)
     if replan and body["decision"] == Decision.APPLY.value:
         body["plan_id"] = envelope["data"]["new_plan_id"]
     return status, body
@@ -215,10 +216,19 @@ async def _plan_of(db: Database, tenant: str, order_id: str) -> Any:
 
 
 async def _submit(
-    submitter: Submitter, envelope: dict[str, Any], tenant: str, proposal: Proposal | None
+    submitter: Submitter, envelope: dict[str, Any], tenant: str, proposal: Proposal | None, principal: Principal
 ) -> tuple[int, dict[str, Any]]:
     try:
-        item = Incoming("", parse_envelope(envelope), None, None, tenant_id=tenant, proposal=proposal)
+        item = Incoming(
+            "",
+            parse_envelope(envelope),
+            None,
+            None,
+            tenant_id=tenant,
+            actor=key_actor(principal.key_id),
+            actor_name=principal.name,
+            proposal=proposal,
+        )
     except InvalidEventError as exc:
         raise StepsApiError(422, exc.code, str(exc)) from exc
     [outcome] = await submitter.submit([item])

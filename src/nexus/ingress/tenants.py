@@ -14,24 +14,29 @@ from nexus.errors import ErrorCode, InvalidEventError
 from nexus.gateway import Incoming
 
 
-def bind(item: Incoming, tenant: str | None) -> Incoming | None:
-    """`item` bound to `tenant` (None: a caller spanning every tenant, the envelope's own tenant stands);
-    None if the envelope explicitly names another tenant."""
+def bind(
+    item: Incoming, tenant: str | None, actor: str | None = None, actor_name: str | None = None
+) -> Incoming | None:
+    """`item` bound to `tenant` (None: a caller spanning every tenant, the envelope's own tenant stands) and
+    to who proposed it (`actor`, `actor_name`: the decision log's, core/actors.py); None if the envelope
+    explicitly names another tenant."""
     env = item.envelope
     if env is None:
-        return dataclasses.replace(item, tenant_id=tenant or "default")
+        return dataclasses.replace(item, tenant_id=tenant or "default", actor=actor, actor_name=actor_name)
     if tenant is None:
-        return dataclasses.replace(item, tenant_id=env.tenant_id)
+        return dataclasses.replace(item, tenant_id=env.tenant_id, actor=actor, actor_name=actor_name)
     if "tenant_id" in env.model_fields_set and env.tenant_id != tenant:
         return None
     if env.tenant_id != tenant:
         env = env.model_copy(update={"tenant_id": tenant})
-    return dataclasses.replace(item, envelope=env, tenant_id=tenant)
+    return dataclasses.replace(item, envelope=env, tenant_id=tenant, actor=actor, actor_name=actor_name)
 
 
-def bind_or_dead_letter(item: Incoming, tenant: str) -> Incoming:
+def bind_or_dead_letter(
+    item: Incoming, tenant: str, actor: str | None = None, actor_name: str | None = None
+) -> Incoming:
     """Kafka: a record naming another tenant than its topic's becomes a TENANT_MISMATCH dead letter."""
-    bound = bind(item, tenant)
+    bound = bind(item, tenant, actor, actor_name)
     if bound is not None:
         return bound
     assert item.envelope is not None
@@ -39,4 +44,4 @@ def bind_or_dead_letter(item: Incoming, tenant: str) -> Incoming:
         f"envelope names tenant {item.envelope.tenant_id!r}, this topic carries tenant {tenant!r}",
         code=ErrorCode.TENANT_MISMATCH,
     )
-    return dataclasses.replace(item, envelope=None, error=error, tenant_id=tenant)
+    return dataclasses.replace(item, envelope=None, error=error, tenant_id=tenant, actor=actor, actor_name=actor_name)

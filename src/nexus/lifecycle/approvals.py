@@ -4,7 +4,8 @@ A step whose process asks for approval is decided HELD by the pure core; its app
 keeps the envelope. Approving submits that envelope again through `Gateway.submit`'s transaction with the
 answer attached: under the order's advisory lock the row goes from pending to approved exactly once, and the
 step applies in order and drains its successors; denying (or the expiry sweeper) makes it REJECTED with
-APPROVAL_DENIED. The decision log records who answered (`actor`).
+APPROVAL_DENIED. The decision log records who answered (`actor`: the approver's key `key:<id>`, with its
+name beside it; `system:expiry` for the expiry sweeper; `cli` for `nexus approvals`, with its `--by`).
 
 Who may answer: `approver_of` turns the caller's principal (nexus.auth, from its API key) into an
 `Approver`; `can_answer` keeps the rule in one place: the `approver` role (else 403 FORBIDDEN), and the
@@ -21,6 +22,7 @@ import uuid
 from typing import Any
 
 from nexus.auth.roles import Principal, Role
+from nexus.core.actors import SYSTEM_EXPIRY, key_actor
 from nexus.core.decide.approvals import ApprovalStatus
 from nexus.core.envelope import parse_envelope
 from nexus.core.process import Verdict
@@ -37,11 +39,14 @@ EXPIRY_ACTOR = "expiry"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Approver:
-    """Who answers an approval: a name for the decision log, the tenant it acts for (None: every tenant)."""
+    """Who answers an approval: a name (the approvals row's `decided_by`), the tenant it acts for (None:
+    every tenant), and the decision log's actor (core/actors.py) with the name of the key it stands for."""
 
     name: str
     tenant_id: str | None
     roles: frozenset[Role] = frozenset({Role.APPROVER})
+    actor: str | None = None
+    actor_name: str | None = None
 
 
 class ApproverRefused(Exception):
@@ -49,9 +54,10 @@ class ApproverRefused(Exception):
 
 
 def approver_of(principal: Principal) -> Approver:
-    """The caller (`request.state.principal`, from its API key) as an approver; named in the decision log
-    by its key's name, or `key:<id>`."""
-    return Approver(principal.name or f"key:{principal.key_id}", principal.tenant_id, frozenset(principal.roles))
+    """The caller (`request.state.principal`, from its API key) as an approver: the decision log's actor
+    `key:<id>` (its key's name beside it); `decided_by` its key's name, or `key:<id>`."""
+    actor = key_actor(principal.key_id)
+    return Approver(principal.name or actor, principal.tenant_id, frozenset(principal.roles), actor, principal.name)
 
 
 def can_answer(approver: Approver, tenant_id: str) -> bool:
@@ -105,7 +111,10 @@ async def answer(
         verdict = Verdict(ErrorCode.APPROVAL_DENIED, f"denied by {approver.name}")
     status = ApprovalStatus.APPROVED if approve else (ApprovalStatus.EXPIRED if expired else ApprovalStatus.DENIED)
     decision = ApprovalDecision(approval_id, verdict, status, approver.name)
-    item = Incoming(envelope.model_dump_json(), envelope, None, row["traceparent"], tenant_id=row["tenant_id"])
+    item = Incoming(
+        envelope.model_dump_json(), envelope, None, row["traceparent"], tenant_id=row["tenant_id"],
+        actor=approver.actor, actor_name=approver.actor_name,
+    )  # fmt: skip
     [outcome] = await gateway.submit_approval(item, decision)
     log.info(
         "approval answered",
@@ -126,7 +135,8 @@ async def expire(gateway: Gateway, *, limit: int = 100) -> int:
     done = 0
     for row in await gateway.db.fetch(query("lifecycle.sql", "expired_approvals"), limit):
         try:
-            await answer(gateway, row["approval_id"], Approver(EXPIRY_ACTOR, None), approve=False, expired=True)
+            expiry = Approver(EXPIRY_ACTOR, None, actor=SYSTEM_EXPIRY)
+            await answer(gateway, row["approval_id"], expiry, approve=False, expired=True)
             done += 1
         except (ApprovalNotPendingError, NotFoundError):
             pass  # answered meanwhile, here or by another gateway

@@ -94,7 +94,8 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
     db = await Database(settings).open(migrate=False)
     try:
         # Whoever holds the database acts for every tenant (the API applies the approver key's tenant).
-        approver = Approver(args.by or os.environ.get("USER") or "cli", None)
+        by = args.by or os.environ.get("USER") or "cli"
+        approver = Approver(by, None, actor="cli", actor_name=by)
         if args.approvals_command == "list":
             items = await pending(db, approver, limit=1000)
             if args.json:

@@ -9,7 +9,12 @@ from nexus.errors import NotFoundError
 from nexus.store.database import Database
 from nexus.store.queries import query
 
-HISTORY_FIELDS = ("seq", "event_type", "event_id", "decision", "code", "check", "message", "at", "notification_id")
+HISTORY_FIELDS = (
+    "seq", "event_type", "event_id", "decision", "code", "check", "message", "at", "actor", "actor_name",
+    "notification_id",
+)  # fmt: skip
+"""`actor`: who took or caused the decision (`key:<id>`, `kafka:<topic>`, `system:...`; null on records
+written before actors); `actor_name`: the name of the key a `key:<id>` stands for (docs/decision-log.md)."""
 
 
 def history_item(row: Any) -> dict[str, Any]:
@@ -23,6 +28,8 @@ def history_item(row: Any) -> dict[str, Any]:
         "check": row["check"],
         "message": row["message"],
         "at": row["at"].isoformat(),
+        "actor": row["actor"],
+        "actor_name": row["actor_name"],
         "notification_id": str(row["notification_id"]) if row["notification_id"] is not None else None,
     }
 

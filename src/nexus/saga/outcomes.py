@@ -15,6 +15,7 @@ import asyncpg
 
 from nexus.audit.log import record_entries
 from nexus.batch_rows import read_batch, write_builder
+from nexus.core.actors import SYSTEM_SAGA
 from nexus.core.decide.rows import OutboxRow, RowsBuilder, add_rows
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import ABORT_STEP, AbortCode
@@ -69,7 +70,7 @@ async def _write(
     add_rows(resolution, traces or {}, rows)
     await write_builder(conn, rows)
     await records.record(conn, [resolution], gateway.catalog, {})
-    entries = gateway.parts.log.order_entries(resolution, pending, None, None)
+    entries = gateway.parts.log.order_entries(resolution, pending, SYSTEM_SAGA, None)
     # The step's own APPLY was logged when it took its seq; what it drains now is logged here.
     await record_entries(conn, entries[1:] if skip_first else entries)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
+from nexus.core.actors import SYSTEM_EXPIRY
 from nexus.core.audit_chain import Entry
 from nexus.core.decide.items import IngressKind
 from nexus.core.decide.rows import DeadLetterRow, PendingDelete
@@ -66,7 +67,7 @@ def expired_rows(expiry: Expiry, now: dt.datetime) -> tuple[list[PendingDelete],
             Entry(
                 tenant_id=envelope.tenant_id, order_id=step.order_id, decision=Decision.DEAD_LETTER.value,
                 event_id=step.event_id, plan_id=step.plan_id, seq=step.seq_id, event_type=str(envelope.event_type),
-                code=ErrorCode.BUFFER_TIMEOUT.value, message=message,
+                code=ErrorCode.BUFFER_TIMEOUT.value, message=message, actor=SYSTEM_EXPIRY,
             )
         )  # fmt: skip
     return [PendingDelete(s.order_id, s.seq_id, s.tenant_id) for s in expired], dead, entries

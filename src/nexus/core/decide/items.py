@@ -41,6 +41,8 @@ class Incoming:
     actor: str | None = None
     """Who proposed it, as the decision log names it (`key:<id>`, `kafka:<topic>`, `system:...`); None:
     not recorded (the log's `actor` stays null, as for records written before actors)."""
+    actor_name: str | None = None
+    """The name of the key `actor` stands for, stored beside the log's records (outside their hash)."""
     proposal: Proposal | None = None
     """A step proposed without a number (`POST /v1/orders/{id}/steps`, MCP): numbered under its order's
     lock before the decision (`core/numbering.py`, `nexus.plan_steps`)."""
@@ -60,8 +62,8 @@ class Incoming:
             return cls(text, None, exc, traceparent)
 
     @classmethod
-    def of(cls, envelope: EventEnvelope, traceparent: str | None = None) -> Incoming:
-        return cls(envelope.model_dump_json(), envelope, None, traceparent, tenant_id=envelope.tenant_id)
+    def of(cls, envelope: EventEnvelope, traceparent: str | None = None, actor: str | None = None) -> Incoming:
+        return cls(envelope.model_dump_json(), envelope, None, traceparent, tenant_id=envelope.tenant_id, actor=actor)
 
     @property
     def event_id(self) -> str | None:

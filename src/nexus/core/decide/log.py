@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from nexus.core.actors import SYSTEM_DEADLINE, SYSTEM_MAX_REJECTIONS
 from nexus.core.audit_chain import INGRESS_ORDER, Entry
 from nexus.core.decide.deadlines import is_deadline_abort
 from nexus.core.decide.items import Incoming
@@ -32,19 +33,27 @@ class _OrderEntries:
         self.actor = actor
 
     def add(
-        self, event: EventEnvelope, decision: str, code: str | None, message: str | None, check: str | None = None
+        self,
+        event: EventEnvelope,
+        decision: str,
+        code: str | None,
+        message: str | None,
+        check: str | None = None,
+        actor: str | None = None,
     ) -> None:
         self.entries.append(
             Entry(
                 tenant_id=event.tenant_id, order_id=event.order_id, decision=decision, event_id=str(event.event_id),
                 plan_id=event.plan_id, seq=event.seq_id, event_type=str(event.event_type), code=code, check=check,
-                message=message, actor=self.actor,
+                message=message, actor=actor or self.actor,
             )
         )  # fmt: skip
 
-    def drop_waiting(self, cause: str = "abort") -> None:
+    def drop_waiting(self, cause: str = "abort", actor: str | None = None) -> None:
         for seq in sorted(self.waiting):
-            self.add(self.waiting.pop(seq), Decision.DISCARD.value, None, f"buffered step dropped by {cause}")
+            self.add(
+                self.waiting.pop(seq), Decision.DISCARD.value, None, f"buffered step dropped by {cause}", None, actor
+            )
 
     def rejected(self, rejection: Rejection, note: str | None = None) -> None:
         verdict = rejection.verdict
@@ -54,15 +63,17 @@ class _OrderEntries:
     def policy_abort(self) -> None:
         # Only a rejection applies an abort of the gateway's own: it follows the rejection at once.
         if self.applied and self.applied[0].event.is_abort and not self.applied[0].drained:
-            self.add(self.applied.pop(0).event, Decision.APPLY.value, None, "plan aborted: max_rejections reached")
-            self.drop_waiting()
+            message = "plan aborted: max_rejections reached"
+            self.add(self.applied.pop(0).event, Decision.APPLY.value, None, message, None, SYSTEM_MAX_REJECTIONS)
+            self.drop_waiting(actor=SYSTEM_MAX_REJECTIONS)
 
     def decided(self, event: EventEnvelope, decision: Decision, after: OrderState) -> None:
         applied = self.applied
         if applied and is_deadline_abort(applied[0].event) and applied[0].event.event_id != event.event_id:
             # a deadline passed before this step: the gateway's timeout abort went first
-            self.add(applied.pop(0).event, Decision.APPLY.value, None, "plan aborted: deadline passed")
-            self.drop_waiting("deadline")
+            message = "plan aborted: deadline passed"
+            self.add(applied.pop(0).event, Decision.APPLY.value, None, message, None, SYSTEM_DEADLINE)
+            self.drop_waiting("deadline", SYSTEM_DEADLINE)
         if decision is Decision.REJECTED:
             self.rejected(self.rejections.pop(0))
             self.policy_abort()
@@ -129,7 +140,8 @@ def resolution_entries(
     abort the gateway writes when a plan reaches its process's `max_rejections` as an APPLY after the
     rejection that caused it; a buffered step dropped by an abort as a DISCARD right after the abort.
     `actors`: who proposed each arriving step (by event_id), else `actor`; what a step causes is logged
-    with its actor.
+    with its actor, except what the gateway decides of its own: the `max_rejections` abort (and the steps
+    it drops) as `system:max_rejections`, a deadline's abort found due before a step as `system:deadline`.
     """
     walk = _OrderEntries(resolution, pending, actor)
     for event, decision, after in resolution.decisions:
@@ -150,6 +162,7 @@ def ingress_entry(item: Incoming) -> Entry:
         code=item.error.code.value,
         message=postgres_text(str(item.error))[:1000],
         actor=item.actor,
+        actor_name=item.actor_name,
     )
 
 

@@ -11,7 +11,8 @@ Extension points, for what later work adds to every step (each documented where 
 * `Parts.prechecks` (`OrderContext.prechecks`): per-step limits (e.g. `max_list_items`): a verdict makes
   the step REJECTED with it before sequencing;
 * `Incoming.actor`: who proposed each item; it reaches the decision log's entries of that item and of what
-  it caused (`log.resolution_entries`).
+  it caused (`log.resolution_entries`); `Incoming.actor_name`, the name of the key it stands for, beside
+  each of those entries (`Entry.actor_name`, outside the hash).
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class _Planner:
         self.blocked: list[ErrorCode] = []
         self.woken: set[OrderKey] = set()
         self.with_actors = any(item.actor for item in items)
+        self.names = {item.actor: item.actor_name for item in items if item.actor_name}
 
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
@@ -142,7 +144,10 @@ class _Planner:
         actors = None
         if self.with_actors:
             actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]
-        self.log += self.parts.log.order_entries(resolution, pending, None, actors)
+        entries = self.parts.log.order_entries(resolution, pending, None, actors)
+        if self.names:
+            entries = [e._replace(actor_name=self.names.get(e.actor)) if e.actor else e for e in entries]
+        self.log += entries
         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
             self.answers[i] = answer(event, decision, after, verdict, resolution.deadlines.get(event.event_id))

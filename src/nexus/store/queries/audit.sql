@@ -11,15 +11,16 @@ CROSS JOIN LATERAL (
 ) AS h;
 
 -- name: insert_records
+-- actor_name ($16): beside the record, outside its hash.
 INSERT INTO decision_log (tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
-                          decision, code, "check", message, prev_hash, hash)
+                          decision, code, "check", message, prev_hash, hash, actor_name)
 SELECT tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
-       decision, code, "check", message, prev_hash, hash
+       decision, code, "check", message, prev_hash, hash, actor_name
 FROM unnest($1::text[], $2::text[], $3::int[], $4::timestamptz[], $5::text[], $6::text[], $7::text[],
             $8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bytea[],
-            $15::bytea[]) WITH ORDINALITY
+            $15::bytea[], $16::text[]) WITH ORDINALITY
     AS u(tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type, decision, code,
-         "check", message, prev_hash, hash, n)
+         "check", message, prev_hash, hash, actor_name, n)
 ORDER BY n;
 
 -- name: records
@@ -56,7 +57,8 @@ FROM audit_checkpoints ORDER BY id;
 
 -- name: blocked
 -- The blocked-actions report: REJECTED decisions, newest first; $6 a keyset cursor (the last id seen).
-SELECT id, at, tenant_id, order_id, plan_id, seq, event_type, event_id, code, "check", message, actor
+SELECT id, at, tenant_id, order_id, plan_id, seq, event_type, event_id, code, "check", message, actor,
+       actor_name
 FROM decision_log
 WHERE decision = 'REJECTED'
   AND ($1::text IS NULL OR tenant_id = $1)

@@ -24,7 +24,7 @@ FROM orders WHERE ($1::text IS NULL OR tenant_id = $1) AND tenant_id = $2 AND or
 
 -- name: timeline
 -- Every decision about the order, in the order they were taken (the hash chain's positions).
-SELECT position, at, actor, event_id, plan_id, seq, event_type, decision, code, "check", message
+SELECT position, at, actor, actor_name, event_id, plan_id, seq, event_type, decision, code, "check", message
 FROM decision_log WHERE order_id = $2 AND tenant_id = $1 ORDER BY position;
 
 -- name: buffered

@@ -95,7 +95,7 @@ CROSS JOIN LATERAL (
 -- The usual writes of a batch in one statement: orders ($1-$12, upserted), notifications ($13-$22) with
 -- their deliveries (one per matching subscription, from the rows just inserted; a delivery is its pair's
 -- head when no earlier one is pending) and the dispatchers' wake-up, and the decision log's records
--- ($23-$37, as audit.sql insert_records).
+-- ($23-$38, as audit.sql insert_records).
 WITH upserted AS (
     INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
                         process_version, facts, superseded_plans, deadline_at)
@@ -140,14 +140,14 @@ WITH upserted AS (
     RETURNING 1
 ), logged AS (
     INSERT INTO decision_log (tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
-                              decision, code, "check", message, prev_hash, hash)
+                              decision, code, "check", message, prev_hash, hash, actor_name)
     SELECT tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
-           decision, code, "check", message, prev_hash, hash
+           decision, code, "check", message, prev_hash, hash, actor_name
     FROM unnest($23::text[], $24::text[], $25::int[], $26::timestamptz[], $27::text[], $28::text[], $29::text[],
                 $30::int[], $31::text[], $32::text[], $33::text[], $34::text[], $35::text[], $36::bytea[],
-                $37::bytea[]) WITH ORDINALITY
+                $37::bytea[], $38::text[]) WITH ORDINALITY
         AS u(tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type, decision, code,
-             "check", message, prev_hash, hash, n)
+             "check", message, prev_hash, hash, actor_name, n)
     ORDER BY n
     RETURNING 1
 )

@@ -3,7 +3,7 @@
 -- name: order_history
 -- Every decision about one order ($1 tenant, $2 order_id), in the order taken (its chain's positions); the
 -- notification of an APPLY is the outbox row of its event.
-SELECT d.seq, d.event_type, d.event_id, d.decision, d.code, d."check", d.message, d.at, d.plan_id, d.actor,
+SELECT d.seq, d.event_type, d.event_id, d.decision, d.code, d."check", d.message, d.at, d.plan_id, d.actor, d.actor_name,
        o.id AS notification_id
 FROM decision_log AS d
 LEFT JOIN outbox AS o ON d.decision = 'APPLY' AND o.tenant_id = d.tenant_id AND o.order_id = d.order_id
@@ -14,7 +14,7 @@ ORDER BY d.position;
 -- name: plan_history
 -- Every decision about the steps of one plan (its own REPLAN included), in the order taken; $2: the
 -- caller's tenant (NULL: a key spanning every tenant).
-SELECT d.order_id, d.seq, d.event_type, d.event_id, d.decision, d.code, d."check", d.message, d.at, d.actor,
+SELECT d.order_id, d.seq, d.event_type, d.event_id, d.decision, d.code, d."check", d.message, d.at, d.actor, d.actor_name,
        o.id AS notification_id
 FROM decision_log AS d
 LEFT JOIN outbox AS o ON d.decision = 'APPLY' AND o.tenant_id = d.tenant_id AND o.order_id = d.order_id
@@ -25,7 +25,7 @@ ORDER BY d.id;
 -- name: order_history_after
 -- The stream's next decisions: those after position $3 of the order's chain (the SSE event id).
 SELECT d.position, d.seq, d.event_type, d.event_id, d.decision, d.code, d."check", d.message, d.at,
-       o.id AS notification_id
+       d.actor, d.actor_name, o.id AS notification_id
 FROM decision_log AS d
 LEFT JOIN outbox AS o ON d.decision = 'APPLY' AND o.tenant_id = d.tenant_id AND o.order_id = d.order_id
                      AND o.event_id::text = d.event_id
