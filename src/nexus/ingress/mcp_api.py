@@ -144,7 +144,7 @@ class GatewayBackend:
     def _process(self, name: str) -> CompiledProcess:
         process: CompiledProcess | None = self._catalog().get(name)
         if process is None:
-            raise BackendError(404, "NOT_FOUND", f"no process {name!r}")
+            raise BackendError(404, "NOT_FOUND", "no such process: list_processes names them")
         return process
 
     def _translated(self) -> _Translated:

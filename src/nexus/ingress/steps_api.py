@@ -93,7 +93,7 @@ async def start_plan(db: Database, gateway: Gateway, principal: Principal, reque
     catalog = gateway.catalog
     if catalog is not None and catalog.get(request.process) is None:
         known = ", ".join(sorted(catalog.latest)) or "none"
-        raise StepsApiError(422, ErrorCode.UNKNOWN_PROCESS, f"no process {request.process!r}; known: {known}")
+        raise StepsApiError(422, ErrorCode.UNKNOWN_PROCESS, f"no such process; known: {known}")
     order_id = request.order_id or f"order-{uuid.uuid4().hex[:16]}"
     plan_id = f"plan-{uuid.uuid4().hex[:16]}"
     deadline = (
@@ -104,7 +104,7 @@ async def start_plan(db: Database, gateway: Gateway, principal: Principal, reque
         query("steps.sql", "create_plan"), tenant, order_id, plan_id, request.process, deadline, actor
     )
     if row is None:
-        raise StepsApiError(409, ErrorCode.ORDER_EXISTS, f"order {order_id!r} exists already; start another order id")
+        raise StepsApiError(409, ErrorCode.ORDER_EXISTS, "this order id exists already; start another order id")
     body: dict[str, Any] = {"order_id": order_id, "plan_id": plan_id, "process": request.process}
     if deadline is not None:
         body["deadline"] = deadline.isoformat()
@@ -122,7 +122,7 @@ async def propose_step(
     """Decide one proposed step: its HTTP status and the result object."""
     tenant = step_tenant(principal)
     if request.step in (ABORT_STEP, REPLAN_STEP):
-        message = f"{request.step} is not a step to propose: use abort or replan"
+        message = "ABORT_PLAN and REPLAN are not steps to propose: use abort or replan"
         raise StepsApiError(422, ErrorCode.INVALID_REQUEST, message)
     plan = await _plan_of(db, tenant, order_id)
     if request.idempotency_key is not None:
@@ -211,7 +211,7 @@ def next_steps(gateway: Gateway, process_name: str | None, status: str | None) -
 async def _plan_of(db: Database, tenant: str, order_id: str) -> Any:
     plan = await db.fetchrow(query("steps.sql", "plan_of_order"), tenant, order_id)
     if plan is None:
-        raise StepsApiError(404, ErrorCode.NOT_FOUND, f"no order {order_id!r}: start a plan first (start_plan)")
+        raise StepsApiError(404, ErrorCode.NOT_FOUND, "no such order: start a plan first (start_plan)")
     return plan
 
 
