@@ -56,6 +56,7 @@ CANNOT_RUN: dict[str, str] = {
 # `make` targets a block shows, as the command their recipe runs (the venv's install step aside).
 MAKE_RECIPES = {
     "make demo-llm": f"{sys.executable} -m nexus_lab.llm.demo --orders 3",
+    "make demo-mcp": f"{sys.executable} -m nexus_lab.mcp_demo",
     "make demo": "nexus demo",
 }
 
