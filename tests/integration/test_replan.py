@@ -19,7 +19,11 @@ from tests.helpers import nexus_command
 pytestmark = pytest.mark.slow
 
 P, Q = "plan-a", "plan-b"
-HISTORY_KEYS = {"seq", "event_type", "event_id", "decision", "code", "check", "message", "at", "notification_id"}
+# `actor` and `actor_name` (who took the decision: docs/decision-log.md) joined the history's items.
+HISTORY_KEYS = {
+    "seq", "event_type", "event_id", "decision", "code", "check", "message", "at", "actor", "actor_name",
+    "notification_id",
+}  # fmt: skip
 
 
 async def post(client: httpx.AsyncClient, body: Any) -> dict[str, Any]:
