@@ -496,20 +496,27 @@ class Soak:
 
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7))
         names = sorted({n for s in self.samples for n in s.rss_mb})
-        for name in names:
-            top.plot([s.minute for s in self.samples], [s.rss_mb.get(name, 0) for s in self.samples], "o-", label=name)
+        for name in names:  # a process that was down at a sample (PostgreSQL mid-outage) has no point there
+            points = [(s.minute, s.rss_mb[name]) for s in self.samples if s.rss_mb.get(name)]
+            top.plot([m for m, _ in points], [mb for _, mb in points], "o-", label=name)
         settled = [s for s in self.samples if s.settled and "postgres" in s.rss_mb]
         top.plot([s.minute for s in settled], [s.rss_mb["postgres"] for s in settled], "k*", markersize=10,
                  label="postgres, settled (judged)")  # fmt: skip
         top.set_xlabel("minute")
         top.set_ylabel("RSS MB")
-        top.legend()
-        top.set_title("RSS of the never-killed processes")
-        bottom.plot([c.n for c in self.cycles], [c.p99_ms for c in self.cycles], "o-", label="p99 of HTTP sends ms")
-        bottom.plot([c.n for c in self.cycles], [c.cpu_s_per_1k * 1000 for c in self.cycles], "s-",
-                    label="CPU ms per 1k events / 1000")  # fmt: skip
+        top.set_ylim(bottom=0)
+        top.legend(loc="lower right")
+        top.set_title("RSS of the kept processes (PostgreSQL: private memory)")
+        cycles = [c.n for c in self.cycles]
+        bottom.plot(cycles, [c.p99_ms for c in self.cycles], "o-", color="tab:blue", label="p99 of HTTP sends")
         bottom.set_xlabel("cycle")
-        bottom.legend()
+        bottom.set_ylabel("p99 ms", color="tab:blue")
+        bottom.set_ylim(bottom=0)
+        cpu = bottom.twinx()
+        cpu.plot(cycles, [c.cpu_s_per_1k for c in self.cycles], "s--", color="tab:orange", label="CPU s / 1k events")
+        cpu.set_ylabel("CPU s per 1,000 events (kept processes)", color="tab:orange")
+        cpu.set_ylim(bottom=0)
+        bottom.set_title("per cycle: p99 of the agent's HTTP sends, CPU of the kept processes per 1,000 events")
         fig.tight_layout()
         fig.savefig(path)
         plt.close(fig)
