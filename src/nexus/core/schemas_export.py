@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from nexus.core import merge_patch
+
 PROCESSES = Path(__file__).resolve().parents[1] / "processes"
 SHIPPED = Path(__file__).resolve().parent / "shipped.py"
 _SHAPE_KEYS = ("name", "version", "description", "states", "terminal", "max_rejections", "currency_field")
@@ -43,14 +45,42 @@ def shapes(folder: Path = PROCESSES) -> dict[str, dict[str, Any]]:
 
 
 def render_shipped(folder: Path = PROCESSES) -> str:
-    """The text of `core/shipped.py`."""
-    body = json.dumps(shapes(folder), indent=1, sort_keys=False)
+    """The text of `core/shipped.py`: one definition in full (the one the others differ least from), each other
+    one in full or as a JSON Merge Patch of an earlier one, whichever is shorter: what they share is written once."""
+    all_shapes = shapes(folder)
+    lines = min((_derivations(all_shapes, root) for root in all_shapes), key=lambda ls: sum(map(len, ls)))
+    if [line.split('"')[1] for line in lines] != list(all_shapes):
+        names = ", ".join(map(json.dumps, all_shapes))
+        lines.append(f"DEFINITIONS = {{name: DEFINITIONS[name] for name in ({names})}}\n")
     return (
         '"""The shipped process definitions\' shapes, generated from src/nexus/processes/*.yaml by `make schemas`\n'
         '(nexus.core.schemas_export): do not edit. Read them through `nexus.core.definitions`."""\n\n'
-        "import json\nfrom typing import Any\n\n"
-        f'DEFINITIONS: dict[str, dict[str, Any]] = json.loads(\n    r"""{body}"""\n)\n'
+        "import json\nfrom typing import Any\n\nfrom nexus.core import merge_patch\n\n"
+        "DEFINITIONS: dict[str, dict[str, Any]] = {}\n" + "".join(lines)
     )
+
+
+def _derivations(all_shapes: dict[str, dict[str, Any]], root: str) -> list[str]:
+    """`root` in full, then the others in file order, each from the earlier one its patch is shortest from."""
+    lines: list[str] = []
+    done: dict[str, dict[str, Any]] = {}
+    for name in sorted(all_shapes, key=lambda n: n != root):
+        shape = all_shapes[name]
+        text, base = _json(shape), None
+        for earlier, earlier_shape in done.items():
+            patch = merge_patch.diff(earlier_shape, shape)
+            if patch is not None and len(_json(patch)) < len(text):
+                text, base = _json(patch), earlier
+        value = f'json.loads(r"""{text}""")'
+        if base is not None:
+            value = f"merge_patch.apply(\n    DEFINITIONS[{json.dumps(base)}],\n    {value},\n)"
+        lines.append(f"DEFINITIONS[{json.dumps(name)}] = {value}\n")
+        done[name] = shape
+    return lines
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=1, sort_keys=False)
 
 
 def main(argv: list[str]) -> int:
