@@ -117,18 +117,11 @@ APPROVE, DENY = "approve", "deny"
 APPROVE_SHARE = 0.5
 # The moves that shape a whole plan, which an approval plan yields to (it never takes them away).
 WHOLE_PLAN_MODES = (Mode.AFTER_COMPLETION, Mode.REPLAN, Mode.STALL)
-# The order extras take at one boundary.
-BOUNDARY_ORDER: tuple[Mode, ...] = (
-    Mode.RESTART,
-    Mode.OTHER_PLAN,
-    Mode.MALFORMED,
-    Mode.ZOMBIE,
-    Mode.SKIPPED_STEP,
-    Mode.WRONG_AMOUNT,
-    Mode.WRONG_CURRENCY,
-    Mode.INVENTED_STEP,
-    Mode.AFTER_COMPLETION,
-    Mode.REPLAN,  # last: what follows it at the boundary would go under the new plan
+# The order extras take at one boundary: the draw order of the modes that send an extra there (not
+# out_of_order and duplicate, which act at an honest step's index, nor stall and approval, which change how an
+# honest step is sent). REPLAN comes last: what follows it at the boundary would go under the new plan.
+BOUNDARY_ORDER: tuple[Mode, ...] = tuple(
+    m for m in DRAW_ORDER if m not in (Mode.OUT_OF_ORDER, Mode.DUPLICATE, Mode.STALL, Mode.APPROVAL)
 )
 # The hallucinations the process rejects: mode -> the code the gateway answers (the mutation's name is the mode's).
 REJECTED_MODES: dict[Mode, str] = {
