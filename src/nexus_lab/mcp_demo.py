@@ -16,13 +16,9 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -34,7 +30,7 @@ from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
-from nexus_lab.procs import Proc, free_port, nexus, wait_ready
+from nexus_lab.procs import Workspace, free_port, nexus, wait_ready
 from nexus_lab.tables import text_table
 
 ORDER = {
@@ -85,12 +81,11 @@ async def mcp_session(url: str, key: str) -> AsyncIterator[ClientSession]:
 
 async def _main(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="nexus-demo-mcp-"))
+    work = Workspace("nexus-demo-mcp-", keep=args.keep)
+    tmp, env, children = work.dir, work.env, work.children
     llm_port, http_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
-    children: list[Proc] = []
     print(f"nexus demo-mcp: working in {tmp}", flush=True)
-    try:
+    with work:
         fake = ["fake-llm", "--port", str(llm_port), "--behaviours", "mcp_agent", "--log", str(tmp / "fake.jsonl")]
         children.append(nexus("fake-llm", fake, env, tmp / "fake-llm.out").start())
         serve = ["serve", "--data-dir", str(tmp / "data"), "--http-port", str(http_port), "--no-dispatcher"]
@@ -133,11 +128,6 @@ async def _main(args: argparse.Namespace) -> int:
         if args.keep:
             print(f"logs kept in {tmp}")
         return 0 if ok else 1
-    finally:
-        for child in reversed(children):
-            child.stop(15.0)
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -86,6 +88,27 @@ class Proc:
 
     def log_since_start(self) -> str:
         return self.log().rsplit("=== start #", 1)[-1]
+
+
+class Workspace:
+    """A demo's temporary directory, the environment its children start from (this one without NEXUS_* and
+    SIM_* variables) and the children it started: leaving it stops them, the last started first, and removes
+    the directory unless `keep`."""
+
+    def __init__(self, prefix: str, *, keep: bool) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+        self.keep = keep
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
+        self.children: list[Proc] = []
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for child in reversed(self.children):
+            child.stop(15.0)
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def nexus(name: str, args: Sequence[str], env: dict[str, str], log_path: Path) -> Proc:

@@ -14,10 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +28,7 @@ from nexus_lab.agent.runner import write_report
 from nexus_lab.llm import behaviours as bh
 from nexus_lab.llm import check, runner
 from nexus_lab.llm.settings import LlmSettings
-from nexus_lab.procs import Proc, free_port, nexus, wait_ready
+from nexus_lab.procs import Workspace, free_port, nexus, wait_ready
 from nexus_lab.tables import text_table
 
 
@@ -75,13 +72,12 @@ async def agent_key(data_dir: Path, name: str) -> str:
 
 async def _main(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="nexus-demo-llm-"))
+    work = Workspace("nexus-demo-llm-", keep=args.keep)
+    tmp, env, children = work.dir, work.env, work.children
     fake_log = tmp / "fake-llm.jsonl"
     llm_port, http_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
-    children: list[Proc] = []
     print(f"nexus demo-llm: working in {tmp}", flush=True)
-    try:
+    with work:
         fake_args = ["fake-llm", "--port", str(llm_port), "--seed", args.seed, "--log", str(fake_log)]
         fake_args += ["--rate-limit-every", "9", "--server-error-every", "13", "--retry-after", "0"]
         children.append(nexus("fake-llm", fake_args, env, tmp / "fake-llm.out").start())
@@ -125,11 +121,6 @@ async def _main(args: argparse.Namespace) -> int:
         if args.keep:
             print(f"report, request log and process logs kept in {tmp}")
         return 0 if result.ok else 1
-    finally:
-        for child in reversed(children):
-            child.stop(15.0)
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:
