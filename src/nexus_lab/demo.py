@@ -15,7 +15,6 @@ import sys
 import time
 from typing import Any
 
-from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
@@ -25,7 +24,7 @@ from nexus_lab.agent.approver import LabApprover
 from nexus_lab.agent.hostile import LIFECYCLE_MODES, Mode
 from nexus_lab.agent.transport import HttpTransport
 from nexus_lab.checker import CheckResult, check_report, render
-from nexus_lab.procs import Workspace, free_port, nexus, wait_ready
+from nexus_lab.procs import Workspace, free_port, new_keys, nexus, wait_ready
 from nexus_lab.tables import text_table
 
 SINK_FAULTS = ["--fail-rate", "0.15", "--fail-status", "500,503,429", "--seed", "7"]
@@ -167,12 +166,9 @@ async def _main(args: argparse.Namespace) -> int:
         )
         # The keys it needs: an agent key for tenant "default" and an approver's (it answers the
         # approval plans' held payments), made against the database directly.
-        db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
-        try:
-            _, agent_key = await create_key(db, "default", frozenset({Role.AGENT}), name="demo-agent")
-            _, approver_key = await create_key(db, "default", frozenset({Role.APPROVER}), name="demo-approver")
-        finally:
-            await db.close()
+        agent_key, approver_key = await new_keys(
+            data_dir, ("default", Role.AGENT, "demo-agent"), ("default", Role.APPROVER, "demo-approver")
+        )
         transport = HttpTransport(gateway_url, api_key=agent_key)
         approver = LabApprover(gateway_url, api_key=approver_key)
         try:

@@ -26,11 +26,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from openai import AsyncOpenAI
 
-from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.settings import Settings
-from nexus.store.database import Database
-from nexus_lab.procs import Workspace, free_port, nexus, wait_ready
+from nexus_lab.procs import Workspace, free_port, new_keys, nexus, wait_ready
 from nexus_lab.tables import text_table
 
 ORDER = {
@@ -93,12 +90,7 @@ async def _main(args: argparse.Namespace) -> int:
         await wait_ready(children[0], f"http://127.0.0.1:{llm_port}/healthz", 20)
         gateway = f"http://127.0.0.1:{http_port}"
         await wait_ready(children[1], gateway + "/readyz", 45)
-        db = await Database(Settings(data_dir=tmp / "data")).open(migrate=False)
-        try:
-            _, acme = await create_key(db, "acme", frozenset({Role.AGENT}))
-            _, globex = await create_key(db, "globex", frozenset({Role.AGENT}))
-        finally:
-            await db.close()
+        acme, globex = await new_keys(tmp / "data", ("acme", Role.AGENT, None), ("globex", Role.AGENT, None))
         print(
             f"  gateway on {gateway} (MCP at {gateway}/mcp), ready at {time.monotonic() - started:.1f}s; "
             f"fake model on :{llm_port}; agent keys for tenants acme and globex\n",

@@ -20,6 +20,11 @@ from typing import Any
 import httpx
 import uvicorn
 
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
+from nexus.settings import Settings
+from nexus.store.database import Database
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # How every harness starts the `nexus` command: this interpreter, this checkout.
 NEXUS_CMD: tuple[str, ...] = (sys.executable, "-m", "nexus_cli")
@@ -109,6 +114,16 @@ class Workspace:
             child.stop(15.0)
         if not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+async def new_keys(data_dir: Path, *wanted: tuple[str, Role, str | None]) -> list[str]:
+    """New API keys, one per (tenant, role, name), made in the running embedded database under `data_dir`
+    (shown once, as `nexus keys create` would)."""
+    db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
+    try:
+        return [(await create_key(db, tenant, frozenset({role}), name=name))[1] for tenant, role, name in wanted]
+    finally:
+        await db.close()
 
 
 def nexus(name: str, args: Sequence[str], env: dict[str, str], log_path: Path) -> Proc:
