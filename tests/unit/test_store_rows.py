@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import uuid
 
 import pytest
 
 from nexus.core.breaker import Breaker, BreakerState
-from nexus.store.rows import from_row
+from nexus.store.rows import from_row, row_json
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,3 +35,13 @@ def test_a_missing_column_is_an_error() -> None:
     """A field whose column the row lacks fails loudly rather than taking a default."""
     with pytest.raises(KeyError):
         from_row(_Pair, {"name": "a"})
+
+
+def test_row_json_gives_the_named_fields_in_order_as_json_values() -> None:
+    """Times become ISO 8601 text, UUIDs text, None stays None; a computed field replaces its column."""
+    at = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    ident = uuid.UUID(int=1)
+    row = {"id": ident, "at": at, "gone": None, "seq_id": 3, "unused": 9}
+    out = row_json(row, ("seq", "id", "at", "gone"), seq=row["seq_id"])
+    assert list(out) == ["seq", "id", "at", "gone"]
+    assert out == {"seq": 3, "id": str(ident), "at": "2026-01-02T03:04:05+00:00", "gone": None}
