@@ -56,6 +56,9 @@ def render_shipped(folder: Path = PROCESSES) -> str:
         '"""The shipped process definitions\' shapes, generated from src/nexus/processes/*.yaml by `make schemas`\n'
         '(nexus.core.schemas_export): do not edit. Read them through `nexus.core.definitions`."""\n\n'
         "import json\nfrom typing import Any\n\nfrom nexus.core import merge_patch\n\n"
+        "# What two definitions share is written once (a patch of the other); a schema a definition repeats\n"
+        "# (a YAML anchor such as the order's item) is written at each use: JSON has no anchors, and the\n"
+        "# catalog reads each step's data schema whole.\n"
         "DEFINITIONS: dict[str, dict[str, Any]] = {}\n" + "".join(lines)
     )
 

@@ -6,6 +6,9 @@ from typing import Any
 
 from nexus.core import merge_patch
 
+# What two definitions share is written once (a patch of the other); a schema a definition repeats
+# (a YAML anchor such as the order's item) is written at each use: JSON has no anchors, and the
+# catalog reads each step's data schema whole.
 DEFINITIONS: dict[str, dict[str, Any]] = {}
 DEFINITIONS["order"] = json.loads(r"""{
  "name": "order",

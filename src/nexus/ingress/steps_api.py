@@ -111,6 +111,7 @@ async def start_plan(db: Database, gateway: Gateway, principal: Principal, reque
     return body
 
 
+# Its parameters are end_plan's: both are called by the REST routes and the MCP tools with the same parts.
 async def propose_step(
     db: Database,
     gateway: Gateway,
@@ -147,6 +148,7 @@ async def propose_step(
     return status, body
 
 
+# Its parameters are propose_step's (see there); the two decide different things.
 async def end_plan(
     db: Database,
     gateway: Gateway,

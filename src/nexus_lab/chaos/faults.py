@@ -129,6 +129,7 @@ class PostgresOutage:
     gap_s: Range = (1.0, 2.5)
     outage_s: Range = (1.0, 2.5)
 
+    # Its fields and loop are ReceiverOutage's: the same schedule (_outages), another thing stopped and started.
     async def run(self, ctx: FaultContext) -> None:
         schedule = _outages(ctx, self.count, self.first_s, self.gap_s, self.outage_s)
         for wait_s, outage_s in schedule:
@@ -173,6 +174,7 @@ class ReceiverOutage:
     gap_s: Range = (2.0, 3.0)
     outage_s: Range = (2.5, 4.0)
 
+    # Its fields and loop are PostgresOutage's (see there); the receiver restarts only after the outage.
     async def run(self, ctx: FaultContext) -> None:
         schedule = _outages(ctx, self.count, self.first_s, self.gap_s, self.outage_s)
         sink = ctx.stack.sink
