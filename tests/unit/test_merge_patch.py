@@ -53,5 +53,15 @@ def test_shipped_definitions_read_back_as_their_yaml() -> None:
 
 
 def test_shared_parts_are_written_once() -> None:
-    """core/shipped.py writes at least one definition as a patch (the order variants share their data schemas)."""
-    assert "merge_patch.apply(" in schemas_export.render_shipped()
+    """core/shipped.py writes at least one definition as a patch (the order variants share their data schemas)
+    and a schema that stands in several places (the order's item) once."""
+    text = schemas_export.render_shipped()
+    assert "merge_patch.apply(" in text
+    assert '"$shared": "items"' in text
+
+
+def test_expand_puts_the_shared_part_in_each_place() -> None:
+    """Each {"$shared": name} becomes that part, in objects and lists; other objects are kept as they are."""
+    item = {"type": "object"}
+    doc = {"a": {"$shared": "item"}, "b": [{"$shared": "item"}, {"$shared": "item", "x": 1}]}
+    assert merge_patch.expand(doc, {"item": item}) == {"a": item, "b": [item, {"$shared": "item", "x": 1}]}

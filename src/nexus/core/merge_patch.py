@@ -1,5 +1,6 @@
 """JSON Merge Patch (RFC 7396) on parsed JSON: how `core/shipped.py` writes a definition as the changes from
-an earlier one, so that what two shipped definitions share is written once.
+an earlier one, so that what two shipped definitions share is written once; and `expand`, how it writes once
+a part that stands in several places (`{"$shared": name}` in each).
 
 `diff(base, target)` is the patch that `apply` turns `base` into `target` with; values the patch does not
 touch are shared with `base`, not copied (the shapes are read, never changed). A patch cannot say "this key
@@ -30,6 +31,20 @@ def diff(base: dict[str, Any], target: dict[str, Any]) -> dict[str, Any] | None:
     if list(_walk(apply(base, patch))) != list(_walk(target)):
         return None
     return patch
+
+
+def expand(doc: Any, parts: dict[str, Any]) -> Any:
+    """`doc` with each `{"$shared": name}` in it replaced by `parts[name]` (the same object, not a copy)."""
+    if isinstance(doc, dict):
+        if len(doc) == 1 and SHARED_KEY in doc:
+            return parts[doc[SHARED_KEY]]
+        return {key: expand(value, parts) for key, value in doc.items()}
+    if isinstance(doc, list):
+        return [expand(value, parts) for value in doc]
+    return doc
+
+
+SHARED_KEY = "$shared"
 
 
 def _diff(base: dict[str, Any], target: dict[str, Any]) -> dict[str, Any]:

@@ -6,11 +6,55 @@ from typing import Any
 
 from nexus.core import merge_patch
 
-# What two definitions share is written once (a patch of the other); a schema a definition repeats
-# (a YAML anchor such as the order's item) is written at each use: JSON has no anchors, and the
-# catalog reads each step's data schema whole.
+# What the definitions share is written once: a definition as the patch of another, a part that stands
+# in several places (a YAML anchor's schema) in SHARED and {"$shared": name} where it stands.
+SHARED: dict[str, Any] = {}
 DEFINITIONS: dict[str, dict[str, Any]] = {}
-DEFINITIONS["order"] = json.loads(r"""{
+
+
+def _load(text: str) -> Any:
+    return merge_patch.expand(json.loads(text), SHARED)
+
+
+SHARED["total_amount"] = _load(r"""{
+ "type": [
+  "number",
+  "string"
+ ],
+ "minimum": 0,
+ "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$",
+ "default": 0
+}""")
+SHARED["items"] = _load(r"""{
+ "type": "object",
+ "required": [
+  "product_id",
+  "quantity",
+  "unit_price"
+ ],
+ "properties": {
+  "product_id": {
+   "type": "string",
+   "minLength": 1,
+   "maxLength": 200
+  },
+  "quantity": {
+   "type": "integer",
+   "exclusiveMinimum": 0,
+   "maximum": 9223372036854775807,
+   "x-json-integer": true
+  },
+  "unit_price": {
+   "type": [
+    "number",
+    "string"
+   ],
+   "minimum": 0,
+   "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$"
+  }
+ }
+}""")
+DEFINITIONS["order"] = _load(r"""{
  "name": "order",
  "version": 2,
  "description": "An e-commerce order, created, validated against inventory, paid, shipped and completed.",
@@ -47,43 +91,11 @@ DEFINITIONS["order"] = json.loads(r"""{
       "type": "array",
       "default": [],
       "items": {
-       "type": "object",
-       "required": [
-        "product_id",
-        "quantity",
-        "unit_price"
-       ],
-       "properties": {
-        "product_id": {
-         "type": "string",
-         "minLength": 1,
-         "maxLength": 200
-        },
-        "quantity": {
-         "type": "integer",
-         "exclusiveMinimum": 0,
-         "maximum": 9223372036854775807,
-         "x-json-integer": true
-        },
-        "unit_price": {
-         "type": [
-          "number",
-          "string"
-         ],
-         "minimum": 0,
-         "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$"
-        }
-       }
+       "$shared": "items"
       }
      },
      "total_amount": {
-      "type": [
-       "number",
-       "string"
-      ],
-      "minimum": 0,
-      "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$",
-      "default": 0
+      "$shared": "total_amount"
      },
      "currency": {
       "type": "string",
@@ -116,33 +128,7 @@ DEFINITIONS["order"] = json.loads(r"""{
      "reserved_items": {
       "type": "array",
       "items": {
-       "type": "object",
-       "required": [
-        "product_id",
-        "quantity",
-        "unit_price"
-       ],
-       "properties": {
-        "product_id": {
-         "type": "string",
-         "minLength": 1,
-         "maxLength": 200
-        },
-        "quantity": {
-         "type": "integer",
-         "exclusiveMinimum": 0,
-         "maximum": 9223372036854775807,
-         "x-json-integer": true
-        },
-        "unit_price": {
-         "type": [
-          "number",
-          "string"
-         ],
-         "minimum": 0,
-         "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$"
-        }
-       }
+       "$shared": "items"
       }
      }
     }
@@ -172,13 +158,7 @@ DEFINITIONS["order"] = json.loads(r"""{
       "maxLength": 200
      },
      "amount": {
-      "type": [
-       "number",
-       "string"
-      ],
-      "minimum": 0,
-      "pattern": "^(\\+?([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([eE][+-]?[0-9]+)?|-(0+(\\.0*)?|\\.0+)([eE][+-]?[0-9]+)?)$",
-      "default": 0
+      "$shared": "total_amount"
      },
      "currency": {
       "type": "string",
@@ -258,7 +238,7 @@ DEFINITIONS["order"] = json.loads(r"""{
 }""")
 DEFINITIONS["fulfilment"] = merge_patch.apply(
     DEFINITIONS["order"],
-    json.loads(r"""{
+    _load(r"""{
  "name": "fulfilment",
  "description": "An order whose inventory, payment, shipping and invoice are effects performed by the gateway.",
  "steps": {
@@ -273,12 +253,12 @@ DEFINITIONS["fulfilment"] = merge_patch.apply(
 )
 DEFINITIONS["order_reviewed"] = merge_patch.apply(
     DEFINITIONS["order"],
-    json.loads(r"""{
+    _load(r"""{
  "name": "order_reviewed",
  "description": "An e-commerce order whose payments above 1000.00 wait for a person's approval."
 }"""),
 )
-DEFINITIONS["refund"] = json.loads(r"""{
+DEFINITIONS["refund"] = _load(r"""{
  "name": "refund",
  "version": 1,
  "description": "A refund request, approved automatically up to 100.00 or reviewed above it, then paid out.",
