@@ -135,6 +135,7 @@ class Sample:
     rss_mb: dict[str, float]
 
 
+# Settings declared one a line (name: type = default), alike in form to nexus.settings.Settings: different settings.
 @dataclasses.dataclass
 class SoakConfig:
     minutes: float
