@@ -87,6 +87,7 @@ async def _list(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"table": table, "kafka": kafka, "deliveries": deliveries}, indent=2))
         return 0
+    # Three listings alike in form (a count, then a line per row), each with its own source's columns.
     if args.source in ("deliveries", "all"):
         print(f"dead webhook deliveries: {len(deliveries)}")
         for d in deliveries:

@@ -90,6 +90,7 @@ CONSUMER_LAG = Gauge(
     registry=REGISTRY,
     multiprocess_mode="mostrecent",  # one consumer (the first process) sets it
 )
+# Each metric declared whole, as prometheus_client takes it: alike in form, their names are the contract.
 BLOCKED_ACTIONS = Counter(
     "nexus_blocked_actions_total",
     "Steps REJECTED by their order's process (the blocked actions), by code.",
@@ -182,6 +183,7 @@ CIRCUIT_BREAKER_STATE = Gauge(
     registry=REGISTRY,
     multiprocess_mode="mostrecent",  # one dispatcher (the first process) sets it
 )
+# Declared whole, as every metric here (see BLOCKED_ACTIONS).
 CIRCUIT_BREAKER_TRANSITIONS = Counter(
     "nexus_circuit_breaker_transitions_total",
     "Circuit breaker state changes made by this instance, by the state entered.",

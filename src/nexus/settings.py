@@ -31,6 +31,8 @@ from nexus.errors import ConfigurationError
 ENV_PREFIX = "NEXUS_"
 
 
+# Settings declared one a line (name: type = default), alike in form to each other and to the lab's configs (soak,
+# llm/settings, llm/fake, services): different settings.
 class Settings(BaseSettings):
     """Configuration of one gateway process."""
 
@@ -188,10 +190,10 @@ class Settings(BaseSettings):
     """How often an open (visible) order page of the console asks whether the order changed."""
     # Plan lifecycle (waiting, deadlines, approvals, decisions to Kafka)
     wait_max_s: float = 60.0
+    """Longest long poll (`GET /v1/orders/{id}?wait=S`): a larger S is clipped to it."""
     repeat_window_s: float = Field(60.0, ge=0)
     """A numbered step proposed without an idempotency key, the same as the order's last applied step
     (step and data) within this many seconds, is answered DUPLICATE instead of applied again."""
-    """Longest long poll (`GET /v1/orders/{id}?wait=S`): a larger S is clipped to it."""
     stream_keepalive_s: float = 15.0
     """An SSE stream (`GET /v1/orders/{id}/stream`) with nothing to say sends a comment this often."""
     deadline_sweep_s: float = 1.0

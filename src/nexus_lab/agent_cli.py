@@ -194,10 +194,7 @@ async def _main(args: argparse.Namespace) -> int:
         f"agent: {len(report['plans'])} plans (seed {config.seed}): {outcomes}; "
         f"{summary['messages']} messages over {transport.name}"
     )
-    if report["error"]:
-        print(f"nexus agent: stopped: {report['error']}", file=sys.stderr)
-        return 1
-    return 0
+    return runner.exit_status(report)
 
 
 async def _reactive(args: argparse.Namespace) -> int:

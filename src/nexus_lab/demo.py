@@ -11,15 +11,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import os
-import shutil
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
@@ -29,7 +24,7 @@ from nexus_lab.agent.approver import LabApprover
 from nexus_lab.agent.hostile import LIFECYCLE_MODES, Mode
 from nexus_lab.agent.transport import HttpTransport
 from nexus_lab.checker import CheckResult, check_report, render
-from nexus_lab.procs import Proc, free_port, nexus, wait_ready
+from nexus_lab.procs import Workspace, free_port, new_keys, nexus, wait_ready
 from nexus_lab.tables import text_table
 
 SINK_FAULTS = ["--fail-rate", "0.15", "--fail-status", "500,503,429", "--seed", "7"]
@@ -126,12 +121,12 @@ def summary(report: dict[str, Any], result: CheckResult, elapsed_s: float) -> st
 
 async def _main(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="nexus-demo-"))
+    work = Workspace("nexus-demo-", keep=args.keep)
+    tmp, env, children = work.dir, work.env, work.children
     data_dir = tmp / "data"
     sink_log = tmp / "sink.log"
     secret = generate_secret()
     sink_port, http_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
     serve_env = {
         **env,
         "NEXUS_WEBHOOK_URL": f"http://127.0.0.1:{sink_port}/hook",
@@ -141,9 +136,8 @@ async def _main(args: argparse.Namespace) -> int:
         "NEXUS_DISPATCHER_POLL_S": "0.05",
         "NEXUS_LOG_LEVEL": "WARNING",
     }
-    children: list[Proc] = []
     print(f"nexus demo: working in {tmp}", flush=True)
-    try:
+    with work:
         sink_args = ["sink", "--port", str(sink_port), "--log", str(sink_log), "--secret", secret, *SINK_FAULTS]
         children.append(nexus("sink", sink_args, env, tmp / "sink.out").start())
         serve_args = ["serve", "--data-dir", str(data_dir), "--http-port", str(http_port)]
@@ -156,6 +150,7 @@ async def _main(args: argparse.Namespace) -> int:
         await wait_ready(children[1], gateway_url + "/readyz", 120)
         print(f"  gateway on {gateway_url} (embedded PostgreSQL, dispatcher)", flush=True)
 
+        # Built field by field, alike in form to core/decide/rejections' abort envelope: different values.
         config = runner.AgentConfig(
             orders=args.orders,
             seed=args.seed,
@@ -172,12 +167,9 @@ async def _main(args: argparse.Namespace) -> int:
         )
         # The keys it needs: an agent key for tenant "default" and an approver's (it answers the
         # approval plans' held payments), made against the database directly.
-        db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
-        try:
-            _, agent_key = await create_key(db, "default", frozenset({Role.AGENT}), name="demo-agent")
-            _, approver_key = await create_key(db, "default", frozenset({Role.APPROVER}), name="demo-approver")
-        finally:
-            await db.close()
+        agent_key, approver_key = await new_keys(
+            data_dir, ("default", Role.AGENT, "demo-agent"), ("default", Role.APPROVER, "demo-approver")
+        )
         transport = HttpTransport(gateway_url, api_key=agent_key)
         approver = LabApprover(gateway_url, api_key=approver_key)
         try:
@@ -201,11 +193,6 @@ async def _main(args: argparse.Namespace) -> int:
         if args.keep:
             print(f"\nreport, sink log and process logs kept in {tmp}")
         return 0 if result.ok else 1
-    finally:
-        for child in reversed(children):
-            child.stop(15.0)
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> int:

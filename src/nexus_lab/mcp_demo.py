@@ -16,13 +16,9 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,11 +26,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from openai import AsyncOpenAI
 
-from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.settings import Settings
-from nexus.store.database import Database
-from nexus_lab.procs import Proc, free_port, nexus, wait_ready
+from nexus_lab.procs import Workspace, free_port, new_keys, nexus, wait_ready
 from nexus_lab.tables import text_table
 
 ORDER = {
@@ -85,12 +78,11 @@ async def mcp_session(url: str, key: str) -> AsyncIterator[ClientSession]:
 
 async def _main(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="nexus-demo-mcp-"))
+    work = Workspace("nexus-demo-mcp-", keep=args.keep)
+    tmp, env, children = work.dir, work.env, work.children
     llm_port, http_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
-    children: list[Proc] = []
     print(f"nexus demo-mcp: working in {tmp}", flush=True)
-    try:
+    with work:
         fake = ["fake-llm", "--port", str(llm_port), "--behaviours", "mcp_agent", "--log", str(tmp / "fake.jsonl")]
         children.append(nexus("fake-llm", fake, env, tmp / "fake-llm.out").start())
         serve = ["serve", "--data-dir", str(tmp / "data"), "--http-port", str(http_port), "--no-dispatcher"]
@@ -98,12 +90,7 @@ async def _main(args: argparse.Namespace) -> int:
         await wait_ready(children[0], f"http://127.0.0.1:{llm_port}/healthz", 20)
         gateway = f"http://127.0.0.1:{http_port}"
         await wait_ready(children[1], gateway + "/readyz", 45)
-        db = await Database(Settings(data_dir=tmp / "data")).open(migrate=False)
-        try:
-            _, acme = await create_key(db, "acme", frozenset({Role.AGENT}))
-            _, globex = await create_key(db, "globex", frozenset({Role.AGENT}))
-        finally:
-            await db.close()
+        acme, globex = await new_keys(tmp / "data", ("acme", Role.AGENT, None), ("globex", Role.AGENT, None))
         print(
             f"  gateway on {gateway} (MCP at {gateway}/mcp), ready at {time.monotonic() - started:.1f}s; "
             f"fake model on :{llm_port}; agent keys for tenants acme and globex\n",
@@ -133,11 +120,6 @@ async def _main(args: argparse.Namespace) -> int:
         if args.keep:
             print(f"logs kept in {tmp}")
         return 0 if ok else 1
-    finally:
-        for child in reversed(children):
-            child.stop(15.0)
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +19,11 @@ from typing import Any
 
 import httpx
 import uvicorn
+
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
+from nexus.settings import Settings
+from nexus.store.database import Database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # How every harness starts the `nexus` command: this interpreter, this checkout.
@@ -86,6 +93,37 @@ class Proc:
 
     def log_since_start(self) -> str:
         return self.log().rsplit("=== start #", 1)[-1]
+
+
+class Workspace:
+    """A demo's temporary directory, the environment its children start from (this one without NEXUS_* and
+    SIM_* variables) and the children it started: leaving it stops them, the last started first, and removes
+    the directory unless `keep`."""
+
+    def __init__(self, prefix: str, *, keep: bool) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix=prefix))
+        self.keep = keep
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
+        self.children: list[Proc] = []
+
+    def __enter__(self) -> Workspace:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for child in reversed(self.children):
+            child.stop(15.0)
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+async def new_keys(data_dir: Path, *wanted: tuple[str, Role, str | None]) -> list[str]:
+    """New API keys, one per (tenant, role, name), made in the running embedded database under `data_dir`
+    (shown once, as `nexus keys create` would)."""
+    db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
+    try:
+        return [(await create_key(db, tenant, frozenset({role}), name=name))[1] for tenant, role, name in wanted]
+    finally:
+        await db.close()
 
 
 def nexus(name: str, args: Sequence[str], env: dict[str, str], log_path: Path) -> Proc:

@@ -1,4 +1,9 @@
-"""One delivery.py run_one (16 workers) printing rate and CPU per 1,000 as JSON."""
+"""One delivery.py run_one (16 workers) printing rate and CPU per 1,000 as JSON.
+
+    one_delivery.py N [--idle-tenant]
+
+With --idle-tenant, the subscriber is tenant `default`'s and tenant `beta` has an idle subscription: the
+subscriber is held to its tenant's bulkhead (8 of 16 workers)."""
 
 import asyncio
 import json
@@ -10,9 +15,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 import delivery
 
+from nexus.delivery import subscriptions
 from nexus.delivery.signing import generate_secret
 from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.procs import free_port, wait_http
+
+_add = subscriptions.add_subscription
+
+
+async def add_two(db, name, url, secret, **kw):
+    await _add(db, "beta-idle", url.replace("/hook", "/idle"), secret, tenant_id="beta")
+    return await _add(db, name, url, secret, tenant_id="default")
 
 
 async def main():
@@ -33,4 +46,6 @@ async def main():
         embedded.close()
 
 
+if "--idle-tenant" in sys.argv:
+    delivery.add_subscription = add_two
 asyncio.run(main())

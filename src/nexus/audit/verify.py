@@ -18,29 +18,13 @@ from nexus.core.audit import Checkpoint, Head, Record, Verification, format_at, 
 from nexus.errors import ConfigurationError
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus.store.rows import from_row
 
 FORMAT = "nexus-decision-log"
 
 
 def record_of(row: Any) -> Record:
-    return Record(
-        tenant_id=row["tenant_id"],
-        order_id=row["order_id"],
-        position=row["position"],
-        at=format_at(row["at"]),
-        actor=row["actor"],
-        event_id=row["event_id"],
-        plan_id=row["plan_id"],
-        seq=row["seq"],
-        event_type=row["event_type"],
-        decision=row["decision"],
-        code=row["code"],
-        check=row["check"],
-        message=row["message"],
-        prev_hash=bytes(row["prev_hash"]),
-        hash=bytes(row["hash"]),
-        id=row["id"],
-    )
+    return from_row(Record, row, at=format_at(row["at"]), prev_hash=bytes(row["prev_hash"]), hash=bytes(row["hash"]))
 
 
 def checkpoint_of(row: Any) -> Checkpoint:

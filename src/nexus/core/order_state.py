@@ -14,6 +14,8 @@ from nexus.core.envelope import EventEnvelope
 from nexus.core.process_model import Verdict
 
 
+# A value declared field by field, alike in form to core/audit_verify.Fault and lab/agent/graph.Outcome: different data,
+# nothing to share.
 class Decision(enum.StrEnum):
     APPLY = "APPLY"
     BUFFER = "BUFFER"
@@ -60,6 +62,7 @@ class OrderState:
         return self.status is not None
 
 
+# A value declared field by field, alike in form to lab/agent/processes.LabProcess: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Applied:
     """A step that changed its order: one notification at `position` in the order's outbox."""
@@ -73,6 +76,7 @@ class Applied:
     """The step took its seq but waits for its effect: no notification yet, status unchanged."""
 
 
+# A value declared field by field, alike in form to core/saga.StepView: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Rejection:
     """A step the order's process refused. `drained`: it came out of the buffer; `replay`: its event_id

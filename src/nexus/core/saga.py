@@ -45,6 +45,8 @@ from typing import Any
 
 from nexus.core.backoff import RetryPolicy, decide
 from nexus.core.checks import CheckSyntaxError, CompiledRule
+from nexus.core.delivery import AttemptOutcome
+from nexus.core.delivery import outcome_of_status as delivery_outcome_of_status
 
 
 class SagaStatus(enum.StrEnum):
@@ -84,12 +86,16 @@ class CallOutcome(enum.StrEnum):
     REFUSED = "refused"  # any other status: the service will never do it (e.g. a declined charge)
 
 
+_CALL_OUTCOMES = {
+    AttemptOutcome.DELIVERED: CallOutcome.SUCCEEDED,
+    AttemptOutcome.RETRYABLE: CallOutcome.RETRYABLE,
+    AttemptOutcome.REJECTED: CallOutcome.REFUSED,
+}
+
+
 def outcome_of_status(status: int) -> CallOutcome:
-    if 200 <= status < 300:
-        return CallOutcome.SUCCEEDED
-    if status >= 500 or status in (408, 429):
-        return CallOutcome.RETRYABLE
-    return CallOutcome.REFUSED
+    """The outcome of a call the service answered with HTTP `status`: read as a webhook's answer is."""
+    return _CALL_OUTCOMES[delivery_outcome_of_status(status)]
 
 
 def idempotency_key(secret: bytes, tenant_id: str, order_id: str, plan_id: str, step: str, action: Action) -> str:
@@ -98,6 +104,7 @@ def idempotency_key(secret: bytes, tenant_id: str, order_id: str, plan_id: str, 
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
+# A value declared field by field, alike in form to core/order_state.Rejection: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepView:
     """What the state machines need of one `saga_steps` row."""

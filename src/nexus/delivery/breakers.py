@@ -11,20 +11,14 @@ from nexus import metrics
 from nexus.core.breaker import Breaker, BreakerState, transitions
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus.store.rows import from_row
 
 log = logging.getLogger(__name__)
 
 
 def breaker_of(row: asyncpg.Record) -> Breaker:
     """The breaker held by a `circuit_breakers` row."""
-    return Breaker(
-        state=BreakerState(row["state"]),
-        failure_count=row["failure_count"],
-        last_failure_at=row["last_failure_at"],
-        open_until=row["open_until"],
-        probe_owner=row["probe_owner"],
-        probe_until=row["probe_until"],
-    )
+    return from_row(Breaker, row, state=BreakerState(row["state"]))
 
 
 async def write_breaker(conn: asyncpg.Connection, subscription_id: int, b: Breaker) -> None:

@@ -27,12 +27,15 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
+from nexus.store.rows import row_json
 
 log = logging.getLogger(__name__)
 
 DEFAULT_NAME = "default"
 
 
+# A value declared field by field, alike in form to rule_cost.Walk, bulkheads.BulkheadConfig, lab/agent/graph.Expected:
+# different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Subscription:
     id: int
@@ -146,19 +149,13 @@ async def ensure_default_subscription(db: Database, settings: Settings) -> Subsc
 
 
 def _dead_json(row: Any) -> dict[str, Any]:
-    return {
-        "outbox_id": str(row["outbox_id"]),
-        "subscription_id": row["subscription_id"],
-        "subscription": row["subscription"],
-        "order_id": row["order_id"],
-        "position": row["position"],
-        "event_type": row["event_type"],
-        "attempts": row["attempts"],
-        "last_status": row["last_status"],
-        "last_error": row["last_error"],
-        "dead_reason": row["dead_reason"],
-        "dead_at": row["dead_at"].isoformat() if row["dead_at"] else None,
-    }
+    return row_json(row, _DEAD_FIELDS)
+
+
+_DEAD_FIELDS = (
+    "outbox_id", "subscription_id", "subscription", "order_id", "position", "event_type", "attempts",
+    "last_status", "last_error", "dead_reason", "dead_at",
+)  # fmt: skip
 
 
 async def list_dead_deliveries(

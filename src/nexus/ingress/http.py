@@ -31,6 +31,7 @@ from nexus.saga.admin import effect_of, order_saga
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus.store.rows import row_json
 
 if TYPE_CHECKING:
     from nexus.lifecycle.waiting import DecisionListener
@@ -317,19 +318,13 @@ async def read_order(db: Database, tenant_id: str, order_id: str) -> dict[str, A
 
 def dead_letter_json(row: Any) -> dict[str, Any]:
     """A dead_letters row as the API and `nexus dlq` show it."""
-    return {
-        "id": row["id"],
-        "source": row["source"],
-        "code": row["code"],
-        "error": row["error"],
-        "event_id": row["event_id"],
-        "order_id": row["order_id"],
-        "plan_id": row["plan_id"],
-        "payload": row["payload"],
-        "created_at": row["created_at"].isoformat(),
-        "redriven_at": row["redriven_at"].isoformat() if row["redriven_at"] else None,
-        "tenant": row["tenant_id"],
-    }
+    return row_json(row, _DEAD_LETTER_FIELDS, tenant=row["tenant_id"])
+
+
+_DEAD_LETTER_FIELDS = (
+    "id", "source", "code", "error", "event_id", "order_id", "plan_id", "payload", "created_at", "redriven_at",
+    "tenant",
+)  # fmt: skip
 
 
 async def redrive_dead_letter(

@@ -111,17 +111,17 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_concurrency: int | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._deadline: asyncio.TimerHandle | None = None
-        self._head_deadline: asyncio.TimerHandle | None = None
+        self._read = _Deadline(self, self.read_timeout_s, "request", "http_read_timeout")
+        self._head = _Deadline(self, self.head_timeout_s, "request head", "http_head_timeout")
         self._head_bytes = 0
         self._in_head = False
         super().connection_made(transport)
-        self._arm()
-        self._arm_head()  # a new connection owes its first request head within the head timeout
+        self._read.arm()
+        self._head.arm()  # a new connection owes its first request head within the head timeout
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        self._disarm_head()
+        self._read.disarm()
+        self._head.disarm()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -138,14 +138,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._in_head = True
         self._head_bytes = 0
-        self._arm()
-        if self._head_deadline is None:  # from the request's first byte (or the connection's opening)
-            self._arm_head()
+        self._read.arm()
+        if not self._head.armed:  # from the request's first byte (or the connection's opening)
+            self._head.arm()
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
-        self._disarm_head()
+        self._head.disarm()
         cap = self.max_concurrency
         refusal = None
         if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > self.max_head_bytes:
@@ -172,37 +172,39 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._disarm()
+        self._read.disarm()
 
-    def _arm(self) -> None:
-        self._disarm()
-        self._deadline = self.loop.call_later(self.read_timeout_s, self._read_timed_out)
 
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+class _Deadline:
+    """One deadline of a connection (the request's, the request head's): armed again from now, disarmed, or
+    past it the connection is closed."""
 
-    def _arm_head(self) -> None:
-        self._disarm_head()
-        self._head_deadline = self.loop.call_later(self.head_timeout_s, self._head_timed_out)
+    def __init__(self, protocol: GuardedHttpToolsProtocol, seconds: float, what: str, action: str) -> None:
+        self._protocol = protocol
+        self._seconds = seconds
+        self._what = what
+        self._action = action
+        self._handle: asyncio.TimerHandle | None = None
 
-    def _disarm_head(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
+    @property
+    def armed(self) -> bool:
+        return self._handle is not None
 
-    def _head_timed_out(self) -> None:
-        self._head_deadline = None
-        if not self.transport.is_closing():
-            log.debug("request head not received in time; closing", extra={"action": "http_head_timeout"})
-            self.transport.close()
+    def arm(self) -> None:
+        self.disarm()
+        self._handle = self._protocol.loop.call_later(self._seconds, self._passed)
 
-    def _read_timed_out(self) -> None:
-        self._deadline = None
-        if not self.transport.is_closing():
-            log.debug("request not received in time; closing", extra={"action": "http_read_timeout"})
-            self.transport.close()
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _passed(self) -> None:
+        self._handle = None
+        transport = self._protocol.transport
+        if not transport.is_closing():
+            log.debug("%s not received in time; closing", self._what, extra={"action": self._action})
+            transport.close()
 
 
 def server_config(app: Any, settings: Settings) -> uvicorn.Config:

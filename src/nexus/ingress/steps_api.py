@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Body, Path, Request
@@ -111,6 +111,7 @@ async def start_plan(db: Database, gateway: Gateway, principal: Principal, reque
     return body
 
 
+# Its parameters are end_plan's: both are called by the REST routes and the MCP tools with the same parts.
 async def propose_step(
     db: Database,
     gateway: Gateway,
@@ -147,6 +148,7 @@ async def propose_step(
     return status, body
 
 
+# Its parameters are propose_step's (see there); the two decide different things.
 async def end_plan(
     db: Database,
     gateway: Gateway,
@@ -285,12 +287,9 @@ _HELD: dict[int | str, dict[str, Any]] = {
 )
 async def post_step(request: Request, order_id: OrderId, body: Annotated[ProposeStep, Body()]) -> Any:
     state = request.app.state
-    try:
-        principal = _principal(request)
-        status, content = await propose_step(state.db, state.gateway, principal, order_id, body, state.submitter)
-    except StepsApiError as exc:
-        return _error(exc)
-    return JSONResponse(content, status_code=status)
+    return await _answer(
+        lambda: propose_step(state.db, state.gateway, _principal(request), order_id, body, state.submitter)
+    )
 
 
 @router.get("/v1/orders/{order_id}/plan", summary="The plan an order follows (an agent resuming after a restart)")
@@ -304,23 +303,27 @@ async def get_plan_of_order(request: Request, order_id: OrderId) -> Any:
 
 @router.post("/v1/orders/{order_id}/abort", summary="Abort the order's plan (abort code manual)")
 async def post_abort(request: Request, order_id: OrderId, body: Annotated[EndPlan, Body()]) -> Any:
-    state = request.app.state
-    try:
-        status, content = await end_plan(
-            state.db, state.gateway, _principal(request), order_id, body, replan=False, submitter=state.submitter
-        )
-    except StepsApiError as exc:
-        return _error(exc)
-    return JSONResponse(content, status_code=status)
+    return await _end_plan(request, order_id, body, replan=False)
 
 
 @router.post("/v1/orders/{order_id}/replan", summary="Replace the order's plan by a new one (REPLAN)")
 async def post_replan(request: Request, order_id: OrderId, body: Annotated[EndPlan, Body()]) -> Any:
+    return await _end_plan(request, order_id, body, replan=True)
+
+
+async def _end_plan(request: Request, order_id: str, body: EndPlan, *, replan: bool) -> Any:
     state = request.app.state
-    try:
-        status, content = await end_plan(
-            state.db, state.gateway, _principal(request), order_id, body, replan=True, submitter=state.submitter
+    return await _answer(
+        lambda: end_plan(
+            state.db, state.gateway, _principal(request), order_id, body, replan=replan, submitter=state.submitter
         )
+    )
+
+
+async def _answer(call: Callable[[], Awaitable[tuple[int, dict[str, Any]]]]) -> Any:
+    """The call's (status, body) as the answer, or the error body of the StepsApiError it raised."""
+    try:
+        status, content = await call()
     except StepsApiError as exc:
         return _error(exc)
     return JSONResponse(content, status_code=status)

@@ -31,6 +31,7 @@ from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.store.database import Database
 from nexus.store.lifecycle import ApprovalDecision
 from nexus.store.queries import query
+from nexus.store.rows import row_json
 
 log = logging.getLogger(__name__)
 
@@ -68,22 +69,14 @@ def can_answer(approver: Approver, tenant_id: str) -> bool:
 
 
 def approval_json(row: Any) -> dict[str, Any]:
-    envelope = json.loads(row["envelope"])
-    return {
-        "approval_id": str(row["approval_id"]),
-        "tenant_id": row["tenant_id"],
-        "order_id": row["order_id"],
-        "plan_id": row["plan_id"],
-        "seq": row["seq_id"],
-        "event_type": row["event_type"],
-        "event_id": str(row["event_id"]),
-        "data": envelope.get("data", {}),
-        "status": row["status"],
-        "created_at": row["created_at"].isoformat(),
-        "expires_at": row["expires_at"].isoformat() if row["expires_at"] else None,
-        "decided_at": row["decided_at"].isoformat() if row["decided_at"] else None,
-        "decided_by": row["decided_by"],
-    }
+    data = json.loads(row["envelope"]).get("data", {})
+    return row_json(row, _APPROVAL_FIELDS, seq=row["seq_id"], data=data)
+
+
+_APPROVAL_FIELDS = (
+    "approval_id", "tenant_id", "order_id", "plan_id", "seq", "event_type", "event_id", "data", "status",
+    "created_at", "expires_at", "decided_at", "decided_by",
+)  # fmt: skip
 
 
 async def pending(db: Database, approver: Approver, *, limit: int = 100) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from typing import Any
 from nexus.errors import NotFoundError
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus.store.rows import row_json
 
 HISTORY_FIELDS = (
     "seq", "event_type", "event_id", "decision", "code", "check", "message", "at", "actor", "actor_name",
@@ -19,19 +20,7 @@ written before actors); `actor_name`: the name of the key a `key:<id>` stands fo
 
 def history_item(row: Any) -> dict[str, Any]:
     """One decision as the API shows it: exactly HISTORY_FIELDS."""
-    return {
-        "seq": row["seq"],
-        "event_type": row["event_type"],
-        "event_id": row["event_id"],
-        "decision": row["decision"],
-        "code": row["code"],
-        "check": row["check"],
-        "message": row["message"],
-        "at": row["at"].isoformat(),
-        "actor": row["actor"],
-        "actor_name": row["actor_name"],
-        "notification_id": str(row["notification_id"]) if row["notification_id"] is not None else None,
-    }
+    return row_json(row, HISTORY_FIELDS)
 
 
 async def order_history(db: Database, tenant_id: str, order_id: str) -> list[dict[str, Any]]:

@@ -51,6 +51,8 @@ def seq_of(event_type: str) -> int | None:
     return None if event_type == ABORT else STEPS.index(StepType(event_type)) + 1
 
 
+# A value declared field by field, alike in form to core/audit_verify.Fault, core/order_state.Decision, rule_cost.Walk,
+# bulkheads.BulkheadConfig, auth/sessions.Session: different data, nothing to share.
 class Outcome(enum.StrEnum):
     """How a plan ends, decided by the simulation before any event is sent."""
 
@@ -214,15 +216,14 @@ async def generate_plan(state: PlanState) -> dict[str, Any]:
     """Validate the order and decide, from the seed, how the plan ends."""
     problem = _plan_problem(state)
     if problem is not None:
-        return {
-            "status": "aborting",
-            "outcome": Outcome.INVALID_PLAN.value,
-            "abort_code": AbortCode.MANUAL.value,
-            "abort_reason": problem,
-            "current_seq": 0,
-        }
+        return _aborting(AbortCode.MANUAL, problem, outcome=Outcome.INVALID_PLAN.value, current_seq=0)
     outcome = Simulation.from_state(state.get("simulation")).outcome()
     return {"status": "running", "outcome": outcome.value, "current_seq": state.get("current_seq", 0)}
+
+
+def _aborting(code: AbortCode, reason: str, **more: Any) -> dict[str, Any]:
+    """The state update that ends the plan at `abort_plan` with this abort code and reason."""
+    return {"status": "aborting", "abort_code": code.value, "abort_reason": reason, **more}
 
 
 async def create_order(state: PlanState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
@@ -233,11 +234,7 @@ async def create_order(state: PlanState, runtime: Runtime[AgentContext]) -> dict
 async def validate_inventory(state: PlanState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
     """InventoryValidated (seq 2), unless the simulation says the stock is out."""
     if state["outcome"] == Outcome.INVENTORY_FAILED:
-        return {
-            "status": "aborting",
-            "abort_code": AbortCode.INVENTORY_FAILED.value,
-            "abort_reason": "inventory unavailable for at least one item",
-        }
+        return _aborting(AbortCode.INVENTORY_FAILED, "inventory unavailable for at least one item")
     items = [{"product_id": i["product_id"], "quantity": i["quantity"], "unit_price": str(i["unit_price"])}
              for i in state["items"]]  # fmt: skip
     return await _emit(state, runtime, VALIDATE, {"warehouse_id": "wh_main", "reserved_items": items})
@@ -246,11 +243,7 @@ async def validate_inventory(state: PlanState, runtime: Runtime[AgentContext]) -
 async def process_payment(state: PlanState, runtime: Runtime[AgentContext]) -> dict[str, Any]:
     """PaymentProcessed (seq 3), unless the simulation says the payment is refused: then no event."""
     if state["outcome"] == Outcome.PAYMENT_REJECTED:
-        return {
-            "status": "aborting",
-            "abort_code": AbortCode.PAYMENT_REJECTED.value,
-            "abort_reason": "payment rejected by the issuer",
-        }
+        return _aborting(AbortCode.PAYMENT_REJECTED, "payment rejected by the issuer")
     data = {
         "payment_id": f"pay_{uuid.uuid4().hex[:12]}",
         "amount": str(Decimal(str(state["total_amount"]))),

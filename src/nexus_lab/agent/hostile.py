@@ -117,18 +117,11 @@ APPROVE, DENY = "approve", "deny"
 APPROVE_SHARE = 0.5
 # The moves that shape a whole plan, which an approval plan yields to (it never takes them away).
 WHOLE_PLAN_MODES = (Mode.AFTER_COMPLETION, Mode.REPLAN, Mode.STALL)
-# The order extras take at one boundary.
-BOUNDARY_ORDER: tuple[Mode, ...] = (
-    Mode.RESTART,
-    Mode.OTHER_PLAN,
-    Mode.MALFORMED,
-    Mode.ZOMBIE,
-    Mode.SKIPPED_STEP,
-    Mode.WRONG_AMOUNT,
-    Mode.WRONG_CURRENCY,
-    Mode.INVENTED_STEP,
-    Mode.AFTER_COMPLETION,
-    Mode.REPLAN,  # last: what follows it at the boundary would go under the new plan
+# The order extras take at one boundary: the draw order of the modes that send an extra there (not
+# out_of_order and duplicate, which act at an honest step's index, nor stall and approval, which change how an
+# honest step is sent). REPLAN comes last: what follows it at the boundary would go under the new plan.
+BOUNDARY_ORDER: tuple[Mode, ...] = tuple(
+    m for m in DRAW_ORDER if m not in (Mode.OUT_OF_ORDER, Mode.DUPLICATE, Mode.STALL, Mode.APPROVAL)
 )
 # The hallucinations the process rejects: mode -> the code the gateway answers (the mutation's name is the mode's).
 REJECTED_MODES: dict[Mode, str] = {
@@ -150,6 +143,7 @@ MALFORMED_VARIANTS: dict[str, str] = {
 OTHER_PLAN_SUFFIX = "-impostor"
 
 
+# A value declared field by field, alike in form to core/process_model.Verdict: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Action:
     """One hostile move: `at` is an honest index (duplicate, out_of_order) or a boundary (the others)."""
@@ -371,6 +365,7 @@ class Message:
 
 
 def _message(spec: SendSpec, envelope: EventEnvelope) -> Message:
+    # Built field by field, alike in form to sink's Faults from its flags: different values.
     return Message(
         body=envelope_json(envelope),
         key=envelope.order_id,
@@ -440,17 +435,21 @@ def malformed_body(variant: str, base: dict[str, Any]) -> bytes:
     return json.dumps(obj).encode()
 
 
-def materialize(
-    spec: SendSpec,
-    honest: Sequence[EventEnvelope],
-    *,
-    order_id: str,
-    plan_id: str,
-    new_id: Callable[[], uuid.UUID] = uuid.uuid4,
-    lab: LabProcess = ORDER,
-    process: str | None = None,
-) -> Message:
-    """Build the message `spec` describes from the honest events produced so far (a plan of `lab`)."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlanTarget:
+    """The plan hostile messages belong to: its order and plan ids, where new event ids come from, the
+    process whose steps its hallucinations falsify (`lab`) and the one its first step names (None: `order`)."""
+
+    order_id: str
+    plan_id: str
+    new_id: Callable[[], uuid.UUID] = uuid.uuid4
+    lab: LabProcess = ORDER
+    process: str | None = None
+
+
+def materialize(spec: SendSpec, honest: Sequence[EventEnvelope], target: PlanTarget) -> Message:
+    """Build the message `spec` describes from the honest events produced so far (a plan of `target.lab`)."""
+    order_id, plan_id, new_id, lab = target.order_id, target.plan_id, target.new_id, target.lab
     ref = honest[spec.ref] if spec.ref is not None else None
     if spec.mutation == "as_is":
         assert ref is not None
@@ -492,9 +491,7 @@ def materialize(
         )
         return _message(spec, zombie)
     if spec.mode in REJECTED_MODES:
-        made = hallucination(
-            spec.mode, honest, order_id=order_id, plan_id=plan_id, new_id=new_id, lab=lab, process=process
-        )
+        made = hallucination(spec.mode, honest, target)
         return _message(spec, made)
     if spec.mutation == "malformed":
         assert spec.variant is not None
@@ -527,25 +524,17 @@ def materialize(
     raise ValueError(f"unknown mutation {spec.mutation!r}")
 
 
-def hallucination(
-    mode: Mode,
-    honest: Sequence[EventEnvelope],
-    *,
-    order_id: str,
-    plan_id: str,
-    new_id: Callable[[], uuid.UUID] = uuid.uuid4,
-    lab: LabProcess = ORDER,
-    process: str | None = None,
-) -> EventEnvelope:
+def hallucination(mode: Mode, honest: Sequence[EventEnvelope], target: PlanTarget) -> EventEnvelope:
     """The step a hallucinating agent sends at the boundary after the honest events so far (before any, it
     names the plan's `process`, as a first step does: the order's process is its first step's)."""
+    lab, process = target.lab, target.process
     b = len(honest)
     first = honest[0] if honest else None
     timestamp = honest[-1].timestamp if honest else dt.datetime.now(dt.UTC)
     common: dict[str, Any] = {
-        "event_id": new_id(),
-        "plan_id": plan_id,
-        "order_id": order_id,
+        "event_id": target.new_id(),
+        "plan_id": target.plan_id,
+        "order_id": target.order_id,
         "timestamp": timestamp,
         "correlation_id": first.correlation_id if first else None,
     }
@@ -598,17 +587,14 @@ class HostileStream:
         lab: LabProcess = ORDER,
     ) -> None:
         self.specs = list(specs)
-        self.order_id = order_id
+        self.target = PlanTarget(order_id, plan_id, new_id, lab, process)
         self.plan_id = plan_id
-        self.new_id = new_id
         self.honest: list[EventEnvelope] = []
         self.next = 0
         self.deadline = deadline
         """Set on the plan's first step (a stalling plan: the gateway aborts it then)."""
         self.process = process
         """The process the plan's first step names (None: `order`)."""
-        self.lab = lab
-        """The process whose steps the plan's hallucinations falsify."""
         replan = next((s for s in self.specs if s.mutation == "replan"), None)
         self.replanned_at = None if replan is None or replan.ref is None else replan.ref + 1
         """Honest events from this index on go under the new plan."""
@@ -617,17 +603,7 @@ class HostileStream:
         out: list[Message] = []
         while self.next < len(self.specs) and self.specs[self.next].needs <= len(self.honest):
             spec = self.specs[self.next]
-            out.append(
-                materialize(
-                    spec,
-                    self.honest,
-                    order_id=self.order_id,
-                    plan_id=self.plan_id,
-                    new_id=self.new_id,
-                    lab=self.lab,
-                    process=self.process,
-                )
-            )
+            out.append(materialize(spec, self.honest, self.target))
             self.next += 1
         return out
 

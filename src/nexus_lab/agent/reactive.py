@@ -140,6 +140,7 @@ def build_reactive_graph(client: AsyncNexusClient, *, wait_s: float = 10.0, max_
         step = STEPS[state["seq"] - 1]
         return {"outcome": FAILURE_OF.get(step, AbortCode.MANUAL).value}
 
+    # Built as the LLM planner's graph is (llm/planner.build_graph): LangGraph's builder calls, other nodes.
     graph = StateGraph(ReactiveState)
     graph.add_node("propose", propose)
     graph.add_node("await_outcome", await_outcome)

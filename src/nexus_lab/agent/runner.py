@@ -55,6 +55,7 @@ import datetime as dt
 import json
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -340,6 +341,14 @@ async def run_agent(
         "summary": summarize(plans),
         "plans": plans,
     }
+
+
+def exit_status(report: Mapping[str, Any]) -> int:
+    """`nexus agent`'s exit status for a report: 1, said on stderr, if the run stopped on an error; else 0."""
+    if report["error"]:
+        print(f"nexus agent: stopped: {report['error']}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def write_report(report: Mapping[str, Any], path: Path) -> None:

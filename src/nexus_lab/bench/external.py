@@ -23,17 +23,16 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import types
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.settings import Settings
 from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.bench.cpu import ProducerProcess
+from nexus_lab.bench.kafka_group import TimedGateway
 from nexus_lab.bench.scenarios import Row, row
 
 BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
@@ -71,19 +70,6 @@ def broker_up(bootstrap: str) -> bool:
         return False
 
 
-class _TimedGateway(Gateway):
-    """`Gateway.submit` that records how long each call took (one partition slice per call)."""
-
-    latencies: list[float] = []
-
-    async def submit(self, items: Sequence[Incoming], *, source: str = "http") -> list[Outcome]:
-        t = time.perf_counter()
-        try:
-            return await super().submit(items, source=source)
-        finally:
-            _TimedGateway.latencies.append(time.perf_counter() - t)
-
-
 async def bench_kafka(
     admin_url: str, plans: int, concurrencies: Sequence[int], poll: int, on_row: Callable[[Row], None],
     consumers: Sequence[int] = (1,),
@@ -98,20 +84,20 @@ async def bench_kafka(
     # logs each retry, which would bury the progress lines.
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     # The script's knobs are module constants: partitions, and the Gateway its ingress is built with.
-    module.Gateway = _TimedGateway
+    module.Gateway = TimedGateway
     dbs = module.Databases(admin_url)
     rows: list[Row] = []
     async with ProducerProcess() as producer:
         for conc in concurrencies:
             for procs in consumers:
                 module.PARTITIONS = conc
-                _TimedGateway.latencies = []
+                TimedGateway.latencies = []
                 records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
                 if procs == 1:
                     result: dict[str, Any] = await module.kafka_run(
                         settings, dbs, records, prefill=False, poll=poll, producer=producer
                     )
-                    latencies = _TimedGateway.latencies
+                    latencies = TimedGateway.latencies
                 else:
                     result = await module.kafka_run_processes(
                         settings, dbs, records, poll=poll, producer=producer, consumers=procs

@@ -28,7 +28,7 @@ from nexus_lab.bench.cpu import ProducerProcess, postmaster_pid, tree_cpu_second
 
 
 class TimedGateway(Gateway):
-    """`Gateway.submit` that records how long each call took (one lane batch per call)."""
+    """`Gateway.submit` that records how long each call took (one lane batch, or one partition slice, per call)."""
 
     latencies: list[float] = []
 

@@ -6,7 +6,7 @@
 Starts `nexus serve --no-dispatcher` (embedded PostgreSQL in a temporary --data-dir, log level WARNING)
 and an agent key of tenant `bench`. For each connection count, each target: a warm-up run, then the
 measured run of wrk (one connection per thread, each connection stepping its own orders 1..5 in order;
-`wrk_steps.lua` for the numbered steps, plans inserted beforehand; `wrk_orders.lua` for `/v1/events`).
+`wrk_orders.lua` in its rest, mcp or events mode; for the numbered steps, plans inserted beforehand).
 Reported: steps/s, p50/p99 per call, non-2xx answers, and the gateway process's CPU (utime + stime from
 /proc, PostgreSQL excluded) per 1,000 steps; the MCP layer's CPU per step is MCP's minus REST's.
 """
@@ -15,15 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import uuid
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +29,7 @@ from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
-from nexus_lab.bench.wrk import run_wrk
+from nexus_lab.bench.wrk import _script, run_wrk
 from nexus_lab.procs import Proc, free_port, nexus, wait_ready
 from nexus_lab.tables import text_table
 
@@ -45,10 +41,6 @@ def process_cpu_s(pid: int) -> float:
     """CPU seconds (user + system) of one process, its children excluded."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def _script(name: str) -> Path:
-    return Path(str(resources.files("nexus_lab.bench").joinpath(name)))
 
 
 async def make_plans(url: str, run_id: str, connections: int, orders: int) -> None:
@@ -68,24 +60,8 @@ async def make_plans(url: str, run_id: str, connections: int, orders: int) -> No
 
 
 def wrk_once(base: str, target: str, connections: int, seconds: float, run_id: str) -> dict[str, Any]:
-    if target == "events":
-        return run_wrk(base, connections, seconds, run_id, _script("wrk_orders.lua"))
-    mode = "mcp" if target == "mcp" else "rest"
-    return run_wrk_mode(base, connections, seconds, run_id, mode)
-
-
-def run_wrk_mode(base: str, connections: int, seconds: float, run_id: str, mode: str) -> dict[str, Any]:
-    """`run_wrk` with the steps script and its mode argument."""
-    authorization = f"Bearer {os.environ['NEXUS_API_KEY']}"
-    script = str(_script("wrk_steps.lua"))
-    command = ["wrk", "-t", str(connections), "-c", str(connections), "-d", f"{max(1, round(seconds))}s",
-               "--timeout", "10s", "-s", script, base, "--", run_id, authorization, mode]  # fmt: skip
-    out = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout  # noqa: S603
-    match = re.search(r"^NEXUS_WRK (\{.*\})$", out, re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"wrk printed no summary:\n{out[-2000:]}")
-    result: dict[str, Any] = json.loads(match.group(1))
-    return result
+    mode = target if target in ("events", "mcp") else "rest"
+    return run_wrk(base, connections, seconds, run_id, _script("wrk_orders.lua"), mode=mode)
 
 
 async def measure(

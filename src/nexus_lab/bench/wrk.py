@@ -101,12 +101,14 @@ ORDER_STEPS = definitions.main_plan(definitions.shipped("order"))
 """The steps each wrk connection sends per order, in order (wrk_orders.lua's third argument)."""
 
 
-def run_wrk(base: str, connections: int, seconds: float, run_id: str, script: Path) -> dict[str, Any]:
-    """One wrk run; its `done()` prints one JSON line, read here."""
+def run_wrk(
+    base: str, connections: int, seconds: float, run_id: str, script: Path, mode: str = "events"
+) -> dict[str, Any]:
+    """One wrk run of `wrk_orders.lua` in `mode` (events, rest or mcp); its `done()` prints one JSON line, read here."""
     authorization = ClientConfig.from_env().headers().get("authorization", "")
     command = ["wrk", "-t", str(connections), "-c", str(connections), "-d", f"{max(1, round(seconds))}s",
                "--timeout", "10s", "-s", str(script), base, "--", run_id, authorization,
-               ",".join(ORDER_STEPS)]  # fmt: skip
+               ",".join(ORDER_STEPS), mode]  # fmt: skip
     out = subprocess.run(  # noqa: S603 - wrk with our own script and arguments
         command, capture_output=True, text=True, timeout=seconds + 60, check=True
     ).stdout

@@ -1,17 +1,22 @@
--- wrk script of `nexus bench --suite wrk`: one event per request, POST /v1/events.
--- Run with one connection per thread (-t N -c N): a thread's Lua state is then one connection, and wrk
--- asks it for its next request only once the previous answer arrived, so each connection publishes its
--- own orders' steps in order (order 0 seq 1..5, then order 1, ...), as an agent does.
+-- wrk script of `nexus bench --suite wrk` and of the numbered-steps benchmark (nexus_lab.bench.mcp_steps):
+-- one step per request. Run with one connection per thread (-t N -c N): a thread's Lua state is then one
+-- connection, and wrk asks it for its next request only once the previous answer arrived, so each connection
+-- sends its own orders' steps in order (order 0 seq 1..5, then order 1, ...), as an agent does.
 -- The step advances in response(), not in request(): wrk calls request() once more than it sends (to
--- check the script, on the first thread), and a request lost to a reconnect is sent again (same event_id,
--- which the gateway answers DUPLICATE if it had applied it).
+-- check the script, on the first thread), and a request lost to a reconnect is sent again (same event_id or
+-- idempotency key, which the gateway answers DUPLICATE if it had applied it).
+-- Modes: "events" (the default), POST /v1/events, the client numbering its steps (order_id wrk-<run>-<thread>-<n>);
+-- "rest", POST /v1/orders/{id}/steps, and "mcp", POST /mcp (a JSON-RPC tools/call of propose_step): the
+-- gateway numbers the step (plans made beforehand: order_id <run>-<thread>-<n>).
 -- Arguments (after --): run id (8 hex digits), Authorization header value or "", the order process's
--- steps in order, comma-separated (bench/wrk.py reads them from the definition, processes/order.yaml).
+-- steps in order, comma-separated (bench/wrk.py reads them from the definition, processes/order.yaml), mode.
 
 local STEPS = {}
 local threads = {}
 local counter = 0
 local run = "00000000"
+local mode = "events"
+local rpc_id = 0
 
 function setup(thread)
   table.insert(threads, thread)
@@ -20,8 +25,12 @@ end
 
 function init(args)
   run = args[1] or run
+  mode = args[4] or mode
   wrk.method = "POST"
   wrk.headers["Content-Type"] = "application/json"
+  if mode ~= "events" then
+    wrk.headers["Accept"] = "application/json, text/event-stream"
+  end
   if args[2] ~= nil and args[2] ~= "" then
     wrk.headers["Authorization"] = args[2]
   end
@@ -41,16 +50,30 @@ DATA = {
 function request()
   local order = math.floor(counter / #STEPS)
   local seq = counter % #STEPS + 1
-  local order_id = string.format("wrk-%s-%d-%d", run, thread_id, order)
-  local event_id = string.format("%s-%04x-4000-8000-%012x", run, thread_id, counter + 1)
   -- The same honest data as the bench's Python plans (bench/scenarios.py _BENCH_DATA): it passes the
   -- built-in order process's checks (total = items, reserved = items, payment = total and currency).
   local data = DATA[seq] or "{}"
-  local body = string.format(
-    '{"event_id":"%s","event_type":"%s","plan_id":"%s-plan","order_id":"%s","seq_id":%d,' ..
-    '"timestamp":"%s","schema_version":"1.0","data":%s}',
-    event_id, STEPS[seq], order_id, order_id, seq, os.date("!%Y-%m-%dT%H:%M:%SZ"), data)
-  return wrk.format(nil, "/v1/events", nil, body)
+  if mode == "events" then
+    local order_id = string.format("wrk-%s-%d-%d", run, thread_id, order)
+    local event_id = string.format("%s-%04x-4000-8000-%012x", run, thread_id, counter + 1)
+    local body = string.format(
+      '{"event_id":"%s","event_type":"%s","plan_id":"%s-plan","order_id":"%s","seq_id":%d,' ..
+      '"timestamp":"%s","schema_version":"1.0","data":%s}',
+      event_id, STEPS[seq], order_id, order_id, seq, os.date("!%Y-%m-%dT%H:%M:%SZ"), data)
+    return wrk.format(nil, "/v1/events", nil, body)
+  end
+  local order_id = string.format("%s-%d-%d", run, thread_id, order)
+  if mode == "mcp" then
+    rpc_id = rpc_id + 1
+    local step = string.format('{"order_id":"%s","step":"%s","data":%s,"idempotency_key":"k%d"}',
+      order_id, STEPS[seq], data, seq)
+    local body = string.format(
+      '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"propose_step","arguments":%s}}',
+      rpc_id, step)
+    return wrk.format(nil, "/mcp", nil, body)
+  end
+  local body = string.format('{"step":"%s","data":%s,"idempotency_key":"k%d"}', STEPS[seq], data, seq)
+  return wrk.format(nil, "/v1/orders/" .. order_id .. "/steps", nil, body)
 end
 
 function response(status, headers, body)

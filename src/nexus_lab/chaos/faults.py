@@ -48,6 +48,11 @@ class FaultContext:
         self.counts[what] += n
 
 
+def _outages(ctx: FaultContext, count: int, first_s: Range, gap_s: Range, outage_s: Range) -> list[Range]:
+    """(wait before, length) of each of `count` outages, drawn before the first one: the seed alone decides them."""
+    return [(ctx.rng.uniform(*(first_s if i == 0 else gap_s)), ctx.rng.uniform(*outage_s)) for i in range(count)]
+
+
 def _more(ctx: FaultContext, done: int, minimum: int, maximum: int) -> bool:
     return done < maximum and (done < minimum or not ctx.agent_done.is_set())
 
@@ -124,11 +129,9 @@ class PostgresOutage:
     gap_s: Range = (1.0, 2.5)
     outage_s: Range = (1.0, 2.5)
 
+    # Its fields and loop are ReceiverOutage's: the same schedule (_outages), another thing stopped and started.
     async def run(self, ctx: FaultContext) -> None:
-        schedule = [
-            (ctx.rng.uniform(*(self.first_s if i == 0 else self.gap_s)), ctx.rng.uniform(*self.outage_s))
-            for i in range(self.count)
-        ]
+        schedule = _outages(ctx, self.count, self.first_s, self.gap_s, self.outage_s)
         for wait_s, outage_s in schedule:
             await asyncio.sleep(wait_s)
             await ctx.session.stop_pg()
@@ -171,11 +174,9 @@ class ReceiverOutage:
     gap_s: Range = (2.0, 3.0)
     outage_s: Range = (2.5, 4.0)
 
+    # Its fields and loop are PostgresOutage's (see there); the receiver restarts only after the outage.
     async def run(self, ctx: FaultContext) -> None:
-        schedule = [
-            (ctx.rng.uniform(*(self.first_s if i == 0 else self.gap_s)), ctx.rng.uniform(*self.outage_s))
-            for i in range(self.count)
-        ]
+        schedule = _outages(ctx, self.count, self.first_s, self.gap_s, self.outage_s)
         sink = ctx.stack.sink
         assert sink is not None
         for wait_s, outage_s in schedule:
@@ -201,7 +202,7 @@ class ServiceOutage:
     async def run(self, ctx: FaultContext) -> None:
         import httpx
 
-        schedule = [(ctx.rng.uniform(*self.first_s), ctx.rng.uniform(*self.outage_s)) for _ in range(self.count)]
+        schedule = _outages(ctx, self.count, self.first_s, self.first_s, self.outage_s)
         assert ctx.services_url is not None, "ServiceOutage needs the run's services"
         async with httpx.AsyncClient(base_url=ctx.services_url, timeout=10) as client:
             for wait_s, outage_s in schedule:

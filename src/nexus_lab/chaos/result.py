@@ -35,3 +35,12 @@ class ScenarioResult:
     @property
     def ok(self) -> bool:
         return self.invariants_ok
+
+    def summary_lines(self) -> list[str]:
+        """How a runner ends a scenario's output: ok or FAILED with the counts, then the first broken lines."""
+        status = "ok" if self.ok else "FAILED"
+        lines = [f"{status}: invariants {self.held}/{self.checked}, faults {self.faults}, {self.elapsed_s:.1f}s"]
+        lines += [f"  broke: {line}" for line in self.failures[:10]]
+        if self.error:
+            lines.append(f"  error: {self.error}")
+        return lines

@@ -189,10 +189,6 @@ async def run_scenario(
         result.faults = dict(ctx.counts)
         result.elapsed_s = time.monotonic() - started
     (stack.dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2, default=str) + "\n")
-    status = "ok" if result.ok else "FAILED"
-    say(f"{status}: invariants {result.held}/{result.checked}, faults {result.faults}, {result.elapsed_s:.1f}s")
-    for line in result.failures[:10]:
-        say(f"  broke: {line}")
-    if result.error:
-        say(f"  error: {result.error}")
+    for line in result.summary_lines():
+        say(line)
     return result

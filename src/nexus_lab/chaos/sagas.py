@@ -386,12 +386,8 @@ async def run_saga_scenario(
         await db.close()
         result.faults = dict(run.counts)
         result.elapsed_s = time.monotonic() - started
-    status = "ok" if result.ok else "FAILED"
-    say(f"{status}: invariants {result.held}/{result.checked}, faults {result.faults}, {result.elapsed_s:.1f}s")
-    for line in result.failures[:10]:
-        say(f"  broke: {line}")
-    if result.error:
-        say(f"  error: {result.error}")
+    for line in result.summary_lines():
+        say(line)
     return result
 
 

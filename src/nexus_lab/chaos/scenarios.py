@@ -69,6 +69,12 @@ class Scenario:
     with their own invariants."""
 
 
+def _kafka(name: str, what: str, proof: str, fault: Fault, *, allow_duplicates: bool = False) -> Scenario:
+    """A scenario of the agent producing to Kafka (every hostile mode at 0.2, 300 ms between steps) under `fault`."""
+    return Scenario(name, what, proof, StackSpec(kafka=True), transport="kafka", hostile=all_modes(0.2),
+                    step_delay_ms=300.0, faults=(fault,), allow_duplicates=allow_duplicates)  # fmt: skip
+
+
 def all_modes(rate: float) -> dict[Mode, float]:
     """Every hostile mode but those whose outcome depends on time or on a person: a stalling plan's deadline
     may pass while a killed consumer is down (its last honest step then comes after the abort: DISCARD, as
@@ -153,25 +159,17 @@ SCENARIOS: dict[str, Scenario] = {
             faults=(PostgresOutage(count=2),),
             allow_duplicates=True,
         ),
-        Scenario(
+        _kafka(
             "kafka-restart",
             "the Kafka broker restarted (scripts/kafka.sh restart) while the agent produces",
             "Kafka broker restarted",
-            StackSpec(kafka=True),
-            transport="kafka",
-            hostile=all_modes(0.2),
-            step_delay_ms=300.0,
-            faults=(KafkaRestart(),),
+            KafkaRestart(),
         ),
-        Scenario(
+        _kafka(
             "consumer-kill",
             "Kafka consumers (nexus serve --kafka) SIGKILLed at random moments",
             "gateway SIGKILLed",
-            StackSpec(kafka=True),
-            transport="kafka",
-            hostile=all_modes(0.2),
-            step_delay_ms=300.0,
-            faults=(KillLoop("gateway", minimum=1, maximum=2, first_s=(0.5, 1.2), gap_s=(1.0, 2.0)),),
+            KillLoop("gateway", minimum=1, maximum=2, first_s=(0.5, 1.2), gap_s=(1.0, 2.0)),
             allow_duplicates=True,
         ),
         Scenario(

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 
 from nexus_client import ClientConfig
-from nexus_lab.agent.runner import write_report
+from nexus_lab.agent.runner import exit_status, write_report
 from nexus_lab.llm import runner
 from nexus_lab.llm import settings as llm_settings
 
@@ -40,18 +40,14 @@ async def _main(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         write_report(report, args.report)
     s = report["summary"]
     if report["error"] and not s["plans"]:
-        print(f"nexus agent: stopped: {report['error']}", file=sys.stderr)
-        return 1
+        return exit_status(report)
     rejected = ", ".join(f"{k} {v}" for k, v in s["rejections"].items()) or "none"
     print(
         f"agent (llm {settings.model}): {s['plans']} plans (seed {seed}): {s['completed']} completed, "
         f"{s['aborted']} aborted ({s['give_ups']} given up); {s['proposals']} proposals, {s['applied']} applied, "
         f"{s['duplicates']} duplicates, rejected: {rejected}; {s['requests']} model requests, {s['tokens']} tokens"
     )
-    if report["error"]:
-        print(f"nexus agent: stopped: {report['error']}", file=sys.stderr)
-        return 1
-    return 0
+    return exit_status(report)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,15 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -31,7 +27,7 @@ from nexus_lab.agent.runner import write_report
 from nexus_lab.llm import behaviours as bh
 from nexus_lab.llm import check, runner
 from nexus_lab.llm.settings import LlmSettings
-from nexus_lab.procs import Proc, free_port, nexus, wait_ready
+from nexus_lab.procs import Workspace, free_port, new_keys, nexus, wait_ready
 from nexus_lab.tables import text_table
 
 
@@ -62,26 +58,14 @@ def plans_table(report: dict[str, Any], played: dict[str, str]) -> str:
     return text_table("Plans", header, rows, "rllrrlrll")
 
 
-async def agent_key(data_dir: Path, name: str) -> str:
-    """A new agent key of tenant `default` in the (running) embedded database under `data_dir`: what the
-    planner calls the gateway with (shown once, as `nexus keys create` would)."""
-    db = await Database(Settings(data_dir=data_dir)).open(migrate=False)
-    try:
-        _, key = await create_key(db, "default", frozenset({Role.AGENT}), name=name)
-    finally:
-        await db.close()
-    return key
-
-
 async def _main(args: argparse.Namespace) -> int:
     started = time.monotonic()
-    tmp = Path(tempfile.mkdtemp(prefix="nexus-demo-llm-"))
+    work = Workspace("nexus-demo-llm-", keep=args.keep)
+    tmp, env, children = work.dir, work.env, work.children
     fake_log = tmp / "fake-llm.jsonl"
     llm_port, http_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
-    children: list[Proc] = []
     print(f"nexus demo-llm: working in {tmp}", flush=True)
-    try:
+    with work:
         fake_args = ["fake-llm", "--port", str(llm_port), "--seed", args.seed, "--log", str(fake_log)]
         fake_args += ["--rate-limit-every", "9", "--server-error-every", "13", "--retry-after", "0"]
         children.append(nexus("fake-llm", fake_args, env, tmp / "fake-llm.out").start())
@@ -92,7 +76,7 @@ async def _main(args: argparse.Namespace) -> int:
         gateway_url = f"http://127.0.0.1:{http_port}"
         await wait_ready(children[1], gateway_url + "/readyz", 120)
         print(f"  gateway on {gateway_url} (embedded PostgreSQL)", flush=True)
-        key = await agent_key(tmp / "data", "demo-llm-agent")
+        (key,) = await new_keys(tmp / "data", ("default", Role.AGENT, "demo-llm-agent"))
         settings = LlmSettings(
             base_url=f"http://127.0.0.1:{llm_port}/v1", model="nexus-fake-1", retry_base_ms=20, retry_max_ms=200
         )
@@ -125,11 +109,6 @@ async def _main(args: argparse.Namespace) -> int:
         if args.keep:
             print(f"report, request log and process logs kept in {tmp}")
         return 0 if result.ok else 1
-    finally:
-        for child in reversed(children):
-            child.stop(15.0)
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

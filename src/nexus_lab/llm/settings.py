@@ -37,6 +37,7 @@ from nexus.core.backoff import Jitter, RetryPolicy
 TOOL_MODES = ("auto", "tools", "json")
 
 
+# Settings declared one a line (name: type = default), alike in form to nexus.settings.Settings: different settings.
 @dataclasses.dataclass(frozen=True, slots=True)
 class LlmSettings:
     """Where the model is, how to call it, and how much one run may spend."""
@@ -98,20 +99,15 @@ class LlmSettings:
         return dataclasses.replace(self, **changes)
 
 
+# Each setting's variable: NEXUS_LLM_ and its name in capitals, but for the budgets (named as their flags) and
+# for extra_headers and stream, read apart (a JSON object, a 1/0 switch).
+_RENAMED = {"max_tokens_per_run": "NEXUS_LLM_MAX_TOKENS", "max_requests_per_run": "NEXUS_LLM_MAX_REQUESTS"}
+_READ_APART = ("extra_headers", "stream")
+_KINDS: dict[str, type] = {"str": str, "str | None": str, "float": float, "int": int}
 _ENV: dict[str, tuple[str, type]] = {
-    "base_url": ("NEXUS_LLM_BASE_URL", str),
-    "model": ("NEXUS_LLM_MODEL", str),
-    "api_key": ("NEXUS_LLM_API_KEY", str),
-    "temperature": ("NEXUS_LLM_TEMPERATURE", float),
-    "max_tokens_per_run": ("NEXUS_LLM_MAX_TOKENS", int),
-    "max_requests_per_run": ("NEXUS_LLM_MAX_REQUESTS", int),
-    "max_corrections": ("NEXUS_LLM_MAX_CORRECTIONS", int),
-    "timeout_s": ("NEXUS_LLM_TIMEOUT_S", float),
-    "retry_base_ms": ("NEXUS_LLM_RETRY_BASE_MS", float),
-    "retry_max_ms": ("NEXUS_LLM_RETRY_MAX_MS", float),
-    "retry_attempts": ("NEXUS_LLM_RETRY_ATTEMPTS", int),
-    "tool_mode": ("NEXUS_LLM_TOOL_MODE", str),
-    "process": ("NEXUS_LLM_PROCESS", str),
+    f.name: (_RENAMED.get(f.name, f"NEXUS_LLM_{f.name.upper()}"), _KINDS[str(f.type)])
+    for f in dataclasses.fields(LlmSettings)
+    if f.name not in _READ_APART
 }
 
 

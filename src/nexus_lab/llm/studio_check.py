@@ -19,9 +19,9 @@ from pathlib import Path
 
 import httpx
 
-from nexus_lab.llm.demo import agent_key
+from nexus.auth.roles import Role
 from nexus_lab.llm.runner import plan_input
-from nexus_lab.procs import REPO_ROOT, Proc, free_port, nexus, wait_ready
+from nexus_lab.procs import REPO_ROOT, Proc, free_port, new_keys, nexus, wait_ready
 
 OFFLINE = {
     "LANGGRAPH_CLI_NO_ANALYTICS": "1",
@@ -48,7 +48,7 @@ async def _main() -> int:
         children.append(nexus("gateway", serve, env, tmp / "serve.out").start())
         await wait_ready(children[0], f"http://127.0.0.1:{llm_port}/healthz", 30)
         await wait_ready(children[1], gateway_url + "/readyz", 120)
-        key = await agent_key(tmp / "data", "studio-check-agent")
+        (key,) = await new_keys(tmp / "data", ("default", Role.AGENT, "studio-check-agent"))
         langgraph = str(Path(sys.executable).with_name("langgraph"))
         studio_env = {
             **env,

@@ -57,6 +57,8 @@ FROM audit_checkpoints ORDER BY id;
 
 -- name: blocked
 -- The blocked-actions report: REJECTED decisions, newest first; $6 a keyset cursor (the last id seen).
+-- Its filters ($1-$5) are written again in `blocked_summary`: a named query cannot share a WHERE clause
+-- but through a view or function, and each keeps its own plan this way.
 SELECT id, at, tenant_id, order_id, plan_id, seq, event_type, event_id, code, "check", message, actor,
        actor_name
 FROM decision_log
@@ -71,7 +73,8 @@ ORDER BY id DESC
 LIMIT $7 OFFSET $8;
 
 -- name: blocked_summary
--- Counts of REJECTED decisions by one dimension at a time (grouping sets), same filters as `blocked`.
+-- Counts of REJECTED decisions by one dimension at a time (grouping sets), same filters as `blocked`
+-- (written again there: see `blocked`).
 SELECT code, "check", event_type, actor, GROUPING(code, "check", event_type, actor) AS g, count(*) AS n
 FROM decision_log
 WHERE decision = 'REJECTED'
