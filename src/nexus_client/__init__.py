@@ -7,7 +7,6 @@ takes the key's tenant). Built on the gateway's pure core (`nexus.core`) only. C
 from `NEXUS_GATEWAY_URL` and `NEXUS_API_KEY` by `ClientConfig.from_env()`.
 """
 
-from nexus.core.envelope import EventEnvelope
 from nexus_client._protocol import envelope_json
 from nexus_client.config import ClientConfig
 from nexus_client.errors import ApiError, ClientError, GatewayUnreachable, NotFound, Unavailable, WaitTimeout
@@ -25,6 +24,7 @@ from nexus_client.models import (
     SubmitResult,
 )
 from nexus_client.plans import AsyncPlanRun, PlanRun
+from nexus_wire.envelope import EventEnvelope
 
 __all__ = [
     "ApiError",

@@ -18,9 +18,9 @@ from typing import Any, Self
 
 from aiokafka import AIOKafkaProducer
 
-from nexus.core.envelope import EventEnvelope
 from nexus_client import _tracing
 from nexus_client._protocol import envelope_json
+from nexus_wire.envelope import EventEnvelope
 
 Headers = list[tuple[str, bytes]]
 BATCH_BYTES = 256 * 1024
