@@ -36,11 +36,12 @@ help:
 # and the SDK nexus-client (packages/, their sources under src/) and the gateway; every pip line names the
 # first two, so pip takes them from here and never looks for them on an index.
 DISTS := packages/nexus-wire/pyproject.toml packages/nexus-client/pyproject.toml
-LOCAL := -e packages/nexus-wire -e 'packages/nexus-client[kafka]'
+WIRE := -e packages/nexus-wire
+LOCAL := $(WIRE) -e 'packages/nexus-client[kafka]'
 $(VENV)/.base: pyproject.toml $(DISTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(LOCAL) -e .
+	$(BIN)/pip install --quiet $(WIRE) -e .
 	touch $@
 
 $(VENV)/.lab: $(VENV)/.base
@@ -96,7 +97,7 @@ test: $(STAMP) $(VENV)/.bench $(VENV)/.browser lint typecheck kafka-up promtool 
 # The console in Debian's headless chromium (Playwright pointed at /usr/bin/chromium; no browser
 # download). `make console-test` is the long run (every browser test); `make test` runs the short one.
 $(VENV)/.browser: $(VENV)/.base
-	$(BIN)/pip install --quiet $(LOCAL) -e '.[browser]'
+	$(BIN)/pip install --quiet $(WIRE) -e '.[browser]'
 	touch $@
 
 console-test: $(STAMP) $(VENV)/.browser chromium

@@ -1,11 +1,12 @@
 """The SDK's examples (examples/*.py), run as a user runs them, against a real `nexus serve`, with an agent
-key of a tenant that is not `default`."""
+key of a tenant that is not `default`: from the tree, and with the SDK installed alone in a clean venv."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -15,6 +16,9 @@ from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
 from tests.conftest import ROOT
+
+# What the SDK's distribution pulls from the index (httpx, pydantic and theirs) may take a while on a cold cache.
+PIP_TIMEOUT_S = 240
 
 
 async def _agent_key(settings: Settings, tenant: str) -> str:
@@ -26,11 +30,17 @@ async def _agent_key(settings: Settings, tenant: str) -> str:
     return key
 
 
-def _run(example: str, base: str, key: str) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
-    env |= {"NEXUS_GATEWAY_URL": base, "NEXUS_API_KEY": key, "PYTHONPATH": str(ROOT / "src")}
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "PYTHON", "VIRTUAL_ENV"))}
+
+
+def _run(example: str, base: str, key: str, python: str | None = None) -> str:
+    """Run the example with the tree's sources (`PYTHONPATH=src`), or with `python` and nothing added."""
+    env = _clean_env() | {"NEXUS_GATEWAY_URL": base, "NEXUS_API_KEY": key}
+    if python is None:
+        env["PYTHONPATH"] = str(ROOT / "src")
     done = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / example)],
+        [python or sys.executable, str(ROOT / "examples" / example)],
         env=env,
         capture_output=True,
         text=True,
@@ -61,3 +71,32 @@ async def test_an_example_agent_completes_its_order(start_gateway, settings: Set
     finally:
         await conn.close()
     assert tenant == "acme"
+
+
+def _sdk_alone(venv: Path) -> str:
+    """A clean venv holding the SDK's distribution and the shared one, installed from the tree (their own
+    dependencies from the index): its python."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
+    python = str(venv / "bin" / "python")
+    dists = [str(ROOT / "packages" / "nexus-wire"), str(ROOT / "packages" / "nexus-client")]
+    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *dists]
+    done = subprocess.run(pip, env=_clean_env(), capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    return python
+
+
+@pytest.mark.slow
+@pytest.mark.processes
+async def test_the_sdk_installed_alone_runs_the_example_agent(  # type: ignore[no-untyped-def]
+    start_gateway, settings: Settings, tmp_path: Path
+) -> None:
+    """The SDK installed by itself in a clean venv (nexus-client and nexus-wire, no gateway: `import nexus`
+    fails there) runs the sync example agent to a completed order against a real `nexus serve`."""
+    python = _sdk_alone(tmp_path / "venv")
+    probe = [python, "-c", "import nexus_client, importlib.util as u; print(u.find_spec('nexus'))"]
+    alone = subprocess.run(probe, env=_clean_env(), cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert alone.stdout.strip() == "None"
+    _, base = start_gateway("--no-dispatcher")
+    out = _run("sync_agent.py", base, await _agent_key(settings, "acme"), python=python)
+    assert out.strip().splitlines()[-1].endswith(": completed"), out
+    assert "OrderCompleted: APPLY as seq 5, order completed" in out
