@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import asyncpg
@@ -73,15 +74,27 @@ async def test_an_example_agent_completes_its_order(start_gateway, settings: Set
     assert tenant == "acme"
 
 
-def _sdk_alone(venv: Path) -> str:
-    """A clean venv holding the SDK's distribution and the shared one, installed from the tree (their own
-    dependencies from the index): its python."""
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=60)
-    python = str(venv / "bin" / "python")
-    dists = [str(ROOT / "packages" / "nexus-wire"), str(ROOT / "packages" / "nexus-client")]
-    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *dists]
-    done = subprocess.run(pip, env=_clean_env(), capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
+def _pip(python: str, *args: str) -> None:
+    """This environment's pip, run on the interpreter `python` (whose venv then needs no pip of its own)."""
+    command = [sys.executable, "-m", "pip", "--python", python, "--disable-pip-version-check", "--quiet", *args]
+    done = subprocess.run(command, env=_clean_env(), capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def _sdk_alone(where: Path) -> str:
+    """A clean venv holding the SDK's distribution and the shared one, built from the tree (their own
+    dependencies from the index): its python. The two wheels are built in a venv of their own, with the build
+    requirements of their pyproject files installed once (pip's isolation would install them per project)."""
+    builder, venv = where / "build-venv", where / "venv"
+    for path in (builder, venv):
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=60)
+    requires = tomllib.loads((ROOT / "packages" / "nexus-client" / "pyproject.toml").read_text())["build-system"]
+    _pip(str(builder / "bin" / "python"), "install", *requires["requires"])
+    dists = [str(ROOT / "packages" / "nexus-wire"), str(ROOT / "packages" / "nexus-client")]
+    wheels = where / "wheels"
+    _pip(str(builder / "bin" / "python"), "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), *dists)
+    python = str(venv / "bin" / "python")
+    _pip(python, "install", *(str(w) for w in sorted(wheels.glob("*.whl"))))
     return python
 
 
@@ -92,7 +105,7 @@ async def test_the_sdk_installed_alone_runs_the_example_agent(  # type: ignore[n
 ) -> None:
     """The SDK installed by itself in a clean venv (nexus-client and nexus-wire, no gateway: `import nexus`
     fails there) runs the sync example agent to a completed order against a real `nexus serve`."""
-    python = _sdk_alone(tmp_path / "venv")
+    python = _sdk_alone(tmp_path)
     probe = [python, "-c", "import nexus_client, importlib.util as u; print(u.find_spec('nexus'))"]
     alone = subprocess.run(probe, env=_clean_env(), cwd=tmp_path, capture_output=True, text=True, check=True)
     assert alone.stdout.strip() == "None"
