@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable
-from types import TracebackType
 from typing import Any, Self
 
 from nexus_client import _tracing
 from nexus_client._protocol import envelope_json
 from nexus_wire.envelope import EventEnvelope
-from nexus_wire.kafka import BATCH_BYTES, Delivered, Headers, Producer, Record
+from nexus_wire.kafka import BATCH_BYTES, Client, Delivered, Headers, Producer, Record
 from nexus_wire.trace import new_traceparent
 
 __all__ = ["BATCH_BYTES", "DecisionsReader", "Delivered", "EventProducer", "Headers", "new_traceparent"]
@@ -28,16 +27,7 @@ __all__ = ["BATCH_BYTES", "DecisionsReader", "Delivered", "EventProducer", "Head
 class EventProducer(Producer):
     """Publishes steps to the events topic; each `send` waits for the broker's ack (acks=all)."""
 
-    def __init__(
-        self,
-        bootstrap: str,
-        topic: str,
-        *,
-        client_id: str = "nexus-client",
-        linger_ms: int = 0,
-        max_batch_size: int = BATCH_BYTES,
-    ) -> None:
-        super().__init__(bootstrap, topic, client_id=client_id, linger_ms=linger_ms, max_batch_size=max_batch_size)
+    CLIENT_ID = "nexus-client"
 
     async def send(self, step: EventEnvelope, *, traceparent: str | None = None) -> Delivered:
         """Publish one step (key = its order_id) and wait for its acknowledgement."""
@@ -61,7 +51,7 @@ class EventProducer(Producer):
         return await self.publish(Record(value, key, traceparent, headers))
 
 
-class DecisionsReader:
+class DecisionsReader(Client):
     """Reads the gateway's `nexus.decisions` topic: what it decided about each Kafka-sent step.
 
     Starts at the topic's end (decisions about steps sent from now on), without a consumer group. A record's
@@ -135,11 +125,3 @@ class DecisionsReader:
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()

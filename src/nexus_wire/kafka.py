@@ -49,15 +49,36 @@ class Record:
     partition: int | None = None
 
 
-class Producer:
+class Client:
+    """A Kafka client with `start` and `stop`, usable as `async with` (the producer, the SDK's decisions reader)."""
+
+    async def start(self) -> Self:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+class Producer(Client):
     """An acks=all, idempotent producer to `topic` (or another topic per call)."""
+
+    CLIENT_ID = "nexus-producer"
+    """The client id the broker logs when the caller names none."""
 
     def __init__(
         self,
         bootstrap: str,
         topic: str,
         *,
-        client_id: str = "nexus-producer",
+        client_id: str | None = None,
         linger_ms: int = 0,
         max_batch_size: int = BATCH_BYTES,
     ) -> None:
@@ -65,7 +86,7 @@ class Producer:
         self.topic = topic
         self._producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap,
-            client_id=client_id,
+            client_id=client_id or self.CLIENT_ID,
             acks="all",
             enable_idempotence=True,
             linger_ms=linger_ms,
@@ -82,14 +103,6 @@ class Producer:
         if self._started:
             self._started = False
             await self._producer.stop()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     async def publish(self, record: Record, *, topic: str | None = None) -> Delivered:
         """Publish one record and wait for its acknowledgement."""
