@@ -29,27 +29,37 @@ help:
 	@echo "make fuzz    - a longer fuzz of the HTTP API (FUZZ_EXAMPLES=200)"
 	@echo "make kafka-up / kafka-down - a local single-node Kafka broker from Maven Central"
 
-# Each target installs only what it needs: the demo the base dependencies; the tests the dev extra, and the
-# bench extra and wrk for the bench's smoke tests and types; the benchmarks the bench extra (DBOS,
-# matplotlib...) and wrk. A stamp per extra, redone when pyproject changes.
-$(VENV)/.base: pyproject.toml
+# Each target installs only what it needs: the gateway its base dependencies; the demo and the other lab
+# targets the lab extra too; the tests the lab and dev extras, and the bench extra and wrk for the bench's
+# smoke tests and types; the benchmarks the bench extra (DBOS, matplotlib...) and wrk. A stamp per extra,
+# redone when a pyproject changes. Three distributions, all editable from this tree: the shared nexus-wire
+# and the SDK nexus-client (packages/, their sources under src/) and the gateway; every pip line names the
+# first two, so pip takes them from here and never looks for them on an index.
+DISTS := packages/nexus-wire/pyproject.toml packages/nexus-client/pyproject.toml
+WIRE := -e packages/nexus-wire
+LOCAL := $(WIRE) -e 'packages/nexus-client[kafka]'
+$(VENV)/.base: pyproject.toml $(DISTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
+	$(BIN)/pip install --quiet $(WIRE) -e .
 	touch $@
 
-$(STAMP): $(VENV)/.base
-	$(BIN)/pip install --quiet -e '.[dev]'
+$(VENV)/.lab: $(VENV)/.base
+	$(BIN)/pip install --quiet $(LOCAL) -e '.[lab]'
 	touch $@
 
-$(VENV)/.bench: $(VENV)/.base
-	$(BIN)/pip install --quiet -e '.[bench]'
+$(STAMP): $(VENV)/.lab
+	$(BIN)/pip install --quiet $(LOCAL) -e '.[lab,dev]'
+	touch $@
+
+$(VENV)/.bench: $(VENV)/.lab
+	$(BIN)/pip install --quiet $(LOCAL) -e '.[lab,bench]'
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	touch $@
 
 install: $(STAMP)
 
-demo: $(VENV)/.base
+demo: $(VENV)/.lab
 	$(BIN)/nexus demo
 
 lint: $(STAMP)
@@ -87,7 +97,7 @@ test: $(STAMP) $(VENV)/.bench $(VENV)/.browser lint typecheck kafka-up promtool 
 # The console in Debian's headless chromium (Playwright pointed at /usr/bin/chromium; no browser
 # download). `make console-test` is the long run (every browser test); `make test` runs the short one.
 $(VENV)/.browser: $(VENV)/.base
-	$(BIN)/pip install --quiet -e '.[browser]'
+	$(BIN)/pip install --quiet $(WIRE) -e '.[browser]'
 	touch $@
 
 console-test: $(STAMP) $(VENV)/.browser chromium
@@ -112,7 +122,7 @@ kafka-down:
 
 CHAOS_PLANS ?= 40
 CHAOS_SEED ?= ci
-chaos: $(VENV)/.base kafka-up
+chaos: $(VENV)/.lab kafka-up
 	$(BIN)/nexus chaos --plans $(CHAOS_PLANS) --seed $(CHAOS_SEED)
 
 # The whole stack (HTTP and Kafka ingress, dispatchers, sagas) under every chaos fault in a repeating cycle,
@@ -131,7 +141,7 @@ INV_RATE ?= 0.2
 PAY_RATE ?= 0.25
 HOSTILE_RATE ?= 0.3
 DELAY_MS ?= 0
-agent-e2e: $(VENV)/.base
+agent-e2e: $(VENV)/.lab
 	$(BIN)/nexus demo --orders $(ORDERS) --seed $(SEED) --inventory-failure-rate $(INV_RATE) \
 		--payment-rejection-rate $(PAY_RATE) --hostile-rate $(HOSTILE_RATE) --step-delay-ms $(DELAY_MS) \
 		--concurrency 32 --settle-timeout 120
@@ -140,11 +150,11 @@ agent-test: $(STAMP)
 	$(BIN)/pytest tests/unit/test_agent_graph.py tests/unit/test_hostile.py
 
 # The LLM planner against `nexus fake-llm` (no internet, no model key; it creates its gateway key).
-demo-llm: $(VENV)/.base
+demo-llm: $(VENV)/.lab
 	$(BIN)/python -m nexus_lab.llm.demo
 
 # The gateway as an MCP server: an agent that knows only MCP runs an order (docs/mcp.md).
-demo-mcp: $(VENV)/.base
+demo-mcp: $(VENV)/.lab
 	$(BIN)/python -m nexus_lab.mcp_demo
 
 llm-test: $(STAMP)
@@ -157,10 +167,10 @@ llm-test: $(STAMP)
 STUDIO_PORT ?= 2024
 STUDIO_VENV ?= .venv-studio
 STUDIO_ENV := LANGGRAPH_CLI_NO_ANALYTICS=1 LANGSMITH_TRACING=false LANGCHAIN_TRACING_V2=false
-$(STUDIO_VENV)/.installed: pyproject.toml
+$(STUDIO_VENV)/.installed: pyproject.toml $(DISTS)
 	test -x $(STUDIO_VENV)/bin/python || $(PYTHON) -m venv $(STUDIO_VENV)
 	$(STUDIO_VENV)/bin/pip install --quiet --upgrade pip
-	$(STUDIO_VENV)/bin/pip install --quiet -e '.[studio]'
+	$(STUDIO_VENV)/bin/pip install --quiet $(LOCAL) -e '.[lab,studio]'
 	touch $@
 
 agent-studio: $(STUDIO_VENV)/.installed

@@ -3,9 +3,10 @@ the gateway (`nexus`) holds no reference to the lab."""
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 
-from nexus.cli import GATEWAY_COMMANDS
+from nexus.cli import GATEWAY_COMMANDS, split_common_flags
 from nexus.cli import main as route
 
 # name -> (module, one-line help), in the order `nexus --help` lists them.
@@ -38,11 +39,33 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# The lab's commands (modules of nexus_lab) need the `lab` extra; these are the modules it brings.
+LAB_EXTRA = "nexus-event-gateway[lab]"
+LAB_MODULES = ("nexus_client", "langgraph", "openai", "standardwebhooks")
+
+
+def lab_missing() -> list[str]:
+    """The lab extra's modules that are not installed (looked up, not imported)."""
+    return [name for name in LAB_MODULES if importlib.util.find_spec(name) is None]
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    rest, _ = split_common_flags(argv)
+    name = rest[0] if rest else ""
+    if COMMANDS.get(name, ("", ""))[0].startswith("nexus_lab."):
+        missing = lab_missing()
+        if missing:
+            print(
+                f"nexus {name}: a lab command, and the lab is not installed (no {', '.join(missing)}):"
+                f" pip install '{LAB_EXTRA}'",
+                file=sys.stderr,
+            )
+            return 2
     return route(argv, COMMANDS)
 
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["COMMANDS", "LAB_EXTRA", "main"]
 
 if __name__ == "__main__":
     sys.exit(main())

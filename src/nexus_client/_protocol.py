@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from nexus.core.backoff import RetryPolicy, decide, jittered_ms
-from nexus.core.envelope import EventEnvelope
 from nexus_client.errors import ApiError, ClientError, GatewayUnreachable, NotFound, Unavailable, WaitTimeout
 from nexus_client.models import Order, SubmitResult
+from nexus_wire.backoff import RetryPolicy, decide, jittered_ms
+from nexus_wire.envelope import EventEnvelope
 
 M = TypeVar("M", bound=BaseModel)
 

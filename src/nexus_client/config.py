@@ -10,7 +10,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 
-from nexus.core.backoff import Jitter, RetryPolicy
+from nexus_wire.backoff import Jitter, RetryPolicy
 
 DEFAULT_GATEWAY_URL = "http://127.0.0.1:8080"
 DEFAULT_RETRY = RetryPolicy(base_ms=200.0, max_ms=5_000.0, max_attempts=5, jitter=Jitter.NONE)

@@ -23,13 +23,13 @@ from typing import Any, Self
 
 import httpx
 
-from nexus.core.envelope import EventEnvelope
 from nexus_client import _protocol as proto
 from nexus_client import _tracing
 from nexus_client.config import ClientConfig
 from nexus_client.errors import ClientError, GatewayUnreachable, NotFound
 from nexus_client.models import Approval, ApprovalAnswer, Approvals, Order, Plan, Process, SubmitResult
 from nexus_client.plans import AsyncPlanRun, PlanRun, plan_info, start_body
+from nexus_wire.envelope import EventEnvelope
 
 Steps = EventEnvelope | Sequence[EventEnvelope]
 

@@ -10,123 +10,48 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import secrets
 from collections.abc import Iterable
-from types import TracebackType
 from typing import Any, Self
 
-from aiokafka import AIOKafkaProducer
-
-from nexus.core.envelope import EventEnvelope
 from nexus_client import _tracing
 from nexus_client._protocol import envelope_json
+from nexus_wire.envelope import EventEnvelope
+from nexus_wire.kafka import BATCH_BYTES, Client, Delivered, Headers, Producer, Record
+from nexus_wire.trace import new_traceparent
 
-Headers = list[tuple[str, bytes]]
-BATCH_BYTES = 256 * 1024
-"""Per-partition batch limit. aiokafka keeps one produce request in flight per broker, with at most one batch
-per partition, so a partition carries `max_batch_size` per round trip; its default of 16 KiB held one partition
-to ~35 steps per round trip. 256 KiB stays under the broker's 1 MiB message.max.bytes."""
-
-
-def new_traceparent() -> str:
-    """A W3C traceparent starting a new trace (sampled)."""
-    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+__all__ = ["BATCH_BYTES", "DecisionsReader", "Delivered", "EventProducer", "Headers", "new_traceparent"]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Delivered:
-    """Where the broker put one acknowledged record."""
-
-    topic: str
-    partition: int
-    offset: int
-
-
-class EventProducer:
+# One producer underneath (nexus_wire.kafka.Producer, shared with the gateway's tools); this `send` is the
+# agent's: envelopes, a publish span, a traceparent on every record, and the key's tenant unless one is set.
+class EventProducer(Producer):
     """Publishes steps to the events topic; each `send` waits for the broker's ack (acks=all)."""
 
-    def __init__(
-        self,
-        bootstrap: str,
-        topic: str,
-        *,
-        client_id: str = "nexus-client",
-        linger_ms: int = 0,
-        max_batch_size: int = BATCH_BYTES,
-    ) -> None:
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
-            client_id=client_id,
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=linger_ms,
-            max_batch_size=max_batch_size,
-        )
-        self._started = False
-
-    async def start(self) -> Self:
-        await self._producer.start()
-        self._started = True
-        return self
-
-    async def stop(self) -> None:
-        if self._started:
-            self._started = False
-            await self._producer.stop()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
+    CLIENT_ID = "nexus-client"
 
     async def send(self, step: EventEnvelope, *, traceparent: str | None = None) -> Delivered:
         """Publish one step (key = its order_id) and wait for its acknowledgement."""
         with _tracing.publish([step], "kafka") as trace_headers:  # The agent's publish span
             tp = traceparent or trace_headers.get("traceparent") or new_traceparent()
-            fut = await self._enqueue(envelope_json(step), step.order_id, tp)
-            return _delivered(await fut)
+            return await self.publish(Record(envelope_json(step), step.order_id, tp))
 
     async def send_many(self, steps: Iterable[EventEnvelope]) -> list[Delivered]:
         """Publish steps in order, then wait for every acknowledgement (one per step)."""
         batch = list(steps)
         with _tracing.publish(batch, "kafka") as trace_headers:
             shared = trace_headers.get("traceparent")
-            futures = [await self._enqueue(envelope_json(s), s.order_id, shared or new_traceparent()) for s in batch]
-            return [_delivered(m) for m in await asyncio.gather(*futures)]
+            return await self.publish_all(
+                Record(envelope_json(s), s.order_id, shared or new_traceparent()) for s in batch
+            )
 
     async def send_raw(
         self, value: bytes, *, key: str | bytes | None, traceparent: str | None = None, headers: Headers | None = None
     ) -> Delivered:
         """Publish bytes as they are (the lab sends malformed ones on purpose) under `key`."""
-        fut = await self._enqueue(value, key, traceparent, headers)
-        return _delivered(await fut)
-
-    async def _enqueue(
-        self, value: bytes, key: str | bytes | None, traceparent: str | None, headers: Headers | None = None
-    ) -> asyncio.Future[Any]:
-        all_headers = list(headers or [])
-        if traceparent is not None:
-            all_headers.append(("traceparent", traceparent.encode()))
-        fut: asyncio.Future[Any] = await self._producer.send(
-            self.topic,
-            value=value,
-            key=key.encode() if isinstance(key, str) else key,
-            headers=all_headers or None,
-        )
-        return fut
+        return await self.publish(Record(value, key, traceparent, headers))
 
 
-def _delivered(meta: Any) -> Delivered:
-    return Delivered(meta.topic, meta.partition, meta.offset)
-
-
-class DecisionsReader:
+class DecisionsReader(Client):
     """Reads the gateway's `nexus.decisions` topic: what it decided about each Kafka-sent step.
 
     Starts at the topic's end (decisions about steps sent from now on), without a consumer group. A record's
@@ -200,11 +125,3 @@ class DecisionsReader:
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from nexus.core.sequencing import Decision
+from nexus_wire.codes import Decision
 
 
 class _Model(BaseModel):

@@ -51,6 +51,8 @@ CANNOT_RUN: dict[str, str] = {
     "make fuzz": "the long fuzz run; `make test` runs the short one (tests/integration/test_fuzz.py)",
     "make bench": "minutes of load on a 2-core machine; tests/e2e/test_bench_smoke.py runs each scenario small",
     "wrk ": "a native load generator run for minutes; the bench's smoke test runs it briefly",
+    "pip install ": "installs into the reader's environment, from the repository's root; tests/e2e/test_examples.py "
+    "installs the SDK so in a clean venv and runs an example agent with it",
 }
 
 # `make` targets a block shows, as the command their recipe runs (the venv's install step aside).

@@ -1,4 +1,4 @@
-"""The three packages keep their layers (the import contracts in pyproject.toml, run by `lint-imports`): the
+"""The packages keep their layers (the import contracts in pyproject.toml, run by `lint-imports`): the
 gateway names no other package even in a string, and the `nexus` command fails aloud when a subcommand
 cannot load."""
 

@@ -5,27 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import enum
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process_model import Verdict
-
-
-# A value declared field by field, alike in form to core/audit_verify.Fault and lab/agent/graph.Outcome: different data,
-# nothing to share.
-class Decision(enum.StrEnum):
-    APPLY = "APPLY"
-    BUFFER = "BUFFER"
-    DUPLICATE = "DUPLICATE"
-    DISCARD = "DISCARD"
-    TOMBSTONE = "TOMBSTONE"
-    PLAN_MISMATCH = "PLAN_MISMATCH"
-    DEAD_LETTER = "DEAD_LETTER"
-    REJECTED = "REJECTED"
-    HELD = "HELD"
+from nexus_wire.codes import Decision as Decision
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

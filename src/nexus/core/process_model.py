@@ -23,6 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from nexus.core.checks import CompiledRule, convert_money, exponent_of
 from nexus.core.shipped import DEFINITIONS as SHIPPED
 from nexus.errors import ErrorCode
+from nexus_wire.codes import ABORT_STEP as ABORT_STEP
+from nexus_wire.codes import REPLAN_STEP as REPLAN_STEP
+from nexus_wire.codes import AbortCode as AbortCode
 
 
 def _upper_snake(name: str) -> str:
@@ -50,16 +53,6 @@ OrderStatus: type[_StatusBase] = cast(Any, _StatusBase)(
 )
 
 
-class AbortCode(enum.StrEnum):
-    INVENTORY_FAILED = "inventory_failed"
-    PAYMENT_REJECTED = "payment_rejected"
-    TIMEOUT = "timeout"
-    MANUAL = "manual"
-    POLICY_VIOLATION = "policy_violation"
-    PLANNER_GAVE_UP = "planner_gave_up"  # the LLM planner gave up correcting a rejected step
-    EFFECT_FAILED = "effect_failed"  # a saga effect failed before the pivot; compensated
-
-
 # The steps of the order process, by position (seq_id), and the status each one leaves the order in.
 STEPS: tuple[enum.StrEnum, ...] = tuple(EventType(name) for name in _ORDER["steps"])
 STATUS_AFTER: dict[enum.StrEnum, enum.StrEnum] = {
@@ -84,9 +77,6 @@ def as_status(name: str) -> str:
         return name
 
 
-ABORT_STEP = "ABORT_PLAN"
-REPLAN_STEP = "REPLAN"
-"""The built-in plan swap (no seq_id; `plan_id` = the plan replaced; data {new_plan_id, reason})."""
 BUILTIN_STEPS = frozenset({ABORT_STEP, REPLAN_STEP})
 ABORTED = "aborted"
 _Name = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")]

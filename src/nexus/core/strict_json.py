@@ -18,9 +18,9 @@ import re
 from typing import Any
 
 from nexus.errors import ErrorCode, InvalidEventError
+from nexus_wire.envelope import INT64_MAX as INT64_MAX
 
 INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 
 # Escapes first (outside strings a backslash is invalid JSON anyway), then strings have no backslash and
 # each one ends at the next quote: two linear passes, whatever the input (no backtracking).
