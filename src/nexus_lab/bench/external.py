@@ -86,10 +86,11 @@ class _TimedGateway(Gateway):
 
 async def bench_kafka(
     admin_url: str, plans: int, concurrencies: Sequence[int], poll: int, on_row: Callable[[Row], None],
-    consumers: Sequence[int] = (1,),
+    consumers: Sequence[int] = (1,), consumer_cmd: Sequence[str] | None = None,
 ) -> list[Row]:  # fmt: skip
     """Each partition count (`concurrencies`) with each number of gateway processes in the consumer group
-    (`consumers`; 1 is this process, more are processes of their own, as `nexus serve --kafka` would be)."""
+    (`consumers`; 1 is this process, more are processes of their own, as `nexus serve --kafka` would be;
+    with `consumer_cmd`, every count is processes of their own started with that Python command)."""
     module: Any = load("kafka_ingress", "nexus.ingress.kafka")
     settings = Settings.from_env(db_pool_size=max(concurrencies) + 4)
     if not broker_up(settings.kafka_bootstrap):
@@ -107,17 +108,20 @@ async def bench_kafka(
                 module.PARTITIONS = conc
                 _TimedGateway.latencies = []
                 records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
-                if procs == 1:
+                if procs == 1 and consumer_cmd is None:
                     result: dict[str, Any] = await module.kafka_run(
                         settings, dbs, records, prefill=False, poll=poll, producer=producer
                     )
                     latencies = _TimedGateway.latencies
                 else:
                     result = await module.kafka_run_processes(
-                        settings, dbs, records, poll=poll, producer=producer, consumers=procs
-                    )
+                        settings, dbs, records, poll=poll, producer=producer, consumers=procs,
+                        command=list(consumer_cmd) if consumer_cmd else None,
+                    )  # fmt: skip
                     latencies = result["latencies"]
                 name = "Kafka produce -> applied (lane batch)"
+                if procs > 1 or consumer_cmd is not None:
+                    name = "Kafka produce -> applied (lane batch, poll to commit)"
                 out = row(
                     "kafka",
                     name if procs == 1 else f"{name}, {procs} gateway processes",
@@ -127,6 +131,9 @@ async def bench_kafka(
                     latencies,
                     "batch",
                 )
+                if "submit_latencies" in result:
+                    submits = row("kafka", name, conc, len(records), result["seconds"], result["submit_latencies"])
+                    out["submit_p50_ms"], out["submit_p99_ms"] = submits["p50_ms"], submits["p99_ms"]
                 # CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
                 per_k = 1000 / len(records)
                 out["cpu_s_per_1000"] = {
