@@ -47,7 +47,7 @@ from nexus.core.backoff import RetryPolicy
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, PermanentDatabaseError, TransientDatabaseError
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
-from nexus.ingress.tenants import bind_or_dead_letter
+from nexus.ingress.kafka_decode import decode_record
 from nexus.retrying import Retrying
 from nexus.settings import Settings
 
@@ -324,8 +324,8 @@ class KafkaIngress:
         tenant = self.settings.kafka_tenant  # The topic is bound to one tenant
         records = [r for part in slices.values() for r in part]
         items = [
-            bind_or_dead_letter(
-                Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)), tenant, kafka_actor(r.topic)
+            decode_record(
+                r.value or b"", traceparent_of(r.headers) if r.headers else None, tenant, kafka_actor(r.topic)
             )
             for r in records
         ]
