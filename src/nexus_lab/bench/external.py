@@ -5,10 +5,12 @@ Those scripts live beside the package in the repository, so they are loaded by p
 module it measures or the Kafka broker is missing, the scenario is skipped with a note saying which.
 
 - kafka: `kafka_run` (produce -> applied, end to end) with `concurrency` partitions, the producer in a
-  process of its own, keying each step by its order_id as agents do; latency is that of one
-  `Gateway.submit` of a lane's batch (records fetched -> decided and committed in PostgreSQL); CPU seconds
-  per 1,000 events of the consumer, PostgreSQL and the producer; with `--kafka-consumers N` (N > 1) the
-  consumer group is N gateway processes of their own (`kafka_group.py`), their CPU summed;
+  process of its own, keying each step by its order_id as agents do; CPU seconds per 1,000 events of the
+  consumer, PostgreSQL and the producer; with `--kafka-consumers N` (N > 1) or `--kafka-consumer-cmd` the
+  consumer group is N gateway processes of their own (`kafka_group.py`, `kafka_consumer.py`), their CPU
+  summed, and latency is a lane batch's from the poll that fetched its oldest record to the commit that
+  covers it (`submit_p50_ms`/`submit_p99_ms`: its `Gateway.submit` alone); with one consumer in this
+  process, latency is that of one `Gateway.submit` of a lane's batch;
 - delivery: `run_one` with `concurrency` webhook workers in each of 1 and 2 `nexus serve --dispatcher-only`
   processes delivering to the bench's receiver (`bench/receiver.py`); throughput from the span of
   `delivered_at`; latency from `outbox.created_at` to `delivered_at` at a steady offered load of half
