@@ -105,13 +105,13 @@ async def _bench_topics(base: Settings, dbs: Databases) -> AsyncIterator[Setting
 
 async def kafka_run_processes(
     base: Settings, dbs: Databases, records: list[tuple[bytes, bytes]], *, poll: int, producer: ProducerProcess,
-    consumers: int,
+    consumers: int, command: list[str] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """produce -> applied with the consumer group made of `consumers` gateway processes (as that many
-    `nexus serve --kafka` would be), each with its own pool; CPU seconds summed over them."""
+    `nexus serve --kafka` would be, started with `command`), each with its own pool; CPU seconds summed."""
     async with _bench_topics(base, dbs) as s:
         return await kafka_group.run(
-            s, records, poll=poll, producer=producer, consumers=consumers, partitions=PARTITIONS
+            s, records, poll=poll, producer=producer, consumers=consumers, partitions=PARTITIONS, command=command
         )
 
 

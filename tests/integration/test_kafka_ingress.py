@@ -1,11 +1,13 @@
 """The Kafka ingress against the real broker and a real PostgreSQL: poison records, traceparent, the
-consumer beside the HTTP API, buffer timeouts and the `nexus dlq` command."""
+consumer beside the HTTP API, buffer timeouts, the `nexus dlq` command, and how far ahead of its lanes it
+fetches."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import json
+import logging
 import subprocess
 import sys
 import uuid
@@ -27,6 +29,7 @@ from tests.integration.kafka_helpers import (
     BOOTSTRAP,
     committed_offsets,
     kafka_settings,
+    outbox_count,
     plan_events,
     produce_plans,
     producer,
@@ -200,3 +203,32 @@ async def test_dlq_list_shows_the_topic_and_the_table(kafka_settings: Settings) 
     assert dlq_count("DATABASE_REJECTED") >= 1
     text = await asyncio.to_thread(nexus_dlq, s, "list", "--source", "kafka")
     assert "DATABASE_REJECTED" in text and s.kafka_dlq_topic in text
+
+
+async def test_a_busy_lane_fetches_at_most_one_batch_ahead_then_catches_up(
+    kafka_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While a lane's batch waits on PostgreSQL longer than the group's poll interval, at most one more batch
+    is fetched for it and the consumer keeps its partitions; everything applies afterwards."""
+    caplog.set_level(logging.INFO, logger="nexus.ingress.kafka")
+    s = kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=10, kafka_max_poll_interval_ms=6_000)
+    prefix = f"ahead-{uuid.uuid4().hex[:6]}"
+    blocker = await asyncpg.connect(s.database_url)
+    try:
+        blocked = blocker.transaction()
+        await blocked.start()
+        # Every batch reads the orders table: this holds the lane's first batch in its transaction.
+        await blocker.execute("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE")
+        async with running_ingress(s) as ingress:
+            async with producer(s) as p:
+                await produce_plans(p, plan_events(prefix, 30))
+            await asyncio.sleep(8)  # past the poll interval, all 150 records in the broker
+            assert ingress.resolved_records == 0
+            assert ingress.queued_records <= 2 * s.kafka_max_poll_records, ingress.queued_records
+            await blocked.rollback()
+            await wait_committed_to_end(s.kafka_group, s.kafka_topic, timeout=60)
+            revoked = [r.args for r in caplog.records if getattr(r, "action", None) == "kafka_revoked"]
+            assert revoked in ([], [([],)]), revoked  # (the first join revokes nothing)
+        assert await outbox_count(s.database_url or "", prefix) == 150
+    finally:
+        await blocker.close()

@@ -47,7 +47,7 @@ from nexus.core.backoff import RetryPolicy
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, PermanentDatabaseError, TransientDatabaseError
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
-from nexus.ingress.tenants import bind_or_dead_letter
+from nexus.ingress.kafka_decode import decode_record
 from nexus.retrying import Retrying
 from nexus.settings import Settings
 
@@ -104,15 +104,16 @@ class _Lane:
     lane merges the slices waiting in all its partitions into one set-based `submit` of up to
     `max_records`: partitions hold disjoint orders, so one transaction can take them together, and the
     number of transactions follows the load, not the number of partitions. A few lanes run side by side
-    (`kafka_lanes`); their transactions never wait on each other's advisory locks. When a partition falls
-    `2 * max_records` behind, it is paused.
+    (`kafka_lanes`); their transactions never wait on each other's advisory locks. A lane is polled for
+    only while less than a batch waits in it (`has_room`): a record is fetched at most one batch ahead of
+    the one in flight, so its time from poll to commit is bounded by about two batches, and a backlog waits
+    in the broker (or in the client's fetch buffer, one fetch per partition) instead of in memory.
     """
 
     def __init__(self, ingress: KafkaIngress, index: int) -> None:
         self.ingress = ingress
         self.queues: dict[TopicPartition, collections.deque[list[Any]]] = {}
         self.queued: dict[TopicPartition, int] = {}
-        self.paused: set[TopicPartition] = set()
         self.inflight: set[TopicPartition] = set()
         self.idle = asyncio.Event()
         self.idle.set()
@@ -128,7 +129,6 @@ class _Lane:
     def forget(self, tp: TopicPartition) -> None:
         self.queues.pop(tp, None)
         self.queued.pop(tp, None)
-        self.paused.discard(tp)
 
     def put(self, tp: TopicPartition, records: list[Any]) -> None:
         queue = self.queues.get(tp)
@@ -137,9 +137,10 @@ class _Lane:
         queue.append(records)
         self.queued[tp] += len(records)
         self._wakeup.set()
-        if tp not in self.paused and self.queued[tp] >= 2 * self.ingress.max_records:
-            self.paused.add(tp)
-            self.ingress._consumer.pause(tp)
+
+    def has_room(self) -> bool:
+        """Whether less than a batch waits here: the poll may fetch for this lane's partitions."""
+        return sum(self.queued.values()) < self.ingress.max_records
 
     def drop(self, tp: TopicPartition) -> None:
         if tp in self.queues:
@@ -175,6 +176,7 @@ class _Lane:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            self.ingress._room.set()  # the next batch is fetched while this one is decided
             self.idle.clear()
             self.inflight = set(slices)
             try:
@@ -194,10 +196,6 @@ class _Lane:
             finally:
                 self.inflight = set()
                 self.idle.set()
-            for tp in [tp for tp in self.paused if self.queued.get(tp, 0) < self.ingress.max_records]:
-                self.paused.discard(tp)
-                with contextlib.suppress(IllegalStateError):
-                    self.ingress._consumer.resume(tp)
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -228,12 +226,19 @@ class KafkaIngress:
         self.resolved_records = 0
         self._to_commit: dict[TopicPartition, int] = {}
         self._commit_wanted = asyncio.Event()
+        self._room = asyncio.Event()
+        self._polled_at = time.monotonic()
         self._lanes: list[_Lane] = []
         self._lane_of: dict[TopicPartition, _Lane] = {}
         """Which lane serves a partition; kept after a revocation so that a partition coming back meets its
         own earlier slice (possibly still in flight) in the same lane, behind it."""
         self._consumer: Any = None
         self._producer: Any = None
+
+    @property
+    def queued_records(self) -> int:
+        """Records fetched from the broker and waiting for a lane (not those in a lane's batch)."""
+        return sum(sum(lane.queued.values()) for lane in self._lanes)
 
     async def run(self) -> None:
         """Consume until cancelled; the broker may come and go, the database may come and go."""
@@ -290,17 +295,22 @@ class KafkaIngress:
                 return
 
     async def _poll(self) -> None:
-        """Fetch what the broker has and hand each partition's records to its worker."""
+        """Fetch what the broker has for the lanes with room and hand each partition's records to its lane."""
+        partitions = [tp for lane in self._lanes if lane.has_room() for tp in lane.queues if tp in self.owned]
+        if not partitions:
+            await self._wait_for_room()
+            return
         try:
             batch: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
-                timeout_ms=self.poll_timeout_ms, max_records=self.max_records
+                *partitions, timeout_ms=self.poll_timeout_ms, max_records=self.max_records
             )
+            self._polled_at = time.monotonic()
             # getmany hands out one fetched chunk at a time; take what is already buffered too, so that a
             # backlog becomes few large set-based transactions rather than many small ones.
             count = sum(len(r) for r in batch.values())
             while 0 < count < self.max_records:
                 more: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
-                    timeout_ms=0, max_records=self.max_records - count
+                    *partitions, timeout_ms=0, max_records=self.max_records - count
                 )
                 if not more:
                     break
@@ -318,14 +328,34 @@ class KafkaIngress:
             if lane is not None and records and tp in self.owned:
                 lane.put(tp, records)
 
+    async def _wait_for_room(self) -> None:
+        """Until a lane takes its next batch (or a poll's timeout). A consumer that does not poll for
+        `max_poll_interval` is put out of its group, so a long wait polls once with everything paused:
+        nothing is returned, and the fetched records of those partitions are fetched again afterwards."""
+        self._room.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._room.wait(), self.poll_timeout_ms / 1000)
+        if time.monotonic() - self._polled_at < self.settings.kafka_max_poll_interval_ms / 3000:
+            return
+        held = list(self._consumer.assignment())
+        try:
+            self._consumer.pause(*held)
+            await self._consumer.getmany(timeout_ms=0)
+            self._polled_at = time.monotonic()
+        except KafkaError as exc:
+            log.warning("kafka poll failed: %s", exc, extra={"action": "kafka_poll_retry"})
+        finally:
+            with contextlib.suppress(IllegalStateError):
+                self._consumer.resume(*held)
+
     async def _resolve(self, slices: dict[TopicPartition, list[Any]]) -> None:
         """Resolve slices of one or more partitions in one `submit`; then their offsets may be committed."""
         started = time.monotonic()
         tenant = self.settings.kafka_tenant  # The topic is bound to one tenant
         records = [r for part in slices.values() for r in part]
         items = [
-            bind_or_dead_letter(
-                Incoming.parse(r.value or b"", traceparent=traceparent_of(r.headers)), tenant, kafka_actor(r.topic)
+            decode_record(
+                r.value or b"", traceparent_of(r.headers) if r.headers else None, tenant, kafka_actor(r.topic)
             )
             for r in records
         ]

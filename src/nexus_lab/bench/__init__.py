@@ -237,8 +237,9 @@ class Bench:
             await drop_database(self.admin_url, name)
 
     async def run_kafka(self, url: str) -> None:
+        command = shlex.split(self.args.kafka_consumer_cmd) if self.args.kafka_consumer_cmd else None
         await external.bench_kafka(self.admin_url, self.args.plans * 4, self.args.concurrency, self.args.kafka_poll,
-                                   self.add, self.args.kafka_consumers or [1])  # fmt: skip
+                                   self.add, self.args.kafka_consumers or [1], command)  # fmt: skip
 
     async def run_delivery(self, url: str) -> None:
         await external.bench_delivery(
@@ -297,6 +298,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=int,
         action="append",
         help="gateway processes in the Kafka consumer group, repeatable (default 1)",
+    )
+    parser.add_argument(
+        "--kafka-consumer-cmd",
+        default=None,
+        help="kafka: run every gateway process of the group with this Python command, e.g. another checkout's: "
+        "'env PYTHONPATH=../base/src .venv/bin/python' (latency then: a lane batch from poll to commit)",
     )
 
 

@@ -5,10 +5,12 @@ Those scripts live beside the package in the repository, so they are loaded by p
 module it measures or the Kafka broker is missing, the scenario is skipped with a note saying which.
 
 - kafka: `kafka_run` (produce -> applied, end to end) with `concurrency` partitions, the producer in a
-  process of its own, keying each step by its order_id as agents do; latency is that of one
-  `Gateway.submit` of a lane's batch (records fetched -> decided and committed in PostgreSQL); CPU seconds
-  per 1,000 events of the consumer, PostgreSQL and the producer; with `--kafka-consumers N` (N > 1) the
-  consumer group is N gateway processes of their own (`kafka_group.py`), their CPU summed;
+  process of its own, keying each step by its order_id as agents do; CPU seconds per 1,000 events of the
+  consumer, PostgreSQL and the producer; with `--kafka-consumers N` (N > 1) or `--kafka-consumer-cmd` the
+  consumer group is N gateway processes of their own (`kafka_group.py`, `kafka_consumer.py`), their CPU
+  summed, and latency is a lane batch's from the poll that fetched its oldest record to the commit that
+  covers it (`submit_p50_ms`/`submit_p99_ms`: its `Gateway.submit` alone); with one consumer in this
+  process, latency is that of one `Gateway.submit` of a lane's batch;
 - delivery: `run_one` with `concurrency` webhook workers in each of 1 and 2 `nexus serve --dispatcher-only`
   processes delivering to the bench's receiver (`bench/receiver.py`); throughput from the span of
   `delivered_at`; latency from `outbox.created_at` to `delivered_at` at a steady offered load of half
@@ -72,10 +74,11 @@ def broker_up(bootstrap: str) -> bool:
 
 async def bench_kafka(
     admin_url: str, plans: int, concurrencies: Sequence[int], poll: int, on_row: Callable[[Row], None],
-    consumers: Sequence[int] = (1,),
+    consumers: Sequence[int] = (1,), consumer_cmd: Sequence[str] | None = None,
 ) -> list[Row]:  # fmt: skip
     """Each partition count (`concurrencies`) with each number of gateway processes in the consumer group
-    (`consumers`; 1 is this process, more are processes of their own, as `nexus serve --kafka` would be)."""
+    (`consumers`; 1 is this process, more are processes of their own, as `nexus serve --kafka` would be;
+    with `consumer_cmd`, every count is processes of their own started with that Python command)."""
     module: Any = load("kafka_ingress", "nexus.ingress.kafka")
     settings = Settings.from_env(db_pool_size=max(concurrencies) + 4)
     if not broker_up(settings.kafka_bootstrap):
@@ -93,17 +96,20 @@ async def bench_kafka(
                 module.PARTITIONS = conc
                 TimedGateway.latencies = []
                 records = module.plan_bytes(plans, f"k{conc}-{uuid.uuid4().hex[:6]}")
-                if procs == 1:
+                if procs == 1 and consumer_cmd is None:
                     result: dict[str, Any] = await module.kafka_run(
                         settings, dbs, records, prefill=False, poll=poll, producer=producer
                     )
                     latencies = TimedGateway.latencies
                 else:
                     result = await module.kafka_run_processes(
-                        settings, dbs, records, poll=poll, producer=producer, consumers=procs
-                    )
+                        settings, dbs, records, poll=poll, producer=producer, consumers=procs,
+                        command=list(consumer_cmd) if consumer_cmd else None,
+                    )  # fmt: skip
                     latencies = result["latencies"]
                 name = "Kafka produce -> applied (lane batch)"
+                if procs > 1 or consumer_cmd is not None:
+                    name = "Kafka produce -> applied (lane batch, poll to commit)"
                 out = row(
                     "kafka",
                     name if procs == 1 else f"{name}, {procs} gateway processes",
@@ -113,6 +119,9 @@ async def bench_kafka(
                     latencies,
                     "batch",
                 )
+                if "submit_latencies" in result:
+                    submits = row("kafka", name, conc, len(records), result["seconds"], result["submit_latencies"])
+                    out["submit_p50_ms"], out["submit_p99_ms"] = submits["p50_ms"], submits["p99_ms"]
                 # CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
                 per_k = 1000 / len(records)
                 out["cpu_s_per_1000"] = {

@@ -1,34 +1,34 @@
-"""Produce -> applied with the consumer group made of several gateway processes.
+"""Produce -> applied with the consumer group made of gateway processes.
 
 Partitions are how a Kafka consumer group spreads its work: each gateway process (`nexus serve --kafka`)
-owns some of them. `benchmarks/kafka_ingress.py` runs its consumer in its own process; this module runs
-`consumers` of them, each a process of its own with its own pool, and stops the clock when the group has
-committed every record. Lives in the package (not the script) because spawned processes import it.
+owns some of them. This module starts `consumers` of them, each a process of its own (`kafka_consumer.py`,
+run with `command`: this interpreter, or another checkout's `nexus` first on `PYTHONPATH`), and stops the
+clock when the group has committed every record.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import logging
-import multiprocessing
-import os
+import contextlib
+import json
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from nexus.gateway import Gateway, Incoming
-from nexus.ingress.kafka import KafkaIngress
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.bench.cpu import ProducerProcess, postmaster_pid, tree_cpu_seconds
 
 
 class TimedGateway(Gateway):
-    """`Gateway.submit` that records how long each call took (one lane batch, or one partition slice, per call)."""
+    """`Gateway.submit` that records how long each call took (one partition slice per call), for the in-process
+    Kafka bench (`external.bench_kafka`)."""
 
     latencies: list[float] = []
 
@@ -40,47 +40,70 @@ class TimedGateway(Gateway):
             TimedGateway.latencies.append(time.perf_counter() - t)
 
 
-async def _report(ingress: KafkaIngress, owned: Any) -> None:
-    while True:
-        owned[os.getpid()] = len(ingress.owned)
-        await asyncio.sleep(0.05)
+SCRIPT = Path(__file__).resolve().parent / "kafka_consumer.py"
+SETTINGS = ("database_url", "kafka_bootstrap", "kafka_topic", "kafka_dlq_topic", "kafka_group", "db_pool_size")
+"""What a consumer process is told; the rest of its settings come from its environment (NEXUS_*)."""
 
 
-async def _consume(settings: Settings, poll: int, ready: Any, stop: Any, owned: Any) -> dict[str, Any]:
-    """One gateway process's consumer: joins the group, says so on `ready`, keeps `owned[pid]` at the number
-    of partitions it owns, consumes until `stop` is set."""
-    db = await Database(settings).open(migrate=False)
-    TimedGateway.latencies = []
-    ingress = KafkaIngress(TimedGateway(db, record_plan_mismatch=False), settings)
-    ingress.max_records = poll
-    task = asyncio.create_task(ingress.run())
-    try:
-        await asyncio.wait_for(ingress.assigned.wait(), 60)
-        cpu = time.process_time()
-        reporter = asyncio.create_task(_report(ingress, owned))
-        ready.put(os.getpid())
-        await asyncio.to_thread(stop.wait)
-        reporter.cancel()
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        return {"cpu_s": time.process_time() - cpu, "latencies": TimedGateway.latencies}
-    finally:
-        task.cancel()
-        await db.close()
+class Consumer:
+    """One gateway process of the group (`kafka_consumer.py`), started with `command` (a Python)."""
+
+    def __init__(self, command: Sequence[str], settings: Settings, poll: int) -> None:
+        fields = {name: getattr(settings, name) for name in SETTINGS}
+        self.args = [*command, str(SCRIPT), json.dumps({"settings": fields, "poll": poll})]
+        self.proc: asyncio.subprocess.Process | None = None
+        self.owned = -1
+        self.result: dict[str, Any] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            *self.args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+        )
+        self._reader = asyncio.create_task(self._read())
+        await asyncio.wait_for(self._ready.wait(), 120)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        async for line in self.proc.stdout:
+            if not line.startswith(b"{"):  # a wrapper's own output (py-spy's, say)
+                continue
+            message = json.loads(line)
+            if "ready" in message:
+                self._ready.set()
+            elif "owned" in message:
+                self.owned = message["owned"]
+            else:
+                self.result = message
+
+    async def stop(self) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdin is not None and self._reader is not None
+        self.proc.stdin.write(b"stop\n")
+        await self.proc.stdin.drain()
+        await asyncio.wait_for(self._reader, 60)
+        await asyncio.wait_for(self.proc.wait(), 60)
+        assert self.result is not None, f"consumer {self.pid} exited {self.proc.returncode} without a result"
+        return self.result
+
+    async def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
 
 
-def _consumer_process(settings: Settings, poll: int, ready: Any, stop: Any, owned: Any) -> dict[str, Any]:
-    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    return asyncio.run(_consume(settings, poll, ready, stop, owned))
-
-
-async def _settled(owned: Any, consumers: int, partitions: int) -> None:
+async def _settled(members: Sequence[Consumer], partitions: int) -> None:
     """Until every partition is owned and spread evenly: the rebalance the last member's join started is
     over (the first members learn of it only at their next heartbeat)."""
     deadline = time.monotonic() + 60
     while True:
-        counts = list(owned.values())
-        if len(counts) == consumers and sum(counts) == partitions and max(counts) - min(counts) <= 1:
+        counts = [m.owned for m in members]
+        if min(counts) >= 0 and sum(counts) == partitions and max(counts) - min(counts) <= 1:
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"the group did not settle: {counts} of {partitions} partitions")
@@ -101,23 +124,18 @@ async def run(
     producer: ProducerProcess,
     consumers: int,
     partitions: int,
+    command: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Produce `records` to `s.kafka_topic` (already created) while `consumers` gateway processes consume it
     in group `s.kafka_group` into `s.database_url` (fresh and migrated); the clock runs from the first send,
-    once every consumer is in the group, to the last commit."""
+    once every consumer is in the group, to the last commit. `latencies`: lane batches, poll to commit."""
     postmaster = await postmaster_pid(s.database_url or "")
-    spawn = multiprocessing.get_context("spawn")
-    manager = spawn.Manager()
-    ready, stop, owned = manager.Queue(), manager.Event(), manager.dict()
-    pool = concurrent.futures.ProcessPoolExecutor(consumers, mp_context=spawn)
-    loop = asyncio.get_running_loop()
+    members = [Consumer(command or [sys.executable], s, poll) for _ in range(consumers)]
     admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
     await admin.start()
     try:
-        futures = [loop.run_in_executor(pool, _consumer_process, s, poll, ready, stop, owned) for _ in range(consumers)]
-        for _ in range(consumers):
-            await loop.run_in_executor(None, ready.get, True, 120)
-        await _settled(owned, consumers, partitions)
+        await asyncio.gather(*(m.start() for m in members))
+        await _settled(members, partitions)
         start = time.perf_counter()
         pg_cpu = tree_cpu_seconds(postmaster) if postmaster else 0.0
         producing = asyncio.create_task(producer.produce(s, records))
@@ -129,8 +147,7 @@ async def run(
         elapsed = time.perf_counter() - start
         pg_cpu = (tree_cpu_seconds(postmaster) - pg_cpu) if postmaster else 0.0
         produce_s, producer_cpu = await producing
-        stop.set()
-        results = await asyncio.gather(*futures)
+        results = await asyncio.gather(*(m.stop() for m in members))
         db = await Database(s).open(migrate=False)
         try:
             applied = await db.fetchval("SELECT count(*) FROM outbox")
@@ -138,10 +155,10 @@ async def run(
             await db.close()
         assert applied == len(records), f"{applied} applied of {len(records)}"
     finally:
-        stop.set()
         await admin.close()
-        pool.shutdown()
-        manager.shutdown()
+        for m in members:
+            with contextlib.suppress(ProcessLookupError):
+                await m.kill()
     return {
         "seconds": elapsed,
         "produce_seconds": produce_s,
@@ -149,5 +166,6 @@ async def run(
         "cpu_consumer_s": sum(r["cpu_s"] for r in results),
         "cpu_producer_s": producer_cpu,
         "cpu_postgres_s": pg_cpu,
-        "latencies": [x for r in results for x in r["latencies"]],
+        "latencies": [x for r in results for x in r["batches"]],
+        "submit_latencies": [x for r in results for x in r["submits"]],
     }

@@ -1,0 +1,144 @@
+"""One gateway process of the Kafka bench's consumer group, run as a script: `<python> kafka_consumer.py JSON`.
+
+Run by path with any checkout's `nexus` first on `PYTHONPATH` (`nexus bench --kafka-consumer-cmd`), so it
+imports nothing but `nexus` and what that checkout has always had: `Database`, `Gateway`, `KafkaIngress`
+(`max_records`, `assigned`, `owned`, `run`, `_resolve`) and aiokafka's consumer.
+
+Protocol on stdout, one JSON object a line: `{"ready": pid}` once in the group, `{"owned": n}` whenever the
+number of partitions it owns changes, and on "stop" (or end of input) on stdin the result:
+`{"cpu_s", "batches", "submits"}`.
+
+What it measures, by wrapping those names from outside (the same way for every checkout):
+- `batches`: each lane batch, from the poll that fetched its oldest record to the commit that covers all
+  of it (seconds);
+- `submits`: each `Gateway.submit` call (seconds);
+- `cpu_s`: this process's CPU seconds from joining the group to "stop".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+
+from nexus.gateway import Gateway
+from nexus.ingress.kafka import KafkaIngress
+from nexus.settings import Settings
+from nexus.store.database import Database
+
+
+class Probe:
+    """Times lane batches from poll to commit and `Gateway.submit` calls."""
+
+    def __init__(self) -> None:
+        self.polled: dict[tuple[Any, int], float] = {}
+        """(partition, first offset of a fetched chunk) -> when the poll returned it."""
+        self.pending: list[tuple[float, dict[Any, int]]] = []
+        self.committed: dict[Any, int] = {}
+        self.batches: list[float] = []
+        self.submits: list[float] = []
+
+    def install(self) -> None:
+        probe = self
+        getmany, commit = AIOKafkaConsumer.getmany, AIOKafkaConsumer.commit
+        resolve, submit = KafkaIngress._resolve, Gateway.submit
+
+        async def timed_getmany(consumer: Any, *args: Any, **kwargs: Any) -> Any:
+            batch = await getmany(consumer, *args, **kwargs)
+            now = time.perf_counter()
+            for tp, records in batch.items():
+                if records:
+                    probe.polled[(tp, records[0].offset)] = now
+            return batch
+
+        async def timed_commit(consumer: Any, offsets: Any = None) -> Any:
+            result = await commit(consumer, offsets)
+            probe.on_commit(dict(offsets or {}))
+            return result
+
+        async def timed_resolve(ingress: Any, slices: dict[Any, list[Any]]) -> None:
+            polled = [probe.polled_at(tp, part) for tp, part in slices.items()]
+            await resolve(ingress, slices)
+            probe.pending.append((min(polled), {tp: part[-1].offset + 1 for tp, part in slices.items()}))
+
+        async def timed_submit(gateway: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await submit(gateway, *args, **kwargs)
+            finally:
+                probe.submits.append(time.perf_counter() - started)
+
+        AIOKafkaConsumer.getmany = timed_getmany
+        AIOKafkaConsumer.commit = timed_commit
+        KafkaIngress._resolve = timed_resolve  # type: ignore[method-assign,assignment]
+        Gateway.submit = timed_submit  # type: ignore[method-assign,assignment]
+
+    def polled_at(self, tp: Any, part: list[Any]) -> float:
+        """When the chunk holding the slice's first record was polled (its oldest record)."""
+        first = part[0].offset
+        at = self.polled.pop((tp, first), None)
+        if at is None:  # a slice starting inside a chunk (not the case with whole-chunk slices)
+            starts = [o for (t, o) in self.polled if t == tp and o <= first]
+            at = self.polled.get((tp, max(starts)), time.perf_counter()) if starts else time.perf_counter()
+        return at
+
+    def on_commit(self, offsets: dict[Any, int]) -> None:
+        now = time.perf_counter()
+        for tp, off in offsets.items():
+            self.committed[tp] = max(off, self.committed.get(tp, 0))
+        waiting = []
+        for polled, needs in self.pending:
+            if all(self.committed.get(tp, 0) >= off for tp, off in needs.items()):
+                self.batches.append(now - polled)
+            else:
+                waiting.append((polled, needs))
+        self.pending = waiting
+
+
+def say(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+async def main(args: dict[str, Any]) -> None:
+    probe = Probe()
+    probe.install()
+    settings = Settings.from_env().replace(**args["settings"])
+    db = await Database(settings).open(migrate=False)
+    ingress = KafkaIngress(Gateway(db, record_plan_mismatch=False), settings)
+    ingress.max_records = args["poll"]
+    task = asyncio.create_task(ingress.run())
+    try:
+        await asyncio.wait_for(ingress.assigned.wait(), 60)
+        cpu = time.process_time()
+        say({"ready": os.getpid()})
+
+        async def report() -> None:
+            owned = -1
+            while True:
+                if len(ingress.owned) != owned:
+                    owned = len(ingress.owned)
+                    say({"owned": owned})
+                await asyncio.sleep(0.05)
+
+        reporter = asyncio.create_task(report())
+        await asyncio.to_thread(sys.stdin.readline)
+        reporter.cancel()
+        task.cancel()
+        await asyncio.gather(task, reporter, return_exceptions=True)
+        say({"cpu_s": time.process_time() - cpu, "batches": probe.batches, "submits": probe.submits})
+    finally:
+        task.cancel()
+        await db.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    asyncio.run(main(json.loads(sys.argv[1])))
