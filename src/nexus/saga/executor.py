@@ -30,7 +30,7 @@ import logging
 import os
 import random
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
@@ -367,15 +367,17 @@ class SagaExecutor:
         """Mark the attempts of `calls` (of different sagas), committed before any of them is made."""
         forward = [c for c in calls if c.action is Action.FORWARD]
         back = [c for c in calls if c.action is not Action.FORWARD]
+        groups = [
+            (name, group) for name, group in (("start_forwards", forward), ("start_compensations", back)) if group
+        ]
         attempts: dict[tuple[str, str], int] = {}
         with wrap_db_errors():
-            async with self.db.pool.acquire() as conn, conn.transaction():
-                for name, group, extra in (("start_forwards", forward, False), ("start_compensations", back, True)):
-                    if not group:
-                        continue
+            # One statement commits alone (one round trip); both directions commit together.
+            async with self.db.pool.acquire() as conn, conn.transaction() if len(groups) > 1 else _alone():
+                for name, group in groups:
                     args: list[list[Any]] = [[c.tenant_id for c in group], [c.order_id for c in group],
                                              [c.seq for c in group], [c.key for c in group]]  # fmt: skip
-                    if extra:
+                    if name == "start_compensations":
                         args.append([json.dumps(c.body) for c in group])
                     rows = await conn.fetch(query("saga.sql", name), *args)
                     attempts.update({(r["tenant_id"], r["order_id"]): r["attempts"] for r in rows})
@@ -533,6 +535,12 @@ class SagaExecutor:
     async def _release(self, key: tuple[str, str], owner: str, delay_s: float) -> None:
         with wrap_db_errors(), contextlib.suppress(asyncpg.PostgresError):
             await self.db.execute(query("saga.sql", "release_saga"), *key, delay_s, owner)
+
+
+@contextlib.asynccontextmanager
+async def _alone() -> AsyncIterator[None]:
+    """No transaction of our own: the statement commits by itself."""
+    yield
 
 
 def _view(row: asyncpg.Record) -> StepView:
