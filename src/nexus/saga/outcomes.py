@@ -77,12 +77,10 @@ async def write_outcomes(
     keys = sorted({o.key for o in outcomes})
     await conn.execute(query("gateway.sql", "lock_orders"), *pairs(keys))
     await lifecycle_records.notify_orders(conn, keys)
-    rows = await conn.fetch(query("saga.sql", "lock_sagas"), *pairs(keys))
+    forward = [o for o in outcomes if o.action is Action.FORWARD]
+    rows = await conn.fetch(query("saga.sql", "finish_forwards"), *pairs(keys), *_forward_columns(forward))
     found = {(r["tenant_id"], r["order_id"]): SagaStatus(r["status"]) for r in rows}
     current = {o.key: found.get(o.key, SagaStatus.COMPENSATED) for o in outcomes}
-    forward = [o for o in outcomes if o.action is Action.FORWARD]
-    if forward:
-        await conn.execute(query("saga.sql", "finish_forwards"), *_forward_columns(forward))
     applying = [o for o in forward if o.decision.step is StepStatus.COMPLETED
                 and current[o.key] in (SagaStatus.PENDING, SagaStatus.RUNNING)]  # fmt: skip
     terminal = await _apply_effects(gateway, conn, applying) if applying else {}
@@ -94,10 +92,11 @@ async def write_outcomes(
             await notify_compensation(conn, o.step, o.response)
         status, delay_s, error = saga_after(o, current[o.key], terminal.get(o.key))
         sagas.append((*o.key, status.value, delay_s, error, o.keep and delay_s == 0 and status in _OPEN))
-    await conn.execute(query("saga.sql", "set_sagas"), *[list(c) for c in zip(*sagas, strict=True)], lease_s, owner)
-    kept = [(t, oid) for t, oid, _, _, _, keep in sagas if keep]
-    steps = await read_steps_of(conn, kept) if kept else {}
-    return {(t, oid): Continued(SagaStatus(status), steps[(t, oid)]) for t, oid, status, *_, keep in sagas if keep}
+    columns = [list(c) for c in zip(*sagas, strict=True)]
+    kept = {(t, oid): Continued(SagaStatus(status), []) for t, oid, status, *_, keep in sagas if keep}
+    for row in await conn.fetch(query("saga.sql", "set_sagas"), *columns, lease_s, owner):
+        kept[(row["tenant_id"], row["order_id"])].steps.append(row)
+    return kept
 
 
 def saga_after(o: Outcome, current: SagaStatus, terminal: tuple[str, bool] | None) -> tuple[

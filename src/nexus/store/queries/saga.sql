@@ -85,20 +85,22 @@ FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[]) AS u(t, o
 WHERE st.tenant_id = u.t AND st.order_id = u.oid AND st.seq = u.seq
 RETURNING st.tenant_id, st.order_id, st.compensation_attempts AS attempts;
 
--- name: lock_sagas
--- The sagas of a batch of outcomes, under their orders' advisory locks (taken first).
+-- name: finish_forwards
+-- Under a batch of outcomes' advisory locks (taken first): the forward calls' steps finished ($3-$9, one per
+-- forward outcome; a data-modifying WITH runs to its end whatever the SELECT returns), and the batch's sagas
+-- ($1, $2) locked and returned, in one round trip.
+WITH finished AS (
+    UPDATE saga_steps AS st SET status = f.status, uncertain = f.uncertain, forward_response = f.response::jsonb,
+           last_error = f.error, executed_at = CASE WHEN f.status = 'COMPLETED' THEN now() ELSE st.executed_at END,
+           updated_at = now()
+    FROM unnest($3::text[], $4::text[], $5::int[], $6::text[], $7::bool[], $8::text[], $9::text[])
+        AS f(t, oid, seq, status, uncertain, response, error)
+    WHERE st.tenant_id = f.t AND st.order_id = f.oid AND st.seq = f.seq
+)
 SELECT s.tenant_id, s.order_id, s.status
 FROM sagas AS s JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON s.tenant_id = u.t AND s.order_id = u.oid
 ORDER BY s.tenant_id, s.order_id
 FOR UPDATE OF s;
-
--- name: finish_forwards
-UPDATE saga_steps AS st SET status = u.status, uncertain = u.uncertain, forward_response = u.response::jsonb,
-       last_error = u.error, executed_at = CASE WHEN u.status = 'COMPLETED' THEN now() ELSE st.executed_at END,
-       updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::bool[], $6::text[], $7::text[])
-    AS u(t, oid, seq, status, uncertain, response, error)
-WHERE st.tenant_id = u.t AND st.order_id = u.oid AND st.seq = u.seq;
 
 -- name: finish_compensation
 UPDATE saga_steps SET status = $4, compensating_response = $5::jsonb, last_error = $6,
@@ -115,15 +117,22 @@ WHERE tenant_id = $1 AND order_id = $2;
 -- name: set_sagas
 -- A batch of outcomes' sagas. $4: seconds until the next attempt (NULL: nothing to do until the agent's next
 -- step); $6: the writer goes on with the saga at once (due now), so its lease is renewed ($7 s, owner $8)
--- instead of cleared: nobody else claims it in between, and no claim is needed.
-UPDATE sagas AS s SET status = u.status, error = COALESCE(u.error, s.error),
-       lease_until = CASE WHEN u.keep THEN now() + make_interval(secs => $7) END,
-       lease_owner = CASE WHEN u.keep THEN $8 END,
-       next_attempt_at = CASE WHEN u.delay IS NULL THEN NULL ELSE now() + make_interval(secs => u.delay) END,
-       updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::bool[])
-    AS u(t, oid, status, delay, error, keep)
-WHERE s.tenant_id = u.t AND s.order_id = u.oid;
+-- instead of cleared: nobody else claims it in between, and no claim is needed. Returns the steps of the
+-- sagas kept, as this transaction left them (its earlier statements' writes are visible here).
+WITH kept AS (
+    UPDATE sagas AS s SET status = u.status, error = COALESCE(u.error, s.error),
+           lease_until = CASE WHEN u.keep THEN now() + make_interval(secs => $7) END,
+           lease_owner = CASE WHEN u.keep THEN $8 END,
+           next_attempt_at = CASE WHEN u.delay IS NULL THEN NULL ELSE now() + make_interval(secs => u.delay) END,
+           updated_at = now()
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::bool[])
+        AS u(t, oid, status, delay, error, keep)
+    WHERE s.tenant_id = u.t AND s.order_id = u.oid
+    RETURNING s.tenant_id, s.order_id, u.keep
+)
+SELECT st.*, st.envelope::text AS envelope_text, st.forward_response::text AS response_text
+FROM saga_steps AS st JOIN kept ON st.tenant_id = kept.tenant_id AND st.order_id = kept.order_id AND kept.keep
+ORDER BY st.tenant_id, st.order_id, st.seq;
 
 -- name: release_saga
 UPDATE sagas SET lease_until = NULL, lease_owner = NULL,
