@@ -99,6 +99,14 @@ async def write_outcomes(
     return kept
 
 
+async def apply_effect(gateway: Gateway, conn: asyncpg.Connection, step: asyncpg.Record) -> str:
+    """The effect of `step` (a `saga_steps` row) succeeded: apply it for good, as `write_outcomes` does for
+    a batch; the order's status afterwards."""
+    decision = CallDecision(StepStatus.COMPLETED, SagaStatus.RUNNING)
+    outcome = Outcome(step, Action.FORWARD, decision, None, None, keep=False)
+    return (await _apply_effects(gateway, conn, [outcome]))[outcome.key][0]
+
+
 def saga_after(o: Outcome, current: SagaStatus, terminal: tuple[str, bool] | None) -> tuple[
     SagaStatus, float | None, str | None
 ]:  # fmt: skip
