@@ -109,17 +109,16 @@ class Driver:
         raise ValueError(op)
 
     async def _effect_ok(self, tenant: str, order_id: str, seq: int) -> Any:
-        """The effect of step `seq` succeeded: what the saga executor writes (finish_forward, apply_effect)."""
+        """The effect of step `seq` succeeded: what the saga executor writes (finish_forwards, apply_effect)."""
         async with self.db.pool.acquire() as conn, conn.transaction():
             await outcomes.lock_order(conn, tenant, order_id)
             steps = await conn.fetch(query("saga.sql", "read_steps"), tenant, order_id)
             step = next((s for s in steps if s["seq"] == seq), None)
             if step is None:
                 return "no such step"
-            await conn.execute(
-                query("saga.sql", "finish_forward"), tenant, order_id, seq, "COMPLETED", False, "{}", None
-            )
-            status = await outcomes.apply_effect(self.http, conn, tenant, order_id, step["envelope_text"])
+            await conn.fetch(query("saga.sql", "finish_forwards"), [tenant], [order_id],
+                             [tenant], [order_id], [seq], ["COMPLETED"], [False], ["{}"], [None])  # fmt: skip
+            status = await outcomes.apply_effect(self.http, conn, step)
             await outcomes.set_saga(conn, tenant, order_id, SagaStatus.RUNNING, None)
             return status
 

@@ -1,13 +1,17 @@
 """Saga executors: in any number of processes, like the outbox dispatcher.
 
 Each process runs one claim loop that leases due sagas in batches (SKIP LOCKED + a lease, so a dead
-process's sagas are taken over once their leases run out), up to `saga_executors` at once, and one task
-per claimed saga: it asks `core.saga.next_work` for the saga's one next call, takes a call slot of the
-call's service (at most `saga_max_inflight_per_service` calls in flight per service and process), marks
-the attempt (committed before the call: a crash after it leaves the step uncertain, never forgotten),
-calls the service with the call's derived `Idempotency-Key` and a `traceparent`, and writes the outcome
-back under the order's lock (`outcomes`). A saga is worked by one task at a time and makes one call per
-claim, so its own steps and its compensations keep their order; different orders' calls run concurrently.
+process's sagas are taken over once their leases run out) and reads their steps, up to `saga_executors`
+at once, and one task per claimed saga: it asks `core.saga.next_work` for the saga's one next call, takes
+a call slot of the call's service (at most `saga_max_inflight_per_service` calls in flight per service and
+process), marks the attempt (committed before the call: a crash after it leaves the step uncertain, never
+forgotten), calls the service with the call's derived `Idempotency-Key` and a `traceparent`, and writes the
+outcome back under the order's lock (`outcomes`). The marks and the outcomes of the tasks are written in
+groups (`grouped`): one statement marks the attempts of every task ready to call, one transaction writes
+every outcome that arrived meanwhile. A saga due again at once after its outcome stays leased to its task,
+which goes on with the steps that transaction read back. A saga is worked by one task at a time and makes
+one call at a time, so its own steps and its compensations keep their order; different orders' calls run
+concurrently.
 Forward calls and compensations take the same path (`_perform`); `call_service` is the one place a
 service is called. Retries follow `core.backoff` (the saga is simply due again later); a circuit breaker
 per service (`core.breaker`) holds calls to a service that keeps failing, uncounted, until its cooldown
@@ -26,7 +30,7 @@ import logging
 import os
 import random
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
@@ -37,7 +41,6 @@ from nexus.core.backoff import RetryPolicy
 from nexus.core.breaker import Breaker, BreakerConfig, BreakerState
 from nexus.core.saga import (
     Action,
-    CallDecision,
     CallOutcome,
     EffectBodyError,
     SagaStatus,
@@ -56,6 +59,8 @@ from nexus.gateway import Gateway
 from nexus.outbound.http1 import ConnectFailedError, ConnectTimeoutError, Http1Client
 from nexus.outbound.policy import OutboundPolicy
 from nexus.saga import outcomes
+from nexus.saga.grouped import Grouped
+from nexus.saga.outcomes import Continued, Outcome
 from nexus.saga.wakeups import SagaWakeups
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -76,14 +81,16 @@ _ANSWER_MAX_BYTES = 256 * 1024
 class _Call:
     """One call of a step, in either direction: what is sent, and how its attempt is marked first."""
 
+    tenant_id: str
+    order_id: str
+    seq: int
+    action: Action
     key: str
     url: str | None
     body: dict[str, Any]
     compensates: str | None
     refusal: str | None
     """Why the call is refused without being made (no URL, a body that could not be built), or None."""
-    start_query: str
-    start_args: tuple[Any, ...]
 
 
 def derived_key(secret: bytes, tenant: str, order: str, plan: str, step: str, action: Action, attempt: int) -> str:
@@ -139,7 +146,11 @@ class SagaExecutor:
         self._inflight: set[asyncio.Task[None]] = set()
         self._held: set[tuple[str, str]] = set()
         """Sagas a task of this process works on (a claim of one of them is handed to its task)."""
-        self._handover: dict[tuple[str, str], asyncpg.Record] = {}
+        self._handover: dict[tuple[str, str], tuple[SagaStatus, list[asyncpg.Record]]] = {}
+        self._marks: Grouped[_Call, int] = Grouped(self._mark)
+        """The attempts of the calls about to be made, marked together (the attempt numbers back)."""
+        self.outcomes: Grouped[Outcome, Continued | None] = Grouped(self._write)
+        """The calls' outcomes, written together."""
         self._slots: dict[str, asyncio.Semaphore] = {}
         """Per service, its free call slots (`saga_max_inflight_per_service`)."""
         self._calls = 0
@@ -180,30 +191,38 @@ class SagaExecutor:
             got = 0
             if room > 0:
                 try:
-                    with wrap_db_errors():
-                        rows = await self.db.fetch(
-                            query("saga.sql", "claim_sagas"), self.settings.saga_lease_s, self.owner, room
-                        )
+                    rows, steps = await self._claim(self.owner, room)
                 except NexusError as exc:  # the database is away: wait and try again, the leases protect the work
                     log.warning("saga executor: %s", exc, extra={"action": "saga_retry"})
-                    rows = []
+                    rows, steps = [], {}
                 for saga in rows:
-                    self._start(saga)
+                    key = (saga["tenant_id"], saga["order_id"])
+                    self._start(key, SagaStatus(saga["status"]), steps[key])
                 got = len(rows)
             if room <= 0 or 0 < got < room:
                 await self._sleep(self.settings.saga_poll_s)  # a finished task wakes us
             elif got == 0:
                 await self._idle_wait()
 
-    def _start(self, saga: asyncpg.Record) -> None:
-        key = (saga["tenant_id"], saga["order_id"])
+    async def _claim(
+        self, owner: str, limit: int
+    ) -> tuple[list[asyncpg.Record], dict[tuple[str, str], list[asyncpg.Record]]]:
+        """Lease up to `limit` due sagas and read their steps."""
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn:
+                rows = await conn.fetch(query("saga.sql", "claim_sagas"), self.settings.saga_lease_s, owner, limit)
+                keys = [(r["tenant_id"], r["order_id"]) for r in rows]
+                steps = await outcomes.read_steps_of(conn, keys) if keys else {}
+        return rows, steps
+
+    def _start(self, key: tuple[str, str], status: SagaStatus, steps: list[asyncpg.Record]) -> None:
         if key in self._held:
-            # Its task wrote an outcome (the lease cleared) and has not claimed it again yet: the claim is
-            # the task's now, or the saga would stay leased with nobody working it.
-            self._handover[key] = saga
+            # Its task wrote an outcome (the lease cleared) and has not ended yet: the claim is the task's
+            # now, or the saga would stay leased with nobody working it.
+            self._handover[key] = (status, steps)
             return
         self._held.add(key)
-        task = asyncio.create_task(self._work(key, saga))
+        task = asyncio.create_task(self._work(key, status, steps))
         self._inflight.add(task)
 
         def done(finished: asyncio.Task[None]) -> None:
@@ -212,22 +231,21 @@ class SagaExecutor:
 
         task.add_done_callback(done)
 
-    async def _work(self, key: tuple[str, str], saga: asyncpg.Record) -> None:
-        """The saga's next calls, one claim each: after each outcome the task claims the same saga again
-        (due at once after a success) and goes on; else it ends and frees its place."""
-        tenant_id, order_id = key
+    async def _work(self, key: tuple[str, str], status: SagaStatus, steps: list[asyncpg.Record]) -> None:
+        """The saga's next calls: after each outcome that leaves it due at once (kept leased by the outcome's
+        transaction) the task goes on with it; else it ends and frees its place."""
+        order_id = key[1]
         try:
             while True:
-                await self._work_once(saga)
-                with wrap_db_errors():
-                    again = await self.db.fetchrow(
-                        query("saga.sql", "claim_saga"), tenant_id, order_id, self.settings.saga_lease_s, self.owner
-                    )
-                # No await from here to the end of the saga's turn: the claim loop cannot claim it in between.
-                again = again or self._handover.pop(key, None)
+                again = await self._work_once(key, status, steps, self.owner, keep=True)
                 if again is None:
-                    return
-                saga = again
+                    # No await from here to the end of the saga's turn: the claim loop cannot claim it in between.
+                    handed = self._handover.pop(key, None)
+                    if handed is None:
+                        return
+                    status, steps = handed
+                else:
+                    status, steps = again.status, again.steps
         except NexusError as exc:  # the database is away: the lease runs out and the saga is taken again
             log.warning("saga executor: %s", exc, extra={"action": "saga_retry", "order_id": order_id})
         except Exception:  # a bug in one saga must not stop the others; its lease runs out
@@ -253,31 +271,30 @@ class SagaExecutor:
 
     async def run_once(self, owner: str | None = None) -> bool:
         """Claim one due saga and make its next call, here and now; False when nothing was due."""
-        with wrap_db_errors():
-            rows = await self.db.fetch(
-                query("saga.sql", "claim_sagas"), self.settings.saga_lease_s, owner or self.owner, 1
-            )
+        rows, steps = await self._claim(owner or self.owner, 1)
         if not rows:
             return False
-        await self._work_once(rows[0], owner or self.owner)
+        key = (rows[0]["tenant_id"], rows[0]["order_id"])
+        # The saga's lease is cleared with its outcome: the next run_once (any owner) may claim it.
+        await self._work_once(key, SagaStatus(rows[0]["status"]), steps[key], owner or self.owner, keep=False)
         return True
 
-    async def _work_once(self, saga: asyncpg.Record, owner: str | None = None) -> None:
-        """The claimed saga's next call (or, with none to make, its settling)."""
-        with wrap_db_errors():
-            steps = await self.db.fetch(query("saga.sql", "read_steps"), saga["tenant_id"], saga["order_id"])
-        status = SagaStatus(saga["status"])
+    async def _work_once(
+        self, key: tuple[str, str], status: SagaStatus, steps: list[asyncpg.Record], owner: str, *, keep: bool
+    ) -> Continued | None:
+        """The claimed saga's next call (or, with none to make, its settling); the saga again if its task
+        goes on with it (`keep`, and due at once), else None (its lease cleared)."""
         work = next_work(status, [_view(s) for s in steps])
         if work is None:
-            await self._idle(saga, status, steps)
-            return
+            await self._idle(key, status, steps)
+            return None
         step = next(s for s in steps if s["seq"] == work.seq)
         self._calls += 1
-        await self._perform(saga, step, work.action, owner or self.owner, f"{self.owner}#{self._calls}")
+        return await self._perform(key, step, work.action, owner, f"{self.owner}#{self._calls}", keep=keep)
 
     # -- nothing to call: wait for the agent, or finish compensating ---------------------------------------
-    async def _idle(self, saga: asyncpg.Record, status: SagaStatus, steps: list[asyncpg.Record]) -> None:
-        tenant_id, order_id = saga["tenant_id"], saga["order_id"]
+    async def _idle(self, key: tuple[str, str], status: SagaStatus, steps: list[asyncpg.Record]) -> None:
+        tenant_id, order_id = key
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 current = SagaStatus(await outcomes.lock_order(conn, tenant_id, order_id))
@@ -297,29 +314,28 @@ class SagaExecutor:
 
     # -- one call, either direction -------------------------------------------------------------------------
     async def _perform(
-        self, saga: asyncpg.Record, step: asyncpg.Record, action: Action, owner: str, caller: str
-    ) -> None:
+        self, key: tuple[str, str], step: asyncpg.Record, action: Action, owner: str, caller: str, *, keep: bool
+    ) -> Continued | None:
         """Make the step's next call (forward or compensation) and write its outcome back.
 
         The same path for both directions: breaker, key, the attempt marked (committed before the call),
         the call, the pure decision (`after_forward` / `after_compensation`), the outcome written under
-        the order's lock. Only what is called and what is written differ (`_prepare`, `_write_*`).
+        the order's lock. Only what is called and what is written differ (`_prepare`, `outcomes`).
         """
-        tenant_id, order_id, seq = saga["tenant_id"], saga["order_id"], step["seq"]
+        order_id, seq = key[1], step["seq"]
         service = step["service"]
         slot = self._slots.setdefault(service, asyncio.Semaphore(self.settings.saga_max_inflight_per_service))
         try:  # a slot of the service before the attempt is marked: waiting holds the lease, so not for long
             await asyncio.wait_for(slot.acquire(), timeout=self.settings.saga_lease_s / 2)
         except TimeoutError:
-            await self._release(saga, owner, 0.0)
-            return
+            await self._release(key, owner, 0.0)
+            return None
         try:
             if not self._admitted(service, caller):
-                await self._release(saga, owner, self.breaker_config.cooldown_s)
-                return
+                await self._release(key, owner, self.breaker_config.cooldown_s)
+                return None
             call = self._prepare(step, action)
-            with wrap_db_errors():
-                attempts = await self.db.fetchval(query("saga.sql", call.start_query), *call.start_args)
+            attempts = await self._marks.submit(call)
             response: Any = None
             error: str | None
             if call.refusal is not None:
@@ -345,11 +361,51 @@ class SagaExecutor:
             extra={"action": f"saga_{action.value}", "order_id": order_id, "plan_id": step["plan_id"],
                    "seq_id": seq, "service": service, "attempt": attempts, "outcome": outcome.value},
         )  # fmt: skip
-        write = self._write_forward if action is Action.FORWARD else self._write_compensation
+        return await self.outcomes.submit(Outcome(step, action, decision, response, error, keep))
+
+    async def _mark(self, calls: list[_Call]) -> list[int | BaseException]:
+        """Mark the attempts of `calls` (of different sagas), committed before any of them is made."""
+        forward = [c for c in calls if c.action is Action.FORWARD]
+        back = [c for c in calls if c.action is not Action.FORWARD]
+        groups = [
+            (name, group) for name, group in (("start_forwards", forward), ("start_compensations", back)) if group
+        ]
+        attempts: dict[tuple[str, str], int] = {}
+        with wrap_db_errors():
+            # One statement commits alone (one round trip); both directions commit together.
+            async with self.db.pool.acquire() as conn, conn.transaction() if len(groups) > 1 else _alone():
+                for name, group in groups:
+                    args: list[list[Any]] = [[c.tenant_id for c in group], [c.order_id for c in group],
+                                             [c.seq for c in group], [c.key for c in group]]  # fmt: skip
+                    if name == "start_compensations":
+                        args.append([json.dumps(c.body) for c in group])
+                    rows = await conn.fetch(query("saga.sql", name), *args)
+                    attempts.update({(r["tenant_id"], r["order_id"]): r["attempts"] for r in rows})
+        return [attempts[(c.tenant_id, c.order_id)] for c in calls]
+
+    async def _write(self, items: list[Outcome]) -> list[Continued | BaseException | None]:
+        """Write the outcomes of `items` (of different sagas) in one transaction; if that fails other than
+        by the database being away, each alone, so that one saga's failure is its own."""
+        try:
+            kept = await self._write_together(items)
+        except NexusError:
+            raise
+        except Exception:
+            if len(items) == 1:
+                raise
+            results: list[Continued | BaseException | None] = []
+            for item in items:
+                try:
+                    results.append((await self._write_together([item])).get(item.key))
+                except Exception as exc:  # noqa: BLE001 - handed to the item's own task, which logs it
+                    results.append(exc)
+            return results
+        return [kept.get(item.key) for item in items]
+
+    async def _write_together(self, items: list[Outcome]) -> dict[tuple[str, str], Continued]:
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
-                current = SagaStatus(await outcomes.lock_order(conn, tenant_id, order_id))
-                await write(conn, step, decision, current, response, error)
+                return await outcomes.write_outcomes(self.gateway, conn, items, self.settings.saga_lease_s, self.owner)
 
     def _prepare(self, step: asyncpg.Record, action: Action) -> _Call:
         """What the step's next call in `action`'s direction sends, and how its attempt is marked."""
@@ -362,13 +418,15 @@ class SagaExecutor:
             )
             refusal = step["forward_error"] or (f"no URL for service {service!r}" if base is None else None)
             return _Call(
+                tenant_id=tenant_id,
+                order_id=order_id,
+                seq=seq,
+                action=action,
                 key=key,
                 url=None if refusal else f"{base}{step['forward_path']}",
                 body=_json(step["forward_payload"]),
                 compensates=None,
                 refusal=refusal,
-                start_query="start_forward",
-                start_args=(tenant_id, order_id, seq, key),
             )
         key = self.key_function(
             self.secret, tenant_id, order_id, plan_id, step["step_name"], action, step["compensation_attempts"] + 1
@@ -391,76 +449,16 @@ class SagaExecutor:
         path = step["compensation_path"]
         refusal = f"no compensation URL for {service!r}" if base is None or path is None else None
         return _Call(
+            tenant_id=tenant_id,
+            order_id=order_id,
+            seq=seq,
+            action=action,
             key=key,
             url=None if refusal else f"{base}{path}",
             body=body,
             compensates=forward_key,
             refusal=refusal,
-            start_query="start_compensation",
-            start_args=(tenant_id, order_id, seq, key, json.dumps(body)),
         )
-
-    async def _write_forward(
-        self, conn: asyncpg.Connection, step: asyncpg.Record, decision: CallDecision, current: SagaStatus,
-        response: Any, error: str | None,
-    ) -> None:  # fmt: skip
-        tenant_id, order_id = step["tenant_id"], step["order_id"]
-        if current is SagaStatus.PENDING:
-            current = SagaStatus.RUNNING
-        await conn.execute(
-            query("saga.sql", "finish_forward"),
-            tenant_id,
-            order_id,
-            step["seq"],
-            decision.step.value,
-            decision.uncertain,
-            json.dumps(response) if response is not None else None,
-            error,
-        )
-        if decision.step is StepStatus.COMPLETED:
-            if current in (SagaStatus.PENDING, SagaStatus.RUNNING):
-                status = await outcomes.apply_effect(self.gateway, conn, tenant_id, order_id, step["envelope_text"])
-                state_row = await conn.fetchrow(
-                    "SELECT process, process_version FROM orders WHERE tenant_id = $1 AND order_id = $2",
-                    tenant_id,
-                    order_id,
-                )
-                terminal = state_row is not None and outcomes.is_terminal(
-                    self.gateway, state_row["process"], state_row["process_version"], status
-                )
-                done = SagaStatus.COMPLETED if terminal and status != "aborted" else SagaStatus.RUNNING
-                await outcomes.set_saga(conn, tenant_id, order_id, done, None if terminal else 0)
-            else:
-                await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
-        elif decision.delay_ms is not None:
-            await outcomes.set_saga(conn, tenant_id, order_id, current, decision.delay_ms / 1000, error)
-        elif decision.saga is SagaStatus.ESCALATED:
-            await outcomes.set_saga(conn, tenant_id, order_id, SagaStatus.ESCALATED, None, error)
-        else:
-            target = current if current is SagaStatus.FAILED else SagaStatus.COMPENSATING
-            await outcomes.set_saga(conn, tenant_id, order_id, target, 0, error)
-
-    async def _write_compensation(
-        self, conn: asyncpg.Connection, step: asyncpg.Record, decision: CallDecision, current: SagaStatus,
-        response: Any, error: str | None,
-    ) -> None:  # fmt: skip
-        tenant_id, order_id = step["tenant_id"], step["order_id"]
-        if decision.step is StepStatus.COMPENSATED:
-            await conn.execute(
-                query("saga.sql", "finish_compensation"),
-                tenant_id,
-                order_id,
-                step["seq"],
-                StepStatus.COMPENSATED.value,
-                json.dumps(response) if response is not None else None,
-                None,
-            )
-            await outcomes.notify_compensation(conn, step, response)
-            await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
-        elif decision.delay_ms is not None:
-            await outcomes.set_saga(conn, tenant_id, order_id, current, decision.delay_ms / 1000, error)
-        else:
-            await outcomes.set_saga(conn, tenant_id, order_id, SagaStatus.FAILED, None, error)
 
     # -- HTTP and breakers ----------------------------------------------------------------------------------
     async def call_service(
@@ -534,11 +532,15 @@ class SagaExecutor:
             log.warning("saga breaker %s for %s", verb, service,
                         extra={"action": "saga_breaker", "service": service, "state": after.state.value})  # fmt: skip
 
-    async def _release(self, saga: asyncpg.Record, owner: str, delay_s: float) -> None:
+    async def _release(self, key: tuple[str, str], owner: str, delay_s: float) -> None:
         with wrap_db_errors(), contextlib.suppress(asyncpg.PostgresError):
-            await self.db.execute(
-                query("saga.sql", "release_saga"), saga["tenant_id"], saga["order_id"], delay_s, owner
-            )
+            await self.db.execute(query("saga.sql", "release_saga"), *key, delay_s, owner)
+
+
+@contextlib.asynccontextmanager
+async def _alone() -> AsyncIterator[None]:
+    """No transaction of our own: the statement commits by itself."""
+    yield
 
 
 def _view(row: asyncpg.Record) -> StepView:

@@ -1,7 +1,10 @@
-"""Writing a saga call's outcome back, under its order's advisory lock, in one transaction: the step's row,
-the saga's status and, when an effect succeeded, the step applied for good (status, facts, notification,
-buffered successors drained) through the same pure `resolve` as `Gateway.submit`; when a compensation
-succeeded, its notification; when compensation is over, the plan's abort (`effect_failed`)."""
+"""Writing saga calls' outcomes back, under their orders' advisory locks, in one transaction for a batch of
+outcomes of different orders (`write_outcomes`): the steps' rows, the sagas' statuses and, when an effect
+succeeded, the step applied for good (status, facts, notification, buffered successors drained) through the
+same pure `resolve` as `Gateway.submit`, the batch's orders read and written set-based as a gateway batch
+is; when a compensation succeeded, its notification; when compensation is over, the plan's abort
+(`effect_failed`). A saga due again at once stays leased to the writer's process, which goes on with it
+with the steps read back in the same transaction."""
 
 from __future__ import annotations
 
@@ -13,13 +16,13 @@ from typing import Any
 
 import asyncpg
 
-from nexus.audit.log import record_entries
-from nexus.batch_rows import read_batch, write_builder
+from nexus.audit.log import record_columns, record_entries
+from nexus.batch_rows import pairs, read_batch, write_builder
 from nexus.core.actors import SYSTEM_SAGA
 from nexus.core.decide.rows import OutboxRow, RowsBuilder, add_rows
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.process import ABORT_STEP, AbortCode
-from nexus.core.saga import SagaStatus
+from nexus.core.saga import Action, CallDecision, SagaStatus, StepStatus
 from nexus.core.sequencing import OrderState, Resolution, complete_effect, resolve
 from nexus.gateway import Gateway
 from nexus.store import lifecycle as lifecycle_records
@@ -29,6 +32,162 @@ from nexus.store.queries import query
 _COMPENSATION_NAMESPACE = uuid.UUID("5a9a7e0c-3c1b-4f7e-8a51-636f6d70656e")
 _ABORT_NAMESPACE = uuid.UUID("5a9a7e0c-3c1b-4f7e-8a51-61626f727421")
 COMPENSATED_EVENT = "EffectCompensated"
+_OPEN = (SagaStatus.PENDING, SagaStatus.RUNNING, SagaStatus.COMPENSATING)
+
+OrderKey = tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    """One call's outcome to write back: its saga's step, the call's direction and the pure decision."""
+
+    step: asyncpg.Record
+    action: Action
+    decision: CallDecision
+    response: Any
+    error: str | None
+    keep: bool = True
+    """The writer's process goes on with the saga if it is due again at once (else its lease is cleared)."""
+
+    @property
+    def key(self) -> OrderKey:
+        return (self.step["tenant_id"], self.step["order_id"])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Continued:
+    """A saga the writer kept leased: its status and steps as the outcome's transaction left them."""
+
+    status: SagaStatus
+    steps: list[asyncpg.Record]
+
+
+async def read_steps_of(conn: asyncpg.Connection, keys: list[OrderKey]) -> dict[OrderKey, list[asyncpg.Record]]:
+    """The steps of these sagas, by saga, in seq order: one statement."""
+    found: dict[OrderKey, list[asyncpg.Record]] = {key: [] for key in keys}
+    for row in await conn.fetch(query("saga.sql", "read_steps_of"), *pairs(keys)):
+        found[(row["tenant_id"], row["order_id"])].append(row)
+    return found
+
+
+async def write_outcomes(
+    gateway: Gateway, conn: asyncpg.Connection, outcomes: list[Outcome], lease_s: float, owner: str
+) -> dict[OrderKey, Continued]:
+    """Write a batch of outcomes (one per saga) in the caller's transaction; the sagas kept leased."""
+    keys = sorted({o.key for o in outcomes})
+    await conn.execute(query("gateway.sql", "lock_orders"), *pairs(keys))
+    await lifecycle_records.notify_orders(conn, keys)
+    forward = [o for o in outcomes if o.action is Action.FORWARD]
+    rows = await conn.fetch(query("saga.sql", "finish_forwards"), *pairs(keys), *_forward_columns(forward))
+    found = {(r["tenant_id"], r["order_id"]): SagaStatus(r["status"]) for r in rows}
+    current = {o.key: found.get(o.key, SagaStatus.COMPENSATED) for o in outcomes}
+    applying = [o for o in forward if o.decision.step is StepStatus.COMPLETED
+                and current[o.key] in (SagaStatus.PENDING, SagaStatus.RUNNING)]  # fmt: skip
+    terminal = await _apply_effects(gateway, conn, applying) if applying else {}
+    sagas = []
+    for o in outcomes:
+        if o.action is Action.COMPENSATE and o.decision.step is StepStatus.COMPENSATED:
+            await conn.execute(query("saga.sql", "finish_compensation"), o.step["tenant_id"], o.step["order_id"],
+                               o.step["seq"], StepStatus.COMPENSATED.value, _text(o.response), None)  # fmt: skip
+            await notify_compensation(conn, o.step, o.response)
+        status, delay_s, error = saga_after(o, current[o.key], terminal.get(o.key))
+        sagas.append((*o.key, status.value, delay_s, error, o.keep and delay_s == 0 and status in _OPEN))
+    columns = [list(c) for c in zip(*sagas, strict=True)]
+    kept = {(t, oid): Continued(SagaStatus(status), []) for t, oid, status, *_, keep in sagas if keep}
+    for row in await conn.fetch(query("saga.sql", "set_sagas"), *columns, lease_s, owner):
+        kept[(row["tenant_id"], row["order_id"])].steps.append(row)
+    return kept
+
+
+async def apply_effect(gateway: Gateway, conn: asyncpg.Connection, step: asyncpg.Record) -> str:
+    """The effect of `step` (a `saga_steps` row) succeeded: apply it for good, as `write_outcomes` does for
+    a batch; the order's status afterwards."""
+    decision = CallDecision(StepStatus.COMPLETED, SagaStatus.RUNNING)
+    outcome = Outcome(step, Action.FORWARD, decision, None, None, keep=False)
+    return (await _apply_effects(gateway, conn, [outcome]))[outcome.key][0]
+
+
+def saga_after(o: Outcome, current: SagaStatus, terminal: tuple[str, bool] | None) -> tuple[
+    SagaStatus, float | None, str | None
+]:  # fmt: skip
+    """The saga's (status, seconds until its next attempt or None, error) after the outcome `o`; `terminal`:
+    the order's status after an effect applied, and whether it is terminal."""
+    decision = o.decision
+    if o.action is Action.COMPENSATE:
+        if decision.step is StepStatus.COMPENSATED:
+            return current, 0.0, None
+        if decision.delay_ms is not None:
+            return current, decision.delay_ms / 1000, o.error
+        return SagaStatus.FAILED, None, o.error
+    if current is SagaStatus.PENDING:
+        current = SagaStatus.RUNNING
+    if decision.step is StepStatus.COMPLETED:
+        if terminal is None:  # not applied: the saga turned to compensation meanwhile
+            return current, 0.0, None
+        status, done = terminal
+        if done:
+            return (SagaStatus.COMPLETED if status != "aborted" else SagaStatus.RUNNING), None, None
+        return SagaStatus.RUNNING, 0.0, None
+    if decision.delay_ms is not None:
+        return current, decision.delay_ms / 1000, o.error
+    if decision.saga is SagaStatus.ESCALATED:
+        return SagaStatus.ESCALATED, None, o.error
+    return (current if current is SagaStatus.FAILED else SagaStatus.COMPENSATING), 0.0, o.error
+
+
+def _forward_columns(outcomes: list[Outcome]) -> list[list[Any]]:
+    return [
+        [o.step["tenant_id"] for o in outcomes],
+        [o.step["order_id"] for o in outcomes],
+        [o.step["seq"] for o in outcomes],
+        [o.decision.step.value for o in outcomes],
+        [o.decision.uncertain for o in outcomes],
+        [_text(o.response) for o in outcomes],
+        [o.error for o in outcomes],
+    ]
+
+
+def _text(response: Any) -> str | None:
+    return json.dumps(response) if response is not None else None
+
+
+async def _apply_effects(gateway: Gateway, conn: asyncpg.Connection, applying: list[Outcome]) -> dict[
+    OrderKey, tuple[str, bool]
+]:  # fmt: skip
+    """The effects succeeded: apply their steps for good, all the batch's orders read in one statement and
+    written in one; per order, its status afterwards and whether it is terminal."""
+    keys = [o.key for o in applying]
+    reads = await read_batch(conn, keys, validated=gateway.parts.checks.checks)
+    rows = RowsBuilder()
+    resolutions = []
+    entries = []
+    traces: dict[uuid.UUID, str | None] = {}
+    after: dict[OrderKey, tuple[str, bool]] = {}
+    for o in applying:
+        event = parse_envelope(o.step["envelope_text"])
+        state = reads.states.get(o.key) or OrderState(o.key[1])
+        pending = reads.pending.get(o.key, {})
+        if state.last_seq != event.seq_id or state.status == "aborted":
+            # aborted meanwhile (the saga compensates), or already applied
+            status = str(state.status)
+            after[o.key] = (status, is_terminal(gateway, state.process, state.process_version, status))
+            continue
+        limits = reads.limits.get(o.key[0]) or gateway.parts.default_limits
+        resolution = complete_effect(state, event, pending, catalog=gateway.catalog, limits=limits)
+        resolutions.append(resolution)
+        # The step's notification carries the step's traceparent (the agent's trace), as at APPLY
+        traces[event.event_id] = o.step["traceparent"]
+        # The step's own APPLY was logged when it took its seq; what it drains now is logged here.
+        entries.extend(gateway.parts.log.order_entries(resolution, pending, SYSTEM_SAGA, None)[1:])
+        status = str(resolution.after.status)
+        done = is_terminal(gateway, resolution.after.process, resolution.after.process_version, status)
+        after[o.key] = (status, done)
+    if resolutions:
+        for resolution in resolutions:
+            add_rows(resolution, traces, rows)
+        await write_builder(conn, rows, await record_columns(conn, entries, reads.heads, set(keys)))
+        await records.record(conn, resolutions, gateway.catalog, {})
+    return after
 
 
 async def lock_order(conn: asyncpg.Connection, tenant_id: str, order_id: str) -> str:
@@ -73,19 +232,6 @@ async def _write(
     entries = gateway.parts.log.order_entries(resolution, pending, SYSTEM_SAGA, None)
     # The step's own APPLY was logged when it took its seq; what it drains now is logged here.
     await record_entries(conn, entries[1:] if skip_first else entries)
-
-
-async def apply_effect(gateway: Gateway, conn: asyncpg.Connection, tenant_id: str, order_id: str, envelope: str) -> str:
-    """The effect of the step succeeded: apply it for good; return the order's status afterwards."""
-    event = parse_envelope(envelope)
-    state, pending, limits = await _state(gateway, conn, (tenant_id, order_id))
-    if state.last_seq != event.seq_id or state.status == "aborted":
-        return str(state.status)  # aborted meanwhile (the saga compensates), or already applied
-    resolution = complete_effect(state, event, pending, catalog=gateway.catalog, limits=limits)
-    # The step's notification carries the step's traceparent (the agent's trace), as at APPLY
-    traceparent = await conn.fetchval(query("saga.sql", "step_traceparent"), tenant_id, order_id, event.seq_id)
-    await _write(gateway, conn, resolution, pending, skip_first=True, traces={event.event_id: traceparent})
-    return str(resolution.after.status)
 
 
 def is_terminal(gateway: Gateway, state_process: str | None, version: int | None, status: str) -> bool:

@@ -57,40 +57,50 @@ FROM (SELECT tenant_id, order_id FROM sagas
 WHERE s.tenant_id = due.tenant_id AND s.order_id = due.order_id
 RETURNING s.tenant_id, s.order_id, s.plan_id, s.process, s.status;
 
--- name: claim_saga
--- The same saga again once its worker wrote a call's outcome, if its next call is due now and nobody holds
--- it: the worker goes on with it (SKIP LOCKED + a lease, as claim_sagas) without a trip through the claimer.
-UPDATE sagas AS s SET lease_until = now() + make_interval(secs => $3), lease_owner = $4, updated_at = now()
-FROM (SELECT tenant_id, order_id FROM sagas
-      WHERE tenant_id = $1 AND order_id = $2 AND next_attempt_at <= now()
-        AND status IN ('PENDING', 'RUNNING', 'COMPENSATING') AND (lease_until IS NULL OR lease_until < now())
-      FOR UPDATE SKIP LOCKED) AS due
-WHERE s.tenant_id = due.tenant_id AND s.order_id = due.order_id
-RETURNING s.tenant_id, s.order_id, s.plan_id, s.process, s.status;
-
 -- name: read_steps
 SELECT *, envelope::text AS envelope_text, forward_response::text AS response_text FROM saga_steps WHERE tenant_id = $1 AND order_id = $2 ORDER BY seq;
+
+-- name: read_steps_of
+-- The steps of several sagas at once (those a claim took, those a batch of outcomes goes on with).
+SELECT st.*, st.envelope::text AS envelope_text, st.forward_response::text AS response_text
+FROM saga_steps AS st JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON st.tenant_id = u.t AND st.order_id = u.oid
+ORDER BY st.tenant_id, st.order_id, st.seq;
 
 -- name: lock_saga
 SELECT status, lease_owner FROM sagas WHERE tenant_id = $1 AND order_id = $2 FOR UPDATE;
 
--- name: start_forward
--- Written (and committed) before the call: a crash after it leaves the step uncertain, never forgotten.
-UPDATE saga_steps SET status = 'RUNNING', attempts = attempts + 1, uncertain = true, forward_key = $4,
+-- name: start_forwards
+-- Written (and committed) before the calls: a crash after it leaves each step uncertain, never forgotten.
+-- One row per (tenant, order, seq): the attempts marked by several sagas' tasks at once.
+UPDATE saga_steps AS st SET status = 'RUNNING', attempts = st.attempts + 1, uncertain = true, forward_key = u.k,
        updated_at = now()
-WHERE tenant_id = $1 AND order_id = $2 AND seq = $3
-RETURNING attempts;
+FROM unnest($1::text[], $2::text[], $3::int[], $4::text[]) AS u(t, oid, seq, k)
+WHERE st.tenant_id = u.t AND st.order_id = u.oid AND st.seq = u.seq
+RETURNING st.tenant_id, st.order_id, st.attempts;
 
--- name: start_compensation
-UPDATE saga_steps SET compensation_attempts = compensation_attempts + 1, compensation_key = $4,
-       compensating_payload = $5::jsonb, updated_at = now()
-WHERE tenant_id = $1 AND order_id = $2 AND seq = $3
-RETURNING compensation_attempts;
+-- name: start_compensations
+UPDATE saga_steps AS st SET compensation_attempts = st.compensation_attempts + 1, compensation_key = u.k,
+       compensating_payload = u.body::jsonb, updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[]) AS u(t, oid, seq, k, body)
+WHERE st.tenant_id = u.t AND st.order_id = u.oid AND st.seq = u.seq
+RETURNING st.tenant_id, st.order_id, st.compensation_attempts AS attempts;
 
--- name: finish_forward
-UPDATE saga_steps SET status = $4, uncertain = $5, forward_response = $6::jsonb, last_error = $7,
-       executed_at = CASE WHEN $4 = 'COMPLETED' THEN now() ELSE executed_at END, updated_at = now()
-WHERE tenant_id = $1 AND order_id = $2 AND seq = $3;
+-- name: finish_forwards
+-- Under a batch of outcomes' advisory locks (taken first): the forward calls' steps finished ($3-$9, one per
+-- forward outcome; a data-modifying WITH runs to its end whatever the SELECT returns), and the batch's sagas
+-- ($1, $2) locked and returned, in one round trip.
+WITH finished AS (
+    UPDATE saga_steps AS st SET status = f.status, uncertain = f.uncertain, forward_response = f.response::jsonb,
+           last_error = f.error, executed_at = CASE WHEN f.status = 'COMPLETED' THEN now() ELSE st.executed_at END,
+           updated_at = now()
+    FROM unnest($3::text[], $4::text[], $5::int[], $6::text[], $7::bool[], $8::text[], $9::text[])
+        AS f(t, oid, seq, status, uncertain, response, error)
+    WHERE st.tenant_id = f.t AND st.order_id = f.oid AND st.seq = f.seq
+)
+SELECT s.tenant_id, s.order_id, s.status
+FROM sagas AS s JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON s.tenant_id = u.t AND s.order_id = u.oid
+ORDER BY s.tenant_id, s.order_id
+FOR UPDATE OF s;
 
 -- name: finish_compensation
 UPDATE saga_steps SET status = $4, compensating_response = $5::jsonb, last_error = $6,
@@ -103,6 +113,26 @@ UPDATE sagas SET status = $3, error = COALESCE($5, error), lease_until = NULL, l
        next_attempt_at = CASE WHEN $4::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $4) END,
        updated_at = now()
 WHERE tenant_id = $1 AND order_id = $2;
+
+-- name: set_sagas
+-- A batch of outcomes' sagas. $4: seconds until the next attempt (NULL: nothing to do until the agent's next
+-- step); $6: the writer goes on with the saga at once (due now), so its lease is renewed ($7 s, owner $8)
+-- instead of cleared: nobody else claims it in between, and no claim is needed. Returns the steps of the
+-- sagas kept, as this transaction left them (its earlier statements' writes are visible here).
+WITH kept AS (
+    UPDATE sagas AS s SET status = u.status, error = COALESCE(u.error, s.error),
+           lease_until = CASE WHEN u.keep THEN now() + make_interval(secs => $7) END,
+           lease_owner = CASE WHEN u.keep THEN $8 END,
+           next_attempt_at = CASE WHEN u.delay IS NULL THEN NULL ELSE now() + make_interval(secs => u.delay) END,
+           updated_at = now()
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::bool[])
+        AS u(t, oid, status, delay, error, keep)
+    WHERE s.tenant_id = u.t AND s.order_id = u.oid
+    RETURNING s.tenant_id, s.order_id, u.keep
+)
+SELECT st.*, st.envelope::text AS envelope_text, st.forward_response::text AS response_text
+FROM saga_steps AS st JOIN kept ON st.tenant_id = kept.tenant_id AND st.order_id = kept.order_id AND kept.keep
+ORDER BY st.tenant_id, st.order_id, st.seq;
 
 -- name: release_saga
 UPDATE sagas SET lease_until = NULL, lease_owner = NULL,
@@ -143,7 +173,3 @@ WHERE s.tenant_id = $1 AND s.order_id = $2 ORDER BY st.seq;
 
 -- name: saga_gauges
 SELECT status, count(*) AS n FROM sagas GROUP BY status;
-
--- name: step_traceparent
--- the traceparent a step came with, for the notification written when its effect succeeds.
-SELECT traceparent FROM saga_steps WHERE tenant_id = $1 AND order_id = $2 AND seq = $3;
