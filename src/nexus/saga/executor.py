@@ -27,7 +27,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import random
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -66,6 +65,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
+from nexus_wire.trace import new_traceparent
 
 log = logging.getLogger(__name__)
 
@@ -101,10 +101,6 @@ def derived_key(secret: bytes, tenant: str, order: str, plan: str, step: str, ac
 
 def saga_secret(settings: Settings) -> bytes:
     return (settings.saga_secret or settings.webhook_secret or "nexus-saga-idempotency").encode()
-
-
-def new_traceparent() -> str:
-    return f"00-{os.urandom(16).hex()}-{os.urandom(8).hex()}-01"
 
 
 class SagaExecutor:
