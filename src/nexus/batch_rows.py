@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 import asyncpg
+import orjson
 
 from nexus.audit.log import RECORD_COLUMNS, record_columns
 from nexus.core.decide.expiry import BufferedStep
@@ -169,6 +171,17 @@ async def write_builder(conn: asyncpg.Connection, rows: RowsBuilder, records: li
     )  # fmt: skip
 
 
+_LONG_NUMBER = re.compile(r"[0-9]{19}")
+
+
+def _facts(text: str) -> dict[str, Any]:
+    """An order's facts (jsonb as text): orjson unless a number may be beyond 64 bits (orjson's float)."""
+    if text == "{}":
+        return {}
+    facts: dict[str, Any] = (orjson.loads if _LONG_NUMBER.search(text) is None else json.loads)(text)
+    return facts
+
+
 def state_of(row: Any, pending: Mapping[OrderKey, Mapping[int, EventEnvelope]]) -> OrderState:
     """An order's state from its row (read_batch) and its buffered steps."""
     return OrderState(
@@ -181,7 +194,7 @@ def state_of(row: Any, pending: Mapping[OrderKey, Mapping[int, EventEnvelope]]) 
         outbox_count=row["outbox_count"],
         process=row["process"],
         process_version=row["process_version"],
-        facts=json.loads(row["facts"]) if row["facts"] != "{}" else {},
+        facts=_facts(row["facts"]),
         superseded=frozenset(row["superseded_plans"] or ()),
         deadline_at=row["deadline_at"],
     )
