@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import uuid
 from collections.abc import Collection, Mapping
@@ -20,13 +21,25 @@ from nexus.core.process_checks import approval_expires_s
 from nexus.core.process_model import ProcessCatalog
 
 _OUTBOX_NAMESPACE = uuid.UUID("6d1f3c1e-8f43-4a43-9d5c-6e6578757300")
+_OUTBOX_NAMESPACE_BYTES = _OUTBOX_NAMESPACE.bytes
 
 
 def outbox_id_for(event_id: uuid.UUID, tenant_id: str = "default") -> uuid.UUID:
     """The notification id (and Idempotency-Key) of an applied event: derived, so it never changes.
     Two tenants' events with the same event_id get different ids (the default tenant keeps the old ones)."""
     name = str(event_id) if tenant_id == "default" else f"{tenant_id}\x1f{event_id}"
-    return uuid.uuid5(_OUTBOX_NAMESPACE, name)
+    return _uuid5(_OUTBOX_NAMESPACE_BYTES, name)
+
+
+def _uuid5(namespace: bytes, name: str) -> uuid.UUID:
+    """`uuid.uuid5` without its keyword parsing and checks (one per notification): the same id, bit for bit."""
+    value = int.from_bytes(hashlib.sha1(namespace + name.encode(), usedforsecurity=False).digest()[:16])
+    value = (value & ~(0xF000 << 64)) | (5 << 76)  # version 5
+    value = (value & ~(0xC000 << 48)) | (0x8000 << 48)  # RFC 4122 variant
+    made = object.__new__(uuid.UUID)
+    object.__setattr__(made, "int", value)
+    object.__setattr__(made, "is_safe", uuid.SafeUUID.unknown)
+    return made
 
 
 _AS_STR = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS  # to `default`, as json does
