@@ -2,25 +2,10 @@
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexus.core.checks import to_minor
-
-
-def by_decimal(value: object, exponent: int) -> object:
-    """The conversion as it was written before the shortcut: Decimal for every value."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
-        return value
-    try:
-        amount = Decimal(str(value))
-    except InvalidOperation:
-        return value
-    if not amount.is_finite():
-        return value
-    return int((amount.scaleb(exponent)).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+from nexus.core.checks import minor_by_decimal, to_minor
 
 
 def result(convert: object, value: object, exponent: int) -> tuple[object, type]:
@@ -46,4 +31,4 @@ amounts = st.one_of(
 def test_plain_amounts_convert_as_decimal_does(value: object, exponent: int) -> None:
     """Digit strings (with non-ASCII digits, too many decimals, signs, spaces), integers of any size,
     floats and booleans convert (or fail) exactly as the Decimal computation does."""
-    assert result(to_minor, value, exponent) == result(by_decimal, value, exponent)
+    assert result(to_minor, value, exponent) == result(minor_by_decimal, value, exponent)

@@ -49,6 +49,11 @@ def to_minor(value: object, exponent: int) -> object:
         plain = 0 < len(whole) < 16 and whole.isdigit() and whole.isascii() and len(fraction) <= exponent
         if plain and (not fraction or (fraction.isdigit() and fraction.isascii())):
             return int(whole + fraction.ljust(exponent, "0"))
+    return minor_by_decimal(value, exponent)
+
+
+def minor_by_decimal(value: object, exponent: int) -> object:
+    """`to_minor` for every value, through Decimal: the definition the shortcut above must agree with."""
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
         return value
     try:
