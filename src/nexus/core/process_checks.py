@@ -4,10 +4,11 @@ Pure: no I/O."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
-from nexus.core.checks import build_context, convert_money, exponent_of, pick, to_minor
+from nexus.core.checks import build_context, convert_money, exponent_of, fields_used, pick, to_minor
 from nexus.core.list_limits import CHECK_ID as LIST_CHECK_ID
 from nexus.core.list_limits import list_limit_message
 from nexus.core.process_model import ABORT_STEP, CompiledProcess, Verdict
@@ -93,16 +94,29 @@ def needs_approval(
     data = compiled.with_defaults(data)
     currency = data.get(process.definition.currency_field, facts.get(process.definition.currency_field))
     exponent = exponent_of(currency)
-    variables = {
-        "data": convert_money(data, compiled.step.money, exponent) if compiled.step.money else dict(data),
-        "order": dict(facts),
-        "step": {"seq": seq_id or 0, "type": event_type},
-        "limits": {k: _limit(v, exponent) for k, v in limits.items()},
-    }
+    # As validate_step: only the variables the condition names, and of them the fields it reads, are
+    # converted into CEL (converting is what costs, tens of us for a list of items).
+    used = _fields_of(rule.source)
+    variables: dict[str, Any] = {}
+    if "data" in used:
+        picked = pick(data, used["data"])
+        variables["data"] = convert_money(picked, compiled.step.money, exponent) if compiled.step.money else picked
+    if "order" in used:
+        variables["order"] = pick(facts, used["order"])
+    if "step" in used:
+        variables["step"] = {"seq": seq_id or 0, "type": event_type}
+    if "limits" in used:
+        variables["limits"] = {k: _limit(v, exponent) for k, v in pick(limits, used["limits"]).items()}
     try:
-        return bool(rule.evaluate({k: v for k, v in variables.items() if k in rule.names}))
+        return bool(rule.evaluate(variables))
     except Exception:  # noqa: BLE001 -- a condition that cannot be evaluated holds the step
         return True
+
+
+@functools.lru_cache(maxsize=256)
+def _fields_of(source: str) -> dict[str, frozenset[str] | None]:
+    """The variables a condition mentions and their fields read (`checks.fields_used`), once per source."""
+    return fields_used([source])
 
 
 def approval_expires_s(process: CompiledProcess, event_type: str) -> float | None:
