@@ -8,7 +8,9 @@ the same lock with the same writes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -16,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 import asyncpg
+import orjson
 
 from nexus.audit.log import RECORD_COLUMNS, record_columns
 from nexus.core.decide.expiry import BufferedStep
@@ -65,10 +68,13 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
     limits: dict[str, dict[str, Any]] = {}
     heads: dict[OrderKey, tuple[int, bytes]] = {}
     order_rows = []
+    held = []
     for row in rows:
         kind = row["kind"]
         if kind == "order":
             order_rows.append(row)
+        elif kind == "held":
+            held.append(row)
         elif kind == "head":
             heads[(row["tenant_id"], row["order_id"])] = (row["position"], bytes(row["hash"]))
         elif kind == "pending":
@@ -84,8 +90,10 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
             # the plan of a buffered step (any: they share it, or PLAN_MISMATCH kept them out)
             plan_id = next(iter(steps.values())).plan_id
             states[oid] = OrderState(oid[1], plan_id=plan_id, buffered=frozenset(steps))
-    if validated:  # a step held for approval takes its order's next seq
-        await lifecycle_records.read_held(conn, states, order_ids)
+    for row in held:  # a step held for approval takes its order's next seq
+        key = (row["tenant_id"], row["order_id"])
+        state = states.get(key) or OrderState(row["order_id"], plan_id=row["plan_id"])
+        states[key] = dataclasses.replace(state, held=row["event_id"])
     return BatchReads(states, pending, rejected, limits, heads)
 
 
@@ -113,10 +121,11 @@ async def write_rows(
     approvals: Sequence[ApprovalRow] = (),
     cancelled: Sequence[uuid.UUID] = (),
     records: list[list[Any]] | None = None,
+    wake: Sequence[OrderKey] = (),
 ) -> list[int]:
-    """Write the rows; `records`: the decision log's columns (audit.log.record_columns). The usual rows
-    (orders, notifications and their deliveries, decision log) go in one statement. Returns the dead
-    letters' ids, in order."""
+    """Write the rows; `records`: the decision log's columns (audit.log.record_columns); `wake`: the orders
+    whose waiters wake at commit. The usual rows (orders, notifications and their deliveries, decision
+    log) and the wake-ups go in one statement. Returns the dead letters' ids, in order."""
     await lifecycle_records.write_approvals(conn, list(approvals), list(cancelled))
     if rejected:
         await conn.execute(query("gateway.sql", "insert_rejected"), *columns(rejected, 11))
@@ -128,8 +137,11 @@ async def write_rows(
     if orders or notifications or records[0]:
         # Notifications wake the dispatchers at commit, and only then, without waiting for their poll.
         await conn.execute(
-            query("gateway.sql", "write_batch"), *columns(orders, 12), *columns(notifications, 10), *records
-        )
+            query("gateway.sql", "write_batch"),
+            *columns(orders, 12), *columns(notifications, 10), *records, *pairs(sorted(set(wake))),
+        )  # fmt: skip
+    elif wake:
+        await lifecycle_records.notify_orders(conn, wake)
     if dead:
         rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *columns(dead, 8))
         return [r["id"] for r in rows]
@@ -139,15 +151,15 @@ async def write_rows(
 async def write_plan(
     conn: asyncpg.Connection, plan: BatchPlan, heads: Mapping[OrderKey, tuple[int, bytes]], known: Iterable[OrderKey]
 ) -> list[int]:
-    """Write everything a plan decided, in the caller's transaction; the dead letters' ids, in order.
-    `heads`: the decision-log heads of the `known` chains, read with the batch."""
+    """Write everything a plan decided (its orders' waiters woken at commit), in the caller's transaction;
+    the dead letters' ids, in order. `heads`: the decision-log heads of the `known` chains, read with the batch."""
     if plan.decisions:
         await conn.execute(query("lifecycle.sql", "insert_decisions"), *columns(plan.decisions, 4))
     records = await record_columns(conn, plan.log, heads, set(known))
     return await write_rows(
         conn, orders=plan.orders, notifications=plan.notifications, buffered=plan.buffered,
         unbuffered=plan.unbuffered, rejected=plan.rejected, dead=plan.dead_letters, approvals=plan.approvals,
-        cancelled=plan.cancelled_approvals, records=records,
+        cancelled=plan.cancelled_approvals, records=records, wake=plan.wake,
     )  # fmt: skip
 
 
@@ -157,6 +169,17 @@ async def write_builder(conn: asyncpg.Connection, rows: RowsBuilder, records: li
         conn, orders=rows.orders, notifications=rows.outbox, buffered=rows.pending_add, unbuffered=rows.pending_del,
         rejected=rows.rejected, dead=rows.dead, approvals=rows.approvals, cancelled=rows.cancelled, records=records,
     )  # fmt: skip
+
+
+_LONG_NUMBER = re.compile(r"[0-9]{19}")
+
+
+def _facts(text: str) -> dict[str, Any]:
+    """An order's facts (jsonb as text): orjson unless a number may be beyond 64 bits (orjson's float)."""
+    if text == "{}":
+        return {}
+    facts: dict[str, Any] = (orjson.loads if _LONG_NUMBER.search(text) is None else json.loads)(text)
+    return facts
 
 
 def state_of(row: Any, pending: Mapping[OrderKey, Mapping[int, EventEnvelope]]) -> OrderState:
@@ -171,7 +194,7 @@ def state_of(row: Any, pending: Mapping[OrderKey, Mapping[int, EventEnvelope]]) 
         outbox_count=row["outbox_count"],
         process=row["process"],
         process_version=row["process_version"],
-        facts=json.loads(row["facts"]) if row["facts"] != "{}" else {},
+        facts=_facts(row["facts"]),
         superseded=frozenset(row["superseded_plans"] or ()),
         deadline_at=row["deadline_at"],
     )

@@ -214,7 +214,6 @@ class Gateway:
         dead_ids = await write_plan(conn, plan, reads.heads, order_ids)
         if self.effect_processes:
             await saga_records.record(conn, plan.resolutions, self.catalog, plan.traces)
-        await lifecycle_records.notify_orders(conn, plan.wake)  # wake the orders' waiters at commit
         return dead_ids
 
     @staticmethod
@@ -285,7 +284,6 @@ class Gateway:
                 if not plan.dead_letters:
                     return []
                 ids = await write_plan(conn, plan, {}, ())
-                await lifecycle_records.notify_orders(conn, plan.wake)
         metrics.record_buffer_timeouts(len(ids))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(ids)})
         return ids

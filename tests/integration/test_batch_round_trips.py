@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import json
+
+import asyncpg
 
 from nexus.core.sequencing import Decision
 from nexus.gateway import Gateway, Incoming
@@ -42,3 +46,30 @@ async def test_an_order_over_several_batches_continues_its_state_buffer_and_chai
     subscriptions = await db.fetchval("SELECT count(*) FROM subscriptions WHERE enabled")
     assert subscriptions >= 2 and len(outbox) == 3 and deliveries == 3 * subscriptions
     assert [r["position"] for r in heads] == [1] * subscriptions  # one head per subscriber: the oldest
+
+
+async def test_a_batch_takes_five_statements_waking_its_orders_waiters(db: Database) -> None:
+    """A batch of new orders' first steps runs BEGIN, lock, read, write, COMMIT and nothing else: the held
+    steps are read with the rest and the waiters' wake-up is written with the rest; the waiters of each
+    order are still notified at commit."""
+    gateway = Gateway(db)
+    statements: list[str] = []
+    async with db.pool.acquire() as conn:  # the pool's one connection, which the gateway uses next
+        conn.add_query_logger(lambda record: statements.append(record.query))
+        listener = await asyncpg.connect(db.url)
+        heard: list[str] = []
+        await listener.add_listener("nexus_orders", lambda *args: heard.append(args[3]))
+    try:
+        await gateway.submit([Incoming.parse(step_json("st-warm", "pst-warm", 1))])  # the driver's first look
+        statements.clear()
+        heard.clear()
+        outcomes = await gateway.submit([Incoming.parse(step_json(f"st-{n}", f"pst-{n}", 1)) for n in range(3)])
+        assert [o.decision for o in outcomes] == [Decision.APPLY] * 3
+        assert len(statements) == 5, statements
+        for _ in range(50):
+            if len(heard) == 3:
+                break
+            await asyncio.sleep(0.05)
+        assert sorted(json.loads(p)["order_id"] for p in heard) == ["st-0", "st-1", "st-2"]
+    finally:
+        await listener.close()

@@ -143,3 +143,19 @@ def test_only_an_approver_of_the_same_tenant_may_answer() -> None:
     for roles in ({Role.AGENT}, {Role.OPERATOR}, {Role.ADMIN}):
         with pytest.raises(ApproverRefused):
             can_answer(Approver("bot", "acme", frozenset(roles)), "acme")
+
+
+def test_an_approval_condition_reads_only_the_fields_it_names() -> None:
+    """`needs_approval` converts only the fields its condition reads (as the checks do): a payment above
+    1000.00 is held and one below is not, whatever else its data carries (strings and lists included),
+    and a condition naming a whole variable still sees all of it."""
+    from nexus.core.process_checks import needs_approval
+    from nexus.processes import builtin_catalog
+
+    process = builtin_catalog().get("order_reviewed")
+    assert process is not None
+    facts = {"currency": "USD", "total_amount": 200000, "items": [{"product_id": "p", "quantity": 1}]}
+    noise = {"payment_id": "pay", "method": "card", "notes": ["a", "b"], "currency": "USD"}
+    for extra in ({}, noise):
+        assert needs_approval(process, facts, "PaymentProcessed", 3, {"amount": "2000.00", **extra}, {})
+        assert not needs_approval(process, facts, "PaymentProcessed", 3, {"amount": "999.99", **extra}, {})

@@ -35,6 +35,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+import orjson
+
 FORMAT_VERSION = 1
 GENESIS = bytes(32)
 INGRESS_ORDER = "~ingress"
@@ -195,7 +197,11 @@ def place(
             "message": e.message,
             "v": FORMAT_VERSION,
         }
-        digest = hashlib.sha256(_CANONICAL.encode(fields).encode() + prev).digest()
+        try:  # orjson's bytes are the canonical form's for these values (str, int, None), in C
+            canonical = orjson.dumps(fields, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # what it refuses (an integer beyond 64 bits): the standard encoder's answer
+            canonical = _CANONICAL.encode(fields).encode()
+        digest = hashlib.sha256(canonical + prev).digest()
         positions.append(position)
         prevs.append(prev)
         hashes.append(digest)

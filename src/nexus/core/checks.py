@@ -35,8 +35,25 @@ def exponent_of(currency: object) -> int:
     return _EXPONENTS.get(currency, 2) if isinstance(currency, str) else 2
 
 
+_EXACT = 10**15  # integers below it stay far inside Decimal's 28 digits once in minor units
+
+
 def to_minor(value: object, exponent: int) -> object:
     """An amount in minor units (int), exactly, from an int, float, str or Decimal; other values unchanged."""
+    kind = type(value)
+    if kind is int and isinstance(value, int) and -_EXACT < value < _EXACT:  # bool is not int's exact type
+        return value * 10**exponent
+    if kind is str and isinstance(value, str):
+        whole, _, fraction = value.partition(".")
+        # ASCII digits with no more decimals than the unit has (the usual amount): exact without Decimal.
+        plain = 0 < len(whole) < 16 and whole.isdigit() and whole.isascii() and len(fraction) <= exponent
+        if plain and (not fraction or (fraction.isdigit() and fraction.isascii())):
+            return int(whole + fraction.ljust(exponent, "0"))
+    return minor_by_decimal(value, exponent)
+
+
+def minor_by_decimal(value: object, exponent: int) -> object:
+    """`to_minor` for every value, through Decimal: the definition the shortcut above must agree with."""
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
         return value
     try:

@@ -4,13 +4,14 @@ Pure: no I/O."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
-from nexus.core.checks import build_context, convert_money, exponent_of, pick, to_minor
+from nexus.core.checks import build_context, convert_money, exponent_of, fields_used, pick, to_minor
 from nexus.core.list_limits import CHECK_ID as LIST_CHECK_ID
 from nexus.core.list_limits import list_limit_message
-from nexus.core.process_model import ABORT_STEP, CompiledProcess, Verdict
+from nexus.core.process_model import ABORT_STEP, CompiledProcess, CompiledStep, Verdict
 from nexus.errors import ErrorCode
 
 
@@ -51,19 +52,7 @@ def validate_step(
         return Verdict(ErrorCode.CHECK_FAILED, f"{where}: {error.message}", "data")
     if not compiled.rules:
         return None
-    currency = data.get(process.definition.currency_field, facts.get(process.definition.currency_field))
-    exponent = exponent_of(currency)
-    used = compiled.fields
-    variables: dict[str, Any] = {}
-    if "data" in used:
-        picked = pick(data, used["data"])
-        variables["data"] = convert_money(picked, compiled.step.money, exponent) if compiled.step.money else picked
-    if "order" in used:
-        variables["order"] = pick(facts, used["order"])
-    if "step" in used:
-        variables["step"] = {"seq": seq_id or 0, "type": event_type}
-    if "limits" in used:
-        variables["limits"] = {k: _limit(v, exponent) for k, v in pick(limits, used["limits"]).items()}
+    variables = _variables(process, compiled, compiled.fields, facts, event_type, seq_id, data, limits)
     context = build_context(variables, with_sum=compiled.uses_sum)
     for check, rule in compiled.rules:
         if not rule.passes(context):
@@ -90,19 +79,39 @@ def needs_approval(
     rule = compiled.approval_rule
     if rule is None:
         return True
-    data = compiled.with_defaults(data)
-    currency = data.get(process.definition.currency_field, facts.get(process.definition.currency_field))
-    exponent = exponent_of(currency)
-    variables = {
-        "data": convert_money(data, compiled.step.money, exponent) if compiled.step.money else dict(data),
-        "order": dict(facts),
-        "step": {"seq": seq_id or 0, "type": event_type},
-        "limits": {k: _limit(v, exponent) for k, v in limits.items()},
-    }
+    used = _fields_of(rule.source)  # as validate_step: only what the condition reads is converted
+    variables = _variables(process, compiled, used, facts, event_type, seq_id, compiled.with_defaults(data), limits)
     try:
-        return bool(rule.evaluate({k: v for k, v in variables.items() if k in rule.names}))
+        return bool(rule.evaluate(variables))
     except Exception:  # noqa: BLE001 -- a condition that cannot be evaluated holds the step
         return True
+
+
+def _variables(
+    process: CompiledProcess, compiled: CompiledStep, used: Mapping[str, frozenset[str] | None],
+    facts: Mapping[str, Any], event_type: str, seq_id: int | None, data: Mapping[str, Any],
+    limits: Mapping[str, Any],
+) -> dict[str, Any]:  # fmt: skip
+    """The CEL variables `used` names, each with only the fields read (None: whole), money in minor units:
+    converting into CEL is what costs (tens of us for a list of items), evaluating a compiled rule a few."""
+    exponent = exponent_of(data.get(process.definition.currency_field, facts.get(process.definition.currency_field)))
+    variables: dict[str, Any] = {}
+    if "data" in used:
+        picked = pick(data, used["data"])
+        variables["data"] = convert_money(picked, compiled.step.money, exponent) if compiled.step.money else picked
+    if "order" in used:
+        variables["order"] = pick(facts, used["order"])
+    if "step" in used:
+        variables["step"] = {"seq": seq_id or 0, "type": event_type}
+    if "limits" in used:
+        variables["limits"] = {k: _limit(v, exponent) for k, v in pick(limits, used["limits"]).items()}
+    return variables
+
+
+@functools.lru_cache(maxsize=256)
+def _fields_of(source: str) -> dict[str, frozenset[str] | None]:
+    """The variables a condition mentions and their fields read (`checks.fields_used`), once per source."""
+    return fields_used([source])
 
 
 def approval_expires_s(process: CompiledProcess, event_type: str) -> float | None:

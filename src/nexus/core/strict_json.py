@@ -17,6 +17,8 @@ import math
 import re
 from typing import Any
 
+import orjson
+
 from nexus.errors import ErrorCode, InvalidEventError
 from nexus_wire.envelope import INT64_MAX as INT64_MAX
 
@@ -31,6 +33,10 @@ _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 # A bracket as its effect on the depth (+1 opening, -1 closing), through translate() and a subtraction.
 _PAIR = re.compile(rb"\[\]|\{\}")
 _STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+# 19 digits in a row outside strings: an integer that may be beyond int64 (which orjson turns into a float).
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+_SLOW = object()
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,6 +76,9 @@ def loads(body: bytes | str, limits: InputLimits | None = None) -> Any:
     """Decode strict JSON; raise `InvalidEventError` with PARSE_ERROR, NESTING_TOO_DEEP or PAYLOAD_TOO_LARGE."""
     limits = limits or InputLimits()
     raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+    value = _fast(raw, limits.max_depth)
+    if value is not _SLOW:
+        return value
     depth = depth_of(raw, limits.max_depth)
     if depth > limits.max_depth:
         raise InvalidEventError(
@@ -96,6 +105,44 @@ def loads(body: bytes | str, limits: InputLimits | None = None) -> Any:
         raise InvalidEventError(f"not JSON: {exc}", code=ErrorCode.PARSE_ERROR) from exc
 
 
+def _fast(raw: bytes, max_depth: int) -> Any:
+    """orjson's decoding of `raw` when it is provably what the strict decoder below returns, else `_SLOW`.
+
+    orjson (compiled) refuses what the strict decoder refuses (NaN, infinities, non-UTF-8, lone
+    surrogates, a BOM) but two things: it keeps the last of duplicate keys, and it turns an integer
+    beyond 64 bits into a float. So it is used only when no integer literal has 19 digits and the
+    document has as many key/value pairs once decoded as key separators (colons outside strings) in the
+    text; anything else, an error included, goes the strict decoder's way, which says exactly why. Depth
+    needs no scan when the document has no more opening brackets than `max_depth`.
+    """
+    if raw.count(b"[") + raw.count(b"{") > max_depth:
+        return _SLOW
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return _SLOW
+    plain = _ESCAPE.sub(b"", raw) if b"\\" in raw else raw
+    outside = b"".join(plain.split(b'"')[::2])  # escapes gone, every other piece is outside the strings
+    if _LONG_NUMBER.search(outside) is not None or outside.count(b":") != _pairs(value):
+        return _SLOW
+    return value
+
+
+def _pairs(value: Any) -> int:
+    """The key/value pairs of every object in a decoded document."""
+    pairs = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            pairs += len(item)
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+    return pairs
+
+
 def check_strings(obj: Any, limits: InputLimits) -> None:
     """Raise PAYLOAD_TOO_LARGE if any key or string value of `obj` exceeds the limit (iterative, no recursion)."""
     stack = [obj]
@@ -116,6 +163,8 @@ def check_strings(obj: Any, limits: InputLimits) -> None:
 
 def find_oversized_int(obj: Any) -> str | None:
     """Where in `obj` an integer beyond int64 sits (a dotted path), or None."""
+    if not _holds_oversized(obj):  # the usual case, without building a path per value
+        return None
     stack: list[tuple[str, Any]] = [("", obj)]
     while stack:
         path, value = stack.pop()
@@ -126,6 +175,21 @@ def find_oversized_int(obj: Any) -> str | None:
         elif isinstance(value, list):
             stack.extend((f"{path}.{i}" if path else str(i), v) for i, v in enumerate(value))
     return None
+
+
+def _holds_oversized(obj: Any) -> bool:
+    """Whether `obj` may hold a marker: False only when every value in it is of a plain JSON type."""
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind not in _PLAIN:
+            return True  # a marker, or another type: the walk that names the path looks closer
+    return False
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -79,10 +79,11 @@ def parse_body(body: bytes, traceparent: str | None, limits: InputLimits) -> Par
         if exc.code is ErrorCode.NESTING_TOO_DEEP:
             return Refusal(400, exc.code, exc.message)
         return Parsed([Incoming(body.decode("utf-8", "replace"), None, exc, traceparent)], single=True)
-    try:
-        strict_json.check_strings(obj, limits)
-    except InvalidEventError as exc:
-        return Refusal(413, exc.code, exc.message)
+    if len(body) > limits.max_string_length:  # a decoded string is never longer than the bytes it came from
+        try:
+            strict_json.check_strings(obj, limits)
+        except InvalidEventError as exc:
+            return Refusal(413, exc.code, exc.message)
     events: list[Any]
     if isinstance(obj, dict) and "events" in obj and isinstance(obj["events"], list):
         events, single = obj["events"], False
@@ -94,7 +95,9 @@ def parse_body(body: bytes, traceparent: str | None, limits: InputLimits) -> Par
         return Refusal(
             413, ErrorCode.BATCH_TOO_LARGE, f"{len(events)} events in one request; at most {limits.max_events}"
         )
-    return Parsed([_item(e, traceparent, limits) for e in events], single)
+    # A NUL reaches a decoded string only from the escape \u0000 (JSON strings hold no raw control character).
+    nul = b"\\u0000" in body
+    return Parsed([_item(e, traceparent, limits, nul) for e in events], single)
 
 
 def has_nul(value: Any) -> bool:
@@ -113,10 +116,10 @@ def has_nul(value: Any) -> bool:
     return False
 
 
-def _item(event: Any, traceparent: str | None, limits: InputLimits) -> Incoming:
+def _item(event: Any, traceparent: str | None, limits: InputLimits, nul: bool) -> Incoming:
     if isinstance(event, dict):
         item = Incoming.parse(event, traceparent, limits)
-        if item.envelope is not None and has_nul(event):
+        if item.envelope is not None and nul and has_nul(event):
             # PostgreSQL text and jsonb hold no NUL: an INVALID_EVENT of its own, before the database (a
             # NUL in an identifier is already INVALID_IDENTIFIER, by the envelope's own rule).
             error = InvalidEventError("a string of the envelope contains a NUL character (U+0000)")

@@ -146,7 +146,7 @@ class OrderFold:
             decision, state = self._apply_arriving(state, event)
         else:
             return decision, state
-        return decision, dataclasses.replace(state, buffered=self.buffer.seqs())
+        return decision, self._with_buffer(state)
 
     def _answered(self, state: OrderState, event: EventEnvelope) -> tuple[Decision, OrderState]:
         """A held step a person answered: denied, REJECTED with the answer; approved, applied and drained."""
@@ -245,6 +245,10 @@ class OrderFold:
             if held:
                 break
         return current
+
+    def _with_buffer(self, current: OrderState) -> OrderState:
+        seqs = self.buffer.seqs()
+        return current if seqs == current.buffered else dataclasses.replace(current, buffered=seqs)
 
     def _drop_buffer(self, current: OrderState) -> OrderState:
         self.buffer.drop_all()

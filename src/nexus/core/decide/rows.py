@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import uuid
 from collections.abc import Collection, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import orjson
 
 from nexus.core.decide.approvals import approval_id_for
 from nexus.core.envelope import EventEnvelope
@@ -18,13 +21,37 @@ from nexus.core.process_checks import approval_expires_s
 from nexus.core.process_model import ProcessCatalog
 
 _OUTBOX_NAMESPACE = uuid.UUID("6d1f3c1e-8f43-4a43-9d5c-6e6578757300")
+_OUTBOX_NAMESPACE_BYTES = _OUTBOX_NAMESPACE.bytes
 
 
 def outbox_id_for(event_id: uuid.UUID, tenant_id: str = "default") -> uuid.UUID:
     """The notification id (and Idempotency-Key) of an applied event: derived, so it never changes.
     Two tenants' events with the same event_id get different ids (the default tenant keeps the old ones)."""
     name = str(event_id) if tenant_id == "default" else f"{tenant_id}\x1f{event_id}"
-    return uuid.uuid5(_OUTBOX_NAMESPACE, name)
+    return _uuid5(_OUTBOX_NAMESPACE_BYTES, name)
+
+
+def _uuid5(namespace: bytes, name: str) -> uuid.UUID:
+    """`uuid.uuid5` without its keyword parsing and checks (one per notification): the same id, bit for bit."""
+    value = int.from_bytes(hashlib.sha1(namespace + name.encode(), usedforsecurity=False).digest()[:16])
+    value = (value & ~(0xF000 << 64)) | (5 << 76)  # version 5
+    value = (value & ~(0xC000 << 48)) | (0x8000 << 48)  # RFC 4122 variant
+    made = object.__new__(uuid.UUID)
+    object.__setattr__(made, "int", value)
+    object.__setattr__(made, "is_safe", uuid.SafeUUID.unknown)
+    return made
+
+
+_AS_STR = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS  # to `default`, as json does
+
+
+def dumps(value: Any) -> str:
+    """JSON for a jsonb column (its spacing does not matter there): orjson's, or the standard library's
+    for what orjson does not take (an integer beyond 64 bits)."""
+    try:
+        return orjson.dumps(value, default=str, option=_AS_STR).decode()
+    except TypeError:
+        return json.dumps(value, default=str)
 
 
 def postgres_text(value: str) -> str:
@@ -162,7 +189,7 @@ def order_row(resolution: Resolution, tenant: str) -> OrderRow | None:
         after.outbox_count,
         after.process or "order",
         after.process_version or 1,
-        json.dumps(dict(after.facts), default=str),
+        dumps(dict(after.facts)),
         "\x1f".join(sorted(after.superseded)),
         after.deadline_at,
     )
@@ -213,7 +240,7 @@ def notification(event: EventEnvelope, position: int, status: str, traces: Mappi
         "status": str(status),
     }
     # The envelope's JSON spliced in as it is (the column is jsonb): not decoded to be encoded again.
-    body = f'{json.dumps(payload)[:-1]}, "event": {event.model_dump_json()}}}'
+    body = f'{dumps(payload)[:-1]}, "event": {event.model_dump_json()}}}'
     return OutboxRow(
         notification_id, event.order_id, position, event.event_id, str(event.event_type), event.seq_id,
         event.plan_id, body, traces.get(event.event_id), event.tenant_id,

@@ -57,9 +57,9 @@ FROM unnest($1::text[], $2::text[]) AS u(t, o);
 -- name: read_batch
 -- Everything `Gateway.submit` reads of a batch's orders after `lock_orders`, in one statement: their
 -- rows ('order'), buffered steps ('pending'), rejected steps ('rejected'), the tenants' limits ('limit',
--- only when $4; max_list_items NULL when the tenant has none of its own) and the decision log's chain
--- heads ('head'). $1/$2 the (tenant, order) pairs, $3 the
--- tenants. Columns a kind does not use are NULL.
+-- only when $4; max_list_items NULL when the tenant has none of its own), the steps held for approval
+-- ('held': event_id and plan_id, only when $4) and the decision log's chain heads ('head'). $1/$2 the
+-- (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL.
 SELECT 'order' AS kind, o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count,
        o.process, o.process_version, o.facts::text AS facts, NULL::int AS seq_id, NULL::text AS envelope,
        NULL::uuid AS event_id, NULL::text AS code, NULL::text AS check_id, NULL::text AS message,
@@ -82,6 +82,12 @@ SELECT 'limit', tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, max_order_amount::text, max_list_items, NULL, NULL, NULL, NULL
 FROM tenant_limits WHERE $4::bool AND tenant_id = ANY($3::text[])
 UNION ALL
+SELECT 'held', a.tenant_id, a.order_id, a.plan_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       a.event_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM approvals AS a
+JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON a.tenant_id = u.t AND a.order_id = u.oid
+WHERE $4::bool AND a.status = 'pending'
+UNION ALL
 SELECT 'head', u.tenant_id, u.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, h.position, h.hash, NULL, NULL
 FROM unnest($1::text[], $2::text[]) AS u(tenant_id, order_id)
@@ -94,8 +100,9 @@ CROSS JOIN LATERAL (
 -- name: write_batch
 -- The usual writes of a batch in one statement: orders ($1-$12, upserted), notifications ($13-$22) with
 -- their deliveries (one per matching subscription, from the rows just inserted; a delivery is its pair's
--- head when no earlier one is pending) and the dispatchers' wake-up, and the decision log's records
--- ($23-$38, as audit.sql insert_records).
+-- head when no earlier one is pending) and the dispatchers' wake-up, the decision log's records
+-- ($23-$38, as audit.sql insert_records), and the wake-up of the waiters of orders $39/$40 (as
+-- notify_orders).
 WITH upserted AS (
     INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
                         process_version, facts, superseded_plans, deadline_at)
@@ -152,4 +159,6 @@ WITH upserted AS (
     RETURNING 1
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM outboxed) THEN pg_notify('nexus_outbox', '') END AS notified,
-       (SELECT count(*) FROM upserted) + (SELECT count(*) FROM delivered) + (SELECT count(*) FROM logged) AS rows;
+       (SELECT count(*) FROM upserted) + (SELECT count(*) FROM delivered) + (SELECT count(*) FROM logged) AS rows,
+       (SELECT count(pg_notify('nexus_orders', json_build_object('tenant', t, 'order_id', o)::text))
+        FROM unnest($39::text[], $40::text[]) AS w(t, o)) AS woken;
