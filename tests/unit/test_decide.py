@@ -229,9 +229,8 @@ def test_late_steps_to_a_paid_refund_never_reach_max_rejections() -> None:
     assert resolution.after.status == "paid" and resolution.applied == ()
 
 
-def test_prechecks_and_numbering_slots() -> None:
-    """A precheck's verdict makes a step REJECTED before its position; numbering gives a step its seq from
-    the order's state as the fold has it."""
+def test_prechecks_slot() -> None:
+    """A precheck's verdict makes a step REJECTED before its position is looked at."""
     too_long = Verdict(ErrorCode.LIMIT_EXCEEDED, "too many items", "max_list_items")
     ctx = OrderContext(
         catalog=builtin_catalog(), limits=LIMITS, prechecks=(lambda e: too_long if e.seq_id == 2 else None,)
@@ -239,15 +238,6 @@ def test_prechecks_and_numbering_slots() -> None:
     resolution = resolve(OrderState(O), [step(O, P, 1), step(O, P, 2)], {}, ctx)
     assert [d for _, d, _ in resolution.decisions] == [Decision.APPLY, Decision.REJECTED]
     assert resolution.rejections[0].verdict == too_long
-    numbered: list[int] = []
-
-    def number(state: OrderState, event: EventEnvelope) -> EventEnvelope:
-        numbered.append(state.last_seq + 1)
-        return event.model_copy(update={"seq_id": state.last_seq + 1})
-
-    ctx = OrderContext(catalog=builtin_catalog(), limits=LIMITS, numbering=number)
-    resolution = resolve(OrderState(O), [step(O, P, 1, seq_id=7), step(O, P, 2, seq_id=9)], {}, ctx)
-    assert numbered == [1, 2] and resolution.after.last_seq == 2
 
 
 # --- buffer expiry and the batch fold -----------------------------------------------------------------

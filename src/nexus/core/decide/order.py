@@ -35,7 +35,6 @@ from nexus.core.process_model import ABORTED, CompiledProcess, ProcessCatalog, V
 
 _CHECKED = StepChecks()
 
-Numbering = Callable[[OrderState, EventEnvelope], EventEnvelope]
 Precheck = Callable[[EventEnvelope], "Verdict | None"]
 
 
@@ -56,9 +55,6 @@ class OrderContext:
     """Without a catalog only: the status each step type leads to (no process judges anything)."""
     positional_terminal: frozenset[str] = DEFAULT_TERMINAL
     """Without a catalog only: the terminal states."""
-    numbering: Numbering | None = None
-    """Extension point: gives a step proposed without a seq_id its number (`core/numbering.py`), under the
-    order's lock, from the order's state as this fold has it (earlier steps of the batch included)."""
     prechecks: tuple[Precheck, ...] = ()
     """Extension point: per-step limits (e.g. `max_list_items`); the first verdict makes the step
     REJECTED with it, before its position is looked at."""
@@ -96,8 +92,6 @@ class OrderFold:
 
     def step(self, event: EventEnvelope) -> None:
         state = self.state
-        if self.ctx.numbering is not None:
-            event = self.ctx.numbering(state, event)
         due = self._overdue(state)
         if is_deadline_abort(event) and not due:
             self.decisions.append((event, Decision.DUPLICATE, state))  # a sweeper's abort, not (now) due

@@ -5,9 +5,6 @@ the decision table is in the deciders (`core/decide/*.py`), and nothing decides 
 
 Extension points, for what later work adds to every step (each documented where it plugs in):
 
-* `Parts.numbering` (`OrderContext.numbering`, order.py): a server-assigned sequence number for a step
-  proposed without one (`core/numbering.py`), called under the order's lock with the order's state as the
-  fold has it;
 * `Parts.prechecks` (`OrderContext.prechecks`): per-step limits (e.g. `max_list_items`): a verdict makes
   the step REJECTED with it before sequencing;
 * `Incoming.actor`: who proposed each item; it reaches the decision log's entries of that item and of what
@@ -30,7 +27,7 @@ from nexus.core.decide.answers import Outcome, answer
 from nexus.core.decide.expiry import Expiry, expired_rows
 from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, ingress_entry
-from nexus.core.decide.order import Numbering, OrderContext, Precheck, resolve
+from nexus.core.decide.order import OrderContext, Precheck, resolve
 from nexus.core.decide.rows import (
     ApprovalRow,
     DeadLetterRow,
@@ -65,8 +62,6 @@ class Parts:
     log: DecisionLog = dataclasses.field(default_factory=DecisionLog)
     record_plan_mismatch: bool = True
     default_limits: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    numbering: Numbering | None = None
-    """See `OrderContext.numbering`."""
     prechecks: tuple[Precheck, ...] = ()
     """See `OrderContext.prechecks`."""
 
@@ -213,7 +208,7 @@ def plan_batch(
     planner = _Planner(items, parts, kind)
     base = OrderContext(
         catalog=parts.catalog, checks=parts.checks, now=now, approvals=approvals or {},
-        numbering=parts.numbering, prechecks=parts.prechecks,
+        prechecks=parts.prechecks,
     )  # fmt: skip
     contexts: dict[str, OrderContext] = {}  # per tenant, for orders without rejected steps (the usual)
     for key in sorted(by_order):
