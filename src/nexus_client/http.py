@@ -46,6 +46,9 @@ def _unreachable(exc: httpx.TransportError) -> GatewayUnreachable:
     return GatewayUnreachable(f"{type(exc).__name__}: {exc}")
 
 
+# The blocking NexusClient below repeats this class's methods line for line but for `await`: what they share
+# (bodies, answers, the retry schedule) is in `_protocol.py`, and what is left is the I/O, which Python
+# cannot write once for both colours of function (httpx keeps two clients for the same reason).
 class AsyncNexusClient:
     """The public API over one pooled `httpx.AsyncClient`."""
 
@@ -180,6 +183,7 @@ class AsyncNexusClient:
         await self.aclose()
 
 
+# The blocking twin of AsyncNexusClient (same methods, without `await`; see the comment there).
 class NexusClient:
     """The public API over one pooled `httpx.Client` (blocking)."""
 

@@ -413,37 +413,28 @@ class SagaExecutor:
                 self.secret, tenant_id, order_id, plan_id, step["step_name"], action, step["attempts"] + 1
             )
             refusal = step["forward_error"] or (f"no URL for service {service!r}" if base is None else None)
-            return _Call(
-                tenant_id=tenant_id,
-                order_id=order_id,
-                seq=seq,
-                action=action,
-                key=key,
-                url=None if refusal else f"{base}{step['forward_path']}",
-                body=_json(step["forward_payload"]),
-                compensates=None,
-                refusal=refusal,
+            path, body, compensates = step["forward_path"], _json(step["forward_payload"]), None
+        else:
+            key = self.key_function(
+                self.secret, tenant_id, order_id, plan_id, step["step_name"], action, step["compensation_attempts"] + 1
             )
-        key = self.key_function(
-            self.secret, tenant_id, order_id, plan_id, step["step_name"], action, step["compensation_attempts"] + 1
-        )
-        forward_key = step["forward_key"] or derived_key(
-            self.secret, tenant_id, order_id, plan_id, step["step_name"], Action.FORWARD, 0
-        )
-        event = json.loads(step["envelope_text"])
-        variables = {
-            "data": event.get("data") or {},
-            "order": {"order_id": order_id, "plan_id": plan_id, "tenant_id": tenant_id},
-            "step": {"seq": seq, "type": step["step_name"]},
-            "result": json.loads(step["response_text"]) if step["response_text"] else {},
-        }
-        try:
-            body = build_body(_json(step["compensation_spec"]), variables)
-        except EffectBodyError:
-            body = {}  # the forward call's answer is unknown: the service finds the call by its key
-        body["compensates"] = forward_key
-        path = step["compensation_path"]
-        refusal = f"no compensation URL for {service!r}" if base is None or path is None else None
+            compensates = step["forward_key"] or derived_key(
+                self.secret, tenant_id, order_id, plan_id, step["step_name"], Action.FORWARD, 0
+            )
+            event = json.loads(step["envelope_text"])
+            variables = {
+                "data": event.get("data") or {},
+                "order": {"order_id": order_id, "plan_id": plan_id, "tenant_id": tenant_id},
+                "step": {"seq": seq, "type": step["step_name"]},
+                "result": json.loads(step["response_text"]) if step["response_text"] else {},
+            }
+            try:
+                body = build_body(_json(step["compensation_spec"]), variables)
+            except EffectBodyError:
+                body = {}  # the forward call's answer is unknown: the service finds the call by its key
+            body["compensates"] = compensates
+            path = step["compensation_path"]
+            refusal = f"no compensation URL for {service!r}" if base is None or path is None else None
         return _Call(
             tenant_id=tenant_id,
             order_id=order_id,
@@ -452,7 +443,7 @@ class SagaExecutor:
             key=key,
             url=None if refusal else f"{base}{path}",
             body=body,
-            compensates=forward_key,
+            compensates=compensates,
             refusal=refusal,
         )
 

@@ -11,7 +11,8 @@ CROSS JOIN LATERAL (
 ) AS h;
 
 -- name: insert_records
--- actor_name ($16): beside the record, outside its hash.
+-- actor_name ($16): beside the record, outside its hash. gateway.sql `write_batch` inserts the same columns
+-- in its own statement (one round trip per batch); a shared SQL function would cost a plan per call.
 INSERT INTO decision_log (tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
                           decision, code, "check", message, prev_hash, hash, actor_name)
 SELECT tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,

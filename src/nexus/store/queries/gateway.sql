@@ -98,6 +98,7 @@ CROSS JOIN LATERAL (
 ) AS h;
 
 -- name: write_batch
+-- (Its decision-log part repeats audit.sql `insert_records`, kept in this one statement for the round trip.)
 -- The usual writes of a batch in one statement: orders ($1-$12, upserted), notifications ($13-$22) with
 -- their deliveries (one per matching subscription, from the rows just inserted; a delivery is its pair's
 -- head when no earlier one is pending) and the dispatchers' wake-up, the decision log's records
