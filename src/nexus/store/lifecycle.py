@@ -13,7 +13,6 @@ import asyncpg
 
 from nexus.core.decide.approvals import ApprovalStatus, approval_id_for
 from nexus.core.decide.rows import ApprovalRow
-from nexus.core.order_state import OrderState
 from nexus.core.process_model import Verdict
 from nexus.errors import ApprovalNotPendingError
 from nexus.store.queries import query
@@ -23,7 +22,6 @@ __all__ = [
     "approval_id_for",
     "decide_approvals",
     "notify_orders",
-    "read_held",
     "write_approvals",
 ]
 
@@ -38,17 +36,6 @@ class ApprovalDecision:
     status: ApprovalStatus
     """approved, denied or expired (the approvals row's new status)."""
     by: str
-
-
-async def read_held(
-    conn: asyncpg.Connection, states: dict[tuple[str, str], OrderState], keys: Sequence[tuple[str, str]]
-) -> None:
-    """Mark the orders whose next seq is taken by a step held for approval (under the orders' locks)."""
-    rows = await conn.fetch(query("lifecycle.sql", "read_held"), [t for t, _ in keys], [o for _, o in keys])
-    for row in rows:
-        key = (row["tenant_id"], row["order_id"])
-        state = states.get(key) or OrderState(row["order_id"], plan_id=row["plan_id"])
-        states[key] = dataclasses.replace(state, held=row["event_id"])
 
 
 async def decide_approvals(conn: asyncpg.Connection, decided: Mapping[uuid.UUID, ApprovalDecision]) -> None:

@@ -41,12 +41,6 @@ WHERE deadline_at <= $1 AND status <> 'aborted' AND status <> 'completed'
 ORDER BY deadline_at
 LIMIT $2;
 
--- name: read_held
--- The orders' pending approvals: the step each one holds (Gateway.submit, under the orders' locks).
-SELECT a.tenant_id, a.order_id, a.event_id, a.plan_id
-FROM approvals AS a JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON a.tenant_id = u.t AND a.order_id = u.oid
-WHERE a.status = 'pending';
-
 -- name: insert_approvals
 INSERT INTO approvals (approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope,
                        traceparent, expires_at)
