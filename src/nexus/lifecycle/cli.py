@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import json
-import os
 import uuid
 
 from nexus.cli_common import add_common, settings_from
@@ -68,7 +68,7 @@ async def _show(settings: Settings, tenant_id: str, order_id: str, *, as_json: b
 
 def configure_approvals(parser: argparse.ArgumentParser) -> None:
     add_common(parser)
-    parser.add_argument("--by", default=None, help="who answers, recorded in the decision log (default: $USER)")
+    parser.add_argument("--by", default=None, help="who answers, recorded in the decision log (default: login name)")
     sub = parser.add_subparsers(dest="approvals_command", required=True)
     listing = sub.add_parser("list", help="pending approvals, oldest first")
     listing.add_argument("--json", action="store_true")
@@ -94,7 +94,7 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
     db = await Database(settings).open(migrate=False)
     try:
         # Whoever holds the database acts for every tenant (the API applies the approver key's tenant).
-        by = args.by or os.environ.get("USER") or "cli"
+        by = args.by or _login_name()
         approver = Approver(by, None, actor="cli", actor_name=by)
         if args.approvals_command == "list":
             items = await pending(db, approver, limit=1000)
@@ -120,3 +120,11 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
     else:
         print(f"{args.approval_id}: {result['decision']}{' ' + result['code'] if result['code'] else ''}")
     return 0
+
+
+def _login_name() -> str:
+    """The operator's login name (the standard library's lookup), or "cli" when there is none."""
+    try:
+        return getpass.getuser()
+    except OSError:
+        return "cli"
