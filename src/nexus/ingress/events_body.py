@@ -71,6 +71,28 @@ async def read_body(request: Request, max_bytes: int) -> bytes | Refusal:
     return b"".join(chunks)
 
 
+class Disconnected(Exception):
+    """The client went away before its body arrived."""
+
+
+async def receive_body(receive: Any, limit: int) -> bytes | None:
+    """The body of an ASGI request, or None once it exceeds `limit` bytes (the rest is left unread);
+    `Disconnected` when the client goes away first. The events fast path and the request guard read so."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise Disconnected
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def parse_body(body: bytes, traceparent: str | None, limits: InputLimits) -> Parsed | Refusal:
     """Decode and validate a body: CPU-bound, so large ones run in a worker thread (see `parse`)."""
     try:
