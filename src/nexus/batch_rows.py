@@ -23,7 +23,7 @@ import orjson
 from nexus.audit.log import RECORD_COLUMNS, record_columns
 from nexus.core.decide.expiry import BufferedStep
 from nexus.core.decide.plan import BatchPlan, BatchReads
-from nexus.core.decide.rows import (
+from nexus.core.decide.rows import (  # the rows core/decide/plan.py builds (it imports them so): this writes them
     ApprovalRow,
     DeadLetterRow,
     OrderRow,

@@ -87,32 +87,41 @@ async def _list(settings: Settings, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"table": table, "kafka": kafka, "deliveries": deliveries}, indent=2))
         return 0
-    # Three listings alike in form (a count, then a line per row), each with its own source's columns.
-    if args.source in ("deliveries", "all"):
-        print(f"dead webhook deliveries: {len(deliveries)}")
-        for d in deliveries:
-            print(
-                f"  {d['outbox_id']} sub={d['subscription_id']} order={d['order_id']} pos={d['position']} "
-                f"attempts={d['attempts']} {d['dead_reason']}"
-            )
-    if args.source in ("table", "all"):
-        print(f"dead_letters table: {len(table)}")
-        for t in table:
-            redriven = " redriven" if t["redriven_at"] else ""
-            print(
-                f"  #{t['id']:<6} {t['source']:<6} {t['code']:<18} order={t['order_id']} "
-                f"event={t['event_id']} {t['created_at']}{redriven}"
-            )
-            print(f"          {t['error'][:150]}")
-    if args.source in ("kafka", "all"):
-        print(f"topic {settings.kafka_dlq_topic}: {len(kafka)}")
-        for k in kafka:
-            print(
-                f"  p{k['partition']}@{k['offset']:<6} {k['code']:<18} key={k['key']} "
-                f"from {k['source_topic']}/p{k['source_partition']}@{k['source_offset']}"
-            )
-            print(f"          {(k['error'] or '')[:150]}")
+    listings = (
+        ("deliveries", f"dead webhook deliveries: {len(deliveries)}", deliveries, _delivery_lines),
+        ("table", f"dead_letters table: {len(table)}", table, _table_lines),
+        ("kafka", f"topic {settings.kafka_dlq_topic}: {len(kafka)}", kafka, _kafka_lines),
+    )
+    for source, title, rows, lines in listings:
+        if args.source in (source, "all"):
+            print(title)
+            for row in rows:
+                print("\n".join(lines(row)))
     return 0
+
+
+def _delivery_lines(d: dict[str, Any]) -> list[str]:
+    return [
+        f"  {d['outbox_id']} sub={d['subscription_id']} order={d['order_id']} pos={d['position']} "
+        f"attempts={d['attempts']} {d['dead_reason']}"
+    ]
+
+
+def _table_lines(t: dict[str, Any]) -> list[str]:
+    redriven = " redriven" if t["redriven_at"] else ""
+    return [
+        f"  #{t['id']:<6} {t['source']:<6} {t['code']:<18} order={t['order_id']} "
+        f"event={t['event_id']} {t['created_at']}{redriven}",
+        f"          {t['error'][:150]}",
+    ]
+
+
+def _kafka_lines(k: dict[str, Any]) -> list[str]:
+    return [
+        f"  p{k['partition']}@{k['offset']:<6} {k['code']:<18} key={k['key']} "
+        f"from {k['source_topic']}/p{k['source_partition']}@{k['source_offset']}",
+        f"          {(k['error'] or '')[:150]}",
+    ]
 
 
 async def _redrive_delivery(settings: Settings, args: argparse.Namespace) -> int:

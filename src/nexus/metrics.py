@@ -12,6 +12,7 @@ shows `exposition()`: counters and histograms summed over the processes, each ga
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -42,66 +43,59 @@ class _Outcome(Protocol):
 # The *_created series double the exposition and no dashboard reads them.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
+# Every metric lives in REGISTRY; every gauge is one reading that one process sets (or the scrape takes),
+# so across processes its most recent value is the answer.
+_counter = functools.partial(Counter, registry=REGISTRY)
+_histogram = functools.partial(Histogram, registry=REGISTRY)
+_gauge = functools.partial(Gauge, registry=REGISTRY, multiprocess_mode="mostrecent")
 
-EVENTS_PROCESSED = Counter(
+EVENTS_PROCESSED = _counter(
     "nexus_events_processed_total",
     "Events resolved by the gateway, by kind (event type) and outcome (decision).",
     ["kind", "outcome"],
-    registry=REGISTRY,
 )
-EVENTS_DRAINED = Counter(
+EVENTS_DRAINED = _counter(
     "nexus_events_drained_total",
     "Buffered events applied when their predecessor arrived.",
-    registry=REGISTRY,
 )
-DEAD_LETTERS = Counter(
+DEAD_LETTERS = _counter(
     "nexus_dead_letters_total",
     "Items recorded in the dead_letters table, by code.",
     ["code"],
-    registry=REGISTRY,
 )
-DLQ_MESSAGES = Counter(
+DLQ_MESSAGES = _counter(
     "nexus_dlq_messages_total",
     "Messages acknowledged by the Kafka dead-letter topic, by code.",
     ["code"],
-    registry=REGISTRY,
 )
-AUTH_FAILURES = Counter(
+AUTH_FAILURES = _counter(
     "nexus_auth_failures_total",
     "Failed authentications of API requests, by reason (missing, malformed, unknown, revoked).",
     ["reason"],
-    registry=REGISTRY,
 )
-CONSUMER_RETRIES = Counter(
+CONSUMER_RETRIES = _counter(
     "nexus_consumer_retries_total",
     "Transient failures retried in place by an ingress.",
-    registry=REGISTRY,
 )
-EVENT_SETTLE = Histogram(
+EVENT_SETTLE = _histogram(
     "nexus_event_settle_seconds",
     "From first processing until the event is resolved, retries included.",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
-    registry=REGISTRY,
 )
-CONSUMER_LAG = Gauge(
+CONSUMER_LAG = _gauge(  # one consumer (the first process) sets it
     "nexus_consumer_lag",
     "Records behind the high watermark, after each batch.",
     ["topic", "partition"],
-    registry=REGISTRY,
-    multiprocess_mode="mostrecent",  # one consumer (the first process) sets it
 )
-# Each metric declared whole, as prometheus_client takes it: alike in form, their names are the contract.
-BLOCKED_ACTIONS = Counter(
+BLOCKED_ACTIONS = _counter(
     "nexus_blocked_actions_total",
     "Steps REJECTED by their order's process (the blocked actions), by code.",
     ["code"],
-    registry=REGISTRY,
 )
-HTTP_BATCH_SIZE = Histogram(
+HTTP_BATCH_SIZE = _histogram(
     "nexus_http_batch_events",
     "Events per shared transaction of the HTTP ingress (group commit).",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
-    registry=REGISTRY,
 )
 
 _OUTCOMES = [d.value.lower() for d in Decision]
@@ -146,49 +140,39 @@ def record_buffer_timeouts(count: int) -> None:
     DEAD_LETTERS.labels(code=ErrorCode.BUFFER_TIMEOUT.value).inc(count)
 
 
-PENDING_EVENTS = Gauge(
+PENDING_EVENTS = _gauge(  # the scrape's own reading, whichever process answers it
     "nexus_pending_events",
     "Events in the reordering buffer (read from Postgres at scrape).",
-    registry=REGISTRY,
-    multiprocess_mode="mostrecent",  # the scrape's own reading, whichever process answers it
 )
-OUTBOX_ENTRIES = Gauge(
+OUTBOX_ENTRIES = _gauge(
     "nexus_outbox_entries",
     "Undelivered notifications by state, pending or dead (read from Postgres at scrape).",
     ["state"],
-    registry=REGISTRY,
-    multiprocess_mode="mostrecent",
 )
 for _state in ("pending", "dead"):
     OUTBOX_ENTRIES.labels(state=_state)
 
 # Webhook delivery (nexus.delivery.dispatcher).
 DELIVERY_RESULTS = ("delivered", "retry_scheduled", "dead_max_attempts", "dead_rejected", "released")
-WEBHOOK_DELIVERIES = Counter(
+WEBHOOK_DELIVERIES = _counter(
     "nexus_webhook_deliveries_total",
     "Result of each webhook delivery attempt, as recorded in Postgres.",
     ["result"],
-    registry=REGISTRY,
 )
-WEBHOOK_REQUEST_SECONDS = Histogram(
+WEBHOOK_REQUEST_SECONDS = _histogram(
     "nexus_webhook_request_seconds",
     "Duration of webhook requests, from send to response or failure.",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
-    registry=REGISTRY,
 )
-CIRCUIT_BREAKER_STATE = Gauge(
+CIRCUIT_BREAKER_STATE = _gauge(  # one dispatcher (the first process) sets it
     "nexus_circuit_breaker_state",
     "Circuit breaker of each subscription: 0 closed, 1 half-open, 2 open.",
     ["subscription"],
-    registry=REGISTRY,
-    multiprocess_mode="mostrecent",  # one dispatcher (the first process) sets it
 )
-# Declared whole, as every metric here (see BLOCKED_ACTIONS).
-CIRCUIT_BREAKER_TRANSITIONS = Counter(
+CIRCUIT_BREAKER_TRANSITIONS = _counter(
     "nexus_circuit_breaker_transitions_total",
     "Circuit breaker state changes made by this instance, by the state entered.",
     ["to"],
-    registry=REGISTRY,
 )
 OTHER_SUBSCRIPTIONS = "other"
 _breaker_labels: set[str] = set()
@@ -228,13 +212,12 @@ for _to in ("closed", "open", "half_open"):
 
 
 # --- sagas ------------------------------------------------------------------------------------
-SAGA_STEPS = Counter(
+SAGA_STEPS = _counter(
     "nexus_saga_steps_total",
     "Calls of saga steps to services, by action (forward, compensate) and result (core.saga labels).",
     ["action", "result"],
-    registry=REGISTRY,
 )
-SAGAS = Gauge("nexus_sagas", "Sagas by status.", ["status"], registry=REGISTRY, multiprocess_mode="mostrecent")
+SAGAS = _gauge("nexus_sagas", "Sagas by status.", ["status"])
 for _status in ("PENDING", "RUNNING", "COMPLETED", "COMPENSATING", "COMPENSATED", "FAILED", "ESCALATED"):
     SAGAS.labels(status=_status).set(0)
 

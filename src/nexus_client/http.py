@@ -15,40 +15,60 @@ followed by a pause on the config's bounded `poll` schedule, so it never polls h
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 
+from nexus_client import _operations as ops
 from nexus_client import _protocol as proto
 from nexus_client import _tracing
 from nexus_client.config import ClientConfig
-from nexus_client.errors import ClientError, GatewayUnreachable, NotFound
+from nexus_client.errors import GatewayUnreachable
 from nexus_client.models import Approval, ApprovalAnswer, Approvals, Order, Plan, Process, SubmitResult
 from nexus_client.plans import AsyncPlanRun, PlanRun, plan_info, start_body
 from nexus_wire.envelope import EventEnvelope
 
 Steps = EventEnvelope | Sequence[EventEnvelope]
+T = TypeVar("T")
 
 
-def _limits(config: ClientConfig) -> httpx.Limits:
-    return httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_connections)
+def _options(config: ClientConfig) -> dict[str, Any]:
+    """The pool both clients open: timeout, connection limits and the key's headers."""
+    limits = httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_connections)
+    return {"timeout": config.timeout_s, "limits": limits, "headers": config.headers()}
 
 
 def _as_list(steps: Steps) -> Sequence[EventEnvelope]:
     return [steps] if isinstance(steps, EventEnvelope) else steps
 
 
+def _body(body: bytes | str) -> bytes:
+    return body.encode() if isinstance(body, str) else body
+
+
 def _unreachable(exc: httpx.TransportError) -> GatewayUnreachable:
-    return GatewayUnreachable(f"{type(exc).__name__}: {exc}")
+    error = GatewayUnreachable(f"{type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
 
 
-# The blocking NexusClient below repeats this class's methods line for line but for `await`: what they share
-# (bodies, answers, the retry schedule) is in `_protocol.py`, and what is left is the I/O, which Python
-# cannot write once for both colours of function (httpx keeps two clients for the same reason).
+def _request(config: ClientConfig, call: ops.Call) -> dict[str, Any]:
+    """httpx's arguments for one call: a long poll's read timeout is longer by its `wait`."""
+    return {
+        "method": call.method,
+        "url": config.url(call.path),
+        "content": call.content,
+        "json": call.json,
+        "headers": call.headers,
+        "timeout": config.timeout_s + proto.wait_of(call.path),
+    }
+
+
+# Both clients run the same operations (`_operations.py`: requests, answers, retries, the long poll); each
+# has only its own I/O: `_run` drives an operation with its send and its sleep (httpx keeps two clients too).
 class AsyncNexusClient:
     """The public API over one pooled `httpx.AsyncClient`."""
 
@@ -56,12 +76,7 @@ class AsyncNexusClient:
         self, config: ClientConfig | None = None, *, transport: httpx.AsyncBaseTransport | None = None
     ) -> None:
         self.config = config or ClientConfig.from_env()
-        self._http = httpx.AsyncClient(
-            timeout=self.config.timeout_s,
-            limits=_limits(self.config),
-            headers=self.config.headers(),
-            transport=transport,
-        )
+        self._http = httpx.AsyncClient(transport=transport, **_options(self.config))
 
     async def submit(self, steps: Steps) -> SubmitResult:
         """POST /v1/events with one envelope or a batch; resent on 503 and transport errors."""
@@ -70,22 +85,7 @@ class AsyncNexusClient:
 
     async def submit_raw(self, body: bytes | str, *, headers: dict[str, str] | None = None) -> SubmitResult:
         """POST a body as it is (the lab sends malformed ones on purpose); same answers and retries."""
-        content = body.encode() if isinstance(body, str) else body
-        sent = {**proto.JSON_HEADERS, **headers} if headers else proto.JSON_HEADERS
-        attempt = 1
-        while True:
-            try:
-                response = await self._http.post(self.config.url("/v1/events"), content=content, headers=sent)
-                return proto.submit_result(response.status_code, response.content, attempt)
-            except httpx.TransportError as exc:
-                error: ClientError = _unreachable(exc)
-            except ClientError as exc:
-                error = exc
-            delay = proto.retry_delay_s(self.config.retry, attempt, error, random.random())
-            if delay is None:
-                raise error
-            await asyncio.sleep(delay)
-            attempt += 1
+        return await self._run(ops.submit(_body(body), headers, self.config.retry))
 
     async def start_plan(
         self, process: str = "order", order_id: str | None = None, deadline_s: float | None = None
@@ -99,46 +99,28 @@ class AsyncNexusClient:
 
     async def _post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
         """POST JSON; resent on 503 and transport errors (the plan helper's bodies carry idempotency keys)."""
-        attempt = 1
-        while True:
-            try:
-                response = await self._http.post(self.config.url(path), json=body)
-                if response.status_code != 503:
-                    return response.status_code, response.content
-                error: ClientError = proto.api_error(response.status_code, response.content)
-            except httpx.TransportError as exc:
-                error = _unreachable(exc)
-            delay = proto.retry_delay_s(self.config.retry, attempt, error, random.random())
-            if delay is None:
-                raise error
-            await asyncio.sleep(delay)
-            attempt += 1
+        return await self._run(ops.post(path, body, self.config.retry))
 
     async def order(self, order_id: str) -> Order:
         """GET /v1/orders/{order_id}; `NotFound` when the gateway knows no such order."""
-        return proto.read_model(Order, *await self._get(f"/v1/orders/{order_id}"))
+        return await self._run(ops.read(Order, f"/v1/orders/{order_id}"))
 
     async def plan(self, plan_id: str) -> Plan:
         """GET /v1/plans/{plan_id}; `NotFound` when no order follows that plan."""
-        return proto.read_model(Plan, *await self._get(f"/v1/plans/{plan_id}"))
+        return await self._run(ops.read(Plan, f"/v1/plans/{plan_id}"))
 
     async def process(self, name: str, version: int | None = None) -> Process:
         """GET /v1/processes/{name} (the latest version, or `version`); `NotFound` for an unknown process."""
         query = f"?version={version}" if version is not None else ""
-        return proto.read_model(Process, *await self._get(f"/v1/processes/{name}{query}"))
+        return await self._run(ops.read(Process, f"/v1/processes/{name}{query}"))
 
     async def approvals(self, limit: int = 100) -> list[Approval]:
         """GET /v1/approvals, the pending approvals of the key's tenant (approver or operator keys)."""
-        return proto.read_model(Approvals, *await self._get(f"/v1/approvals?limit={limit}")).approvals
+        return (await self._run(ops.read(Approvals, f"/v1/approvals?limit={limit}"))).approvals
 
     async def answer_approval(self, approval_id: str, *, approve: bool) -> ApprovalAnswer:
         """POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key."""
-        url = self.config.url(proto.approval_path(approval_id, approve=approve))
-        try:
-            response = await self._http.post(url)
-        except httpx.TransportError as exc:
-            raise _unreachable(exc) from exc
-        return proto.read_model(ApprovalAnswer, response.status_code, response.content)
+        return await self._run(ops.answer_approval(approval_id, approve=approve))
 
     async def wait(  # same signature as the sync client and the long poll (`wait=S`): no asyncio.timeout
         self,
@@ -150,26 +132,25 @@ class AsyncNexusClient:
     ) -> Order:
         """The order once it changed (past `after_seq`, out of `after_status`, or else from its first reading);
         `WaitTimeout` when it did not within `timeout` seconds."""
-        change = proto.Change(after_seq, after_status)
-        poll = proto.LongPoll(order_id, change, timeout, now=time.monotonic(), poll=self.config.poll)
-        while True:
-            asked = time.monotonic()
-            try:
-                current: Order | None = proto.read_model(Order, *await self._get(poll.path()))
-            except NotFound:
-                current = None
-            step = poll.answer(current, asked, time.monotonic())
-            if isinstance(step, Order):
-                return step
-            if step > 0:
-                await asyncio.sleep(step)
+        return await self._run(ops.wait(order_id, proto.Change(after_seq, after_status), timeout, self.config.poll))
 
     async def _get(self, path: str) -> tuple[int, bytes]:
-        try:
-            response = await self._http.get(self.config.url(path), timeout=self.config.timeout_s + proto.wait_of(path))
-        except httpx.TransportError as exc:
-            raise _unreachable(exc) from exc
-        return response.status_code, response.content
+        return await self._run(ops.get(path))
+
+    async def _run(self, operation: ops.Operation[T]) -> T:
+        step = ops.advance(operation, None)
+        while not isinstance(step, ops.Done):
+            if isinstance(step, ops.Pause):
+                await asyncio.sleep(step.seconds)
+                step = ops.advance(operation, None)
+                continue
+            try:
+                response = await self._http.request(**_request(self.config, step))
+            except httpx.TransportError as exc:
+                step = ops.advance(operation, _unreachable(exc))
+            else:
+                step = ops.advance(operation, (response.status_code, response.content))
+        return step.value
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -189,12 +170,7 @@ class NexusClient:
 
     def __init__(self, config: ClientConfig | None = None, *, transport: httpx.BaseTransport | None = None) -> None:
         self.config = config or ClientConfig.from_env()
-        self._http = httpx.Client(
-            timeout=self.config.timeout_s,
-            limits=_limits(self.config),
-            headers=self.config.headers(),
-            transport=transport,
-        )
+        self._http = httpx.Client(transport=transport, **_options(self.config))
 
     def submit(self, steps: Steps) -> SubmitResult:
         """POST /v1/events with one envelope or a batch; resent on 503 and transport errors."""
@@ -203,22 +179,7 @@ class NexusClient:
 
     def submit_raw(self, body: bytes | str, *, headers: dict[str, str] | None = None) -> SubmitResult:
         """POST a body as it is; same answers and retries as `submit`."""
-        content = body.encode() if isinstance(body, str) else body
-        sent = {**proto.JSON_HEADERS, **headers} if headers else proto.JSON_HEADERS
-        attempt = 1
-        while True:
-            try:
-                response = self._http.post(self.config.url("/v1/events"), content=content, headers=sent)
-                return proto.submit_result(response.status_code, response.content, attempt)
-            except httpx.TransportError as exc:
-                error: ClientError = _unreachable(exc)
-            except ClientError as exc:
-                error = exc
-            delay = proto.retry_delay_s(self.config.retry, attempt, error, random.random())
-            if delay is None:
-                raise error
-            time.sleep(delay)
-            attempt += 1
+        return self._run(ops.submit(_body(body), headers, self.config.retry))
 
     def start_plan(
         self, process: str = "order", order_id: str | None = None, deadline_s: float | None = None
@@ -232,71 +193,52 @@ class NexusClient:
 
     def _post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
         """POST JSON; resent on 503 and transport errors (the plan helper's bodies carry idempotency keys)."""
-        attempt = 1
-        while True:
-            try:
-                response = self._http.post(self.config.url(path), json=body)
-                if response.status_code != 503:
-                    return response.status_code, response.content
-                error: ClientError = proto.api_error(response.status_code, response.content)
-            except httpx.TransportError as exc:
-                error = _unreachable(exc)
-            delay = proto.retry_delay_s(self.config.retry, attempt, error, random.random())
-            if delay is None:
-                raise error
-            time.sleep(delay)
-            attempt += 1
+        return self._run(ops.post(path, body, self.config.retry))
 
     def order(self, order_id: str) -> Order:
         """GET /v1/orders/{order_id}; `NotFound` when the gateway knows no such order."""
-        return proto.read_model(Order, *self._get(f"/v1/orders/{order_id}"))
+        return self._run(ops.read(Order, f"/v1/orders/{order_id}"))
 
     def plan(self, plan_id: str) -> Plan:
         """GET /v1/plans/{plan_id}; `NotFound` when no order follows that plan."""
-        return proto.read_model(Plan, *self._get(f"/v1/plans/{plan_id}"))
+        return self._run(ops.read(Plan, f"/v1/plans/{plan_id}"))
 
     def process(self, name: str, version: int | None = None) -> Process:
         """GET /v1/processes/{name} (the latest version, or `version`); `NotFound` for an unknown process."""
         query = f"?version={version}" if version is not None else ""
-        return proto.read_model(Process, *self._get(f"/v1/processes/{name}{query}"))
+        return self._run(ops.read(Process, f"/v1/processes/{name}{query}"))
 
     def approvals(self, limit: int = 100) -> list[Approval]:
         """GET /v1/approvals, the pending approvals of the key's tenant (approver or operator keys)."""
-        return proto.read_model(Approvals, *self._get(f"/v1/approvals?limit={limit}")).approvals
+        return self._run(ops.read(Approvals, f"/v1/approvals?limit={limit}")).approvals
 
     def answer_approval(self, approval_id: str, *, approve: bool) -> ApprovalAnswer:
         """POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key."""
-        url = self.config.url(proto.approval_path(approval_id, approve=approve))
-        try:
-            response = self._http.post(url)
-        except httpx.TransportError as exc:
-            raise _unreachable(exc) from exc
-        return proto.read_model(ApprovalAnswer, response.status_code, response.content)
+        return self._run(ops.answer_approval(approval_id, approve=approve))
 
     def wait(
         self, order_id: str, *, after_seq: int | None = None, after_status: str | None = None, timeout: float = 30.0
     ) -> Order:
         """As `AsyncNexusClient.wait`, blocking."""
-        change = proto.Change(after_seq, after_status)
-        poll = proto.LongPoll(order_id, change, timeout, now=time.monotonic(), poll=self.config.poll)
-        while True:
-            asked = time.monotonic()
-            try:
-                current: Order | None = proto.read_model(Order, *self._get(poll.path()))
-            except NotFound:
-                current = None
-            step = poll.answer(current, asked, time.monotonic())
-            if isinstance(step, Order):
-                return step
-            if step > 0:
-                time.sleep(step)
+        return self._run(ops.wait(order_id, proto.Change(after_seq, after_status), timeout, self.config.poll))
 
     def _get(self, path: str) -> tuple[int, bytes]:
-        try:
-            response = self._http.get(self.config.url(path), timeout=self.config.timeout_s + proto.wait_of(path))
-        except httpx.TransportError as exc:
-            raise _unreachable(exc) from exc
-        return response.status_code, response.content
+        return self._run(ops.get(path))
+
+    def _run(self, operation: ops.Operation[T]) -> T:
+        step = ops.advance(operation, None)
+        while not isinstance(step, ops.Done):
+            if isinstance(step, ops.Pause):
+                time.sleep(step.seconds)
+                step = ops.advance(operation, None)
+                continue
+            try:
+                response = self._http.request(**_request(self.config, step))
+            except httpx.TransportError as exc:
+                step = ops.advance(operation, _unreachable(exc))
+            else:
+                step = ops.advance(operation, (response.status_code, response.content))
+        return step.value
 
     def close(self) -> None:
         self._http.close()

@@ -67,73 +67,80 @@ def step_result(status: int, content: bytes) -> StepResult:
     raise proto.api_error(status, content)
 
 
-class PlanRun:
-    """One order's plan, stepped through a `NexusClient`."""
+def _end_body(reason: str) -> dict[str, Any]:
+    return {"reason": reason, "idempotency_key": uuid.uuid4().hex}
 
-    def __init__(self, client: NexusClient, info: PlanInfo) -> None:
-        self.client = client
+
+class _Plan:
+    """What a run keeps of its plan and how an answer updates it: the part of `PlanRun` and `AsyncPlanRun`
+    that does no I/O (each adds its client's calls)."""
+
+    def __init__(self, info: PlanInfo) -> None:
         self.order_id = info.order_id
         self.plan_id = info.plan_id
         self.process = info.process
         self.last: StepResult | None = None
 
-    def step(self, step: str, data: dict[str, Any] | None = None, idempotency_key: str | None = None) -> StepResult:
-        """Propose the order's next step; the gateway numbers it and answers its decision."""
-        self.last = step_result(
-            *self.client._post(f"/v1/orders/{self.order_id}/steps", step_body(step, data, idempotency_key))
-        )
-        return self.last
+    def _path(self, action: str) -> str:
+        return f"/v1/orders/{self.order_id}/{action}"
 
-    def abort(self, reason: str) -> StepResult:
-        """End the plan (ABORT_PLAN, abort code `manual`)."""
-        body = {"reason": reason, "idempotency_key": uuid.uuid4().hex}
-        self.last = step_result(*self.client._post(f"/v1/orders/{self.order_id}/abort", body))
-        return self.last
-
-    def replan(self, reason: str) -> StepResult:
-        """Replace the plan by a new one (REPLAN); later steps continue the order under it."""
-        body = {"reason": reason, "idempotency_key": uuid.uuid4().hex}
-        self.last = step_result(*self.client._post(f"/v1/orders/{self.order_id}/replan", body))
-        if self.last.model_extra and self.last.model_extra.get("plan_id"):
+    def _answered(self, status: int, content: bytes, *, replan: bool = False) -> StepResult:
+        self.last = step_result(status, content)
+        if replan and self.last.model_extra and self.last.model_extra.get("plan_id"):
             self.plan_id = str(self.last.model_extra["plan_id"])
         return self.last
 
+    def _change(self, after_seq: int | None, after_status: str | None) -> dict[str, Any]:
+        last = self.last
+        if after_seq is None and after_status is None and last is not None and last.order is not None:
+            after_seq = last.order.last_seq
+        return {"after_seq": after_seq, "after_status": after_status}
+
+
+class PlanRun(_Plan):
+    """One order's plan, stepped through a `NexusClient`."""
+
+    def __init__(self, client: NexusClient, info: PlanInfo) -> None:
+        super().__init__(info)
+        self.client = client
+
+    def step(self, step: str, data: dict[str, Any] | None = None, idempotency_key: str | None = None) -> StepResult:
+        """Propose the order's next step; the gateway numbers it and answers its decision."""
+        return self._answered(*self.client._post(self._path("steps"), step_body(step, data, idempotency_key)))
+
+    def abort(self, reason: str) -> StepResult:
+        """End the plan (ABORT_PLAN, abort code `manual`)."""
+        return self._answered(*self.client._post(self._path("abort"), _end_body(reason)))
+
+    def replan(self, reason: str) -> StepResult:
+        """Replace the plan by a new one (REPLAN); later steps continue the order under it."""
+        return self._answered(*self.client._post(self._path("replan"), _end_body(reason)), replan=True)
+
     def wait(self, *, after_seq: int | None = None, after_status: str | None = None, timeout: float = 30.0) -> Order:
         """The order once it changed: by default, once its last_seq passed the last answer's."""
-        return self.client.wait(self.order_id, **_change(self.last, after_seq, after_status), timeout=timeout)
+        return self.client.wait(self.order_id, **self._change(after_seq, after_status), timeout=timeout)
 
 
-class AsyncPlanRun:
+class AsyncPlanRun(_Plan):
     """One order's plan, stepped through an `AsyncNexusClient`."""
 
     def __init__(self, client: AsyncNexusClient, info: PlanInfo) -> None:
+        super().__init__(info)
         self.client = client
-        self.order_id = info.order_id
-        self.plan_id = info.plan_id
-        self.process = info.process
-        self.last: StepResult | None = None
 
     async def step(
         self, step: str, data: dict[str, Any] | None = None, idempotency_key: str | None = None
     ) -> StepResult:
         """Propose the order's next step; the gateway numbers it and answers its decision."""
-        path = f"/v1/orders/{self.order_id}/steps"
-        self.last = step_result(*await self.client._post(path, step_body(step, data, idempotency_key)))
-        return self.last
+        return self._answered(*await self.client._post(self._path("steps"), step_body(step, data, idempotency_key)))
 
     async def abort(self, reason: str) -> StepResult:
         """End the plan (ABORT_PLAN, abort code `manual`)."""
-        body = {"reason": reason, "idempotency_key": uuid.uuid4().hex}
-        self.last = step_result(*await self.client._post(f"/v1/orders/{self.order_id}/abort", body))
-        return self.last
+        return self._answered(*await self.client._post(self._path("abort"), _end_body(reason)))
 
     async def replan(self, reason: str) -> StepResult:
         """Replace the plan by a new one (REPLAN); later steps continue the order under it."""
-        body = {"reason": reason, "idempotency_key": uuid.uuid4().hex}
-        self.last = step_result(*await self.client._post(f"/v1/orders/{self.order_id}/replan", body))
-        if self.last.model_extra and self.last.model_extra.get("plan_id"):
-            self.plan_id = str(self.last.model_extra["plan_id"])
-        return self.last
+        return self._answered(*await self.client._post(self._path("replan"), _end_body(reason)), replan=True)
 
     async def wait(
         self,
@@ -143,10 +150,4 @@ class AsyncPlanRun:
         timeout: float = 30.0,  # noqa: ASYNC109 - the sync client's signature
     ) -> Order:
         """The order once it changed: by default, once its last_seq passed the last answer's."""
-        return await self.client.wait(self.order_id, **_change(self.last, after_seq, after_status), timeout=timeout)
-
-
-def _change(last: StepResult | None, after_seq: int | None, after_status: str | None) -> dict[str, Any]:
-    if after_seq is None and after_status is None and last is not None and last.order is not None:
-        after_seq = last.order.last_seq
-    return {"after_seq": after_seq, "after_status": after_status}
+        return await self.client.wait(self.order_id, **self._change(after_seq, after_status), timeout=timeout)

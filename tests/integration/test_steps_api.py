@@ -196,11 +196,13 @@ async def test_group_committed_proposals_of_one_order_are_numbered_one_transacti
     principal = await create_app(db, gateway).state.keys.lookup(key)
     try:
         for order_id in ("g-1", "g-2"):
-            await steps_api.start_plan(db, gateway, principal, steps_api.StartPlan(order_id=order_id))
+            caller = steps_api.StepCaller(db, gateway, principal, committer)
+            await steps_api.start_plan(caller, steps_api.StartPlan(order_id=order_id))
 
         async def propose(order_id: str, step: str, data: dict[str, Any]) -> dict[str, Any]:
             request = steps_api.ProposeStep(step=step, data=data)
-            return (await steps_api.propose_step(db, gateway, principal, order_id, request, committer))[1]
+            caller = steps_api.StepCaller(db, gateway, principal, committer)
+            return (await steps_api.propose_step(caller, order_id, request))[1]
 
         # in one batch: a wrong first step of g-1 (REJECTED), the right one after it, and g-2's first step
         answers = await asyncio.gather(

@@ -1,14 +1,17 @@
-"""The SDK's pure protocol: how answers become results or typed errors, when to resend, what a change is."""
+"""The SDK's pure protocol: how answers become results or typed errors, when to resend, what a change is, and
+the operations both clients drive (their calls, pauses and results on canned replies)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from nexus.core.backoff import Jitter, RetryPolicy
 from nexus.core.sequencing import Decision
 from nexus_client import ApiError, GatewayUnreachable, NotFound, Order, Unavailable
+from nexus_client import _operations as ops
 from nexus_client import _protocol as proto
 from tests.factories import step
 
@@ -88,3 +91,53 @@ def test_long_poll_returns_the_changed_order_sleeps_only_after_early_answers_and
     assert poll.answer(changed, asked=9.0, now=9.1) is changed
     with pytest.raises(WaitTimeout):
         proto.LongPoll("o1", proto.Change(after_seq=5), 1.0, now=0.0, poll=POLICY).answer(first, 0.0, 1.5)
+
+
+def _drive(operation: ops.Operation[Any], replies: list[ops.Reply]) -> tuple[list[ops.Call | ops.Pause], Any]:
+    """Run an operation on canned replies, as a client would with its I/O: what it asked for, and its result."""
+    asked: list[ops.Call | ops.Pause] = []
+    step = ops.advance(operation, None)
+    while not isinstance(step, ops.Done):
+        asked.append(step)
+        step = ops.advance(operation, None if isinstance(step, ops.Pause) else replies.pop(0))
+    return asked, step.value
+
+
+def test_a_submit_is_resent_after_a_503_and_no_answer_then_decided() -> None:
+    """The submit operation makes the call again after a 503 and after no answer, pausing on the policy's
+    schedule, and counts the attempts in its result."""
+    result = {"event_id": None, "decision": "APPLY", "code": None, "order": None}
+    replies: list[ops.Reply] = [
+        (503, _body(code="DATABASE_UNAVAILABLE", message="down")),
+        GatewayUnreachable("refused"),
+        (200, _body(results=[result])),
+    ]
+    asked, answer = _drive(ops.submit(b"{}", None, POLICY, rand=lambda: 0.5), replies)
+    assert [type(a).__name__ for a in asked] == ["Call", "Pause", "Call", "Pause", "Call"]
+    assert [a.seconds for a in asked if isinstance(a, ops.Pause)] == [pytest.approx(0.1), pytest.approx(0.2)]
+    assert (answer.attempts, answer.first.decision) == (3, Decision.APPLY)
+
+
+def test_a_submit_gives_up_when_the_policy_runs_out_and_never_resends_a_4xx() -> None:
+    """After the policy's last attempt the 503 is raised; a 409 is raised at once, without a second call."""
+    down: ops.Reply = (503, _body(code="DATABASE_UNAVAILABLE", message="down"))
+    with pytest.raises(Unavailable):
+        _drive(ops.submit(b"{}", None, POLICY, rand=lambda: 0.5), [down, down, down])
+    replies: list[ops.Reply] = [(409, _body(code="PLAN_MISMATCH", message="other plan"))]
+    with pytest.raises(ApiError) as err:
+        _drive(ops.submit(b"{}", None, POLICY, rand=lambda: 0.5), replies)
+    assert err.value.code == "PLAN_MISMATCH" and replies == []
+
+
+def test_a_plan_request_returns_any_answer_but_a_503_as_it_is() -> None:
+    """The plan helper's POST is resent after a 503 and returns the next answer, even a 4xx, untouched."""
+    replies: list[ops.Reply] = [(503, b""), (422, _body(decision="REJECTED"))]
+    asked, answer = _drive(ops.post("/v1/plans", {"process": "order"}, POLICY, rand=lambda: 0.5), replies)
+    assert asked[0] == ops.Call("POST", "/v1/plans", json={"process": "order"})
+    assert answer == (422, _body(decision="REJECTED"))
+
+
+def test_a_read_raises_no_answer_at_once() -> None:
+    """A plain GET is made once: no answer is raised, not retried."""
+    with pytest.raises(GatewayUnreachable):
+        _drive(ops.read(Order, "/v1/orders/o"), [GatewayUnreachable("refused")])

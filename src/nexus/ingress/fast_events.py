@@ -29,7 +29,7 @@ from nexus.errors import ErrorCode, NexusError
 from nexus.gateway import Outcome
 from nexus.ingress import http_errors, tenants
 from nexus.ingress.batcher import GroupCommitter
-from nexus.ingress.events_body import Refusal, media_type_refusal, parse
+from nexus.ingress.events_body import Disconnected, Refusal, media_type_refusal, parse, receive_body
 from nexus.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -83,10 +83,6 @@ def render(content: dict[str, Any]) -> bytes:
     return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
 
 
-class _Disconnected(Exception):
-    """The client went away before its body arrived."""
-
-
 class EventsFastPath:
     """Pure ASGI middleware answering `POST /v1/events`; everything else goes to `app`."""
 
@@ -108,7 +104,7 @@ class EventsFastPath:
         token = http_errors.use_request_id(rid)
         try:
             status, content, headers = await self._answer(scope, receive, principal)
-        except _Disconnected:
+        except Disconnected:
             log.debug("client disconnected", extra={"action": "client_disconnect", "request_id": rid, "path": PATH})
             return
         except NexusError as exc:  # as the app's exception handler answers it
@@ -162,16 +158,5 @@ class EventsFastPath:
         too_large = Refusal(413, ErrorCode.PAYLOAD_TOO_LARGE, f"body exceeds {limit} bytes")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return too_large
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return too_large
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        body = await receive_body(receive, limit)
+        return too_large if body is None else body

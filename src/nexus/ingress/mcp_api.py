@@ -50,6 +50,9 @@ class GatewayBackend:
     wait_slots: WaitSlots | None = None
     """The key's open streams and long polls (`NEXUS_MAX_WAITS_PER_KEY`): `wait_for_order` holds one."""
 
+    def _caller(self) -> steps_api.StepCaller:
+        return steps_api.StepCaller(self.db, self.gateway, self.principal, self.submitter)
+
     async def list_processes(self) -> dict[str, Any]:
         from nexus.processes import describe
 
@@ -64,23 +67,19 @@ class GatewayBackend:
     async def start_plan(self, process: str, order_id: str | None, deadline_s: float | None) -> dict[str, Any]:
         async with self._translated():
             request = steps_api.StartPlan(process=process, order_id=order_id, deadline_s=deadline_s)
-            return await steps_api.start_plan(self.db, self.gateway, self.principal, request)
+            return await steps_api.start_plan(self._caller(), request)
 
     async def propose_step(
         self, order_id: str, step: str, data: dict[str, Any], idempotency_key: str | None
     ) -> tuple[int, dict[str, Any]]:
         async with self._translated():
             request = steps_api.ProposeStep(step=step, data=data, idempotency_key=idempotency_key)
-            return await steps_api.propose_step(
-                self.db, self.gateway, self.principal, order_id, request, self.submitter
-            )
+            return await steps_api.propose_step(self._caller(), order_id, request)
 
     async def end_plan(self, order_id: str, reason: str, *, replan: bool) -> tuple[int, dict[str, Any]]:
         async with self._translated():
             request = steps_api.EndPlan(reason=reason)
-            return await steps_api.end_plan(
-                self.db, self.gateway, self.principal, order_id, request, replan=replan, submitter=self.submitter
-            )
+            return await steps_api.end_plan(self._caller(), order_id, request, replan=replan)
 
     async def get_order(self, order_id: str) -> dict[str, Any]:
         tenant = self._reader_tenant()

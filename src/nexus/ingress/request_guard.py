@@ -23,7 +23,7 @@ from typing import Any
 
 from nexus.core import strict_json
 from nexus.errors import ErrorCode, InvalidEventError
-from nexus.ingress.events_body import has_nul, limits_of
+from nexus.ingress.events_body import Disconnected, has_nul, limits_of, receive_body
 from nexus.ingress.http_errors import error_response
 from nexus.settings import Settings
 
@@ -116,20 +116,13 @@ class RequestGuard:
             if name == b"content-length" and (not value.isdigit() or int(value) > limit):
                 await too_large(scope, receive, send)
                 return None
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                await too_large(scope, receive, send)
-                return None
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        try:
+            body = await receive_body(receive, limit)
+        except Disconnected:
+            return None
+        if body is None:
+            await too_large(scope, receive, send)
+        return body
 
     async def _strict(self, body: bytes, scope: Any, receive: Any, send: Any) -> bool:
         """Whether the JSON body is strict; False once the refusal has been sent."""

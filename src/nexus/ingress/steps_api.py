@@ -12,6 +12,7 @@ idempotency key its event id is `uuid5(tenant, order_id, key)`; without one, a f
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -78,6 +79,22 @@ class EndPlan(BaseModel):
     idempotency_key: Annotated[str, Field(min_length=1, max_length=200)] | None = None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepCaller:
+    """What every step operation is called with, by the REST routes and the MCP tools alike: the store, the
+    gateway (its processes), the key that calls, and what decides (the app's group committer, or else the
+    gateway itself)."""
+
+    db: Database
+    gateway: Gateway
+    principal: Principal
+    submitter: Submitter | None = None
+
+    @property
+    def decider(self) -> Submitter:
+        return self.submitter or self.gateway
+
+
 def step_tenant(principal: Principal) -> str:
     """The tenant a step is proposed for: an agent key's one tenant (a key spanning every tenant cannot)."""
     if Role.AGENT not in principal.roles:
@@ -87,10 +104,10 @@ def step_tenant(principal: Principal) -> str:
     return principal.tenant_id
 
 
-async def start_plan(db: Database, gateway: Gateway, principal: Principal, request: StartPlan) -> dict[str, Any]:
+async def start_plan(caller: StepCaller, request: StartPlan) -> dict[str, Any]:
     """Create the plan row of a new order (201 body); ORDER_EXISTS if the tenant knows the order already."""
-    tenant = step_tenant(principal)
-    catalog = gateway.catalog
+    tenant = step_tenant(caller.principal)
+    catalog = caller.gateway.catalog
     if catalog is not None and catalog.get(request.process) is None:
         known = ", ".join(sorted(catalog.latest)) or "none"
         raise StepsApiError(422, ErrorCode.UNKNOWN_PROCESS, f"no such process; known: {known}")
@@ -99,8 +116,8 @@ async def start_plan(db: Database, gateway: Gateway, principal: Principal, reque
     deadline = (
         dt.datetime.now(dt.UTC) + dt.timedelta(seconds=request.deadline_s) if request.deadline_s is not None else None
     )
-    actor = key_actor(principal.key_id)
-    row = await db.fetchrow(
+    actor = key_actor(caller.principal.key_id)
+    row = await caller.db.fetchrow(
         query("steps.sql", "create_plan"), tenant, order_id, plan_id, request.process, deadline, actor
     )
     if row is None:
@@ -111,21 +128,13 @@ async def start_plan(db: Database, gateway: Gateway, principal: Principal, reque
     return body
 
 
-# Its parameters are end_plan's: both are called by the REST routes and the MCP tools with the same parts.
-async def propose_step(
-    db: Database,
-    gateway: Gateway,
-    principal: Principal,
-    order_id: str,
-    request: ProposeStep,
-    submitter: Submitter | None = None,
-) -> tuple[int, dict[str, Any]]:
+async def propose_step(caller: StepCaller, order_id: str, request: ProposeStep) -> tuple[int, dict[str, Any]]:
     """Decide one proposed step: its HTTP status and the result object."""
-    tenant = step_tenant(principal)
+    tenant = step_tenant(caller.principal)
     if request.step in (ABORT_STEP, REPLAN_STEP):
         message = "ABORT_PLAN and REPLAN are not steps to propose: use abort or replan"
         raise StepsApiError(422, ErrorCode.INVALID_REQUEST, message)
-    plan = await _plan_of(db, tenant, order_id)
+    plan = await _plan_of(caller.db, tenant, order_id)
     if request.idempotency_key is not None:
         event_id = event_id_for(tenant, order_id, request.idempotency_key)
     else:
@@ -143,27 +152,17 @@ async def propose_step(
     }
     if plan["process"]:
         envelope["process"] = plan["process"]
-    status, body = await _submit(submitter or gateway, envelope, tenant, proposal, principal)
-    body["next_steps"] = next_steps(gateway, plan["process"], body["order"]["status"])
+    status, body = await _submit(caller, envelope, tenant, proposal)
+    body["next_steps"] = next_steps(caller.gateway, plan["process"], body["order"]["status"])
     return status, body
 
 
-# Its parameters are propose_step's (see there); the two decide different things.
-async def end_plan(
-    db: Database,
-    gateway: Gateway,
-    principal: Principal,
-    order_id: str,
-    request: EndPlan,
-    *,
-    replan: bool,
-    submitter: Submitter | None = None,
-) -> tuple[int, dict[str, Any]]:
+async def end_plan(caller: StepCaller, order_id: str, request: EndPlan, *, replan: bool) -> tuple[int, dict[str, Any]]:
     """ABORT_PLAN (abort code `manual`) or REPLAN (a new plan id) of the order's live plan."""
-    tenant = step_tenant(principal)
-    order = await db.fetchrow(query("api.sql", "order"), order_id, tenant)
+    tenant = step_tenant(caller.principal)
+    order = await caller.db.fetchrow(query("api.sql", "order"), order_id, tenant)
     if order is None:
-        plan = await _plan_of(db, tenant, order_id)
+        plan = await _plan_of(caller.db, tenant, order_id)
         if replan:
             raise StepsApiError(409, ErrorCode.INVALID_REQUEST, "the plan has no step yet: nothing to replace")
         plan_id, last_seq = plan["started_plan"], 0
@@ -184,7 +183,7 @@ async def end_plan(
     else:
         data = {"reason": request.reason, "abort_code": "manual", "aborted_at_seq": last_seq}
         envelope |= {"event_type": ABORT_STEP, "data": data}
-    status, body = await _submit(submitter or gateway, envelope, tenant, None, principal)
+    status, body = await _submit(caller, envelope, tenant, None)
     if replan and body["decision"] == Decision.APPLY.value:
         body["plan_id"] = envelope["data"]["new_plan_id"]
     return status, body
@@ -218,8 +217,9 @@ async def _plan_of(db: Database, tenant: str, order_id: str) -> Any:
 
 
 async def _submit(
-    submitter: Submitter, envelope: dict[str, Any], tenant: str, proposal: Proposal | None, principal: Principal
+    caller: StepCaller, envelope: dict[str, Any], tenant: str, proposal: Proposal | None
 ) -> tuple[int, dict[str, Any]]:
+    principal = caller.principal
     try:
         item = Incoming(
             "",
@@ -233,7 +233,7 @@ async def _submit(
         )
     except InvalidEventError as exc:
         raise StepsApiError(422, exc.code, str(exc)) from exc
-    [outcome] = await submitter.submit([item])
+    [outcome] = await caller.decider.submit([item])
     return single_status(outcome), result_json(outcome)
 
 
@@ -263,6 +263,11 @@ def _error(exc: StepsApiError) -> JSONResponse:
     return http_errors.error_response(exc.status, exc.code, exc.message)
 
 
+def _caller(request: Request) -> StepCaller:
+    state = request.app.state
+    return StepCaller(state.db, state.gateway, _principal(request), state.submitter)
+
+
 def _principal(request: Request) -> Principal:
     principal: Principal = request.state.principal
     return principal
@@ -270,9 +275,8 @@ def _principal(request: Request) -> Principal:
 
 @router.post("/v1/plans", status_code=201, summary="Start a plan: the order exists before its first step")
 async def post_plan(request: Request, body: Annotated[StartPlan, Body()]) -> Any:
-    state = request.app.state
     try:
-        return JSONResponse(await start_plan(state.db, state.gateway, _principal(request), body), status_code=201)
+        return JSONResponse(await start_plan(_caller(request), body), status_code=201)
     except StepsApiError as exc:
         return _error(exc)
 
@@ -286,10 +290,7 @@ _HELD: dict[int | str, dict[str, Any]] = {
     "/v1/orders/{order_id}/steps", summary="Propose the order's next step; the gateway numbers it", responses=_HELD
 )
 async def post_step(request: Request, order_id: OrderId, body: Annotated[ProposeStep, Body()]) -> Any:
-    state = request.app.state
-    return await _answer(
-        lambda: propose_step(state.db, state.gateway, _principal(request), order_id, body, state.submitter)
-    )
+    return await _answer(lambda: propose_step(_caller(request), order_id, body))
 
 
 @router.get("/v1/orders/{order_id}/plan", summary="The plan an order follows (an agent resuming after a restart)")
@@ -312,12 +313,7 @@ async def post_replan(request: Request, order_id: OrderId, body: Annotated[EndPl
 
 
 async def _end_plan(request: Request, order_id: str, body: EndPlan, *, replan: bool) -> Any:
-    state = request.app.state
-    return await _answer(
-        lambda: end_plan(
-            state.db, state.gateway, _principal(request), order_id, body, replan=replan, submitter=state.submitter
-        )
-    )
+    return await _answer(lambda: end_plan(_caller(request), order_id, body, replan=replan))
 
 
 async def _answer(call: Callable[[], Awaitable[tuple[int, dict[str, Any]]]]) -> Any:

@@ -16,6 +16,7 @@ import random
 import socket
 import time
 from collections.abc import Callable
+from typing import ClassVar
 
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -121,27 +122,56 @@ class KillLoop:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class PostgresOutage:
-    """Stop PostgreSQL (fast shutdown: every connection dropped) for a few seconds, then start it again."""
+class _Outage:
+    """Stop one part of the stack `count` times, each for a drawn while (`_outages`), and start it again;
+    a subclass says what it stops (`down`) and starts (`up`), and how the progress lines name them."""
 
-    count: int = 2
+    count: int = 1
     first_s: Range = (0.5, 1.5)
-    gap_s: Range = (1.0, 2.5)
-    outage_s: Range = (1.0, 2.5)
+    gap_s: Range = (2.0, 3.0)
+    outage_s: Range = (2.5, 4.0)
 
-    # Its fields and loop are ReceiverOutage's: the same schedule (_outages), another thing stopped and started.
+    counted: ClassVar[str]
+    stopped: ClassVar[str]
+    back: ClassVar[str]
+
+    async def down(self, ctx: FaultContext) -> None:
+        raise NotImplementedError
+
+    async def up(self, ctx: FaultContext) -> None:
+        raise NotImplementedError
+
     async def run(self, ctx: FaultContext) -> None:
         schedule = _outages(ctx, self.count, self.first_s, self.gap_s, self.outage_s)
         for wait_s, outage_s in schedule:
             await asyncio.sleep(wait_s)
-            await ctx.session.stop_pg()
-            ctx.count("PostgreSQL stopped")
-            ctx.progress(f"PostgreSQL stopped at {ctx.elapsed():.1f}s for {outage_s:.1f}s")
+            await self.down(ctx)
+            ctx.count(self.counted)
+            ctx.progress(f"{self.stopped} at {ctx.elapsed():.1f}s for {outage_s:.1f}s")
             try:
                 await asyncio.sleep(outage_s)
             finally:
-                await ctx.session.resume_pg()
-            ctx.progress(f"PostgreSQL back at {ctx.elapsed():.1f}s")
+                await self.up(ctx)
+            ctx.progress(f"{self.back} at {ctx.elapsed():.1f}s")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PostgresOutage(_Outage):
+    """Stop PostgreSQL (fast shutdown: every connection dropped) for a few seconds, then start it again."""
+
+    count: int = 2
+    gap_s: Range = (1.0, 2.5)
+    outage_s: Range = (1.0, 2.5)
+
+    counted = "PostgreSQL stopped"
+    stopped = "PostgreSQL stopped"
+    back = "PostgreSQL back"
+
+    async def down(self, ctx: FaultContext) -> None:
+        await ctx.session.stop_pg()
+
+    async def up(self, ctx: FaultContext) -> None:
+        await ctx.session.resume_pg()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -162,31 +192,27 @@ class KafkaRestart:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ReceiverOutage:
+class ReceiverOutage(_Outage):
     """SIGKILL the webhook receiver, keep it down for a while, start it again (on the same port).
 
     With the receiver refusing connections, the subscription's circuit breaker must open, let a probe
     through after its cooldown, and close again once a probe succeeds; `BreakerWatch` sees it happen.
     """
 
-    count: int = 1
-    first_s: Range = (0.5, 1.5)
-    gap_s: Range = (2.0, 3.0)
-    outage_s: Range = (2.5, 4.0)
+    counted = "receiver down"
+    stopped = "receiver SIGKILLed"
+    back = "receiver back"
 
-    # Its fields and loop are PostgresOutage's (see there); the receiver restarts only after the outage.
-    async def run(self, ctx: FaultContext) -> None:
-        schedule = _outages(ctx, self.count, self.first_s, self.gap_s, self.outage_s)
-        sink = ctx.stack.sink
-        assert sink is not None
-        for wait_s, outage_s in schedule:
-            await asyncio.sleep(wait_s)
-            sink.kill()
-            ctx.count("receiver down")
-            ctx.progress(f"receiver SIGKILLed at {ctx.elapsed():.1f}s for {outage_s:.1f}s")
-            await asyncio.sleep(outage_s)
-            await ctx.stack.restart(sink)
-            ctx.progress(f"receiver back at {ctx.elapsed():.1f}s")
+    async def down(self, ctx: FaultContext) -> None:
+        _sink(ctx).kill()
+
+    async def up(self, ctx: FaultContext) -> None:
+        await ctx.stack.restart(_sink(ctx))
+
+
+def _sink(ctx: FaultContext) -> Proc:
+    assert ctx.stack.sink is not None
+    return ctx.stack.sink
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

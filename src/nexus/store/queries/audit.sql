@@ -58,31 +58,17 @@ FROM audit_checkpoints ORDER BY id;
 
 -- name: blocked
 -- The blocked-actions report: REJECTED decisions, newest first; $6 a keyset cursor (the last id seen).
--- Its filters ($1-$5) are written again in `blocked_summary`: a named query cannot share a WHERE clause
--- but through a view or function, and each keeps its own plan this way.
+-- Its filters ($1-$5) are migration 0018's nexus_rejected_decisions, shared with `blocked_summary`.
 SELECT id, at, tenant_id, order_id, plan_id, seq, event_type, event_id, code, "check", message, actor,
        actor_name
-FROM decision_log
-WHERE decision = 'REJECTED'
-  AND ($1::text IS NULL OR tenant_id = $1)
-  AND ($2::text IS NULL OR order_id = $2)
-  AND ($3::text IS NULL OR plan_id = $3)
-  AND ($4::text IS NULL OR code = $4)
-  AND ($5::timestamptz IS NULL OR at >= $5)
-  AND ($6::bigint IS NULL OR id < $6)
+FROM nexus_rejected_decisions($1::text, $2::text, $3::text, $4::text, $5::timestamptz)
+WHERE $6::bigint IS NULL OR id < $6
 ORDER BY id DESC
 LIMIT $7 OFFSET $8;
 
 -- name: blocked_summary
--- Counts of REJECTED decisions by one dimension at a time (grouping sets), same filters as `blocked`
--- (written again there: see `blocked`).
+-- Counts of REJECTED decisions by one dimension at a time (grouping sets), same filters as `blocked`.
 SELECT code, "check", event_type, actor, GROUPING(code, "check", event_type, actor) AS g, count(*) AS n
-FROM decision_log
-WHERE decision = 'REJECTED'
-  AND ($1::text IS NULL OR tenant_id = $1)
-  AND ($2::text IS NULL OR order_id = $2)
-  AND ($3::text IS NULL OR plan_id = $3)
-  AND ($4::text IS NULL OR code = $4)
-  AND ($5::timestamptz IS NULL OR at >= $5)
+FROM nexus_rejected_decisions($1::text, $2::text, $3::text, $4::text, $5::timestamptz)
 GROUP BY GROUPING SETS ((code), ("check"), (event_type), (actor), ())
 ORDER BY n DESC;
