@@ -139,10 +139,7 @@ class _Planner:
         actors = None
         if self.with_actors:
             actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]
-        entries = self.parts.log.order_entries(resolution, pending, None, actors)
-        if self.names:
-            entries = [e._replace(actor_name=self.names.get(e.actor)) if e.actor else e for e in entries]
-        self.log += entries
+        self.log += self.parts.log.order_entries(resolution, pending, None, actors, self.names)
         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
             self.answers[i] = answer(event, decision, after, verdict, resolution.deadlines.get(event.event_id))
