@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -12,7 +13,7 @@ from nexus.core.audit import INGRESS_ORDER, Entry, place
 from nexus.store.queries import query
 
 RECORD_COLUMNS = 16
-"""The columns of audit.sql `insert_records` (and of gateway.sql `write_batch`'s decision log part)."""
+"""The columns of audit.sql `insert_records`."""
 
 
 async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at: dt.datetime | None = None) -> None:
@@ -40,16 +41,7 @@ async def record_columns(
     the rest of the batch)."""
     if not entries:
         return [[] for _ in range(RECORD_COLUMNS)]
-    chains = sorted({e.chain for e in entries} - known)
-    ingress = [(tenant, order_id) for tenant, order_id in chains if order_id == INGRESS_ORDER]
-    if ingress:
-        await conn.execute(query("gateway.sql", "lock_orders"), [t for t, _ in ingress], [o for _, o in ingress])
-    current = dict(heads)
-    if chains:
-        rows = await conn.fetch(query("audit.sql", "read_heads"), [t for t, _ in chains], [o for _, o in chains])
-        current.update({(r["tenant_id"], r["order_id"]): (r["position"], bytes(r["hash"])) for r in rows})
-    now = at or dt.datetime.now(dt.UTC)
-    positions, prevs, hashes = place(entries, current, now)
+    positions, prevs, hashes, now = await _placed(conn, entries, heads, known, at)
     return [
         [e.tenant_id for e in entries],
         [e.order_id for e in entries],
@@ -68,3 +60,52 @@ async def record_columns(
         hashes,
         [e.actor_name for e in entries],
     ]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Records:
+    """Entries placed in their chains, as gateway.sql `write_batch` takes them: one row per record (the
+    columns of `insert_records` but `at`, in their order, the hashes in hex), all at `at`."""
+
+    rows: list[tuple[Any, ...]]
+    at: dt.datetime | None = None
+
+
+async def record_rows(
+    conn: asyncpg.Connection,
+    entries: Sequence[Entry],
+    heads: Mapping[tuple[str, str], tuple[int, bytes]],
+    known: set[tuple[str, str]],
+    at: dt.datetime | None = None,
+) -> Records:
+    """`record_columns` as rows (`Records`), for gateway.sql `write_batch`."""
+    if not entries:
+        return Records([])
+    positions, prevs, hashes, now = await _placed(conn, entries, heads, known, at)
+    rows = [
+        (e.tenant_id, e.order_id, position, e.actor, e.event_id, e.plan_id, e.seq, e.event_type, e.decision,
+         e.code, e.check, e.message, prev.hex(), digest.hex(), e.actor_name)
+        for e, position, prev, digest in zip(entries, positions, prevs, hashes, strict=True)
+    ]  # fmt: skip
+    return Records(rows, now)
+
+
+async def _placed(
+    conn: asyncpg.Connection,
+    entries: Sequence[Entry],
+    heads: Mapping[tuple[str, str], tuple[int, bytes]],
+    known: set[tuple[str, str]],
+    at: dt.datetime | None,
+) -> tuple[list[int], list[bytes], list[bytes], dt.datetime]:
+    """Each entry's position, previous hash and hash in its chain, and the time they are recorded at."""
+    chains = sorted({e.chain for e in entries} - known)
+    ingress = [(tenant, order_id) for tenant, order_id in chains if order_id == INGRESS_ORDER]
+    if ingress:
+        await conn.execute(query("gateway.sql", "lock_orders"), [t for t, _ in ingress], [o for _, o in ingress])
+    current = dict(heads)
+    if chains:
+        rows = await conn.fetch(query("audit.sql", "read_heads"), [t for t, _ in chains], [o for _, o in chains])
+        current.update({(r["tenant_id"], r["order_id"]): (r["position"], bytes(r["hash"])) for r in rows})
+    now = at or dt.datetime.now(dt.UTC)
+    positions, prevs, hashes = place(entries, current, now)
+    return positions, prevs, hashes, now
