@@ -117,7 +117,7 @@ class _Planner:
         self.blocked: list[ErrorCode] = []
         self.woken: set[OrderKey] = set()
         self.with_actors = any(item.actor for item in items)
-        self.names = {item.actor: item.actor_name for item in items if item.actor_name}
+        self.names = {item.actor: item.actor_name for item in items if item.actor and item.actor_name}
 
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
@@ -154,7 +154,7 @@ class _Planner:
         self.rows.dead.append(
             DeadLetterRow(
                 self.kind.value, code.value, postgres_text(error), item.event_id and postgres_text(item.event_id),
-                env.order_id if env else None, env.plan_id if env else None, postgres_text(item.raw),
+                env.order_id if env else None, env.plan_id if env else None, postgres_text(item.text),
                 env.tenant_id if env else item.tenant_id,
             )
         )  # fmt: skip
