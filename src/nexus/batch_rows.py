@@ -42,6 +42,7 @@ from nexus.core.process_model import Verdict
 from nexus.errors import ErrorCode
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store.queries import query
+from nexus.store.rows import json_rows
 
 __all__ = ["outbox_id_for", "pairs", "postgres_text", "read_batch", "read_buffered", "write_plan", "write_rows"]
 
@@ -51,19 +52,6 @@ OrderKey = tuple[str, str]
 def columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:
     """Rows (named tuples) as the parameter arrays of a set-based statement."""
     return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
-
-
-def _row(value: Any) -> Any:
-    """orjson's fallback for `json_rows`: a row (a named tuple) as an array."""
-    if isinstance(value, tuple):
-        return tuple(value)
-    raise TypeError(f"{type(value).__name__} is not a column value")
-
-
-def json_rows(rows: Sequence[tuple[Any, ...]]) -> str:
-    """Rows (named tuples) as one JSON array of arrays, for a statement that takes a table as one jsonb
-    parameter (`jsonb_array_elements`): uuids as text, datetimes in RFC 3339 with their offset."""
-    return orjson.dumps(rows, default=_row).decode()
 
 
 def pairs(keys: Sequence[OrderKey]) -> tuple[list[str], list[str]]:

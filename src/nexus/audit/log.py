@@ -11,9 +11,7 @@ import asyncpg
 
 from nexus.core.audit import INGRESS_ORDER, Entry, place
 from nexus.store.queries import query
-
-RECORD_COLUMNS = 16
-"""The columns of audit.sql `insert_records`."""
+from nexus.store.rows import json_rows
 
 
 async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at: dt.datetime | None = None) -> None:
@@ -25,47 +23,14 @@ async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at:
     """
     if not entries:
         return
-    await conn.execute(query("audit.sql", "insert_records"), *await record_columns(conn, entries, {}, set(), at))
-
-
-async def record_columns(
-    conn: asyncpg.Connection,
-    entries: Sequence[Entry],
-    heads: Mapping[tuple[str, str], tuple[int, bytes]],
-    known: set[tuple[str, str]],
-    at: dt.datetime | None = None,
-) -> list[list[Any]]:
-    """The columns of audit.sql `insert_records` for `entries` (see `record_entries`). `heads`: the heads
-    of the chains in `known`, already read under their locks (a chain in `known` without a head is new);
-    the heads of the other chains are read here (Gateway.submit reads its orders' heads with
-    the rest of the batch)."""
-    if not entries:
-        return [[] for _ in range(RECORD_COLUMNS)]
-    positions, prevs, hashes, now = await _placed(conn, entries, heads, known, at)
-    return [
-        [e.tenant_id for e in entries],
-        [e.order_id for e in entries],
-        positions,
-        [now] * len(entries),
-        [e.actor for e in entries],
-        [e.event_id for e in entries],
-        [e.plan_id for e in entries],
-        [e.seq for e in entries],
-        [e.event_type for e in entries],
-        [e.decision for e in entries],
-        [e.code for e in entries],
-        [e.check for e in entries],
-        [e.message for e in entries],
-        prevs,
-        hashes,
-        [e.actor_name for e in entries],
-    ]
+    records = await record_rows(conn, entries, {}, set(), at)
+    await conn.execute(query("audit.sql", "insert_records"), json_rows(records.rows), records.at)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Records:
-    """Entries placed in their chains, as gateway.sql `write_batch` takes them: one row per record (the
-    columns of `insert_records` but `at`, in their order, the hashes in hex), all at `at`."""
+    """Entries placed in their chains, as audit.sql `insert_records` and gateway.sql `write_batch` take them:
+    one row per record (its columns but `at`, in their order, the hashes in hex), all at `at`."""
 
     rows: list[tuple[Any, ...]]
     at: dt.datetime | None = None
@@ -78,7 +43,9 @@ async def record_rows(
     known: set[tuple[str, str]],
     at: dt.datetime | None = None,
 ) -> Records:
-    """`record_columns` as rows (`Records`), for gateway.sql `write_batch`."""
+    """`entries` placed in their chains (see `record_entries`). `heads`: the heads of the chains in `known`,
+    already read under their locks (a chain in `known` without a head is new); the heads of the other
+    chains are read here (Gateway.submit reads its orders' heads with the rest of the batch)."""
     if not entries:
         return Records([])
     positions, prevs, hashes, now = await _placed(conn, entries, heads, known, at)
