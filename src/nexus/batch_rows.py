@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 import orjson
 
-from nexus.audit.log import RECORD_COLUMNS, record_columns
+from nexus.audit.log import Records, record_rows
 from nexus.core.decide.expiry import BufferedStep
 from nexus.core.decide.plan import BatchPlan, BatchReads
 from nexus.core.decide.rows import (  # the rows core/decide/plan.py builds (it imports them so): this writes them
@@ -42,6 +42,7 @@ from nexus.core.process_model import Verdict
 from nexus.errors import ErrorCode
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store.queries import query
+from nexus.store.rows import json_rows
 
 __all__ = ["outbox_id_for", "pairs", "postgres_text", "read_batch", "read_buffered", "write_plan", "write_rows"]
 
@@ -120,10 +121,10 @@ async def write_rows(
     dead: Sequence[DeadLetterRow] = (),
     approvals: Sequence[ApprovalRow] = (),
     cancelled: Sequence[uuid.UUID] = (),
-    records: list[list[Any]] | None = None,
+    records: Records | None = None,
     wake: Sequence[OrderKey] = (),
 ) -> list[int]:
-    """Write the rows; `records`: the decision log's columns (audit.log.record_columns); `wake`: the orders
+    """Write the rows; `records`: the decision log's records (audit.log.record_rows); `wake`: the orders
     whose waiters wake at commit. The usual rows (orders, notifications and their deliveries, decision
     log) and the wake-ups go in one statement. Returns the dead letters' ids, in order."""
     await lifecycle_records.write_approvals(conn, list(approvals), list(cancelled))
@@ -133,12 +134,12 @@ async def write_rows(
         await conn.execute(query("gateway.sql", "delete_pending"), *columns(unbuffered, 3))
     if buffered:
         await conn.execute(query("gateway.sql", "insert_pending"), *columns(buffered, 7))
-    records = records or [[] for _ in range(RECORD_COLUMNS)]
-    if orders or notifications or records[0]:
+    if orders or notifications or (records is not None and records.rows):
         # Notifications wake the dispatchers at commit, and only then, without waiting for their poll.
+        logged = records or Records([])
         await conn.execute(
             query("gateway.sql", "write_batch"),
-            *columns(orders, 12), *columns(notifications, 10), *records, *pairs(sorted(set(wake))),
+            json_rows(orders), json_rows(notifications), json_rows(logged.rows), logged.at, *pairs(sorted(set(wake))),
         )  # fmt: skip
     elif wake:
         await lifecycle_records.notify_orders(conn, wake)
@@ -155,7 +156,7 @@ async def write_plan(
     the dead letters' ids, in order. `heads`: the decision-log heads of the `known` chains, read with the batch."""
     if plan.decisions:
         await conn.execute(query("lifecycle.sql", "insert_decisions"), *columns(plan.decisions, 4))
-    records = await record_columns(conn, plan.log, heads, set(known))
+    records = await record_rows(conn, plan.log, heads, set(known))
     return await write_rows(
         conn, orders=plan.orders, notifications=plan.notifications, buffered=plan.buffered,
         unbuffered=plan.unbuffered, rejected=plan.rejected, dead=plan.dead_letters, approvals=plan.approvals,
@@ -163,7 +164,7 @@ async def write_plan(
     )  # fmt: skip
 
 
-async def write_builder(conn: asyncpg.Connection, rows: RowsBuilder, records: list[list[Any]] | None = None) -> None:
+async def write_builder(conn: asyncpg.Connection, rows: RowsBuilder, records: Records | None = None) -> None:
     """Write rows gathered outside a batch plan (the saga outcomes)."""
     await write_rows(
         conn, orders=rows.orders, notifications=rows.outbox, buffered=rows.pending_add, unbuffered=rows.pending_del,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -10,9 +11,7 @@ import asyncpg
 
 from nexus.core.audit import INGRESS_ORDER, Entry, place
 from nexus.store.queries import query
-
-RECORD_COLUMNS = 16
-"""The columns of audit.sql `insert_records` (and of gateway.sql `write_batch`'s decision log part)."""
+from nexus.store.rows import json_rows
 
 
 async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at: dt.datetime | None = None) -> None:
@@ -24,22 +23,48 @@ async def record_entries(conn: asyncpg.Connection, entries: Sequence[Entry], at:
     """
     if not entries:
         return
-    await conn.execute(query("audit.sql", "insert_records"), *await record_columns(conn, entries, {}, set(), at))
+    records = await record_rows(conn, entries, {}, set(), at)
+    await conn.execute(query("audit.sql", "insert_records"), json_rows(records.rows), records.at)
 
 
-async def record_columns(
+@dataclasses.dataclass(frozen=True, slots=True)
+class Records:
+    """Entries placed in their chains, as audit.sql `insert_records` and gateway.sql `write_batch` take them:
+    one row per record (its columns but `at`, in their order, the hashes in hex), all at `at`."""
+
+    rows: list[tuple[Any, ...]]
+    at: dt.datetime | None = None
+
+
+async def record_rows(
     conn: asyncpg.Connection,
     entries: Sequence[Entry],
     heads: Mapping[tuple[str, str], tuple[int, bytes]],
     known: set[tuple[str, str]],
     at: dt.datetime | None = None,
-) -> list[list[Any]]:
-    """The columns of audit.sql `insert_records` for `entries` (see `record_entries`). `heads`: the heads
-    of the chains in `known`, already read under their locks (a chain in `known` without a head is new);
-    the heads of the other chains are read here (Gateway.submit reads its orders' heads with
-    the rest of the batch)."""
+) -> Records:
+    """`entries` placed in their chains (see `record_entries`). `heads`: the heads of the chains in `known`,
+    already read under their locks (a chain in `known` without a head is new); the heads of the other
+    chains are read here (Gateway.submit reads its orders' heads with the rest of the batch)."""
     if not entries:
-        return [[] for _ in range(RECORD_COLUMNS)]
+        return Records([])
+    positions, prevs, hashes, now = await _placed(conn, entries, heads, known, at)
+    rows = [
+        (e.tenant_id, e.order_id, position, e.actor, e.event_id, e.plan_id, e.seq, e.event_type, e.decision,
+         e.code, e.check, e.message, prev.hex(), digest.hex(), e.actor_name)
+        for e, position, prev, digest in zip(entries, positions, prevs, hashes, strict=True)
+    ]  # fmt: skip
+    return Records(rows, now)
+
+
+async def _placed(
+    conn: asyncpg.Connection,
+    entries: Sequence[Entry],
+    heads: Mapping[tuple[str, str], tuple[int, bytes]],
+    known: set[tuple[str, str]],
+    at: dt.datetime | None,
+) -> tuple[list[int], list[bytes], list[bytes], dt.datetime]:
+    """Each entry's position, previous hash and hash in its chain, and the time they are recorded at."""
     chains = sorted({e.chain for e in entries} - known)
     ingress = [(tenant, order_id) for tenant, order_id in chains if order_id == INGRESS_ORDER]
     if ingress:
@@ -50,21 +75,4 @@ async def record_columns(
         current.update({(r["tenant_id"], r["order_id"]): (r["position"], bytes(r["hash"])) for r in rows})
     now = at or dt.datetime.now(dt.UTC)
     positions, prevs, hashes = place(entries, current, now)
-    return [
-        [e.tenant_id for e in entries],
-        [e.order_id for e in entries],
-        positions,
-        [now] * len(entries),
-        [e.actor for e in entries],
-        [e.event_id for e in entries],
-        [e.plan_id for e in entries],
-        [e.seq for e in entries],
-        [e.event_type for e in entries],
-        [e.decision for e in entries],
-        [e.code for e in entries],
-        [e.check for e in entries],
-        [e.message for e in entries],
-        prevs,
-        hashes,
-        [e.actor_name for e in entries],
-    ]
+    return positions, prevs, hashes, now

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from nexus.audit.log import record_columns, record_entries
+from nexus.audit.log import record_entries, record_rows
 from nexus.batch_rows import pairs, read_batch, write_builder
 from nexus.core.actors import SYSTEM_SAGA
 from nexus.core.decide.rows import OutboxRow, RowsBuilder, add_rows
@@ -185,7 +185,7 @@ async def _apply_effects(gateway: Gateway, conn: asyncpg.Connection, applying: l
     if resolutions:
         for resolution in resolutions:
             add_rows(resolution, traces, rows)
-        await write_builder(conn, rows, await record_columns(conn, entries, reads.heads, set(keys)))
+        await write_builder(conn, rows, await record_rows(conn, entries, reads.heads, set(keys)))
         await records.record(conn, resolutions, gateway.catalog, {})
     return after
 

@@ -1,5 +1,5 @@
 """Rows to values: a frozen dataclass whose fields are a row's columns of the same names, or a row as the
-API shows it (JSON values, named as its columns)."""
+API shows it (JSON values, named as its columns); and rows as one JSON parameter of a statement."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import datetime as dt
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
+
+import orjson
 
 T = TypeVar("T")
 
@@ -41,3 +43,16 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, uuid.UUID):
         return str(value)
     return value
+
+
+def _row(value: Any) -> Any:
+    """orjson's fallback for `json_rows`: a row (a named tuple) as an array."""
+    if isinstance(value, tuple):
+        return tuple(value)
+    raise TypeError(f"{type(value).__name__} is not a column value")
+
+
+def json_rows(rows: Iterable[tuple[Any, ...]]) -> str:
+    """Rows (tuples, named or not) as one JSON array of arrays, for a statement that takes a table as one
+    jsonb parameter (`jsonb_array_elements`): uuids as text, datetimes in RFC 3339 with their offset."""
+    return orjson.dumps(rows if isinstance(rows, list | tuple) else list(rows), default=_row).decode()

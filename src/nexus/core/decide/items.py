@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from nexus.core import strict_json
@@ -32,7 +33,9 @@ class IngressKind(enum.StrEnum):
 class Incoming:
     """One item handed to the gateway: a parsed envelope, or the raw input and why it failed to parse."""
 
-    raw: str
+    raw: str | Mapping[str, Any]
+    """The input as it came: its text, or the JSON object it was decoded to (`text` encodes it, which only
+    a dead letter needs)."""
     envelope: EventEnvelope | None = None
     error: InvalidEventError | None = None
     traceparent: str | None = None
@@ -51,11 +54,7 @@ class Incoming:
     def parse(
         cls, raw: bytes | str | dict[str, Any], traceparent: str | None = None, limits: InputLimits | None = None
     ) -> Incoming:
-        text = (
-            raw
-            if isinstance(raw, str)
-            else (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw, default=str))
-        )
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         try:
             return cls(text, parse_envelope(raw, limits), None, traceparent)
         except InvalidEventError as exc:
@@ -66,11 +65,17 @@ class Incoming:
         return cls(envelope.model_dump_json(), envelope, None, traceparent, tenant_id=envelope.tenant_id, actor=actor)
 
     @property
+    def text(self) -> str:
+        """The input as text (a decoded object encoded again, as `json.dumps` does)."""
+        raw = self.raw
+        return raw if isinstance(raw, str) else json.dumps(raw, default=str)
+
+    @property
     def event_id(self) -> str | None:
         if self.envelope is not None:
             return str(self.envelope.event_id)
         try:
-            obj = strict_json.loads(self.raw)
+            obj = self.raw if not isinstance(self.raw, str) else strict_json.loads(self.raw)
         except InvalidEventError:
             return None
         value = obj.get("event_id") if isinstance(obj, dict) else None

@@ -23,7 +23,13 @@ class _OrderEntries:
     """Walks one order's decisions; `applied`, `rejections` and `held` are chronological, so each decision
     consumes, in order, the applications and rejections it caused."""
 
-    def __init__(self, resolution: Resolution, pending: Mapping[int, EventEnvelope], actor: str | None) -> None:
+    def __init__(
+        self,
+        resolution: Resolution,
+        pending: Mapping[int, EventEnvelope],
+        actor: str | None,
+        names: Mapping[str, str | None] | None = None,
+    ) -> None:
         self.resolution = resolution
         self.applied: list[Applied] = list(resolution.applied)
         self.rejections: list[Rejection] = list(resolution.rejections)
@@ -31,6 +37,7 @@ class _OrderEntries:
         self.waiting: dict[int, EventEnvelope] = dict(pending)
         self.entries: list[Entry] = []
         self.actor = actor
+        self.names = names or {}
 
     def add(
         self,
@@ -41,11 +48,12 @@ class _OrderEntries:
         check: str | None = None,
         actor: str | None = None,
     ) -> None:
+        actor = actor or self.actor
         self.entries.append(
             Entry(
                 tenant_id=event.tenant_id, order_id=event.order_id, decision=decision, event_id=str(event.event_id),
                 plan_id=event.plan_id, seq=event.seq_id, event_type=str(event.event_type), code=code, check=check,
-                message=message, actor=actor or self.actor,
+                message=message, actor=actor, actor_name=self.names.get(actor) if actor else None,
             )
         )  # fmt: skip
 
@@ -132,6 +140,7 @@ def resolution_entries(
     *,
     actor: str | None = None,
     actors: Mapping[uuid.UUID, str | None] | None = None,
+    names: Mapping[str, str | None] | None = None,
 ) -> list[Entry]:
     """One entry per decision of one order's batch, in the order they were taken.
 
@@ -142,8 +151,9 @@ def resolution_entries(
     `actors`: who proposed each arriving step (by event_id), else `actor`; what a step causes is logged
     with its actor, except what the gateway decides of its own: the `max_rejections` abort (and the steps
     it drops) as `system:max_rejections`, a deadline's abort found due before a step as `system:deadline`.
+    `names`: the name of the key each actor stands for (`Entry.actor_name`), when it has one.
     """
-    walk = _OrderEntries(resolution, pending, actor)
+    walk = _OrderEntries(resolution, pending, actor, names)
     for event, decision, after in resolution.decisions:
         walk.actor = actors.get(event.event_id, actor) if actors else actor
         walk.decided(event, decision, after)
@@ -173,9 +183,9 @@ class DecisionLog:
 
     def order_entries(
         self, resolution: Resolution, pending: Mapping[int, EventEnvelope], actor: str | None,
-        actors: Mapping[uuid.UUID, str | None] | None,
+        actors: Mapping[uuid.UUID, str | None] | None, names: Mapping[str, str | None] | None = None,
     ) -> list[Entry]:  # fmt: skip
-        return resolution_entries(resolution, pending, actor=actor, actors=actors)
+        return resolution_entries(resolution, pending, actor=actor, actors=actors, names=names)
 
     def entries(self, entries: list[Entry]) -> list[Entry]:
         """Entries built elsewhere (ingress, expiry), as this log keeps them."""

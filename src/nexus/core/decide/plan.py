@@ -117,7 +117,7 @@ class _Planner:
         self.blocked: list[ErrorCode] = []
         self.woken: set[OrderKey] = set()
         self.with_actors = any(item.actor for item in items)
-        self.names = {item.actor: item.actor_name for item in items if item.actor_name}
+        self.names = {item.actor: item.actor_name for item in items if item.actor and item.actor_name}
 
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
@@ -139,10 +139,7 @@ class _Planner:
         actors = None
         if self.with_actors:
             actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]
-        entries = self.parts.log.order_entries(resolution, pending, None, actors)
-        if self.names:
-            entries = [e._replace(actor_name=self.names.get(e.actor)) if e.actor else e for e in entries]
-        self.log += entries
+        self.log += self.parts.log.order_entries(resolution, pending, None, actors, self.names)
         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
             self.answers[i] = answer(event, decision, after, verdict, resolution.deadlines.get(event.event_id))
@@ -157,7 +154,7 @@ class _Planner:
         self.rows.dead.append(
             DeadLetterRow(
                 self.kind.value, code.value, postgres_text(error), item.event_id and postgres_text(item.event_id),
-                env.order_id if env else None, env.plan_id if env else None, postgres_text(item.raw),
+                env.order_id if env else None, env.plan_id if env else None, postgres_text(item.text),
                 env.tenant_id if env else item.tenant_id,
             )
         )  # fmt: skip

@@ -11,17 +11,15 @@ CROSS JOIN LATERAL (
 ) AS h;
 
 -- name: insert_records
--- actor_name ($16): beside the record, outside its hash. gateway.sql `write_batch` inserts the same columns
--- in its own statement (one round trip per batch); a shared SQL function would cost a plan per call.
+-- $1: the records as one JSON array of rows (audit.log.Records: a row's columns in the order below, the
+-- hashes in hex), all at $2; actor_name (the last): beside the record, outside its hash. gateway.sql
+-- `write_batch` inserts the same rows in its own statement (one round trip per batch); a shared SQL
+-- function would cost a plan per call.
 INSERT INTO decision_log (tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
                           decision, code, "check", message, prev_hash, hash, actor_name)
-SELECT tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type,
-       decision, code, "check", message, prev_hash, hash, actor_name
-FROM unnest($1::text[], $2::text[], $3::int[], $4::timestamptz[], $5::text[], $6::text[], $7::text[],
-            $8::int[], $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bytea[],
-            $15::bytea[], $16::text[]) WITH ORDINALITY
-    AS u(tenant_id, order_id, position, at, actor, event_id, plan_id, seq, event_type, decision, code,
-         "check", message, prev_hash, hash, actor_name, n)
+SELECT r->>0, r->>1, (r->>2)::int, $2::timestamptz, r->>3, r->>4, r->>5, (r->>6)::int, r->>7, r->>8, r->>9,
+       r->>10, r->>11, decode(r->>12, 'hex'), decode(r->>13, 'hex'), r->>14
+FROM jsonb_array_elements($1::jsonb) WITH ORDINALITY AS u(r, n)
 ORDER BY n;
 
 -- name: records
