@@ -5,6 +5,7 @@ fetches."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
@@ -15,6 +16,7 @@ import uuid
 import asyncpg
 import httpx
 import pytest
+from aiokafka import TopicPartition
 
 from nexus import metrics
 from nexus.app import sweep_buffer
@@ -232,3 +234,54 @@ async def test_a_busy_lane_fetches_at_most_one_batch_ahead_then_catches_up(
         assert await outbox_count(s.database_url or "", prefix) == 150
     finally:
         await blocker.close()
+
+
+async def test_a_poll_larger_than_the_slice_budget_is_applied_and_committed_slice_by_slice(
+    kafka_settings: Settings,
+) -> None:
+    """A backlog fetched in polls of 500 is applied in short transactions of at most one slice, in offset
+    order per partition, and every offset committed covers only records already applied."""
+    s = kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=500, kafka_slice_ms=1)
+    prefix = f"slice-{uuid.uuid4().hex[:6]}"
+    plans = plan_events(prefix, 60)
+    async with producer(s) as p:
+        delivered = await p.send_many([event for plan in plans for event in plan])
+    records = {
+        (d.partition, d.offset): event["event_id"]
+        for d, event in zip(delivered, [e for plan in plans for e in plan], strict=True)
+    }
+    conn = await asyncpg.connect(s.database_url)
+    commits: list[tuple[dict[int, int], int]] = []
+    try:
+        async with running_ingress(s) as ingress:
+            consumer = ingress._consumer
+            commit = consumer.commit
+
+            async def checked_commit(offsets: dict[TopicPartition, int]) -> None:
+                # What this commit covers, and how much of it PostgreSQL holds at this moment.
+                covered = [
+                    e for (part, off), e in records.items() if off < offsets.get(TopicPartition(s.kafka_topic, part), 0)
+                ]
+                applied = await conn.fetchval("SELECT count(*) FROM outbox WHERE event_id = ANY($1::uuid[])", covered)
+                missing = len(covered) - applied
+                commits.append(({tp.partition: off for tp, off in offsets.items()}, missing))
+                await commit(offsets)
+
+            consumer.commit = checked_commit
+            await wait_committed_to_end(s.kafka_group, s.kafka_topic, timeout=60)
+        rows = await conn.fetch(
+            "SELECT event_id, xmin::text::bigint AS tx FROM outbox WHERE order_id LIKE $1", f"{prefix}-%"
+        )
+        orders = await conn.fetch("SELECT status, last_seq FROM orders WHERE order_id LIKE $1", f"{prefix}-%")
+    finally:
+        await conn.close()
+    assert len(rows) == 300 and {(o["status"], o["last_seq"]) for o in orders} == {("completed", 5)}
+    tx_of = {str(r["event_id"]): r["tx"] for r in rows}
+    sizes = collections.Counter(tx_of.values())
+    assert max(sizes.values()) <= 100, sizes  # the first slice; never one transaction for the poll
+    assert sorted(sizes.values())[-2] <= 20, sizes  # then slices shrink to the budget's (here the minimum)
+    for part in {part for part, _ in records}:
+        txs = [tx_of[str(records[key])] for key in sorted(k for k in records if k[0] == part)]
+        assert txs == sorted(txs), f"partition {part} applied out of offset order"
+    assert len(commits) >= 300 // 100, commits
+    assert all(missing == 0 for _, missing in commits), commits  # nothing committed before it was applied

@@ -55,6 +55,13 @@ log = logging.getLogger(__name__)
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 _MAX_ERROR_HEADER = 1000
+_FIRST_SLICE = 100
+"""Records in a lane's first slice, before it has measured anything."""
+_MIN_SLICE = 20
+"""The fewest records a slice takes when more wait, however slow they are: a transaction per record would
+cost more per record and so be slower still."""
+_SMOOTHING = 0.3
+"""Weight of the newest slice in a lane's time per record."""
 
 
 def retry_policy(settings: Settings, *, max_ms: float | None = None) -> RetryPolicy:
@@ -97,17 +104,22 @@ def _dead_reason(item: Incoming, outcome: Outcome) -> tuple[ErrorCode, str]:
 
 
 class _Lane:
-    """Resolves the records of the partitions it serves, one `submit` for what piled up across them.
+    """Resolves the records of the partitions it serves, one `submit` at a time, in slices sized to a time budget.
 
     A partition is served by one lane for as long as this consumer owns it (and again if it comes back),
     so its records are resolved in offset order and its committed offset only ever moves forward. A
-    lane merges the slices waiting in all its partitions into one set-based `submit` of up to
-    `max_records`: partitions hold disjoint orders, so one transaction can take them together, and the
-    number of transactions follows the load, not the number of partitions. A few lanes run side by side
-    (`kafka_lanes`); their transactions never wait on each other's advisory locks. A lane is polled for
-    only while less than a batch waits in it (`has_room`): a record is fetched at most one batch ahead of
-    the one in flight, so its time from poll to commit is bounded by about two batches, and a backlog waits
-    in the broker (or in the client's fetch buffer, one fetch per partition) instead of in memory.
+    lane merges the records waiting in all its partitions into one set-based `submit`: partitions hold
+    disjoint orders, so one transaction can take them together, and the number of transactions follows the
+    load, not the number of partitions. A few lanes run side by side (`kafka_lanes`); their transactions
+    never wait on each other's advisory locks.
+
+    How many records one `submit` takes is `size`: as many as the lane's measured time per record (a moving
+    average over its slices, contention included) says fit in `kafka_slice_ms`, at most the poll size. Each
+    slice's offsets are committed once it is resolved, so a large poll is applied and committed in a few
+    short transactions instead of one long one. A lane is polled for only while less than one slice waits
+    in it (`room`): a record is fetched at most one slice ahead of the one in flight, so its time from poll to
+    commit is about two slices, and a backlog waits in the broker (or in the client's fetch buffer) instead
+    of in memory.
     """
 
     def __init__(self, ingress: KafkaIngress, index: int) -> None:
@@ -117,6 +129,8 @@ class _Lane:
         self.inflight: set[TopicPartition] = set()
         self.idle = asyncio.Event()
         self.idle.set()
+        self.per_record_s: float | None = None
+        """Moving average of a slice's resolution time per record; None until the first slice."""
         self._wakeup = asyncio.Event()
         self._turn = 0
         self._retrying = Retrying(retry_policy(ingress.settings))
@@ -138,20 +152,38 @@ class _Lane:
         self.queued[tp] += len(records)
         self._wakeup.set()
 
-    def has_room(self) -> bool:
-        """Whether less than a batch waits here: the poll may fetch for this lane's partitions."""
-        return sum(self.queued.values()) < self.ingress.max_records
+    @property
+    def size(self) -> int:
+        """Records in the next slice: what fits in the time budget at the measured rate, within the poll size."""
+        limit = self.ingress.max_records
+        budget_s = self.ingress.settings.kafka_slice_ms / 1000
+        if budget_s <= 0:
+            return limit
+        if self.per_record_s is None:
+            return min(limit, _FIRST_SLICE)
+        return max(min(limit, _MIN_SLICE), min(limit, int(budget_s / self.per_record_s)))
+
+    def room(self) -> int:
+        """How many more records the poll may fetch for this lane: less than one slice waits here."""
+        return max(0, self.size - sum(self.queued.values()))
 
     def drop(self, tp: TopicPartition) -> None:
         if tp in self.queues:
             self.queues[tp].clear()
             self.queued[tp] = 0
 
+    def measured(self, records: int, seconds: float) -> None:
+        """A slice of `records` was resolved in `seconds`: update the time per record."""
+        sample = seconds / records
+        previous = self.per_record_s
+        self.per_record_s = sample if previous is None else previous + _SMOOTHING * (sample - previous)
+
     def _take(self) -> dict[TopicPartition, list[Any]]:
-        """Queued slices of the lane's partitions, oldest first per partition, up to the poll size in all.
+        """Queued records of the lane's partitions, oldest first per partition, `size` of them in all (a
+        fetched chunk is split if need be; its rest stays first in its queue).
 
         The partition that goes first rotates, so a backlog in one cannot starve the others."""
-        limit = self.ingress.max_records
+        limit = self.size
         order = list(self.queues)
         if order:
             self._turn = (self._turn + 1) % len(order)
@@ -160,8 +192,11 @@ class _Lane:
         count = 0
         for tp in order:
             queue = self.queues[tp]
-            while queue and (count == 0 or count + len(queue[0]) <= limit):
+            while queue and count < limit:
                 records = queue.popleft()
+                if count + len(records) > limit:
+                    records, rest = records[: limit - count], records[limit - count :]
+                    queue.appendleft(rest)
                 taken.setdefault(tp, []).extend(records)
                 self.queued[tp] -= len(records)
                 count += len(records)
@@ -176,12 +211,14 @@ class _Lane:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            self.ingress._room.set()  # the next batch is fetched while this one is decided
+            self.ingress._room.set()  # the next slice is fetched while this one is decided
             self.idle.clear()
             self.inflight = set(slices)
+            started = time.monotonic()
             try:
                 await self.ingress._resolve(slices)
                 self._retrying.reset()
+                self.measured(sum(len(part) for part in slices.values()), time.monotonic() - started)
             except Exception:
                 # A bug or an unforeseen failure: rewind to these records and try again later; moving on
                 # would let a later commit skip them.
@@ -296,21 +333,23 @@ class KafkaIngress:
 
     async def _poll(self) -> None:
         """Fetch what the broker has for the lanes with room and hand each partition's records to its lane."""
-        partitions = [tp for lane in self._lanes if lane.has_room() for tp in lane.queues if tp in self.owned]
+        open_lanes = [lane for lane in self._lanes if lane.room() > 0]
+        partitions = [tp for lane in open_lanes for tp in lane.queues if tp in self.owned]
         if not partitions:
             await self._wait_for_room()
             return
+        limit = min(self.max_records, sum(lane.room() for lane in open_lanes))
         try:
             batch: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
-                *partitions, timeout_ms=self.poll_timeout_ms, max_records=self.max_records
+                *partitions, timeout_ms=self.poll_timeout_ms, max_records=limit
             )
             self._polled_at = time.monotonic()
             # getmany hands out one fetched chunk at a time; take what is already buffered too, so that a
             # backlog becomes few large set-based transactions rather than many small ones.
             count = sum(len(r) for r in batch.values())
-            while 0 < count < self.max_records:
+            while 0 < count < limit:
                 more: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
-                    *partitions, timeout_ms=0, max_records=self.max_records - count
+                    *partitions, timeout_ms=0, max_records=limit - count
                 )
                 if not more:
                     break
