@@ -57,7 +57,7 @@ _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _MAX_ERROR_HEADER = 1000
 _FIRST_SLICE = 100
 """Records in a lane's first slice, before it has measured anything."""
-_MIN_SLICE = 20
+_MIN_SLICE = 50
 """The fewest records a slice takes when more wait, however slow they are: a transaction per record would
 cost more per record and so be slower still."""
 _SMOOTHING = 0.3
@@ -129,6 +129,8 @@ class _Lane:
         self.inflight: set[TopicPartition] = set()
         self.idle = asyncio.Event()
         self.idle.set()
+        self._ahead: tuple[dict[TopicPartition, list[Any]], dict[TopicPartition, list[Incoming]]] | None = None
+        """The next slice and its decoded records, taken while the one before it is in its transaction."""
         self.per_record_s: float | None = None
         """Moving average of a slice's resolution time per record; None until the first slice."""
         self._wakeup = asyncio.Event()
@@ -143,6 +145,8 @@ class _Lane:
     def forget(self, tp: TopicPartition) -> None:
         self.queues.pop(tp, None)
         self.queued.pop(tp, None)
+        if self._ahead is not None:
+            self._ahead[0].pop(tp, None)
 
     def put(self, tp: TopicPartition, records: list[Any]) -> None:
         queue = self.queues.get(tp)
@@ -165,7 +169,8 @@ class _Lane:
 
     def room(self) -> int:
         """How many more records the poll may fetch for this lane: less than one slice waits here."""
-        return max(0, self.size - sum(self.queued.values()))
+        ahead = sum(len(part) for part in self._ahead[0].values()) if self._ahead else 0
+        return max(0, self.size - ahead - sum(self.queued.values()))
 
     def drop(self, tp: TopicPartition) -> None:
         if tp in self.queues:
@@ -204,9 +209,30 @@ class _Lane:
                 break
         return taken
 
+    async def _prepare_next(self, resolving: asyncio.Future[None]) -> None:
+        """While a slice is in its transaction, take the next one as soon as its records are here and decode
+        it (the CPU work of one slice overlaps the other's wait on PostgreSQL)."""
+        while not resolving.done():
+            following = self._take()
+            if following:
+                self._ahead = (following, self.ingress._decode(following))
+                return
+            self._wakeup.clear()
+            woken = asyncio.ensure_future(self._wakeup.wait())
+            try:
+                await asyncio.wait((resolving, woken), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+
     async def _run(self) -> None:
         while True:
-            slices = self._take()
+            # The slice taken and decoded while the one before it was in its transaction, if any is left of it
+            ahead, self._ahead = self._ahead, None
+            decoded: dict[TopicPartition, list[Incoming]] | None = None
+            if ahead is not None and ahead[0]:
+                slices, decoded = ahead
+            else:
+                slices = self._take()
             if not slices:
                 self._wakeup.clear()
                 await self._wakeup.wait()
@@ -215,19 +241,28 @@ class _Lane:
             self.idle.clear()
             self.inflight = set(slices)
             started = time.monotonic()
+            resolving = asyncio.ensure_future(self.ingress._resolve(slices, decoded))
             try:
-                await self.ingress._resolve(slices)
+                await self._prepare_next(resolving)
+                await resolving
                 self._retrying.reset()
                 self.measured(sum(len(part) for part in slices.values()), time.monotonic() - started)
+            except asyncio.CancelledError:
+                resolving.cancel()
+                raise
             except Exception:
-                # A bug or an unforeseen failure: rewind to these records and try again later; moving on
-                # would let a later commit skip them.
+                # A bug or an unforeseen failure: rewind to these records (and the next slice's) and try again
+                # later; moving on would let a later commit skip them.
                 log.exception("lane batch failed, rewinding", extra={"action": "kafka_rewind"})
-                for tp, records in slices.items():
+                starts = {tp: part[0].offset for tp, part in slices.items()}
+                if self._ahead is not None:
+                    starts = {tp: part[0].offset for tp, part in self._ahead[0].items()} | starts
+                    self._ahead = None
+                for tp, offset in starts.items():
                     self.drop(tp)
                     if tp in self.queues:
                         with contextlib.suppress(IllegalStateError):
-                            self.ingress._consumer.seek(tp, records[0].offset)
+                            self.ingress._consumer.seek(tp, offset)
                 metrics.CONSUMER_RETRIES.inc()
                 await self._retrying.wait()
             finally:
@@ -387,24 +422,34 @@ class KafkaIngress:
             with contextlib.suppress(IllegalStateError):
                 self._consumer.resume(*held)
 
-    async def _resolve(self, slices: dict[TopicPartition, list[Any]]) -> None:
-        """Resolve slices of one or more partitions in one `submit`; then their offsets may be committed."""
-        started = time.monotonic()
+    def _decode(self, slices: dict[TopicPartition, list[Any]]) -> dict[TopicPartition, list[Incoming]]:
+        """Each record of the slices as the gateway takes it (a refusal is an `Incoming` with its error)."""
         tenant = self.settings.kafka_tenant  # The topic is bound to one tenant
+        return {
+            tp: [
+                decode_record(
+                    r.value or b"", traceparent_of(r.headers) if r.headers else None, tenant, kafka_actor(r.topic)
+                )
+                for r in part
+            ]
+            for tp, part in slices.items()
+        }
+
+    async def _resolve(
+        self, slices: dict[TopicPartition, list[Any]], decoded: dict[TopicPartition, list[Incoming]] | None = None
+    ) -> None:
+        """Resolve slices of one or more partitions in one `submit`; then their offsets may be committed.
+        `decoded`: the slices' records already decoded (`_decode`), if they were while another slice ran."""
+        started = time.monotonic()
+        if decoded is None:
+            decoded = self._decode(slices)
         records = [r for part in slices.values() for r in part]
-        items = [
-            decode_record(
-                r.value or b"", traceparent_of(r.headers) if r.headers else None, tenant, kafka_actor(r.topic)
-            )
-            for r in records
-        ]
+        items = [item for tp in slices for item in decoded[tp]]
         if tracing.active():  # One consume span per partition in the batch
             with contextlib.ExitStack() as spans:
-                at = 0
-                for tp, part in slices.items():
-                    traceparents = [i.traceparent for i in items[at : at + len(part)]]
+                for tp in slices:
+                    traceparents = [i.traceparent for i in decoded[tp]]
                     spans.enter_context(tracing.consume_span(tp.topic, tp.partition, traceparents))
-                    at += len(part)
                 outcomes = await self._submit(items)
         else:
             outcomes = await self._submit(items)

@@ -62,9 +62,9 @@ class Probe:
             probe.on_commit(dict(offsets or {}))
             return result
 
-        async def timed_resolve(ingress: Any, slices: dict[Any, list[Any]]) -> None:
+        async def timed_resolve(ingress: Any, slices: dict[Any, list[Any]], *args: Any) -> None:
             polled = [probe.polled_at(tp, part) for tp, part in slices.items()]
-            await resolve(ingress, slices)
+            await resolve(ingress, slices, *args)
             probe.pending.append((min(polled), {tp: part[-1].offset + 1 for tp, part in slices.items()}))
 
         async def timed_submit(gateway: Any, *args: Any, **kwargs: Any) -> Any:
