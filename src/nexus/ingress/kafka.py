@@ -129,7 +129,7 @@ class _Lane:
         self.inflight: set[TopicPartition] = set()
         self.idle = asyncio.Event()
         self.idle.set()
-        self._ahead: tuple[dict[TopicPartition, list[Any]], dict[TopicPartition, list[Incoming]]] | None = None
+        self._ahead: tuple[dict[TopicPartition, list[Any]], dict[TopicPartition, list[Incoming]] | None] | None = None
         """The next slice and its decoded records, taken while the one before it is in its transaction."""
         self.per_record_s: float | None = None
         """Moving average of a slice's resolution time per record; None until the first slice."""
@@ -215,7 +215,11 @@ class _Lane:
         while not resolving.done():
             following = self._take()
             if following:
-                self._ahead = (following, self.ingress._decode(following))
+                # Taken: from here on it is rewound with the slice in flight if that one fails. Should decoding
+                # fail, `_resolve` decodes it again and fails as any slice does (rewound and retried).
+                self._ahead = (following, None)
+                with contextlib.suppress(Exception):
+                    self._ahead = (following, self.ingress._decode(following))
                 return
             self._wakeup.clear()
             woken = asyncio.ensure_future(self._wakeup.wait())
