@@ -306,10 +306,7 @@ async def test_a_poll_larger_than_the_slice_budget_is_applied_and_committed_slic
     run = SliceRun(kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=500, kafka_slice_ms=1))
     await run.run()
     sizes = collections.Counter(run.tx_of.values())
-    # Never one transaction for the poll: the first slice, and the one taken while it ran, before anything
-    # was measured, then slices of the budget's size (here the minimum)
-    assert max(sizes.values()) <= 100, sizes
-    assert sorted(sizes.values())[-3] <= 50, sizes
+    assert max(sizes.values()) <= 100, sizes  # slices of the budget's size (here the minimum), not the poll's
     run.assert_in_order_and_committed_after_apply()
     assert len(run.commits) >= 300 // 100, run.commits
 

@@ -57,7 +57,7 @@ _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$"
 _MAX_ERROR_HEADER = 1000
 _FIRST_SLICE = 100
 """Records in a lane's first slice, before it has measured anything."""
-_MIN_SLICE = 50
+_MIN_SLICE = 100
 """The fewest records a slice takes when more wait, however slow they are: a transaction per record would
 cost more per record and so be slower still."""
 _SMOOTHING = 0.3
