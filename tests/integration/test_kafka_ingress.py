@@ -22,7 +22,6 @@ from aiokafka import TopicPartition
 from nexus import metrics
 from nexus.app import sweep_buffer
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
-from nexus.ingress.kafka import KafkaIngress
 from nexus.kafka_io import read_topic
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -242,7 +241,7 @@ class SliceRun:
     """60 plans produced before a consumer starts, and what it did with them: every commit with how many of
     the records it covers PostgreSQL did not hold yet, and the transaction that wrote each record."""
 
-    def __init__(self, s: Settings, gateway: Gateway | None = None) -> None:
+    def __init__(self, s: Settings, gateway: type[Gateway] = Gateway) -> None:
         self.s = s
         self.gateway = gateway
         self.prefix = f"slice-{uuid.uuid4().hex[:6]}"
@@ -259,34 +258,29 @@ class SliceRun:
             delivered = await p.send_many(events)
         self.records = {(d.partition, d.offset): e["event_id"] for d, e in zip(delivered, events, strict=True)}
         conn = await asyncpg.connect(s.database_url)
-        db = await Database(s).open(migrate=False)
-        ingress = KafkaIngress(self.gateway or Gateway(db, record_plan_mismatch=False), s)
-        task = asyncio.create_task(ingress.run())
         try:
-            await asyncio.wait_for(ingress.assigned.wait(), 30)
-            commit = ingress._consumer.commit
+            async with running_ingress(s, self.gateway) as ingress:
+                commit = ingress._consumer.commit
 
-            async def checked_commit(offsets: dict[TopicPartition, int]) -> None:
-                covered = [
-                    e
-                    for (part, off), e in self.records.items()
-                    if off < offsets.get(TopicPartition(s.kafka_topic, part), 0)
-                ]
-                applied = await conn.fetchval("SELECT count(*) FROM outbox WHERE event_id = ANY($1::uuid[])", covered)
-                self.commits.append(({tp.partition: off for tp, off in offsets.items()}, len(covered) - applied))
-                await commit(offsets)
+                async def checked_commit(offsets: dict[TopicPartition, int]) -> None:
+                    covered = [
+                        e
+                        for (part, off), e in self.records.items()
+                        if off < offsets.get(TopicPartition(s.kafka_topic, part), 0)
+                    ]
+                    applied = await conn.fetchval(
+                        "SELECT count(*) FROM outbox WHERE event_id = ANY($1::uuid[])", covered
+                    )
+                    self.commits.append(({tp.partition: off for tp, off in offsets.items()}, len(covered) - applied))
+                    await commit(offsets)
 
-            ingress._consumer.commit = checked_commit
-            await wait_committed_to_end(s.kafka_group, s.kafka_topic, timeout=60)
+                ingress._consumer.commit = checked_commit
+                await wait_committed_to_end(s.kafka_group, s.kafka_topic, timeout=60)
             rows = await conn.fetch(
                 "SELECT event_id, xmin::text::bigint AS tx FROM outbox WHERE order_id LIKE $1", f"{self.prefix}-%"
             )
             orders = await conn.fetch("SELECT status, last_seq FROM orders WHERE order_id LIKE $1", f"{self.prefix}-%")
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            await db.close()
             await conn.close()
         assert len(rows) == 300 and {(o["status"], o["last_seq"]) for o in orders} == {("completed", 5)}
         self.tx_of = {str(r["event_id"]): r["tx"] for r in rows}
@@ -330,13 +324,8 @@ async def test_a_failed_slice_is_rewound_with_the_slice_prepared_after_it(
     """When a slice fails unexpectedly while the next one is already taken and decoded, both are fetched
     again: every record is applied once, in offset order per partition, and no commit runs ahead of them."""
     caplog.set_level(logging.INFO, logger="nexus.ingress.kafka")
-    s = kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=500, kafka_slice_ms=1)
-    db = await Database(s).open(migrate=False)
-    try:
-        run = SliceRun(s, FailsOnce(db, record_plan_mismatch=False))
-        await run.run()
-    finally:
-        await db.close()
+    run = SliceRun(kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=500, kafka_slice_ms=1), FailsOnce)
+    await run.run()
     assert [r.getMessage() for r in caplog.records if getattr(r, "action", None) == "kafka_rewind"] == [
         "lane batch failed, rewinding"
     ]

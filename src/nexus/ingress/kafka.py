@@ -13,8 +13,9 @@ Why it is shaped this way:
 * **Only what can never work goes to the DLQ topic**: PARSE_ERROR, INVALID_EVENT, DATABASE_REJECTED and
   PLAN_MISMATCH, with the original bytes and key, and `x-dlq-*` headers saying why and where from.
 * **Partitions are the unit of concurrency.** Records are keyed by order_id, so a partition's records
-  belong to orders no other partition carries: each partition's slice of a poll batch is one set-based
-  `submit`, and the slices run concurrently without contending for the same advisory locks.
+  belong to orders no other partition carries: a lane's slice, taken from the partitions it serves and
+  sized to a time budget (`_Lane`), is one set-based `submit`, and the lanes run concurrently without
+  contending for the same advisory locks.
 * **Rebalances.** Before partitions are taken away, the in-flight batch is given a moment to resolve and
   its offsets are committed; offsets of partitions we no longer own are never committed afterwards. A
   commit refused because the group moved on is dropped: the new owner re-reads those records and the
