@@ -207,6 +207,9 @@ class Settings(BaseSettings):
     # Kafka lanes
     kafka_lanes: int = 2
     """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions."""
+    kafka_slice_ms: float = Field(100.0, ge=0)
+    """How long one lane's `submit` should take: a lane sizes its slices from its measured time per record
+    (at most `kafka_max_poll_records`) and commits after each; 0 always takes up to the poll size."""
     # Several HTTP processes sharing the port
     workers: int = Field(1, ge=1)
     """HTTP processes of `nexus serve` sharing its port (1: one process, no supervisor). With more, a

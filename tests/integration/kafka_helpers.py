@@ -46,10 +46,11 @@ async def kafka_settings(settings: Settings) -> AsyncIterator[Settings]:
 
 
 @contextlib.asynccontextmanager
-async def running_ingress(settings: Settings) -> AsyncIterator[KafkaIngress]:
-    """A KafkaIngress in this event loop, with its own pool; waits for its first assignment."""
+async def running_ingress(settings: Settings, gateway: type[Gateway] = Gateway) -> AsyncIterator[KafkaIngress]:
+    """A KafkaIngress in this event loop, with its own pool; waits for its first assignment. `gateway`: the
+    class of its gateway (a subclass that injects a fault)."""
     db = await Database(settings).open(migrate=False)
-    ingress = KafkaIngress(Gateway(db, record_plan_mismatch=False), settings)
+    ingress = KafkaIngress(gateway(db, record_plan_mismatch=False), settings)
     task = asyncio.create_task(ingress.run())
     try:
         await asyncio.wait_for(ingress.assigned.wait(), 30)

@@ -5,20 +5,23 @@ fetches."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
 import subprocess
 import sys
 import uuid
+from collections.abc import Sequence
 
 import asyncpg
 import httpx
 import pytest
+from aiokafka import TopicPartition
 
 from nexus import metrics
 from nexus.app import sweep_buffer
-from nexus.gateway import Gateway
+from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
 from nexus.kafka_io import read_topic
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -232,3 +235,98 @@ async def test_a_busy_lane_fetches_at_most_one_batch_ahead_then_catches_up(
         assert await outbox_count(s.database_url or "", prefix) == 150
     finally:
         await blocker.close()
+
+
+class SliceRun:
+    """60 plans produced before a consumer starts, and what it did with them: every commit with how many of
+    the records it covers PostgreSQL did not hold yet, and the transaction that wrote each record."""
+
+    def __init__(self, s: Settings, gateway: type[Gateway] = Gateway) -> None:
+        self.s = s
+        self.gateway = gateway
+        self.prefix = f"slice-{uuid.uuid4().hex[:6]}"
+        self.records: dict[tuple[int, int], str] = {}
+        """(partition, offset) -> event id."""
+        self.commits: list[tuple[dict[int, int], int]] = []
+        self.tx_of: dict[str, int] = {}
+        """event id -> the transaction that wrote its outbox row."""
+
+    async def run(self) -> None:
+        s = self.s
+        events = [event for plan in plan_events(self.prefix, 60) for event in plan]
+        async with producer(s) as p:
+            delivered = await p.send_many(events)
+        self.records = {(d.partition, d.offset): e["event_id"] for d, e in zip(delivered, events, strict=True)}
+        conn = await asyncpg.connect(s.database_url)
+        try:
+            async with running_ingress(s, self.gateway) as ingress:
+                commit = ingress._consumer.commit
+
+                async def checked_commit(offsets: dict[TopicPartition, int]) -> None:
+                    covered = [
+                        e
+                        for (part, off), e in self.records.items()
+                        if off < offsets.get(TopicPartition(s.kafka_topic, part), 0)
+                    ]
+                    applied = await conn.fetchval(
+                        "SELECT count(*) FROM outbox WHERE event_id = ANY($1::uuid[])", covered
+                    )
+                    self.commits.append(({tp.partition: off for tp, off in offsets.items()}, len(covered) - applied))
+                    await commit(offsets)
+
+                ingress._consumer.commit = checked_commit
+                await wait_committed_to_end(s.kafka_group, s.kafka_topic, timeout=60)
+            rows = await conn.fetch(
+                "SELECT event_id, xmin::text::bigint AS tx FROM outbox WHERE order_id LIKE $1", f"{self.prefix}-%"
+            )
+            orders = await conn.fetch("SELECT status, last_seq FROM orders WHERE order_id LIKE $1", f"{self.prefix}-%")
+        finally:
+            await conn.close()
+        assert len(rows) == 300 and {(o["status"], o["last_seq"]) for o in orders} == {("completed", 5)}
+        self.tx_of = {str(r["event_id"]): r["tx"] for r in rows}
+
+    def assert_in_order_and_committed_after_apply(self) -> None:
+        for part in {part for part, _ in self.records}:
+            txs = [self.tx_of[str(self.records[key])] for key in sorted(k for k in self.records if k[0] == part)]
+            assert txs == sorted(txs), f"partition {part} applied out of offset order"
+        assert self.commits and all(missing == 0 for _, missing in self.commits), self.commits
+
+
+async def test_a_poll_larger_than_the_slice_budget_is_applied_and_committed_slice_by_slice(
+    kafka_settings: Settings,
+) -> None:
+    """A backlog fetched in polls of 500 is applied in short transactions of at most one slice, in offset
+    order per partition, and every offset committed covers only records already applied."""
+    run = SliceRun(kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=500, kafka_slice_ms=1))
+    await run.run()
+    sizes = collections.Counter(run.tx_of.values())
+    assert max(sizes.values()) <= 100, sizes  # slices of the budget's size (here the minimum), not the poll's
+    run.assert_in_order_and_committed_after_apply()
+    assert len(run.commits) >= 300 // 100, run.commits
+
+
+class FailsOnce(Gateway):
+    """A gateway whose second `submit` raises an unforeseen error (as a bug would) after half a second, once."""
+
+    calls = 0
+
+    async def submit(self, items: Sequence[Incoming], *, source: IngressKind | str = IngressKind.HTTP) -> list[Outcome]:
+        self.calls += 1
+        if self.calls == 2:
+            await asyncio.sleep(0.5)  # long enough for the next slice to be taken and decoded
+            raise RuntimeError("unforeseen")
+        return await super().submit(items, source=source)
+
+
+async def test_a_failed_slice_is_rewound_with_the_slice_prepared_after_it(
+    kafka_settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """When a slice fails unexpectedly while the next one is already taken and decoded, both are fetched
+    again: every record is applied once, in offset order per partition, and no commit runs ahead of them."""
+    caplog.set_level(logging.INFO, logger="nexus.ingress.kafka")
+    run = SliceRun(kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=500, kafka_slice_ms=1), FailsOnce)
+    await run.run()
+    assert [r.getMessage() for r in caplog.records if getattr(r, "action", None) == "kafka_rewind"] == [
+        "lane batch failed, rewinding"
+    ]
+    run.assert_in_order_and_committed_after_apply()

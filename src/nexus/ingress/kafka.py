@@ -13,8 +13,9 @@ Why it is shaped this way:
 * **Only what can never work goes to the DLQ topic**: PARSE_ERROR, INVALID_EVENT, DATABASE_REJECTED and
   PLAN_MISMATCH, with the original bytes and key, and `x-dlq-*` headers saying why and where from.
 * **Partitions are the unit of concurrency.** Records are keyed by order_id, so a partition's records
-  belong to orders no other partition carries: each partition's slice of a poll batch is one set-based
-  `submit`, and the slices run concurrently without contending for the same advisory locks.
+  belong to orders no other partition carries: a lane's slice, taken from the partitions it serves and
+  sized to a time budget (`_Lane`), is one set-based `submit`, and the lanes run concurrently without
+  contending for the same advisory locks.
 * **Rebalances.** Before partitions are taken away, the in-flight batch is given a moment to resolve and
   its offsets are committed; offsets of partitions we no longer own are never committed afterwards. A
   commit refused because the group moved on is dropped: the new owner re-reads those records and the
@@ -55,6 +56,13 @@ log = logging.getLogger(__name__)
 
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 _MAX_ERROR_HEADER = 1000
+_FIRST_SLICE = 100
+"""Records in a lane's first slice, before it has measured anything."""
+_MIN_SLICE = 100
+"""The fewest records a slice takes when more wait, however slow they are: a transaction per record would
+cost more per record and so be slower still."""
+_SMOOTHING = 0.3
+"""Weight of the newest slice in a lane's time per record."""
 
 
 def retry_policy(settings: Settings, *, max_ms: float | None = None) -> RetryPolicy:
@@ -97,17 +105,22 @@ def _dead_reason(item: Incoming, outcome: Outcome) -> tuple[ErrorCode, str]:
 
 
 class _Lane:
-    """Resolves the records of the partitions it serves, one `submit` for what piled up across them.
+    """Resolves the records of the partitions it serves, one `submit` at a time, in slices sized to a time budget.
 
     A partition is served by one lane for as long as this consumer owns it (and again if it comes back),
     so its records are resolved in offset order and its committed offset only ever moves forward. A
-    lane merges the slices waiting in all its partitions into one set-based `submit` of up to
-    `max_records`: partitions hold disjoint orders, so one transaction can take them together, and the
-    number of transactions follows the load, not the number of partitions. A few lanes run side by side
-    (`kafka_lanes`); their transactions never wait on each other's advisory locks. A lane is polled for
-    only while less than a batch waits in it (`has_room`): a record is fetched at most one batch ahead of
-    the one in flight, so its time from poll to commit is bounded by about two batches, and a backlog waits
-    in the broker (or in the client's fetch buffer, one fetch per partition) instead of in memory.
+    lane merges the records waiting in all its partitions into one set-based `submit`: partitions hold
+    disjoint orders, so one transaction can take them together, and the number of transactions follows the
+    load, not the number of partitions. A few lanes run side by side (`kafka_lanes`); their transactions
+    never wait on each other's advisory locks.
+
+    How many records one `submit` takes is `size`: as many as the lane's measured time per record (a moving
+    average over its slices, contention included) says fit in `kafka_slice_ms`, at most the poll size. Each
+    slice's offsets are committed once it is resolved, so a large poll is applied and committed in a few
+    short transactions instead of one long one. A lane is polled for only while less than one slice waits
+    in it (`room`): a record is fetched at most one slice ahead of the one in flight, so its time from poll to
+    commit is about two slices, and a backlog waits in the broker (or in the client's fetch buffer) instead
+    of in memory.
     """
 
     def __init__(self, ingress: KafkaIngress, index: int) -> None:
@@ -117,6 +130,10 @@ class _Lane:
         self.inflight: set[TopicPartition] = set()
         self.idle = asyncio.Event()
         self.idle.set()
+        self._ahead: tuple[dict[TopicPartition, list[Any]], dict[TopicPartition, list[Incoming]] | None] | None = None
+        """The next slice and its decoded records, taken while the one before it is in its transaction."""
+        self.per_record_s: float | None = None
+        """Moving average of a slice's resolution time per record; None until the first slice."""
         self._wakeup = asyncio.Event()
         self._turn = 0
         self._retrying = Retrying(retry_policy(ingress.settings))
@@ -129,6 +146,8 @@ class _Lane:
     def forget(self, tp: TopicPartition) -> None:
         self.queues.pop(tp, None)
         self.queued.pop(tp, None)
+        if self._ahead is not None:
+            self._ahead[0].pop(tp, None)
 
     def put(self, tp: TopicPartition, records: list[Any]) -> None:
         queue = self.queues.get(tp)
@@ -138,20 +157,39 @@ class _Lane:
         self.queued[tp] += len(records)
         self._wakeup.set()
 
-    def has_room(self) -> bool:
-        """Whether less than a batch waits here: the poll may fetch for this lane's partitions."""
-        return sum(self.queued.values()) < self.ingress.max_records
+    @property
+    def size(self) -> int:
+        """Records in the next slice: what fits in the time budget at the measured rate, within the poll size."""
+        limit = self.ingress.max_records
+        budget_s = self.ingress.settings.kafka_slice_ms / 1000
+        if budget_s <= 0:
+            return limit
+        if self.per_record_s is None:
+            return min(limit, _FIRST_SLICE)
+        return max(min(limit, _MIN_SLICE), min(limit, int(budget_s / self.per_record_s)))
+
+    def room(self) -> int:
+        """How many more records the poll may fetch for this lane: less than one slice waits here."""
+        ahead = sum(len(part) for part in self._ahead[0].values()) if self._ahead else 0
+        return max(0, self.size - ahead - sum(self.queued.values()))
 
     def drop(self, tp: TopicPartition) -> None:
         if tp in self.queues:
             self.queues[tp].clear()
             self.queued[tp] = 0
 
+    def measured(self, records: int, seconds: float) -> None:
+        """A slice of `records` was resolved in `seconds`: update the time per record."""
+        sample = seconds / records
+        previous = self.per_record_s
+        self.per_record_s = sample if previous is None else previous + _SMOOTHING * (sample - previous)
+
     def _take(self) -> dict[TopicPartition, list[Any]]:
-        """Queued slices of the lane's partitions, oldest first per partition, up to the poll size in all.
+        """Queued records of the lane's partitions, oldest first per partition, `size` of them in all (a
+        fetched chunk is split if need be; its rest stays first in its queue).
 
         The partition that goes first rotates, so a backlog in one cannot starve the others."""
-        limit = self.ingress.max_records
+        limit = self.size
         order = list(self.queues)
         if order:
             self._turn = (self._turn + 1) % len(order)
@@ -160,8 +198,11 @@ class _Lane:
         count = 0
         for tp in order:
             queue = self.queues[tp]
-            while queue and (count == 0 or count + len(queue[0]) <= limit):
+            while queue and count < limit:
                 records = queue.popleft()
+                if count + len(records) > limit:
+                    records, rest = records[: limit - count], records[limit - count :]
+                    queue.appendleft(rest)
                 taken.setdefault(tp, []).extend(records)
                 self.queued[tp] -= len(records)
                 count += len(records)
@@ -169,28 +210,64 @@ class _Lane:
                 break
         return taken
 
+    async def _prepare_next(self, resolving: asyncio.Future[None]) -> None:
+        """While a slice is in its transaction, take the next one as soon as its records are here and decode
+        it (the CPU work of one slice overlaps the other's wait on PostgreSQL)."""
+        while not resolving.done():
+            following = self._take()
+            if following:
+                # Taken: from here on it is rewound with the slice in flight if that one fails. Should decoding
+                # fail, `_resolve` decodes it again and fails as any slice does (rewound and retried).
+                self._ahead = (following, None)
+                with contextlib.suppress(Exception):
+                    self._ahead = (following, self.ingress._decode(following))
+                return
+            self._wakeup.clear()
+            woken = asyncio.ensure_future(self._wakeup.wait())
+            try:
+                await asyncio.wait((resolving, woken), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                woken.cancel()
+
     async def _run(self) -> None:
         while True:
-            slices = self._take()
+            # The slice taken and decoded while the one before it was in its transaction, if any is left of it
+            ahead, self._ahead = self._ahead, None
+            decoded: dict[TopicPartition, list[Incoming]] | None = None
+            if ahead is not None and ahead[0]:
+                slices, decoded = ahead
+            else:
+                slices = self._take()
             if not slices:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            self.ingress._room.set()  # the next batch is fetched while this one is decided
+            self.ingress._room.set()  # the next slice is fetched while this one is decided
             self.idle.clear()
             self.inflight = set(slices)
+            started = time.monotonic()
+            resolving = asyncio.ensure_future(self.ingress._resolve(slices, decoded))
             try:
-                await self.ingress._resolve(slices)
+                await self._prepare_next(resolving)
+                await resolving
                 self._retrying.reset()
+                self.measured(sum(len(part) for part in slices.values()), time.monotonic() - started)
+            except asyncio.CancelledError:
+                resolving.cancel()
+                raise
             except Exception:
-                # A bug or an unforeseen failure: rewind to these records and try again later; moving on
-                # would let a later commit skip them.
+                # A bug or an unforeseen failure: rewind to these records (and the next slice's) and try again
+                # later; moving on would let a later commit skip them.
                 log.exception("lane batch failed, rewinding", extra={"action": "kafka_rewind"})
-                for tp, records in slices.items():
+                starts = {tp: part[0].offset for tp, part in slices.items()}
+                if self._ahead is not None:
+                    starts = {tp: part[0].offset for tp, part in self._ahead[0].items()} | starts
+                    self._ahead = None
+                for tp, offset in starts.items():
                     self.drop(tp)
                     if tp in self.queues:
                         with contextlib.suppress(IllegalStateError):
-                            self.ingress._consumer.seek(tp, records[0].offset)
+                            self.ingress._consumer.seek(tp, offset)
                 metrics.CONSUMER_RETRIES.inc()
                 await self._retrying.wait()
             finally:
@@ -296,21 +373,23 @@ class KafkaIngress:
 
     async def _poll(self) -> None:
         """Fetch what the broker has for the lanes with room and hand each partition's records to its lane."""
-        partitions = [tp for lane in self._lanes if lane.has_room() for tp in lane.queues if tp in self.owned]
+        open_lanes = [lane for lane in self._lanes if lane.room() > 0]
+        partitions = [tp for lane in open_lanes for tp in lane.queues if tp in self.owned]
         if not partitions:
             await self._wait_for_room()
             return
+        limit = min(self.max_records, sum(lane.room() for lane in open_lanes))
         try:
             batch: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
-                *partitions, timeout_ms=self.poll_timeout_ms, max_records=self.max_records
+                *partitions, timeout_ms=self.poll_timeout_ms, max_records=limit
             )
             self._polled_at = time.monotonic()
             # getmany hands out one fetched chunk at a time; take what is already buffered too, so that a
             # backlog becomes few large set-based transactions rather than many small ones.
             count = sum(len(r) for r in batch.values())
-            while 0 < count < self.max_records:
+            while 0 < count < limit:
                 more: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
-                    *partitions, timeout_ms=0, max_records=self.max_records - count
+                    *partitions, timeout_ms=0, max_records=limit - count
                 )
                 if not more:
                     break
@@ -348,24 +427,34 @@ class KafkaIngress:
             with contextlib.suppress(IllegalStateError):
                 self._consumer.resume(*held)
 
-    async def _resolve(self, slices: dict[TopicPartition, list[Any]]) -> None:
-        """Resolve slices of one or more partitions in one `submit`; then their offsets may be committed."""
-        started = time.monotonic()
+    def _decode(self, slices: dict[TopicPartition, list[Any]]) -> dict[TopicPartition, list[Incoming]]:
+        """Each record of the slices as the gateway takes it (a refusal is an `Incoming` with its error)."""
         tenant = self.settings.kafka_tenant  # The topic is bound to one tenant
+        return {
+            tp: [
+                decode_record(
+                    r.value or b"", traceparent_of(r.headers) if r.headers else None, tenant, kafka_actor(r.topic)
+                )
+                for r in part
+            ]
+            for tp, part in slices.items()
+        }
+
+    async def _resolve(
+        self, slices: dict[TopicPartition, list[Any]], decoded: dict[TopicPartition, list[Incoming]] | None = None
+    ) -> None:
+        """Resolve slices of one or more partitions in one `submit`; then their offsets may be committed.
+        `decoded`: the slices' records already decoded (`_decode`), if they were while another slice ran."""
+        started = time.monotonic()
+        if decoded is None:
+            decoded = self._decode(slices)
         records = [r for part in slices.values() for r in part]
-        items = [
-            decode_record(
-                r.value or b"", traceparent_of(r.headers) if r.headers else None, tenant, kafka_actor(r.topic)
-            )
-            for r in records
-        ]
+        items = [item for tp in slices for item in decoded[tp]]
         if tracing.active():  # One consume span per partition in the batch
             with contextlib.ExitStack() as spans:
-                at = 0
-                for tp, part in slices.items():
-                    traceparents = [i.traceparent for i in items[at : at + len(part)]]
+                for tp in slices:
+                    traceparents = [i.traceparent for i in decoded[tp]]
                     spans.enter_context(tracing.consume_span(tp.topic, tp.partition, traceparents))
-                    at += len(part)
                 outcomes = await self._submit(items)
         else:
             outcomes = await self._submit(items)

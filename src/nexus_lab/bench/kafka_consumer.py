@@ -62,9 +62,9 @@ class Probe:
             probe.on_commit(dict(offsets or {}))
             return result
 
-        async def timed_resolve(ingress: Any, slices: dict[Any, list[Any]]) -> None:
+        async def timed_resolve(ingress: Any, slices: dict[Any, list[Any]], *args: Any) -> None:
             polled = [probe.polled_at(tp, part) for tp, part in slices.items()]
-            await resolve(ingress, slices)
+            await resolve(ingress, slices, *args)
             probe.pending.append((min(polled), {tp: part[-1].offset + 1 for tp, part in slices.items()}))
 
         async def timed_submit(gateway: Any, *args: Any, **kwargs: Any) -> Any:
@@ -80,13 +80,18 @@ class Probe:
         Gateway.submit = timed_submit  # type: ignore[method-assign,assignment]
 
     def polled_at(self, tp: Any, part: list[Any]) -> float:
-        """When the chunk holding the slice's first record was polled (its oldest record)."""
+        """When the chunk holding the slice's first record was polled (its oldest record): the chunk starting
+        at or just before it. A lane may resolve a chunk in several slices, one after the other, so a chunk
+        is forgotten only once a later one of its partition is looked up."""
         first = part[0].offset
-        at = self.polled.pop((tp, first), None)
-        if at is None:  # a slice starting inside a chunk (not the case with whole-chunk slices)
-            starts = [o for (t, o) in self.polled if t == tp and o <= first]
-            at = self.polled.get((tp, max(starts)), time.perf_counter()) if starts else time.perf_counter()
-        return at
+        starts = [o for (t, o) in self.polled if t == tp and o <= first]
+        if not starts:
+            return time.perf_counter()
+        start = max(starts)
+        for older in starts:
+            if older < start:
+                del self.polled[(tp, older)]
+        return self.polled[(tp, start)]
 
     def on_commit(self, offsets: dict[Any, int]) -> None:
         now = time.perf_counter()
