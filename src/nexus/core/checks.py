@@ -156,11 +156,65 @@ def fields_used(sources: Iterable[str]) -> dict[str, frozenset[str] | None]:
     return {k: (frozenset(v) if v is not None else None) for k, v in used.items()}
 
 
-def pick(value: Mapping[str, Any], fields: frozenset[str] | None) -> Mapping[str, Any]:
-    """The part of a context variable its rules read."""
+_PATH = r"\b(?:data|order|step|limits|result)\s*\.\s*[A-Za-z_][A-Za-z0-9_]*"
+_LITERALS = r"""(?:\s*,\s*(?:'[^'\\\n]*'|"[^"\\\n]*"))+"""
+# A list passed to `sum` or `same_items` with the names of the fields they read from its maps.
+_BY_FIELDS = re.compile(
+    rf"\b(?:sum\s*\(\s*(?P<one>{_PATH})|same_items\s*\(\s*(?P<first>{_PATH})\s*,\s*(?P<second>{_PATH}))"
+    rf"(?P<fields>{_LITERALS})\s*\)"
+)
+_HAS = re.compile(rf"\bhas\s*\(\s*(?P<path>{_PATH})\s*\)")
+_LITERAL = re.compile(r"'([^']*)'|\"([^\"]*)\"")
+_SPLIT = re.compile(r"\s*\.\s*")
+
+
+def element_fields_used(sources: Iterable[str]) -> dict[str, dict[str, frozenset[str]]]:
+    """For each list field (`variable.field`) the rules read only through `sum(list, "a", ...)`,
+    `same_items(list, other, "a", ...)` or `has(list)`, the fields of its maps they read. The maps of
+    such a list reach CEL with those fields only (`pick`): the binding converts every key and value of
+    every map, and an order's items are most of what a step converts. A list read any other way (indexed,
+    a macro, `size`, a field name that is not a plain literal) is not here: it is converted whole."""
+    reads: dict[tuple[str, str], set[str]] = {}
+    whole: set[tuple[str, str]] = set()
+    for source in sources:
+        covered: dict[int, frozenset[str]] = {}  # start of a path occurrence -> the fields read through it
+        for use in _BY_FIELDS.finditer(source):
+            fields = frozenset(a or b for a, b in _LITERAL.findall(use["fields"]))
+            for group in ("one", "first", "second"):
+                if use[group] is not None:
+                    covered[use.start(group)] = fields
+        for use in _HAS.finditer(source):
+            covered[use.start("path")] = frozenset()  # presence only: the elements are not read
+        for match in re.finditer(_PATH, source):
+            name, field = _SPLIT.split(match.group())
+            read = covered.get(match.start())
+            if read is None:
+                whole.add((name, field))
+            else:
+                reads.setdefault((name, field), set()).update(read)
+    out: dict[str, dict[str, frozenset[str]]] = {}
+    for (name, field), names in reads.items():
+        if (name, field) not in whole:
+            out.setdefault(name, {})[field] = frozenset(names)
+    return out
+
+
+def pick(
+    value: Mapping[str, Any], fields: frozenset[str] | None, elements: Mapping[str, frozenset[str]] | None = None
+) -> Mapping[str, Any]:
+    """The part of a context variable its rules read: its `fields` (None: the whole value), and of the
+    lists among them named in `elements`, each map with only the fields named there."""
     if fields is None:
         return value
-    return {k: value[k] for k in fields if k in value}
+    if not elements:
+        return {k: value[k] for k in fields if k in value}
+    return {k: _elements(value[k], elements.get(k)) for k in fields if k in value}
+
+
+def _elements(value: Any, fields: frozenset[str] | None) -> Any:
+    if fields is None or type(value) is not list:
+        return value
+    return [{f: e[f] for f in fields if f in e} if type(e) is dict else e for e in value]
 
 
 _SUM = re.compile(r"\b(sum|same_items)\s*\(")

@@ -8,7 +8,15 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from nexus.core.checks import build_context, convert_money, exponent_of, fields_used, pick, to_minor
+from nexus.core.checks import (
+    build_context,
+    convert_money,
+    element_fields_used,
+    exponent_of,
+    fields_used,
+    pick,
+    to_minor,
+)
 from nexus.core.list_limits import CHECK_ID as LIST_CHECK_ID
 from nexus.core.list_limits import list_limit_message
 from nexus.core.process_model import ABORT_STEP, CompiledProcess, CompiledStep, Verdict
@@ -52,7 +60,9 @@ def validate_step(
         return Verdict(ErrorCode.CHECK_FAILED, f"{where}: {error.message}", "data")
     if not compiled.rules:
         return None
-    variables = _variables(process, compiled, compiled.fields, facts, event_type, seq_id, data, limits)
+    variables = _variables(
+        process, compiled, compiled.fields, compiled.elements, facts, event_type, seq_id, data, limits
+    )
     context = build_context(variables, with_sum=compiled.uses_sum)
     for check, rule in compiled.rules:
         if not rule.passes(context):
@@ -79,8 +89,9 @@ def needs_approval(
     rule = compiled.approval_rule
     if rule is None:
         return True
-    used = _fields_of(rule.source)  # as validate_step: only what the condition reads is converted
-    variables = _variables(process, compiled, used, facts, event_type, seq_id, compiled.with_defaults(data), limits)
+    used, elements = _fields_of(rule.source)  # as validate_step: only what the condition reads is converted
+    data = compiled.with_defaults(data)
+    variables = _variables(process, compiled, used, elements, facts, event_type, seq_id, data, limits)
     try:
         return bool(rule.evaluate(variables))
     except Exception:  # noqa: BLE001 -- a condition that cannot be evaluated holds the step
@@ -89,18 +100,19 @@ def needs_approval(
 
 def _variables(
     process: CompiledProcess, compiled: CompiledStep, used: Mapping[str, frozenset[str] | None],
-    facts: Mapping[str, Any], event_type: str, seq_id: int | None, data: Mapping[str, Any],
-    limits: Mapping[str, Any],
+    elements: Mapping[str, Mapping[str, frozenset[str]]], facts: Mapping[str, Any], event_type: str,
+    seq_id: int | None, data: Mapping[str, Any], limits: Mapping[str, Any],
 ) -> dict[str, Any]:  # fmt: skip
-    """The CEL variables `used` names, each with only the fields read (None: whole), money in minor units:
-    converting into CEL is what costs (tens of us for a list of items), evaluating a compiled rule a few."""
+    """The CEL variables `used` names, each with only the fields read (None: whole; of the lists in
+    `elements`, their maps' fields read), money in minor units: converting into CEL is what costs (tens
+    of us for a list of items), evaluating a compiled rule a few."""
     exponent = exponent_of(data.get(process.definition.currency_field, facts.get(process.definition.currency_field)))
     variables: dict[str, Any] = {}
     if "data" in used:
-        picked = pick(data, used["data"])
+        picked = pick(data, used["data"], elements.get("data"))
         variables["data"] = convert_money(picked, compiled.step.money, exponent) if compiled.step.money else picked
     if "order" in used:
-        variables["order"] = pick(facts, used["order"])
+        variables["order"] = pick(facts, used["order"], elements.get("order"))
     if "step" in used:
         variables["step"] = {"seq": seq_id or 0, "type": event_type}
     if "limits" in used:
@@ -109,9 +121,12 @@ def _variables(
 
 
 @functools.lru_cache(maxsize=256)
-def _fields_of(source: str) -> dict[str, frozenset[str] | None]:
-    """The variables a condition mentions and their fields read (`checks.fields_used`), once per source."""
-    return fields_used([source])
+def _fields_of(
+    source: str,
+) -> tuple[dict[str, frozenset[str] | None], dict[str, dict[str, frozenset[str]]]]:
+    """The variables a condition mentions and their fields read (`checks.fields_used`,
+    `checks.element_fields_used`), once per source."""
+    return fields_used([source]), element_fields_used([source])
 
 
 def approval_expires_s(process: CompiledProcess, event_type: str) -> float | None:

@@ -11,7 +11,7 @@ import jsonschema_rs
 import yaml
 from pydantic import ValidationError
 
-from nexus.core.checks import CheckSyntaxError, CompiledRule, fields_used
+from nexus.core.checks import CheckSyntaxError, CompiledRule, element_fields_used, fields_used
 from nexus.core.process_model import (
     ABORTED,
     BUILTIN_STEPS,
@@ -140,7 +140,10 @@ def _compile_step(name: str, step: Step, text: str) -> CompiledStep:
             ) from exc
     fields = fields_used(r.source for _, r in rules)
     uses_sum = any(r.uses_sum for _, r in rules)
-    return CompiledStep(name, step, tuple(rules), validator, defaults, fields, uses_sum, approval_rule=approval_rule)
+    elements = element_fields_used(r.source for _, r in rules)
+    return CompiledStep(
+        name, step, tuple(rules), validator, defaults, fields, uses_sum, approval_rule=approval_rule, elements=elements
+    )
 
 
 def _line_of(text: str, path: list[Any]) -> int | None:

@@ -190,6 +190,9 @@ class CompiledStep:
     uses_sum: bool = False
     approval_rule: CompiledRule | None = None
     """The compiled `approval.when` (None with an approval: always held)."""
+    elements: Mapping[str, Mapping[str, frozenset[str]]] = dataclasses.field(default_factory=dict)
+    """Of the lists in `fields`, those whose maps the rules read only some fields of, and those fields
+    (`checks.element_fields_used`): the rest of each map is not converted."""
 
     def with_defaults(self, data: Mapping[str, Any]) -> dict[str, Any]:
         return {**self.defaults, **data} if self.defaults else dict(data)
