@@ -79,26 +79,28 @@ def api_headers(**extra: str) -> dict[str, str]:
 TEST_SERVER_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes")
 
 
+async def durability_off(admin_url: str, settings: tuple[str, ...] = TEST_SERVER_SETTINGS) -> None:
+    """Turn `settings` off on the server of `admin_url`, from now on (ALTER SYSTEM, then a reload)."""
+    conn = await asyncpg.connect(admin_url)
+    try:
+        for setting in settings:
+            await conn.execute(f"ALTER SYSTEM SET {setting} = off")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
+
+
 class PostgresForTests:
     """The session's PostgreSQL server: hands out fresh databases cloned from a migrated template."""
 
     def __init__(self) -> None:
         self._tmp = tempfile.mkdtemp(prefix="nexus-test-pg-")
         self.embedded = EmbeddedPostgres(Path(self._tmp), cleanup_mode="delete")
+        # Nothing written to disk waits for it: this server's data dies with the session (the product's
+        # embedded server keeps PostgreSQL's defaults). A clean stop (`stop_server`, as the outage tests do)
+        # still writes everything, so no test that restarts the server loses a commit.
         self.admin_url = self.embedded.start()
-        asyncio.run(self._durability_off())
-
-    async def _durability_off(self) -> None:
-        """Nothing written to disk waits for it (this server's data dies with the session; the product's
-        embedded server keeps PostgreSQL's defaults). A clean stop (`stop_server`, as the outage tests do)
-        still writes everything, so no test that restarts the server loses a commit."""
-        conn = await asyncpg.connect(self.admin_url)
-        try:
-            for setting in TEST_SERVER_SETTINGS:
-                await conn.execute(f"ALTER SYSTEM SET {setting} = off")
-            await conn.execute("SELECT pg_reload_conf()")
-        finally:
-            await conn.close()
+        asyncio.run(durability_off(self.admin_url))
 
     def url(self, database: str) -> str:
         return self.embedded.url(database)
