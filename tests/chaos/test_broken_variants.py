@@ -46,7 +46,7 @@ async def test_reordering_catches_a_gateway_without_the_advisory_lock(chaos_sess
     """Without the per-order lock, raced steps of one order are written on stale state: steps stay buffered,
     or an order's notifications are left without a head and never delivered; every message was answered (the
     variant runs, it only lacks the lock)."""
-    result = await run_broken(chaos_session, "reordering", "serve_without_lock.py", plans=40)
+    result = await run_broken(chaos_session, "reordering", "serve_without_lock.py", plans=60)
     assert not any(line.startswith("report: ") for line in result.failures), result.failures
     assert broke(result, "still buffered", ": order: ", ": outbox: ", ": delivered: ")
 
