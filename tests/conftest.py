@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -73,13 +74,33 @@ def api_headers(**extra: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {TEST_API_KEY}", **extra}
 
 
+# What the tests' server does not wait for: an fsync per commit and per checkpoint, whole pages after each
+# checkpoint. Each takes effect on reload; none changes what a query or a clean restart sees.
+TEST_SERVER_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes")
+
+
+async def durability_off(admin_url: str, settings: tuple[str, ...] = TEST_SERVER_SETTINGS) -> None:
+    """Turn `settings` off on the server of `admin_url`, from now on (ALTER SYSTEM, then a reload)."""
+    conn = await asyncpg.connect(admin_url)
+    try:
+        for setting in settings:
+            await conn.execute(f"ALTER SYSTEM SET {setting} = off")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
+
+
 class PostgresForTests:
     """The session's PostgreSQL server: hands out fresh databases cloned from a migrated template."""
 
     def __init__(self) -> None:
         self._tmp = tempfile.mkdtemp(prefix="nexus-test-pg-")
         self.embedded = EmbeddedPostgres(Path(self._tmp), cleanup_mode="delete")
+        # Nothing written to disk waits for it: this server's data dies with the session (the product's
+        # embedded server keeps PostgreSQL's defaults). A clean stop (`stop_server`, as the outage tests do)
+        # still writes everything, so no test that restarts the server loses a commit.
         self.admin_url = self.embedded.start()
+        asyncio.run(durability_off(self.admin_url))
 
     def url(self, database: str) -> str:
         return self.embedded.url(database)
@@ -107,11 +128,14 @@ class PostgresForTests:
         finally:
             await conn.close()
 
-    async def new_database(self) -> str:
+    async def new_database(self, template: str = TEMPLATE) -> str:
+        """A new database, a copy of `template` (the migrated one, or a test's database no session is using)."""
         name = f"t_{uuid.uuid4().hex[:12]}"
         conn = await asyncpg.connect(self.admin_url)
         try:
-            await conn.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+            # A file copy of the template's few MB: with fsync off, its two checkpoints write next to nothing,
+            # where the default (WAL_LOG) writes every page of the template to the WAL.
+            await conn.execute(f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY")
         finally:
             await conn.close()
         return self.url(name)
@@ -124,6 +148,7 @@ class PostgresForTests:
 
     def close(self) -> None:
         self.embedded.close()
+        shutil.rmtree(self._tmp, ignore_errors=True)  # the server removed its pgdata, not the directory around it
 
 
 @pytest.fixture(scope="session")
@@ -204,19 +229,24 @@ def nexus_procs(tmp_path: Path) -> Iterator[list[NexusProcess]]:
         p.kill()
 
 
-@pytest.fixture
-def start_gateway(settings: Settings, nexus_procs: list[NexusProcess], tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Start `nexus serve` on a free port against the test database; returns (process, base_url)."""
+def gateway_starter(settings: Settings, procs: list[NexusProcess], log_dir: Path):  # type: ignore[no-untyped-def]
+    """What `start_gateway` returns, for a fixture of any scope: starts go to `procs`, logs to `log_dir`."""
 
     def _start(*extra: str, settings_: Settings | None = None, port: int | None = None) -> tuple[NexusProcess, str]:
         s = settings_ or settings
         port = port or free_port()
         env = settings_env(s.replace(http_port=port))
-        proc = NexusProcess(["serve", *extra], env, tmp_path / f"serve-{port}-{len(nexus_procs)}.log").start()
-        nexus_procs.append(proc)
+        proc = NexusProcess(["serve", *extra], env, log_dir / f"serve-{port}-{len(procs)}.log").start()
+        procs.append(proc)
         base = f"http://127.0.0.1:{port}"
         if "--dispatcher-only" not in extra:
             wait_http(base + "/healthz", proc=proc)
         return proc, base
 
     return _start
+
+
+@pytest.fixture
+def start_gateway(settings: Settings, nexus_procs: list[NexusProcess], tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Start `nexus serve` on a free port against the test database; returns (process, base_url)."""
+    return gateway_starter(settings, nexus_procs, tmp_path)

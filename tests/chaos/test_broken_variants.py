@@ -43,9 +43,12 @@ def broke(result: ScenarioResult, *fragments: str) -> bool:
 
 
 async def test_reordering_catches_a_gateway_without_the_advisory_lock(chaos_session: ChaosSession) -> None:
-    """Without the per-order lock, raced steps of one order are decided on stale state: steps stay buffered."""
-    result = await run_broken(chaos_session, "reordering", "serve_without_lock.py", plans=16)
-    assert broke(result, "still buffered", ": order: ", ": outbox: ")
+    """Without the per-order lock, raced steps of one order are written on stale state: steps stay buffered,
+    or an order's notifications are left without a head and never delivered; every message was answered (the
+    variant runs, it only lacks the lock)."""
+    result = await run_broken(chaos_session, "reordering", "serve_without_lock.py", plans=60)
+    assert not any(line.startswith("report: ") for line in result.failures), result.failures
+    assert broke(result, "still buffered", ": order: ", ": outbox: ", ": delivered: ")
 
 
 async def test_receiver_unstable_catches_a_dispatcher_ignoring_the_order(chaos_session: ChaosSession) -> None:

@@ -271,8 +271,9 @@ class Stack:
         return [*self.dispatchers, *self.gateways, *([self.sink] if self.sink else [])]
 
     async def close(self) -> None:
-        for proc in self.processes():
-            await asyncio.to_thread(proc.stop)
+        # All at once: each stop (SIGTERM, SIGKILL after 10 s) waits for its own process only, so the stack
+        # is down in the time of its slowest process rather than the sum of them (a hanging sink's alone ~1 s).
+        await asyncio.gather(*(asyncio.to_thread(proc.stop) for proc in self.processes()))
         if self.spec.kafka:
             from nexus_lab.kafka_admin import delete_topics
 

@@ -12,8 +12,8 @@ from nexus.store.queries import load
 
 
 def main() -> int:
-    # Same parameter ($1: the batch's order ids), no lock taken.
-    load("gateway.sql")["lock_orders"] = "SELECT cardinality($1::text[])"
+    # Same parameters ($1, $2: the batch's tenants and order ids), no lock taken.
+    load("gateway.sql")["lock_orders"] = "SELECT cardinality($1::text[]) + cardinality($2::text[])"
     from nexus_cli import main as nexus_main
 
     return nexus_main(sys.argv[1:])
