@@ -115,7 +115,7 @@ class _Lane:
     so its records are resolved in offset order and its committed offset only ever moves forward. A
     lane merges the records waiting in all its partitions into one set-based `submit`: partitions hold
     disjoint orders, so one transaction can take them together, and the number of transactions follows the
-    load, not the number of partitions. A few lanes run side by side (`kafka_lanes`); their transactions
+    load, not the number of partitions. With `kafka_lanes` above one, lanes run side by side; their transactions
     never wait on each other's advisory locks.
 
     How many records one `submit` takes is `size`: as many as the lane's measured time per record (a moving
