@@ -18,7 +18,8 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from nexus import metrics
 from nexus.app import sweep_buffer
@@ -332,6 +333,32 @@ async def test_a_lane_is_handed_at_most_its_next_slice_and_nothing_while_one_is_
     await run.run()
     run.assert_in_order_and_committed_after_apply()
     assert handed and not [h for h in handed if h[0] or h[1] > h[2]], handed
+
+
+async def test_records_fetched_before_a_failed_fetch_are_still_applied(
+    kafka_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the client fails while a poll gathers more records, those it already returned are still handed to
+    their lanes (its position is past them): every record is applied once, and no commit skips one."""
+    getmany = AIOKafkaConsumer.getmany
+    last = {"asked": 0, "got": 0}
+    failed: list[int] = []
+
+    async def failing_getmany(consumer: AIOKafkaConsumer, *partitions: TopicPartition, **kwargs: Any) -> Any:
+        asked = kwargs["max_records"]
+        if last["got"] and asked == last["asked"] - last["got"] and not failed:
+            failed.append(asked)  # the call gathering the rest of a poll, after records came back
+            raise KafkaError("fetch failed")
+        batch = await getmany(consumer, *partitions, **kwargs)
+        last.update(asked=asked, got=sum(len(records) for records in batch.values()))
+        return batch
+
+    monkeypatch.setattr(AIOKafkaConsumer, "getmany", failing_getmany)
+    # Slices grow to the poll size after the first, so a poll asks for more than one fetched chunk holds.
+    run = SliceRun(kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=500, kafka_slice_ms=60_000))
+    await run.run()
+    assert failed
+    run.assert_in_order_and_committed_after_apply()
 
 
 class FailsOnce(Gateway):

@@ -377,19 +377,23 @@ class KafkaIngress:
         # getmany hands out one fetched chunk at a time; take what is already buffered too, so that a
         # backlog becomes slices of the lane's size rather than many small ones.
         count = sum(len(r) for r in batch.values())
-        while 0 < count < limit:
-            more: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
-                *partitions, timeout_ms=0, max_records=limit - count
-            )
-            if not more:
-                break
-            for tp, records in more.items():
-                batch[tp] = batch.get(tp, []) + records
-                count += len(records)
-        for tp, records in batch.items():
-            lane = self._lane_of.get(tp)
-            if lane is not None and records and tp in self.owned:
-                lane.put(tp, records)
+        try:
+            while 0 < count < limit:
+                more: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
+                    *partitions, timeout_ms=0, max_records=limit - count
+                )
+                if not more:
+                    break
+                for tp, records in more.items():
+                    batch[tp] = batch.get(tp, []) + records
+                    count += len(records)
+        finally:
+            # Even if a later getmany failed: the client's position is past what it returned, so dropping those
+            # records would let a later commit skip them.
+            for tp, records in batch.items():
+                lane = self._lane_of.get(tp)
+                if lane is not None and records and tp in self.owned:
+                    lane.put(tp, records)
         return count
 
     async def _wait_for_room(self) -> None:
