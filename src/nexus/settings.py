@@ -205,8 +205,11 @@ class Settings(BaseSettings):
     decisions_relay_poll_s: float = 0.2
     """How often the decisions relay looks for outbox rows when no NOTIFY woke it."""
     # Kafka lanes
-    kafka_lanes: int = 2
-    """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions."""
+    kafka_lanes: int = 1
+    """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions. One
+    by default: a second lane in the same event loop waits on the first's fold for its statements and offset
+    commits (measured: benchmarks/RESULTS.md, "Kafka lanes: where a slice's time goes"); scale out with
+    processes in the consumer group instead."""
     kafka_slice_ms: float = Field(100.0, ge=0)
     """How long one lane's `submit` should take: a lane sizes its slices from its measured time per record
     (at most `kafka_max_poll_records`) and commits after each; 0 always takes up to the poll size."""

@@ -13,15 +13,18 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 import httpx
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 from nexus import metrics
 from nexus.app import sweep_buffer
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
+from nexus.ingress.kafka import _Lane
 from nexus.kafka_io import read_topic
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -208,12 +211,20 @@ async def test_dlq_list_shows_the_topic_and_the_table(kafka_settings: Settings) 
     assert "DATABASE_REJECTED" in text and s.kafka_dlq_topic in text
 
 
-async def test_a_busy_lane_fetches_at_most_one_batch_ahead_then_catches_up(
-    kafka_settings: Settings, caplog: pytest.LogCaptureFixture
+async def test_a_busy_lane_fetches_nothing_more_until_its_slice_is_done_then_catches_up(
+    kafka_settings: Settings, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While a lane's batch waits on PostgreSQL longer than the group's poll interval, at most one more batch
-    is fetched for it and the consumer keeps its partitions; everything applies afterwards."""
+    """While a lane's slice waits on PostgreSQL longer than the group's poll interval, nothing more is fetched
+    for it (the records wait in the broker) and the consumer keeps its partitions; everything applies afterwards."""
     caplog.set_level(logging.INFO, logger="nexus.ingress.kafka")
+    handed: list[int] = []
+    put = _Lane.put
+
+    def counted_put(lane: _Lane, tp: TopicPartition, records: list[Any]) -> None:
+        handed.append(len(records))
+        put(lane, tp, records)
+
+    monkeypatch.setattr(_Lane, "put", counted_put)
     s = kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=10, kafka_max_poll_interval_ms=6_000)
     prefix = f"ahead-{uuid.uuid4().hex[:6]}"
     blocker = await asyncpg.connect(s.database_url)
@@ -227,7 +238,7 @@ async def test_a_busy_lane_fetches_at_most_one_batch_ahead_then_catches_up(
                 await produce_plans(p, plan_events(prefix, 30))
             await asyncio.sleep(8)  # past the poll interval, all 150 records in the broker
             assert ingress.resolved_records == 0
-            assert ingress.queued_records <= 2 * s.kafka_max_poll_records, ingress.queued_records
+            assert 0 < sum(handed) <= s.kafka_max_poll_records, handed  # the slice in flight, nothing more
             await blocked.rollback()
             await wait_committed_to_end(s.kafka_group, s.kafka_topic, timeout=60)
             revoked = [r.args for r in caplog.records if getattr(r, "action", None) == "kafka_revoked"]
@@ -305,6 +316,51 @@ async def test_a_poll_larger_than_the_slice_budget_is_applied_and_committed_slic
     assert len(run.commits) >= 300 // 100, run.commits
 
 
+async def test_a_lane_is_handed_at_most_its_next_slice_and_nothing_while_one_is_in_flight(
+    kafka_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two lanes and a backlog, every poll hands a lane at most one slice and only when it is idle with
+    nothing waiting: no record waits in the process behind a slice in flight."""
+    handed: list[tuple[bool, int, int]] = []
+    put = _Lane.put
+
+    def checked_put(lane: _Lane, tp: TopicPartition, records: list[Any]) -> None:
+        handed.append((bool(lane.inflight), sum(lane.queued.values()) + len(records), lane.size))
+        put(lane, tp, records)
+
+    monkeypatch.setattr(_Lane, "put", checked_put)
+    run = SliceRun(kafka_settings.replace(kafka_lanes=2, kafka_max_poll_records=500, kafka_slice_ms=1))
+    await run.run()
+    run.assert_in_order_and_committed_after_apply()
+    assert handed and not [h for h in handed if h[0] or h[1] > h[2]], handed
+
+
+async def test_records_fetched_before_a_failed_fetch_are_still_applied(
+    kafka_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the client fails while a poll gathers more records, those it already returned are still handed to
+    their lanes (its position is past them): every record is applied once, and no commit skips one."""
+    getmany = AIOKafkaConsumer.getmany
+    last = {"asked": 0, "got": 0}
+    failed: list[int] = []
+
+    async def failing_getmany(consumer: AIOKafkaConsumer, *partitions: TopicPartition, **kwargs: Any) -> Any:
+        asked = kwargs["max_records"]
+        if last["got"] and asked == last["asked"] - last["got"] and not failed:
+            failed.append(asked)  # the call gathering the rest of a poll, after records came back
+            raise KafkaError("fetch failed")
+        batch = await getmany(consumer, *partitions, **kwargs)
+        last.update(asked=asked, got=sum(len(records) for records in batch.values()))
+        return batch
+
+    monkeypatch.setattr(AIOKafkaConsumer, "getmany", failing_getmany)
+    # Slices grow to the poll size after the first, so a poll asks for more than one fetched chunk holds.
+    run = SliceRun(kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=500, kafka_slice_ms=60_000))
+    await run.run()
+    assert failed
+    run.assert_in_order_and_committed_after_apply()
+
+
 class FailsOnce(Gateway):
     """A gateway whose second `submit` raises an unforeseen error (as a bug would) after half a second, once."""
 
@@ -313,16 +369,16 @@ class FailsOnce(Gateway):
     async def submit(self, items: Sequence[Incoming], *, source: IngressKind | str = IngressKind.HTTP) -> list[Outcome]:
         self.calls += 1
         if self.calls == 2:
-            await asyncio.sleep(0.5)  # long enough for the next slice to be taken and decoded
+            await asyncio.sleep(0.5)  # with more records waiting in the broker meanwhile
             raise RuntimeError("unforeseen")
         return await super().submit(items, source=source)
 
 
-async def test_a_failed_slice_is_rewound_with_the_slice_prepared_after_it(
+async def test_a_failed_slice_is_rewound_and_fetched_again(
     kafka_settings: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """When a slice fails unexpectedly while the next one is already taken and decoded, both are fetched
-    again: every record is applied once, in offset order per partition, and no commit runs ahead of them."""
+    """When a slice fails unexpectedly its records are fetched again: every record is applied once, in offset
+    order per partition, and no commit runs ahead of them."""
     caplog.set_level(logging.INFO, logger="nexus.ingress.kafka")
     run = SliceRun(kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=500, kafka_slice_ms=1), FailsOnce)
     await run.run()

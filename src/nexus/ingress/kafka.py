@@ -63,6 +63,10 @@ _MIN_SLICE = 100
 cost more per record and so be slower still."""
 _SMOOTHING = 0.3
 """Weight of the newest slice in a lane's time per record."""
+_BUSY_POLL_MS = 20
+"""The longest a poll waits for the broker on idle lanes' partitions while another lane is in its transaction:
+that lane is then polled for as soon as it is done."""
+"""Weight of the newest slice in a lane's time per record."""
 
 
 def retry_policy(settings: Settings, *, max_ms: float | None = None) -> RetryPolicy:
@@ -111,16 +115,18 @@ class _Lane:
     so its records are resolved in offset order and its committed offset only ever moves forward. A
     lane merges the records waiting in all its partitions into one set-based `submit`: partitions hold
     disjoint orders, so one transaction can take them together, and the number of transactions follows the
-    load, not the number of partitions. A few lanes run side by side (`kafka_lanes`); their transactions
+    load, not the number of partitions. With `kafka_lanes` above one, lanes run side by side; their transactions
     never wait on each other's advisory locks.
 
     How many records one `submit` takes is `size`: as many as the lane's measured time per record (a moving
     average over its slices, contention included) says fit in `kafka_slice_ms`, at most the poll size. Each
-    slice's offsets are committed once it is resolved, so a large poll is applied and committed in a few
-    short transactions instead of one long one. A lane is polled for only while less than one slice waits
-    in it (`room`): a record is fetched at most one slice ahead of the one in flight, so its time from poll to
-    commit is about two slices, and a backlog waits in the broker (or in the client's fetch buffer) instead
-    of in memory.
+    slice's offsets are committed once it is resolved, so a large backlog is applied and committed in short
+    transactions instead of long ones. A lane is polled for only while it has no slice in flight nor records
+    waiting, and then for at most one slice (`room`): a record waits in the broker (or in the client's fetch
+    buffer) until its lane is free, not in memory behind a slice, so its time from poll to commit is one
+    slice and its commit. (Fetching the next slice during the transaction, to decode it meanwhile, was
+    measured: decoding a slice takes milliseconds, waiting behind the slice in flight all of that slice's
+    time.)
     """
 
     def __init__(self, ingress: KafkaIngress, index: int) -> None:
@@ -130,8 +136,6 @@ class _Lane:
         self.inflight: set[TopicPartition] = set()
         self.idle = asyncio.Event()
         self.idle.set()
-        self._ahead: tuple[dict[TopicPartition, list[Any]], dict[TopicPartition, list[Incoming]] | None] | None = None
-        """The next slice and its decoded records, taken while the one before it is in its transaction."""
         self.per_record_s: float | None = None
         """Moving average of a slice's resolution time per record; None until the first slice."""
         self._wakeup = asyncio.Event()
@@ -146,8 +150,6 @@ class _Lane:
     def forget(self, tp: TopicPartition) -> None:
         self.queues.pop(tp, None)
         self.queued.pop(tp, None)
-        if self._ahead is not None:
-            self._ahead[0].pop(tp, None)
 
     def put(self, tp: TopicPartition, records: list[Any]) -> None:
         queue = self.queues.get(tp)
@@ -169,9 +171,11 @@ class _Lane:
         return max(min(limit, _MIN_SLICE), min(limit, int(budget_s / self.per_record_s)))
 
     def room(self) -> int:
-        """How many more records the poll may fetch for this lane: less than one slice waits here."""
-        ahead = sum(len(part) for part in self._ahead[0].values()) if self._ahead else 0
-        return max(0, self.size - ahead - sum(self.queued.values()))
+        """How many records the poll may fetch for this lane: its next slice, once it has neither a slice in
+        flight nor records waiting (those it is about to take: more fetched now would wait behind them)."""
+        if self.inflight or any(self.queued.values()):
+            return 0
+        return self.size
 
     def drop(self, tp: TopicPartition) -> None:
         if tp in self.queues:
@@ -210,69 +214,37 @@ class _Lane:
                 break
         return taken
 
-    async def _prepare_next(self, resolving: asyncio.Future[None]) -> None:
-        """While a slice is in its transaction, take the next one as soon as its records are here and decode
-        it (the CPU work of one slice overlaps the other's wait on PostgreSQL)."""
-        while not resolving.done():
-            following = self._take()
-            if following:
-                # Taken: from here on it is rewound with the slice in flight if that one fails. Should decoding
-                # fail, `_resolve` decodes it again and fails as any slice does (rewound and retried).
-                self._ahead = (following, None)
-                with contextlib.suppress(Exception):
-                    self._ahead = (following, self.ingress._decode(following))
-                return
-            self._wakeup.clear()
-            woken = asyncio.ensure_future(self._wakeup.wait())
-            try:
-                await asyncio.wait((resolving, woken), return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                woken.cancel()
-
     async def _run(self) -> None:
         while True:
-            # The slice taken and decoded while the one before it was in its transaction, if any is left of it
-            ahead, self._ahead = self._ahead, None
-            decoded: dict[TopicPartition, list[Incoming]] | None = None
-            if ahead is not None and ahead[0]:
-                slices, decoded = ahead
-            else:
-                slices = self._take()
+            slices = self._take()
             if not slices:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            self.ingress._room.set()  # the next slice is fetched while this one is decided
             self.idle.clear()
             self.inflight = set(slices)
             started = time.monotonic()
-            resolving = asyncio.ensure_future(self.ingress._resolve(slices, decoded))
             try:
-                await self._prepare_next(resolving)
-                await resolving
+                await self.ingress._resolve(slices)
                 self._retrying.reset()
                 self.measured(sum(len(part) for part in slices.values()), time.monotonic() - started)
             except asyncio.CancelledError:
-                resolving.cancel()
                 raise
             except Exception:
-                # A bug or an unforeseen failure: rewind to these records (and the next slice's) and try again
-                # later; moving on would let a later commit skip them.
+                # A bug or an unforeseen failure: rewind to these records and try again later; moving on would
+                # let a later commit skip them.
                 log.exception("lane batch failed, rewinding", extra={"action": "kafka_rewind"})
-                starts = {tp: part[0].offset for tp, part in slices.items()}
-                if self._ahead is not None:
-                    starts = {tp: part[0].offset for tp, part in self._ahead[0].items()} | starts
-                    self._ahead = None
-                for tp, offset in starts.items():
+                for tp, part in slices.items():
                     self.drop(tp)
                     if tp in self.queues:
                         with contextlib.suppress(IllegalStateError):
-                            self.ingress._consumer.seek(tp, offset)
+                            self.ingress._consumer.seek(tp, part[0].offset)
                 metrics.CONSUMER_RETRIES.inc()
                 await self._retrying.wait()
             finally:
                 self.inflight = set()
                 self.idle.set()
+                self.ingress._room.set()  # this lane's next slice is fetched now
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -372,21 +344,40 @@ class KafkaIngress:
                 return
 
     async def _poll(self) -> None:
-        """Fetch what the broker has for the lanes with room and hand each partition's records to its lane."""
-        open_lanes = [lane for lane in self._lanes if lane.room() > 0]
-        partitions = [tp for lane in open_lanes for tp in lane.queues if tp in self.owned]
-        if not partitions:
+        """Fetch for the lanes with room, each up to its room, and hand each partition's records to its lane:
+        first what the client holds already, lane by lane; if none of them has anything, wait for the broker."""
+        open_lanes = [(lane, [tp for tp in lane.queues if tp in self.owned]) for lane in self._lanes if lane.room()]
+        open_lanes = [(lane, partitions) for lane, partitions in open_lanes if partitions]
+        if not open_lanes:
             await self._wait_for_room()
             return
-        limit = min(self.max_records, sum(lane.room() for lane in open_lanes))
         try:
-            batch: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
-                *partitions, timeout_ms=self.poll_timeout_ms, max_records=limit
-            )
-            self._polled_at = time.monotonic()
-            # getmany hands out one fetched chunk at a time; take what is already buffered too, so that a
-            # backlog becomes few large set-based transactions rather than many small ones.
-            count = sum(len(r) for r in batch.values())
+            fetched = 0
+            for lane, partitions in open_lanes:
+                fetched += await self._fetch(partitions, lane.room(), 0)
+            if not fetched:
+                # While another lane is busy its slice ends soon: come back for it rather than wait the whole
+                # poll timeout on the idle lanes' partitions.
+                idle = len(open_lanes) == len(self._lanes)
+                timeout_ms = self.poll_timeout_ms if idle else min(self.poll_timeout_ms, _BUSY_POLL_MS)
+                everything = [tp for _, partitions in open_lanes for tp in partitions]
+                await self._fetch(everything, min(lane.room() for lane, _ in open_lanes), timeout_ms)
+        except KafkaError as exc:
+            log.warning("kafka poll failed: %s", exc, extra={"action": "kafka_poll_retry"})
+            # The next poll is the retry; the wait stays at the first step of the schedule (the broker
+            # client reconnects by itself, and a long wait here would only add lag once it is back).
+            await Retrying(retry_policy(self.settings)).wait()
+
+    async def _fetch(self, partitions: list[TopicPartition], limit: int, timeout_ms: int) -> int:
+        """Up to `limit` records of `partitions`, handed to their lanes; how many."""
+        batch: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
+            *partitions, timeout_ms=timeout_ms, max_records=min(limit, self.max_records)
+        )
+        self._polled_at = time.monotonic()
+        # getmany hands out one fetched chunk at a time; take what is already buffered too, so that a
+        # backlog becomes slices of the lane's size rather than many small ones.
+        count = sum(len(r) for r in batch.values())
+        try:
             while 0 < count < limit:
                 more: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
                     *partitions, timeout_ms=0, max_records=limit - count
@@ -396,16 +387,14 @@ class KafkaIngress:
                 for tp, records in more.items():
                     batch[tp] = batch.get(tp, []) + records
                     count += len(records)
-        except KafkaError as exc:
-            log.warning("kafka poll failed: %s", exc, extra={"action": "kafka_poll_retry"})
-            # The next poll is the retry; the wait stays at the first step of the schedule (the broker
-            # client reconnects by itself, and a long wait here would only add lag once it is back).
-            await Retrying(retry_policy(self.settings)).wait()
-            return
-        for tp, records in batch.items():
-            lane = self._lane_of.get(tp)
-            if lane is not None and records and tp in self.owned:
-                lane.put(tp, records)
+        finally:
+            # Even if a later getmany failed: the client's position is past what it returned, so dropping those
+            # records would let a later commit skip them.
+            for tp, records in batch.items():
+                lane = self._lane_of.get(tp)
+                if lane is not None and records and tp in self.owned:
+                    lane.put(tp, records)
+        return count
 
     async def _wait_for_room(self) -> None:
         """Until a lane takes its next batch (or a poll's timeout). A consumer that does not poll for
@@ -440,14 +429,10 @@ class KafkaIngress:
             for tp, part in slices.items()
         }
 
-    async def _resolve(
-        self, slices: dict[TopicPartition, list[Any]], decoded: dict[TopicPartition, list[Incoming]] | None = None
-    ) -> None:
-        """Resolve slices of one or more partitions in one `submit`; then their offsets may be committed.
-        `decoded`: the slices' records already decoded (`_decode`), if they were while another slice ran."""
+    async def _resolve(self, slices: dict[TopicPartition, list[Any]]) -> None:
+        """Resolve slices of one or more partitions in one `submit`; then their offsets may be committed."""
         started = time.monotonic()
-        if decoded is None:
-            decoded = self._decode(slices)
+        decoded = self._decode(slices)
         records = [r for part in slices.values() for r in part]
         items = [item for tp in slices for item in decoded[tp]]
         if tracing.active():  # One consume span per partition in the batch

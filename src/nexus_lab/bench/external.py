@@ -122,6 +122,8 @@ async def bench_kafka(
                 if "submit_latencies" in result:
                     submits = row("kafka", name, conc, len(records), result["seconds"], result["submit_latencies"])
                     out["submit_p50_ms"], out["submit_p99_ms"] = submits["p50_ms"], submits["p99_ms"]
+                if result.get("split"):
+                    out["split"] = result["split"]
                 # CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
                 per_k = 1000 / len(records)
                 out["cpu_s_per_1000"] = {

@@ -12,12 +12,18 @@ What it measures, by wrapping those names from outside (the same way for every c
 - `batches`: each lane batch, from the poll that fetched its oldest record to the commit that covers all
   of it (seconds);
 - `submits`: each `Gateway.submit` call (seconds);
-- `cpu_s`: this process's CPU seconds from joining the group to "stop".
+- `cpu_s`: this process's CPU seconds from joining the group to "stop";
+- `split`: per lane batch, where its time went (seconds; `SPLIT` names the fields): waiting in its lane
+  from the poll to the start of its resolution (the slice before it), decoding until `submit`, in `submit`
+  waiting for a pooled connection, in its statements (from send to answer: the database's work and the wait
+  for this event loop to read it), in the decision fold (`plan_batch`), the rest of `submit`, from `submit`
+  to resolved (dead letters, offsets), and from resolved to the commit that covers it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import os
@@ -25,23 +31,49 @@ import sys
 import time
 from typing import Any
 
+import asyncpg
 from aiokafka import AIOKafkaConsumer
 
+import nexus.gateway
 from nexus.gateway import Gateway
 from nexus.ingress.kafka import KafkaIngress
 from nexus.settings import Settings
 from nexus.store.database import Database
 
+SPLIT = ("records", "lane_wait", "decode", "acquire", "statements", "fold", "submit_other", "resolve_other",
+         "commit_wait")  # fmt: skip
+"""The fields of a lane batch's `split` row, in order (records, then seconds)."""
+
+_SLICE: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar("slice", default=None)
+"""The lane batch being resolved in this task: where its parts' times add up."""
+
+
+def _timed(name: str, method: Any) -> Any:
+    """`method` (a coroutine function) adding its wall time to the current lane batch's `name`."""
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        times = _SLICE.get()
+        if times is None:
+            return await method(*args, **kwargs)
+        started = time.perf_counter()
+        try:
+            return await method(*args, **kwargs)
+        finally:
+            times[name] = times.get(name, 0.0) + time.perf_counter() - started
+
+    return timed
+
 
 class Probe:
-    """Times lane batches from poll to commit and `Gateway.submit` calls."""
+    """Times lane batches from poll to commit (and the parts of that time) and `Gateway.submit` calls."""
 
     def __init__(self) -> None:
         self.polled: dict[tuple[Any, int], float] = {}
         """(partition, first offset of a fetched chunk) -> when the poll returned it."""
-        self.pending: list[tuple[float, dict[Any, int]]] = []
+        self.pending: list[tuple[float, dict[Any, int], dict[str, float]]] = []
         self.committed: dict[Any, int] = {}
         self.batches: list[float] = []
+        self.split: list[list[float]] = []
         self.submits: list[float] = []
 
     def install(self) -> None:
@@ -64,15 +96,43 @@ class Probe:
 
         async def timed_resolve(ingress: Any, slices: dict[Any, list[Any]], *args: Any) -> None:
             polled = [probe.polled_at(tp, part) for tp, part in slices.items()]
-            await resolve(ingress, slices, *args)
-            probe.pending.append((min(polled), {tp: part[-1].offset + 1 for tp, part in slices.items()}))
+            times = {"start": time.perf_counter(), "records": sum(len(part) for part in slices.values())}
+            token = _SLICE.set(times)
+            try:
+                await resolve(ingress, slices, *args)
+            finally:
+                _SLICE.reset(token)
+            times["resolved"] = time.perf_counter()
+            probe.pending.append((min(polled), {tp: part[-1].offset + 1 for tp, part in slices.items()}, times))
 
         async def timed_submit(gateway: Any, *args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
+            times = _SLICE.get()
+            if times is not None:
+                times.setdefault("submit_start", started)
             try:
                 return await submit(gateway, *args, **kwargs)
             finally:
-                probe.submits.append(time.perf_counter() - started)
+                ended = time.perf_counter()
+                probe.submits.append(ended - started)
+                if times is not None:
+                    times["submit"] = times.get("submit", 0.0) + ended - started
+
+        plan_batch = nexus.gateway.plan_batch  # type: ignore[attr-defined]
+
+        def timed_plan_batch(*args: Any, **kwargs: Any) -> Any:
+            times = _SLICE.get()
+            started = time.perf_counter()
+            try:
+                return plan_batch(*args, **kwargs)
+            finally:
+                if times is not None:
+                    times["fold"] = times.get("fold", 0.0) + time.perf_counter() - started
+
+        nexus.gateway.plan_batch = timed_plan_batch  # type: ignore[attr-defined]
+        for name in ("execute", "fetch", "fetchval", "fetchrow"):
+            setattr(asyncpg.Connection, name, _timed("statements", getattr(asyncpg.Connection, name)))
+        asyncpg.pool.Pool._acquire = _timed("acquire", asyncpg.pool.Pool._acquire)
 
         AIOKafkaConsumer.getmany = timed_getmany
         AIOKafkaConsumer.commit = timed_commit
@@ -98,12 +158,32 @@ class Probe:
         for tp, off in offsets.items():
             self.committed[tp] = max(off, self.committed.get(tp, 0))
         waiting = []
-        for polled, needs in self.pending:
+        for polled, needs, times in self.pending:
             if all(self.committed.get(tp, 0) >= off for tp, off in needs.items()):
                 self.batches.append(now - polled)
+                self.split.append(split_of(polled, times, now))
             else:
-                waiting.append((polled, needs))
+                waiting.append((polled, needs, times))
         self.pending = waiting
+
+
+def split_of(polled: float, times: dict[str, float], committed: float) -> list[float]:
+    """A lane batch's `SPLIT` row from the times its probe gathered."""
+    start, resolved = times["start"], times["resolved"]
+    submit_start = times.get("submit_start", resolved)
+    submit = times.get("submit", 0.0)
+    inside = times.get("acquire", 0.0) + times.get("statements", 0.0) + times.get("fold", 0.0)
+    return [
+        times["records"],
+        start - polled,
+        submit_start - start,
+        times.get("acquire", 0.0),
+        times.get("statements", 0.0),
+        times.get("fold", 0.0),
+        max(0.0, submit - inside),
+        max(0.0, resolved - submit_start - submit),
+        committed - resolved,
+    ]
 
 
 def say(obj: dict[str, Any]) -> None:
@@ -137,7 +217,8 @@ async def main(args: dict[str, Any]) -> None:
         reporter.cancel()
         task.cancel()
         await asyncio.gather(task, reporter, return_exceptions=True)
-        say({"cpu_s": time.process_time() - cpu, "batches": probe.batches, "submits": probe.submits})
+        result = {"cpu_s": time.process_time() - cpu, "batches": probe.batches, "submits": probe.submits}
+        say(result | {"split": probe.split})
     finally:
         task.cancel()
         await db.close()

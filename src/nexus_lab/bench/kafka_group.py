@@ -24,6 +24,7 @@ from nexus.gateway import Gateway, Incoming
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.bench.cpu import ProducerProcess, postmaster_pid, tree_cpu_seconds
+from nexus_lab.bench.kafka_consumer import SPLIT
 
 
 class TimedGateway(Gateway):
@@ -168,4 +169,22 @@ async def run(
         "cpu_postgres_s": pg_cpu,
         "latencies": [x for r in results for x in r["batches"]],
         "submit_latencies": [x for r in results for x in r["submits"]],
+        "split": split_summary([x for r in results for x in r.get("split", [])]),
     }
+
+
+def split_summary(rows: Sequence[Sequence[float]]) -> dict[str, dict[str, float]]:
+    """Where the lane batches' time went (`kafka_consumer.py`, `split`): the mean of each part over every batch
+    (`all`) and over the slowest 5 % by poll -> commit (`slowest_5pct`, the p99's neighbourhood); ms, and
+    records per batch."""
+    if not rows:
+        return {}
+    slowest = sorted(rows, key=lambda r: sum(r[1:]), reverse=True)[: max(1, len(rows) // 20)]
+
+    def mean(group: Sequence[Sequence[float]]) -> dict[str, float]:
+        sums = [sum(r[i] for r in group) / len(group) for i in range(len(SPLIT))]
+        out = {"records": round(sums[0], 1), "total_ms": round(sum(sums[1:]) * 1000, 1)}
+        out |= {name: round(v * 1000, 1) for name, v in zip(SPLIT[1:], sums[1:], strict=True)}
+        return out
+
+    return {"all": mean(rows), "slowest_5pct": mean(slowest), "batches": {"count": len(rows)}}
