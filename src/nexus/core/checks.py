@@ -18,8 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
-import cel
-
+from nexus.core.cel_engine import cel
 from nexus.core.cel_functions import same_items
 
 # ISO 4217 currencies whose minor unit is not the cent; every other code has two decimals.
