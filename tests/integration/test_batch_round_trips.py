@@ -61,6 +61,11 @@ async def test_a_batch_takes_five_statements_waking_its_orders_waiters(db: Datab
         await listener.add_listener("nexus_orders", lambda *args: heard.append(args[3]))
     try:
         await gateway.submit([Incoming.parse(step_json("st-warm", "pst-warm", 1))])  # the driver's first look
+        for _ in range(50):  # the warm order's wake-up reaches the listener after its commit, asynchronously
+            if heard:
+                break
+            await asyncio.sleep(0.05)
+        assert [json.loads(p)["order_id"] for p in heard] == ["st-warm"]
         statements.clear()
         heard.clear()
         outcomes = await gateway.submit([Incoming.parse(step_json(f"st-{n}", f"pst-{n}", 1)) for n in range(3)])
