@@ -140,7 +140,8 @@ async def _kafka_run(
         producer_cpu = pg_cpu = 0.0
         if not prefill:
             # produce -> applied: the clock starts when the consumer is in its group and the first event goes
-            await asyncio.wait_for(ingress.assigned.wait(), 60)
+            async with asyncio.timeout(60):
+                await ingress.assigned.wait()
             start = time.perf_counter()
             cpu = time.process_time()
             pg_cpu = tree_cpu_seconds(postmaster) if postmaster else 0.0

@@ -4,9 +4,12 @@ cloned per test, settings with short intervals, and helpers to run `nexus` proce
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -51,6 +54,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         needs.update(_NEEDS_BY_DIRECTORY.get(relative[0], ()) if len(relative) > 1 else ())
         for need in sorted(needs - {mark.name for mark in item.iter_markers()}):
             item.add_marker(need)
+
+
+# A test that hangs is stopped by pytest-timeout, which shows the threads' stacks only; the event loop's
+# tasks (where an async test actually waits) are shown here, shortly before it does.
+_TASK_DUMP_BEFORE_TIMEOUT_S = 15.0
+
+
+def _dump_asyncio_tasks(nodeid: str) -> None:
+    tasks = [t for t in list(asyncio.tasks._all_tasks) if not t.done()]  # diagnostic only
+    print(f"\n+++ {nodeid}: still running, {len(tasks)} asyncio task(s) pending +++", file=sys.stderr)
+    for task in tasks:
+        with contextlib.suppress(Exception):  # read from another thread: best effort
+            task.print_stack(limit=12, file=sys.stderr)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    timeout = float(item.config.getini("timeout") or 0)
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and marker.args:
+        timeout = float(marker.args[0])
+    if timeout <= _TASK_DUMP_BEFORE_TIMEOUT_S:
+        return (yield)
+    timer = threading.Timer(timeout - _TASK_DUMP_BEFORE_TIMEOUT_S, _dump_asyncio_tasks, (item.nodeid,))
+    timer.daemon = True
+    timer.start()
+    try:
+        return (yield)
+    finally:
+        timer.cancel()
 
 
 # The API key every test database holds (all roles, tenant "default"); see PostgresForTests.create_template.

@@ -112,7 +112,8 @@ class DecisionsReader(Client):
                 return self._seen[event_id].pop(0)
 
         try:
-            return await asyncio.wait_for(seen(), timeout)
+            async with asyncio.timeout(timeout):
+                return await seen()
         except TimeoutError:
             return None
 

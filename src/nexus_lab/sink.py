@@ -164,7 +164,8 @@ class Sink:
                 self.counts["hung"] += 1
                 self._record(seen, None, fault)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closing.wait(), timeout=3600)
+                    async with asyncio.timeout(3600):
+                        await self._closing.wait()
                 return Response(status_code=503)
         finally:
             self._inflight[(path, key)] -= 1

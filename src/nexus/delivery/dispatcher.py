@@ -126,7 +126,8 @@ class OutboxDispatcher:
                 self._results.put_nowait(Result(claimed, AttemptOutcome.RELEASED, error="cancelled by shutdown"))
             self._unreported.clear()
             try:
-                await asyncio.wait_for(self._flush_remaining(), timeout=self.settings.dispatcher_stop_flush_s)
+                async with asyncio.timeout(self.settings.dispatcher_stop_flush_s):
+                    await self._flush_remaining()
             except (NexusError, TimeoutError, OSError):
                 log.warning(
                     "results lost at shutdown; their leases will expire", exc_info=True, extra={"action": "finish"}
@@ -161,7 +162,8 @@ class OutboxDispatcher:
                 got = len(rows)
             if capacity <= 0 or got < capacity:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.settings.dispatcher_poll_s)
+                    async with asyncio.timeout(self.settings.dispatcher_poll_s):
+                        await self._wake.wait()
 
     # -- sending -------------------------------------------------------------------------------------
 

@@ -91,7 +91,8 @@ class GroupCommitter:
                     if remaining <= 0:
                         break
                     try:
-                        request = await asyncio.wait_for(queue.get(), remaining)
+                        async with asyncio.timeout(remaining):
+                            request = await queue.get()
                     except TimeoutError:
                         break
                 batch.append(request)

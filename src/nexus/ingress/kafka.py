@@ -326,7 +326,8 @@ class KafkaIngress:
             if committer is not None:
                 await asyncio.gather(committer, return_exceptions=True)
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._commit(), 5)
+                async with asyncio.timeout(5):
+                    await self._commit()
             for client in (self._consumer, self._producer):
                 with contextlib.suppress(Exception):
                     await client.stop()
@@ -402,7 +403,8 @@ class KafkaIngress:
         nothing is returned, and the fetched records of those partitions are fetched again afterwards."""
         self._room.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._room.wait(), self.poll_timeout_ms / 1000)
+            async with asyncio.timeout(self.poll_timeout_ms / 1000):
+                await self._room.wait()
         if time.monotonic() - self._polled_at < self.settings.kafka_max_poll_interval_ms / 3000:
             return
         held = list(self._consumer.assignment())
@@ -589,7 +591,8 @@ class KafkaIngress:
             # A batch still running past the wait goes on (it may hold other partitions' records too); its
             # revoked partitions are not committed afterwards, and their new owner's DUPLICATEs make that safe.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*(lane.idle.wait() for lane in busy)), self.revoke_wait_s)
+                async with asyncio.timeout(self.revoke_wait_s):
+                    await asyncio.gather(*(lane.idle.wait() for lane in busy))
         offsets = {tp: off for tp, off in self._to_commit.items() if tp in revoked}
         if offsets:
             try:

@@ -138,7 +138,8 @@ async def decision_events(
             if len(rows) == 500:
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), timeout=min(keepalive_s, RECHECK_S))
+                async with asyncio.timeout(min(keepalive_s, RECHECK_S)):
+                    await woken.wait()
             if not woken.is_set() and loop.time() - quiet_since >= keepalive_s:
                 yield ": keepalive\n\n"
                 quiet_since = loop.time()

@@ -176,7 +176,8 @@ async def wait_for_order(
             if left <= 0:
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), timeout=left)
+                async with asyncio.timeout(left):
+                    await woken.wait()
             woken.clear()
             order = await read()
     return order

@@ -252,7 +252,8 @@ class SagaExecutor:
 
     async def _sleep(self, timeout_s: float) -> None:
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), timeout=max(timeout_s, 0.0))
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await self._wake.wait()
 
     async def _idle_wait(self) -> None:
         """Nothing more was due: sleep until woken (NOTIFY, a task finished), the next known due time, or
@@ -322,7 +323,8 @@ class SagaExecutor:
         service = step["service"]
         slot = self._slots.setdefault(service, asyncio.Semaphore(self.settings.saga_max_inflight_per_service))
         try:  # a slot of the service before the attempt is marked: waiting holds the lease, so not for long
-            await asyncio.wait_for(slot.acquire(), timeout=self.settings.saga_lease_s / 2)
+            async with asyncio.timeout(self.settings.saga_lease_s / 2):
+                await slot.acquire()
         except TimeoutError:
             await self._release(key, owner, 0.0)
             return None

@@ -49,7 +49,8 @@ async def listen_forever(
             on_connect()
             while not conn.is_closed():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(closed.wait(), timeout=check_s)
+                    async with asyncio.timeout(check_s):
+                        await closed.wait()
         except Exception:  # a shortcut must never take its user down with it
             log.info("listener lost its connection", exc_info=True, extra={"action": "listen", "channel": channel})
         finally:

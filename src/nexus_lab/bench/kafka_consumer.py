@@ -200,7 +200,8 @@ async def main(args: dict[str, Any]) -> None:
     ingress.max_records = args["poll"]
     task = asyncio.create_task(ingress.run())
     try:
-        await asyncio.wait_for(ingress.assigned.wait(), 60)
+        async with asyncio.timeout(60):
+            await ingress.assigned.wait()
         cpu = time.process_time()
         say({"ready": os.getpid()})
 

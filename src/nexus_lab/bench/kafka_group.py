@@ -63,7 +63,8 @@ class Consumer:
             *self.args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
         )
         self._reader = asyncio.create_task(self._read())
-        await asyncio.wait_for(self._ready.wait(), 120)
+        async with asyncio.timeout(120):
+            await self._ready.wait()
 
     @property
     def pid(self) -> int:
@@ -87,8 +88,10 @@ class Consumer:
         assert self.proc is not None and self.proc.stdin is not None and self._reader is not None
         self.proc.stdin.write(b"stop\n")
         await self.proc.stdin.drain()
-        await asyncio.wait_for(self._reader, 60)
-        await asyncio.wait_for(self.proc.wait(), 60)
+        async with asyncio.timeout(60):
+            await self._reader
+        async with asyncio.timeout(60):
+            await self.proc.wait()
         assert self.result is not None, f"consumer {self.pid} exited {self.proc.returncode} without a result"
         return self.result
 
