@@ -91,8 +91,17 @@ integration: $(STAMP) $(VENV)/.bench kafka-up
 promtool:
 	command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus)
 
+# Two passes: every test but the chaos suite in TEST_WORKERS pytest workers at once (pytest-xdist, whole files
+# per worker: most tests wait on PostgreSQL, the broker, sockets or the processes they start, and one worker
+# leaves a core idle), then the chaos suite alone, whose faults are timed against processes that want the
+# cores. Both passes run; the target fails if either did. PYTEST_ARGS are options for both (not paths).
+TEST_WORKERS ?= 2
 test: $(STAMP) $(VENV)/.bench $(VENV)/.browser lint typecheck kafka-up promtool chromium
-	NEXUS_BROWSER_TESTS=short PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pytest $(PYTEST_ARGS)
+	@status=0; \
+	NEXUS_BROWSER_TESTS=short PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile \
+		--ignore=tests/chaos $(PYTEST_ARGS) || status=$$?; \
+	$(BIN)/pytest tests/chaos $(PYTEST_ARGS) || status=$$?; \
+	exit $$status
 
 # The console in Debian's headless chromium (Playwright pointed at /usr/bin/chromium; no browser
 # download). `make console-test` is the long run (every browser test); `make test` runs the short one.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import re
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -113,7 +112,7 @@ async def test_a_keys_tenant_is_an_identifier_and_old_odd_ones_keep_working(
     [
         ("/v1/keys", {"tenant": "acme", "roles": ["agent"]}),
         ("/v1/subscriptions", {"name": "h", "url": "http://127.0.0.1:9/h"}),
-        (f"/v1/approvals/{uuid.uuid4()}/approve", {}),
+        ("/v1/approvals/00000000-0000-4000-8000-000000000001/approve", {}),
     ],
 )
 async def test_admin_bodies_are_strict_json(api: httpx.AsyncClient, path: str, body: dict[str, Any]) -> None:
