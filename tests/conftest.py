@@ -71,7 +71,7 @@ def _dump_asyncio_tasks(nodeid: str) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    timeout = float(item.config.getini("timeout") or 0)
+    timeout = float(item.config.getoption("timeout", None) or item.config.getini("timeout") or 0)
     marker = item.get_closest_marker("timeout")
     if marker is not None and marker.args:
         timeout = float(marker.args[0])

@@ -1,12 +1,13 @@
 """Sleeping a retry-in-place loop's waits: the schedule is core/backoff.py's `Backoff`, the clock asyncio's.
 
 One object per loop: `wait()` after a failure sleeps the next delay of the schedule, `reset()` after a
-success starts it over.
+success starts it over. `sleep_until_set` is the sleep of every loop that waits to be woken or timed out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 
 from nexus.core.backoff import Backoff, RetryPolicy
@@ -37,3 +38,15 @@ class Retrying:
 
     def reset(self) -> None:
         self._backoff = self._backoff.reset()
+
+
+async def sleep_until_set(event: asyncio.Event, timeout_s: float) -> bool:
+    """Sleep until `event` is set or `timeout_s` passes; whether it was set.
+
+    With `asyncio.timeout`, never `asyncio.wait_for`: on Python 3.11 `wait_for` loses a cancellation that
+    lands as the event is set, and a loop woken at the instant of its shutdown then runs on forever.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(timeout_s, 0.0)):
+            await event.wait()
+    return event.is_set()

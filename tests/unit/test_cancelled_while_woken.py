@@ -5,7 +5,8 @@ On Python 3.11 `asyncio.wait_for` loses a cancellation that arrives as the await
 3.12): a saga executor's claim loop, woken by a task finishing just as the process shut down, went on
 forever and hung its shutdown (two CI runs: a saga test stuck in its teardown until pytest's 300 s
 timeout). Every wait with a timeout in `src/` now uses `asyncio.timeout`, and ruff bans `asyncio.wait_for`
-there (TID251 in pyproject.toml); this test holds the executor's sleep to it.
+there (TID251 in pyproject.toml); the loops that sleep until woken share `retrying.sleep_until_set`, held
+to it here, as the saga executor's sleep is.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 
 from nexus.gateway import Gateway
 from nexus.processes import builtin_catalog
+from nexus.retrying import sleep_until_set
 from nexus.saga.executor import SagaExecutor
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -62,6 +64,19 @@ async def test_the_saga_claim_loops_sleep_ends_on_cancel_even_as_it_is_woken(tur
 
     assert await _stops_when_cancelled(turns, executor._wake.set, sleep), f"cancellation lost {turns} turns after"
     await executor.aclose()
+
+
+@pytest.mark.parametrize("turns", TURNS)
+async def test_the_shared_sleep_of_every_woken_loop_ends_on_cancel_even_as_it_is_woken(turns: int) -> None:
+    """`sleep_until_set`, the sleep of the dispatcher's, the LISTEN connection's, the Kafka ingress's and the
+    long poll's loops, keeps a cancellation that lands at any moment around a wake-up."""
+    event = asyncio.Event()
+
+    async def sleep() -> None:
+        event.clear()
+        await sleep_until_set(event, 30.0)
+
+    assert await _stops_when_cancelled(turns, event.set, sleep), f"cancellation lost {turns} turns after"
 
 
 async def test_wait_for_loses_such_a_cancellation_on_this_python() -> None:

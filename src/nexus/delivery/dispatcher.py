@@ -18,7 +18,6 @@ cancelled by shutdown is released (lease cleared, attempt not counted) and tells
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -33,7 +32,7 @@ from nexus.delivery.claims import Claimed, Claimer
 from nexus.delivery.outcomes import OutcomeWriter
 from nexus.delivery.sender import Result, Sender
 from nexus.errors import NexusError
-from nexus.retrying import Retrying
+from nexus.retrying import Retrying, sleep_until_set
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.listen import listen_forever
@@ -161,9 +160,7 @@ class OutboxDispatcher:
                     self._start(claimed)
                 got = len(rows)
             if capacity <= 0 or got < capacity:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.settings.dispatcher_poll_s):
-                        await self._wake.wait()
+                await sleep_until_set(self._wake, self.settings.dispatcher_poll_s)
 
     # -- sending -------------------------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, PermanentDatabaseError, TransientDatabaseError
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
 from nexus.ingress.kafka_decode import decode_record
-from nexus.retrying import Retrying
+from nexus.retrying import Retrying, sleep_until_set
 from nexus.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -402,9 +402,7 @@ class KafkaIngress:
         `max_poll_interval` is put out of its group, so a long wait polls once with everything paused:
         nothing is returned, and the fetched records of those partitions are fetched again afterwards."""
         self._room.clear()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(self.poll_timeout_ms / 1000):
-                await self._room.wait()
+        await sleep_until_set(self._room, self.poll_timeout_ms / 1000)
         if time.monotonic() - self._polled_at < self.settings.kafka_max_poll_interval_ms / 3000:
             return
         held = list(self._consumer.assignment())

@@ -4,7 +4,6 @@ includes; Database, gateway, settings and the decision listener from app.state).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,6 +22,7 @@ from nexus.ingress.http_errors import error_response
 from nexus.lifecycle.approvals import ApproverRefused, answer, approver_of, pending
 from nexus.lifecycle.history import history_item, order_history, plan_history
 from nexus.lifecycle.waiting import DecisionListener, WaitSlots
+from nexus.retrying import sleep_until_set
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
@@ -137,10 +137,8 @@ async def decision_events(
                 quiet_since = loop.time()
             if len(rows) == 500:
                 continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(keepalive_s, RECHECK_S)):
-                    await woken.wait()
-            if not woken.is_set() and loop.time() - quiet_since >= keepalive_s:
+            was_woken = await sleep_until_set(woken, min(keepalive_s, RECHECK_S))
+            if not was_woken and loop.time() - quiet_since >= keepalive_s:
                 yield ": keepalive\n\n"
                 quiet_since = loop.time()
 

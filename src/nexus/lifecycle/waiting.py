@@ -22,7 +22,7 @@ from typing import Any
 
 from nexus.core.backoff import RetryPolicy
 from nexus.errors import TooManyWaitsError
-from nexus.retrying import Retrying
+from nexus.retrying import Retrying, sleep_until_set
 from nexus.settings import Settings
 from nexus.store.listen import listen_forever
 
@@ -175,9 +175,7 @@ async def wait_for_order(
             left = deadline - loop.time()
             if left <= 0:
                 break
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(left):
-                    await woken.wait()
+            await sleep_until_set(woken, left)
             woken.clear()
             order = await read()
     return order

@@ -57,6 +57,7 @@ from nexus.errors import NexusError, UnsafeUrlError
 from nexus.gateway import Gateway
 from nexus.outbound.http1 import ConnectFailedError, ConnectTimeoutError, Http1Client
 from nexus.outbound.policy import OutboundPolicy
+from nexus.retrying import sleep_until_set
 from nexus.saga import outcomes
 from nexus.saga.grouped import Grouped
 from nexus.saga.outcomes import Continued, Outcome
@@ -251,9 +252,7 @@ class SagaExecutor:
             self._handover.pop(key, None)
 
     async def _sleep(self, timeout_s: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(max(timeout_s, 0.0)):
-                await self._wake.wait()
+        await sleep_until_set(self._wake, timeout_s)
 
     async def _idle_wait(self) -> None:
         """Nothing more was due: sleep until woken (NOTIFY, a task finished), the next known due time, or

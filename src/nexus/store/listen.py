@@ -10,13 +10,12 @@ callback or, at the latest, every `check_s`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
 import asyncpg
 
-from nexus.retrying import Retrying
+from nexus.retrying import Retrying, sleep_until_set
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +47,7 @@ async def listen_forever(
             retrying.reset()
             on_connect()
             while not conn.is_closed():
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(check_s):
-                        await closed.wait()
+                await sleep_until_set(closed, check_s)
         except Exception:  # a shortcut must never take its user down with it
             log.info("listener lost its connection", exc_info=True, extra={"action": "listen", "channel": channel})
         finally:
