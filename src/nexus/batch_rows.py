@@ -26,6 +26,7 @@ from nexus.core.decide.plan import BatchPlan, BatchReads
 from nexus.core.decide.rows import (  # the rows core/decide/plan.py builds (it imports them so): this writes them
     ApprovalRow,
     DeadLetterRow,
+    DecisionRecord,
     OrderRow,
     OutboxRow,
     PendingDelete,
@@ -123,10 +124,12 @@ async def write_rows(
     cancelled: Sequence[uuid.UUID] = (),
     records: Records | None = None,
     wake: Sequence[OrderKey] = (),
+    decisions: Sequence[DecisionRecord] = (),
 ) -> list[int]:
     """Write the rows; `records`: the decision log's records (audit.log.record_rows); `wake`: the orders
-    whose waiters wake at commit. The usual rows (orders, notifications and their deliveries, decision
-    log) and the wake-ups go in one statement. Returns the dead letters' ids, in order."""
+    whose waiters wake at commit; `decisions`: a Kafka batch's, for the decisions topic. The usual rows
+    (orders, notifications and their deliveries, decision log, decisions) and the wake-ups go in one
+    statement. Returns the dead letters' ids, in order."""
     await lifecycle_records.write_approvals(conn, list(approvals), list(cancelled))
     if rejected:
         await conn.execute(query("gateway.sql", "insert_rejected"), *columns(rejected, 11))
@@ -134,12 +137,13 @@ async def write_rows(
         await conn.execute(query("gateway.sql", "delete_pending"), *columns(unbuffered, 3))
     if buffered:
         await conn.execute(query("gateway.sql", "insert_pending"), *columns(buffered, 7))
-    if orders or notifications or (records is not None and records.rows):
+    if orders or notifications or decisions or (records is not None and records.rows):
         # Notifications wake the dispatchers at commit, and only then, without waiting for their poll.
         logged = records or Records([])
         await conn.execute(
             query("gateway.sql", "write_batch"),
             json_rows(orders), json_rows(notifications), json_rows(logged.rows), logged.at, *pairs(sorted(set(wake))),
+            json_rows(decisions),
         )  # fmt: skip
     elif wake:
         await lifecycle_records.notify_orders(conn, wake)
@@ -154,13 +158,11 @@ async def write_plan(
 ) -> list[int]:
     """Write everything a plan decided (its orders' waiters woken at commit), in the caller's transaction;
     the dead letters' ids, in order. `heads`: the decision-log heads of the `known` chains, read with the batch."""
-    if plan.decisions:
-        await conn.execute(query("lifecycle.sql", "insert_decisions"), *columns(plan.decisions, 4))
     records = await record_rows(conn, plan.log, heads, set(known))
     return await write_rows(
         conn, orders=plan.orders, notifications=plan.notifications, buffered=plan.buffered,
         unbuffered=plan.unbuffered, rejected=plan.rejected, dead=plan.dead_letters, approvals=plan.approvals,
-        cancelled=plan.cancelled_approvals, records=records, wake=plan.wake,
+        cancelled=plan.cancelled_approvals, records=records, wake=plan.wake, decisions=plan.decisions,
     )  # fmt: skip
 
 

@@ -7,7 +7,9 @@ import itertools
 import json
 
 import asyncpg
+import pytest
 
+from nexus.core.decide.items import IngressKind
 from nexus.core.sequencing import Decision
 from nexus.gateway import Gateway, Incoming
 from nexus.store.database import Database
@@ -48,11 +50,14 @@ async def test_an_order_over_several_batches_continues_its_state_buffer_and_chai
     assert [r["position"] for r in heads] == [1] * subscriptions  # one head per subscriber: the oldest
 
 
-async def test_a_batch_takes_five_statements_waking_its_orders_waiters(db: Database) -> None:
+@pytest.mark.parametrize("kind", [IngressKind.HTTP, IngressKind.KAFKA])
+async def test_a_batch_takes_five_statements_waking_its_orders_waiters(db: Database, kind: IngressKind) -> None:
     """A batch of new orders' first steps runs BEGIN, lock, read, write, COMMIT and nothing else: the held
-    steps are read with the rest and the waiters' wake-up is written with the rest; the waiters of each
-    order are still notified at commit."""
+    steps are read with the rest, the waiters' wake-up is written with the rest, and so are a Kafka batch's
+    decisions for the decisions topic (in the items' order); the waiters of each order are still notified
+    at commit."""
     gateway = Gateway(db)
+    prefix = f"st-{kind.value}"
     statements: list[str] = []
     async with db.pool.acquire() as conn:  # the pool's one connection, which the gateway uses next
         conn.add_query_logger(lambda record: statements.append(record.query))
@@ -60,21 +65,31 @@ async def test_a_batch_takes_five_statements_waking_its_orders_waiters(db: Datab
         heard: list[str] = []
         await listener.add_listener("nexus_orders", lambda *args: heard.append(args[3]))
     try:
-        await gateway.submit([Incoming.parse(step_json("st-warm", "pst-warm", 1))])  # the driver's first look
+        await gateway.submit([Incoming.parse(step_json(f"{prefix}-warm", "pst-warm", 1))])  # the driver's first look
         for _ in range(50):  # the warm order's wake-up reaches the listener after its commit, asynchronously
             if heard:
                 break
             await asyncio.sleep(0.05)
-        assert [json.loads(p)["order_id"] for p in heard] == ["st-warm"]
+        assert [json.loads(p)["order_id"] for p in heard] == [f"{prefix}-warm"]
         statements.clear()
         heard.clear()
-        outcomes = await gateway.submit([Incoming.parse(step_json(f"st-{n}", f"pst-{n}", 1)) for n in range(3)])
+        orders = [f"{prefix}-{n}" for n in (2, 0, 1)]
+        items = [Incoming.parse(step_json(order, f"p{order}", 1)) for order in orders]
+        outcomes = await gateway.submit(items, source=kind)
         assert [o.decision for o in outcomes] == [Decision.APPLY] * 3
         assert len(statements) == 5, statements
+        decided = await db.fetch(
+            "SELECT order_id, value FROM decisions_outbox WHERE order_id LIKE $1 ORDER BY id", f"{prefix}-_"
+        )
+        if kind is IngressKind.KAFKA:
+            assert [r["order_id"] for r in decided] == orders
+            assert [json.loads(r["value"])["decision"] for r in decided] == ["APPLY"] * 3
+        else:
+            assert decided == []
         for _ in range(50):
             if len(heard) == 3:
                 break
             await asyncio.sleep(0.05)
-        assert sorted(json.loads(p)["order_id"] for p in heard) == ["st-0", "st-1", "st-2"]
+        assert sorted(json.loads(p)["order_id"] for p in heard) == sorted(orders)
     finally:
         await listener.close()

@@ -102,9 +102,10 @@ CROSS JOIN LATERAL (
 -- The usual writes of a batch in one statement: orders ($1, upserted), notifications ($2) with their
 -- deliveries (one per matching subscription, from the rows just inserted; a delivery is its pair's head
 -- when no earlier one is pending) and the dispatchers' wake-up, the decision log's records ($3, as
--- audit.sql insert_records, all at $4), and the wake-up of the waiters of orders $5/$6 (as notify_orders).
--- $1-$3 are each one JSON array of rows, a row an array of its columns in the order below (the hashes of
--- $3 in hex): one parameter per table rather than one array per column, which cost the gateway more to
+-- audit.sql insert_records, all at $4), the wake-up of the waiters of orders $5/$6 (as notify_orders), and a
+-- Kafka batch's decisions for the `nexus.decisions` topic ($7, in order: the relay sends them by id).
+-- $1-$3 and $7 are each one JSON array of rows, a row an array of its columns in the order below (the hashes
+-- of $3 in hex): one parameter per table rather than one array per column, which cost the gateway more to
 -- encode (per element) than everything else it sends.
 WITH upserted AS (
     INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
@@ -152,8 +153,15 @@ WITH upserted AS (
     FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS u(r, n)
     ORDER BY n
     RETURNING 1
+), decided AS (
+    INSERT INTO decisions_outbox (tenant_id, order_id, value, traceparent)
+    SELECT r->>0, r->>1, (r->>2)::jsonb, r->>3
+    FROM jsonb_array_elements($7::jsonb) WITH ORDINALITY AS u(r, n)
+    ORDER BY n
+    RETURNING 1
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM outboxed) THEN pg_notify('nexus_outbox', '') END AS notified,
-       (SELECT count(*) FROM upserted) + (SELECT count(*) FROM delivered) + (SELECT count(*) FROM logged) AS rows,
+       (SELECT count(*) FROM upserted) + (SELECT count(*) FROM delivered) + (SELECT count(*) FROM logged)
+           + (SELECT count(*) FROM decided) AS rows,
        (SELECT count(pg_notify('nexus_orders', json_build_object('tenant', t, 'order_id', o)::text))
         FROM unnest($5::text[], $6::text[]) AS w(t, o)) AS woken;

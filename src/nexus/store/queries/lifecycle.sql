@@ -82,13 +82,6 @@ WHERE status = 'pending' AND expires_at <= now()
 ORDER BY expires_at
 LIMIT $1;
 
--- name: insert_decisions
-INSERT INTO decisions_outbox (tenant_id, order_id, value, traceparent)
-SELECT tenant_id, order_id, value::jsonb, traceparent
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY
-    AS u(tenant_id, order_id, value, traceparent, n)
-ORDER BY n;
-
 -- name: relay_lock
 -- One relay at a time (any number of gateways): records leave in id order, so per order in decision order.
 SELECT pg_try_advisory_xact_lock(hashtextextended('nexus.decisions_outbox', 0));
