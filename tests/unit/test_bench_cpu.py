@@ -41,3 +41,18 @@ def test_a_busy_child_of_an_idle_root_is_counted() -> None:
         root.wait()
         assert root.stdout is not None
         root.stdout.close()
+
+
+def test_machine_shares_say_how_much_of_a_run_the_host_took() -> None:
+    """The bench's machine-wide split of a run's CPU time: busy, idle (iowait included) and stolen."""
+    from collections import namedtuple
+
+    from nexus_lab.bench.cpu import machine_shares, machine_times
+
+    Times = namedtuple("Times", "user nice system idle iowait irq softirq steal guest guest_nice")
+    before = Times(100, 0, 50, 1000, 10, 0, 0, 5, 3, 0)
+    after = Times(160, 0, 70, 1090, 20, 0, 0, 25, 9, 0)  # 80 busy, 100 idle, 20 stolen; guest is in user
+    assert machine_shares(before, after) == {"busy": 40.0, "idle": 50.0, "steal": 10.0}
+    now = machine_times()
+    shares = machine_shares(now, machine_times())
+    assert set(shares) == {"busy", "idle", "steal"} and all(0 <= v <= 100 for v in shares.values())

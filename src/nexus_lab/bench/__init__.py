@@ -44,6 +44,7 @@ from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 from nexus.store.migrate import apply_migrations
 from nexus_lab.bench import external, report, wrk
+from nexus_lab.bench.cpu import machine_shares, machine_times
 from nexus_lab.bench.scenarios import Row, bench_http, bench_raw, bench_submit, start_server
 
 SUITES = ("raw", "submit", "http", "wrk", "peer", "kafka", "delivery", "validation", "sagas")
@@ -322,6 +323,7 @@ def run(args: argparse.Namespace) -> int:
     args.warmup = args.warmup if args.warmup is not None else (1.0 if args.quick else 3.0)
     started = time.perf_counter()
     load_before = os.getloadavg()
+    times_before = machine_times()
 
     admin_url = os.environ.get("NEXUS_DATABASE_URL")
     embedded = None
@@ -349,6 +351,7 @@ def run(args: argparse.Namespace) -> int:
         "concurrency": args.concurrency,
         "load_avg_before": [round(x, 2) for x in load_before],
         "load_avg_after": [round(x, 2) for x in os.getloadavg()],
+        "cpu_percent": machine_shares(times_before, machine_times()),  # of the whole run, every core
         "seconds": round(elapsed, 1),
     }
     print()
@@ -372,5 +375,9 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and bench.rows:
         report.plot(Path(args.plot), bench.rows, f"nexus bench, {meta['machine']}, {meta['date'][:10]}")
         print(f" and {args.plot}", end="")
-    print(f" in {elapsed:.0f} s (load average {meta['load_avg_before'][0]} -> {meta['load_avg_after'][0]})")
+    shares = meta["cpu_percent"]
+    print(
+        f" in {elapsed:.0f} s (load average {meta['load_avg_before'][0]} -> {meta['load_avg_after'][0]}; machine CPU"
+        f" {shares['busy']} % busy, {shares['idle']} % idle, {shares['steal']} % stolen by the host)"
+    )
     return 0

@@ -8,8 +8,10 @@ import concurrent.futures
 import multiprocessing
 import os
 import time
+from typing import Any
 
 import asyncpg
+import psutil
 
 from nexus.kafka_io import EventProducer
 from nexus.settings import Settings
@@ -91,3 +93,23 @@ async def postmaster_pid(url: str) -> int | None:
     finally:
         await conn.close()
     return int(fields[1]) if fields is not None else None
+
+
+def machine_times() -> Any:
+    """The machine's CPU times since boot, all cores (psutil: user, system, idle, iowait, steal, ...)."""
+    return psutil.cpu_times()
+
+
+def machine_shares(before: Any, after: Any) -> dict[str, float]:
+    """Percent of the machine's CPU time between two `machine_times` readings that was busy (this machine's
+    processes), idle, and stolen (a virtual machine's cores taken by its host for others): a run whose steal
+    is high ran on a slower machine than its neighbours, whatever the load average says."""
+    spent = {name: getattr(after, name) - getattr(before, name) for name in after._fields}
+    total = sum(v for name, v in spent.items() if name not in ("guest", "guest_nice")) or 1.0  # in user already
+    idle = spent.get("idle", 0.0) + spent.get("iowait", 0.0)
+    steal = spent.get("steal", 0.0)
+    return {
+        "busy": round(100 * (total - idle - steal) / total, 1),
+        "idle": round(100 * idle / total, 1),
+        "steal": round(100 * steal / total, 1),
+    }
