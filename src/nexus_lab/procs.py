@@ -30,12 +30,21 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 NEXUS_CMD: tuple[str, ...] = (sys.executable, "-m", "nexus_cli")
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on (now)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A TCP port on 127.0.0.1 nobody listens on (now), and never one this process handed out before: a
+    harness picks its sink's port, starts the sink, then picks its gateways' ports before the sink has bound
+    its own, and the kernel may offer the same free port twice (an agent then talks to the sink: 401)."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise RuntimeError("no TCP port left on 127.0.0.1 that this process has not handed out already")
 
 
 class Proc:
