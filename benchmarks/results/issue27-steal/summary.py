@@ -21,8 +21,11 @@ def kafka() -> None:
         steal = doc["meta"].get("cpu_percent", {}).get("steal")
         cpu = r["cpu_s_per_1000"]
         runs[build].append((group, rnd, r["events_per_s"], r["p99_ms"], cpu["gateway"], cpu["postgres"], steal))
-    print("| build | runs | events/s (each: set/round, steal %) | median events/s | median p99 ms | p99 < 250 ms "
-          "| median gateway CPU s/1k | median PostgreSQL CPU s/1k | runs at steal <= 5 %: events/s, p99 ms, gateway CPU |")
+    print(
+        "| build | runs | events/s (each: set/round, steal %) | median events/s | median p99 ms | p99 < 250 ms "
+        "| median gateway CPU s/1k | median PostgreSQL CPU s/1k "
+        "| runs at steal <= 5 %: events/s, p99 ms, gateway CPU |"
+    )
     print("|---|---:|---|---:|---:|---:|---:|---:|---|")
     for build, rows in runs.items():
         each = ", ".join(f"{g}/{r[1:]} {e:,.0f}" + (f" ({s} %)" if s is not None else "") for g, r, e, *_, s in rows)
@@ -40,7 +43,8 @@ def low(rows: list) -> str:
     if not quiet:
         return "(no steal recorded)"
     return (
-        f"{len(quiet)} runs: {statistics.median(x[2] for x in quiet):,.0f}, {statistics.median(x[3] for x in quiet):,.0f} "
+        f"{len(quiet)} runs: {statistics.median(x[2] for x in quiet):,.0f}, "
+        f"{statistics.median(x[3] for x in quiet):,.0f} "
         f"({sum(x[3] < 250 for x in quiet)}/{len(quiet)} < 250), {statistics.median(x[4] for x in quiet):.3f}"
     )
 
@@ -53,8 +57,13 @@ def http() -> None:
         r = doc["results"][0]
         steal = doc["meta"].get("cpu_percent", {}).get("steal")
         cpu = r["cpu_s_per_1k_events"]
-        runs[build].append((rnd, r["events_per_s"], r["p99_ms"], cpu["gateway"], cpu["postgres"], r["ratio_to_floor"], steal))
-    print("| build | gateway CPU s/1k (each round, steal %) | median | events/s median | p99 ms median | x pgbench floor median |")
+        runs[build].append(
+            (rnd, r["events_per_s"], r["p99_ms"], cpu["gateway"], cpu["postgres"], r["ratio_to_floor"], steal)
+        )
+    print(
+        "| build | gateway CPU s/1k (each round, steal %) | median | events/s median | p99 ms median "
+        "| x pgbench floor median |"
+    )
     print("|---|---|---:|---:|---:|---:|")
     for build, rows in runs.items():
         each = ", ".join(f"{x[3]:.3f} ({x[6]} %)" for x in rows)
