@@ -307,13 +307,16 @@ async def test_a_poll_larger_than_the_slice_budget_is_applied_and_committed_slic
     kafka_settings: Settings,
 ) -> None:
     """A backlog fetched in polls of 500 is applied in short transactions of at most one slice, in offset
-    order per partition, and every offset committed covers only records already applied."""
+    order per partition, and every offset committed covers only records already applied; the first commit
+    comes while the backlog is still being applied (how many commits follow depends on how long each takes:
+    slices resolved while a commit is in flight share the next one)."""
     run = SliceRun(kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=500, kafka_slice_ms=1))
     await run.run()
     sizes = collections.Counter(run.tx_of.values())
     assert max(sizes.values()) <= 100, sizes  # slices of the budget's size (here the minimum), not the poll's
     run.assert_in_order_and_committed_after_apply()
-    assert len(run.commits) >= 300 // 100, run.commits
+    first, _ = run.commits[0]
+    assert sum(first.values()) < 300, run.commits  # committed before the last slice was applied
 
 
 async def test_a_lane_is_handed_at_most_its_next_slice_and_nothing_while_one_is_in_flight(
