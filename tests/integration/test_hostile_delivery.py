@@ -101,4 +101,7 @@ async def test_hostile_retry_after_is_read_as_absent(
         server.close()
     assert row is not None and (row["state"], row["attempts"]) == ("delivered", 2)
     assert [(r["status"], r["error_class"]) for r in tried] == [(503, None), (200, None)]
-    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # asyncpg's pool reports a connection released mid-transaction when the dispatcher's stop cancels a
+    # claim in flight (the pool rolls it back): the stop's, not the Retry-After's; anything else fails.
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not [r for r in errors if "Resetting connection with an active transaction" not in r.getMessage()]
