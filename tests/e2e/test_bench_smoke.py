@@ -53,6 +53,23 @@ def test_wrk_suite_reports_rate_cpu_and_the_floor(tmp_path: Path) -> None:
     assert "HTTP under wrk" in done.stdout and "x floor" in done.stdout
 
 
+def test_wrk_keeps_each_orders_steps_in_order_through_the_rate_limit(tmp_path: Path) -> None:
+    """Under the key's rate limit (set low here; the bench turns it off by default), a 429 leaves wrk's
+    connection on the same step, sent again after Retry-After: every answer that is not a refusal is an
+    applied step. (Advancing past a 429 sent the order's next step ahead of a gap: BUFFERed, never applied.)"""
+    out = tmp_path / "wrk.json"
+    env = {k: v for k, v in os.environ.items() if k != "NEXUS_DATABASE_URL"} | {"NEXUS_RATE_LIMIT_AGENT": "40"}
+    done = subprocess.run(
+        [sys.executable, "-m", "nexus_cli", "bench", "--suite", "wrk", "--connections", "4", "--duration", "3",
+         "--warmup", "0", "--json", str(out), "--plot", ""],
+        capture_output=True, text=True, timeout=90, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    [row] = json.loads(out.read_text())["results"]
+    assert row["errors"] > 0  # the limit was reached: 40 tokens, then 40 per second, for 4 connections
+    assert row["events"] - row["errors"] <= row["applied"] <= row["events"] - row["errors"] + 4
+
+
 def test_sagas_suite_compares_notify_and_poll_wakeups(tmp_path: Path) -> None:
     """`nexus bench --suite sagas` (short) runs sagas through an executor process woken by NOTIFY and by its
     poll, and reports sagas/s, the latency per effect over the bare call, and CPU per 1,000 effects."""

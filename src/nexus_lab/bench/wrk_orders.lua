@@ -76,8 +76,22 @@ function request()
   return wrk.format(nil, "/v1/orders/" .. order_id .. "/steps", nil, body)
 end
 
+-- A refusal that decided nothing (429 RATE_LIMITED, 503 with Retry-After) leaves the step where it was: it is
+-- sent again after the Retry-After the gateway asked for, as an agent would. Advancing past it would send
+-- the order's next step ahead of a gap that never fills (each BUFFERed, none applied).
+local wait_ms = 0
+
 function response(status, headers, body)
+  if status == 429 or status == 503 then
+    wait_ms = 1000 * (tonumber(headers["Retry-After"] or headers["retry-after"] or "1") or 1)
+    return
+  end
+  wait_ms = 0
   counter = counter + 1
+end
+
+function delay()
+  return wait_ms
 end
 
 function done(summary, latency, requests)
