@@ -228,4 +228,12 @@ async def main(args: dict[str, Any]) -> None:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    asyncio.run(main(json.loads(sys.argv[1])))
+    # On uvloop where it is installed, as `nexus serve` runs its Kafka consumer (nexus.app's event loop).
+    try:
+        import uvloop
+
+        factory: Any = uvloop.new_event_loop
+    except ImportError:
+        factory = None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main(json.loads(sys.argv[1])))
