@@ -94,6 +94,7 @@ async def _main(args: argparse.Namespace) -> int:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
     env["NEXUS_LOG_LEVEL"] = "WARNING"
+    env["NEXUS_RATE_LIMIT_AGENT"] = "0"  # capacity, not the bench key's limit (as `nexus bench` runs its gateway)
     serve = nexus("gateway", ["serve", "--data-dir", str(tmp / "data"), "--http-port", str(port), "--no-dispatcher"],
                   env, tmp / "serve.out").start()  # fmt: skip
     children: list[Proc] = [serve]
