@@ -13,15 +13,19 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
+def bench(*args: str, timeout: float = 90, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`nexus bench ARGS` on its own embedded PostgreSQL (the caller's database URL dropped), `env` added."""
+    base = {k: v for k, v in os.environ.items() if k != "NEXUS_DATABASE_URL"}
+    return subprocess.run(
+        [sys.executable, "-m", "nexus_cli", "bench", *args],
+        capture_output=True, text=True, timeout=timeout, env=base | (env or {}), check=False,
+    )  # fmt: skip
+
+
 def test_quick_submit_and_raw_write_rows_with_throughput(tmp_path: Path) -> None:
     """`nexus bench --quick --suite submit,raw` writes JSON rows with events_per_s > 0 and a PNG."""
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
-    env = {k: v for k, v in os.environ.items() if k != "NEXUS_DATABASE_URL"}
-    done = subprocess.run(
-        [sys.executable, "-m", "nexus_cli", "bench", "--quick", "--suite", "submit,raw", "--plans", "20",
-         "--json", str(out), "--plot", str(png)],
-        capture_output=True, text=True, timeout=90, env=env, check=False,
-    )  # fmt: skip
+    done = bench("--quick", "--suite", "submit,raw", "--plans", "20", "--json", str(out), "--plot", str(png))
     assert done.returncode == 0, done.stdout + done.stderr
     body = json.loads(out.read_text())
     suites = {r["suite"] for r in body["results"]}
@@ -34,12 +38,9 @@ def test_quick_submit_and_raw_write_rows_with_throughput(tmp_path: Path) -> None
 def test_wrk_suite_reports_rate_cpu_and_the_floor(tmp_path: Path) -> None:
     """`nexus bench --suite wrk` (short) reports events/s, p50/p99, CPU per 1,000 events and pgbench's floor."""
     out = tmp_path / "wrk.json"
-    env = {k: v for k, v in os.environ.items() if k != "NEXUS_DATABASE_URL"}
-    done = subprocess.run(
-        [sys.executable, "-m", "nexus_cli", "bench", "--suite", "wrk", "--connections", "2", "--duration", "2",
-         "--warmup", "1", "--json", str(out), "--plot", ""],
-        capture_output=True, text=True, timeout=90, env=env, check=False,
-    )  # fmt: skip
+    done = bench(
+        "--suite", "wrk", "--connections", "2", "--duration", "2", "--warmup", "1", "--json", str(out), "--plot", ""
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     body = json.loads(out.read_text())
     assert body["skipped"] == {}, body["skipped"]
@@ -58,12 +59,21 @@ def test_wrk_keeps_each_orders_steps_in_order_through_the_rate_limit(tmp_path: P
     connection on the same step, sent again after Retry-After: every answer that is not a refusal is an
     applied step. (Advancing past a 429 sent the order's next step ahead of a gap: BUFFERed, never applied.)"""
     out = tmp_path / "wrk.json"
-    env = {k: v for k, v in os.environ.items() if k != "NEXUS_DATABASE_URL"} | {"NEXUS_RATE_LIMIT_AGENT": "40"}
-    done = subprocess.run(
-        [sys.executable, "-m", "nexus_cli", "bench", "--suite", "wrk", "--connections", "4", "--duration", "3",
-         "--warmup", "0", "--json", str(out), "--plot", ""],
-        capture_output=True, text=True, timeout=90, env=env, check=False,
-    )  # fmt: skip
+    done = bench(
+        "--suite",
+        "wrk",
+        "--connections",
+        "4",
+        "--duration",
+        "3",
+        "--warmup",
+        "0",
+        "--json",
+        str(out),
+        "--plot",
+        "",
+        env={"NEXUS_RATE_LIMIT_AGENT": "40"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     [row] = json.loads(out.read_text())["results"]
     assert row["errors"] > 0  # the limit was reached: 40 tokens, then 40 per second, for 4 connections
@@ -74,12 +84,9 @@ def test_sagas_suite_compares_notify_and_poll_wakeups(tmp_path: Path) -> None:
     """`nexus bench --suite sagas` (short) runs sagas through an executor process woken by NOTIFY and by its
     poll, and reports sagas/s, the latency per effect over the bare call, and CPU per 1,000 effects."""
     out = tmp_path / "sagas.json"
-    env = {k: v for k, v in os.environ.items() if k != "NEXUS_DATABASE_URL"}
-    done = subprocess.run(
-        [sys.executable, "-m", "nexus_cli", "bench", "--suite", "sagas", "--sagas", "3", "--concurrency", "2",
-         "--json", str(out), "--plot", ""],
-        capture_output=True, text=True, timeout=180, env=env, check=False,
-    )  # fmt: skip
+    done = bench(
+        "--suite", "sagas", "--sagas", "3", "--concurrency", "2", "--json", str(out), "--plot", "", timeout=180
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     body = json.loads(out.read_text())
     assert body["skipped"] == {}, body["skipped"]

@@ -1,8 +1,9 @@
 """Tables for RESULTS.md ("Issue 27 on a faster machine"): summary.py <this directory>.
 
 Kafka runs are K<set>-<build>-r<round>.json (kafka-ab.sh, order rotated each round), HTTP runs
-H<round>-<build>.json (http-rounds.sh). K1: 50,000 events (--plans 2500); K2-K4: 100,000 (--plans 5000);
-K4 with the consumers on uvloop."""
+H<round>-<build>.json (http-rounds.sh; each run by ../issue27-steal/http-run.sh, the Kafka ones by its
+kafka-run.sh and kafka-ab.sh). K1: 50,000 events (--plans 2500); K2-K5: 100,000 (--plans 5000); K4 and K5
+with the consumers on uvloop."""
 
 import json
 import statistics

@@ -2,7 +2,8 @@
 
 Run by path with any checkout's `nexus` first on `PYTHONPATH` (`nexus bench --kafka-consumer-cmd`), so it
 imports nothing but `nexus` and what that checkout has always had: `Database`, `Gateway`, `KafkaIngress`
-(`max_records`, `assigned`, `owned`, `run`, `_resolve`) and aiokafka's consumer.
+(`max_records`, `assigned`, `owned`, `run`, `_resolve`), `nexus.app.event_loop_factory` and aiokafka's
+consumer.
 
 Protocol on stdout, one JSON object a line: `{"ready": pid}` once in the group, `{"owned": n}` whenever the
 number of partitions it owns changes, and on "stop" (or end of input) on stdin the result:
@@ -35,6 +36,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer
 
 import nexus.gateway
+from nexus.app import event_loop_factory
 from nexus.gateway import Gateway
 from nexus.ingress.kafka import KafkaIngress
 from nexus.settings import Settings
@@ -228,12 +230,6 @@ async def main(args: dict[str, Any]) -> None:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
-    # On uvloop where it is installed, as `nexus serve` runs its Kafka consumer (nexus.app's event loop).
-    try:
-        import uvloop
-
-        factory: Any = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    with asyncio.Runner(loop_factory=factory) as runner:
+    # The event loop `nexus serve` runs its Kafka consumer on (uvloop where installed).
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
         runner.run(main(json.loads(sys.argv[1])))

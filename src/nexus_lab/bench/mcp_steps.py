@@ -29,6 +29,7 @@ from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.bench.scenarios import UNLIMITED_KEY
 from nexus_lab.bench.wrk import _script, run_wrk
 from nexus_lab.procs import Proc, free_port, nexus, wait_ready
 from nexus_lab.tables import text_table
@@ -93,8 +94,7 @@ async def _main(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="nexus-bench-mcp-"))
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEXUS_", "SIM_"))}
-    env["NEXUS_LOG_LEVEL"] = "WARNING"
-    env["NEXUS_RATE_LIMIT_AGENT"] = "0"  # capacity, not the bench key's limit (as `nexus bench` runs its gateway)
+    env |= {"NEXUS_LOG_LEVEL": "WARNING", **UNLIMITED_KEY}
     serve = nexus("gateway", ["serve", "--data-dir", str(tmp / "data"), "--http-port", str(port), "--no-dispatcher"],
                   env, tmp / "serve.out").start()  # fmt: skip
     children: list[Proc] = [serve]

@@ -27,6 +27,10 @@ from nexus.gateway import Gateway, Incoming
 from nexus.store.database import Database
 from nexus_lab.procs import NEXUS_CMD, wait_http
 
+UNLIMITED_KEY = {"NEXUS_RATE_LIMIT_AGENT": "0"}
+"""The environment of a gateway a bench starts: it measures the gateway's capacity, not the per-key limit of
+its one key (2,000 agent requests/s by default, which one gateway on two cores exceeds)."""
+
 # The floor: the gateway's writes for one in-order step, by hand, one transaction per event.
 RAW_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
 RAW_READ = "SELECT last_seq FROM orders WHERE order_id = $1"
@@ -267,10 +271,8 @@ async def bench_http(
 def start_server(url: str, port: int, command: Sequence[str] | None = None) -> subprocess.Popen[bytes]:
     """`nexus serve` (HTTP + group commit, no dispatcher) on the bench database, ready to answer; `command`
     starts another build's gateway instead (e.g. the previous commit's, for a same-run comparison)."""
-    # The bench measures the gateway's capacity, not the per-key limit of its one key (2,000 agent requests/s
-    # by default, which one gateway on two cores exceeds): off unless the caller's environment sets it.
     env = {
-        "NEXUS_RATE_LIMIT_AGENT": "0",
+        **UNLIMITED_KEY,  # unless the caller's environment sets it
         **os.environ,
         "NEXUS_DATABASE_URL": url,
         "NEXUS_HTTP_PORT": str(port),
