@@ -39,6 +39,7 @@ GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     "sagas": ("nexus.saga.cli", "list sagas by status, show one, redrive an escalated or failed one"),
     "orders": ("nexus.lifecycle.cli", "an order's timeline from the decision log: `nexus orders show ID`"),
     "approvals": ("nexus.lifecycle.cli", "steps held for approval: list, approve, deny"),
+    "db": ("nexus.db_cli", "the database: stats per table, a streaming standby, its promotion"),
 }
 
 

@@ -204,6 +204,12 @@ class Settings(BaseSettings):
     """Kafka topic of the decisions on Kafka-ingested steps (relayed from the decisions outbox)."""
     decisions_relay_poll_s: float = 0.2
     """How often the decisions relay looks for outbox rows when no NOTIFY woke it."""
+    # Past one machine
+    sync_standby: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,63}$")
+    """`application_name` of a synchronous standby (`nexus db standby --name`): set, the gateway lists it in the
+    primary's `synchronous_standby_names` at start (a superuser's right; else it must be set already), every
+    commit waits until that standby has it, and `/readyz` answers 503 while it is not streaming. Unset:
+    replication, if any, is asynchronous."""
     # Kafka lanes
     kafka_lanes: int = 1
     """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions. One

@@ -229,9 +229,11 @@ def create_app(
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         try:
-            await db.fetchval("SELECT 1")
+            reason = await db.not_ready()
         except NexusError as exc:
             return error_response(503, exc.code, "database unavailable", status="unavailable")
+        if reason is not None:
+            return error_response(503, ErrorCode.DATABASE_UNAVAILABLE, reason, status="unavailable")
         return JSONResponse({"status": "ready"})
 
     from nexus.auth.api import router as keys_router

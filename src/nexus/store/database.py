@@ -7,11 +7,12 @@ from typing import Any
 
 import asyncpg
 
-from nexus.errors import TransientDatabaseError
+from nexus.errors import ConfigurationError, TransientDatabaseError
 from nexus.settings import Settings
 from nexus.store.embedded import EmbeddedPostgres
 from nexus.store.errors import wrap_db_errors
 from nexus.store.migrate import apply_migrations
+from nexus.store.queries import query
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,12 @@ class Database:
     async def open(self, *, migrate: bool = True) -> Database:
         url = self.resolve_url()
         with wrap_db_errors():
-            if migrate:
+            if migrate or self.settings.sync_standby:
                 conn = await asyncpg.connect(url)
                 try:
-                    applied = await apply_migrations(conn)
+                    applied = await apply_migrations(conn) if migrate else []
+                    if self.settings.sync_standby:
+                        await require_sync_standby(conn, self.settings.sync_standby)
                 finally:
                     await conn.close()
                 for m in applied:
@@ -65,6 +68,15 @@ class Database:
                 reset=keep_session,
             )
         return self
+
+    async def not_ready(self) -> str | None:
+        """Why this database cannot take commits now (None: it can): unreachable, or its synchronous standby
+        is not streaming (commits would wait for it)."""
+        await self.fetchval("SELECT 1")
+        standby = self.settings.sync_standby
+        if standby and not await self.fetchval(query("db.sql", "sync_standby_streaming"), standby):
+            return f"synchronous standby {standby!r} is not streaming: commits wait for it"
+        return None
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -112,3 +124,19 @@ class Database:
         except TransientDatabaseError:
             await self.expire_connections()
             raise
+
+
+async def require_sync_standby(conn: asyncpg.Connection, name: str) -> None:
+    """List `name` in the primary's synchronous_standby_names (a superuser's right), or check it is there."""
+    current = await conn.fetchval("SHOW synchronous_standby_names")
+    wanted = f'"{name}"'
+    if current in (name, wanted):
+        return
+    if not await conn.fetchval("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"):
+        raise ConfigurationError(
+            f"NEXUS_SYNC_STANDBY={name!r} but the primary's synchronous_standby_names is {current!r} and this "
+            "role may not change it: set it on the server"
+        )
+    await conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{wanted}'")
+    await conn.execute("SELECT pg_reload_conf()")
+    log.info("synchronous standby required", extra={"action": "sync_standby", "standby": name})
