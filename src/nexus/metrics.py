@@ -231,6 +231,19 @@ def set_saga_counts(counts: dict[str, int]) -> None:
         SAGAS.labels(status=status).set(counts.get(status, 0))
 
 
+# --- the database's tables (read from the catalog at scrape: no table is scanned) ---------------
+TABLE_ROWS = _gauge("nexus_table_rows", "Approximate rows per table (the planner's estimate).", ["table"])
+TABLE_BYTES = _gauge("nexus_table_bytes", "Bytes per table, its indexes and TOAST included.", ["table"])
+
+
+def set_table_stats(rows: dict[str, int], sizes: dict[str, int]) -> None:
+    """One series per table of the gateway's schema (a bounded set: the migrations make them)."""
+    for table, count in rows.items():
+        TABLE_ROWS.labels(table=table).set(count)
+    for table, size in sizes.items():
+        TABLE_BYTES.labels(table=table).set(size)
+
+
 # --- one exposition for several processes --------------------------------------------
 _multiprocess_dir: str | None = None
 _exposed: CollectorRegistry = REGISTRY

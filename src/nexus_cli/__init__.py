@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sagas": GATEWAY_COMMANDS["sagas"],
     "orders": GATEWAY_COMMANDS["orders"],
     "approvals": GATEWAY_COMMANDS["approvals"],
+    "db": GATEWAY_COMMANDS["db"],
     "mcp": ("nexus_cli.mcp", "serve the gateway's MCP tools on stdio for a desktop client (calls the REST API)"),
 }
 

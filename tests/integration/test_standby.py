@@ -51,7 +51,7 @@ class StandbyProcess:
         self.data_dir = data_dir
         self.proc = subprocess.Popen(
             [
-                *(sys.executable, "-m", "nexus.cli", "db", "standby", "--primary", primary_url),
+                *(sys.executable, "-m", "nexus_cli", "db", "standby", "--primary", primary_url),
                 *("--name", name),
                 *(
                     "--data-dir",
@@ -116,7 +116,7 @@ async def test_standby_follows_its_primary_and_takes_writes_once_promoted(
     assert names == ["s1"]
 
     done = subprocess.run(
-        [sys.executable, "-m", "nexus.cli", "db", "promote", "--data-dir", str(standby.data_dir)],
+        [sys.executable, "-m", "nexus_cli", "db", "promote", "--data-dir", str(standby.data_dir)],
         capture_output=True,
         text=True,
         check=False,
@@ -174,7 +174,7 @@ async def test_a_gateway_on_a_multi_host_url_follows_the_promoted_standby(
         os.kill(pid, signal.SIGKILL)  # the primary's machine is gone
         shutil.rmtree(pgdata, ignore_errors=True)
         done = subprocess.run(
-            [sys.executable, "-m", "nexus.cli", "db", "promote", "--data-dir", str(standby.data_dir)],
+            [sys.executable, "-m", "nexus_cli", "db", "promote", "--data-dir", str(standby.data_dir)],
             capture_output=True,
             text=True,
             check=False,

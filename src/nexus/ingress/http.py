@@ -366,6 +366,11 @@ async def refresh_db_gauges(db: Database) -> None:
         return
     with contextlib.suppress(NexusError):  # Sagas by status
         metrics.set_saga_counts({r["status"]: r["n"] for r in await db.fetch(query("saga.sql", "saga_gauges"))})
+    with contextlib.suppress(NexusError):  # Rows and bytes per table, from the catalog
+        tables = await db.fetch(query("db.sql", "table_stats"))
+        metrics.set_table_stats(
+            {r["table_name"]: r["approx_rows"] for r in tables}, {r["table_name"]: r["total_bytes"] for r in tables}
+        )
     if row is not None:
         metrics.PENDING_EVENTS.set(row["pending_events"])
         metrics.OUTBOX_ENTRIES.labels(state="pending").set(row["outbox_pending"])
