@@ -100,3 +100,10 @@ async def test_everything(chaos_session: ChaosSession) -> None:
     """Every fault at once, and still every invariant holds."""
     result = await run_short(chaos_session, "everything")
     assert len(result.faults) >= 4, result.faults
+
+
+async def test_postgres_failover(chaos_session: ChaosSession) -> None:
+    """The primary's machine lost under Kafka, MCP and delivery load and its synchronous standby promoted: every
+    step the agent was told was accepted is applied once, notifications delivered in order, MCP orders complete."""
+    result = await run_short(chaos_session, "postgres-failover")
+    assert result.faults["primary lost"] == 1

@@ -121,7 +121,12 @@ def _quote(value: str) -> str:
 
 
 def _bin(name: str) -> Path:
-    from pgserver._commands import POSTGRES_BIN_PATH
+    import warnings
+
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); its /tmp fallback is fine
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        from pgserver._commands import POSTGRES_BIN_PATH
 
     return Path(POSTGRES_BIN_PATH) / name
 

@@ -277,4 +277,24 @@ class BreakerWatch:
                 await db.close()
 
 
-Fault = KillLoop | PostgresOutage | KafkaRestart | ReceiverOutage | ServiceOutage | BreakerWatch
+@dataclasses.dataclass(frozen=True, slots=True)
+class PostgresFailover:
+    """The primary's machine lost while plans run (processes SIGKILLed, data directory deleted), the standby
+    promoted after `promote_after_s`: every acknowledged step must be on it, applied once."""
+
+    first_s: Range = (1.0, 2.0)
+    promote_after_s: Range = (0.5, 1.5)
+
+    async def run(self, ctx: FaultContext) -> None:
+        replica = ctx.session.replicas[ctx.stack.database_url]
+        await asyncio.sleep(ctx.rng.uniform(*self.first_s))
+        ctx.progress(f"primary's machine lost at {ctx.elapsed():.1f}s")
+        await asyncio.to_thread(replica.lose_primary)
+        ctx.count("primary lost")
+        await asyncio.sleep(ctx.rng.uniform(*self.promote_after_s))
+        await replica.promote()
+        ctx.count("standby promoted")
+        ctx.progress(f"standby promoted at {ctx.elapsed():.1f}s")
+
+
+Fault = KillLoop | PostgresOutage | PostgresFailover | KafkaRestart | ReceiverOutage | ServiceOutage | BreakerWatch

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -29,6 +29,9 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.procs import NEXUS_CMD, REPO_ROOT, Proc, free_port, wait_ready
+
+if TYPE_CHECKING:
+    from nexus_lab.chaos.failover import ReplicatedDatabase
 
 __all__ = ["NEXUS_CMD", "REPO_ROOT", "ChaosSession", "Proc", "Stack", "StackSpec", "free_port", "wait_ready"]
 
@@ -93,6 +96,8 @@ class ChaosSession:
         self.pg = EmbeddedPostgres(self.tmp / "pg", cleanup_mode="stop" if keep else "delete")
         self.admin_url = ""
         self.pg_restarts = 0
+        self.replicas: dict[str, ReplicatedDatabase] = {}
+        """Scenarios' own primaries with a standby (`StackSpec.replicated`), by their multi-host URL."""
 
     def start(self) -> ChaosSession:
         self.admin_url = self.pg.start()
@@ -112,6 +117,19 @@ class ChaosSession:
             await register_lab_key(db)
         finally:
             await db.close()
+        return url
+
+    async def new_replicated_database(self, label: str) -> str:
+        """A primary of its own with a synchronous standby for one scenario; returns their multi-host URL."""
+        from nexus_lab.chaos.failover import ReplicatedDatabase
+
+        replica = ReplicatedDatabase(self.tmp / f"replicated-{label}", clean_env())
+        try:
+            url = await replica.start(register_lab_key)
+        except BaseException:
+            replica.close()
+            raise
+        self.replicas[url] = replica
         return url
 
     async def stop_pg(self) -> None:
@@ -138,6 +156,8 @@ class ChaosSession:
             raise RuntimeError(f"kafka.sh restart failed: {done.stdout}{done.stderr}")
 
     def close(self) -> None:
+        for replica in self.replicas.values():
+            replica.close()
         self.pg.close()
         if not self.keep:
             import shutil
@@ -156,6 +176,8 @@ class StackSpec:
     """Gateways also consume the scenario's topic (`--kafka`); they log at INFO to say when they own partitions."""
     sink_args: tuple[str, ...] = ()
     env: dict[str, str] = dataclasses.field(default_factory=dict)
+    replicated: bool = False
+    """A database of its own on a primary with a synchronous standby (`nexus_lab.chaos.failover`)."""
 
 
 class Stack:

@@ -104,7 +104,10 @@ async def run_scenario(
     def say(text: str) -> None:
         progress(f"[{scenario.name}] {text}")
 
-    url = await session.new_database(scenario.name)
+    if scenario.stack.replicated:
+        url = await session.new_replicated_database(scenario.name)
+    else:
+        url = await session.new_database(scenario.name)
     stack = Stack(session, scenario.name, scenario.stack, url, gateway_cmd=gateway_cmd)
     ctx = FaultContext(session, stack, rng, asyncio.Event(), say)
     result = ScenarioResult(scenario.name, plans, {}, 0, 0, 0.0, scenario.proof)

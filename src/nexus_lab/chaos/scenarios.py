@@ -11,7 +11,16 @@ import dataclasses
 from collections.abc import Mapping
 
 from nexus_lab.agent.hostile import Mode
-from nexus_lab.chaos.faults import BreakerWatch, Fault, KafkaRestart, KillLoop, PostgresOutage, ReceiverOutage
+from nexus_lab.chaos.failover import STANDBY_NAME
+from nexus_lab.chaos.faults import (
+    BreakerWatch,
+    Fault,
+    KafkaRestart,
+    KillLoop,
+    PostgresFailover,
+    PostgresOutage,
+    ReceiverOutage,
+)
 from nexus_lab.chaos.harness import StackSpec
 
 Range = tuple[float, float]
@@ -158,6 +167,19 @@ SCENARIOS: dict[str, Scenario] = {
             step_delay_ms=250.0,
             faults=(PostgresOutage(count=2),),
             allow_duplicates=True,
+        ),
+        Scenario(
+            "postgres-failover",
+            "the PostgreSQL primary's machine lost (SIGKILL, data deleted) under Kafka, MCP and delivery load; "
+            "its synchronous standby promoted",
+            "standby promoted",
+            StackSpec(gateways=2, kafka=True, replicated=True, env={"NEXUS_SYNC_STANDBY": STANDBY_NAME}),
+            transport="kafka",
+            hostile=all_modes(0.2),
+            step_delay_ms=300.0,
+            faults=(PostgresFailover(),),
+            allow_duplicates=True,
+            mcp_orders=4,
         ),
         _kafka(
             "kafka-restart",
