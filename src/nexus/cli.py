@@ -32,7 +32,7 @@ GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     "dlq": ("nexus.dlq", "list and redrive dead letters"),
     "subscriptions": ("nexus.delivery.cli", "manage webhook subscriptions"),
     "processes": ("nexus.processes.cli", "list, show and check process definitions"),
-    "tenants": ("nexus.processes.cli", "per-tenant limits (set-limit, list)"),
+    "tenants": ("nexus.tenants_cli", "per-tenant limits (set-limit, list) and erasure (erase)"),
     "audit": ("nexus.audit.cli", "verify, checkpoint and export the hash-chained decision log"),
     "report": ("nexus.audit.cli", "reports from the decision log: `nexus report blocked`"),
     "keys": ("nexus.auth.cli", "create, list and revoke API keys"),

@@ -95,7 +95,7 @@ async def test_outcomes_of_different_sagas_share_transactions(
         assert sorted(orders) == sorted(f"c{i}" for i in range(ORDERS)), orders
     db = await Database(saga_settings(database_url, slow_services)).open(migrate=False)
     try:
-        records, checkpoints = await load(db)
+        records, checkpoints, _ = await load(db)
     finally:
         await db.close()
     result = verify(records, checkpoints)

@@ -73,13 +73,13 @@ def _verify(settings: Settings, args: argparse.Namespace) -> int:
 
     trusted = _trusted(args.public_key)
     if args.file is not None:
-        records, checkpoints, header_keys = read_export(args.file)
+        records, checkpoints, header_keys, erasures = read_export(args.file)
         if args.order:
             records = [r for r in records if r.order_id == args.order]
-        result = verify(records, checkpoints, trusted=trusted or header_keys, complete=not args.order)
+        trusted = trusted or header_keys
     else:
-        records, checkpoints = with_database(settings, lambda db: load(db, args.order), migrate=False)
-        result = verify(records, checkpoints, trusted=trusted, complete=not args.order)
+        records, checkpoints, erasures = with_database(settings, lambda db: load(db, args.order), migrate=False)
+    result = verify(records, checkpoints, trusted=trusted, complete=not args.order, erasures=erasures)
     if args.json:
         f = result.finding
         print(
@@ -130,14 +130,14 @@ async def _export(settings: Settings, args: argparse.Namespace) -> int:
 
     db = await Database(settings).open(migrate=False)
     try:
-        records, checkpoints = await load(db, args.order)
+        records, checkpoints, erasures = await load(db, args.order)
     finally:
         await db.close()
     if args.out is None:
-        n = write_export(sys.stdout, records, checkpoints)
+        n = write_export(sys.stdout, records, checkpoints, erasures)
     else:
         with args.out.open("w", encoding="utf-8") as out:
-            n = write_export(out, records, checkpoints)
+            n = write_export(out, records, checkpoints, erasures)
         print(f"{n} records and {len(checkpoints)} checkpoints written to {args.out}")
     return 0
 

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from nexus.audit.signing import signature_checker
 from nexus.core.audit import Checkpoint, Head, Record, Verification, format_at, verify_checkpoints, verify_records
+from nexus.core.audit_erasure import Erasure, erased_heads
 from nexus.errors import ConfigurationError
 from nexus.store.database import Database
 from nexus.store.queries import query
@@ -40,10 +41,24 @@ def checkpoint_of(row: Any) -> Checkpoint:
     )
 
 
-async def load(db: Database, order_id: str | None = None) -> tuple[list[Record], list[Checkpoint]]:
+def erasure_of(row: Any) -> Erasure:
+    return Erasure(
+        at=format_at(row["at"]),
+        tenant_id=row["tenant_id"],
+        heads=tuple(Head.from_json(h) for h in json.loads(row["heads"])),
+        digest=bytes(row["digest"]),
+        signature=bytes(row["signature"]),
+        key_id=row["key_id"],
+        public_key=bytes(row["public_key"]),
+        id=row["id"],
+    )
+
+
+async def load(db: Database, order_id: str | None = None) -> tuple[list[Record], list[Checkpoint], list[Erasure]]:
     records = [record_of(r) for r in await db.fetch(query("audit.sql", "records"), order_id)]
     checkpoints = [checkpoint_of(r) for r in await db.fetch(query("audit.sql", "checkpoints"))]
-    return records, checkpoints
+    erasures = [erasure_of(r) for r in await db.fetch(query("erase.sql", "erasures"))]
+    return records, checkpoints, erasures
 
 
 def verify(
@@ -52,16 +67,22 @@ def verify(
     *,
     trusted: set[bytes] | None = None,
     complete: bool = True,
+    erasures: Sequence[Erasure] = (),
 ) -> Verification:
-    """Recompute every chain, then check every checkpoint against them."""
+    """Recompute every chain, then check every checkpoint against them (a head of a chain a trusted erasure
+    record removed is accounted for)."""
     finding, chains = verify_records(records)
     if finding is None:
-        finding = verify_checkpoints(checkpoints, chains, signature_checker(trusted), complete=complete)
+        signature_ok = signature_checker(trusted)
+        erased = erased_heads(erasures, signature_ok)
+        finding = verify_checkpoints(checkpoints, chains, signature_ok, complete=complete, erased=erased)
     return Verification(len(records), len({r.chain for r in records}), len(checkpoints), finding)
 
 
-def write_export(out: TextIO, records: Iterable[Record], checkpoints: Sequence[Checkpoint]) -> int:
-    keys = {c.key_id: c.public_key.hex() for c in checkpoints}
+def write_export(
+    out: TextIO, records: Iterable[Record], checkpoints: Sequence[Checkpoint], erasures: Sequence[Erasure] = ()
+) -> int:
+    keys = {c.key_id: c.public_key.hex() for c in checkpoints} | {e.key_id: e.public_key.hex() for e in erasures}
     header = {
         "type": "header",
         "format": FORMAT,
@@ -75,13 +96,16 @@ def write_export(out: TextIO, records: Iterable[Record], checkpoints: Sequence[C
         n += 1
     for c in checkpoints:
         out.write(json.dumps({"type": "checkpoint", **c.as_json()}) + "\n")
+    for e in erasures:
+        out.write(json.dumps({"type": "erasure", **e.as_json()}, ensure_ascii=False) + "\n")
     return n
 
 
-def read_export(path: Path) -> tuple[list[Record], list[Checkpoint], set[bytes]]:
-    """Records (in line order), checkpoints and the header's public keys of an export."""
+def read_export(path: Path) -> tuple[list[Record], list[Checkpoint], set[bytes], list[Erasure]]:
+    """Records (in line order), checkpoints, the header's public keys and the erasure records of an export."""
     records: list[Record] = []
     checkpoints: list[Checkpoint] = []
+    erasures: list[Erasure] = []
     keys: set[bytes] = set()
     with path.open(encoding="utf-8") as f:
         for number, line in enumerate(f, start=1):
@@ -98,6 +122,8 @@ def read_export(path: Path) -> tuple[list[Record], list[Checkpoint], set[bytes]]
                     records.append(Record.from_json(body))
                 elif kind == "checkpoint":
                     checkpoints.append(Checkpoint.from_json(body))
+                elif kind == "erasure":
+                    erasures.append(Erasure.from_json(body))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ConfigurationError(f"{path}:{number}: unreadable line: {exc}") from exc
-    return records, checkpoints, keys
+    return records, checkpoints, keys, erasures

@@ -169,11 +169,14 @@ def verify_checkpoints(
     signature_ok: Any,
     *,
     complete: bool = True,
+    erased: Mapping[tuple[str, str], Head] | None = None,
 ) -> Finding | None:
     """Check each checkpoint's digest, signature (`signature_ok(checkpoint) -> bool`) and link to its
     predecessor, then that every head it names is still in its chain with the same hash.
 
     `complete` is False when only some chains were loaded (`--order`): heads of other chains are skipped.
+    `erased`: the last heads of chains removed whole under a signed erasure (`core/audit_erasure.py`); a head of
+    such a chain that is missing is accounted for, not DELETED.
     """
     prev = GENESIS
     for c in checkpoints:
@@ -193,6 +196,8 @@ def verify_checkpoints(
             if chain is None and not complete:
                 continue
             chain = chain or []
+            if len(chain) < h.position and erased and covers(erased, h):
+                continue
             if len(chain) < h.position:
                 return Finding(
                     Fault.DELETED,
@@ -213,3 +218,11 @@ def verify_checkpoints(
                     f"chain rewritten: hash differs from the one checkpoint {c.id} signed",
                 )
     return None
+
+
+def covers(erased: Mapping[tuple[str, str], Head], head: Head) -> bool:
+    """Whether a checkpoint's `head` belongs to a chain erased at or past it (same hash at the same position)."""
+    last = erased.get((head.tenant_id, head.order_id))
+    if last is None or last.position < head.position:
+        return False
+    return last.position > head.position or last.hash == head.hash

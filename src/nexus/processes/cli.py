@@ -101,7 +101,8 @@ async def _registered(settings: Settings) -> list[Mapping[str, Any]]:
         await db.close()
 
 
-def configure_tenants(parser: argparse.ArgumentParser) -> None:
+def configure_tenants(parser: argparse.ArgumentParser) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """The limits' subcommands; returns the subparsers so `nexus tenants` adds its others (nexus.tenants_cli)."""
     sub = parser.add_subparsers(dest="action", required=True)
     set_limit = sub.add_parser(
         "set-limit", help="a tenant's limit on an order's amount (major units) and/or on the items of any list"
@@ -118,6 +119,7 @@ def configure_tenants(parser: argparse.ArgumentParser) -> None:
     )
     listing = sub.add_parser("list", help="tenants with a limit of their own")
     add_common(listing)
+    return sub
 
 
 def run_tenants(args: argparse.Namespace) -> int:
