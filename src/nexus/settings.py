@@ -156,7 +156,8 @@ class Settings(BaseSettings):
     service_urls: str = ""
     """`name=url` pairs, comma separated; `from_env` adds every `NEXUS_SERVICE_<NAME>_URL` (trusted config)."""
     saga_secret: str | None = None
-    """HMAC secret of the effects' Idempotency-Keys; None: derived from the webhook secret or a fixed value."""
+    """HMAC secret of the effects' Idempotency-Keys (each step's keys computed when it is recorded, and kept);
+    None: a random secret made once and kept in PostgreSQL, shared by every instance (store/saga_keys)."""
     saga_executors: int = Field(64, ge=0)
     """Sagas one `nexus serve` process works on at once, each in its own task (0: this process performs no
     effects). One claim loop per process leases due sagas in batches up to the free tasks."""
