@@ -17,6 +17,8 @@ from nexus.store.saga_keys import LEGACY_CONSTANT
 from nexus_lab.services import RunningServices, start_services
 from tests.integration.test_sagas import Harness, saga_settings
 
+BEFORE, AFTER, HOOK = "secret-before", "secret-after", "hook"
+
 
 @pytest.fixture
 async def services() -> AsyncIterator[RunningServices]:
@@ -82,14 +84,14 @@ async def test_a_compensation_retried_after_a_rotation_keeps_its_key(
     services.services.faults["payment"].permanent_fail_rate = 1.0
     inventory = services.services.faults["inventory"]
     inventory.hang_rate, inventory.hang_ms, inventory.hang_forwards = 1.0, 600, False
-    first = await _started(database_url, services, saga_secret="secret-before")
+    first = await _started(database_url, services, saga_secret=BEFORE)
     try:
         await first.send("r2", 1, 2, 3)
         await _run_until(first, lambda: "release" in first.kinds("inventory"))
     finally:
         await _stop(first)
     inventory.hang_rate = 0.0
-    second = await _started(database_url, services, saga_secret="secret-after")
+    second = await _started(database_url, services, saga_secret=AFTER)
     try:
         await second.settle()
         assert (await second.order("r2"))["status"] == "aborted"
@@ -105,8 +107,8 @@ async def test_without_a_saga_secret_the_keys_come_from_a_random_stored_secret_s
 ) -> None:
     """No NEXUS_SAGA_SECRET: the keys are neither the webhook secret's nor the old fixed value's; two
     instances on one database record the same keys (one stored secret, made once)."""
-    one = await _started(database_url, services, webhook_secret="hook")
-    two = await _started(database_url, services, webhook_secret="hook")
+    one = await _started(database_url, services, webhook_secret=HOOK)
+    two = await _started(database_url, services, webhook_secret=HOOK)
     try:
         await one.send("k1", 1, 2)
         await two.send("k2", 1, 2)
@@ -120,7 +122,7 @@ async def test_without_a_saga_secret_the_keys_come_from_a_random_stored_secret_s
                 idempotency_key(secret, *parts, Action.COMPENSATE),
             )
             assert tuple(await _keys(one, order, 2)) == expected
-            for old in (b"hook", LEGACY_CONSTANT.encode()):
+            for old in (HOOK.encode(), LEGACY_CONSTANT.encode()):
                 assert idempotency_key(old, *parts, Action.FORWARD) not in expected
     finally:
         await _stop(one)
@@ -132,7 +134,7 @@ async def test_steps_an_older_version_recorded_get_their_keys_under_the_old_deri
 ) -> None:
     """On upgrade, a step without keys (as an older version recorded it) gets at start the keys that version
     derived from its secret (here the webhook secret); a key an older executor already used is kept."""
-    h = await _started(database_url, services, webhook_secret="old-hook")
+    h = await _started(database_url, services, webhook_secret=HOOK)
     try:
         await h.send("u1", 1, 2)
         await h.send("u2", 1, 2)
@@ -142,7 +144,7 @@ async def test_steps_an_older_version_recorded_get_their_keys_under_the_old_deri
         )
         upgraded = await Database(h.db.settings).open(migrate=True)
         await upgraded.close()
-        old = b"old-hook"
+        old = HOOK.encode()
         parts = ("default", "u1", "plan-s", "InventoryValidated")
         assert tuple(await _keys(h, "u1", 2)) == (
             idempotency_key(old, *parts, Action.FORWARD),
