@@ -69,7 +69,9 @@ class Settings(BaseSettings):
     kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
     """With SASL_*: the mechanism (None: PLAIN)."""
     kafka_sasl_username: str | None = None
+    """With SASL_*: the user (required)."""
     kafka_sasl_password: str | None = None
+    """With SASL_*: its password (required)."""
     kafka_ssl_cafile: str | None = None
     """With SSL or SASL_SSL: the CA bundle (PEM) of the broker's certificate; None: the system's CAs."""
     kafka_ssl_certfile: str | None = None
