@@ -70,7 +70,7 @@ class Settings(BaseSettings):
     """With SASL_*: the mechanism (None: PLAIN)."""
     kafka_sasl_username: str | None = None
     """With SASL_*: the user (required)."""
-    kafka_sasl_password: str | None = None
+    kafka_sasl_password: str | None = Field(None, repr=False)
     """With SASL_*: its password (required)."""
     kafka_ssl_cafile: str | None = None
     """With SSL or SASL_SSL: the CA bundle (PEM) of the broker's certificate; None: the system's CAs."""
@@ -169,7 +169,7 @@ class Settings(BaseSettings):
     # Sagas (effects performed by the gateway's executors)
     service_urls: str = ""
     """`name=url` pairs, comma separated; `from_env` adds every `NEXUS_SERVICE_<NAME>_URL` (trusted config)."""
-    saga_secret: str | None = None
+    saga_secret: str | None = Field(None, repr=False)
     """HMAC secret of the effects' Idempotency-Keys (each step's keys computed when it is recorded, and kept);
     None: a random secret made once and kept in PostgreSQL, shared by every instance (store/saga_keys)."""
     saga_executors: int = Field(64, ge=0)
