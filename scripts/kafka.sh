@@ -9,8 +9,11 @@
 # Usage: scripts/kafka.sh up|down|status|restart
 #
 #   up       resolve artifacts (first time only), format storage (first time
-#            only), start the broker, wait until it answers metadata requests,
-#            create the topics (idempotent). Already running -> says so, exit 0.
+#            only), make the TLS material (first time only), start the broker,
+#            wait until it answers metadata requests, create the topics and the
+#            SCRAM user (idempotent). Already running -> says so, exit 0; running
+#            without the SASL_SSL listener (started by an older kafka.sh) ->
+#            restarted with it (data kept).
 #   down     stop it: SIGTERM, then SIGKILL after NEXUS_KAFKA_STOP_TIMEOUT s.
 #            Not running -> exit 0.
 #   restart  down + up; data is kept.
@@ -20,6 +23,10 @@
 #   NEXUS_KAFKA_HOME             cache dir (default: <repo>/.cache/kafka)
 #   NEXUS_KAFKA_PORT             PLAINTEXT port (default 9092)
 #   NEXUS_KAFKA_CONTROLLER_PORT  KRaft controller port (default PORT+1)
+#   NEXUS_KAFKA_SASL_PORT        SASL_SSL port (default PORT+2): TLS (a CA of its own,
+#                                made with openssl) and SASL PLAIN or SCRAM-SHA-512
+#   NEXUS_KAFKA_SASL_USERNAME    the SASL user the broker knows (default nexus)
+#   NEXUS_KAFKA_SASL_PASSWORD    its password (default: generated once, kept in tls/)
 #   NEXUS_KAFKA_TOPICS           topics to create (default "nexus.events nexus.events.dlq")
 #   NEXUS_KAFKA_TOPIC_PARTITIONS partitions of those topics (default 4)
 #   NEXUS_KAFKA_START_TIMEOUT    seconds `up` waits for the broker (default 60)
@@ -34,7 +41,10 @@
 # Layout of the cache dir:
 #   libs/                 broker jars (+ .resolved stamp = sha256 of pom.xml)
 #   node-<PORT>/          one per port: server.properties, log4j2*.properties,
-#                         cluster.id, kafka.pid, kafka.log, data/ (log.dirs)
+#                         cluster.id, kafka.pid, kafka.log, data/ (log.dirs),
+#                         tls/ (ca.pem the clients trust, broker and client
+#                         certificates, the SASL password, and client.env: the
+#                         NEXUS_KAFKA_* settings of a client of the SASL_SSL listener)
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -44,6 +54,8 @@ KAFKA_HOME=${NEXUS_KAFKA_HOME:-$REPO_ROOT/.cache/kafka}
 HOST=127.0.0.1
 PORT=${NEXUS_KAFKA_PORT:-9092}
 CONTROLLER_PORT=${NEXUS_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
+SASL_PORT=${NEXUS_KAFKA_SASL_PORT:-$((PORT + 2))}
+SASL_USER=${NEXUS_KAFKA_SASL_USERNAME:-nexus}
 TOPICS=${NEXUS_KAFKA_TOPICS:-nexus.events nexus.events.dlq}
 TOPIC_PARTITIONS=${NEXUS_KAFKA_TOPIC_PARTITIONS:-4}
 START_TIMEOUT=${NEXUS_KAFKA_START_TIMEOUT:-60}
@@ -62,6 +74,7 @@ CLUSTER_ID_FILE="$NODE_DIR/cluster.id"
 PID_FILE="$NODE_DIR/kafka.pid"
 LOG_FILE="$NODE_DIR/kafka.log"
 BOOTSTRAP="$HOST:$PORT"
+TLS_DIR="$NODE_DIR/tls"
 
 say() { echo "kafka.sh: $*"; }
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
@@ -129,19 +142,81 @@ kafka_version() {
     echo "${jar%.jar}"
 }
 
+# The TLS material of the SASL_SSL listener, made once with openssl: a CA of its own, the broker's
+# certificate (for 127.0.0.1 and localhost) and a client certificate (for clients that present one), all
+# PEM (the broker reads PEM key stores). The SASL password: NEXUS_KAFKA_SASL_PASSWORD, or one made once.
+make_tls() {
+    mkdir -p "$TLS_DIR"
+    chmod 700 "$TLS_DIR"
+    local t=$TLS_DIR name
+    if [[ ! -s $t/ca.pem ]]; then
+        command -v openssl >/dev/null 2>&1 || die "openssl not found (apt-get install openssl)"
+        say "making a CA and certificates in $t (first run only)"
+        openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=nexus-kafka-ca" \
+            -keyout "$t/ca.key" -out "$t/ca.pem.tmp" 2>/dev/null || die "openssl could not make the CA"
+        for name in broker client; do
+            openssl req -newkey rsa:2048 -nodes -subj "/CN=nexus-kafka-$name" \
+                -keyout "$t/$name.key" -out "$t/$name.csr" 2>/dev/null || die "openssl: the $name key"
+            printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' >"$t/$name.ext"
+            openssl x509 -req -in "$t/$name.csr" -CA "$t/ca.pem.tmp" -CAkey "$t/ca.key" -CAcreateserial \
+                -days 3650 -extfile "$t/$name.ext" -out "$t/$name.pem" 2>/dev/null || die "openssl: the $name cert"
+            rm -f "$t/$name.csr" "$t/$name.ext"
+        done
+        cat "$t/broker.key" "$t/broker.pem" >"$t/broker-keystore.pem"
+        mv "$t/ca.pem.tmp" "$t/ca.pem"  # last: its presence means the rest is there
+    fi
+    if [[ -n ${NEXUS_KAFKA_SASL_PASSWORD:-} ]]; then
+        printf '%s' "$NEXUS_KAFKA_SASL_PASSWORD" >"$t/password"
+    elif [[ ! -s $t/password ]]; then
+        openssl rand -hex 16 | tr -d '\n' >"$t/password"
+    fi
+    chmod 600 "$t"/*.key "$t/broker-keystore.pem" "$t/password"
+    {
+        echo "# A client of the SASL_SSL listener (scripts/kafka.sh); PLAIN works too."
+        echo "NEXUS_KAFKA_BOOTSTRAP=$HOST:$SASL_PORT"
+        echo "NEXUS_KAFKA_SECURITY_PROTOCOL=SASL_SSL"
+        echo "NEXUS_KAFKA_SASL_MECHANISM=SCRAM-SHA-512"
+        echo "NEXUS_KAFKA_SASL_USERNAME=$SASL_USER"
+        echo "NEXUS_KAFKA_SASL_PASSWORD=$(cat "$t/password")"
+        echo "NEXUS_KAFKA_SSL_CAFILE=$t/ca.pem"
+    } >"$t/client.env"
+    chmod 600 "$t/client.env"
+}
+
+# A JAAS string value: double-quoted, its backslashes and double quotes escaped.
+jaas_quote() {
+    local v=${1//\\/\\\\}
+    printf '"%s"' "${v//\"/\\\"}"
+}
+
 write_config() {
     mkdir -p "$DATA_DIR"
+    make_tls
+    [[ $SASL_USER =~ ^[A-Za-z0-9._-]+$ ]] || die "NEXUS_KAFKA_SASL_USERNAME may hold only letters, digits, '.', '_', '-'"
+    local password
+    password=$(jaas_quote "$(cat "$TLS_DIR/password")")
     cat >"$PROPS" <<EOF
 # Generated by scripts/kafka.sh -- edits are overwritten on every 'up'.
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@$HOST:$CONTROLLER_PORT
-listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT,SASL_SSL://$HOST:$SASL_PORT
+advertised.listeners=PLAINTEXT://$HOST:$PORT,SASL_SSL://$HOST:$SASL_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$DATA_DIR
+
+# SASL_SSL: TLS with the CA of tls/ (a client certificate is checked when one is presented), then SASL
+# PLAIN (the user below) or SCRAM-SHA-512 (the user set with ConfigCommand once the broker is up).
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER=$password;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+ssl.keystore.type=PEM
+ssl.keystore.location=$TLS_DIR/broker-keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS_DIR/ca.pem
+ssl.client.auth=requested
 
 # single node: every internal topic has one replica
 offsets.topic.replication.factor=1
@@ -298,6 +373,16 @@ ensure_topics_java() {
     for t in $TOPICS; do grep -qxF "$t" <<<"$listed" || return 1; done
 }
 
+# The SCRAM-SHA-512 user of the SASL_SSL listener (kept in the cluster metadata; set again on every up).
+ensure_scram_user() {
+    run_tool org.apache.kafka.tools.ConfigCommand --bootstrap-server "$BOOTSTRAP" --alter \
+        --add-config "SCRAM-SHA-512=[password=$(cat "$TLS_DIR/password")]" \
+        --entity-type users --entity-name "$SASL_USER" >/dev/null \
+        || die "could not set the SCRAM-SHA-512 user $SASL_USER"
+}
+
+has_sasl_listener() { grep -qF "SASL_SSL://$HOST:$SASL_PORT" "$PROPS" 2>/dev/null && [[ -s $TLS_DIR/ca.pem ]]; }
+
 wait_ready() {
     local deadline=$((SECONDS + START_TIMEOUT)) py err
     py=$(python_for_admin)
@@ -329,7 +414,7 @@ cmd_status() {
     local pid
     pid=$(broker_pid)
     if [[ -n $pid ]]; then
-        say "running: Kafka $(kafka_version) on $BOOTSTRAP (pid $pid, controller $HOST:$CONTROLLER_PORT, dir $NODE_DIR)"
+        say "running: Kafka $(kafka_version) on $BOOTSTRAP (pid $pid, controller $HOST:$CONTROLLER_PORT, SASL_SSL $HOST:$SASL_PORT, dir $NODE_DIR)"
         return 0
     fi
     say "not running on $BOOTSTRAP"
@@ -339,12 +424,17 @@ cmd_status() {
 do_up() {
     local pid t0=$SECONDS
     pid=$(broker_pid)
+    if [[ -n $pid ]] && ! has_sasl_listener; then
+        say "running without the SASL_SSL listener: restarting it with one (data kept)"
+        do_down
+        pid=
+    fi
     if [[ -n $pid ]]; then
         say "already running: Kafka $(kafka_version) on $BOOTSTRAP (pid $pid)"
         return 0
     fi
-    if port_open "$PORT" || port_open "$CONTROLLER_PORT"; then
-        die "port $PORT or $CONTROLLER_PORT on $HOST is taken by another process (set NEXUS_KAFKA_PORT)"
+    if port_open "$PORT" || port_open "$CONTROLLER_PORT" || port_open "$SASL_PORT"; then
+        die "port $PORT, $CONTROLLER_PORT or $SASL_PORT on $HOST is taken by another process (set NEXUS_KAFKA_PORT)"
     fi
     check_java
     resolve_libs
@@ -352,7 +442,9 @@ do_up() {
     format_storage
     start_broker
     wait_ready
+    ensure_scram_user
     say "Kafka $(kafka_version) (KRaft) up on $BOOTSTRAP (pid $(cat "$PID_FILE"), topics: $TOPICS; $((SECONDS - t0))s; log $LOG_FILE)"
+    say "SASL_SSL (PLAIN, SCRAM-SHA-512) on $HOST:$SASL_PORT, user $SASL_USER: client settings in $TLS_DIR/client.env"
 }
 
 do_down() {

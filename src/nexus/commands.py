@@ -15,7 +15,13 @@ def configure_serve(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http-port", type=int, default=None)
     parser.add_argument("--kafka", action="store_true", help="also consume the Kafka topic")
     parser.add_argument("--no-dispatcher", action="store_true", help="do not deliver webhooks here")
-    parser.add_argument("--dispatcher-only", action="store_true", help="only deliver webhooks (no HTTP API)")
+    parser.add_argument(
+        "--dispatcher-only",
+        action="store_true",
+        help="no HTTP API: only the background services (the webhook dispatcher, the saga executor, the buffer, "
+        "deadline and approval sweepers, audit checkpoints, the NEXUS_METRICS_BIND listener; the Kafka consumer "
+        "with --kafka)",
+    )
     parser.add_argument(
         "--workers",
         type=int,

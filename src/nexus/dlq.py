@@ -81,7 +81,9 @@ async def _list(settings: Settings, args: argparse.Namespace) -> int:
         finally:
             await db.close()
     if args.source in ("kafka", "all"):
-        records = await read_topic(settings.kafka_bootstrap, settings.kafka_dlq_topic)
+        records = await read_topic(
+            settings.kafka_bootstrap, settings.kafka_dlq_topic, security=settings.kafka_security()
+        )
         kafka = [_record_json(r) for r in records if args.code is None or r.headers.get("x-dlq-code") == args.code]
         kafka = kafka[: args.limit]
     if args.json:

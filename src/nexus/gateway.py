@@ -40,6 +40,7 @@ from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.lifecycle import ApprovalDecision
 from nexus.store.queries import query
+from nexus.store.saga_keys import SagaSecret
 
 __all__ = ["DecisionLog", "Gateway", "Incoming", "IngressKind", "NoChecks", "NoDecisionLog", "Outcome", "trace_id_of"]
 
@@ -83,6 +84,7 @@ class Gateway:
         )
         # only orders of processes with effects pay for reading their sagas
         self.effect_processes = saga_records.effect_processes(catalog) if self.parts.checks.checks else frozenset()
+        self.saga_secret = SagaSecret(db.settings.saga_secret)
 
     async def submit(self, items: Sequence[Incoming], *, source: IngressKind | str = IngressKind.HTTP) -> list[Outcome]:
         """Decide and apply a batch; one outcome per item, in the items' order.
@@ -213,7 +215,7 @@ class Gateway:
     ) -> list[int]:
         dead_ids = await write_plan(conn, plan, reads.heads, order_ids)
         if self.effect_processes:
-            await saga_records.record(conn, plan.resolutions, self.catalog, plan.traces)
+            await saga_records.record(conn, plan.resolutions, self.catalog, plan.traces, self.saga_secret)
         return dead_ids
 
     @staticmethod

@@ -21,7 +21,7 @@ from nexus_wire.envelope import EventEnvelope
 from nexus_wire.kafka import BATCH_BYTES as BATCH_BYTES
 from nexus_wire.kafka import Delivered as Delivered
 from nexus_wire.kafka import Headers as Headers
-from nexus_wire.kafka import Producer, Record
+from nexus_wire.kafka import KafkaSecurity, Producer, Record, client_kwargs
 
 Event = EventEnvelope | bytes | str | Mapping[str, Any]
 
@@ -57,8 +57,11 @@ class EventProducer(Producer):
     """Publishes agents' steps to the events topic; each `send` waits for the broker's ack (acks=all)."""
 
     @classmethod
-    def from_settings(cls, settings: Settings, **kwargs: Any) -> EventProducer:
-        return cls(settings.kafka_bootstrap, settings.kafka_topic, **kwargs)
+    def from_settings(cls, settings: Settings, *, topic: str | None = None, **kwargs: Any) -> EventProducer:
+        """To `topic` (default: the events topic), with the settings' broker, TLS and SASL."""
+        return cls(
+            settings.kafka_bootstrap, topic or settings.kafka_topic, security=settings.kafka_security(), **kwargs
+        )
 
     async def send(
         self,
@@ -87,9 +90,9 @@ class EventProducer(Producer):
         return await self.publish_all((Record(*encode_event(e)) for e in events), topic=topic)
 
 
-async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
-    """The partition numbers of `topic` (empty if it does not exist)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+async def topic_partitions(bootstrap: str, topic: str, security: KafkaSecurity | None = None) -> list[int]:
+    """The partition numbers of `topic` (empty if it does not exist); `security`: None reads the environment."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000, **client_kwargs(security))
     await admin.start()
     try:
         [described] = await admin.describe_topics([topic])
@@ -100,12 +103,14 @@ async def topic_partitions(bootstrap: str, topic: str) -> list[int]:
     return sorted(p["partition"] for p in described["partitions"])
 
 
-async def read_topic(bootstrap: str, topic: str, *, limit: int | None = None) -> list[StoredRecord]:
+async def read_topic(
+    bootstrap: str, topic: str, *, limit: int | None = None, security: KafkaSecurity | None = None
+) -> list[StoredRecord]:
     """Every record of `topic` from the beginning up to its current end, without joining a group."""
-    tps = [TopicPartition(topic, p) for p in await topic_partitions(bootstrap, topic)]
+    tps = [TopicPartition(topic, p) for p in await topic_partitions(bootstrap, topic, security)]
     if not tps:
         return []
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **client_kwargs(security))
     await consumer.start()
     try:
         consumer.assign(tps)

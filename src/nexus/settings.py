@@ -21,12 +21,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from nexus.errors import ConfigurationError
+from nexus_wire.kafka_security import KafkaSecurity
 
 ENV_PREFIX = "NEXUS_"
 
@@ -63,6 +64,19 @@ class Settings(BaseSettings):
     kafka_session_timeout_ms: int = 10_000
     kafka_heartbeat_interval_ms: int = 3_000
     kafka_max_poll_interval_ms: int = 300_000
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    """How every Kafka client of the gateway reaches the broker (docs/kafka.md); SSL and SASL_SSL use TLS."""
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
+    """With SASL_*: the mechanism (None: PLAIN)."""
+    kafka_sasl_username: str | None = None
+    """With SASL_*: the user (required)."""
+    kafka_sasl_password: str | None = Field(None, repr=False)
+    """With SASL_*: its password (required)."""
+    kafka_ssl_cafile: str | None = None
+    """With SSL or SASL_SSL: the CA bundle (PEM) of the broker's certificate; None: the system's CAs."""
+    kafka_ssl_certfile: str | None = None
+    """A client certificate (PEM), for brokers that ask for one; its key in `kafka_ssl_keyfile`."""
+    kafka_ssl_keyfile: str | None = None
     # -- sequencing buffer -------------------------------------------------------------------------------
     buffer_timeout_s: float = 3600.0
     buffer_sweep_interval_s: float = 5.0
@@ -155,8 +169,9 @@ class Settings(BaseSettings):
     # Sagas (effects performed by the gateway's executors)
     service_urls: str = ""
     """`name=url` pairs, comma separated; `from_env` adds every `NEXUS_SERVICE_<NAME>_URL` (trusted config)."""
-    saga_secret: str | None = None
-    """HMAC secret of the effects' Idempotency-Keys; None: derived from the webhook secret or a fixed value."""
+    saga_secret: str | None = Field(None, repr=False)
+    """HMAC secret of the effects' Idempotency-Keys (each step's keys computed when it is recorded, and kept);
+    None: a random secret made once and kept in PostgreSQL, shared by every instance (store/saga_keys)."""
     saga_executors: int = Field(64, ge=0)
     """Sagas one `nexus serve` process works on at once, each in its own task (0: this process performs no
     effects). One claim loop per process leases due sagas in batches up to the free tasks."""
@@ -245,6 +260,23 @@ class Settings(BaseSettings):
     """Webhook requests one subscription may have in flight at once in one dispatcher process; None: all of
     `webhook_workers` (within its tenant's bulkhead)."""
 
+    @model_validator(mode="after")
+    def _kafka_security_consistent(self) -> Settings:
+        self.kafka_security()  # a ValueError names the variables that disagree
+        return self
+
+    def kafka_security(self) -> KafkaSecurity:
+        """The TLS and SASL settings every Kafka client of the gateway is built with."""
+        return KafkaSecurity(
+            self.kafka_security_protocol,
+            self.kafka_sasl_mechanism,
+            self.kafka_sasl_username,
+            self.kafka_sasl_password,
+            self.kafka_ssl_cafile,
+            self.kafka_ssl_certfile,
+            self.kafka_ssl_keyfile,
+        )
+
     def service_url(self, name: str) -> str | None:
         """The base URL of effect service `name`, from `service_urls`."""
         return parse_service_urls(self.service_urls).get(name.lower())
@@ -315,7 +347,10 @@ def _validated(cls: type[Settings], values: dict[str, Any], from_vars: set[str] 
     except ValidationError as exc:
         problems: dict[str, str] = {}
         for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else "?"
+            if not error["loc"]:  # a rule across settings: its message names them
+                problems.setdefault(error["msg"], str(error["msg"]).removeprefix("Value error, "))
+                continue
+            field = str(error["loc"][0])
             where = env_name(field) if field in from_vars else f"setting {field}"
             problems.setdefault(where, f"{where}={error.get('input')!r}: {error['msg']}")
         if len(problems) == 1:

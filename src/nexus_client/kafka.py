@@ -4,6 +4,10 @@ Producing is where an agent hands a step to the gateway, so the producer is the 
 idempotent, and `send` returns only once the broker has acknowledged that one step. Records are keyed by
 `order_id`, so every step of an order lands in the same partition and one consumer sees them in order;
 each carries a W3C `traceparent` header (a fresh trace unless the caller passes one).
+
+TLS and SASL: both clients take `security=KafkaSecurity(...)`; without it they read the same variables as the
+gateway (`NEXUS_KAFKA_SECURITY_PROTOCOL`, `NEXUS_KAFKA_SASL_MECHANISM`, `NEXUS_KAFKA_SASL_USERNAME`,
+`NEXUS_KAFKA_SASL_PASSWORD`, `NEXUS_KAFKA_SSL_CAFILE`, `NEXUS_KAFKA_SSL_CERTFILE`, `NEXUS_KAFKA_SSL_KEYFILE`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,18 @@ from typing import Any, Self
 from nexus_client import _tracing
 from nexus_client._protocol import envelope_json
 from nexus_wire.envelope import EventEnvelope
-from nexus_wire.kafka import BATCH_BYTES, Client, Delivered, Headers, Producer, Record
+from nexus_wire.kafka import BATCH_BYTES, Client, Delivered, Headers, KafkaSecurity, Producer, Record, client_kwargs
 from nexus_wire.trace import new_traceparent
 
-__all__ = ["BATCH_BYTES", "DecisionsReader", "Delivered", "EventProducer", "Headers", "new_traceparent"]
+__all__ = [
+    "BATCH_BYTES",
+    "DecisionsReader",
+    "Delivered",
+    "EventProducer",
+    "Headers",
+    "KafkaSecurity",
+    "new_traceparent",
+]
 
 
 # One producer underneath (nexus_wire.kafka.Producer, shared with the gateway's tools); this `send` is the
@@ -61,9 +73,13 @@ class DecisionsReader(Client):
     may be handed out for a later resend).
     """
 
-    def __init__(self, bootstrap: str, topic: str = "nexus.decisions") -> None:
+    def __init__(
+        self, bootstrap: str, topic: str = "nexus.decisions", *, security: KafkaSecurity | None = None
+    ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
+        self.security = security
+        """TLS and SASL (`nexus_wire.kafka_security`); None: from the `NEXUS_KAFKA_*` environment."""
         self._consumer: Any = None
         self._task: asyncio.Task[None] | None = None
         self._seen: dict[str, list[dict[str, Any]]] = {}
@@ -73,7 +89,9 @@ class DecisionsReader(Client):
         from aiokafka import AIOKafkaConsumer
 
         # No group: every partition is assigned to this reader once the topic's metadata arrives.
-        consumer = AIOKafkaConsumer(self.topic, bootstrap_servers=self.bootstrap, enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            self.topic, bootstrap_servers=self.bootstrap, enable_auto_commit=False, **client_kwargs(self.security)
+        )
         await consumer.start()
         loop = asyncio.get_running_loop()
         until = loop.time() + 10.0

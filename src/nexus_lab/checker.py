@@ -308,7 +308,7 @@ async def _dlq_event_ids(report: Mapping[str, Any], settings: Settings) -> set[s
     try:
         from nexus.kafka_io import read_topic
 
-        records = await read_topic(bootstrap, settings.kafka_dlq_topic)
+        records = await read_topic(bootstrap, settings.kafka_dlq_topic, security=settings.kafka_security())
     except Exception:  # noqa: BLE001 - the DLQ check is then reported as not checked
         return None
     ids = set()

@@ -7,13 +7,15 @@ from collections.abc import Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from nexus_wire.kafka import client_kwargs
+
 _TOPIC_ALREADY_EXISTS = 36
 
 
 async def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 4) -> None:
     """Create the topics that do not exist yet (replication 1: the local broker is a single node) and
     wait until every partition has a leader, so the first produce does not bounce."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000, **client_kwargs(None))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
@@ -37,7 +39,7 @@ async def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: in
 
 
 async def delete_topics(bootstrap: str, topics: Sequence[str]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000, **client_kwargs(None))
     await admin.start()
     try:
         await admin.delete_topics(list(topics), timeout_ms=10_000)

@@ -1,5 +1,6 @@
 """The one Kafka producer of steps, shared by the SDK (`nexus_client.kafka.EventProducer`) and the gateway's
-tools (`nexus.kafka_io.EventProducer`); needs aiokafka (the `kafka` extra).
+tools (`nexus.kafka_io.EventProducer`), built with the TLS and SASL settings (`KafkaSecurity`, from
+`nexus_wire.kafka_security`) every Kafka client takes; needs aiokafka (the `kafka` extra).
 
 Producing is where an agent hands a step to the gateway, so the producer is the strict kind: acks=all and
 idempotent, and a send returns only once the broker has acknowledged that one record. Records are keyed by
@@ -21,6 +22,10 @@ from types import TracebackType
 from typing import Any, Self
 
 from aiokafka import AIOKafkaProducer
+
+from nexus_wire.kafka_security import KafkaSecurity, client_kwargs
+
+__all__ = ["BATCH_BYTES", "Client", "Delivered", "Headers", "KafkaSecurity", "Producer", "Record", "client_kwargs"]
 
 Headers = list[tuple[str, bytes]]
 BATCH_BYTES = 256 * 1024
@@ -82,6 +87,7 @@ class Producer(Client):
         client_id: str | None = None,
         linger_ms: int = 0,
         max_batch_size: int = BATCH_BYTES,
+        security: KafkaSecurity | None = None,
     ) -> None:
         self.bootstrap = bootstrap
         self.topic = topic
@@ -92,11 +98,16 @@ class Producer(Client):
             enable_idempotence=True,
             linger_ms=linger_ms,
             max_batch_size=max_batch_size,
+            **client_kwargs(security),
         )
         self._started = False
 
     async def start(self) -> Self:
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except BaseException:  # refused (a wrong password), unreachable: its connections closed all the same
+            await self._producer.stop()
+            raise
         self._started = True
         return self
 

@@ -1,13 +1,14 @@
 """`nexus subscriptions`: add, list and disable webhook subscriptions; list and redrive dead deliveries.
 
-    nexus subscriptions add NAME URL [--secret whsec_...] [--event-type T ...] [--tenant T]
+    nexus subscriptions add NAME URL (--tenant T | --all-tenants) [--secret whsec_...] [--event-type T ...]
                                      [--format native|cloudevents]
     nexus subscriptions list
     nexus subscriptions disable ID_OR_NAME
     nexus subscriptions dead [--subscription ID]
     nexus subscriptions redrive OUTBOX_ID SUBSCRIPTION_ID
 
-Output is JSON, one document per command, so scripts can read it.
+`add` needs `--tenant T` (that tenant's notifications) or `--all-tenants` (every tenant's): without
+either it exits 2. Output is JSON, one document per command, so scripts can read it.
 """
 
 from __future__ import annotations
@@ -33,7 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add.add_argument("--secret", default=None, help="whsec_<base64>; generated if absent")
     add.add_argument("--event-type", action="append", default=None, help="only these types (repeatable)")
     add.add_argument("--replace", action="store_true", help="update the subscription of the same name")
-    add.add_argument("--tenant", default=None, help="only this tenant's notifications (default: every tenant)")
+    # Whose notifications it receives is said, never assumed: every tenant's is a choice of its own.
+    whose = add.add_mutually_exclusive_group(required=True)
+    whose.add_argument("--tenant", default=None, help="receive this tenant's notifications only")
+    whose.add_argument("--all-tenants", action="store_true", help="receive every tenant's notifications")
     add.add_argument("--format", default="native", choices=["native", "cloudevents"], help="body format")
     sub.add_parser("list", help="list subscriptions and their breaker state")
     disable = sub.add_parser("disable", help="stop delivering to a subscription (pending ones wait)")

@@ -301,12 +301,14 @@ class KafkaIngress:
             max_poll_interval_ms=s.kafka_max_poll_interval_ms,
             session_timeout_ms=s.kafka_session_timeout_ms,
             heartbeat_interval_ms=s.kafka_heartbeat_interval_ms,
+            **s.kafka_security().client_kwargs(),
         )
         self._producer = AIOKafkaProducer(
             bootstrap_servers=s.kafka_bootstrap,
             client_id=f"nexus-dlq-{os.getpid()}",
             acks="all",
             enable_idempotence=True,
+            **s.kafka_security().client_kwargs(),
         )
         committer: asyncio.Task[None] | None = None
         self._lanes = [_Lane(self, i) for i in range(max(1, s.kafka_lanes))]

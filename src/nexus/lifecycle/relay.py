@@ -53,7 +53,9 @@ class DecisionsRelay:
     async def run(self) -> None:
         base_ms = self.settings.decisions_relay_poll_s * 1000.0
         retrying = Retrying(RetryPolicy(base_ms=base_ms, max_ms=self.settings.kafka_reconnect_max_ms), random.Random())
-        producer = EventProducer(self.settings.kafka_bootstrap, self.settings.decisions_topic, client_id="nexus-relay")
+        producer = EventProducer.from_settings(
+            self.settings, topic=self.settings.decisions_topic, client_id="nexus-relay"
+        )
         while True:
             try:
                 await producer.start()

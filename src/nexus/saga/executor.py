@@ -66,6 +66,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
+from nexus.store.saga_keys import legacy_secret
 from nexus_wire.trace import new_traceparent
 
 log = logging.getLogger(__name__)
@@ -94,16 +95,6 @@ class _Call:
     """Why the call is refused without being made (no URL, a body that could not be built), or None."""
 
 
-def derived_key(secret: bytes, tenant: str, order: str, plan: str, step: str, action: Action, attempt: int) -> str:
-    """The key of every attempt of a call: the same whatever the attempt (that is the point)."""
-    del attempt
-    return idempotency_key(secret, tenant, order, plan, step, action)
-
-
-def saga_secret(settings: Settings) -> bytes:
-    return (settings.saga_secret or settings.webhook_secret or "nexus-saga-idempotency").encode()
-
-
 class SagaExecutor:
     """Performs the effects of due sagas until cancelled."""
 
@@ -114,14 +105,17 @@ class SagaExecutor:
         settings: Settings,
         owner: str,
         *,
-        key_function: KeyFunction = derived_key,
+        key_function: KeyFunction | None = None,
     ) -> None:
         self.db = db
         self.gateway = gateway
         self.settings = settings
         self.owner = owner
-        self.secret = saga_secret(settings)
+        # Each call's key is read from its step's row, fixed when the step was recorded (store/saga_keys); the
+        # old derivation only for a step a gateway of an older version recorded and nobody filled in yet.
+        self.legacy_secret = legacy_secret(settings)
         self.key_function = key_function
+        """None: the stored keys; a function of the attempt: a key per attempt (a broken variant's)."""
         self.policy = RetryPolicy(
             base_ms=settings.saga_retry_base_ms,
             max_ms=settings.saga_retry_max_ms,
@@ -409,19 +403,12 @@ class SagaExecutor:
         tenant_id, order_id, seq, plan_id = step["tenant_id"], step["order_id"], step["seq"], step["plan_id"]
         service = step["service"]
         base = self.settings.service_url(service)
+        key = self._key(step, action)
         if action is Action.FORWARD:
-            key = self.key_function(
-                self.secret, tenant_id, order_id, plan_id, step["step_name"], action, step["attempts"] + 1
-            )
             refusal = step["forward_error"] or (f"no URL for service {service!r}" if base is None else None)
             path, body, compensates = step["forward_path"], _json(step["forward_payload"]), None
         else:
-            key = self.key_function(
-                self.secret, tenant_id, order_id, plan_id, step["step_name"], action, step["compensation_attempts"] + 1
-            )
-            compensates = step["forward_key"] or derived_key(
-                self.secret, tenant_id, order_id, plan_id, step["step_name"], Action.FORWARD, 0
-            )
+            compensates = step["forward_key"] or self._key(step, Action.FORWARD)
             event = json.loads(step["envelope_text"])
             variables = {
                 "data": event.get("data") or {},
@@ -447,6 +434,16 @@ class SagaExecutor:
             compensates=compensates,
             refusal=refusal,
         )
+
+    def _key(self, step: asyncpg.Record, action: Action) -> str:
+        """The Idempotency-Key of every attempt of the step's call in `action`'s direction."""
+        forward = action is Action.FORWARD
+        parts = (step["tenant_id"], step["order_id"], step["plan_id"], step["step_name"], action)
+        if self.key_function is not None:
+            attempt = step["attempts" if forward else "compensation_attempts"] + 1
+            return self.key_function(self.legacy_secret, *parts, attempt)
+        stored: str | None = step["forward_key" if forward else "compensation_key"]
+        return stored or idempotency_key(self.legacy_secret, *parts)
 
     # -- HTTP and breakers ----------------------------------------------------------------------------------
     async def call_service(

@@ -186,7 +186,7 @@ async def _apply_effects(gateway: Gateway, conn: asyncpg.Connection, applying: l
         for resolution in resolutions:
             add_rows(resolution, traces, rows)
         await write_builder(conn, rows, await record_rows(conn, entries, reads.heads, set(keys)))
-        await records.record(conn, resolutions, gateway.catalog, {})
+        await records.record(conn, resolutions, gateway.catalog, {}, gateway.saga_secret)
     return after
 
 
@@ -228,7 +228,7 @@ async def _write(
     rows = RowsBuilder()
     add_rows(resolution, traces or {}, rows)
     await write_builder(conn, rows)
-    await records.record(conn, [resolution], gateway.catalog, {})
+    await records.record(conn, [resolution], gateway.catalog, {}, gateway.saga_secret)
     entries = gateway.parts.log.order_entries(resolution, pending, SYSTEM_SAGA, None)
     # The step's own APPLY was logged when it took its seq; what it drains now is logged here.
     await record_entries(conn, entries[1:] if skip_first else entries)

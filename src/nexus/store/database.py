@@ -9,6 +9,7 @@ import asyncpg
 
 from nexus.errors import ConfigurationError, TransientDatabaseError
 from nexus.settings import Settings
+from nexus.store import saga_keys
 from nexus.store.embedded import EmbeddedPostgres
 from nexus.store.errors import wrap_db_errors
 from nexus.store.migrate import apply_migrations
@@ -52,13 +53,19 @@ class Database:
             if migrate or self.settings.sync_standby:
                 conn = await asyncpg.connect(url)
                 try:
-                    applied = await apply_migrations(conn) if migrate else []
+                    applied, filled = [], 0
+                    if migrate:
+                        applied = await apply_migrations(conn)
+                        await saga_keys.ensure_secret(conn)
+                        filled = await saga_keys.backfill(conn, self.settings)  # steps an older version recorded
                     if self.settings.sync_standby:
                         await require_sync_standby(conn, self.settings.sync_standby)
                 finally:
                     await conn.close()
                 for m in applied:
                     log.info("migration applied", extra={"action": "migrate", "version": m.version})
+                if filled:
+                    log.info("saga keys of older steps filled in", extra={"action": "migrate", "count": filled})
             self._pool = await asyncpg.create_pool(
                 url,
                 min_size=1,

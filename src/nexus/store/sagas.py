@@ -16,6 +16,7 @@ from nexus.core.order_state import OrderState, Resolution
 from nexus.core.process import ProcessCatalog
 from nexus.core.saga import EffectBodyError, SagaStatus, StepStatus, build_body
 from nexus.store.queries import query
+from nexus.store.saga_keys import SagaSecret, call_keys
 
 _HOLDING = {
     SagaStatus.COMPENSATING: EffectStatus.COMPENSATING,
@@ -81,9 +82,11 @@ async def record(
     resolutions: Sequence[Resolution],
     catalog: ProcessCatalog | None,
     traces: Mapping[Any, str | None],
+    secret: SagaSecret,
 ) -> None:
-    """Write the saga steps of the steps that took their seq waiting for an effect, and turn the open
-    sagas of aborted plans to compensation: in the transaction of the decisions themselves."""
+    """Write the saga steps of the steps that took their seq waiting for an effect (with both directions'
+    Idempotency-Keys, fixed from here on), and turn the open sagas of aborted plans to compensation: in the
+    transaction of the decisions themselves."""
     if catalog is None:
         return
     sagas: list[tuple[str, str, str, str]] = []
@@ -118,6 +121,8 @@ async def record(
             compensation = effect.compensation
             compensable = compensation is not None and not compiled.step.pivot and not resolution.before.past_pivot
             sagas.append((event.tenant_id, event.order_id, event.plan_id, process.name))
+            step_name = str(event.event_type)
+            keys = call_keys(await secret.get(conn), event.tenant_id, event.order_id, event.plan_id, step_name)
             steps.append(
                 (
                     event.tenant_id,
@@ -136,11 +141,12 @@ async def record(
                     json.dumps(compensation.body) if compensation is not None else None,
                     traces.get(event.event_id),
                     event.model_dump_json(),
+                    *keys,
                 )
             )
     if sagas:
         await conn.execute(query("saga.sql", "upsert_sagas"), *_columns(sagas, 4))
-        await conn.execute(query("saga.sql", "insert_saga_steps"), *_columns(steps, 16))
+        await conn.execute(query("saga.sql", "insert_saga_steps"), *_columns(steps, 18))
     if aborted:
         await conn.execute(query("saga.sql", "abort_sagas"), [t for t, _ in aborted], [o for _, o in aborted])
     if sagas or aborted:

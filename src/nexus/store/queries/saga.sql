@@ -19,14 +19,16 @@ ON CONFLICT (tenant_id, order_id) DO UPDATE SET
 -- name: insert_saga_steps
 INSERT INTO saga_steps (tenant_id, order_id, seq, step_name, plan_id, event_id, service, compensable, pivot,
                         forward_path, forward_payload, forward_error, compensation_path, compensation_spec,
-                        traceparent, envelope)
+                        traceparent, envelope, forward_key, compensation_key)
 SELECT tenant_id, order_id, seq, step_name, plan_id, event_id, service, compensable, pivot, forward_path,
        forward_payload::jsonb, forward_error, compensation_path, compensation_spec::jsonb, traceparent,
-       envelope::jsonb
+       envelope::jsonb, forward_key, compensation_key
 FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::uuid[], $7::text[], $8::bool[],
-            $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[])
+            $9::bool[], $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[],
+            $17::text[], $18::text[])
     AS u(tenant_id, order_id, seq, step_name, plan_id, event_id, service, compensable, pivot, forward_path,
-         forward_payload, forward_error, compensation_path, compensation_spec, traceparent, envelope)
+         forward_payload, forward_error, compensation_path, compensation_spec, traceparent, envelope, forward_key,
+         compensation_key)
 ON CONFLICT (tenant_id, order_id, seq) DO NOTHING;
 
 -- name: notify_sagas
