@@ -3,11 +3,21 @@
 Orders are partitioned by hash across a few workers, so two shared transactions never wait on each
 other's advisory locks. A worker takes what is queued for its partition (up to `max_events`, optionally
 waiting `window_ms` for more), submits it as one batch and splits the outcomes back.
+
+Fair between tenants: a worker keeps one queue per tenant and fills a transaction by taking one slice from
+each tenant with work in turn (round robin, the next transaction starting after the last tenant served), and a
+request larger than a slice (`max_events // 4` items) is cut into slices that go into successive transactions,
+in order. So one tenant's 1,000-envelope batches delay another tenant's single step by about one transaction,
+not by every batch queued before it. A request's slices keep its items' order (one tenant's queue is FIFO, and a
+worker runs its transactions one after another); a request whose slices span transactions is answered once all
+of them are decided, and fails if one of them fails (a transient failure is retried whole by its caller, its
+already-decided steps answered DUPLICATE).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import zlib
@@ -24,6 +34,50 @@ class _Request:
     future: asyncio.Future[list[Outcome]]
 
 
+def tenant_of(item: Incoming) -> str:
+    return item.envelope.tenant_id if item.envelope is not None else item.tenant_id
+
+
+class _TenantQueues:
+    """One worker's queue: FIFO per tenant, served round robin; `wait` wakes when anything arrives."""
+
+    def __init__(self) -> None:
+        self._by_tenant: dict[str, collections.deque[_Request]] = {}
+        self._ring: collections.deque[str] = collections.deque()
+        self._arrived = asyncio.Event()
+
+    def put(self, tenant: str, request: _Request) -> None:
+        queue = self._by_tenant.get(tenant)
+        if queue is None:
+            queue = self._by_tenant[tenant] = collections.deque()
+            self._ring.append(tenant)
+        queue.append(request)
+        self._arrived.set()
+
+    def __bool__(self) -> bool:
+        return bool(self._ring)
+
+    def next_size(self) -> int:
+        """How many items the next request in turn holds (the queue must not be empty)."""
+        return len(self._by_tenant[self._ring[0]][0].items)
+
+    def take(self) -> _Request:
+        """The head request of the next tenant in turn (the queue must not be empty)."""
+        tenant = self._ring.popleft()
+        queue = self._by_tenant[tenant]
+        request = queue.popleft()
+        if queue:
+            self._ring.append(tenant)
+        else:
+            del self._by_tenant[tenant]
+        if not self._ring:
+            self._arrived.clear()
+        return request
+
+    async def wait(self) -> None:
+        await self._arrived.wait()
+
+
 class GroupCommitter:
     """Shares `Gateway.submit` transactions between concurrent callers."""
 
@@ -31,7 +85,8 @@ class GroupCommitter:
         self.gateway = gateway
         self.max_events = max_events
         self.window_s = window_ms / 1000.0
-        self._queues: list[asyncio.Queue[_Request]] = [asyncio.Queue() for _ in range(max(1, workers))]
+        self.slice = max(1, max_events // 4)
+        self._queues: list[_TenantQueues] = [_TenantQueues() for _ in range(max(1, workers))]
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -57,16 +112,19 @@ class GroupCommitter:
         parts: dict[int, list[int]] = defaultdict(list)
         for i, item in enumerate(items):
             parts[self._partition(item)].append(i)
-        if len(parts) == 1:  # one order (one event per request, the usual case): no gather, no reordering
+        tenant = tenant_of(items[0])
+        if len(parts) == 1 and len(items) <= self.slice:  # one event per request, the usual case: no gather
             (partition,) = parts
             single: asyncio.Future[list[Outcome]] = loop.create_future()
-            self._queues[partition].put_nowait(_Request(list(items), single))
+            self._queues[partition].put(tenant, _Request(list(items), single))
             return await single
         futures: list[tuple[list[int], asyncio.Future[list[Outcome]]]] = []
         for partition, indexes in parts.items():
-            future: asyncio.Future[list[Outcome]] = loop.create_future()
-            self._queues[partition].put_nowait(_Request([items[i] for i in indexes], future))
-            futures.append((indexes, future))
+            for start in range(0, len(indexes), self.slice):
+                part = indexes[start : start + self.slice]
+                future: asyncio.Future[list[Outcome]] = loop.create_future()
+                self._queues[partition].put(tenant, _Request([items[i] for i in part], future))
+                futures.append((part, future))
         results: list[Outcome | None] = [None] * len(items)
         # Wait for every partition even if one fails, so no shared batch is left half-answered.
         done = await asyncio.gather(*(f for _, f in futures), return_exceptions=True)
@@ -77,24 +135,26 @@ class GroupCommitter:
                 results[i] = o
         return [r for r in results if r is not None]
 
-    async def _work(self, queue: asyncio.Queue[_Request]) -> None:
+    async def _work(self, queue: _TenantQueues) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = [await queue.get()]
+            await queue.wait()
+            batch = [queue.take()]
             count = len(batch[0].items)
             deadline = loop.time() + self.window_s
             while count < self.max_events:
-                try:
-                    request = queue.get_nowait()
-                except asyncio.QueueEmpty:
+                if not queue:
                     remaining = deadline - loop.time()
                     if remaining <= 0:
                         break
                     try:
                         async with asyncio.timeout(remaining):
-                            request = await queue.get()
+                            await queue.wait()
                     except TimeoutError:
                         break
+                if count + queue.next_size() > self.max_events:
+                    break
+                request = queue.take()
                 batch.append(request)
                 count += len(request.items)
             await self._run(batch)

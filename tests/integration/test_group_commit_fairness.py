@@ -1,0 +1,50 @@
+"""The group commit is fair between tenants: one tenant's largest legal batches, queued first, delay another
+tenant's single step by about one transaction (counted in transactions, not timed)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from nexus.core.order_state import Decision
+from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
+from nexus.ingress.batcher import GroupCommitter
+from nexus.store.database import Database
+from tests.factories import step_json
+
+
+class CountingGateway(Gateway):
+    """A real gateway that remembers the tenants of each transaction it ran, in order."""
+
+    transactions: list[list[str]]
+
+    async def submit(self, items: Sequence[Incoming], *, source: IngressKind | str = IngressKind.HTTP) -> list[Outcome]:
+        self.transactions.append([i.envelope.tenant_id for i in items if i.envelope is not None])
+        return await super().submit(items, source=source)
+
+
+def _batch(tenant: str, prefix: str, n: int) -> list[Incoming]:
+    return [Incoming.parse(step_json(f"{prefix}-{i}", f"p-{prefix}-{i}", 1, tenant_id=tenant)) for i in range(n)]
+
+
+async def test_a_single_step_waits_one_transaction_behind_another_tenants_big_batches(db: Database) -> None:
+    """Four 1,000-envelope batches of acme queued before initech's one step: the step is decided in the first or
+    second transaction (it was in the fifth before the fair queue), acme's batches are decided whole and in order,
+    and no transaction holds more than `max_events` items."""
+    gateway = CountingGateway(db)
+    gateway.transactions = []
+    committer = GroupCommitter(gateway, workers=1, max_events=500)
+    committer.start()
+    try:
+        big = [asyncio.create_task(committer.submit(_batch("acme", f"a{b}", 1000))) for b in range(4)]
+        await asyncio.sleep(0)  # every batch queued first
+        [light] = await committer.submit(_batch("initech", "c", 1))
+        assert light.decision is Decision.APPLY
+        first = next(i for i, tenants in enumerate(gateway.transactions) if "initech" in tenants)
+        assert first <= 1, [len(t) for t in gateway.transactions]
+        answers = await asyncio.gather(*big)
+    finally:
+        await committer.stop()
+    assert all(len(a) == 1000 and {o.decision for o in a} == {Decision.APPLY} for a in answers)
+    assert max(len(t) for t in gateway.transactions) <= 500
+    assert sum(len(t) for t in gateway.transactions) == 4001
