@@ -75,6 +75,8 @@ class BatchReads:
     rejected: Mapping[OrderKey, Mapping[uuid.UUID, Verdict]] = dataclasses.field(default_factory=dict)
     limits: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     heads: Mapping[OrderKey, tuple[int, bytes]] = dataclasses.field(default_factory=dict)
+    numbered: Mapping[OrderKey, frozenset[uuid.UUID]] = dataclasses.field(default_factory=dict)
+    """The buffered steps (by event_id) the server numbered (`OrderContext.numbered`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -216,6 +218,9 @@ def plan_batch(
             ctx = dataclasses.replace(base, limits=limits, rejected=rejected or {})
             if not rejected:
                 contexts[key[0]] = ctx
+        numbered = _numbered(items, by_order[key], reads.numbered.get(key, frozenset()))
+        if numbered:
+            ctx = dataclasses.replace(ctx, numbered=numbered)
         planner.order(key, by_order[key], reads, ctx)
     planner.unparsed()
     if expiry is not None and now is not None:
@@ -232,3 +237,9 @@ def plan_batch(
         wake=tuple(sorted({*by_order, *planner.woken})), resolutions=tuple(planner.resolutions), traces=planner.traces,
         drained=planner.drained, blocked=tuple(planner.blocked),
     )  # fmt: skip
+
+
+def _numbered(items: Sequence[Incoming], indexes: list[int], buffered: frozenset[uuid.UUID]) -> frozenset[uuid.UUID]:
+    """The order's server-numbered steps: those buffered before, and this batch's proposals."""
+    proposed = [e.event_id for i in indexes if items[i].proposal is not None and (e := items[i].envelope) is not None]
+    return buffered | frozenset(proposed) if proposed else buffered
