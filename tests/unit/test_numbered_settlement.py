@@ -1,5 +1,6 @@
-"""No numbered client waits for a number nobody can send: the pure fold (core/numbering + plan_batch) driven
-in memory by any sequence of proposals, approvals, denials, expiries, aborts and replans."""
+"""No numbered client waits for a number nobody can send: the pure fold (plan_batch numbering proposals with
+core/numbering) driven in memory by any sequence of proposals, approvals, denials, expiries, aborts and
+replans."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.decide.items import Incoming, IngressKind
+from nexus.core.decide.numbering import NumberingReads, StartedPlan
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.envelope import EventEnvelope
-from nexus.core.numbering import Proposal, data_digest, event_id_for, number
+from nexus.core.numbering import Proposal, data_digest, event_id_for
 from nexus.core.order_state import Decision, OrderState
 from nexus.core.process_model import Verdict
 from nexus.errors import ErrorCode
@@ -67,9 +69,13 @@ class Order:
     def submit(self, item: Incoming, kind: IngressKind, answers: dict[uuid.UUID, Verdict | None] | None = None) -> Any:
         """Lock, read, plan, write: the gateway's transaction, in memory."""
         numbered = frozenset(e.event_id for e in self.pending.values() if e.event_id in self.numbered)
-        reads = BatchReads({KEY: self.state}, {KEY: dict(self.pending)}, numbered={KEY: numbered})
+        reads = BatchReads(
+            {KEY: self.state}, {KEY: dict(self.pending)}, numbered={KEY: numbered},
+            numbering={KEY: NumberingReads(StartedPlan("p-1", "order_reviewed"))},
+        )  # fmt: skip
         plan: BatchPlan = plan_batch([item], reads, PARTS, kind=kind, now=NOW, approvals=answers)
         [resolution] = plan.resolutions
+        self.envelopes.update({event.event_id: event for event, _, _ in resolution.decisions})
         self.state = resolution.after
         for seq in resolution.unbuffered:
             del self.pending[seq]
@@ -82,19 +88,16 @@ class Order:
             taken = max([self.state.last_seq + (self.state.held is not None), *self.pending])
             name = MAIN[min(taken, len(MAIN) - 1)]
         step = "PaymentProcessed" if name == "SmallPayment" else name
-        key = str(uuid.uuid4())
-        proposal = Proposal(event_id_for(KEY[0], KEY[1], key), data_digest(step, DATA[name]), keyed=True)
-        held = self.state.held is not None
-        [assignment] = number([proposal], last_seq=self.state.last_seq, buffered=self.pending, held=held, now=NOW)
+        event_id = event_id_for(KEY[0], KEY[1], str(uuid.uuid4()))
         envelope = EventEnvelope.model_validate(
             {
-                "event_id": str(proposal.event_id), "event_type": step, "plan_id": self.plan_id, "order_id": KEY[1],
-                "seq_id": assignment.seq_id, "timestamp": NOW.isoformat(), "schema_version": "1.0",
-                "data": DATA[name], "process": "order_reviewed",
+                "event_id": str(event_id), "event_type": step, "plan_id": self.plan_id, "order_id": KEY[1],
+                "seq_id": 1, "timestamp": NOW.isoformat(), "schema_version": "1.0", "data": DATA[name],
+                "process": "order_reviewed",
             }
         )  # fmt: skip
-        self.numbered.add(envelope.event_id)
-        self.envelopes[envelope.event_id] = envelope
+        self.numbered.add(event_id)
+        proposal = Proposal(event_id, data_digest(step, DATA[name]), keyed=True)
         item = dataclasses.replace(Incoming.of(envelope), proposal=proposal)
         decision: Decision = self.submit(item, IngressKind.HTTP).decision
         return decision
