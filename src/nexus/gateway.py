@@ -30,10 +30,11 @@ from nexus.core.decide.expiry import Expiry
 from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, NoDecisionLog
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
+from nexus.core.decide.refusals import refusal
 from nexus.core.decide.validation import NoChecks, StepChecks
 from nexus.core.order_state import Decision, OrderState
 from nexus.core.process_model import ProcessCatalog
-from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
+from nexus.errors import PermanentDatabaseError, TransientDatabaseError
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as saga_records
 from nexus.store.database import Database
@@ -148,7 +149,7 @@ class Gateway:
                 exc_info=not isinstance(exc, PermanentDatabaseError),
                 extra={"action": "isolate_item", "event_id": item.event_id, "cause": repr(exc.__cause__)},
             )
-            return await self._submit_once([dataclasses.replace(item, envelope=None, error=_refusal(exc))], kind)
+            return await self._submit_once([dataclasses.replace(item, envelope=None, error=refusal(exc))], kind)
 
     async def _submit_once(
         self, items: Sequence[Incoming], kind: IngressKind, decided: Mapping[uuid.UUID, ApprovalDecision] | None = None
@@ -261,19 +262,6 @@ class Gateway:
         metrics.record_buffer_timeouts(len(ids))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(ids)})
         return ids
-
-
-# Unique keys on a step's event_id: a second step reusing an event_id hits one of them.
-_EVENT_ID_CONSTRAINTS = frozenset({"outbox_pkey", "outbox_event_id_key", "pending_events_event_id_key"})
-
-
-def _refusal(exc: Exception) -> InvalidEventError:
-    """Why an item was refused, in words safe to show its sender (no driver text)."""
-    if isinstance(exc, PermanentDatabaseError):
-        if exc.constraint in _EVENT_ID_CONSTRAINTS:
-            return InvalidEventError("event_id is already used by another step", code=ErrorCode.INVALID_EVENT)
-        return InvalidEventError(f"{exc.message}: the item cannot be stored", code=exc.code)
-    return InvalidEventError("the item cannot be serialized or stored", code=ErrorCode.DATABASE_REJECTED)
 
 
 def _log_decisions(items: Sequence[Incoming], outcomes: Sequence[Outcome], kind: IngressKind) -> None:
