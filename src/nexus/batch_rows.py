@@ -66,6 +66,7 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
     tenants = sorted({tenant for tenant, _ in order_ids})
     rows = await conn.fetch(query("gateway.sql", "read_batch"), *pairs(order_ids), tenants, validated)
     pending: dict[OrderKey, dict[int, EventEnvelope]] = defaultdict(dict)
+    numbered: dict[OrderKey, set[uuid.UUID]] = defaultdict(set)
     rejected: dict[OrderKey, dict[uuid.UUID, Verdict]] = defaultdict(dict)
     limits: dict[str, dict[str, Any]] = {}
     heads: dict[OrderKey, tuple[int, bytes]] = {}
@@ -80,7 +81,9 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
         elif kind == "head":
             heads[(row["tenant_id"], row["order_id"])] = (row["position"], bytes(row["hash"]))
         elif kind == "pending":
-            pending[(row["tenant_id"], row["order_id"])][row["seq_id"]] = parse_envelope(row["envelope"])
+            step = pending[(row["tenant_id"], row["order_id"])][row["seq_id"]] = parse_envelope(row["envelope"])
+            if row["numbered"]:
+                numbered[(row["tenant_id"], row["order_id"])].add(step.event_id)
         elif kind == "rejected":
             verdict = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
             rejected[(row["tenant_id"], row["order_id"])][row["event_id"]] = verdict
@@ -96,7 +99,7 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
         key = (row["tenant_id"], row["order_id"])
         state = states.get(key) or OrderState(row["order_id"], plan_id=row["plan_id"])
         states[key] = dataclasses.replace(state, held=row["event_id"])
-    return BatchReads(states, pending, rejected, limits, heads)
+    return BatchReads(states, pending, rejected, limits, heads, {k: frozenset(v) for k, v in numbered.items()})
 
 
 async def read_buffered(conn: asyncpg.Connection, order_ids: list[OrderKey]) -> tuple[list[BufferedStep], Any]:

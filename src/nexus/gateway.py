@@ -30,10 +30,11 @@ from nexus.core.decide.expiry import Expiry
 from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, NoDecisionLog
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
+from nexus.core.decide.refusals import refusal
 from nexus.core.decide.validation import NoChecks, StepChecks
 from nexus.core.order_state import Decision, OrderState
 from nexus.core.process_model import ProcessCatalog
-from nexus.errors import ErrorCode, InvalidEventError, PermanentDatabaseError, TransientDatabaseError
+from nexus.errors import PermanentDatabaseError, TransientDatabaseError
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as saga_records
 from nexus.store.database import Database
@@ -81,6 +82,7 @@ class Gateway:
             # Kafka ingress sends plan mismatches to its DLQ topic instead of the dead_letters table.
             record_plan_mismatch=record_plan_mismatch,
             default_limits={"max_order_amount": self.default_max_order_amount},
+            repeat_window_s=db.settings.repeat_window_s,
         )
         # only orders of processes with effects pay for reading their sagas
         self.effect_processes = saga_records.effect_processes(catalog) if self.parts.checks.checks else frozenset()
@@ -149,59 +151,31 @@ class Gateway:
                 exc_info=not isinstance(exc, PermanentDatabaseError),
                 extra={"action": "isolate_item", "event_id": item.event_id, "cause": repr(exc.__cause__)},
             )
-            return await self._submit_once([dataclasses.replace(item, envelope=None, error=_refusal(exc))], kind)
+            return await self._submit_once([dataclasses.replace(item, envelope=None, error=refusal(exc))], kind)
 
     async def _submit_once(
         self, items: Sequence[Incoming], kind: IngressKind, decided: Mapping[uuid.UUID, ApprovalDecision] | None = None
     ) -> list[Outcome]:
-        """Lock, read, (number,) plan, write: one transaction."""
+        """Lock, read, plan, write: one transaction."""
         order_ids = sorted({order_key(item.envelope) for item in items if item.envelope is not None})
-        now = dt.datetime.now(dt.UTC)  # the clock of deadlines
-        numbered: plan_steps.Numbered | None = None
+        now = dt.datetime.now(dt.UTC)  # the clock of deadlines and of the repeat window
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 reads = BatchReads()
                 if order_ids:
                     await conn.execute(query("gateway.sql", "lock_orders"), *pairs(order_ids))
                     reads = await self._read(conn, order_ids, items)
-                    if any(item.proposal is not None for item in items):  # server-numbered steps
-                        numbered = await self._number(conn, items, reads, now)
-                        items = numbered.items
                     if decided:  # an approval is answered once, under its order's lock
                         await lifecycle_records.decide_approvals(conn, decided)
                 answers = {k: v.verdict for k, v in decided.items()} if decided else None
-                decide = numbered.decided(len(items)) if numbered else range(len(items))
-                plan = plan_batch([items[i] for i in decide], reads, self.parts, kind=kind, now=now, approvals=answers)
-                if numbered is not None:
-                    plan = dataclasses.replace(plan, log=(*numbered.entries, *plan.log))
+                plan = plan_batch(items, reads, self.parts, kind=kind, now=now, approvals=answers)
                 dead_ids = await self._write(conn, plan, reads, order_ids)
-                outcomes = self._answered([items[i] for i in decide], plan, dead_ids, kind)
-                if numbered is None:
-                    return outcomes
-                spread: list[Outcome | None] = [None] * len(items)
-                for i, outcome in zip(decide, outcomes, strict=True):
-                    spread[i] = outcome
-                plan_steps.finish(numbered, spread, Outcome)  # repeats answered with their first verdict
-                await plan_steps.record(conn, numbered, spread, now)  # the first verdicts, in this transaction
-        if numbered.deferred:  # a second new proposal of an order: numbered from the state this one left
-            later = await self._submit_once([items[i] for i in numbered.deferred], kind)
-            for i, outcome in zip(numbered.deferred, later, strict=True):
-                spread[i] = outcome
-        return [o for o in spread if o is not None]
-
-    async def _number(
-        self, conn: asyncpg.Connection, items: Sequence[Incoming], reads: BatchReads, now: dt.datetime
-    ) -> plan_steps.Numbered:
-        """Give the proposals without a number theirs (`core/numbering.py`), under their orders' locks."""
-        by_order: dict[OrderKey, list[int]] = defaultdict(list)
-        for i, item in enumerate(items):
-            if item.envelope is not None:
-                by_order[order_key(item.envelope)].append(i)
-        window = self.db.settings.repeat_window_s
-        return await plan_steps.number(conn, items, by_order, reads.states, reads.pending, now, window)
+        return self._answered(items, plan, dead_ids, kind)
 
     async def _read(self, conn: asyncpg.Connection, order_ids: list[OrderKey], items: Sequence[Incoming]) -> BatchReads:
         reads = await read_batch(conn, order_ids, validated=self.parts.checks.checks)
+        if any(item.proposal is not None for item in items):  # server-numbered steps
+            reads = dataclasses.replace(reads, numbering=await plan_steps.read(conn, items))
         if self.effect_processes:  # the sagas holding the batch's orders
             first = {order_key(i.envelope): i.envelope.process_name for i in reversed(items) if i.envelope}
             states = dict(reads.states)
@@ -214,6 +188,7 @@ class Gateway:
         self, conn: asyncpg.Connection, plan: BatchPlan, reads: BatchReads, order_ids: list[OrderKey]
     ) -> list[int]:
         dead_ids = await write_plan(conn, plan, reads.heads, order_ids)
+        await plan_steps.record(conn, plan.first_verdicts)  # the numbered steps' first verdicts
         if self.effect_processes:
             await saga_records.record(conn, plan.resolutions, self.catalog, plan.traces, self.saga_secret)
         return dead_ids
@@ -291,19 +266,6 @@ class Gateway:
         return ids
 
 
-# Unique keys on a step's event_id: a second step reusing an event_id hits one of them.
-_EVENT_ID_CONSTRAINTS = frozenset({"outbox_pkey", "outbox_event_id_key", "pending_events_event_id_key"})
-
-
-def _refusal(exc: Exception) -> InvalidEventError:
-    """Why an item was refused, in words safe to show its sender (no driver text)."""
-    if isinstance(exc, PermanentDatabaseError):
-        if exc.constraint in _EVENT_ID_CONSTRAINTS:
-            return InvalidEventError("event_id is already used by another step", code=ErrorCode.INVALID_EVENT)
-        return InvalidEventError(f"{exc.message}: the item cannot be stored", code=exc.code)
-    return InvalidEventError("the item cannot be serialized or stored", code=ErrorCode.DATABASE_REJECTED)
-
-
 def _log_decisions(items: Sequence[Incoming], outcomes: Sequence[Outcome], kind: IngressKind) -> None:
     """One line per decided step, with the stable keys that let a person follow an order through the logs."""
     # strict=False: a log line must never be what fails a submission
@@ -320,7 +282,7 @@ def _log_decisions(items: Sequence[Incoming], outcomes: Sequence[Outcome], kind:
                 "plan_id": env.plan_id if env else None,
                 "tenant_id": env.tenant_id if env else None,
                 "trace_id": trace_id_of(item.traceparent),
-                "seq_id": env.seq_id if env else None,
+                "seq_id": outcome.seq_id if outcome.seq_id is not None else (env.seq_id if env else None),
                 "code": outcome.code.value if outcome.code else None,
                 "source": kind.value,
             },

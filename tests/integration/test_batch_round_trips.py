@@ -93,3 +93,38 @@ async def test_a_batch_takes_five_statements_waking_its_orders_waiters(db: Datab
         assert sorted(json.loads(p)["order_id"] for p in heard) == sorted(orders)
     finally:
         await listener.close()
+
+
+async def test_an_orders_proposals_in_one_batch_are_numbered_and_decided_in_one_transaction(db: Database) -> None:
+    """Three proposals of one order in one batch (the second a wrong step, the third the right one) are
+    numbered in the fold one after another: APPLY 1, REJECTED 2, APPLY 2 (the rejection freed its number),
+    in one transaction of eight statements (BEGIN, lock, read, read numbering, the rejected step, write, first
+    verdicts, COMMIT)."""
+    from nexus.core.envelope import parse_envelope
+    from nexus.core.numbering import Proposal, data_digest
+
+    def proposals(order_id: str) -> list[Incoming]:
+        created = step_json(order_id, "pnb", 1)
+        items = []
+        for step, data in ((created["event_type"], created["data"]), ("OrderShipped", {}), ("InventoryValidated", {})):
+            envelope = parse_envelope(step_json(order_id, "pnb", 1, event_type=step, data=data))
+            proposal = Proposal(envelope.event_id, data_digest(step, data), keyed=False)
+            items.append(Incoming("", envelope, None, None, proposal=proposal))
+        return items
+
+    await db.execute(
+        "INSERT INTO plans (tenant_id, order_id, plan_id, process) VALUES ('default', 'nb-warm', 'pnb', 'order'),"
+        " ('default', 'nb', 'pnb', 'order')"
+    )
+    gateway = Gateway(db)
+    statements: list[str] = []
+    async with db.pool.acquire() as conn:  # the pool's one connection, which the gateway uses next
+        conn.add_query_logger(lambda record: statements.append(record.query))
+    await gateway.submit(proposals("nb-warm"))  # the driver's first look at these statements' types
+    statements.clear()
+    outcomes = await gateway.submit(proposals("nb"))
+    assert [(o.decision, o.seq_id) for o in outcomes] == [
+        (Decision.APPLY, 1), (Decision.REJECTED, 2), (Decision.APPLY, 2),
+    ]  # fmt: skip
+    assert len(statements) == 8, [s.strip()[:60] for s in statements]
+    assert await db.fetchval("SELECT count(*) FROM plan_steps WHERE order_id = 'nb'") == 3

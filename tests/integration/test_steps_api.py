@@ -185,7 +185,8 @@ async def test_a_held_step_keeps_its_number(clients: dict[str, httpx.AsyncClient
 
 async def test_group_committed_proposals_of_one_order_are_numbered_one_transaction_at_a_time(db: Database) -> None:
     """Proposals sharing a group-commit batch: different orders are decided together; a second proposal of
-    the same order waits for the next transaction, so a REJECTED first frees its number (none buffered)."""
+    the same order is numbered from the state the first left, so a REJECTED first frees its number (none
+    buffered)."""
     from nexus.ingress import steps_api
     from nexus.ingress.batcher import GroupCommitter
 

@@ -1,5 +1,6 @@
 """Server-numbered steps: which sequence number a proposed step takes, and when a proposal is a repeat.
-Pure: no I/O; the gateway calls `number` under the order's lock, with the order's state just read.
+Pure: no I/O; the batch fold (`core/decide/numbering.py`) applies `number_one` to each proposal as it
+reaches it, under the order's lock, from the state the order's earlier steps of the batch left.
 
 An agent proposing steps through `POST /v1/orders/{order_id}/steps` (or the MCP `propose_step` tool) does
 not count: the gateway numbers its steps. The rules, for one order's proposals in arrival order:
@@ -76,8 +77,9 @@ class FirstVerdict:
         return {"decision": self.decision, "code": self.code, "check": self.check, "message": self.message}
 
 
-# An enum and a frozen value, alike in form to nexus_wire/backoff's Jitter and RetryPolicy: different things.
 class Kind(enum.StrEnum):
+    """What a proposal is: a NEW step, a REPEAT of a stored verdict, or the SAME_AS an earlier proposal."""
+
     NEW = "NEW"
     REPEAT = "REPEAT"
     SAME_AS = "SAME_AS"
@@ -105,27 +107,46 @@ def number(
     now: dt.datetime,
     window_s: float = DEFAULT_REPEAT_WINDOW_S,
 ) -> list[Assignment]:
-    """One assignment per proposal, in order (the table in the module's docstring).
+    """One assignment per proposal, in order, all from one state (the table in the module's docstring).
 
     `known`: the stored first verdicts of this order's keyed steps, by event id; `last_applied`: the stored
     verdict of the order's last applied numbered step, if it is the order's last applied step."""
-    known = known or {}
     seq = next_seq(last_seq, buffered, held=held)
     seen: dict[uuid.UUID, int] = {}
     out: list[Assignment] = []
     for index, proposal in enumerate(proposals):
-        if proposal.keyed and proposal.event_id in known:
-            out.append(Assignment(Kind.REPEAT, first=known[proposal.event_id]))
-        elif proposal.keyed and proposal.event_id in seen:
-            out.append(Assignment(Kind.SAME_AS, same_as=seen[proposal.event_id]))
-        elif not proposal.keyed and is_recent_repeat(proposal, last_applied, last_seq, now, window_s):
-            assert last_applied is not None
-            out.append(Assignment(Kind.REPEAT, first=last_applied))
-        else:
+        assignment = number_one(
+            proposal, seq, last_seq=last_seq, known=known or {}, seen=seen, last_applied=last_applied, now=now,
+            window_s=window_s,
+        )  # fmt: skip
+        if assignment.kind is Kind.NEW:
             seen[proposal.event_id] = index
-            out.append(Assignment(Kind.NEW, seq_id=seq))
             seq += 1
+        out.append(assignment)
     return out
+
+
+def number_one(
+    proposal: Proposal,
+    seq: int,
+    *,
+    last_seq: int,
+    known: Mapping[uuid.UUID, FirstVerdict],
+    seen: Mapping[uuid.UUID, int],
+    last_applied: FirstVerdict | None,
+    now: dt.datetime,
+    window_s: float = DEFAULT_REPEAT_WINDOW_S,
+) -> Assignment:
+    """The assignment of one proposal, `seq` being the order's next free number: `seen` maps the event ids
+    of the keyed proposals numbered earlier in the batch to their index."""
+    if proposal.keyed and proposal.event_id in known:
+        return Assignment(Kind.REPEAT, first=known[proposal.event_id])
+    if proposal.keyed and proposal.event_id in seen:
+        return Assignment(Kind.SAME_AS, same_as=seen[proposal.event_id])
+    if not proposal.keyed and is_recent_repeat(proposal, last_applied, last_seq, now, window_s):
+        assert last_applied is not None
+        return Assignment(Kind.REPEAT, first=last_applied)
+    return Assignment(Kind.NEW, seq_id=seq)
 
 
 def is_recent_repeat(

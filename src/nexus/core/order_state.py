@@ -95,6 +95,9 @@ class Resolution:
     """Steps newly HELD for approval in this batch, with whether they came out of the buffer."""
     released: tuple[uuid.UUID, ...] = ()
     """Held steps no longer held: approved, denied, or dropped by an abort or a REPLAN."""
+    settled: tuple[tuple[uuid.UUID, EventEnvelope], ...] = ()
+    """Server-numbered buffered steps DISCARDed because the step before them was refused at its number
+    (denied, expired, or REJECTED out of the buffer): (the refused step's event_id, the step)."""
 
     def verdict_of(self, event_id: uuid.UUID) -> Verdict | None:
         for rejection in self.rejections:

@@ -48,7 +48,7 @@ class Incoming:
     """The name of the key `actor` stands for, stored beside the log's records (outside their hash)."""
     proposal: Proposal | None = None
     """A step proposed without a number (`POST /v1/orders/{id}/steps`, MCP): numbered under its order's
-    lock before the decision (`core/numbering.py`, `nexus.plan_steps`)."""
+    lock, in the fold (`core/decide/numbering.py`)."""
 
     @classmethod
     def parse(

@@ -35,6 +35,7 @@ class _OrderEntries:
         self.rejections: list[Rejection] = list(resolution.rejections)
         self.held: list[tuple[EventEnvelope, bool]] = list(resolution.held)
         self.waiting: dict[int, EventEnvelope] = dict(pending)
+        self.settled: list[tuple[uuid.UUID, EventEnvelope]] = list(resolution.settled)
         self.entries: list[Entry] = []
         self.actor = actor
         self.names = names or {}
@@ -67,6 +68,14 @@ class _OrderEntries:
         verdict = rejection.verdict
         message = f"{verdict.message} ({note})" if note else verdict.message
         self.add(rejection.event, Decision.REJECTED.value, verdict.code.value, message, verdict.check)
+        refused = rejection.event
+        settled = [step for cause, step in self.settled if cause == refused.event_id]
+        if settled:
+            self.settled = [(cause, step) for cause, step in self.settled if cause != refused.event_id]
+        for step in settled:
+            self.waiting.pop(step.seq_id or 0, None)
+            why = f"buffered behind seq {refused.seq_id}, refused at its number"
+            self.add(step, Decision.DISCARD.value, verdict.code.value, why)
 
     def policy_abort(self) -> None:
         # Only a rejection applies an abort of the gateway's own: it follows the rejection at once.
@@ -147,7 +156,9 @@ def resolution_entries(
     Besides each arriving step's decision: a buffered step that applies when its gap fills is logged as an
     APPLY right after the step that drained it (a drained step the process refuses as a REJECTED); an
     abort the gateway writes when a plan reaches its process's `max_rejections` as an APPLY after the
-    rejection that caused it; a buffered step dropped by an abort as a DISCARD right after the abort.
+    rejection that caused it; a buffered step dropped by an abort as a DISCARD right after the abort; a
+    server-numbered buffered step settled by a refused predecessor (`Resolution.settled`) as a DISCARD with
+    that step's code right after its rejection.
     `actors`: who proposed each arriving step (by event_id), else `actor`; what a step causes is logged
     with its actor, except what the gateway decides of its own: the `max_rejections` abort (and the steps
     it drops) as `system:max_rejections`, a deadline's abort found due before a step as `system:deadline`.

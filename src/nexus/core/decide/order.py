@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from nexus.core.decide.approvals import must_hold
+from nexus.core.decide.approvals import must_hold, settle_numbered
 from nexus.core.decide.deadlines import deadline_abort, deadline_for, is_deadline_abort, overdue
 from nexus.core.decide.effects import defer_for_effect, is_pivot, past_pivot
 from nexus.core.decide.position import DEFAULT_TERMINAL, ReorderBuffer, decide
@@ -58,6 +58,9 @@ class OrderContext:
     prechecks: tuple[Precheck, ...] = ()
     """Extension point: per-step limits (e.g. `max_list_items`); the first verdict makes the step
     REJECTED with it, before its position is looked at."""
+    numbered: frozenset[uuid.UUID] = frozenset()
+    """The server-numbered steps (by event_id) among the order's buffered ones and this batch's: a step
+    denied, expired or refused out of the buffer settles them (`approvals.settle_numbered`)."""
 
 
 class OrderFold:
@@ -73,6 +76,7 @@ class OrderFold:
         self.deadlines: dict[uuid.UUID, tuple[dt.datetime, bool]] = {}
         self.held_now: list[tuple[EventEnvelope, bool]] = []
         self.released: list[uuid.UUID] = []
+        self.settled: list[tuple[uuid.UUID, EventEnvelope]] = []
 
     def result(self) -> Resolution:
         return Resolution(
@@ -86,6 +90,7 @@ class OrderFold:
             deadlines=self.deadlines,
             held=tuple(self.held_now),
             released=tuple(self.released),
+            settled=tuple(self.settled),
         )
 
     # --- one arriving step --------------------------------------------------------------------------
@@ -147,6 +152,7 @@ class OrderFold:
         denial = self.ctx.approvals[event.event_id]
         self.released.append(event.event_id)
         if denial is not None:
+            self._settle(event)
             return Decision.REJECTED, self._reject(dataclasses.replace(state, held=None), event, denial, False)
         state = self._apply(dataclasses.replace(state, held=None), event, drained=False)
         return Decision.APPLY, self._drain(state)
@@ -234,11 +240,17 @@ class OrderFold:
             verdict = self._judge(current, successor)
             if verdict is not None:
                 # Out of the buffer and refused: the order waits at this seq for a correction.
+                self._settle(successor)
                 return self._reject(current, successor, verdict, drained=True)
             current, held = self._hold_or_apply(current, successor, drained=True)
             if held:
                 break
         return current
+
+    def _settle(self, refused: EventEnvelope) -> None:
+        """A step refused at its number: the server-numbered steps buffered after it leave the buffer."""
+        for step in settle_numbered(self.buffer, refused, self.ctx.numbered):
+            self.settled.append((refused.event_id, step))
 
     def _with_buffer(self, current: OrderState) -> OrderState:
         seqs = self.buffer.seqs()

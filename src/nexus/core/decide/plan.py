@@ -27,6 +27,7 @@ from nexus.core.decide.answers import Outcome, answer
 from nexus.core.decide.expiry import Expiry, expired_rows
 from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, ingress_entry
+from nexus.core.decide.numbering import FirstVerdictRow, NumberingReads, OrderNumbering, Step, resolve_numbered
 from nexus.core.decide.order import OrderContext, Precheck, resolve
 from nexus.core.decide.rows import (
     ApprovalRow,
@@ -44,6 +45,7 @@ from nexus.core.decide.rows import (
 )  # fmt: skip
 from nexus.core.decide.validation import StepChecks
 from nexus.core.envelope import EventEnvelope
+from nexus.core.numbering import DEFAULT_REPEAT_WINDOW_S
 from nexus.core.order_state import Decision, OrderState, Resolution
 from nexus.core.process_model import ProcessCatalog, Verdict
 from nexus.errors import ErrorCode
@@ -64,6 +66,8 @@ class Parts:
     default_limits: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     prechecks: tuple[Precheck, ...] = ()
     """See `OrderContext.prechecks`."""
+    repeat_window_s: float = DEFAULT_REPEAT_WINDOW_S
+    """How long an unkeyed proposal repeating the order's last applied step is a repeat (NEXUS_REPEAT_WINDOW_S)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,6 +79,10 @@ class BatchReads:
     rejected: Mapping[OrderKey, Mapping[uuid.UUID, Verdict]] = dataclasses.field(default_factory=dict)
     limits: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     heads: Mapping[OrderKey, tuple[int, bytes]] = dataclasses.field(default_factory=dict)
+    numbered: Mapping[OrderKey, frozenset[uuid.UUID]] = dataclasses.field(default_factory=dict)
+    """The buffered steps (by event_id) the server numbered (`OrderContext.numbered`)."""
+    numbering: Mapping[OrderKey, NumberingReads] = dataclasses.field(default_factory=dict)
+    """Of the orders with proposals: their started plan and stored first verdicts (`decide/numbering.py`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -102,11 +110,14 @@ class BatchPlan:
     drained: int = 0
     blocked: tuple[ErrorCode, ...] = ()
     """Codes of drained steps REJECTED (metrics of blocked actions)."""
+    first_verdicts: tuple[FirstVerdictRow, ...] = ()
+    """The first verdicts of the steps the server numbered in this batch (`plan_steps`)."""
 
 
 class _Planner:
-    def __init__(self, items: Sequence[Incoming], parts: Parts, kind: IngressKind) -> None:
-        self.items, self.parts, self.kind = items, parts, kind
+    def __init__(self, items: Sequence[Incoming], parts: Parts, kind: IngressKind, now: dt.datetime | None) -> None:
+        self.items, self.parts, self.kind, self.now = items, parts, kind, now
+        self.first_verdicts: list[FirstVerdictRow] = []
         self.rows = RowsBuilder()
         self.answers: list[Outcome | None] = [None] * len(items)
         self.dead_items: list[int] = []
@@ -121,12 +132,20 @@ class _Planner:
 
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
-        events = [items[i].envelope for i in indexes]
         state = reads.states.get(key) or OrderState(key[1])
         if key in reads.rejected:
             state = dataclasses.replace(state, rejections=len(reads.rejected[key]))
         pending = reads.pending.get(key, {})
-        resolution = resolve(state, events, pending, ctx)  # type: ignore[arg-type]
+        numbering = self.numbering(key, indexes, reads)
+        if numbering is None:
+            folded = indexes
+            events = [e for i in indexes if (e := items[i].envelope) is not None]  # every index has one
+            resolution = resolve(state, events, pending, ctx)
+        else:
+            steps = [Step(i, e, items[i].proposal) for i in indexes if (e := items[i].envelope) is not None]
+            resolution, folded = resolve_numbered(state, steps, pending, ctx, numbering)
+            actors_of = {i: (items[i].actor, items[i].actor_name) for i in indexes}
+            self.log += self.parts.log.entries(numbering.entries(actors_of))
         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
         self.drained += add_rows(resolution, traces, self.rows)
         self.resolutions.append(resolution)
@@ -140,12 +159,22 @@ class _Planner:
         if self.with_actors:
             actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]
         self.log += self.parts.log.order_entries(resolution, pending, None, actors, self.names)
-        for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
+        for i, (event, decision, after) in zip(folded, resolution.decisions, strict=True):
             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
             self.answers[i] = answer(event, decision, after, verdict, resolution.deadlines.get(event.event_id))
             if decision is Decision.PLAN_MISMATCH and self.parts.record_plan_mismatch:
                 why = f"order {key[1]} follows plan {resolution.before.plan_id}, not {event.plan_id}"
                 self.dead_letter(i, ErrorCode.PLAN_MISMATCH, why)
+        if numbering is not None:
+            numbering.answer(self.answers)
+            self.first_verdicts += numbering.first_verdicts(self.answers)
+
+    def numbering(self, key: OrderKey, indexes: list[int], reads: BatchReads) -> OrderNumbering | None:
+        """The numbering of the order's proposals (None: it has none, the usual)."""
+        if not any(self.items[i].proposal is not None for i in indexes):
+            return None
+        assert self.now is not None, "numbering proposals needs the clock (the repeat window)"
+        return OrderNumbering(reads.numbering.get(key, NumberingReads()), self.now, self.parts.repeat_window_s)
 
     def dead_letter(self, i: int, code: ErrorCode, error: str) -> None:
         item = self.items[i]
@@ -202,7 +231,7 @@ def plan_batch(
     for i, item in enumerate(items):
         if item.envelope is not None:
             by_order[order_key(item.envelope)].append(i)
-    planner = _Planner(items, parts, kind)
+    planner = _Planner(items, parts, kind, now)
     base = OrderContext(
         catalog=parts.catalog, checks=parts.checks, now=now, approvals=approvals or {},
         prechecks=parts.prechecks,
@@ -216,6 +245,9 @@ def plan_batch(
             ctx = dataclasses.replace(base, limits=limits, rejected=rejected or {})
             if not rejected:
                 contexts[key[0]] = ctx
+        numbered = _numbered(items, by_order[key], reads.numbered.get(key, frozenset()))
+        if numbered:
+            ctx = dataclasses.replace(ctx, numbered=numbered)
         planner.order(key, by_order[key], reads, ctx)
     planner.unparsed()
     if expiry is not None and now is not None:
@@ -230,5 +262,11 @@ def plan_batch(
         dead_letter_items=tuple(planner.dead_items), approvals=tuple(rows.approvals),
         cancelled_approvals=tuple(rows.cancelled), decisions=tuple(rows.decisions), log=tuple(planner.log),
         wake=tuple(sorted({*by_order, *planner.woken})), resolutions=tuple(planner.resolutions), traces=planner.traces,
-        drained=planner.drained, blocked=tuple(planner.blocked),
+        drained=planner.drained, blocked=tuple(planner.blocked), first_verdicts=tuple(planner.first_verdicts),
     )  # fmt: skip
+
+
+def _numbered(items: Sequence[Incoming], indexes: list[int], buffered: frozenset[uuid.UUID]) -> frozenset[uuid.UUID]:
+    """The order's server-numbered steps: those buffered before, and this batch's proposals."""
+    proposed = [e.event_id for i in indexes if items[i].proposal is not None and (e := items[i].envelope) is not None]
+    return buffered | frozenset(proposed) if proposed else buffered

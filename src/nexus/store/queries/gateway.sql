@@ -59,37 +59,40 @@ FROM unnest($1::text[], $2::text[]) AS u(t, o);
 -- rows ('order'), buffered steps ('pending'), rejected steps ('rejected'), the tenants' limits ('limit',
 -- only when $4; max_list_items NULL when the tenant has none of its own), the steps held for approval
 -- ('held': event_id and plan_id, only when $4) and the decision log's chain heads ('head'). $1/$2 the
--- (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL.
+-- (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL. A buffered step's `numbered`:
+-- the server numbered it (it has a first verdict in plan_steps), so a refused predecessor settles it.
 SELECT 'order' AS kind, o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count,
        o.process, o.process_version, o.facts::text AS facts, NULL::int AS seq_id, NULL::text AS envelope,
        NULL::uuid AS event_id, NULL::text AS code, NULL::text AS check_id, NULL::text AS message,
        NULL::text AS max_order_amount, NULL::int AS max_list_items, NULL::int AS position, NULL::bytea AS hash,
-       o.superseded_plans, o.deadline_at
+       o.superseded_plans, o.deadline_at, NULL::bool AS numbered
 FROM orders AS o JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON o.tenant_id = u.t AND o.order_id = u.oid
 UNION ALL
 SELECT 'pending', p.tenant_id, p.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, p.seq_id,
-       p.envelope::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       p.envelope::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       EXISTS (SELECT 1 FROM plan_steps AS s
+               WHERE s.tenant_id = p.tenant_id AND s.order_id = p.order_id AND s.event_id = p.event_id)
 FROM pending_events AS p
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid
 UNION ALL
 SELECT 'rejected', r.tenant_id, r.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       r.event_id, r.code, r.check_id, r.message, NULL, NULL, NULL, NULL, NULL, NULL
+       r.event_id, r.code, r.check_id, r.message, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM rejected_events AS r
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON r.tenant_id = u.t AND r.order_id = u.oid
 WHERE $4::bool
 UNION ALL
 SELECT 'limit', tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, max_order_amount::text, max_list_items, NULL, NULL, NULL, NULL
+       NULL, max_order_amount::text, max_list_items, NULL, NULL, NULL, NULL, NULL
 FROM tenant_limits WHERE $4::bool AND tenant_id = ANY($3::text[])
 UNION ALL
 SELECT 'held', a.tenant_id, a.order_id, a.plan_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       a.event_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       a.event_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM approvals AS a
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON a.tenant_id = u.t AND a.order_id = u.oid
 WHERE $4::bool AND a.status = 'pending'
 UNION ALL
 SELECT 'head', u.tenant_id, u.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, h.position, h.hash, NULL, NULL
+       NULL, NULL, NULL, NULL, h.position, h.hash, NULL, NULL, NULL
 FROM unnest($1::text[], $2::text[]) AS u(tenant_id, order_id)
 CROSS JOIN LATERAL (
     SELECT d.position, d.hash FROM decision_log AS d
