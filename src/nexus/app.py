@@ -142,7 +142,7 @@ async def serve(
             server = _Server(server_config(app, settings))
             freeze_startup_objects()
             if on_ready is not None:
-                asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006
+                asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006 - fire and forget: it ends once the server has started
             stopper = asyncio.create_task(_stop_server_on(stop, server))
             await server.serve(sockets=sockets)
             stopper.cancel()

@@ -247,7 +247,7 @@ class _Lane:
                 self.ingress._room.set()  # this lane's next slice is fetched now
 
 
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka ships no type hints: its base class is Any
     def __init__(self, ingress: KafkaIngress) -> None:
         self._ingress = ingress
 

@@ -331,7 +331,7 @@ def initial_state(
             "seed": seed,
         },
     }
-    state.update(sample_order(seed))  # type: ignore[typeddict-item]
+    state.update(sample_order(seed))  # type: ignore[typeddict-item]  # a plain dict of the state's order keys
     return state
 
 

@@ -224,7 +224,7 @@ class PlanRun:
             payment_rejection_rate=self.simulation.payment_rejection_rate,
         )
         if self.held is not None:
-            state.update(hostile.reviewed_order(state))  # type: ignore[typeddict-item]
+            state.update(hostile.reviewed_order(state))  # type: ignore[typeddict-item]  # a plain dict of the state's order keys
         final = await graph.ainvoke(state, context=AgentContext(self._publish, self.step_delay_s))
         produced = tuple(e["event_type"] for e in final["events"])
         if produced != tuple(self.shape) or not self.stream.done:

@@ -87,7 +87,7 @@ def _start(
     args: Sequence[str], env: dict[str, str], log: Path, cmd: Sequence[str] | None = None
 ) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen([*(cmd or NEXUS_CMD), *args], env=env, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603
+        return subprocess.Popen([*(cmd or NEXUS_CMD), *args], env=env, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603 - our own gateway
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

@@ -226,7 +226,7 @@ def _feedback(
 async def publish(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[str, Any]:
     """Publish each pending proposal through the SDK; feed each verdict back; count what happened."""
     ctx = await _context(runtime)
-    state = dict(state)  # type: ignore[assignment]
+    state = dict(state)  # type: ignore[assignment]  # a mutable copy of the graph's state
     counts = dict(state["counts"])
     rejections = collections.Counter(counts["rejections"])
     local = collections.Counter(counts["planner_rejections"])

@@ -102,7 +102,7 @@ async def _main() -> int:
         if ok and "--keep" not in sys.argv:
             shutil.rmtree(tmp, ignore_errors=True)
         else:
-            logs = ", ".join(sorted(p.name for p in tmp.glob("*.out"))) or "none written"  # noqa: ASYNC240
+            logs = ", ".join(sorted(p.name for p in tmp.glob("*.out"))) or "none written"  # noqa: ASYNC240 - a few names listed once the processes stopped
             print(f"studio-check: logs kept in {tmp} ({logs})", file=sys.stderr)
     return 0 if ok else 1
 

@@ -126,8 +126,8 @@ class _Planner:
         if key in reads.rejected:
             state = dataclasses.replace(state, rejections=len(reads.rejected[key]))
         pending = reads.pending.get(key, {})
-        resolution = resolve(state, events, pending, ctx)  # type: ignore[arg-type]
-        traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
+        resolution = resolve(state, events, pending, ctx)  # type: ignore[arg-type]  # the items of an order key all passed validation
+        traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]  # an item past validation carries its envelope
         self.drained += add_rows(resolution, traces, self.rows)
         self.resolutions.append(resolution)
         self.traces.update(traces)
@@ -138,7 +138,7 @@ class _Planner:
             self.rows.cancelled += cancelled
         actors = None
         if self.with_actors:
-            actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]
+            actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]  # an item past validation carries its envelope
         self.log += self.parts.log.order_entries(resolution, pending, None, actors, self.names)
         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
