@@ -150,7 +150,6 @@ async def _main(args: argparse.Namespace) -> int:
         await wait_ready(children[1], gateway_url + "/readyz", 120)
         print(f"  gateway on {gateway_url} (embedded PostgreSQL, dispatcher)", flush=True)
 
-        # Built field by field, alike in form to core/decide/rejections' abort envelope: different values.
         config = runner.AgentConfig(
             orders=args.orders,
             seed=args.seed,

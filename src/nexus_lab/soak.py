@@ -138,7 +138,6 @@ class Sample:
     settled: bool = False
 
 
-# Settings declared one a line (name: type = default), alike in form to nexus.settings.Settings: different settings.
 @dataclasses.dataclass
 class SoakConfig:
     minutes: float

@@ -76,7 +76,6 @@ class FirstVerdict:
         return {"decision": self.decision, "code": self.code, "check": self.check, "message": self.message}
 
 
-# An enum and a frozen value, alike in form to nexus_wire/backoff's Jitter and RetryPolicy: different things.
 class Kind(enum.StrEnum):
     NEW = "NEW"
     REPEAT = "REPEAT"

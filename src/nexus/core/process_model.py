@@ -167,7 +167,6 @@ class DefinitionError(ValueError):
         self.reason = message
 
 
-# A value declared field by field, alike in form to lab/agent/hostile.Action: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
     """Why a step is REJECTED: its code, the failed check's id (for CHECK_FAILED/LIMIT_EXCEEDED), a message."""

@@ -143,7 +143,6 @@ MALFORMED_VARIANTS: dict[str, str] = {
 OTHER_PLAN_SUFFIX = "-impostor"
 
 
-# A value declared field by field, alike in form to core/process_model.Verdict: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Action:
     """One hostile move: `at` is an honest index (duplicate, out_of_order) or a boundary (the others)."""
@@ -365,7 +364,6 @@ class Message:
 
 
 def _message(spec: SendSpec, envelope: EventEnvelope) -> Message:
-    # Built field by field, alike in form to sink's Faults from its flags: different values.
     return Message(
         body=envelope_json(envelope),
         key=envelope.order_id,

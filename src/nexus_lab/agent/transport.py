@@ -27,7 +27,6 @@ class PublishError(Exception):
     """The transport did not acknowledge a message; the plan cannot go on."""
 
 
-# A value declared field by field, alike in form to audit/report.Filters: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Ack:
     """The transport's acknowledgement of one message, with the gateway's answer when it gives one."""
