@@ -29,8 +29,6 @@ EXCEPTIONS = {
     "nexus/console/views.py::_state_svg": NOT_YET_SPLIT,
     "nexus/delivery/outcomes.py::write": NOT_YET_SPLIT,
     "nexus/ingress/http.py::create_app": NOT_YET_SPLIT,
-    "nexus/ingress/kafka.py": NOT_YET_SPLIT,
-    "nexus/ingress/kafka.py::KafkaIngress": NOT_YET_SPLIT,
     "nexus/mcp/server.py::build_server": NOT_YET_SPLIT,
     "nexus/store/sagas.py::record": NOT_YET_SPLIT,
     "nexus_lab/agent/hostile.py": NOT_YET_SPLIT,
