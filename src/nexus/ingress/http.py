@@ -94,7 +94,8 @@ def create_app(
     submitter = committer or GroupCommitter(gateway, workers=1)
     http_errors.install(app)
     keys, sessions, gate = _install_layers(app, db, limits, settings, submitter)
-    _add_order_routes(app, db, settings, submitter)
+    _add_events_route(app, settings, submitter)
+    _add_order_routes(app, db, settings)
     _add_process_routes(app, gateway)
     _add_operator_routes(app, db, gateway)
     _include_routers(app)
@@ -138,8 +139,8 @@ def _install_layers(
     return keys, sessions, gate
 
 
-def _add_order_routes(app: FastAPI, db: Database, settings: Settings, submitter: GroupCommitter) -> None:
-    """POST /v1/events (the framework's path to it), GET /v1/orders/{id} and GET /v1/plans/{id}."""
+def _add_events_route(app: FastAPI, settings: Settings, submitter: GroupCommitter) -> None:
+    """POST /v1/events as the framework serves it (the fast path's, while tracing is on)."""
 
     @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
     async def post_events(request: Request) -> JSONResponse:
@@ -151,6 +152,10 @@ def _add_order_routes(app: FastAPI, db: Database, settings: Settings, submitter:
             body, request.headers.get("traceparent"), principal_of(request), settings, submitter
         )
         return JSONResponse(content, status_code=status)
+
+
+def _add_order_routes(app: FastAPI, db: Database, settings: Settings) -> None:
+    """GET /v1/orders/{id} (and its long poll) and GET /v1/plans/{id}."""
 
     @app.get("/v1/orders/{order_id}")
     async def get_order(
