@@ -46,7 +46,7 @@ import psutil
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.agent import runner as agent
-from nexus_lab.agent.hostile import Message
+from nexus_lab.agent.hostile_messages import Message
 from nexus_lab.agent.reactive import step_envelope
 from nexus_lab.agent.transport import Ack, KafkaTransport, Transport
 from nexus_lab.chaos.faults import (

@@ -73,7 +73,8 @@ from nexus_lab.agent.graph import (
     initial_state,
     shape_of,
 )
-from nexus_lab.agent.hostile import HostileStream, Message, Mode
+from nexus_lab.agent.hostile import Mode
+from nexus_lab.agent.hostile_messages import HostileStream, Message, denied_abort
 from nexus_lab.agent.processes import LAB_PROCESSES, ORDER
 from nexus_lab.agent.transport import Ack, PublishError, Transport
 
@@ -248,7 +249,7 @@ class PlanRun:
         except ApprovalError as exc:
             raise PublishError(str(exc)) from exc
         if self.held.variant == hostile.DENY:
-            await self._send(hostile.denied_abort(self.stream.honest, order_id=self.order_id, plan_id=self.plan_id))
+            await self._send(denied_abort(self.stream.honest, order_id=self.order_id, plan_id=self.plan_id))
 
     def as_json(self) -> dict[str, Any]:
         expected = self.expected

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from nexus.core.backoff import Jitter, RetryPolicy
 from nexus_client import AsyncNexusClient, ClientConfig, ClientError
-from nexus_lab.agent.hostile import Message
+from nexus_lab.agent.hostile_messages import Message
 
 
 class PublishError(Exception):
