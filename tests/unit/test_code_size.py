@@ -25,7 +25,6 @@ EXCEPTIONS = {
     "nexus/saga/executor.py": "being split by job in another change",
     "nexus/saga/executor.py::SagaExecutor": "being split by job in another change",
     "nexus/mcp/server.py::build_server": NOT_YET_SPLIT,
-    "nexus/store/sagas.py::record": NOT_YET_SPLIT,
     "nexus_lab/agent/reactive.py::build_reactive_graph": NOT_YET_SPLIT,
     "nexus_lab/agent_cli.py::configure": NOT_YET_SPLIT,
     "nexus_lab/bench/__init__.py::run": NOT_YET_SPLIT,
