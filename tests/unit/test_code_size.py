@@ -39,8 +39,6 @@ EXCEPTIONS = {
     "nexus_lab/llm/runner.py::run_llm_agent": NOT_YET_SPLIT,
     "nexus_lab/llm/studio_check.py::_main": NOT_YET_SPLIT,
     "nexus_lab/saga_checker.py::check_sagas": NOT_YET_SPLIT,
-    "nexus_lab/soak.py": NOT_YET_SPLIT,
-    "nexus_lab/soak.py::Soak": NOT_YET_SPLIT,
 }
 
 # A suppression's reason follows its codes: after " - " for noqa, after a second "#" for type: ignore (the one
