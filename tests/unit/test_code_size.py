@@ -25,20 +25,12 @@ EXCEPTIONS = {
     "nexus/saga/executor.py": "being split by job in another change",
     "nexus/saga/executor.py::SagaExecutor": "being split by job in another change",
     "nexus/mcp/server.py::build_server": NOT_YET_SPLIT,
-    "nexus_lab/agent/reactive.py::build_reactive_graph": NOT_YET_SPLIT,
-    "nexus_lab/agent_cli.py::configure": NOT_YET_SPLIT,
     "nexus_lab/bench/__init__.py::run": NOT_YET_SPLIT,
     "nexus_lab/bench/external.py::bench_kafka": NOT_YET_SPLIT,
     "nexus_lab/bench/kafka_consumer.py::install": NOT_YET_SPLIT,
     "nexus_lab/bench/sagas.py::_one_run": NOT_YET_SPLIT,
-    "nexus_lab/chaos/runner.py::run_scenario": NOT_YET_SPLIT,
-    "nexus_lab/chaos/sagas.py::run_saga_scenario": NOT_YET_SPLIT,
-    "nexus_lab/checker.py::check_report": NOT_YET_SPLIT,
-    "nexus_lab/demo.py::_main": NOT_YET_SPLIT,
     "nexus_lab/llm/planner.py::publish": NOT_YET_SPLIT,
     "nexus_lab/llm/runner.py::run_llm_agent": NOT_YET_SPLIT,
-    "nexus_lab/llm/studio_check.py::_main": NOT_YET_SPLIT,
-    "nexus_lab/saga_checker.py::check_sagas": NOT_YET_SPLIT,
 }
 
 # A suppression's reason follows its codes: after " - " for noqa, after a second "#" for type: ignore (the one

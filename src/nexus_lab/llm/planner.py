@@ -344,7 +344,6 @@ def build_graph(context_schema: type[PlannerContext] | None = PlannerContext) ->
     """The compiled LLM planner graph. LangGraph Studio's copy (`nexus_lab.llm.studio.graph`) declares no
     context schema: its server would build one from nothing, and the planner wires itself from the
     environment instead."""
-    # Built as the reactive agent's graph is (agent/reactive.py): LangGraph's builder calls, other nodes.
     builder = StateGraph(PlanState, context_schema=context_schema)
     builder.add_node("start", start)
     builder.add_node("ask_model", ask_model)
