@@ -99,7 +99,7 @@ class KafkaIngress:
         self.assigned = asyncio.Event()
         """Set once the group has given this consumer its first assignment (possibly empty)."""
         self.resolved_records = 0
-        self._commits = OffsetCommits(self)
+        self.commits = OffsetCommits(self)
         self._room = asyncio.Event()
         self._polled_at = time.monotonic()
         self._lanes: list[Lane] = []
@@ -139,7 +139,7 @@ class KafkaIngress:
             await self._start(self._producer, "producer")
             self._consumer.subscribe([s.kafka_topic], listener=_Listener(self))
             await self._start(self._consumer, "consumer")
-            committer = asyncio.create_task(self._commits.loop(), name="kafka-commit")
+            committer = asyncio.create_task(self.commits.loop(), name="kafka-commit")
             log.info("kafka ingress started", extra={"action": "kafka_start", "topic": s.kafka_topic})
             while True:
                 await self._poll()
@@ -152,7 +152,7 @@ class KafkaIngress:
                 await asyncio.gather(committer, return_exceptions=True)
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(5):
-                    await self._commits.commit()
+                    await self.commits.commit()
             for client in (self._consumer, self._producer):
                 with contextlib.suppress(Exception):
                     await client.stop()
@@ -278,7 +278,7 @@ class KafkaIngress:
         for tp, part in slices.items():
             next_offset: int = part[-1].offset + 1
             if tp in self.owned:
-                self._commits.resolved(tp, next_offset)
+                self.commits.resolved(tp, next_offset)
             highwater = self._consumer.highwater(tp)
             if highwater is not None:
                 lag = max(0, highwater - next_offset)
@@ -334,7 +334,7 @@ class KafkaIngress:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.revoke_wait_s):
                     await asyncio.gather(*(lane.idle.wait() for lane in busy))
-        await self._commits.before_revocation(revoked)
+        await self.commits.before_revocation(revoked)
         self.owned -= revoked
         log.info("partitions revoked: %s", sorted(p.partition for p in revoked), extra={"action": "kafka_revoked"})
 
