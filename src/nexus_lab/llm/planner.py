@@ -248,21 +248,7 @@ async def publish(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[st
             continue
         envelope = _envelope(state, ctx, item["step"], item["data"])
         verdict = await _submit(ctx, envelope)
-        decision = verdict["decision"]
-        order = verdict.get("order") or {}
-        if decision in _MOVED_ON or decision == "DISCARD":
-            if order.get("last_seq") is not None:
-                state["last_seq"] = max(state.get("last_seq", 0), int(order["last_seq"]))
-            if order.get("status") is not None:
-                state["status"] = order["status"]
-            if decision in ("APPLY", "BUFFER", "TOMBSTONE"):
-                counts["applied"] += 1
-            elif decision == "DUPLICATE":
-                counts["duplicates"] += 1
-            streak = 0
-        else:
-            rejections[str(verdict.get("code") or decision)] += 1
-            streak += 1
+        streak = 0 if _count_verdict(state, counts, rejections, verdict) else streak + 1
         steps.append(
             {
                 "n": n,
@@ -279,6 +265,39 @@ async def publish(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[st
         )
     counts["rejections"] = dict(sorted(rejections.items()))
     counts["planner_rejections"] = dict(sorted(local.items()))
+    return _update(ctx, state, messages, streak, counts, steps)
+
+
+def _count_verdict(
+    state: PlanState, counts: dict[str, Any], rejections: collections.Counter[str], verdict: dict[str, Any]
+) -> bool:
+    """Count the gateway's verdict into `counts` and `state`; True when the order moved on (not refused)."""
+    decision = verdict["decision"]
+    order = verdict.get("order") or {}
+    if decision in _MOVED_ON or decision == "DISCARD":
+        if order.get("last_seq") is not None:
+            state["last_seq"] = max(state.get("last_seq", 0), int(order["last_seq"]))
+        if order.get("status") is not None:
+            state["status"] = order["status"]
+        if decision in ("APPLY", "BUFFER", "TOMBSTONE"):
+            counts["applied"] += 1
+        elif decision == "DUPLICATE":
+            counts["duplicates"] += 1
+        return True
+    rejections[str(verdict.get("code") or decision)] += 1
+    return False
+
+
+def _update(
+    ctx: PlannerContext,
+    state: PlanState,
+    messages: list[Any],
+    streak: int,
+    counts: dict[str, Any],
+    steps: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The graph state's update after publishing: done once the order is terminal, given up past the
+    corrections allowed in a row."""
     terminal = tools.allowed_steps(ctx.process, state.get("status")) == [] and state.get("status") is not None
     update: dict[str, Any] = {
         "status": state.get("status"),
