@@ -80,9 +80,9 @@ async def produce(settings: Settings, records: list[tuple[bytes, bytes]]) -> flo
 
 async def consume_until(ingress: KafkaIngress, total: int, limit_s: float) -> None:
     deadline = time.monotonic() + limit_s
-    while sum(ingress.committed.values()) < total:
+    while sum(ingress.commits.committed.values()) < total:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"consumed {sum(ingress.committed.values())}/{total} in {limit_s}s")
+            raise TimeoutError(f"consumed {sum(ingress.commits.committed.values())}/{total} in {limit_s}s")
         await asyncio.sleep(0.01)
 
 

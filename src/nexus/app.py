@@ -12,7 +12,7 @@ import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -25,6 +25,11 @@ from nexus.ingress.http import create_app
 from nexus.ingress.http_server import server_config
 from nexus.settings import Settings, otel_variables
 from nexus.store.database import Database
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from nexus.lifecycle.waiting import DecisionListener
 
 log = logging.getLogger(__name__)
 
@@ -82,19 +87,7 @@ async def serve(
     signing_key = load_signing_key(settings)  # A bad key stops the start, before anything runs
     tracing.configure(otel_variables())  # the SDK's OTEL_* variables; nothing is installed unless they ask
     db = await Database(settings).open()
-    from nexus.auth.keys import bootstrap_admin_key
-    from nexus.errors import ConfigurationError
-    from nexus.processes import register
-
-    try:
-        catalog = await register(db, settings.process_dir)
-    except ConfigurationError as exc:
-        await db.close()
-        raise ServiceFailed(f"process definitions refused: {exc}") from exc
-    admin_key = await bootstrap_admin_key(db, settings.data_dir) if background else None
-    if admin_key is not None:
-        # The path, never the key: it is in a file only its owner can read.
-        print(f"nexus: no API keys yet; bootstrap admin key written to {admin_key.resolve()}", flush=True)
+    catalog = await _register_processes(db, settings, background)
     limit = settings.default_max_order_amount
     gateway = Gateway(db, record_plan_mismatch=True, catalog=catalog, default_max_order_amount=limit)
     committer = GroupCommitter(
@@ -109,11 +102,62 @@ async def serve(
     services: list[tuple[str, Coroutine[Any, Any, None]]] = [("decision-listener", listener.run())]
     if background:
         services += await _background_services(db, gateway, catalog, settings, signing_key, dispatcher, kafka)
+    supervisor = _Supervisor()
+    supervisor.start(services, listener)
+    committer.start()
+    try:
+        if http:
+            app = create_app(db, gateway, committer, settings=settings, decision_listener=listener)
+            await _serve_http(app, settings, supervisor.stop, on_ready, sockets)
+        else:
+            if on_ready is not None:
+                on_ready("no http")
+            await _wait_for_signal(supervisor.stop)
+    finally:
+        await supervisor.cancel()
+        await committer.stop()
+        await db.close()
+        tracing.shutdown()  # the spans still batched are exported
+    if supervisor.failures:
+        raise ServiceFailed("; ".join(supervisor.failures))
 
-    stop = asyncio.Event()
-    failures: list[str] = []
 
-    def watch(task: asyncio.Task[None]) -> None:
+async def _register_processes(db: Database, settings: Settings, background: bool) -> ProcessCatalog:
+    """The process definitions, registered in the database (refused ones stop the start), and the bootstrap
+    admin key written for the first process of a serve that has no key yet."""
+    from nexus.auth.keys import bootstrap_admin_key
+    from nexus.errors import ConfigurationError
+    from nexus.processes import register
+
+    try:
+        catalog = await register(db, settings.process_dir)
+    except ConfigurationError as exc:
+        await db.close()
+        raise ServiceFailed(f"process definitions refused: {exc}") from exc
+    admin_key = await bootstrap_admin_key(db, settings.data_dir) if background else None
+    if admin_key is not None:
+        # The path, never the key: it is in a file only its owner can read.
+        print(f"nexus: no API keys yet; bootstrap admin key written to {admin_key.resolve()}", flush=True)
+    return catalog
+
+
+class _Supervisor:
+    """The process's services as tasks; `stop` is set when one of them ends."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.failures: list[str] = []
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self, services: list[tuple[str, Coroutine[Any, Any, None]]], listener: DecisionListener) -> None:
+        for name, service in services:
+            task = asyncio.create_task(service, name=name)
+            task.add_done_callback(self._watch)
+            self.tasks.append(task)
+            if name == "decision-listener":
+                listener.adopt(task)
+
+    def _watch(self, task: asyncio.Task[None]) -> None:
         # A service never returns on its own: if one ends, the process is no longer what it claims to
         # be (a gateway whose dispatcher died delivers nothing). Stop, and exit non-zero so a supervisor
         # restarts it, instead of living on half-dead.
@@ -125,43 +169,32 @@ async def serve(
             exc_info=exc,
             extra={"action": "service_failed", "service": task.get_name()},
         )
-        failures.append(f"{task.get_name()}: {exc!r}")
-        stop.set()
+        self.failures.append(f"{task.get_name()}: {exc!r}")
+        self.stop.set()
 
-    tasks = []
-    for name, service in services:
-        task = asyncio.create_task(service, name=name)
-        task.add_done_callback(watch)
-        tasks.append(task)
-        if name == "decision-listener":
-            listener.adopt(task)
-    committer.start()
-    try:
-        if http:
-            app = create_app(db, gateway, committer, settings=settings, decision_listener=listener)
-            server = _Server(server_config(app, settings))
-            freeze_startup_objects()
-            if on_ready is not None:
-                asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006
-            stopper = asyncio.create_task(_stop_server_on(stop, server))
-            await server.serve(sockets=sockets)
-            stopper.cancel()
-        else:
-            if on_ready is not None:
-                on_ready("no http")
-            await _wait_for_signal(stop)
-    finally:
-        for task in tasks:
-            task.remove_done_callback(watch)
+    async def cancel(self) -> None:
+        for task in self.tasks:
+            task.remove_done_callback(self._watch)
             task.cancel()
-        for task in tasks:
+        for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await committer.stop()
-        await db.close()
-        tracing.shutdown()  # the spans still batched are exported
-    if failures:
-        raise ServiceFailed("; ".join(failures))
+
+
+async def _serve_http(
+    app: FastAPI,
+    settings: Settings,
+    stop: asyncio.Event,
+    on_ready: Callable[[str], None] | None,
+    sockets: list[socket.socket] | None,
+) -> None:
+    server = _Server(server_config(app, settings))
+    freeze_startup_objects()
+    if on_ready is not None:
+        asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006 - fire and forget: it ends once the server has started
+    stopper = asyncio.create_task(_stop_server_on(stop, server))
+    await server.serve(sockets=sockets)
+    stopper.cancel()
 
 
 async def _background_services(

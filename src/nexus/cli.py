@@ -25,7 +25,6 @@ from nexus.errors import ConfigurationError
 # name -> (module, one-line help)
 Commands = Mapping[str, tuple[str, str]]
 
-# A table: its rows are alike by design (one per subcommand).
 GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("nexus.commands", "run the gateway: HTTP API, dispatcher, optional Kafka consumer"),
     "migrate": ("nexus.commands", "apply the database migrations and exit"),

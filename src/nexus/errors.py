@@ -121,7 +121,7 @@ class PermanentDatabaseError(DatabaseError):
     """The unique or check constraint the operation violated, when the server named one."""
 
 
-# The classes below are alike by design: one per code, its docstring its default message (the tree above).
+# One class per code below, its docstring its default message (the tree above).
 class NotFoundError(NexusError):
     """The requested resource does not exist."""
 
@@ -140,7 +140,6 @@ class ApprovalNotPendingError(NexusError):
     code = ErrorCode.APPROVAL_NOT_PENDING
 
 
-# Alike by design, as the classes above (one per code).
 class TooManyWaitsError(NexusError):
     """The key already holds as many open streams and long polls as it may (NEXUS_MAX_WAITS_PER_KEY)."""
 

@@ -41,7 +41,7 @@ class _Outcome(Protocol):
 
 
 # The *_created series double the exposition and no dashboard reads them.
-disable_created_metrics()  # type: ignore[no-untyped-call]
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it untyped
 REGISTRY = CollectorRegistry(auto_describe=True)
 # Every metric lives in REGISTRY; every gauge is one reading that one process sets (or the scrape takes),
 # so across processes its most recent value is the answer.
@@ -256,7 +256,7 @@ def expose_all_processes(directory: str) -> None:
 
     global _exposed, _multiprocess_dir  # set once at a worker's start, before it serves
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]  # prometheus_client leaves it untyped
     _exposed, _multiprocess_dir = registry, directory
 
 

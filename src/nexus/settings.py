@@ -32,8 +32,6 @@ from nexus_wire.kafka_security import KafkaSecurity
 ENV_PREFIX = "NEXUS_"
 
 
-# Settings declared one a line (name: type = default), alike in form to each other and to the lab's configs (soak,
-# llm/settings, llm/fake, services): different settings.
 class Settings(BaseSettings):
     """Configuration of one gateway process."""
 

@@ -129,7 +129,7 @@ def instrument_libraries(provider: Any) -> None:
     inside = _InsideTraces(provider)
     # AsyncPGInstrumentor's __init__ has no annotations
     instrumentors = (
-        AsyncPGInstrumentor(),  # type: ignore[no-untyped-call]
+        AsyncPGInstrumentor(),  # type: ignore[no-untyped-call]  # the instrumentor's constructor is untyped
         AIOKafkaInstrumentor(),
     )
     for instrumentor in instrumentors:

@@ -160,7 +160,7 @@ def _stop_all(processes: list[BaseProcess], timeout_s: float, metrics_dir: str) 
 
     for process in processes:
         if process.pid is not None:
-            multiprocess.mark_process_dead(process.pid, metrics_dir)  # type: ignore[no-untyped-call]
+            multiprocess.mark_process_dead(process.pid, metrics_dir)  # type: ignore[no-untyped-call]  # prometheus_client leaves it untyped
     # Stopped by our SIGTERM before its handlers were installed (still starting) is a clean stop too.
     return any(p.exitcode not in (0, -signal.SIGTERM) for p in processes)
 

@@ -128,7 +128,6 @@ def long_poll_path(order_id: str, wait_s: float, change: Change, baseline: Order
     return f"/v1/orders/{order_id}?{urllib.parse.urlencode(params)}"
 
 
-# Its __init__ is alike in form to the gateway's OutboxDispatcher and SagaWakeups: other parts.
 class LongPoll:
     """`wait`'s loop without its I/O, shared by the async and the blocking client: `path()` is the next GET
     to make; `answer(order, asked, now)` takes what it returned (None: 404), when it was asked and now, and

@@ -41,7 +41,7 @@ class ClientConfig:
             "api_key": source.get("NEXUS_API_KEY") or None,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)  # type: ignore[arg-type]
+        return cls(**values)  # type: ignore[arg-type]  # the overrides are the fields' own types, checked by pydantic
 
     def headers(self) -> dict[str, str]:
         """Headers every request carries."""

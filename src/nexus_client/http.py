@@ -128,7 +128,7 @@ class AsyncNexusClient:
         *,
         after_seq: int | None = None,
         after_status: str | None = None,
-        timeout: float = 30.0,  # noqa: ASYNC109
+        timeout: float = 30.0,  # noqa: ASYNC109 - the sync client's signature and the long poll's `wait=S`
     ) -> Order:
         """The order once it changed (past `after_seq`, out of `after_status`, or else from its first reading);
         `WaitTimeout` when it did not within `timeout` seconds."""

@@ -121,7 +121,7 @@ class DecisionsReader(Client):
                     self._seen.setdefault(str(value["event_id"]), []).append(value)
                     self._arrived.notify_all()
 
-    async def decision_of(self, event_id: str, timeout: float = 30.0) -> dict[str, Any] | None:  # noqa: ASYNC109
+    async def decision_of(self, event_id: str, timeout: float = 30.0) -> dict[str, Any] | None:  # noqa: ASYNC109 - a deadline for the whole wait, as the HTTP client's
         """The gateway's decision about `event_id` (waiting up to `timeout` s for it), or None."""
 
         async def seen() -> dict[str, Any]:

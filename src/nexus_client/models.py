@@ -21,8 +21,6 @@ class OrderSummary(_Model):
     last_seq: int | None = None
 
 
-# Optional fields one a line, alike in form to the gateway's decision-log Entry, decide/answers.Outcome and
-# delivery/sender.Result: the SDK's reading of the answer (it imports no gateway code), different data.
 class StepResult(_Model):
     """The gateway's decision about one submitted item: `code` names a refusal (REJECTED, dead letter),
     `check` the failed check of a CHECK_FAILED, `message` says why, `approval_id` names a HELD step's

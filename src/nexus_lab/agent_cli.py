@@ -83,6 +83,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", default=None, help="decides every plan's path: plan i uses <seed>:<i> (random)")
     parser.add_argument("--report", type=Path, default=None, help="write the report (JSON) here")
+    _transport_flags(parser)
+    _hostile_flags(parser)
+    from nexus_lab.llm import cli as llm_cli
+
+    llm_cli.configure(parser)
+
+
+def _transport_flags(parser: argparse.ArgumentParser) -> None:
+    """Where the agent sends, how many plans at once, how it retries, and who answers its approvals."""
     parser.add_argument("--transport", choices=["http", "kafka"], default="http")
     parser.add_argument("--gateway-url", default=None, help="HTTP gateway (NEXUS_GATEWAY_URL, http://127.0.0.1:8080)")
     parser.add_argument("--kafka-bootstrap", default=None, help="Kafka bootstrap (NEXUS_KAFKA_BOOTSTRAP)")
@@ -110,6 +119,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the approver-role key answering approval plans' held steps (the agent's NEXUS_API_KEY)",
     )
+
+
+def _hostile_flags(parser: argparse.ArgumentParser) -> None:
     hostile = parser.add_argument_group(
         "hostile modes (fraction of plans that misbehave so; --hostile-rate leaves replan, stall, approval off)"
     )
@@ -126,9 +138,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
             default=None,
             help=f"{what} (SIM_{mode.value.upper()}_RATE)",
         )
-    from nexus_lab.llm import cli as llm_cli
-
-    llm_cli.configure(parser)
 
 
 def config_from(args: argparse.Namespace, env: Mapping[str, str]) -> AgentConfig:

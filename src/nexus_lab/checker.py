@@ -371,19 +371,7 @@ async def check_report(
         [r for r in read_sink_log(sink_log) if r.get("order_id")] if sink_log is not None else [], "order_id"
     )
 
-    transport = report["config"].get("transport")
-    dead: set[str] | None
-    wanted = [e["event_id"] for p in plans for e in p["events"] if e["expected_decision"] in DEAD_LETTERED]
-    dead = {str(r["event_id"]) for r in await db.fetch(query("checker.sql", "dead_letters"), [w for w in wanted if w])}
-    if transport == "kafka":
-        result.skipped["acks"] = "Kafka acks carry no decision"
-        # Kafka ingress records invalid messages in the table and plan mismatches on the DLQ topic.
-        on_topic = await _dlq_event_ids(report, settings or Settings.from_env())
-        if on_topic is None:
-            result.skipped["dead_letters"] = "the Kafka DLQ topic could not be read"
-            dead = None
-        else:
-            dead |= on_topic
+    dead = await _dead_lettered(report, db, result, settings)
     if sink_log is None:
         result.skipped["sink"] = "no --sink-log"
     rejected = {r["event_id"]: r["code"] for r in await db.fetch(query("checker.sql", "rejected"), order_ids)}
@@ -403,22 +391,50 @@ async def check_report(
             result.record("dead_letters", plan, check_dead_letters(plan, dead))
         result.record("rejected", plan, check_rejected(plan, rejected))
         result.record("approvals", plan, check_approvals(plan, approvals.get(oid, [])))
-    result.run_checks = check_run(report)
-    states = collections.Counter(d["state"] for d in deliveries)
     created = sum(len(v) for v in outbox.values())
+    result.run_checks = [*check_run(report), _notifications(created, deliveries)]
+    lifecycle = await db.fetchrow(query("checker.sql", "lifecycle"), order_ids)
+    result.stats = _stats(created, deliveries, [r for rs in sink_records.values() for r in rs], lifecycle)
+    return result
+
+
+async def _dead_lettered(
+    report: Mapping[str, Any], db: Database, result: CheckResult, settings: Settings | None
+) -> set[str] | None:
+    """The event ids dead-lettered of those expected to be (the table's, and over Kafka the DLQ topic's too);
+    None when the DLQ topic cannot be read."""
+    dead: set[str] | None
+    wanted = [e["event_id"] for p in report["plans"] for e in p["events"] if e["expected_decision"] in DEAD_LETTERED]
+    dead = {str(r["event_id"]) for r in await db.fetch(query("checker.sql", "dead_letters"), [w for w in wanted if w])}
+    if report["config"].get("transport") == "kafka":
+        result.skipped["acks"] = "Kafka acks carry no decision"
+        # Kafka ingress records invalid messages in the table and plan mismatches on the DLQ topic.
+        on_topic = await _dlq_event_ids(report, settings or Settings.from_env())
+        if on_topic is None:
+            result.skipped["dead_letters"] = "the Kafka DLQ topic could not be read"
+            dead = None
+        else:
+            dead |= on_topic
+    return dead
+
+
+def _notifications(created: int, deliveries: list[dict[str, Any]]) -> tuple[str, bool, str]:
+    """Every notification created has its deliveries, and each of them is delivered or dead."""
+    states = collections.Counter(d["state"] for d in deliveries)
     settled = states["delivered"] + states["dead"] + states["pending"]
-    result.run_checks.append(
-        (
-            "notifications",
-            settled == len(deliveries) and len(deliveries) >= created > 0 and not states["pending"],
-            f"{created} created, {len(deliveries)} deliveries: {states['delivered']} delivered, "
-            f"{states['dead']} dead, {states['pending']} pending",
-        )
+    return (
+        "notifications",
+        settled == len(deliveries) and len(deliveries) >= created > 0 and not states["pending"],
+        f"{created} created, {len(deliveries)} deliveries: {states['delivered']} delivered, "
+        f"{states['dead']} dead, {states['pending']} pending",
     )
 
-    lifecycle = await db.fetchrow(query("checker.sql", "lifecycle"), order_ids)
-    all_records = [r for rs in sink_records.values() for r in rs]
-    result.stats = {
+
+def _stats(
+    created: int, deliveries: list[dict[str, Any]], all_records: list[Mapping[str, Any]], lifecycle: Any
+) -> dict[str, int]:
+    states = collections.Counter(d["state"] for d in deliveries)
+    return {
         "notifications": created,
         "delivered": states["delivered"],
         "dead": states["dead"],
@@ -435,7 +451,6 @@ async def check_report(
             else {}
         ),
     }
-    return result
 
 
 def render(result: CheckResult, plans: int) -> str:

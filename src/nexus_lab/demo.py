@@ -13,6 +13,7 @@ import asyncio
 import collections
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from nexus.auth.roles import Role
@@ -150,33 +151,7 @@ async def _main(args: argparse.Namespace) -> int:
         await wait_ready(children[1], gateway_url + "/readyz", 120)
         print(f"  gateway on {gateway_url} (embedded PostgreSQL, dispatcher)", flush=True)
 
-        # Built field by field, alike in form to core/decide/rejections' abort envelope: different values.
-        config = runner.AgentConfig(
-            orders=args.orders,
-            seed=args.seed,
-            inventory_failure_rate=args.inventory_failure_rate,
-            payment_rejection_rate=args.payment_rejection_rate,
-            step_delay_ms=args.step_delay_ms,
-            concurrency=args.concurrency,
-            hostile={
-                **{m: args.lifecycle_rate if m in LIFECYCLE_MODES else args.hostile_rate for m in Mode},
-                Mode.APPROVAL: args.approval_rate,
-            },
-            stall_deadline_s=args.stall_deadline_s,
-            processes=tuple(p.strip() for p in args.processes.split(",") if p.strip()),
-        )
-        # The keys it needs: an agent key for tenant "default" and an approver's (it answers the
-        # approval plans' held payments), made against the database directly.
-        agent_key, approver_key = await new_keys(
-            data_dir, ("default", Role.AGENT, "demo-agent"), ("default", Role.APPROVER, "demo-approver")
-        )
-        transport = HttpTransport(gateway_url, api_key=agent_key)
-        approver = LabApprover(gateway_url, api_key=approver_key)
-        try:
-            report = await runner.run_agent(config, transport, target=gateway_url, approver=approver)
-        finally:
-            await transport.close()
-            await approver.close()
+        report = await _run_agent(_agent_config(args), data_dir, gateway_url)
         runner.write_report(report, tmp / "agent-report.json")
         print(f"  agent: {len(report['plans'])} plans, {report['summary']['messages']} messages sent", flush=True)
         if report["error"]:
@@ -193,6 +168,39 @@ async def _main(args: argparse.Namespace) -> int:
         if args.keep:
             print(f"\nreport, sink log and process logs kept in {tmp}")
         return 0 if result.ok else 1
+
+
+def _agent_config(args: argparse.Namespace) -> runner.AgentConfig:
+    return runner.AgentConfig(
+        orders=args.orders,
+        seed=args.seed,
+        inventory_failure_rate=args.inventory_failure_rate,
+        payment_rejection_rate=args.payment_rejection_rate,
+        step_delay_ms=args.step_delay_ms,
+        concurrency=args.concurrency,
+        hostile={
+            **{m: args.lifecycle_rate if m in LIFECYCLE_MODES else args.hostile_rate for m in Mode},
+            Mode.APPROVAL: args.approval_rate,
+        },
+        stall_deadline_s=args.stall_deadline_s,
+        processes=tuple(p.strip() for p in args.processes.split(",") if p.strip()),
+    )
+
+
+async def _run_agent(config: runner.AgentConfig, data_dir: Path, gateway_url: str) -> dict[str, Any]:
+    """The agent's run over HTTP, and the lab approver answering its held payments."""
+    # The keys it needs: an agent key for tenant "default" and an approver's (it answers the
+    # approval plans' held payments), made against the database directly.
+    agent_key, approver_key = await new_keys(
+        data_dir, ("default", Role.AGENT, "demo-agent"), ("default", Role.APPROVER, "demo-approver")
+    )
+    transport = HttpTransport(gateway_url, api_key=agent_key)
+    approver = LabApprover(gateway_url, api_key=approver_key)
+    try:
+        return await runner.run_agent(config, transport, target=gateway_url, approver=approver)
+    finally:
+        await transport.close()
+        await approver.close()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -54,11 +54,11 @@ async def run_host(session: ClientSession, model: AsyncOpenAI, prompt: str, max_
         if not message.tool_calls:
             return message.content or ""
         for call in message.tool_calls:
-            arguments = json.loads(call.function.arguments or "{}")  # type: ignore[union-attr]
-            result = await session.call_tool(call.function.name, arguments)  # type: ignore[union-attr]
-            text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+            arguments = json.loads(call.function.arguments or "{}")  # type: ignore[union-attr]  # the fake model answers tool calls only
+            result = await session.call_tool(call.function.name, arguments)  # type: ignore[union-attr]  # the fake model answers tool calls only
+            text = result.content[0].text if result.content else ""  # type: ignore[union-attr]  # the tools answer text content
             shown = {k: v for k, v in arguments.items() if k != "data"}
-            print(f"  -> {call.function.name}({json.dumps(shown)})")  # type: ignore[union-attr]
+            print(f"  -> {call.function.name}({json.dumps(shown)})")  # type: ignore[union-attr]  # the fake model answers tool calls only
             print(f"     {'ERROR ' if result.isError else ''}{text}", flush=True)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
     return "(the model did not finish)"
@@ -112,7 +112,7 @@ async def _main(args: argparse.Namespace) -> int:
         print()
         async with mcp_session(gateway, globex) as other:
             seen = await other.call_tool("get_order", {"order_id": ORDER["order_id"]})
-        print(f"Tenant globex asks for the same order: {seen.content[0].text}")  # type: ignore[union-attr]
+        print(f"Tenant globex asks for the same order: {seen.content[0].text}")  # type: ignore[union-attr]  # the tools answer text content
         ok = order.get("status") == "completed" and bool(seen.isError)
         agent_s = time.monotonic() - agent_started
         print(f"\norder {order.get('status')} at seq {order.get('last_seq')}: the agent took {agent_s:.1f}s, "

@@ -40,46 +40,66 @@ def check_sagas(
     for step in steps:
         steps_of[step["order_id"]].append(step)
     for service, book in ledgers.items():
-        entries = list(book.get("entries", []))
-        forwards = [e for e in entries if e["kind"] in FORWARD_KINDS]
-        undone = {e["compensates"] for e in entries if e["kind"] in UNDO_KINDS | {"void"}}
-        forward_keys = {e["key"] for e in forwards}
-        standing: dict[Any, list[str]] = defaultdict(list)
-        for entry in forwards:
-            if entry["key"] not in undone:
-                standing[entry["order_id"]].append(entry["key"])
-        for order_id, keys in standing.items():
-            if len(keys) > 1:
-                problems.append(f"{service}: order {order_id}: {len(keys)} effects in effect (keys {keys})")
-        recorded = {s["forward_key"] for s in steps if s["service"] == service and s["forward_key"]}
-        for entry in forwards:
-            if entry["order_id"] in steps_of and entry["key"] not in recorded:
-                problems.append(f"{service}: order {entry['order_id']}: a call with a key the saga never recorded")
-        for entry in entries:
-            if entry["kind"] in UNDO_KINDS and entry["compensates"] not in forward_keys:
-                problems.append(f"{service}: {entry['kind']} {entry['key'][:12]} without its forward call")
-            if entry["kind"] == "void" and entry["compensates"] in forward_keys:
-                problems.append(f"{service}: a forward call was recorded after its cancellation")
-        by_order_forward: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
-        for entry in forwards:
-            by_order_forward[entry["order_id"]].append(entry)
-        for (_, order_id), status in status_of.items():
-            if status != "COMPENSATED":
-                continue
-            compensable = {s["service"] for s in steps_of.get(order_id, []) if s["compensable"]}
-            if service in compensable:
-                for entry in by_order_forward.get(order_id, []):
-                    if entry["key"] not in undone:
-                        problems.append(f"{service}: order {order_id}: compensated saga left {entry['kind']} standing")
-        by_key = {e["key"]: e for e in forwards}
-        for step in steps:
-            entry = by_key.get(step["forward_key"]) if step["service"] == service else None
-            result = step.get("result")
-            if entry is None or not result or step["status"] not in ("COMPLETED", "COMPENSATED"):
-                continue
-            if entry["ref"] not in result.values():
-                problems.append(f"{service}: order {step['order_id']}: recorded {result} but the ledger holds "
-                                f"{entry['ref']} for its key")  # fmt: skip
+        problems += _service_problems(service, book, steps, steps_of, status_of)
+    problems += _order_problems(steps_of)
+    return problems
+
+
+def _service_problems(
+    service: str,
+    book: Mapping[str, Any],
+    steps: Sequence[Mapping[str, Any]],
+    steps_of: Mapping[str, list[Mapping[str, Any]]],
+    status_of: Mapping[tuple[str, str], str],
+) -> list[str]:
+    """The violations one service's ledger shows."""
+    problems: list[str] = []
+    entries = list(book.get("entries", []))
+    forwards = [e for e in entries if e["kind"] in FORWARD_KINDS]
+    undone = {e["compensates"] for e in entries if e["kind"] in UNDO_KINDS | {"void"}}
+    forward_keys = {e["key"] for e in forwards}
+    standing: dict[Any, list[str]] = defaultdict(list)
+    for entry in forwards:
+        if entry["key"] not in undone:
+            standing[entry["order_id"]].append(entry["key"])
+    for order_id, keys in standing.items():
+        if len(keys) > 1:
+            problems.append(f"{service}: order {order_id}: {len(keys)} effects in effect (keys {keys})")
+    recorded = {s["forward_key"] for s in steps if s["service"] == service and s["forward_key"]}
+    for entry in forwards:
+        if entry["order_id"] in steps_of and entry["key"] not in recorded:
+            problems.append(f"{service}: order {entry['order_id']}: a call with a key the saga never recorded")
+    for entry in entries:
+        if entry["kind"] in UNDO_KINDS and entry["compensates"] not in forward_keys:
+            problems.append(f"{service}: {entry['kind']} {entry['key'][:12]} without its forward call")
+        if entry["kind"] == "void" and entry["compensates"] in forward_keys:
+            problems.append(f"{service}: a forward call was recorded after its cancellation")
+    by_order_forward: dict[Any, list[Mapping[str, Any]]] = defaultdict(list)
+    for entry in forwards:
+        by_order_forward[entry["order_id"]].append(entry)
+    for (_, order_id), status in status_of.items():
+        if status != "COMPENSATED":
+            continue
+        compensable = {s["service"] for s in steps_of.get(order_id, []) if s["compensable"]}
+        if service in compensable:
+            for entry in by_order_forward.get(order_id, []):
+                if entry["key"] not in undone:
+                    problems.append(f"{service}: order {order_id}: compensated saga left {entry['kind']} standing")
+    by_key = {e["key"]: e for e in forwards}
+    for step in steps:
+        entry = by_key.get(step["forward_key"]) if step["service"] == service else None
+        result = step.get("result")
+        if entry is None or not result or step["status"] not in ("COMPLETED", "COMPENSATED"):
+            continue
+        if entry["ref"] not in result.values():
+            problems.append(f"{service}: order {step['order_id']}: recorded {result} but the ledger holds "
+                            f"{entry['ref']} for its key")  # fmt: skip
+    return problems
+
+
+def _order_problems(steps_of: Mapping[str, list[Mapping[str, Any]]]) -> list[str]:
+    """The violations of each order's compensations: in reverse order, none at or after the pivot."""
+    problems: list[str] = []
     for order_id, order_steps in steps_of.items():
         compensated = [s for s in order_steps if s["status"] == "COMPENSATED"]
         times = [(s["seq"], s["compensated_at"]) for s in compensated]

@@ -55,8 +55,6 @@ COMPENSATION: dict[str, tuple[str, str]] = {
 SERVICES = tuple(FORWARD)
 
 
-# Settings declared one a line (name: type = default), alike in form to llm/fake.Faults and nexus.settings.Settings:
-# different settings.
 @dataclasses.dataclass
 class Faults:
     """One service's faults; every random draw comes from (seed, service, key, attempt): reproducible."""

@@ -305,7 +305,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def faults_from(args: argparse.Namespace) -> Faults:
     statuses = tuple(int(s) for item in (args.fail_status or ["500,503"]) for s in item.split(",") if s.strip())
-    # Built field by field, alike in form to agent/hostile's Message: different values.
     return Faults(
         seed=args.seed,
         fail_rate=args.fail_rate,

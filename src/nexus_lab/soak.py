@@ -46,7 +46,7 @@ import psutil
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.agent import runner as agent
-from nexus_lab.agent.hostile import Message
+from nexus_lab.agent.hostile_messages import Message
 from nexus_lab.agent.reactive import step_envelope
 from nexus_lab.agent.transport import Ack, KafkaTransport, Transport
 from nexus_lab.chaos.faults import (
@@ -68,11 +68,7 @@ from nexus_lab.checker import check_report
 from nexus_lab.procs import NEXUS_CMD, free_port, wait_ready
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES
-from nexus_lab.tables import text_table
-
-RSS_TOLERANCE = 0.10
-P99_TOLERANCE = 1.5
-RSS_REFERENCE_MINUTE = 5
+from nexus_lab.soak_report import TABLES, Cycle, Sample, verdict_of, write_report
 
 # One pass over every chaos scenario's fault; the first gateway and the first dispatcher are spared.
 CYCLE: tuple[Fault, ...] = (
@@ -84,7 +80,6 @@ CYCLE: tuple[Fault, ...] = (
     ServiceOutage("payment", count=1, first_s=(0.5, 1.0), outage_s=(2.0, 3.0)),
 )
 
-_TABLES = ("orders", "outbox", "deliveries", "delivery_attempts", "decision_log", "dead_letters", "saga_steps")
 _SAGAS_UNSETTLED = """
 SELECT count(*) FROM orders AS o LEFT JOIN sagas AS s ON s.tenant_id = o.tenant_id AND s.order_id = o.order_id
 WHERE o.order_id = ANY($1::text[])
@@ -111,34 +106,6 @@ class TimedTransport:
         await self.inner.close()
 
 
-@dataclasses.dataclass
-class Cycle:
-    """What one cycle did and measured."""
-
-    n: int
-    started_s: float
-    elapsed_s: float = 0.0
-    faults: dict[str, int] = dataclasses.field(default_factory=dict)
-    events: int = 0
-    p99_ms: float = 0.0
-    cpu_s_per_1k: float = 0.0
-    tables: dict[str, int] = dataclasses.field(default_factory=dict)
-    held: int = 0
-    checked: int = 0
-    violations: list[str] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class Sample:
-    """RSS (MB) of the never-killed processes at one minute; `settled`: taken after a cycle's checks, when the
-    load has stopped and every delivery and saga has settled (the same phase of every cycle)."""
-
-    minute: float
-    rss_mb: dict[str, float]
-    settled: bool = False
-
-
-# Settings declared one a line (name: type = default), alike in form to nexus.settings.Settings: different settings.
 @dataclasses.dataclass
 class SoakConfig:
     minutes: float
@@ -263,7 +230,7 @@ class Soak:
         self.say(f"soak: minute {self.samples[-1].minute:.1f}{' (settled)' if settled else ''}: RSS MB {rss}")
 
     async def _tables(self, db: Database) -> dict[str, int]:
-        sizes = {t: int(await db.fetchval(f"SELECT count(*) FROM {t}")) for t in _TABLES}
+        sizes = {t: int(await db.fetchval(f"SELECT count(*) FROM {t}")) for t in TABLES}
         sizes["database_mb"] = int(await db.fetchval("SELECT pg_database_size(current_database())") // 1_000_000)
         return sizes
 
@@ -415,112 +382,12 @@ class Soak:
                 await asyncio.gather(sampler, return_exceptions=True)
             await self.close()
         verdict = self.verdict()
-        self.write(verdict)
+        write_report(self.config, self.cycles, self.samples, self.errors, verdict)
         return 0 if all(ok for _, ok, _ in verdict) else 1
 
     def verdict(self) -> list[tuple[str, bool, str]]:
         """(criterion, held, detail) for each pass criterion."""
-        violations = sum(len(c.violations) for c in self.cycles)
-        detail = f"{violations} violations in {len(self.cycles)} cycles" + (
-            f"; {self.errors[0]}" if self.errors else ""
-        )
-        out = [("no invariant violation", violations == 0 and not self.errors and bool(self.cycles), detail)]
-        if self.config.minutes >= RSS_REFERENCE_MINUTE and self.samples:
-            out += [self._rss_drift(name) for name in sorted({n for s in self.samples for n in s.rss_mb})]
-        else:
-            out.append(("RSS within 10 % of minute 5", True, "not judged: a run shorter than 5 minutes"))
-        if len(self.cycles) >= 2:
-            first, last_cycle = self.cycles[0].p99_ms, self.cycles[-1].p99_ms
-            out.append((f"p99 of the last cycle within {P99_TOLERANCE}x of the first",
-                        last_cycle <= P99_TOLERANCE * first, f"{first:.0f} -> {last_cycle:.0f} ms"))  # fmt: skip
-        else:
-            out.append(("p99 of the last cycle within 1.5x of the first", True, "not judged: one cycle"))
-        return out
-
-    def _rss_drift(self, name: str) -> tuple[str, bool, str]:
-        """RSS of `name` at the end against minute 5. PostgreSQL is stopped and started in every cycle and its
-        backends come and go with the load, so its memory is compared at the same phase of each cycle: the
-        settled samples (the first at or after minute 5 against the last); the never-restarted gateway and
-        dispatcher are compared minute 5 against the last sample, whatever the phase."""
-        samples = [s for s in self.samples if name in s.rss_mb and (s.settled or name != "postgres")]
-        reference = next((s for s in samples if s.minute >= RSS_REFERENCE_MINUTE - 0.05), None)
-        criterion = f"RSS of {name} within {RSS_TOLERANCE:.0%} of minute {RSS_REFERENCE_MINUTE}"
-        if name == "postgres":
-            criterion += " (settled samples)"
-        if reference is None or reference is samples[-1]:
-            return criterion, True, "not judged: no later sample than minute 5"
-        mb, now = reference.rss_mb[name], samples[-1].rss_mb[name]
-        drift = (now - mb) / mb if mb else 0.0
-        return criterion, abs(drift) <= RSS_TOLERANCE, f"{mb:.1f} -> {now:.1f} MB ({drift:+.1%})"
-
-    # -- output ----------------------------------------------------------------------------------------------
-    def write(self, verdict: list[tuple[str, bool, str]]) -> None:
-        out = self.config.out
-        out.mkdir(parents=True, exist_ok=True)
-        data = {
-            "config": {k: str(v) for k, v in dataclasses.asdict(self.config).items()},
-            "cycles": [dataclasses.asdict(c) for c in self.cycles],
-            "samples": [dataclasses.asdict(s) for s in self.samples],
-            "verdict": [{"criterion": c, "held": ok, "detail": d} for c, ok, d in verdict],
-            "errors": self.errors,
-        }
-        (out / "soak.json").write_text(json.dumps(data, indent=2) + "\n")
-        text = self.render(verdict)
-        (out / "soak.md").write_text(text + "\n")
-        print(text)
-        with contextlib.suppress(ImportError):
-            self.plot(out / "soak.png")
-
-    def render(self, verdict: list[tuple[str, bool, str]]) -> str:
-        names = sorted({n for s in self.samples for n in s.rss_mb})
-        per_minute = [
-            (f"{s.minute:.1f}{' (settled)' if s.settled else ''}", *(f"{s.rss_mb.get(n, 0):.1f}" for n in names))
-            for s in self.samples
-        ]
-        minutes = text_table("RSS of the kept processes (MB; PostgreSQL: private memory, judged when settled)",
-                             ("minute", *names), per_minute)  # fmt: skip
-        header = ("cycle", "at s", "events", "p99 ms", "CPU s/1k ev", "faults", "invariants", *_TABLES, "db MB")
-        rows = [(str(c.n), f"{c.started_s:.0f}", str(c.events), f"{c.p99_ms:.0f}", f"{c.cpu_s_per_1k:.3f}",
-                 str(sum(c.faults.values())), f"{c.held}/{c.checked}",
-                 *(str(c.tables.get(t, 0)) for t in _TABLES), str(c.tables.get("database_mb", 0)))
-                for c in self.cycles]  # fmt: skip
-        cycles = text_table("cycles", header, rows)
-        lines = [f"nexus soak: {self.config.minutes:g} minutes, seed {self.config.seed!r}", "", minutes, "", cycles, ""]
-        lines += [f"{'ok  ' if ok else 'FAIL'} {criterion}: {detail}" for criterion, ok, detail in verdict]
-        return "\n".join(lines)
-
-    def plot(self, path: Path) -> None:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7))
-        names = sorted({n for s in self.samples for n in s.rss_mb})
-        for name in names:  # a process that was down at a sample (PostgreSQL mid-outage) has no point there
-            points = [(s.minute, s.rss_mb[name]) for s in self.samples if s.rss_mb.get(name)]
-            top.plot([m for m, _ in points], [mb for _, mb in points], "o-", label=name)
-        settled = [s for s in self.samples if s.settled and "postgres" in s.rss_mb]
-        top.plot([s.minute for s in settled], [s.rss_mb["postgres"] for s in settled], "k*", markersize=10,
-                 label="postgres, settled (judged)")  # fmt: skip
-        top.set_xlabel("minute")
-        top.set_ylabel("RSS MB")
-        top.set_ylim(bottom=0)
-        top.legend(loc="lower right")
-        top.set_title("RSS of the kept processes (PostgreSQL: private memory)")
-        cycles = [c.n for c in self.cycles]
-        bottom.plot(cycles, [c.p99_ms for c in self.cycles], "o-", color="tab:blue", label="p99 of HTTP sends")
-        bottom.set_xlabel("cycle")
-        bottom.set_ylabel("p99 ms", color="tab:blue")
-        bottom.set_ylim(bottom=0)
-        cpu = bottom.twinx()
-        cpu.plot(cycles, [c.cpu_s_per_1k for c in self.cycles], "s--", color="tab:orange", label="CPU s / 1k events")
-        cpu.set_ylabel("CPU s per 1,000 events (kept processes)", color="tab:orange")
-        cpu.set_ylim(bottom=0)
-        bottom.set_title("per cycle: p99 of the agent's HTTP sends, CPU of the kept processes per 1,000 events")
-        fig.tight_layout()
-        fig.savefig(path)
-        plt.close(fig)
+        return verdict_of(self.config, self.cycles, self.samples, self.errors)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -29,7 +29,6 @@ import math
 import re
 
 
-# An enum and a frozen value, alike in form to core/numbering's Kind and Assignment: different things.
 class Jitter(enum.StrEnum):
     NONE = "none"
     FULL = "full"

@@ -34,7 +34,6 @@ per partition, so a partition carries `max_batch_size` per round trip; its defau
 to ~35 records per round trip. 256 KiB stays under the broker's 1 MiB message.max.bytes."""
 
 
-# A value declared field by field, alike in form to ingress/events_body.Refusal: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Delivered:
     """Where the broker put one acknowledged record."""

@@ -93,7 +93,7 @@ async def test_the_agents_kafka_transport_learns_each_decision(decisions_setting
     """The lab's KafkaTransport, reading nexus.decisions through the SDK, acks each step with its decision."""
     from nexus.core.envelope import parse_envelope
     from nexus.core.sequencing import Decision
-    from nexus_lab.agent.hostile import Message
+    from nexus_lab.agent.hostile_messages import Message
     from nexus_lab.agent.transport import KafkaTransport
 
     start_gateway("--kafka", "--no-dispatcher", settings_=decisions_settings)

@@ -24,7 +24,7 @@ from aiokafka.errors import KafkaError
 from nexus import metrics
 from nexus.app import sweep_buffer
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
-from nexus.ingress.kafka import _Lane
+from nexus.ingress.kafka_lanes import Lane
 from nexus.kafka_io import read_topic
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -218,13 +218,13 @@ async def test_a_busy_lane_fetches_nothing_more_until_its_slice_is_done_then_cat
     for it (the records wait in the broker) and the consumer keeps its partitions; everything applies afterwards."""
     caplog.set_level(logging.INFO, logger="nexus.ingress.kafka")
     handed: list[int] = []
-    put = _Lane.put
+    put = Lane.put
 
-    def counted_put(lane: _Lane, tp: TopicPartition, records: list[Any]) -> None:
+    def counted_put(lane: Lane, tp: TopicPartition, records: list[Any]) -> None:
         handed.append(len(records))
         put(lane, tp, records)
 
-    monkeypatch.setattr(_Lane, "put", counted_put)
+    monkeypatch.setattr(Lane, "put", counted_put)
     s = kafka_settings.replace(kafka_lanes=1, kafka_max_poll_records=10, kafka_max_poll_interval_ms=6_000)
     prefix = f"ahead-{uuid.uuid4().hex[:6]}"
     blocker = await asyncpg.connect(s.database_url)
@@ -325,13 +325,13 @@ async def test_a_lane_is_handed_at_most_its_next_slice_and_nothing_while_one_is_
     """With two lanes and a backlog, every poll hands a lane at most one slice and only when it is idle with
     nothing waiting: no record waits in the process behind a slice in flight."""
     handed: list[tuple[bool, int, int]] = []
-    put = _Lane.put
+    put = Lane.put
 
-    def checked_put(lane: _Lane, tp: TopicPartition, records: list[Any]) -> None:
+    def checked_put(lane: Lane, tp: TopicPartition, records: list[Any]) -> None:
         handed.append((bool(lane.inflight), sum(lane.queued.values()) + len(records), lane.size))
         put(lane, tp, records)
 
-    monkeypatch.setattr(_Lane, "put", checked_put)
+    monkeypatch.setattr(Lane, "put", checked_put)
     run = SliceRun(kafka_settings.replace(kafka_lanes=2, kafka_max_poll_records=500, kafka_slice_ms=1))
     await run.run()
     run.assert_in_order_and_committed_after_apply()

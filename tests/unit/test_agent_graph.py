@@ -17,7 +17,8 @@ from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
 from nexus.processes import builtin_catalog
 from nexus_lab import agent_cli
 from nexus_lab.agent.graph import AgentContext, Outcome, Simulation, graph, initial_state
-from nexus_lab.agent.hostile import Message, Mode
+from nexus_lab.agent.hostile import Mode
+from nexus_lab.agent.hostile_messages import Message
 from nexus_lab.agent.runner import AgentConfig, run_agent, write_report
 from nexus_lab.agent.transport import Ack, PublishError
 from tests.factories import fold_messages

@@ -1,55 +1,131 @@
-"""Size limits of the decision path: no module over 500 lines and no function over 60 lines in the pure
-core (src/nexus/core) and the gateway (src/nexus/gateway.py); ruff has no such rule, so the AST is walked."""
+"""Size limits and lint suppressions across all of src/: no module over 500 lines, no function over 60 lines, no
+class over 300 lines, and no `noqa` or `type: ignore` without its reason; ruff has no such rules, so the AST and
+the comments are read here."""
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "nexus"
+SRC = Path(__file__).resolve().parents[2] / "src"
 MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60
+MAX_CLASS_LINES = 300
+
+# What may pass the limits, each with its reason: `path` for a module, `path::name` for a function or class
+# (paths relative to src/). Generated data would be the one lasting reason; the others are temporary.
+EXCEPTIONS = {
+    "nexus/saga/executor.py": "being split by job in another change",
+    "nexus/saga/executor.py::SagaExecutor": "being split by job in another change",
+    "nexus/mcp/server.py::build_server": "its module is being rewritten in another change (the MCP SDK's line)",
+}
 
 
-# Data written by `make schemas` from the YAML definitions, not code: its length is the definitions'.
-GENERATED = {SRC / "core" / "shipped.py"}
+# A suppression's reason follows its codes: after " - " for noqa, after a second "#" for type: ignore (the one
+# form mypy accepts).
+SUPPRESSION = re.compile(r"#\s*(noqa|type:\s*ignore)\b(?P<codes>(:\s*[A-Z0-9]+(\s*,\s*[A-Z0-9]+)*)|(\[[^\]]*\]))?")
+REASON = re.compile(r"\s*(-{1,2}|#)\s*\S")
 
 
 def _modules() -> list[Path]:
-    return [*sorted(p for p in (SRC / "core").rglob("*.py") if p not in GENERATED), SRC / "gateway.py"]
+    return sorted(SRC.rglob("*.py"))
 
 
-def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
+def _defs(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]:
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             yield node
 
 
-def oversized(path: Path) -> list[str]:
-    """What in `path` is over the limits, as `path:line name (n lines)`."""
+def oversized(path: Path, root: Path = SRC) -> list[str]:
+    """What in `path` is over the limits and not excepted, as `path:line name (n lines)`."""
+    name = path.relative_to(root).as_posix()
     text = path.read_text(encoding="utf-8")
     found = []
     lines = len(text.splitlines())
-    if lines > MAX_MODULE_LINES:
-        found.append(f"{path.name}: module of {lines} lines")
-    for fn in _functions(ast.parse(text)):
-        length = (fn.end_lineno or fn.lineno) - fn.lineno + 1
-        if length > MAX_FUNCTION_LINES:
-            found.append(f"{path.name}:{fn.lineno} {fn.name} ({length} lines)")
+    if lines > MAX_MODULE_LINES and name not in EXCEPTIONS:
+        found.append(f"{name}: module of {lines} lines")
+    for node in _defs(ast.parse(text)):
+        length = (node.end_lineno or node.lineno) - node.lineno + 1
+        limit = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
+        if length > limit and f"{name}::{node.name}" not in EXCEPTIONS:
+            found.append(f"{name}:{node.lineno} {node.name} ({length} lines)")
     return found
 
 
-def test_core_and_gateway_stay_within_size_limits() -> None:
-    """Every module of nexus/core and gateway.py has at most 500 lines, and every function at most 60."""
+def unexplained(path: Path, root: Path = SRC) -> list[str]:
+    """The `noqa` and `type: ignore` comments in `path` that give no reason after their codes."""
+    name = path.relative_to(root).as_posix()
+    found = []
+    tokens = tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline)
+    for token in tokens:
+        if token.type != tokenize.COMMENT:
+            continue
+        match = SUPPRESSION.search(token.string)
+        if match and not REASON.match(token.string[match.end() :]):
+            found.append(f"{name}:{token.start[0]} {token.string}")
+    return found
+
+
+def test_src_stays_within_size_limits() -> None:
+    """Every module of src/ has at most 500 lines, every function 60 and every class 300, but the exceptions."""
     found = [problem for path in _modules() for problem in oversized(path)]
     assert found == []
 
 
-def test_the_size_check_finds_a_long_function_and_a_long_module(tmp_path: Path) -> None:
-    """A 61-line function (nested in a class) and a 501-line module are both reported."""
+def test_every_exception_is_still_needed() -> None:
+    """Each excepted module, function or class still exists and is still over its limit."""
+    over = set()
+    for path in _modules():
+        name = path.relative_to(SRC).as_posix()
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            over.add(name)
+        for node in _defs(ast.parse(text)):
+            limit = MAX_CLASS_LINES if isinstance(node, ast.ClassDef) else MAX_FUNCTION_LINES
+            if (node.end_lineno or node.lineno) - node.lineno + 1 > limit:
+                over.add(f"{name}::{node.name}")
+    assert set(EXCEPTIONS) - over == set()
+
+
+def test_every_suppression_says_why() -> None:
+    """Every `noqa` and `type: ignore` in src/ is followed by a short reason."""
+    found = [problem for path in _modules() for problem in unexplained(path)]
+    assert found == []
+
+
+def test_the_size_check_finds_a_long_function_class_and_module(tmp_path: Path) -> None:
+    """A 61-line function nested in a 301-line class in a 501-line module is reported three times."""
     body = "\n".join(f"        x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
-    filler = "\n" * (MAX_MODULE_LINES - MAX_FUNCTION_LINES)
+    members = "\n".join(f"    y{i} = {i}" for i in range(MAX_CLASS_LINES - MAX_FUNCTION_LINES - 1))
+    filler = "\n" * (MAX_MODULE_LINES - MAX_CLASS_LINES)
     probe = tmp_path / "probe.py"
-    probe.write_text(f"class C:\n    def big(self):\n{body}\n{filler}", encoding="utf-8")
-    assert oversized(probe) == ["probe.py: module of 502 lines", "probe.py:2 big (61 lines)"]
+    probe.write_text(f"class C:\n    def big(self):\n{body}\n{members}\n{filler}", encoding="utf-8")
+    assert oversized(probe, tmp_path) == [
+        "probe.py: module of 501 lines",
+        "probe.py:1 C (301 lines)",
+        "probe.py:2 big (61 lines)",
+    ]
+
+
+def test_the_suppression_check_finds_a_bare_noqa_and_type_ignore(tmp_path: Path) -> None:
+    """A `noqa` or `type: ignore` without a reason is reported; with one, or inside a string, it is not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "a = 1  # noqa: S105\n"
+        "b = 2  # type: ignore[misc]\n"
+        "c = 3  # noqa\n"
+        "d = 4  # noqa: S105 - the format's prefix, not a secret\n"
+        "e = 5  # type: ignore[misc]  # the stubs lack it\n"
+        "f = '# noqa: S105'\n",
+        encoding="utf-8",
+    )
+    assert unexplained(probe, tmp_path) == [
+        "probe.py:1 # noqa: S105",
+        "probe.py:2 # type: ignore[misc]",
+        "probe.py:3 # noqa",
+    ]

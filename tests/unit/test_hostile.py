@@ -19,7 +19,8 @@ from nexus.errors import ErrorCode, InvalidEventError
 from nexus.processes import builtin_catalog
 from nexus_lab.agent import hostile
 from nexus_lab.agent.graph import EXPECTED, STEPS, Outcome, seq_of, shape_of
-from nexus_lab.agent.hostile import HostileStream, Message, Mode
+from nexus_lab.agent.hostile import Mode
+from nexus_lab.agent.hostile_messages import HostileStream, Message, denied_abort, malformed_body
 from tests.factories import Answer, fold_messages
 
 PLANNED = (Outcome.COMPLETED, Outcome.INVENTORY_FAILED, Outcome.PAYMENT_REJECTED)
@@ -77,7 +78,7 @@ def messages_for(outcome: Outcome, actions: Sequence[hostile.Action]) -> list[Me
         verdict = None if held.variant == hostile.APPROVE else Verdict(ErrorCode.APPROVAL_DENIED, "denied")
         sent.append(Answer(stream.honest[held.at], verdict))
         if verdict is not None:
-            sent.append(hostile.denied_abort(stream.honest, order_id="o-1", plan_id="p-1"))
+            sent.append(denied_abort(stream.honest, order_id="o-1", plan_id="p-1"))
     return sent
 
 
@@ -132,7 +133,7 @@ def test_no_boundary_inside_an_out_of_order_pair() -> None:
 def test_malformed_variants_are_rejected_with_their_code(variant: str) -> None:
     """Every malformed variant fails envelope parsing with the code the report expects."""
     event = honest_events(Outcome.COMPLETED)[0]
-    body = hostile.malformed_body(variant, event.model_dump(mode="json"))
+    body = malformed_body(variant, event.model_dump(mode="json"))
     with pytest.raises(InvalidEventError) as caught:
         parse_envelope(body)
     assert caught.value.code.value == hostile.MALFORMED_VARIANTS[variant]

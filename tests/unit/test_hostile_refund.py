@@ -13,7 +13,8 @@ from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import ABORT_STEP
 from nexus_lab.agent import hostile, paths
-from nexus_lab.agent.hostile import HostileStream, Message, Mode
+from nexus_lab.agent.hostile import Mode
+from nexus_lab.agent.hostile_messages import HostileStream, Message
 from nexus_lab.agent.processes import REFUND
 from tests.factories import fold_messages
 

@@ -6,14 +6,15 @@ import asyncio
 from typing import cast
 
 from nexus.gateway import Gateway
-from nexus.ingress.kafka import KafkaIngress, _Lane
+from nexus.ingress.kafka import KafkaIngress
+from nexus.ingress.kafka_lanes import Lane
 from nexus.settings import Settings
 
 
-async def _lane(slice_ms: float) -> _Lane:
+async def _lane(slice_ms: float) -> Lane:
     # The lane's sizing never reaches the gateway, the broker or the database.
     ingress = KafkaIngress(cast(Gateway, None), Settings(kafka_max_poll_records=500, kafka_slice_ms=slice_ms))
-    return _Lane(ingress, 0)
+    return Lane(ingress, 0)
 
 
 async def test_a_lane_sizes_its_slices_to_the_time_budget_within_the_floor_and_the_poll_size() -> None:

@@ -6,7 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from nexus_lab.soak import Sample, Soak, SoakConfig
+from nexus_lab.soak import Soak, SoakConfig
+from nexus_lab.soak_report import Sample
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ DIMENSIONS = {7: "by_code", 11: "by_check", 13: "by_step_type", 14: "by_actor"}
 UNKNOWN_ACTOR = "unknown"
 
 
-# A value declared field by field, alike in form to lab/agent/transport.Ack: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Filters:
     tenant: str | None = None

@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -81,7 +82,7 @@ def public_bytes(key: Ed25519PrivateKey | Ed25519PublicKey) -> bytes:
     return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
-def signature_checker(trusted: set[bytes] | None = None):  # type: ignore[no-untyped-def]
+def signature_checker(trusted: set[bytes] | None = None) -> Callable[[Checkpoint], bool]:
     """`signature_ok(checkpoint)` for core.audit.verify_checkpoints: the signature verifies with the
     checkpoint's public key, and (given `trusted` raw public keys) that key is trusted."""
 

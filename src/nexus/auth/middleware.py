@@ -141,7 +141,6 @@ class Gatekeeper:
         await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, message)
 
 
-# Pure ASGI middleware, as RequestGuard is: the same few lines every ASGI middleware starts with, other checks.
 class AuthMiddleware:
     """The `Gatekeeper` in front of every route of the app (the events fast path calls the same one)."""
 

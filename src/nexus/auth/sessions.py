@@ -24,7 +24,6 @@ LOGIN_COOKIE = "nexus_console_login"
 """Holds the CSRF token of the sign-in form (double submit), before any session exists."""
 
 
-# A value declared field by field, alike in form to lab/agent/graph.Expected: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Session:
     key_hash: bytes

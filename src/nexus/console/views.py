@@ -28,6 +28,7 @@ from nexus.auth.keys import Refusal, hash_key
 from nexus.auth.middleware import principal_of
 from nexus.auth.roles import Principal, Role
 from nexus.auth.sessions import COOKIE, LOGIN_COOKIE, Session, SessionStore, cookie_of, same_token
+from nexus.console.diagram import state_svg
 from nexus.delivery import subscriptions as subs
 from nexus.errors import NexusError
 from nexus.gateway import trace_id_of
@@ -376,123 +377,10 @@ async def processes(request: Request) -> Response:
 
     catalog = request.app.state.gateway.catalog or builtin_catalog()
     shown = [
-        {**describe(p), "mermaid": mermaid(p), "svg": Markup(_state_svg(p))}  # noqa: S704 - built from escaped text
+        {**describe(p), "mermaid": mermaid(p), "svg": Markup(state_svg(p))}  # noqa: S704 - built from escaped text
         for _, p in sorted(catalog.versions.items())
     ]
     return _page(request, "processes.html", processes=shown)
-
-
-# The diagram's text is monospace, so a label's width is known without a browser: characters times the
-# font's advance (0.6 em for the usual monospace faces), plus a margin.
-_STATE_FONT, _STEP_FONT, _ADVANCE = 12, 10, 0.62
-
-
-def _text_width(text: str, size: int) -> float:
-    return len(text) * size * _ADVANCE
-
-
-def _state_svg(process: Any) -> str:
-    """A left-to-right diagram of a process's states in definition order: each node as wide as its name,
-    steps as labelled arcs (forward above the row, backward below), the first step from a start dot, and
-    ABORT_PLAN as dashed edges from every live state to `aborted` (the built-in step any live order takes)."""
-    import html
-
-    states = list(process.definition.states)
-    if ABORTED_STATE not in states:
-        states.append(ABORTED_STATE)
-    terminal = {*process.definition.terminal, ABORTED_STATE}
-    steps = [(name, compiled.step.from_, compiled.step.to) for name, compiled in process.steps.items()]
-    forward = [(n, o, t) for n, froms, t in steps for o in froms if o in states and t in states]
-    gap = max(
-        [40.0] + [_text_width(n, _STEP_FONT) + 16 for n, o, t in forward if states.index(t) == states.index(o) + 1]
-    )
-    x_of: dict[str, float] = {}
-    width_of: dict[str, float] = {}
-    x = 60.0
-    for state in states:
-        x_of[state], width_of[state] = x, max(80.0, _text_width(state, _STATE_FONT) + 24)
-        x += width_of[state] + gap
-    lanes_above, lanes_below = 0, 0
-    row_y, node_h = 0.0, 30.0
-    arcs: list[tuple[str, float, float, bool, int]] = []
-    for name, origin, to in forward:
-        x1 = x_of[origin] + width_of[origin] / 2
-        x2 = x_of[to] + width_of[to] / 2
-        ahead = x2 > x1
-        if ahead:
-            lanes_above += 1
-        else:
-            lanes_below += 1
-        arcs.append((name, x1, x2, ahead, lanes_above if ahead else lanes_below))
-    lane_h = 18.0
-    row_y = 20 + lane_h * (lanes_above + 1)
-    live = [s for s in states if s not in terminal]
-    bus_y = row_y + node_h + lane_h * (lanes_below + 1) + 14
-    height = bus_y + 30
-    total_w = x + 20
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="process" width="{total_w:.0f}" height="{height:.0f}" '
-        f'viewBox="0 0 {total_w:.0f} {height:.0f}" font-family="monospace">',
-        '<defs><marker id="a" markerWidth="8" markerHeight="8" refX="8" refY="4" orient="auto">'
-        '<path d="M0,0 L8,4 L0,8 z" fill="#447"/></marker></defs>',
-    ]
-    for state in states:
-        sx, w = x_of[state], width_of[state]
-        fill = "#fee" if state == ABORTED_STATE else "#efe" if state in terminal else "#eef"
-        parts.append(
-            f'<g class="state" data-state="{html.escape(state)}"><rect x="{sx:.1f}" y="{row_y:.1f}" width="{w:.1f}" '
-            f'height="{node_h:.0f}" rx="6" fill="{fill}" stroke="#447"/>'
-            f'<text x="{sx + w / 2:.1f}" y="{row_y + 20:.1f}" font-size="{_STATE_FONT}" text-anchor="middle">'
-            f"{html.escape(state)}</text></g>"
-        )
-    starts = [(n, t) for n, froms, t in steps for o in froms if o is None and t in states]
-    for name, to in starts:
-        tx = x_of[to]
-        parts.append(f'<circle cx="14" cy="{row_y + node_h / 2:.1f}" r="6" fill="#447"/>')
-        parts.append(
-            f'<path d="M20,{row_y + node_h / 2:.1f} L{tx:.1f},{row_y + node_h / 2:.1f}" stroke="#447" '
-            'fill="none" marker-end="url(#a)"/>'
-        )
-        parts.append(
-            f'<text class="step" x="22" y="{row_y - 4:.1f}" font-size="{_STEP_FONT}">{html.escape(name)}</text>'
-        )
-    for name, x1, x2, ahead, lane in arcs:
-        if ahead:
-            y = row_y - lane * lane_h
-            y_end = row_y
-        else:
-            y = row_y + node_h + lane * lane_h
-            y_end = row_y + node_h
-        parts.append(
-            f'<path d="M{x1:.1f},{y_end:.1f} L{x1:.1f},{y:.1f} L{x2:.1f},{y:.1f} L{x2:.1f},{y_end:.1f}" '
-            'stroke="#447" fill="none" marker-end="url(#a)"/>'
-        )
-        label_x = min(x1, x2) + 4
-        parts.append(
-            f'<text class="step" x="{label_x:.1f}" y="{y - 3:.1f}" font-size="{_STEP_FONT}">{html.escape(name)}</text>'
-        )
-    if live:
-        ax = x_of[ABORTED_STATE] + width_of[ABORTED_STATE] / 2
-        first = min(x_of[s] + width_of[s] / 2 for s in live)
-        for state in live:
-            cx = x_of[state] + width_of[state] / 2
-            parts.append(
-                f'<path class="abort" d="M{cx:.1f},{row_y + node_h:.1f} L{cx:.1f},{bus_y:.1f}" stroke="#a44" '
-                'stroke-dasharray="4 3" fill="none"/>'
-            )
-        parts.append(
-            f'<path class="abort" d="M{first:.1f},{bus_y:.1f} L{ax:.1f},{bus_y:.1f} L{ax:.1f},{row_y + node_h:.1f}" '
-            'stroke="#a44" stroke-dasharray="4 3" fill="none" marker-end="url(#a)"/>'
-        )
-        parts.append(
-            f'<text class="step abort" x="{first + 4:.1f}" y="{bus_y + 14:.1f}" font-size="{_STEP_FONT}" '
-            f'fill="#a44">ABORT_PLAN (from any live state)</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-ABORTED_STATE = "aborted"
 
 
 def fmt_time(value: dt.datetime | None) -> str:

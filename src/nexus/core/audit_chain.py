@@ -75,8 +75,6 @@ def format_at(at: dt.datetime) -> str:
     return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-# A value declared field by field, alike in form to decide/answers.Outcome, delivery/sender.Result and the SDK's models:
-# different data, nothing to share.
 class Entry(NamedTuple):
     """One decision to log, before it has a place in its chain. (A NamedTuple: one per step on the hot
     path, where it builds in a third of a frozen dataclass's time.)"""
@@ -217,7 +215,6 @@ def append(
     """`place`, as records."""
     stamp = format_at(at)
     return [
-        # Built field by field, alike in form to decide/rejections' abort envelope: different values.
         Record(
             tenant_id=e.tenant_id,
             order_id=e.order_id,

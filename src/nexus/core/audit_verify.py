@@ -14,8 +14,6 @@ from typing import Any
 from nexus.core.audit_chain import FORMAT_VERSION, GENESIS, Record, canonical_json
 
 
-# A value declared field by field, alike in form to core/order_state.Decision and lab/agent/graph.Outcome: different
-# data, nothing to share.
 class Fault(enum.StrEnum):
     MODIFIED = "MODIFIED"
     DELETED = "DELETED"

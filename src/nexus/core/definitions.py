@@ -52,7 +52,7 @@ def terminal_states(process: CompiledProcess) -> frozenset[str]:
 def step_enum(process: CompiledProcess, enum_name: str) -> type[enum.StrEnum]:
     """The step types of a process and ABORT_PLAN as a string enum (member names in UPPER_SNAKE_CASE)."""
     names = [*step_names(process), ABORT_STEP]
-    return enum.StrEnum(enum_name, {_upper_snake(n): n for n in names})  # type: ignore[return-value]
+    return enum.StrEnum(enum_name, {_upper_snake(n): n for n in names})  # type: ignore[return-value]  # the functional StrEnum API is typed as returning the base class
 
 
 def _upper_snake(name: str) -> str:

@@ -48,7 +48,6 @@ class OrderState:
         return self.status is not None
 
 
-# A value declared field by field, alike in form to lab/agent/processes.LabProcess: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Applied:
     """A step that changed its order: one notification at `position` in the order's outbox."""
@@ -62,7 +61,6 @@ class Applied:
     """The step took its seq but waits for its effect: no notification yet, status unchanged."""
 
 
-# A value declared field by field, alike in form to core/saga.StepView: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Rejection:
     """A step the order's process refused. `drained`: it came out of the buffer; `replay`: its event_id

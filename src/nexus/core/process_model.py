@@ -37,7 +37,7 @@ def _upper_snake(name: str) -> str:
 # The built-in `order` process's names, generated from order.yaml (core/shipped.py, `make schemas`), never
 # written by hand: its step types (and ABORT_PLAN), its states, and the state each step leads to.
 _ORDER: Mapping[str, Any] = SHIPPED["order"]
-EventType: type[enum.StrEnum] = enum.StrEnum(  # type: ignore[misc]
+EventType: type[enum.StrEnum] = enum.StrEnum(  # type: ignore[misc]  # mypy cannot type an enum built from a mapping at import
     "EventType", {_upper_snake(name): name for name in (*_ORDER["steps"], "ABORT_PLAN")}
 )
 
@@ -167,7 +167,6 @@ class DefinitionError(ValueError):
         self.reason = message
 
 
-# A value declared field by field, alike in form to lab/agent/hostile.Action: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
     """Why a step is REJECTED: its code, the failed check's id (for CHECK_FAILED/LIMIT_EXCEEDED), a message."""

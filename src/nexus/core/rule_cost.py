@@ -204,8 +204,6 @@ def parse(source: str) -> Node:
 WALKS_ONCE = "walks its list once"
 
 
-# A value declared field by field, alike in form to delivery/bulkheads.BulkheadConfig,
-# delivery/subscriptions.Subscription, lab/agent/graph.Expected: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Walk:
     """One operation of a rule that visits list items: what it is, how many it visits at the limits, why."""

@@ -104,7 +104,6 @@ def idempotency_key(secret: bytes, tenant_id: str, order_id: str, plan_id: str, 
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
-# A value declared field by field, alike in form to core/order_state.Rejection: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class StepView:
     """What the state machines need of one `saga_steps` row."""

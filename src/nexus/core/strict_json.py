@@ -128,7 +128,6 @@ def _fast(raw: bytes, max_depth: int) -> Any:
     return value
 
 
-# An explicit-stack walk, alike in form to lab/bench/wrk.tree_cpu_s's walk of a process tree: other data, other sum.
 def _pairs(value: Any) -> int:
     """The key/value pairs of every object in a decoded document."""
     pairs = 0

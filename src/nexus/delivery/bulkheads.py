@@ -34,8 +34,6 @@ T = TypeVar("T")
 EVERY_TENANT = "*"
 
 
-# A value declared field by field, alike in form to rule_cost.Walk, subscriptions.Subscription,
-# lab/agent/graph.Expected: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class BulkheadConfig:
     """The caps, validated: at least one slot each, never more than the workers."""

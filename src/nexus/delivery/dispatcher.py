@@ -42,8 +42,6 @@ log = logging.getLogger(__name__)
 _FLUSH_MAX = 1000
 
 
-# Its __init__ (parameters kept as attributes, an optional rng last) is alike in form to saga/wakeups.SagaWakeups'
-# and the SDK's LongPoll: other parts.
 class OutboxDispatcher:
     """Claims, sends and records webhook deliveries until cancelled."""
 

@@ -8,6 +8,7 @@ notification, under the orders' advisory locks, as the gateway adds notification
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 from typing import Any
@@ -25,6 +26,17 @@ from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Batch:
+    """A batch of results as rows: the `finish` columns, the counted attempts, each delivery's metric label and
+    the orders whose delivery leaves PENDING (locked before the write)."""
+
+    columns: tuple[list[Any], ...]
+    attempts: list[Result]
+    labels: dict[tuple[Any, int], str]
+    ending: set[tuple[str, str]]
 
 
 class OutcomeWriter:
@@ -59,16 +71,34 @@ class OutcomeWriter:
 
     async def write(self, results: list[Result]) -> None:
         """Record a batch of results and their breaker evidence in one transaction."""
-        columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
-        attempts: list[Result] = []  # Each counted attempt gets its delivery_attempts row
-        labels: dict[tuple[Any, int], str] = {}
-        ending: set[tuple[str, str]] = set()
+        batch = self._batch(results)
+        applied, changes = await self._apply(batch, results)
+        for row in applied:
+            metrics.WEBHOOK_DELIVERIES.labels(result=batch.labels[(row["outbox_id"], row["subscription_id"])]).inc()
+        for subscription_id, before, after in changes:
+            self.report.transitioned(subscription_id, before, after)
+        for r in results:
+            if r.outcome is not AttemptOutcome.DELIVERED:
+                c = r.claimed
+                log.info(
+                    "delivery attempt failed",
+                    extra={
+                        "action": batch.labels[(c.outbox_id, c.subscription_id)],
+                        "order_id": c.order_id,
+                        "outbox_id": str(c.outbox_id),
+                        "attempt": c.attempt,
+                        "error": r.error,
+                    },
+                )
+
+    def _batch(self, results: list[Result]) -> _Batch:
+        batch = _Batch(([], [], [], [], [], [], [], []), [], {}, set())
         for r in results:
             decision = self.decide(r)
             c = r.claimed
             if decision.leaves_pending:
-                ending.add((c.tenant_id, c.order_id))
-            labels[(c.outbox_id, c.subscription_id)] = decision.label
+                batch.ending.add((c.tenant_id, c.order_id))
+            batch.labels[(c.outbox_id, c.subscription_id)] = decision.label
             row = (
                 c.outbox_id,
                 c.subscription_id,
@@ -79,21 +109,27 @@ class OutcomeWriter:
                 r.error,
                 decision.dead_reason,
             )
-            for column, value in zip(columns, row, strict=True):
+            for column, value in zip(batch.columns, row, strict=True):
                 column.append(value)
             if decision.counted:
-                attempts.append(r)
+                batch.attempts.append(r)
+        return batch
+
+    async def _apply(
+        self, batch: _Batch, results: list[Result]
+    ) -> tuple[list[asyncpg.Record], list[tuple[int, Breaker, Breaker]]]:
+        """The batch's rows written, heads promoted and breakers fed, in one transaction."""
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
-                if ending:
-                    locked = sorted(ending)
+                if batch.ending:
+                    locked = sorted(batch.ending)
                     await conn.execute(
                         query("gateway.sql", "lock_orders"), [t for t, _ in locked], [o for _, o in locked]
                     )
                 applied = await conn.fetch(
                     query("delivery.sql", "finish"),
                     self.owner,
-                    *columns,
+                    *batch.columns,
                     DeliveryState.PENDING.value,
                     DeliveryState.DELIVERED.value,
                     DeliveryState.DEAD.value,
@@ -113,25 +149,9 @@ class OutcomeWriter:
                         [t for _, _, t in moved],
                     )
                 changes = await self._feed_breakers(conn, results)
-                if attempts:
-                    await conn.execute(query("delivery.sql", "record_attempts"), *attempt_columns(attempts))
-        for row in applied:
-            metrics.WEBHOOK_DELIVERIES.labels(result=labels[(row["outbox_id"], row["subscription_id"])]).inc()
-        for subscription_id, before, after in changes:
-            self.report.transitioned(subscription_id, before, after)
-        for r in results:
-            if r.outcome is not AttemptOutcome.DELIVERED:
-                c = r.claimed
-                log.info(
-                    "delivery attempt failed",
-                    extra={
-                        "action": labels[(c.outbox_id, c.subscription_id)],
-                        "order_id": c.order_id,
-                        "outbox_id": str(c.outbox_id),
-                        "attempt": c.attempt,
-                        "error": r.error,
-                    },
-                )
+                if batch.attempts:
+                    await conn.execute(query("delivery.sql", "record_attempts"), *attempt_columns(batch.attempts))
+        return applied, changes
 
     async def _feed_breakers(
         self, conn: asyncpg.Connection, results: list[Result]

@@ -28,8 +28,6 @@ from nexus.outbound.policy import OutboundPolicy
 from nexus.settings import Settings
 
 
-# A value declared field by field, alike in form to core/audit_chain.Entry and decide/answers: different data, nothing
-# to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Result:
     """How one claimed attempt ended."""

@@ -34,8 +34,6 @@ log = logging.getLogger(__name__)
 DEFAULT_NAME = "default"
 
 
-# A value declared field by field, alike in form to rule_cost.Walk, bulkheads.BulkheadConfig, lab/agent/graph.Expected:
-# different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Subscription:
     id: int

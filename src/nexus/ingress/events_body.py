@@ -22,7 +22,6 @@ from nexus.gateway import Incoming
 from nexus.settings import Settings
 
 
-# A value declared field by field, alike in form to nexus_wire/kafka.Delivered: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Refusal:
     """The request as a whole is refused; nothing is written."""

@@ -93,6 +93,36 @@ def create_app(
     openapi.install(app)
     submitter = committer or GroupCommitter(gateway, workers=1)
     http_errors.install(app)
+    keys, sessions, gate = _install_layers(app, db, limits, settings, submitter)
+    _add_events_route(app, settings, submitter)
+    _add_order_routes(app, db, settings)
+    _add_process_routes(app, gateway)
+    _add_operator_routes(app, db, gateway)
+    _include_routers(app)
+    app.state.submitter = submitter
+    from nexus.ingress.mcp_api import install as install_mcp
+
+    app.state.mcp = install_mcp(app, db, gateway, settings, read_order)
+    if decision_listener is None:
+        from nexus.lifecycle.waiting import DecisionListener
+
+        decision_listener = DecisionListener(db.url, settings)
+    app.state.decision_listener = decision_listener
+    app.state.wait_slots = WaitSlots(settings.max_waits_per_key)
+    app.state.keys = keys
+    app.state.gate = gate  # the console's sign-in form records its failed attempts through it
+    app.state.console_sessions = sessions
+    app.state.settings = settings
+    app.state.redrive_dead_letter = redrive_dead_letter  # the console's button; it must not import this module
+    app.state.db = db
+    app.state.gateway = gateway
+    return app
+
+
+def _install_layers(
+    app: _GatewayApp, db: Database, limits: Settings, settings: Settings, submitter: GroupCommitter
+) -> tuple[KeyCache, SessionStore, Gatekeeper]:
+    """The middlewares around the framework and the events fast path in front of it."""
     # Every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
     keys = KeyCache(db, ttl_s=limits.auth_cache_ttl_s)
     sessions = SessionStore(db, db.settings.console_session_ttl_s)  # in PostgreSQL
@@ -106,6 +136,11 @@ def create_app(
         tracing.instrument(app)
     # POST /v1/events without the framework's layers (it steps aside while tracing is on)
     app.fast_path = EventsFastPath(app.framework, gate=gate, submitter=submitter, settings=settings)
+    return keys, sessions, gate
+
+
+def _add_events_route(app: FastAPI, settings: Settings, submitter: GroupCommitter) -> None:
+    """POST /v1/events as the framework serves it (the fast path's, while tracing is on)."""
 
     @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
     async def post_events(request: Request) -> JSONResponse:
@@ -117,6 +152,10 @@ def create_app(
             body, request.headers.get("traceparent"), principal_of(request), settings, submitter
         )
         return JSONResponse(content, status_code=status)
+
+
+def _add_order_routes(app: FastAPI, db: Database, settings: Settings) -> None:
+    """GET /v1/orders/{id} (and its long poll) and GET /v1/plans/{id}."""
 
     @app.get("/v1/orders/{order_id}")
     async def get_order(
@@ -169,6 +208,10 @@ def create_app(
         terminal = all(o["status"] in ("completed", "aborted") for o in orders)
         return {"plan_id": plan_id, "terminal": terminal, "orders": orders}
 
+
+def _add_process_routes(app: FastAPI, gateway: Gateway) -> None:
+    """GET /v1/processes and GET /v1/processes/{name}."""
+
     @app.get("/v1/processes")
     async def list_processes() -> dict[str, Any]:
         from nexus.processes import builtin_catalog, describe
@@ -185,6 +228,10 @@ def create_app(
         if process is None:
             raise NotFoundError(f"no process {name!r}" + (f" version {version}" if version else ""))
         return {**describe(process), "mermaid": mermaid(process)}
+
+
+def _add_operator_routes(app: FastAPI, db: Database, gateway: Gateway) -> None:
+    """The dead letters and their redrive, /metrics, /healthz and /readyz."""
 
     @app.get("/v1/dead-letters")
     async def list_dead_letters(
@@ -236,6 +283,9 @@ def create_app(
             return error_response(503, ErrorCode.DATABASE_UNAVAILABLE, reason, status="unavailable")
         return JSONResponse({"status": "ready"})
 
+
+def _include_routers(app: FastAPI) -> None:
+    """The routers of the other parts of the API, in their order."""
     from nexus.auth.api import router as keys_router
     from nexus.ingress.delivery_api import router as delivery_router
 
@@ -253,24 +303,6 @@ def create_app(
     from nexus.ingress.steps_api import router as steps_router  # server-numbered steps (and MCP below)
 
     app.include_router(steps_router)
-    app.state.submitter = submitter
-    from nexus.ingress.mcp_api import install as install_mcp
-
-    app.state.mcp = install_mcp(app, db, gateway, settings, read_order)
-    if decision_listener is None:
-        from nexus.lifecycle.waiting import DecisionListener
-
-        decision_listener = DecisionListener(db.url, settings)
-    app.state.decision_listener = decision_listener
-    app.state.wait_slots = WaitSlots(settings.max_waits_per_key)
-    app.state.keys = keys
-    app.state.gate = gate  # the console's sign-in form records its failed attempts through it
-    app.state.console_sessions = sessions
-    app.state.settings = settings
-    app.state.redrive_dead_letter = redrive_dead_letter  # the console's button; it must not import this module
-    app.state.db = db
-    app.state.gateway = gateway
-    return app
 
 
 def rate_limits(settings: Any) -> Any:

@@ -110,7 +110,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_head_bytes: int = 65_536
     max_concurrency: int | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn types its transport as BaseTransport; it is always a Transport here
         self._read = _Deadline(self, self.read_timeout_s, "request", "http_read_timeout")
         self._head = _Deadline(self, self.head_timeout_s, "request head", "http_head_timeout")
         self._head_bytes = 0
@@ -168,7 +168,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 self.app = app
         if self.cycle is not None and self.cycle is not before:  # a new request (not an upgrade)
             # Its task has not run yet: it starts on the next turn of the loop.
-            self.cycle.transport = _OneWritePerResponse(self.transport, self.loop)  # type: ignore[assignment]
+            self.cycle.transport = _OneWritePerResponse(self.transport, self.loop)  # type: ignore[assignment]  # a Transport wrapper where uvicorn declares the concrete class
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

@@ -71,7 +71,6 @@ def _with_console_headers(send: Any) -> Any:
     return sending
 
 
-# Pure ASGI middleware, as auth.middleware.AuthMiddleware is (the same opening lines, other checks).
 class RequestGuard:
     """Pure ASGI middleware: the checks above, then the route."""
 

@@ -26,7 +26,7 @@ class McpEndpoint:
         # same for every request: built once.
         lowlevel = self.manager.app
         options = lowlevel.create_initialization_options()
-        lowlevel.create_initialization_options = lambda *args, **kwargs: (  # type: ignore[method-assign]
+        lowlevel.create_initialization_options = lambda *args, **kwargs: (  # type: ignore[method-assign]  # the cached options replace the SDK's per-request builder
             options
             if not args and not kwargs
             else type(lowlevel).create_initialization_options(lowlevel, *args, **kwargs)

@@ -121,7 +121,7 @@ def build_server(backend_of: BackendOf, *, name: str = "nexus") -> FastMCP:
         return yaml.safe_dump({k: v for k, v in body.items() if k != "mermaid"}, sort_keys=False)
 
     @server.resource("nexus://orders/{order_id}", mime_type="application/json")
-    async def order_resource(order_id: str, ctx: Context) -> str:  # type: ignore[type-arg]
+    async def order_resource(order_id: str, ctx: Context) -> str:  # type: ignore[type-arg]  # found by its bare name
         """An order's state and its history of decisions, as JSON."""
         backend = backend_of(ctx)
         order = await backend.get_order(order_id)

@@ -31,7 +31,6 @@ CHANNEL = "nexus_sagas"
 _RECONNECT_BASE_MS = 50.0
 
 
-# Its __init__ is alike in form to delivery/dispatcher.OutboxDispatcher's and the SDK's LongPoll: other parts.
 class SagaWakeups:
     """One LISTEN connection that calls `wake` for every notification and on every (re)connection."""
 

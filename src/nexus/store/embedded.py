@@ -49,7 +49,7 @@ class EmbeddedPostgres:
                 "adopting the embedded postgres of a process that died",
                 extra={"action": "embedded_pg_adopt", "pgdata": str(self.pgdata), "dead_pids": dead},
             )
-        get_server = pgserver.get_server  # type: ignore[attr-defined]
+        get_server = pgserver.get_server  # type: ignore[attr-defined]  # pgserver does not export its names in __all__
         self._server = get_server(self.pgdata, cleanup_mode=self._cleanup_mode)
         url: str = self._server.get_uri()
         log.info("embedded postgres ready", extra={"action": "embedded_pg_start", "pgdata": str(self.pgdata)})
@@ -65,7 +65,7 @@ class EmbeddedPostgres:
         import pgserver
 
         assert self._server is not None
-        pgserver.pg_ctl(  # type: ignore[attr-defined]
+        pgserver.pg_ctl(  # type: ignore[attr-defined]  # pgserver does not export its names in __all__
             ["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self._server.system_user
         )
 

@@ -12,6 +12,7 @@ from typing import Any
 import asyncpg
 
 from nexus.core.decide.effects import EffectStatus, effect_view
+from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState, Resolution
 from nexus.core.process import ProcessCatalog
 from nexus.core.saga import EffectBodyError, SagaStatus, StepStatus, build_body
@@ -103,47 +104,12 @@ async def record(
                 continue
             if not applied.effect:
                 continue
-            process = catalog.get(resolution.after.process or event.process_name, resolution.after.process_version)
-            compiled = process.steps.get(str(event.event_type)) if process is not None else None
-            if process is None or compiled is None or compiled.step.effect is None:
-                continue
-            effect = compiled.step.effect
-            variables = {
-                "data": dict(event.data),
-                "order": {**resolution.after.facts, "order_id": event.order_id, "plan_id": event.plan_id,
-                          "tenant_id": event.tenant_id},
-                "step": {"seq": event.seq_id, "type": str(event.event_type)},
-            }  # fmt: skip
-            try:
-                payload, error = json.dumps(build_body(effect.body, variables), default=str), None
-            except EffectBodyError as exc:
-                payload, error = None, str(exc)
-            compensation = effect.compensation
-            compensable = compensation is not None and not compiled.step.pivot and not resolution.before.past_pivot
-            sagas.append((event.tenant_id, event.order_id, event.plan_id, process.name))
-            step_name = str(event.event_type)
-            keys = call_keys(await secret.get(conn), event.tenant_id, event.order_id, event.plan_id, step_name)
-            steps.append(
-                (
-                    event.tenant_id,
-                    event.order_id,
-                    event.seq_id,
-                    str(event.event_type),
-                    event.plan_id,
-                    event.event_id,
-                    effect.service,
-                    compensable,
-                    compiled.step.pivot,
-                    effect.path,
-                    payload,
-                    error,
-                    compensation.path if compensation is not None else None,
-                    json.dumps(compensation.body) if compensation is not None else None,
-                    traces.get(event.event_id),
-                    event.model_dump_json(),
-                    *keys,
-                )
-            )
+            found = _step_row(resolution, event, catalog, traces)
+            if found is not None:
+                step_name = str(event.event_type)
+                keys = call_keys(await secret.get(conn), event.tenant_id, event.order_id, event.plan_id, step_name)
+                sagas.append((event.tenant_id, event.order_id, event.plan_id, found[0]))
+                steps.append((*found[1], *keys))
     if sagas:
         await conn.execute(query("saga.sql", "upsert_sagas"), *_columns(sagas, 4))
         await conn.execute(query("saga.sql", "insert_saga_steps"), *_columns(steps, 18))
@@ -151,6 +117,48 @@ async def record(
         await conn.execute(query("saga.sql", "abort_sagas"), [t for t, _ in aborted], [o for _, o in aborted])
     if sagas or aborted:
         await conn.execute(query("saga.sql", "notify_sagas"))  # Wake the executors
+
+
+def _step_row(
+    resolution: Resolution, event: EventEnvelope, catalog: ProcessCatalog, traces: Mapping[Any, str | None]
+) -> tuple[str, tuple[Any, ...]] | None:
+    """The process's name and the saga_steps row of an applied step that waits for its effect; None when the
+    step has no effect in its process."""
+    process = catalog.get(resolution.after.process or event.process_name, resolution.after.process_version)
+    compiled = process.steps.get(str(event.event_type)) if process is not None else None
+    if process is None or compiled is None or compiled.step.effect is None:
+        return None
+    effect = compiled.step.effect
+    variables = {
+        "data": dict(event.data),
+        "order": {**resolution.after.facts, "order_id": event.order_id, "plan_id": event.plan_id,
+                  "tenant_id": event.tenant_id},
+        "step": {"seq": event.seq_id, "type": str(event.event_type)},
+    }  # fmt: skip
+    try:
+        payload, error = json.dumps(build_body(effect.body, variables), default=str), None
+    except EffectBodyError as exc:
+        payload, error = None, str(exc)
+    compensation = effect.compensation
+    compensable = compensation is not None and not compiled.step.pivot and not resolution.before.past_pivot
+    return process.name, (
+        event.tenant_id,
+        event.order_id,
+        event.seq_id,
+        str(event.event_type),
+        event.plan_id,
+        event.event_id,
+        effect.service,
+        compensable,
+        compiled.step.pivot,
+        effect.path,
+        payload,
+        error,
+        compensation.path if compensation is not None else None,
+        json.dumps(compensation.body) if compensation is not None else None,
+        traces.get(event.event_id),
+        event.model_dump_json(),
+    )
 
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:

@@ -51,8 +51,6 @@ def seq_of(event_type: str) -> int | None:
     return None if event_type == ABORT else STEPS.index(StepType(event_type)) + 1
 
 
-# A value declared field by field, alike in form to core/audit_verify.Fault, core/order_state.Decision, rule_cost.Walk,
-# bulkheads.BulkheadConfig, auth/sessions.Session: different data, nothing to share.
 class Outcome(enum.StrEnum):
     """How a plan ends, decided by the simulation before any event is sent."""
 
@@ -331,7 +329,7 @@ def initial_state(
             "seed": seed,
         },
     }
-    state.update(sample_order(seed))  # type: ignore[typeddict-item]
+    state.update(sample_order(seed))  # type: ignore[typeddict-item]  # a plain dict of the state's order keys
     return state
 
 

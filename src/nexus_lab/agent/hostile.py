@@ -54,19 +54,14 @@ it was sent and none after it, never inside an out-of-order pair, so the gateway
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import enum
-import json
 import random
-import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from nexus.core.envelope import EventEnvelope
 from nexus.core.process import ABORT_STEP
 from nexus.core.sequencing import Decision
-from nexus_client import envelope_json
 from nexus_lab.agent.processes import ORDER, LabProcess
 
 
@@ -143,7 +138,6 @@ MALFORMED_VARIANTS: dict[str, str] = {
 OTHER_PLAN_SUFFIX = "-impostor"
 
 
-# A value declared field by field, alike in form to core/process_model.Verdict: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Action:
     """One hostile move: `at` is an honest index (duplicate, out_of_order) or a boundary (the others)."""
@@ -301,39 +295,8 @@ def schedule(shape: Sequence[str], actions: Sequence[Action]) -> list[SendSpec]:
         if i == replanned:  # the old plan's straggler, once the new plan's first step went
             specs.append(SendSpec(i, "straggler", Mode.REPLAN, False, Decision.DISCARD, "PLAN_SUPERSEDED"))
 
-    def boundary(b: int) -> None:
-        for mode in BOUNDARY_ORDER:
-            for action in actions:
-                if action.mode is not mode or action.at != b:
-                    continue
-                if mode is Mode.RESTART:
-                    specs.extend(SendSpec(j, "new_id", mode, False, Decision.DUPLICATE) for j in range(b))
-                elif mode is Mode.OTHER_PLAN:
-                    ref = max(j for j in range(b) if _is_step(shape[j]))
-                    specs.append(SendSpec(ref, "other_plan", mode, False, Decision.PLAN_MISMATCH, "PLAN_MISMATCH"))
-                elif mode is Mode.MALFORMED:
-                    assert action.variant is not None
-                    specs.append(
-                        SendSpec(
-                            b - 1 if b else None,
-                            "malformed",
-                            mode,
-                            False,
-                            Decision.DEAD_LETTER,
-                            MALFORMED_VARIANTS[action.variant],
-                            action.variant,
-                        )
-                    )
-                elif mode is Mode.ZOMBIE:
-                    specs.append(SendSpec(b - 1, "zombie", mode, False, Decision.DISCARD))
-                elif mode is Mode.REPLAN:
-                    specs.append(SendSpec(b - 1, "replan", mode, True, Decision.APPLY))
-                elif mode in REJECTED_MODES:
-                    after = b - 1 if b else None
-                    specs.append(SendSpec(after, mode.value, mode, False, Decision.REJECTED, REJECTED_MODES[mode]))
-
     i = 0
-    boundary(0)
+    specs += _boundary(shape, actions, 0)
     while i < n:
         if i == swap_at:
             honest(i + 1, Decision.BUFFER, Mode.OUT_OF_ORDER)
@@ -342,44 +305,8 @@ def schedule(shape: Sequence[str], actions: Sequence[Action]) -> list[SendSpec]:
         else:
             honest(i, Decision.APPLY, None)
             i += 1
-        boundary(i)
+        specs += _boundary(shape, actions, i)
     return specs
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Message:
-    """One message on the wire, and what the gateway must decide for it."""
-
-    body: bytes
-    key: str
-    envelope: EventEnvelope | None
-    mode: Mode | None
-    honest: bool
-    expected: Decision
-    expected_code: str | None
-    event_id: str | None
-    event_type: str | None
-    seq_id: int | None
-    plan_id: str | None
-    variant: str | None = None
-
-
-def _message(spec: SendSpec, envelope: EventEnvelope) -> Message:
-    # Built field by field, alike in form to sink's Faults from its flags: different values.
-    return Message(
-        body=envelope_json(envelope),
-        key=envelope.order_id,
-        envelope=envelope,
-        mode=spec.mode,
-        honest=spec.honest,
-        expected=spec.expected,
-        expected_code=spec.expected_code,
-        event_id=str(envelope.event_id),
-        event_type=str(envelope.event_type),
-        seq_id=envelope.seq_id,
-        plan_id=envelope.plan_id,
-        variant=spec.variant,
-    )
 
 
 def reviewed_order(order: Mapping[str, Any]) -> dict[str, Any]:
@@ -390,237 +317,36 @@ def reviewed_order(order: Mapping[str, Any]) -> dict[str, Any]:
     return {**order, "items": [*order["items"], extra], "total_amount": str(total)}
 
 
-def denied_abort(
-    honest: Sequence[EventEnvelope], *, order_id: str, plan_id: str, new_id: Callable[[], uuid.UUID] = uuid.uuid4
-) -> Message:
-    """What an agent whose held payment was denied sends: ABORT_PLAN at the seq before it (it
-    applies, drops the waiting successors, and the order ends aborted)."""
-    first = honest[0]
-    abort = EventEnvelope(
-        event_id=new_id(),
-        event_type=ABORT_STEP,
-        plan_id=plan_id,
-        order_id=order_id,
-        timestamp=honest[-1].timestamp,
-        correlation_id=first.correlation_id,
-        data={
-            "reason": "the payment's approval was denied",
-            "abort_code": "payment_rejected",
-            "aborted_at_seq": HELD_AT,
-        },
-    )
-    spec = SendSpec(HELD_AT - 1, "as_is", Mode.APPROVAL, True, Decision.APPLY, variant=DENY)
-    return _message(spec, abort)
-
-
-def malformed_body(variant: str, base: dict[str, Any]) -> bytes:
-    """A message the gateway cannot accept, built from a valid envelope `base` (JSON-ready dict)."""
-    obj = dict(base)
-    if variant == "not_json":
-        text = json.dumps(obj)
-        return text[: len(text) // 2].encode()
-    if variant == "missing_plan_id":
-        obj.pop("plan_id", None)
-    elif variant == "wrong_seq_id":
-        # A step out of turn is the process's business now (REJECTED); a seq_id below 1 is still malformed.
-        obj["event_type"] = ORDER.steps[-2]
-        obj["seq_id"] = 0
-        obj["data"] = {}
-    elif variant == "negative_quantity":
-        obj["event_type"] = ORDER.steps[0]  # its data schema has items with quantities
-        obj["seq_id"] = 1
-        obj["data"] = {"items": [{"product_id": "prod_x", "quantity": -1, "unit_price": "1.00"}]}
-    else:
-        raise ValueError(f"unknown malformed variant {variant!r}")
-    return json.dumps(obj).encode()
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PlanTarget:
-    """The plan hostile messages belong to: its order and plan ids, where new event ids come from, the
-    process whose steps its hallucinations falsify (`lab`) and the one its first step names (None: `order`)."""
-
-    order_id: str
-    plan_id: str
-    new_id: Callable[[], uuid.UUID] = uuid.uuid4
-    lab: LabProcess = ORDER
-    process: str | None = None
-
-
-def materialize(spec: SendSpec, honest: Sequence[EventEnvelope], target: PlanTarget) -> Message:
-    """Build the message `spec` describes from the honest events produced so far (a plan of `target.lab`)."""
-    order_id, plan_id, new_id, lab = target.order_id, target.plan_id, target.new_id, target.lab
-    ref = honest[spec.ref] if spec.ref is not None else None
-    if spec.mutation == "as_is":
-        assert ref is not None
-        return _message(spec, ref)
-    if spec.mutation == "new_id":
-        assert ref is not None
-        return _message(spec, ref.model_copy(update={"event_id": new_id()}))
-    if spec.mutation == "other_plan":
-        assert ref is not None
-        return _message(spec, ref.model_copy(update={"event_id": new_id(), "plan_id": ref.plan_id + OTHER_PLAN_SUFFIX}))
-    if spec.mutation == "replan":
-        assert ref is not None
-        swap = EventEnvelope(
-            event_id=new_id(),
-            event_type="REPLAN",
-            plan_id=plan_id,
-            order_id=order_id,
-            timestamp=ref.timestamp,
-            correlation_id=ref.correlation_id,
-            data={"new_plan_id": plan_id + REPLAN_SUFFIX, "reason": "the agent changed its mind"},
-        )
-        return _message(spec, swap)
-    if spec.mutation == "straggler":
-        assert ref is not None
-        return _message(spec, ref.model_copy(update={"event_id": new_id(), "plan_id": plan_id}))
-    if spec.mutation == "zombie":
-        assert ref is not None
-        aborted_at = int(ref.data["aborted_at_seq"])
-        step = lab.steps[aborted_at]
-        zombie = EventEnvelope(
-            event_id=new_id(),
-            event_type=step,
-            plan_id=ref.plan_id,
-            order_id=ref.order_id,
-            seq_id=aborted_at + 1,
-            timestamp=ref.timestamp,
-            data={"note": "sent after the plan was aborted"},
-            correlation_id=ref.correlation_id,
-        )
-        return _message(spec, zombie)
-    if spec.mode in REJECTED_MODES:
-        made = hallucination(spec.mode, honest, target)
-        return _message(spec, made)
-    if spec.mutation == "malformed":
-        assert spec.variant is not None
-        event_id = new_id()
-        base: dict[str, Any] = {
-            "event_id": str(event_id),
-            "event_type": ORDER.steps[1],
-            "plan_id": plan_id,
-            "order_id": order_id,
-            "seq_id": 2,
-            "timestamp": (ref.timestamp.isoformat() if ref else "2026-01-01T00:00:00+00:00"),
-            "schema_version": "1.0",
-            "data": {},
-        }
-        body = malformed_body(spec.variant, base)
-        return Message(
-            body=body,
-            key=order_id,
-            envelope=None,
-            mode=spec.mode,
-            honest=False,
-            expected=spec.expected,
-            expected_code=spec.expected_code,
-            event_id=str(event_id),
-            event_type=None,
-            seq_id=None,
-            plan_id=plan_id,
-            variant=spec.variant,
-        )
-    raise ValueError(f"unknown mutation {spec.mutation!r}")
-
-
-def hallucination(mode: Mode, honest: Sequence[EventEnvelope], target: PlanTarget) -> EventEnvelope:
-    """The step a hallucinating agent sends at the boundary after the honest events so far (before any, it
-    names the plan's `process`, as a first step does: the order's process is its first step's)."""
-    lab, process = target.lab, target.process
-    b = len(honest)
-    first = honest[0] if honest else None
-    timestamp = honest[-1].timestamp if honest else dt.datetime.now(dt.UTC)
-    common: dict[str, Any] = {
-        "event_id": target.new_id(),
-        "plan_id": target.plan_id,
-        "order_id": target.order_id,
-        "timestamp": timestamp,
-        "correlation_id": first.correlation_id if first else None,
-    }
-    if first is None and process is not None:
-        common["process"] = process
-    if mode is Mode.SKIPPED_STEP:
-        skipped = lab.steps[b + 1]
-        return EventEnvelope(event_type=skipped, seq_id=b + 1, data=_data_for(lab, skipped, first), **common)
-    if mode is Mode.INVENTED_STEP:
-        return EventEnvelope(event_type=INVENTED_TYPE, seq_id=b + 1, data={"note": "a step no process has"}, **common)
-    if mode is Mode.AFTER_COMPLETION:
-        again = str(honest[-2].event_type)
-        return EventEnvelope(event_type=again, seq_id=b + 1, data={"note": "again, after completion"}, **common)
-    assert first is not None
-    data = _data_for(lab, lab.money_step, first)
-    if mode is Mode.WRONG_AMOUNT:
-        data[lab.amount_field] = str(Decimal(str(data[lab.amount_field])) + 1)
-    else:
-        data[lab.currency_field] = "JPY" if data[lab.currency_field] != "JPY" else "USD"
-    return EventEnvelope(event_type=lab.money_step, seq_id=b + 1, data=data, **common)
-
-
-def _data_for(lab: LabProcess, event_type: str, first: EventEnvelope | None) -> dict[str, Any]:
-    created = first.data if first is not None else {}
-    if event_type == lab.money_step:
-        return {
-            "payment_id": "pay_hallucinated",
-            lab.amount_field: str(created.get(lab.source_amount_field, "0")),
-            lab.currency_field: created.get(lab.currency_field, "USD"),
-        }
-    return {}
-
-
-class HostileStream:
-    """Turns honest events, as the graph produces them, into the messages to send now.
-
-    `push(event)` returns the messages whose ingredients exist: usually the event itself and any extras
-    after it; nothing while it holds the first of an out-of-order pair.
-    """
-
-    def __init__(
-        self,
-        specs: Sequence[SendSpec],
-        *,
-        order_id: str,
-        plan_id: str,
-        new_id: Callable[[], uuid.UUID] = uuid.uuid4,
-        deadline: dt.datetime | None = None,
-        process: str | None = None,
-        lab: LabProcess = ORDER,
-    ) -> None:
-        self.specs = list(specs)
-        self.target = PlanTarget(order_id, plan_id, new_id, lab, process)
-        self.plan_id = plan_id
-        self.honest: list[EventEnvelope] = []
-        self.next = 0
-        self.deadline = deadline
-        """Set on the plan's first step (a stalling plan: the gateway aborts it then)."""
-        self.process = process
-        """The process the plan's first step names (None: `order`)."""
-        replan = next((s for s in self.specs if s.mutation == "replan"), None)
-        self.replanned_at = None if replan is None or replan.ref is None else replan.ref + 1
-        """Honest events from this index on go under the new plan."""
-
-    def ready(self) -> list[Message]:
-        out: list[Message] = []
-        while self.next < len(self.specs) and self.specs[self.next].needs <= len(self.honest):
-            spec = self.specs[self.next]
-            out.append(materialize(spec, self.honest, self.target))
-            self.next += 1
-        return out
-
-    def push(self, event: EventEnvelope) -> list[Message]:
-        if not self.honest and self.deadline is not None:
-            event = event.model_copy(update={"deadline": self.deadline})
-        if not self.honest and self.process is not None:
-            event = event.model_copy(update={"process": self.process})
-        if self.replanned_at is not None and len(self.honest) >= self.replanned_at:
-            event = event.model_copy(update={"plan_id": self.plan_id + REPLAN_SUFFIX})
-        self.honest.append(event)
-        return self.ready()
-
-    @property
-    def final_plan_id(self) -> str:
-        return self.plan_id + REPLAN_SUFFIX if self.replanned_at is not None else self.plan_id
-
-    @property
-    def done(self) -> bool:
-        return self.next >= len(self.specs)
+def _boundary(shape: Sequence[str], actions: Sequence[Action], b: int) -> list[SendSpec]:
+    """The extras sent at boundary `b`, in `BOUNDARY_ORDER`."""
+    specs: list[SendSpec] = []
+    for mode in BOUNDARY_ORDER:
+        for action in actions:
+            if action.mode is not mode or action.at != b:
+                continue
+            if mode is Mode.RESTART:
+                specs.extend(SendSpec(j, "new_id", mode, False, Decision.DUPLICATE) for j in range(b))
+            elif mode is Mode.OTHER_PLAN:
+                ref = max(j for j in range(b) if _is_step(shape[j]))
+                specs.append(SendSpec(ref, "other_plan", mode, False, Decision.PLAN_MISMATCH, "PLAN_MISMATCH"))
+            elif mode is Mode.MALFORMED:
+                assert action.variant is not None
+                specs.append(
+                    SendSpec(
+                        b - 1 if b else None,
+                        "malformed",
+                        mode,
+                        False,
+                        Decision.DEAD_LETTER,
+                        MALFORMED_VARIANTS[action.variant],
+                        action.variant,
+                    )
+                )
+            elif mode is Mode.ZOMBIE:
+                specs.append(SendSpec(b - 1, "zombie", mode, False, Decision.DISCARD))
+            elif mode is Mode.REPLAN:
+                specs.append(SendSpec(b - 1, "replan", mode, True, Decision.APPLY))
+            elif mode in REJECTED_MODES:
+                after = b - 1 if b else None
+                specs.append(SendSpec(after, mode.value, mode, False, Decision.REJECTED, REJECTED_MODES[mode]))
+    return specs

@@ -21,7 +21,6 @@ from nexus.core import definitions
 from nexus.core.process import ABORT_STEP, CompiledProcess
 
 
-# A value declared field by field, alike in form to core/order_state.Applied: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class LabProcess:
     """A shipped process as the lab's agent and hostile modes use it."""

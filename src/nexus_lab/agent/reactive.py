@@ -91,6 +91,13 @@ def abort_envelope(order_id: str, plan_id: str, seq: int, code: AbortCode) -> Ev
     )
 
 
+async def _finish(state: ReactiveState) -> ReactiveState:
+    if state.get("status") == "completed":
+        return {"outcome": "completed"}
+    step = STEPS[state["seq"] - 1]
+    return {"outcome": FAILURE_OF.get(step, AbortCode.MANUAL).value}
+
+
 def build_reactive_graph(client: AsyncNexusClient, *, wait_s: float = 10.0, max_waits: int = 30) -> Any:
     """The compiled graph; nodes call the gateway through `client`."""
 
@@ -134,18 +141,11 @@ def build_reactive_graph(client: AsyncNexusClient, *, wait_s: float = 10.0, max_
         result = (await client.submit(abort_envelope(state["order_id"], state["plan_id"], state["seq"], code))).results
         return {"outcome": code.value, "log": [f"abort ({code.value}) -> {result[0].decision}"]}
 
-    async def finish(state: ReactiveState) -> ReactiveState:
-        if state.get("status") == "completed":
-            return {"outcome": "completed"}
-        step = STEPS[state["seq"] - 1]
-        return {"outcome": FAILURE_OF.get(step, AbortCode.MANUAL).value}
-
-    # Built as the LLM planner's graph is (llm/planner.build_graph): LangGraph's builder calls, other nodes.
     graph = StateGraph(ReactiveState)
     graph.add_node("propose", propose)
     graph.add_node("await_outcome", await_outcome)
     graph.add_node("abort_plan", abort_plan)
-    graph.add_node("finish", finish)
+    graph.add_node("finish", _finish)
     graph.add_edge(START, "propose")
     graph.add_edge("propose", "await_outcome")
     graph.add_conditional_edges(

@@ -73,7 +73,8 @@ from nexus_lab.agent.graph import (
     initial_state,
     shape_of,
 )
-from nexus_lab.agent.hostile import HostileStream, Message, Mode
+from nexus_lab.agent.hostile import Mode
+from nexus_lab.agent.hostile_messages import HostileStream, Message, denied_abort
 from nexus_lab.agent.processes import LAB_PROCESSES, ORDER
 from nexus_lab.agent.transport import Ack, PublishError, Transport
 
@@ -224,7 +225,7 @@ class PlanRun:
             payment_rejection_rate=self.simulation.payment_rejection_rate,
         )
         if self.held is not None:
-            state.update(hostile.reviewed_order(state))  # type: ignore[typeddict-item]
+            state.update(hostile.reviewed_order(state))  # type: ignore[typeddict-item]  # a plain dict of the state's order keys
         final = await graph.ainvoke(state, context=AgentContext(self._publish, self.step_delay_s))
         produced = tuple(e["event_type"] for e in final["events"])
         if produced != tuple(self.shape) or not self.stream.done:
@@ -248,7 +249,7 @@ class PlanRun:
         except ApprovalError as exc:
             raise PublishError(str(exc)) from exc
         if self.held.variant == hostile.DENY:
-            await self._send(hostile.denied_abort(self.stream.honest, order_id=self.order_id, plan_id=self.plan_id))
+            await self._send(denied_abort(self.stream.honest, order_id=self.order_id, plan_id=self.plan_id))
 
     def as_json(self) -> dict[str, Any]:
         expected = self.expected

@@ -20,14 +20,13 @@ from typing import Any, Protocol
 
 from nexus.core.backoff import Jitter, RetryPolicy
 from nexus_client import AsyncNexusClient, ClientConfig, ClientError
-from nexus_lab.agent.hostile import Message
+from nexus_lab.agent.hostile_messages import Message
 
 
 class PublishError(Exception):
     """The transport did not acknowledge a message; the plan cannot go on."""
 
 
-# A value declared field by field, alike in form to audit/report.Filters: different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Ack:
     """The transport's acknowledgement of one message, with the gateway's answer when it gives one."""

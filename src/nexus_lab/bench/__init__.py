@@ -314,13 +314,7 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         print(f"nexus bench: unknown suite(s) {unknown}; choose from {','.join(SUITES)}", file=sys.stderr)
         return 2
-    args.plans = args.plans or (40 if args.quick else 500)
-    args.concurrency = args.concurrency or ([1, 16] if args.quick else [1, 4, 16, 64])
-    args.sagas = args.sagas or (20 if args.quick else 100)
-    args.delivery_latency_s = args.delivery_latency_s or (1.0 if args.quick else 5.0)
-    args.connections = args.connections or ([16] if args.quick else [16, 64])
-    args.duration = args.duration if args.duration is not None else (3.0 if args.quick else 15.0)
-    args.warmup = args.warmup if args.warmup is not None else (1.0 if args.quick else 3.0)
+    _apply_defaults(args)
     started = time.perf_counter()
     load_before = os.getloadavg()
     times_before = machine_times()
@@ -354,6 +348,23 @@ def run(args: argparse.Namespace) -> int:
         "cpu_percent": machine_shares(times_before, machine_times()),  # of the whole run, every core
         "seconds": round(elapsed, 1),
     }
+    _print_results(args, bench, meta, elapsed)
+    return 0
+
+
+def _apply_defaults(args: argparse.Namespace) -> None:
+    """The sizes left unset: a `--quick` run's or a full run's."""
+    args.plans = args.plans or (40 if args.quick else 500)
+    args.concurrency = args.concurrency or ([1, 16] if args.quick else [1, 4, 16, 64])
+    args.sagas = args.sagas or (20 if args.quick else 100)
+    args.delivery_latency_s = args.delivery_latency_s or (1.0 if args.quick else 5.0)
+    args.connections = args.connections or ([16] if args.quick else [16, 64])
+    args.duration = args.duration if args.duration is not None else (3.0 if args.quick else 15.0)
+    args.warmup = args.warmup if args.warmup is not None else (1.0 if args.quick else 3.0)
+
+
+def _print_results(args: argparse.Namespace, bench: Bench, meta: dict[str, Any], elapsed: float) -> None:
+    """The tables of the run, then its JSON (and plot) written, and the machine's load meanwhile."""
     print()
     print(report.table(bench.rows))
     entries = report.ratios(bench.rows)
@@ -380,4 +391,3 @@ def run(args: argparse.Namespace) -> int:
         f" in {elapsed:.0f} s (load average {meta['load_avg_before'][0]} -> {meta['load_avg_after'][0]}; machine CPU"
         f" {shares['busy']} % busy, {shares['idle']} % idle, {shares['steal']} % stolen by the host)"
     )
-    return 0

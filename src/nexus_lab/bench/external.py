@@ -107,33 +107,41 @@ async def bench_kafka(
                         command=list(consumer_cmd) if consumer_cmd else None,
                     )  # fmt: skip
                     latencies = result["latencies"]
-                name = "Kafka produce -> applied (lane batch)"
-                if procs > 1 or consumer_cmd is not None:
-                    name = "Kafka produce -> applied (lane batch, poll to commit)"
-                out = row(
-                    "kafka",
-                    name if procs == 1 else f"{name}, {procs} gateway processes",
-                    conc,
-                    len(records),
-                    result["seconds"],
-                    latencies,
-                    "batch",
-                )
-                if "submit_latencies" in result:
-                    submits = row("kafka", name, conc, len(records), result["seconds"], result["submit_latencies"])
-                    out["submit_p50_ms"], out["submit_p99_ms"] = submits["p50_ms"], submits["p99_ms"]
-                if result.get("split"):
-                    out["split"] = result["split"]
-                # CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
-                per_k = 1000 / len(records)
-                out["cpu_s_per_1000"] = {
-                    "gateway": round(result["cpu_consumer_s"] * per_k, 3),
-                    "postgres": round(result["cpu_postgres_s"] * per_k, 3),
-                    "producer": round(result["cpu_producer_s"] * per_k, 3),
-                }
+                out = _kafka_row(result, len(records), conc, procs, consumer_cmd is not None, latencies)
                 rows.append(out)
                 on_row(out)
     return rows
+
+
+def _kafka_row(
+    result: dict[str, Any], events: int, conc: int, procs: int, own_processes: bool, latencies: list[float]
+) -> Row:
+    """One run's row: its latencies, the submits' if measured, the time split and CPU per 1,000 events."""
+    name = "Kafka produce -> applied (lane batch)"
+    if procs > 1 or own_processes:
+        name = "Kafka produce -> applied (lane batch, poll to commit)"
+    out = row(
+        "kafka",
+        name if procs == 1 else f"{name}, {procs} gateway processes",
+        conc,
+        events,
+        result["seconds"],
+        latencies,
+        "batch",
+    )
+    if "submit_latencies" in result:
+        submits = row("kafka", name, conc, events, result["seconds"], result["submit_latencies"])
+        out["submit_p50_ms"], out["submit_p99_ms"] = submits["p50_ms"], submits["p99_ms"]
+    if result.get("split"):
+        out["split"] = result["split"]
+    # CPU seconds per 1,000 events; the producer (the agents) runs in a process of its own
+    per_k = 1000 / events
+    out["cpu_s_per_1000"] = {
+        "gateway": round(result["cpu_consumer_s"] * per_k, 3),
+        "postgres": round(result["cpu_postgres_s"] * per_k, 3),
+        "producer": round(result["cpu_producer_s"] * per_k, 3),
+    }
+    return out
 
 
 def start_receiver(port: int, processes: int, env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -120,26 +120,12 @@ class Probe:
                 if times is not None:
                     times["submit"] = times.get("submit", 0.0) + ended - started
 
-        plan_batch = nexus.gateway.plan_batch  # type: ignore[attr-defined]
-
-        def timed_plan_batch(*args: Any, **kwargs: Any) -> Any:
-            times = _SLICE.get()
-            started = time.perf_counter()
-            try:
-                return plan_batch(*args, **kwargs)
-            finally:
-                if times is not None:
-                    times["fold"] = times.get("fold", 0.0) + time.perf_counter() - started
-
-        nexus.gateway.plan_batch = timed_plan_batch  # type: ignore[attr-defined]
-        for name in ("execute", "fetch", "fetchval", "fetchrow"):
-            setattr(asyncpg.Connection, name, _timed("statements", getattr(asyncpg.Connection, name)))
-        asyncpg.pool.Pool._acquire = _timed("acquire", asyncpg.pool.Pool._acquire)
+        _time_fold_and_statements()
 
         AIOKafkaConsumer.getmany = timed_getmany
         AIOKafkaConsumer.commit = timed_commit
-        KafkaIngress._resolve = timed_resolve  # type: ignore[method-assign,assignment]
-        Gateway.submit = timed_submit  # type: ignore[method-assign,assignment]
+        KafkaIngress._resolve = timed_resolve  # type: ignore[method-assign,assignment]  # a probe wraps the method for the run
+        Gateway.submit = timed_submit  # type: ignore[method-assign,assignment]  # a probe wraps the method for the run
 
     def polled_at(self, tp: Any, part: list[Any]) -> float:
         """When the chunk holding the slice's first record was polled (its oldest record): the chunk starting
@@ -167,6 +153,25 @@ class Probe:
             else:
                 waiting.append((polled, needs, times))
         self.pending = waiting
+
+
+def _time_fold_and_statements() -> None:
+    """The fold's time and the statements' and pool acquisitions' times, added to the slice being resolved."""
+    plan_batch = nexus.gateway.plan_batch  # type: ignore[attr-defined]  # imported into the module, not declared by it
+
+    def timed_plan_batch(*args: Any, **kwargs: Any) -> Any:
+        times = _SLICE.get()
+        started = time.perf_counter()
+        try:
+            return plan_batch(*args, **kwargs)
+        finally:
+            if times is not None:
+                times["fold"] = times.get("fold", 0.0) + time.perf_counter() - started
+
+    nexus.gateway.plan_batch = timed_plan_batch  # type: ignore[attr-defined]  # a probe wraps the gateway's import for the run
+    for name in ("execute", "fetch", "fetchval", "fetchrow"):
+        setattr(asyncpg.Connection, name, _timed("statements", getattr(asyncpg.Connection, name)))
+    asyncpg.pool.Pool._acquire = _timed("acquire", asyncpg.pool.Pool._acquire)
 
 
 def split_of(polled: float, times: dict[str, float], committed: float) -> list[float]:

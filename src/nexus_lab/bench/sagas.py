@@ -87,7 +87,7 @@ def _start(
     args: Sequence[str], env: dict[str, str], log: Path, cmd: Sequence[str] | None = None
 ) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
-        return subprocess.Popen([*(cmd or NEXUS_CMD), *args], env=env, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603
+        return subprocess.Popen([*(cmd or NEXUS_CMD), *args], env=env, stdout=out, stderr=subprocess.STDOUT)  # noqa: S603 - our own gateway
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -107,10 +107,7 @@ async def _wait_serving(log: Path, proc: subprocess.Popen[bytes], timeout_s: flo
         await asyncio.sleep(0.1)
 
 
-async def _one_run(
-    url: str, services_url: str, mode: str, conc: int, sagas: int, workdir: Path, options: SagaOptions
-) -> tuple[float, list[float], float, float]:
-    """(seconds, latencies, executor CPU s, PostgreSQL CPU s) of `sagas` sagas, `conc` at a time."""
+def _executor_env(url: str, services_url: str, mode: str, conc: int, options: SagaOptions) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
     env.update(NEXUS_DATABASE_URL=url, NEXUS_DB_POOL_SIZE=str(min(conc + 4, 90)), NEXUS_LOG_LEVEL="WARNING",
                **MODES[mode])  # fmt: skip
@@ -118,6 +115,29 @@ async def _one_run(
     if executors is not None:
         env["NEXUS_SAGA_EXECUTORS"] = str(executors)
     env.update({f"NEXUS_SERVICE_{n.upper()}_URL": f"{services_url}/{n}" for n in SERVICES})
+    return env
+
+
+async def _watch_completed(db: Database, waiting: dict[str, asyncio.Future[None]], done: asyncio.Event) -> None:
+    """Resolve each waiting order's future once the order is completed, until `done`."""
+    while not done.is_set():
+        if waiting:
+            rows = await db.fetch(
+                "SELECT order_id FROM orders WHERE order_id = ANY($1::text[]) AND status = 'completed'",
+                list(waiting),
+            )
+            for r in rows:
+                future = waiting.pop(r["order_id"], None)
+                if future is not None and not future.done():
+                    future.set_result(None)
+        await asyncio.sleep(WATCH_S)
+
+
+async def _one_run(
+    url: str, services_url: str, mode: str, conc: int, sagas: int, workdir: Path, options: SagaOptions
+) -> tuple[float, list[float], float, float]:
+    """(seconds, latencies, executor CPU s, PostgreSQL CPU s) of `sagas` sagas, `conc` at a time."""
+    env = _executor_env(url, services_url, mode, conc, options)
     log = workdir / f"executor-{mode}-{conc}.log"
     executor = _start(["serve", "--dispatcher-only"], env, log, options.executor_cmd)
     db = await Database(Settings(database_url=url, db_pool_size=min(conc + 4, 40))).open(migrate=False)
@@ -130,19 +150,6 @@ async def _one_run(
         latencies: list[float] = []
         done = asyncio.Event()
 
-        async def watch() -> None:
-            while not done.is_set():
-                if waiting:
-                    rows = await db.fetch(
-                        "SELECT order_id FROM orders WHERE order_id = ANY($1::text[]) AND status = 'completed'",
-                        list(waiting),
-                    )
-                    for r in rows:
-                        future = waiting.pop(r["order_id"], None)
-                        if future is not None and not future.done():
-                            future.set_result(None)
-                await asyncio.sleep(WATCH_S)
-
         async def one(i: int) -> None:
             async with gate:
                 order, plan = f"b{prefix}-{i}", f"bp{prefix}-{i}"
@@ -153,7 +160,7 @@ async def _one_run(
                 await future
                 latencies.append(time.perf_counter() - t)
 
-        watcher = asyncio.create_task(watch())
+        watcher = asyncio.create_task(_watch_completed(db, waiting, done))
         # Warm-up, not measured: the first sagas compile the process's CEL and open the executor's connections.
         await asyncio.gather(*(one(-1 - i) for i in range(min(conc, 4))))
         latencies.clear()

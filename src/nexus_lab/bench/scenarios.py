@@ -209,7 +209,7 @@ def cpu_seconds(pids: Sequence[int]) -> float:
     total = 0.0
     for pid in pids:
         try:
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115 - a one-line read of a /proc file
         except OSError:
             continue
         total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime

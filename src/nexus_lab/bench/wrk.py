@@ -51,7 +51,6 @@ def _children() -> dict[int, list[int]]:
     return tree
 
 
-# An explicit-stack walk, alike in form to core/strict_json._pairs: other data, other sum.
 def tree_cpu_s(root: int) -> float:
     """CPU seconds (user + system) of `root` and every live descendant, plus what `root` reaped
     (cutime + cstime: PostgreSQL's backends that ended, the gateway's finished children)."""

@@ -117,81 +117,124 @@ async def run_scenario(
     mcp: asyncio.Task[McpAgents] | None = None
     try:
         await stack.start()
-        spec = scenario.stack
-        say(
-            f"started sink, {spec.gateways} gateway(s){' --kafka' if spec.kafka else ''}, "
-            f"{spec.dispatchers} dispatcher(s); agent: {plans} plans over {scenario.transport}"
-        )
+        say(_started(scenario, plans))
         transport, target = await _transport(scenario, stack)
-        config = agent.AgentConfig(
-            orders=plans,
-            seed=f"{seed}:{scenario.name}",
-            inventory_failure_rate=scenario.inventory_failure_rate,
-            payment_rejection_rate=scenario.payment_rejection_rate,
-            step_delay_ms=scenario.step_delay_ms,
-            concurrency=8,
-            hostile=dict(scenario.hostile),
-            processes=scenario.processes,
-        )
+        config = _agent_config(scenario, plans, seed)
         ctx.started = time.monotonic()
-        for fault in scenario.faults:
-            task = asyncio.create_task(fault.run(ctx))
-            (watches if isinstance(fault, BreakerWatch) else tasks).append(task)
+        _start_faults(scenario, ctx, tasks, watches)
         mcp = asyncio.create_task(_mcp_agents(scenario, stack)) if scenario.mcp_orders else None
         report = await agent.run_agent(config, transport, target=target)
         mcp_run = await mcp if mcp is not None else None
         ctx.agent_done.set()
         say(f"agent done at {ctx.elapsed():.1f}s: {report['summary']['messages']} messages")
         await asyncio.gather(*tasks)
-        if isinstance(transport, RacingTransport):
-            relax_report(report, transport.raced)
-            ctx.count("out-of-order pairs raced", transport.races)
-        if isinstance(transport, PatientTransport) and transport.retried:
-            ctx.count("publishes retried", transport.retried)
+        _count_transport(transport, report, ctx)
         agent.write_report(report, stack.dir / "agent-report.json")
-        db = await Database(stack.settings()).open(migrate=False)
-        try:
-            say("settling: waiting for every notification to be delivered or dead")
-            check = await check_report(
-                report,
-                db,
-                stack.sink_log,
-                settings=stack.settings(),
-                wait_s=settle_timeout_s,
-                allow_duplicates=scenario.allow_duplicates,
-            )
-        finally:
-            await db.close()
-        _counted(scenario, report, check, ctx.counts)
-        result.held, result.checked, result.failures = judge(check)
-        if mcp_run is not None:  # the MCP agents' orders: their own invariants
-            ctx.count("mcp orders", len(mcp_run.order_ids))
-            ctx.count("mcp calls retried", mcp_run.retried)
-            held, checked, broke = await _check_mcp(stack, mcp_run, settle_timeout_s, scenario.allow_duplicates)
-            result.held, result.checked, result.failures = (
-                result.held + held,
-                result.checked + checked,
-                result.failures + broke,
-            )
-        result.check_text = render(check, len(report["plans"]))
-        (stack.dir / "check.txt").write_text(result.check_text + "\n")
+        await _judge(scenario, stack, report, mcp_run, ctx, result, settle_timeout_s)
     except Exception as exc:  # noqa: BLE001 - a scenario that could not run is reported, the others go on
         result.error = f"{type(exc).__name__}: {exc}"
         (stack.dir / "error.txt").write_text(result.error + "\n\n" + stack.logs_tail())
     finally:
-        for task in [*tasks, *watches]:
-            task.cancel()
-        if mcp is not None:
-            mcp.cancel()
-            await asyncio.gather(mcp, return_exceptions=True)
-        await asyncio.gather(*tasks, *watches, return_exceptions=True)
-        if transport is not None:
-            with contextlib.suppress(Exception):
-                await transport.close()
-        await stack.close()
+        await _stop(tasks, watches, mcp, transport, stack)
         result.faults = dict(ctx.counts)
         result.elapsed_s = time.monotonic() - started
     (stack.dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2, default=str) + "\n")
     for line in result.summary_lines():
         say(line)
     return result
+
+
+def _started(scenario: Scenario, plans: int) -> str:
+    spec = scenario.stack
+    return (
+        f"started sink, {spec.gateways} gateway(s){' --kafka' if spec.kafka else ''}, "
+        f"{spec.dispatchers} dispatcher(s); agent: {plans} plans over {scenario.transport}"
+    )
+
+
+def _start_faults(
+    scenario: Scenario, ctx: FaultContext, tasks: list[asyncio.Task[None]], watches: list[asyncio.Task[None]]
+) -> None:
+    """Each fault of the scenario as a task: the breaker watches apart (they run until cancelled)."""
+    for fault in scenario.faults:
+        task = asyncio.create_task(fault.run(ctx))
+        (watches if isinstance(fault, BreakerWatch) else tasks).append(task)
+
+
+def _agent_config(scenario: Scenario, plans: int, seed: str) -> agent.AgentConfig:
+    return agent.AgentConfig(
+        orders=plans,
+        seed=f"{seed}:{scenario.name}",
+        inventory_failure_rate=scenario.inventory_failure_rate,
+        payment_rejection_rate=scenario.payment_rejection_rate,
+        step_delay_ms=scenario.step_delay_ms,
+        concurrency=8,
+        hostile=dict(scenario.hostile),
+        processes=scenario.processes,
+    )
+
+
+def _count_transport(transport: Transport, report: dict[str, Any], ctx: FaultContext) -> None:
+    """What the transport did besides sending: raced pairs (their decisions relaxed), retried publishes."""
+    if isinstance(transport, RacingTransport):
+        relax_report(report, transport.raced)
+        ctx.count("out-of-order pairs raced", transport.races)
+    if isinstance(transport, PatientTransport) and transport.retried:
+        ctx.count("publishes retried", transport.retried)
+
+
+async def _judge(
+    scenario: Scenario,
+    stack: Stack,
+    report: dict[str, Any],
+    mcp_run: McpAgents | None,
+    ctx: FaultContext,
+    result: ScenarioResult,
+    settle_timeout_s: float,
+) -> None:
+    """The run checked once settled: the agent's report, then the MCP agents' orders; into `result`."""
+    db = await Database(stack.settings()).open(migrate=False)
+    try:
+        ctx.progress("settling: waiting for every notification to be delivered or dead")
+        check = await check_report(
+            report,
+            db,
+            stack.sink_log,
+            settings=stack.settings(),
+            wait_s=settle_timeout_s,
+            allow_duplicates=scenario.allow_duplicates,
+        )
+    finally:
+        await db.close()
+    _counted(scenario, report, check, ctx.counts)
+    result.held, result.checked, result.failures = judge(check)
+    if mcp_run is not None:  # the MCP agents' orders: their own invariants
+        ctx.count("mcp orders", len(mcp_run.order_ids))
+        ctx.count("mcp calls retried", mcp_run.retried)
+        held, checked, broke = await _check_mcp(stack, mcp_run, settle_timeout_s, scenario.allow_duplicates)
+        result.held, result.checked, result.failures = (
+            result.held + held,
+            result.checked + checked,
+            result.failures + broke,
+        )
+    result.check_text = render(check, len(report["plans"]))
+    (stack.dir / "check.txt").write_text(result.check_text + "\n")
+
+
+async def _stop(
+    tasks: list[asyncio.Task[None]],
+    watches: list[asyncio.Task[None]],
+    mcp: asyncio.Task[McpAgents] | None,
+    transport: Transport | None,
+    stack: Stack,
+) -> None:
+    for task in [*tasks, *watches]:
+        task.cancel()
+    if mcp is not None:
+        mcp.cancel()
+        await asyncio.gather(mcp, return_exceptions=True)
+    await asyncio.gather(*tasks, *watches, return_exceptions=True)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            await transport.close()
+    await stack.close()

@@ -332,14 +332,7 @@ async def run_saga_scenario(
     services_port, gateway_port = free_port(), free_port()
     services_url, gateway_url = f"http://127.0.0.1:{services_port}", f"http://127.0.0.1:{gateway_port}"
     env = _env(url, services_url, seed, fault)
-    services = Proc("services", [*NEXUS_CMD, "services", "--port", str(services_port), "--seed", seed,
-                     "--latency-ms", str(fault.latency_ms)],
-                    clean_env(), directory / "services.log")  # fmt: skip
-    gateway = Proc("gateway", [*cmd, "serve", "--no-dispatcher"],
-                   {**env, "NEXUS_HTTP_PORT": str(gateway_port), "NEXUS_SAGA_EXECUTORS": "0"},
-                   directory / "gateway.log")  # fmt: skip
-    executor = Proc("executor", [*cmd, "serve", "--dispatcher-only"], env, directory / "executor.log")
-    procs = [services, gateway, executor]
+    services, gateway, executor = procs = _procs(cmd, env, directory, seed, fault, (services_port, gateway_port))
     db = await Database(Settings(database_url=url, db_pool_size=2)).open(migrate=False)
     run = SagaRun(directory, services_url, db, gateway, gateway_url, [executor], random.Random(f"{seed}:{name}"), say)
     key = os.environ.get("NEXUS_API_KEY", "")
@@ -352,25 +345,8 @@ async def run_saga_scenario(
             await run.faults(client, "payment", permanent_fail_rate=fault.decline_rate)
             await _arm(run, fault, client)
             say(f"started services, a gateway and an executor process; {plans} fulfilment plans, fault {fault.kind}")
-            run.started = time.monotonic()
-            striking = asyncio.create_task(_strike(run, fault, client, session))
-            gate = asyncio.Semaphore(8)
-
-            async def send(batch: list[dict[str, Any]]) -> None:
-                async with gate:
-                    await submit_batch(client, gateway_url, batch, run.counts)
-
-            await asyncio.gather(*(send(batch) for batch in _plans(plans)))
-            await striking
-            say(f"agent and fault done at {run.elapsed():.1f}s; settling")
-            unsettled = await _settle(db, plans, settle_timeout_s)
-            ledgers = (await client.get(services_url + "/ledgers")).json()
-            broken = {
-                "sagas settled": unsettled,
-                "saga invariants": await check_sagas_live(db, services_url),
-                "completed orders' effects": await _effects_of_completed(db, ledgers),
-            }
-            await _count_outcomes(run, ledgers)
+            await _load(run, fault, client, session, plans)
+            broken = await _check(run, client, plans, settle_timeout_s)
         result.held = sum(not lines for lines in broken.values())
         result.failures = [f"{check}: {line}" for check, lines in broken.items() for line in lines]
         result.check_text = "\n".join(f"{check}: {'ok' if not lines else f'{len(lines)} broken'}"
@@ -389,6 +365,49 @@ async def run_saga_scenario(
     for line in result.summary_lines():
         say(line)
     return result
+
+
+def _procs(
+    cmd: list[str], env: dict[str, str], directory: Path, seed: str, fault: SagaFault, ports: tuple[int, int]
+) -> list[Proc]:
+    """The services, a gateway without saga executors, and a process running the executors."""
+    services_port, gateway_port = ports
+    services = Proc("services", [*NEXUS_CMD, "services", "--port", str(services_port), "--seed", seed,
+                     "--latency-ms", str(fault.latency_ms)],
+                    clean_env(), directory / "services.log")  # fmt: skip
+    gateway = Proc("gateway", [*cmd, "serve", "--no-dispatcher"],
+                   {**env, "NEXUS_HTTP_PORT": str(gateway_port), "NEXUS_SAGA_EXECUTORS": "0"},
+                   directory / "gateway.log")  # fmt: skip
+    executor = Proc("executor", [*cmd, "serve", "--dispatcher-only"], env, directory / "executor.log")
+    return [services, gateway, executor]
+
+
+async def _load(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient, session: ChaosSession, plans: int) -> None:
+    """The plans submitted (eight batches at a time) while the fault strikes."""
+    run.started = time.monotonic()
+    striking = asyncio.create_task(_strike(run, fault, client, session))
+    gate = asyncio.Semaphore(8)
+
+    async def send(batch: list[dict[str, Any]]) -> None:
+        async with gate:
+            await submit_batch(client, run.gateway_url, batch, run.counts)
+
+    await asyncio.gather(*(send(batch) for batch in _plans(plans)))
+    await striking
+    run.say(f"agent and fault done at {run.elapsed():.1f}s; settling")
+
+
+async def _check(run: SagaRun, client: httpx.AsyncClient, plans: int, settle_timeout_s: float) -> dict[str, list[str]]:
+    """What each check found broken once the sagas settled (or the timeout passed)."""
+    unsettled = await _settle(run.db, plans, settle_timeout_s)
+    ledgers = (await client.get(run.services_url + "/ledgers")).json()
+    broken = {
+        "sagas settled": unsettled,
+        "saga invariants": await check_sagas_live(run.db, run.services_url),
+        "completed orders' effects": await _effects_of_completed(run.db, ledgers),
+    }
+    await _count_outcomes(run, ledgers)
+    return broken
 
 
 async def _strike(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient, session: ChaosSession) -> None:

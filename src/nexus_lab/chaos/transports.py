@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from nexus.core.sequencing import Decision
-from nexus_lab.agent.hostile import Message, Mode
+from nexus_lab.agent.hostile import Mode
+from nexus_lab.agent.hostile_messages import Message
 from nexus_lab.agent.transport import Ack, HttpTransport, PublishError, Transport
 
 # A gateway SIGKILLed and restarted, or PostgreSQL down for a few seconds, answers nothing or 503 for a

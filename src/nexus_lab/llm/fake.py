@@ -48,8 +48,6 @@ from nexus_lab.llm import behaviours as bh
 MODEL = "nexus-fake-1"
 
 
-# Settings declared one a line (name: type = default), alike in form to services.Faults and nexus.settings.Settings:
-# different settings.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Faults:
     """Which requests fail, and how."""

@@ -226,7 +226,7 @@ def _feedback(
 async def publish(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[str, Any]:
     """Publish each pending proposal through the SDK; feed each verdict back; count what happened."""
     ctx = await _context(runtime)
-    state = dict(state)  # type: ignore[assignment]
+    state = dict(state)  # type: ignore[assignment]  # a mutable copy of the graph's state
     counts = dict(state["counts"])
     rejections = collections.Counter(counts["rejections"])
     local = collections.Counter(counts["planner_rejections"])
@@ -248,21 +248,7 @@ async def publish(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[st
             continue
         envelope = _envelope(state, ctx, item["step"], item["data"])
         verdict = await _submit(ctx, envelope)
-        decision = verdict["decision"]
-        order = verdict.get("order") or {}
-        if decision in _MOVED_ON or decision == "DISCARD":
-            if order.get("last_seq") is not None:
-                state["last_seq"] = max(state.get("last_seq", 0), int(order["last_seq"]))
-            if order.get("status") is not None:
-                state["status"] = order["status"]
-            if decision in ("APPLY", "BUFFER", "TOMBSTONE"):
-                counts["applied"] += 1
-            elif decision == "DUPLICATE":
-                counts["duplicates"] += 1
-            streak = 0
-        else:
-            rejections[str(verdict.get("code") or decision)] += 1
-            streak += 1
+        streak = 0 if _count_verdict(state, counts, rejections, verdict) else streak + 1
         steps.append(
             {
                 "n": n,
@@ -279,6 +265,39 @@ async def publish(state: PlanState, runtime: Runtime[PlannerContext]) -> dict[st
         )
     counts["rejections"] = dict(sorted(rejections.items()))
     counts["planner_rejections"] = dict(sorted(local.items()))
+    return _update(ctx, state, messages, streak, counts, steps)
+
+
+def _count_verdict(
+    state: PlanState, counts: dict[str, Any], rejections: collections.Counter[str], verdict: dict[str, Any]
+) -> bool:
+    """Count the gateway's verdict into `counts` and `state`; True when the order moved on (not refused)."""
+    decision = verdict["decision"]
+    order = verdict.get("order") or {}
+    if decision in _MOVED_ON or decision == "DISCARD":
+        if order.get("last_seq") is not None:
+            state["last_seq"] = max(state.get("last_seq", 0), int(order["last_seq"]))
+        if order.get("status") is not None:
+            state["status"] = order["status"]
+        if decision in ("APPLY", "BUFFER", "TOMBSTONE"):
+            counts["applied"] += 1
+        elif decision == "DUPLICATE":
+            counts["duplicates"] += 1
+        return True
+    rejections[str(verdict.get("code") or decision)] += 1
+    return False
+
+
+def _update(
+    ctx: PlannerContext,
+    state: PlanState,
+    messages: list[Any],
+    streak: int,
+    counts: dict[str, Any],
+    steps: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The graph state's update after publishing: done once the order is terminal, given up past the
+    corrections allowed in a row."""
     terminal = tools.allowed_steps(ctx.process, state.get("status")) == [] and state.get("status") is not None
     update: dict[str, Any] = {
         "status": state.get("status"),
@@ -344,7 +363,6 @@ def build_graph(context_schema: type[PlannerContext] | None = PlannerContext) ->
     """The compiled LLM planner graph. LangGraph Studio's copy (`nexus_lab.llm.studio.graph`) declares no
     context schema: its server would build one from nothing, and the planner wires itself from the
     environment instead."""
-    # Built as the reactive agent's graph is (agent/reactive.py): LangGraph's builder calls, other nodes.
     builder = StateGraph(PlanState, context_schema=context_schema)
     builder.add_node("start", start)
     builder.add_node("ask_model", ask_model)

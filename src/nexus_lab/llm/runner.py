@@ -146,17 +146,7 @@ async def run_llm_agent(
     try:
         process = (await client.process(settings.process)).model_dump()
         ctx = PlannerContext(llm=llm, gateway=client, process=process, settings=settings)
-        queue: asyncio.Queue[int] = asyncio.Queue()
-        for i in range(start_index, start_index + orders):
-            queue.put_nowait(i)
-
-        async def worker() -> None:
-            while not queue.empty():
-                entries.append(await run_plan(ctx, seed, queue.get_nowait()))
-
-        async with asyncio.TaskGroup() as group:
-            for _ in range(max(1, min(concurrency, orders))):
-                group.create_task(worker())
+        await _run_plans(ctx, seed, range(start_index, start_index + orders), concurrency, entries)
     except* (RunStopped, ClientError) as stopped:
         # Expected: a refused key, a wrong URL, nothing listening. Every plan would fail the same way: the
         # run stops at once, its cause one line (no traceback); the report still says how far it got.
@@ -190,6 +180,23 @@ async def run_llm_agent(
         "summary": summarize(plans, llm, elapsed),
         "plans": plans,
     }
+
+
+async def _run_plans(
+    ctx: PlannerContext, seed: str, indexes: range, concurrency: int, entries: list[dict[str, Any]]
+) -> None:
+    """Plans `indexes`, `concurrency` at a time, each one's entry appended as it ends."""
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in indexes:
+        queue.put_nowait(i)
+
+    async def worker() -> None:
+        while not queue.empty():
+            entries.append(await run_plan(ctx, seed, queue.get_nowait()))
+
+    async with asyncio.TaskGroup() as group:
+        for _ in range(max(1, min(concurrency, len(indexes)))):
+            group.create_task(worker())
 
 
 def blocked_table(report: Mapping[str, Any]) -> str:

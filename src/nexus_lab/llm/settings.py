@@ -37,7 +37,6 @@ from nexus.core.backoff import Jitter, RetryPolicy
 TOOL_MODES = ("auto", "tools", "json")
 
 
-# Settings declared one a line (name: type = default), alike in form to nexus.settings.Settings: different settings.
 @dataclasses.dataclass(frozen=True, slots=True)
 class LlmSettings:
     """Where the model is, how to call it, and how much one run may spend."""

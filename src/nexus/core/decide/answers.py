@@ -17,8 +17,6 @@ from nexus.core.process_model import Verdict
 from nexus.errors import ErrorCode
 
 
-# A value declared field by field, alike in form to core/audit_chain.Entry, delivery/sender.Result and the SDK's models:
-# different data, nothing to share.
 @dataclasses.dataclass(frozen=True, slots=True)
 class Outcome:
     """The gateway's answer for one item."""

@@ -146,7 +146,7 @@ class _Planner:
             resolution, folded = resolve_numbered(state, steps, pending, ctx, numbering)
             actors_of = {i: (items[i].actor, items[i].actor_name) for i in indexes}
             self.log += self.parts.log.entries(numbering.entries(actors_of))
-        traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]
+        traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]  # an item past validation carries its envelope
         self.drained += add_rows(resolution, traces, self.rows)
         self.resolutions.append(resolution)
         self.traces.update(traces)
@@ -157,7 +157,7 @@ class _Planner:
             self.rows.cancelled += cancelled
         actors = None
         if self.with_actors:
-            actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]
+            actors = {items[i].envelope.event_id: items[i].actor for i in indexes if items[i].actor}  # type: ignore[union-attr]  # an item past validation carries its envelope
         self.log += self.parts.log.order_entries(resolution, pending, None, actors, self.names)
         for i, (event, decision, after) in zip(folded, resolution.decisions, strict=True):
             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None

@@ -22,8 +22,6 @@ _POLICY_ABORT_NAMESPACE = uuid.UUID("0b6f2a4e-7c59-4e8e-9a3d-706f6c696379")
 
 def policy_abort(event: EventEnvelope, last_seq: int, limit: int) -> EventEnvelope:
     """The ABORT_PLAN the gateway writes when a plan reaches its process's `max_rejections`."""
-    # Built field by field, alike in form to core/audit_chain's Record and the lab demo's AgentConfig: different
-    # values.
     return EventEnvelope(
         event_id=uuid.uuid5(_POLICY_ABORT_NAMESPACE, f"{event.order_id}\x00{event.plan_id}"),
         event_type=ABORT_STEP,

@@ -1,0 +1,164 @@
+"""The soak's verdict and its report: the pass criteria over its cycles and samples, and soak.json, soak.md and
+soak.png (what they hold: `nexus_lab.soak`)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nexus_lab.tables import text_table
+
+if TYPE_CHECKING:
+    from nexus_lab.soak import SoakConfig
+
+RSS_TOLERANCE = 0.10
+P99_TOLERANCE = 1.5
+RSS_REFERENCE_MINUTE = 5
+
+
+TABLES = ("orders", "outbox", "deliveries", "delivery_attempts", "decision_log", "dead_letters", "saga_steps")
+
+
+@dataclasses.dataclass
+class Cycle:
+    """What one cycle did and measured."""
+
+    n: int
+    started_s: float
+    elapsed_s: float = 0.0
+    faults: dict[str, int] = dataclasses.field(default_factory=dict)
+    events: int = 0
+    p99_ms: float = 0.0
+    cpu_s_per_1k: float = 0.0
+    tables: dict[str, int] = dataclasses.field(default_factory=dict)
+    held: int = 0
+    checked: int = 0
+    violations: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Sample:
+    """RSS (MB) of the never-killed processes at one minute; `settled`: taken after a cycle's checks, when the
+    load has stopped and every delivery and saga has settled (the same phase of every cycle)."""
+
+    minute: float
+    rss_mb: dict[str, float]
+    settled: bool = False
+
+
+def verdict_of(
+    config: SoakConfig, cycles: list[Cycle], samples: list[Sample], errors: list[str]
+) -> list[tuple[str, bool, str]]:
+    """(criterion, held, detail) for each pass criterion."""
+    violations = sum(len(c.violations) for c in cycles)
+    detail = f"{violations} violations in {len(cycles)} cycles" + (f"; {errors[0]}" if errors else "")
+    out = [("no invariant violation", violations == 0 and not errors and bool(cycles), detail)]
+    if config.minutes >= RSS_REFERENCE_MINUTE and samples:
+        out += [_rss_drift(samples, name) for name in sorted({n for s in samples for n in s.rss_mb})]
+    else:
+        out.append(("RSS within 10 % of minute 5", True, "not judged: a run shorter than 5 minutes"))
+    if len(cycles) >= 2:
+        first, last_cycle = cycles[0].p99_ms, cycles[-1].p99_ms
+        out.append((f"p99 of the last cycle within {P99_TOLERANCE}x of the first",
+                    last_cycle <= P99_TOLERANCE * first, f"{first:.0f} -> {last_cycle:.0f} ms"))  # fmt: skip
+    else:
+        out.append(("p99 of the last cycle within 1.5x of the first", True, "not judged: one cycle"))
+    return out
+
+
+def _rss_drift(samples: list[Sample], name: str) -> tuple[str, bool, str]:
+    """RSS of `name` at the end against minute 5. PostgreSQL is stopped and started in every cycle and its
+    backends come and go with the load, so its memory is compared at the same phase of each cycle: the
+    settled samples (the first at or after minute 5 against the last); the never-restarted gateway and
+    dispatcher are compared minute 5 against the last sample, whatever the phase."""
+    samples = [s for s in samples if name in s.rss_mb and (s.settled or name != "postgres")]
+    reference = next((s for s in samples if s.minute >= RSS_REFERENCE_MINUTE - 0.05), None)
+    criterion = f"RSS of {name} within {RSS_TOLERANCE:.0%} of minute {RSS_REFERENCE_MINUTE}"
+    if name == "postgres":
+        criterion += " (settled samples)"
+    if reference is None or reference is samples[-1]:
+        return criterion, True, "not judged: no later sample than minute 5"
+    mb, now = reference.rss_mb[name], samples[-1].rss_mb[name]
+    drift = (now - mb) / mb if mb else 0.0
+    return criterion, abs(drift) <= RSS_TOLERANCE, f"{mb:.1f} -> {now:.1f} MB ({drift:+.1%})"
+
+
+def write_report(
+    config: SoakConfig,
+    cycles: list[Cycle],
+    samples: list[Sample],
+    errors: list[str],
+    verdict: list[tuple[str, bool, str]],
+) -> None:
+    """soak.json, soak.md (printed too) and, where matplotlib is installed, soak.png in `config.out`."""
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    data = {
+        "config": {k: str(v) for k, v in dataclasses.asdict(config).items()},
+        "cycles": [dataclasses.asdict(c) for c in cycles],
+        "samples": [dataclasses.asdict(s) for s in samples],
+        "verdict": [{"criterion": c, "held": ok, "detail": d} for c, ok, d in verdict],
+        "errors": errors,
+    }
+    (out / "soak.json").write_text(json.dumps(data, indent=2) + "\n")
+    text = render(config, cycles, samples, verdict)
+    (out / "soak.md").write_text(text + "\n")
+    print(text)
+    with contextlib.suppress(ImportError):
+        plot(cycles, samples, out / "soak.png")
+
+
+def render(config: SoakConfig, cycles: list[Cycle], samples: list[Sample], verdict: list[tuple[str, bool, str]]) -> str:
+    names = sorted({n for s in samples for n in s.rss_mb})
+    per_minute = [
+        (f"{s.minute:.1f}{' (settled)' if s.settled else ''}", *(f"{s.rss_mb.get(n, 0):.1f}" for n in names))
+        for s in samples
+    ]
+    minutes = text_table("RSS of the kept processes (MB; PostgreSQL: private memory, judged when settled)",
+                         ("minute", *names), per_minute)  # fmt: skip
+    header = ("cycle", "at s", "events", "p99 ms", "CPU s/1k ev", "faults", "invariants", *TABLES, "db MB")
+    rows = [(str(c.n), f"{c.started_s:.0f}", str(c.events), f"{c.p99_ms:.0f}", f"{c.cpu_s_per_1k:.3f}",
+             str(sum(c.faults.values())), f"{c.held}/{c.checked}",
+             *(str(c.tables.get(t, 0)) for t in TABLES), str(c.tables.get("database_mb", 0)))
+            for c in cycles]  # fmt: skip
+    table = text_table("cycles", header, rows)
+    lines = [f"nexus soak: {config.minutes:g} minutes, seed {config.seed!r}", "", minutes, "", table, ""]
+    lines += [f"{'ok  ' if ok else 'FAIL'} {criterion}: {detail}" for criterion, ok, detail in verdict]
+    return "\n".join(lines)
+
+
+def plot(cycles: list[Cycle], samples: list[Sample], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7))
+    names = sorted({n for s in samples for n in s.rss_mb})
+    for name in names:  # a process that was down at a sample (PostgreSQL mid-outage) has no point there
+        points = [(s.minute, s.rss_mb[name]) for s in samples if s.rss_mb.get(name)]
+        top.plot([m for m, _ in points], [mb for _, mb in points], "o-", label=name)
+    settled = [s for s in samples if s.settled and "postgres" in s.rss_mb]
+    top.plot([s.minute for s in settled], [s.rss_mb["postgres"] for s in settled], "k*", markersize=10,
+             label="postgres, settled (judged)")  # fmt: skip
+    top.set_xlabel("minute")
+    top.set_ylabel("RSS MB")
+    top.set_ylim(bottom=0)
+    top.legend(loc="lower right")
+    top.set_title("RSS of the kept processes (PostgreSQL: private memory)")
+    numbers = [c.n for c in cycles]
+    bottom.plot(numbers, [c.p99_ms for c in cycles], "o-", color="tab:blue", label="p99 of HTTP sends")
+    bottom.set_xlabel("cycle")
+    bottom.set_ylabel("p99 ms", color="tab:blue")
+    bottom.set_ylim(bottom=0)
+    cpu = bottom.twinx()
+    cpu.plot(numbers, [c.cpu_s_per_1k for c in cycles], "s--", color="tab:orange", label="CPU s / 1k events")
+    cpu.set_ylabel("CPU s per 1,000 events (kept processes)", color="tab:orange")
+    cpu.set_ylim(bottom=0)
+    bottom.set_title("per cycle: p99 of the agent's HTTP sends, CPU of the kept processes per 1,000 events")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
