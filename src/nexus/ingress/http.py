@@ -364,6 +364,8 @@ async def refresh_db_gauges(db: Database) -> None:
         return
     with contextlib.suppress(NexusError):  # Sagas by status
         metrics.set_saga_counts({r["status"]: r["n"] for r in await db.fetch(query("saga.sql", "saga_gauges"))})
+        retrying = await db.fetch(query("saga.sql", "saga_retrying_gauges"))
+        metrics.set_saga_retrying({r["service"]: (r["n"], r["oldest_s"]) for r in retrying})
     if row is not None:
         metrics.PENDING_EVENTS.set(row["pending_events"])
         metrics.OUTBOX_ENTRIES.labels(state="pending").set(row["outbox_pending"])

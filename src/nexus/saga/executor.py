@@ -30,18 +30,21 @@ import logging
 import random
 import ssl
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import asyncpg
 from yarl import URL
 
 from nexus import metrics, tracing
-from nexus.core.backoff import RetryPolicy
+from nexus.core.backoff import RetryPolicy, parse_retry_after
 from nexus.core.breaker import Breaker, BreakerConfig, BreakerState
 from nexus.core.saga import (
     Action,
+    Attempt,
     CallOutcome,
     EffectBodyError,
+    Position,
+    RetryRules,
     SagaStatus,
     StepStatus,
     StepView,
@@ -51,6 +54,7 @@ from nexus.core.saga import (
     idempotency_key,
     next_work,
     outcome_of_status,
+    position_of,
     settle,
 )
 from nexus.errors import NexusError, UnsafeUrlError
@@ -94,6 +98,15 @@ class _Call:
     """Why the call is refused without being made (no URL, a body that could not be built), or None."""
 
 
+class CallResult(NamedTuple):
+    """How one call to a service ended: its outcome, the answer's JSON, the error, the `Retry-After` (ms)."""
+
+    outcome: CallOutcome
+    result: Any
+    error: str | None
+    retry_after_ms: float | None = None
+
+
 def derived_key(secret: bytes, tenant: str, order: str, plan: str, step: str, action: Action, attempt: int) -> str:
     """The key of every attempt of a call: the same whatever the attempt (that is the point)."""
     del attempt
@@ -122,10 +135,13 @@ class SagaExecutor:
         self.owner = owner
         self.secret = saga_secret(settings)
         self.key_function = key_function
-        self.policy = RetryPolicy(
-            base_ms=settings.saga_retry_base_ms,
-            max_ms=settings.saga_retry_max_ms,
-            max_attempts=settings.saga_max_attempts,
+        self.rules = RetryRules(
+            RetryPolicy(
+                base_ms=settings.saga_retry_base_ms,
+                max_ms=settings.saga_retry_max_ms,
+                max_attempts=settings.saga_max_attempts,
+            ),
+            budget_s=settings.saga_retry_budget_s,
         )
         self.breaker_config = BreakerConfig(
             threshold=settings.saga_breaker_threshold,
@@ -144,8 +160,9 @@ class SagaExecutor:
         self._held: set[tuple[str, str]] = set()
         """Sagas a task of this process works on (a claim of one of them is handed to its task)."""
         self._handover: dict[tuple[str, str], tuple[SagaStatus, list[asyncpg.Record]]] = {}
-        self._marks: Grouped[_Call, int] = Grouped(self._mark)
-        """The attempts of the calls about to be made, marked together (the attempt numbers back)."""
+        self._marks: Grouped[_Call, tuple[int, float]] = Grouped(self._mark)
+        """The attempts of the calls about to be made, marked together (the attempt numbers and the seconds
+        since each call's first attempt back)."""
         self.outcomes: Grouped[Outcome, Continued | None] = Grouped(self._write)
         """The calls' outcomes, written together."""
         self._slots: dict[str, asyncio.Semaphore] = {}
@@ -280,13 +297,16 @@ class SagaExecutor:
     ) -> Continued | None:
         """The claimed saga's next call (or, with none to make, its settling); the saga again if its task
         goes on with it (`keep`, and due at once), else None (its lease cleared)."""
-        work = next_work(status, [_view(s) for s in steps])
+        views = [_view(s) for s in steps]
+        work = next_work(status, views)
         if work is None:
             await self._idle(key, status, steps)
             return None
         step = next(s for s in steps if s["seq"] == work.seq)
+        position = position_of(next(v for v in views if v.seq == work.seq), views)
         self._calls += 1
-        return await self._perform(key, step, work.action, owner, f"{self.owner}#{self._calls}", keep=keep)
+        caller = f"{self.owner}#{self._calls}"
+        return await self._perform(key, step, work.action, position, owner, caller, keep=keep)
 
     # -- nothing to call: wait for the agent, or finish compensating ---------------------------------------
     async def _idle(self, key: tuple[str, str], status: SagaStatus, steps: list[asyncpg.Record]) -> None:
@@ -310,7 +330,15 @@ class SagaExecutor:
 
     # -- one call, either direction -------------------------------------------------------------------------
     async def _perform(
-        self, key: tuple[str, str], step: asyncpg.Record, action: Action, owner: str, caller: str, *, keep: bool
+        self,
+        key: tuple[str, str],
+        step: asyncpg.Record,
+        action: Action,
+        position: Position,
+        owner: str,
+        caller: str,
+        *,
+        keep: bool,
     ) -> Continued | None:
         """Make the step's next call (forward or compensation) and write its outcome back.
 
@@ -332,23 +360,24 @@ class SagaExecutor:
                 await self._release(key, owner, self.breaker_config.cooldown_s)
                 return None
             call = self._prepare(step, action)
-            attempts = await self._marks.submit(call)
-            response: Any = None
-            error: str | None
+            attempts, elapsed_s = await self._marks.submit(call)
+            started = asyncio.get_running_loop().time()
             if call.refusal is not None:
-                outcome, error = CallOutcome.REFUSED, call.refusal
+                answer = CallResult(CallOutcome.REFUSED, None, call.refusal)
             else:
                 assert call.url is not None
-                outcome, response, error = await self.call_service(call.url, call.body, call.key,
-                                                                   step["traceparent"], call.compensates)  # fmt: skip
-                self._record_breaker(service, caller, outcome)
+                answer = await self.call_service(call.url, call.body, call.key, step["traceparent"], call.compensates)
+                self._record_breaker(service, caller, answer.outcome)
+            elapsed_s += asyncio.get_running_loop().time() - started
         finally:
             slot.release()
+        outcome, response, error = answer.outcome, answer.result, answer.error
+        attempt = Attempt(attempts, outcome, elapsed_s, answer.retry_after_ms)
         rand = self.rng.random()
         if action is Action.FORWARD:
-            decision = after_forward(_view(step), outcome, attempts, self.policy, rand=rand)
+            decision = after_forward(_view(step), attempt, position, self.rules, rand=rand)
         else:
-            decision = after_compensation(outcome, attempts, self.policy, rand=rand)
+            decision = after_compensation(attempt, self.rules, rand=rand)
         metrics.record_saga_step(action.value, decision.label)
         log.info(
             "saga %s %s %s",
@@ -360,14 +389,14 @@ class SagaExecutor:
         )  # fmt: skip
         return await self.outcomes.submit(Outcome(step, action, decision, response, error, keep))
 
-    async def _mark(self, calls: list[_Call]) -> list[int | BaseException]:
+    async def _mark(self, calls: list[_Call]) -> list[tuple[int, float] | BaseException]:
         """Mark the attempts of `calls` (of different sagas), committed before any of them is made."""
         forward = [c for c in calls if c.action is Action.FORWARD]
         back = [c for c in calls if c.action is not Action.FORWARD]
         groups = [
             (name, group) for name, group in (("start_forwards", forward), ("start_compensations", back)) if group
         ]
-        attempts: dict[tuple[str, str], int] = {}
+        attempts: dict[tuple[str, str], tuple[int, float]] = {}
         with wrap_db_errors():
             # One statement commits alone (one round trip); both directions commit together.
             async with self.db.pool.acquire() as conn, conn.transaction() if len(groups) > 1 else _alone():
@@ -377,7 +406,7 @@ class SagaExecutor:
                     if name == "start_compensations":
                         args.append([json.dumps(c.body) for c in group])
                     rows = await conn.fetch(query("saga.sql", name), *args)
-                    attempts.update({(r["tenant_id"], r["order_id"]): r["attempts"] for r in rows})
+                    attempts.update({(r["tenant_id"], r["order_id"]): (r["attempts"], r["elapsed_s"]) for r in rows})
         return [attempts[(c.tenant_id, c.order_id)] for c in calls]
 
     async def _write(self, items: list[Outcome]) -> list[Continued | BaseException | None]:
@@ -451,7 +480,7 @@ class SagaExecutor:
     # -- HTTP and breakers ----------------------------------------------------------------------------------
     async def call_service(
         self, url: str, body: dict[str, Any], key: str, traceparent: str | None, compensates: str | None
-    ) -> tuple[CallOutcome, Any, str | None]:
+    ) -> CallResult:
         """The one place a service is called (forward calls and compensations alike)."""
         # Each effect and compensation call under its span, the request carrying its traceparent
         return await tracing.traced_effect(
@@ -460,7 +489,7 @@ class SagaExecutor:
 
     async def _post(
         self, url: str, body: dict[str, Any], key: str, traceparent: str | None, compensates: str | None
-    ) -> tuple[CallOutcome, Any, str | None]:
+    ) -> CallResult:
         headers = {
             "content-type": "application/json",
             "accept": "application/json",
@@ -473,9 +502,9 @@ class SagaExecutor:
             target = URL(url)
             payload = json.dumps(body, separators=(",", ":")).encode()
         except (ValueError, TypeError) as exc:
-            return CallOutcome.REFUSED, None, f"request cannot be built: {exc}"
+            return CallResult(CallOutcome.REFUSED, None, f"request cannot be built: {exc}")
         if target.scheme not in ("http", "https") or not target.host:
-            return CallOutcome.REFUSED, None, "request cannot be built: not an http(s) URL"
+            return CallResult(CallOutcome.REFUSED, None, "request cannot be built: not an http(s) URL")
         try:
             if tracing.active():  # the request's own CLIENT span (as a webhook's), the service's parent
                 with tracing.http_request_span("POST", url) as request:
@@ -485,20 +514,21 @@ class SagaExecutor:
             else:
                 answer = await self.client.post(target, headers, payload)
         except UnsafeUrlError as exc:  # aimed inside, and not a configured service: never sent
-            return CallOutcome.REFUSED, None, str(exc)[:500]
+            return CallResult(CallOutcome.REFUSED, None, str(exc)[:500])
         except (ConnectFailedError, ssl.SSLError) as exc:  # nothing reached the service
-            return CallOutcome.RETRYABLE, None, f"connection failed: {exc}"
+            return CallResult(CallOutcome.RETRYABLE, None, f"connection failed: {exc}")
         except ConnectTimeoutError as exc:
-            return CallOutcome.RETRYABLE, None, f"connect timeout: {exc}"
+            return CallResult(CallOutcome.RETRYABLE, None, f"connect timeout: {exc}")
         except (TimeoutError, OSError) as exc:  # sent: the service may have acted
-            return CallOutcome.UNKNOWN, None, f"{type(exc).__name__}: outcome unknown"
+            return CallResult(CallOutcome.UNKNOWN, None, f"{type(exc).__name__}: outcome unknown")
         try:
             result: Any = json.loads(answer.body)
         except ValueError:
             result = {"text": answer.body[:500].decode("utf-8", "replace")}
         outcome = outcome_of_status(answer.status)
         error = None if outcome is CallOutcome.SUCCEEDED else f"HTTP {answer.status}: {str(result)[:300]}"
-        return outcome, result, error
+        retry_after = parse_retry_after(answer.retry_after, dt.datetime.now(dt.UTC)) if error else None
+        return CallResult(outcome, result, error, retry_after)
 
     def _admitted(self, service: str, owner: str) -> bool:
         breaker = self.breakers.get(service, Breaker())
