@@ -165,8 +165,12 @@ class SagaExecutor:
         since each call's first attempt back)."""
         self.outcomes: Grouped[Outcome, Continued | None] = Grouped(self._write)
         """The calls' outcomes, written together."""
-        self._slots: dict[str, asyncio.Semaphore] = {}
-        """Per service, its free call slots (`saga_max_inflight_per_service`)."""
+        self._busy: dict[str, int] = {}
+        """Per service, the call slots its tasks hold (at most `saga_max_inflight_per_service`)."""
+        self._slot_of: dict[tuple[str, str], str] = {}
+        """The service whose call slot a saga's task holds."""
+        self.tasks_peak = 0
+        """The most saga tasks this executor ran at once (tests count it)."""
         self._calls = 0
         self.wakeups: SagaWakeups | None = None
         if settings.saga_listen and db.url is not None:
@@ -209,9 +213,14 @@ class SagaExecutor:
                 except NexusError as exc:  # the database is away: wait and try again, the leases protect the work
                     log.warning("saga executor: %s", exc, extra={"action": "saga_retry"})
                     rows, steps = [], {}
+                waiting: list[tuple[tuple[str, str], float]] = []
                 for saga in rows:
                     key = (saga["tenant_id"], saga["order_id"])
-                    self._start(key, SagaStatus(saga["status"]), steps[key])
+                    wait_s = self._start(key, SagaStatus(saga["status"]), steps[key])
+                    if wait_s is not None:
+                        waiting.append((key, wait_s))
+                if waiting:
+                    await self._release_all(waiting)
                 got = len(rows)
             if room <= 0 or 0 < got < room:
                 await self._sleep(self.settings.saga_poll_s)  # a finished task wakes us
@@ -229,21 +238,34 @@ class SagaExecutor:
                 steps = await outcomes.read_steps_of(conn, keys) if keys else {}
         return rows, steps
 
-    def _start(self, key: tuple[str, str], status: SagaStatus, steps: list[asyncpg.Record]) -> None:
+    def _start(self, key: tuple[str, str], status: SagaStatus, steps: list[asyncpg.Record]) -> float | None:
+        """Start a task for a claimed saga; or, when its next call's service has no free call slot or an open
+        breaker, start nothing: the seconds after which it is due again (the caller releases it)."""
         if key in self._held:
             # Its task wrote an outcome (the lease cleared) and has not ended yet: the claim is the task's
             # now, or the saga would stay leased with nobody working it.
             self._handover[key] = (status, steps)
-            return
+            return None
+        work = next_work(status, [_view(s) for s in steps])
+        if work is not None:
+            service = next(s["service"] for s in steps if s["seq"] == work.seq)
+            wait_s = self._closed_for(service)
+            if wait_s is not None:
+                return wait_s
+            if not self._take_slot(service):
+                return self.settings.saga_retry_base_ms / 1000
+            self._slot_of[key] = service
         self._held.add(key)
         task = asyncio.create_task(self._work(key, status, steps))
         self._inflight.add(task)
+        self.tasks_peak = max(self.tasks_peak, len(self._inflight))
 
         def done(finished: asyncio.Task[None]) -> None:
             self._inflight.discard(finished)
             self._wake.set()  # a slot is free
 
         task.add_done_callback(done)
+        return None
 
     async def _work(self, key: tuple[str, str], status: SagaStatus, steps: list[asyncpg.Record]) -> None:
         """The saga's next calls: after each outcome that leaves it due at once (kept leased by the outcome's
@@ -267,6 +289,7 @@ class SagaExecutor:
         finally:
             self._held.discard(key)
             self._handover.pop(key, None)
+            self._give_slot(key)
 
     async def _sleep(self, timeout_s: float) -> None:
         await sleep_until_set(self._wake, timeout_s)
@@ -348,13 +371,12 @@ class SagaExecutor:
         """
         order_id, seq = key[1], step["seq"]
         service = step["service"]
-        slot = self._slots.setdefault(service, asyncio.Semaphore(self.settings.saga_max_inflight_per_service))
-        try:  # a slot of the service before the attempt is marked: waiting holds the lease, so not for long
-            async with asyncio.timeout(self.settings.saga_lease_s / 2):
-                await slot.acquire()
-        except TimeoutError:
-            await self._release(key, owner, 0.0)
-            return None
+        if self._slot_of.get(key) != service:  # a call slot of the service before the attempt: never waited for
+            self._give_slot(key)
+            if not self._take_slot(service):
+                await self._release(key, owner, self.settings.saga_retry_base_ms / 1000)
+                return None
+            self._slot_of[key] = service
         try:
             if not self._admitted(service, caller):
                 await self._release(key, owner, self.breaker_config.cooldown_s)
@@ -370,7 +392,8 @@ class SagaExecutor:
                 self._record_breaker(service, caller, answer.outcome)
             elapsed_s += asyncio.get_running_loop().time() - started
         finally:
-            slot.release()
+            if not keep:  # run_once: no task goes on with the saga
+                self._give_slot(key)
         outcome, response, error = answer.outcome, answer.result, answer.error
         attempt = Attempt(attempts, outcome, elapsed_s, answer.retry_after_ms)
         rand = self.rng.random()
@@ -549,6 +572,34 @@ class SagaExecutor:
             verb = "opened" if after.state is BreakerState.OPEN else "closed again"
             log.warning("saga breaker %s for %s", verb, service,
                         extra={"action": "saga_breaker", "service": service, "state": after.state.value})  # fmt: skip
+
+    def _take_slot(self, service: str) -> bool:
+        busy = self._busy.get(service, 0)
+        if busy >= self.settings.saga_max_inflight_per_service:
+            return False
+        self._busy[service] = busy + 1
+        return True
+
+    def _give_slot(self, key: tuple[str, str]) -> None:
+        service = self._slot_of.pop(key, None)
+        if service is not None:
+            self._busy[service] -= 1
+
+    def _closed_for(self, service: str) -> float | None:
+        """None if the service's breaker lets a call through now; else the seconds until it might."""
+        breaker = self.breakers.get(service)
+        now = dt.datetime.now(dt.UTC)
+        if breaker is None or breaker.admits_all() or breaker.probe_available(now):
+            return None
+        if breaker.open_until is not None and breaker.open_until > now:
+            return (breaker.open_until - now).total_seconds()
+        return self.settings.saga_call_timeout_s  # another call is the probe: it ends within its timeout
+
+    async def _release_all(self, waiting: list[tuple[tuple[str, str], float]]) -> None:
+        """Release claimed sagas that wait (no slot, an open breaker), each due again after its delay."""
+        with wrap_db_errors(), contextlib.suppress(asyncpg.PostgresError, NexusError):
+            await self.db.execute(query("saga.sql", "release_sagas"), [k[0] for k, _ in waiting],
+                                  [k[1] for k, _ in waiting], [d for _, d in waiting], self.owner)  # fmt: skip
 
     async def _release(self, key: tuple[str, str], owner: str, delay_s: float) -> None:
         with wrap_db_errors(), contextlib.suppress(asyncpg.PostgresError):

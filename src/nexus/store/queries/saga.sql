@@ -147,6 +147,14 @@ UPDATE sagas SET lease_until = NULL, lease_owner = NULL,
        next_attempt_at = now() + make_interval(secs => $3), updated_at = now()
 WHERE tenant_id = $1 AND order_id = $2 AND lease_owner = $4;
 
+-- name: release_sagas
+-- Claimed sagas the claimer starts no task for (their service has no free call slot, or an open breaker):
+-- released at once, each due again after its delay ($3, seconds).
+UPDATE sagas AS s SET lease_until = NULL, lease_owner = NULL,
+       next_attempt_at = now() + make_interval(secs => u.delay), updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::float8[]) AS u(t, oid, delay)
+WHERE s.tenant_id = u.t AND s.order_id = u.oid AND s.lease_owner = $4;
+
 -- name: bump_outbox
 UPDATE orders SET outbox_count = outbox_count + 1, updated_at = now()
 WHERE tenant_id = $1 AND order_id = $2
