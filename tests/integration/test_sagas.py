@@ -191,6 +191,34 @@ async def test_after_the_pivot_only_the_budget_escalates_and_a_redrive_starts_a_
         await db.close()
 
 
+async def test_time_held_by_an_open_breaker_counts_against_the_budget_not_the_attempts(
+    database_url: str, services: RunningServices
+) -> None:
+    """The invoice service down, its breaker opening at the first failure with a 1 s cooldown and a 0.5 s
+    budget: the saga waits out the cooldown uncounted, and its first call after it finds the budget spent
+    and escalates, after two attempts in all."""
+    settings = saga_settings(
+        database_url, services, saga_retry_budget_s=0.5, saga_breaker_threshold=1, saga_breaker_cooldown_s=1.0
+    )
+    db = await Database(settings).open(migrate=False)
+    h = Harness(db, settings, services)
+    try:
+        await h.send("k2", 1, 2, 3, 4)
+        await h.settle()
+        services.services.faults["invoice"].down = True
+        await h.send("k2", 5)
+        await h.settle(rounds=20)
+        assert await db.fetchval("SELECT attempts FROM saga_steps WHERE order_id = 'k2' AND seq = 5") == 1
+        await asyncio.sleep(1.1)
+        await h.settle(rounds=20)
+        status, steps = await h.saga("k2")
+        assert (status, dict(steps)[5]) == ("ESCALATED", "FAILED")
+        assert await db.fetchval("SELECT attempts FROM saga_steps WHERE order_id = 'k2' AND seq = 5") == 2
+    finally:
+        await h.executor.aclose()
+        await db.close()
+
+
 async def test_after_the_pivot_an_outage_longer_than_the_count_is_waited_out_visibly(
     database_url: str, services: RunningServices
 ) -> None:
