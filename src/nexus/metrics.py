@@ -244,6 +244,28 @@ def set_table_stats(rows: dict[str, int], sizes: dict[str, int]) -> None:
         TABLE_BYTES.labels(table=table).set(size)
 
 
+SAGA_RETRYING = _gauge(
+    "nexus_saga_retrying",
+    "Open sagas whose current call to the service failed at least once and has not succeeded yet (from PostgreSQL).",
+    ["service"],
+)
+SAGA_RETRYING_OLDEST = _gauge(
+    "nexus_saga_retrying_oldest_seconds",
+    "Seconds since the longest-retrying saga of the service began retrying (0: none retrying).",
+    ["service"],
+)
+_retrying_services: set[str] = set()
+
+
+def set_saga_retrying(rows: dict[str, tuple[int, float]]) -> None:
+    """Per service, (retrying sagas, seconds the oldest has retried); a service seen before and absent now: 0."""
+    _retrying_services.update(rows)
+    for service in _retrying_services:
+        count, oldest_s = rows.get(service, (0, 0.0))
+        SAGA_RETRYING.labels(service=service).set(count)
+        SAGA_RETRYING_OLDEST.labels(service=service).set(oldest_s)
+
+
 # --- one exposition for several processes --------------------------------------------
 _multiprocess_dir: str | None = None
 _exposed: CollectorRegistry = REGISTRY

@@ -174,8 +174,8 @@ class Settings(BaseSettings):
     """Sagas one `nexus serve` process works on at once, each in its own task (0: this process performs no
     effects). One claim loop per process leases due sagas in batches up to the free tasks."""
     saga_max_inflight_per_service: int = Field(16, ge=1)
-    """Calls one process has in flight to one service at most; a saga whose next call would exceed it waits
-    for a free slot (at most half its lease, then it is released, due again at once)."""
+    """Calls one process has in flight to one service at most; a saga whose next call would exceed it is
+    released at once (no task, no lease) and due again after `saga_retry_base_ms`."""
     saga_poll_s: float = 2.0
     """How often an idle executor looks for due saga work when nothing woke it (the fallback of `saga_listen`;
     with it off, the only way work is found)."""
@@ -186,7 +186,12 @@ class Settings(BaseSettings):
     saga_retry_base_ms: float = 200.0
     saga_retry_max_ms: float = 10_000.0
     saga_max_attempts: int = 5
-    """Attempts of one call, the first included, before a step fails (or, past the pivot, escalates)."""
+    """Attempts of one call before the pivot (and at a pivot whose outcomes are all known), the first
+    included, before the step fails and the saga compensates (core/saga.py's table)."""
+    saga_retry_budget_s: float = Field(86_400.0, ge=0)
+    """How long a step after the pivot, an uncertain pivot or a compensation is retried on transient failures,
+    from the step's first attempt (an open breaker's time included); then the saga escalates (compensations:
+    FAILED). A redrive starts a new budget."""
     saga_breaker_threshold: int = 5
     """Consecutive failures of one service that open its breaker (its calls wait, uncounted)."""
     saga_breaker_cooldown_s: float = 10.0

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 INSTRUMENTATION = "nexus"
 _tracer: Tracer | None = None
 _instrumentors: list[Any] = []
-_Call = TypeVar("_Call", bound=tuple[Any, Any, str | None])
+_Call = TypeVar("_Call", bound=tuple[Any, ...])
 
 
 class _Item(Protocol):
@@ -337,7 +337,7 @@ async def traced_effect(
 
     Off, the request carries the step's own traceparent (the agent's). On, it runs under a CLIENT span,
     child of that context, and carries this span's traceparent: the service sees the agent's trace id.
-    The call's answer is `(outcome, response, error)` (saga/executor.py); the outcome becomes an attribute.
+    The answer starts `(outcome, response, error, ...)` (saga/executor.py); the outcome becomes an attribute.
     """
     if _tracer is None:
         return await call(traceparent)
@@ -349,7 +349,7 @@ async def traced_effect(
         name, context=_context_of(traceparent), kind=SpanKind.CLIENT, attributes=attributes
     ) as span:
         result = await call(traceparent_of(span) or traceparent)
-        outcome, _, error = result
+        outcome, error = result[0], result[2]
         span.set_attribute("nexus.saga.outcome", str(getattr(outcome, "value", outcome)))
         if error is not None:
             span.set_attribute("error.type", error[:200])

@@ -69,6 +69,8 @@ class Faults:
     """False: only forward calls hang (a late answer to a call its compensation then settles)."""
     hang_forwards: bool = True
     """False: only compensations hang (a release recorded but answered late, for a kill during compensation)."""
+    down_compensations: bool = False
+    """True: compensations are answered 503 (an outage while sagas compensate); forward calls go on."""
 
 
 @dataclasses.dataclass
@@ -122,7 +124,7 @@ class Services:
 
         return counted
 
-    async def _before(self, service: str, key: str) -> Response | None:
+    async def _before(self, service: str, key: str, *, compensation: bool = False) -> Response | None:
         """A transient fault, or None to go on (after the configured latency)."""
         faults = self.faults[service]
         ledger = self.ledgers[service]
@@ -130,7 +132,7 @@ class Services:
         ledger.attempts[key] = attempt + 1
         if faults.latency_ms:
             await asyncio.sleep(faults.latency_ms / 1000)
-        if faults.down:
+        if faults.down or (compensation and faults.down_compensations):
             return JSONResponse({"error": "unavailable", "service": service}, status_code=503)
         if (
             key not in ledger.answers
@@ -198,7 +200,7 @@ class Services:
             target = request.headers.get("compensates") or body.get("compensates")
             if not key or not target:
                 return JSONResponse({"error": "Idempotency-Key and Compensates are required"}, status_code=400)
-            fault = await self._before(service, key)
+            fault = await self._before(service, key, compensation=True)
             if fault is not None:
                 return fault
             ledger = self.ledgers[service]

@@ -1,7 +1,8 @@
 """Sagas under crashes: the executor SIGKILLed between a service's effect and the write of its result,
 and a broken build (a key that changes between attempts) that the saga checker must catch; and the short
 version of the saga scenarios of `nexus chaos` these do not already cover (a service down, a late answer,
-PostgreSQL restarted), each judged by the saga checker from PostgreSQL and the services' ledgers."""
+PostgreSQL restarted, an outage after the pivot, an outage during compensation), each judged by the saga
+checker from PostgreSQL and the services' ledgers."""
 
 from __future__ import annotations
 
@@ -187,3 +188,22 @@ async def test_postgres_restarted_mid_saga_loses_and_repeats_no_effect(chaos_ses
     come back, every saga settles, and no effect happened twice in effect."""
     result = await run_short(chaos_session, "saga-postgres-restart")
     assert result.faults["sagas open at the stop"] > 0
+
+
+@pytest.mark.slow
+async def test_an_outage_after_the_pivot_is_waited_out_and_every_saga_completes(chaos_session: ChaosSession) -> None:
+    """The invoice service (after the pivot) answers 503 to every call for 8 s, longer than the attempt count
+    lasts (breaker threshold raised): the invoices are retried with the same key within the budget, and every
+    saga completes, none escalated, each effect once in the ledgers."""
+    result = await run_short(chaos_session, "saga-post-pivot-outage")
+    assert result.elapsed_s < 30, result.elapsed_s
+
+
+@pytest.mark.slow
+async def test_an_outage_during_compensation_is_waited_out_and_every_saga_is_compensated(
+    chaos_session: ChaosSession,
+) -> None:
+    """Every charge declined while the inventory service answers 503 to every release for 8 s: the releases
+    are retried within the budget, and every saga is compensated once, none FAILED."""
+    result = await run_short(chaos_session, "saga-compensation-outage")
+    assert result.elapsed_s < 30, result.elapsed_s

@@ -9,9 +9,11 @@ import datetime as dt
 from typing import Any
 
 from nexus.gateway import Incoming
+from nexus.store.database import Database
 from nexus_lab.saga_checker import check_sagas_live
+from nexus_lab.services import RunningServices
 from tests.factories import replan_json, step_json
-from tests.integration.test_sagas import PLAN, Harness, harness, services
+from tests.integration.test_sagas import PLAN, Harness, harness, saga_settings, services
 
 __all__ = ["harness", "services"]
 
@@ -160,9 +162,41 @@ async def test_a_long_poll_answers_when_an_effect_completes(harness: Harness) ->
         order = await poll
         assert order is not None and order["status"] == "inventory_validated"
         assert loop.time() - started < 10
-        assert order == await read_order(harness.db, "default", "w1")
+        again = await read_order(harness.db, "default", "w1")
+        assert again is not None
+        for seen in (order, again):  # when the saga is next due moves on as the executor works it
+            seen["saga"].pop("next_attempt_at")
+        assert order == again
         assert order["saga"]["steps"][0]["status"] == "COMPLETED"
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_step_buffered_behind_a_retrying_effect_does_not_expire(
+    database_url: str, services: RunningServices
+) -> None:
+    """OrderCompleted buffered behind a shipment whose service answers 503 for longer than the buffer
+    timeout is not dead-lettered (its wait counts from the effect's end); once shipping is back, the
+    shipment completes and the buffered step applies."""
+    settings = saga_settings(database_url, services, saga_max_attempts=10_000, saga_breaker_threshold=1000)
+    db = await Database(settings).open(migrate=False)
+    h = Harness(db, settings, services)
+    try:
+        await h.send("b2", 1, 2, 3)
+        await h.settle()
+        services.services.faults["shipping"].down = True
+        ship, done = await h.send("b2", 4, 5)
+        assert (ship["decision"], done["decision"]) == ("APPLY", "BUFFER")
+        await h.settle(rounds=30)
+        await asyncio.sleep(0.6)
+        assert await h.gateway.expire_buffered(0.5) == []
+        assert [r["seq_id"] for r in await db.fetch("SELECT seq_id FROM pending_events WHERE order_id = 'b2'")] == [5]
+        services.services.faults["shipping"].down = False
+        await h.settle()
+        assert (await h.order("b2"))["status"] == "completed"
+        assert h.kinds("shipping") == ["ship"] and h.kinds("invoice") == ["invoice"]
+    finally:
+        await h.executor.aclose()
+        await db.close()

@@ -100,3 +100,34 @@ async def test_outcomes_of_different_sagas_share_transactions(
         await db.close()
     result = verify(records, checkpoints)
     assert result.finding is None and result.chains >= ORDERS, result
+
+
+async def test_sagas_on_a_hanging_service_never_hold_more_tasks_than_its_call_slots(
+    database_url: str, slow_services: RunningServices
+) -> None:
+    """Twelve sagas whose reservation hangs past the call timeout, at most 3 calls per service: the sagas
+    beyond the 3 slots get no task, they are released by the statement after their claim and claimed again
+    when due, so until every saga was called twice the executor never runs more than 3 tasks (counted)."""
+    slow_services.services.faults["inventory"].hang_rate = 1.0
+    slow_services.services.faults["inventory"].hang_ms = 2_000
+    settings = saga_settings(database_url, slow_services, saga_max_inflight_per_service=3, saga_poll_s=0.05,
+                             saga_call_timeout_s=0.3, saga_breaker_threshold=1000, saga_max_attempts=1000)  # fmt: skip
+    db = await Database(settings).open(migrate=False)
+    gateway = Gateway(db, catalog=builtin_catalog())
+    executor = SagaExecutor(db, gateway, settings, "hanging")
+    orders = 12
+    for i in range(orders):
+        await gateway.submit([Incoming.parse(step_json(f"h{i}", f"p-h{i}", s, process="fulfilment"))
+                              for s in (1, 2)])  # fmt: skip
+    task = asyncio.create_task(executor.run(64))
+    try:
+        ledger = slow_services.services.ledgers["inventory"]
+        started = time.monotonic()
+        while len(ledger.attempts) < orders or min(ledger.attempts.values()) < 2:
+            assert time.monotonic() - started < 60, "not every saga was called twice within 60 s"
+            await asyncio.sleep(0.05)
+        assert 1 <= executor.tasks_peak <= 3, executor.tasks_peak
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await db.close()

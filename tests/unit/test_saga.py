@@ -11,8 +11,12 @@ from hypothesis import strategies as st
 from nexus.core.backoff import RetryPolicy
 from nexus.core.saga import (
     Action,
+    Attempt,
+    CallDecision,
     CallOutcome,
     EffectBodyError,
+    Position,
+    RetryRules,
     SagaStatus,
     StepStatus,
     StepView,
@@ -25,11 +29,14 @@ from nexus.core.saga import (
     on_abort,
     outcome_of_status,
     past_pivot,
+    position_of,
     redrive,
     settle,
 )
 
 POLICY = RetryPolicy(base_ms=10, max_ms=100, max_attempts=3)
+RULES = RetryRules(POLICY, budget_s=60.0)
+BEFORE, PIVOT, AFTER = Position.BEFORE_PIVOT, Position.PIVOT, Position.AFTER_PIVOT
 
 
 def _fulfilment(statuses: list[StepStatus]) -> list[StepView]:
@@ -68,7 +75,7 @@ def test_status_codes_map_to_outcomes() -> None:
 def test_refusal_before_pivot_compensates_in_reverse_order() -> None:
     """A refused charge fails its step and compensates the completed reservation; then the saga settles."""
     steps = _fulfilment([StepStatus.COMPLETED, StepStatus.RUNNING])
-    decision = after_forward(steps[1], CallOutcome.REFUSED, 1, POLICY, rand=0.5)
+    decision = after_forward(steps[1], Attempt(1, CallOutcome.REFUSED), BEFORE, RULES, rand=0.5)
     assert (decision.step, decision.saga, decision.delay_ms) == (StepStatus.FAILED, SagaStatus.COMPENSATING, None)
     steps = _fulfilment([StepStatus.COMPLETED, StepStatus.FAILED])
     assert next_work(SagaStatus.COMPENSATING, steps) == Work(Action.COMPENSATE, 2)
@@ -81,20 +88,24 @@ def test_timeouts_are_retried_with_a_delay_then_compensated_as_uncertain() -> No
     """An unknown outcome is retried while attempts remain; given up, the step is uncertain and is
     compensated itself (its own key settles it)."""
     step = _fulfilment([StepStatus.RUNNING])[0]
-    first = after_forward(step, CallOutcome.UNKNOWN, 1, POLICY, rand=0.0)
+    first = after_forward(step, Attempt(1, CallOutcome.UNKNOWN), BEFORE, RULES, rand=0.0)
     assert first.step is StepStatus.RUNNING and first.delay_ms is not None and first.uncertain
-    last = after_forward(step, CallOutcome.UNKNOWN, 3, POLICY, rand=0.0)
+    last = after_forward(step, Attempt(3, CallOutcome.UNKNOWN), BEFORE, RULES, rand=0.0)
     assert (last.step, last.saga, last.uncertain) == (StepStatus.FAILED, SagaStatus.COMPENSATING, True)
     given_up = [StepView(2, "InventoryValidated", StepStatus.FAILED, True, uncertain=True)]
     assert next_work(SagaStatus.COMPENSATING, given_up) == Work(Action.COMPENSATE, 2)
 
 
-def test_after_the_pivot_failures_escalate_and_aborts_change_nothing() -> None:
-    """A retriable step that exhausts its retries escalates; a redrive runs it again; an abort past the
-    pivot leaves the saga as it is."""
+def test_after_the_pivot_only_a_refusal_or_the_budget_escalates_and_aborts_change_nothing() -> None:
+    """Past the pivot a transient failure is retried beyond the attempt count while the budget lasts; a
+    refusal or the budget's end escalates; a redrive runs it again; an abort leaves the saga as it is."""
     steps = _fulfilment([StepStatus.COMPLETED, StepStatus.COMPLETED, StepStatus.COMPLETED, StepStatus.RUNNING])
-    assert past_pivot(steps)
-    decision = after_forward(steps[3], CallOutcome.RETRYABLE, 3, POLICY, rand=0.5)
+    assert past_pivot(steps) and position_of(steps[3], steps) is AFTER
+    many = after_forward(steps[3], Attempt(40, CallOutcome.RETRYABLE, elapsed_s=59.0), AFTER, RULES, rand=0.5)
+    assert (many.step, many.saga, many.delay_ms) == (StepStatus.RUNNING, SagaStatus.RUNNING, 75.0)
+    spent = after_forward(steps[3], Attempt(41, CallOutcome.RETRYABLE, elapsed_s=60.0), AFTER, RULES, rand=0.5)
+    assert (spent.step, spent.saga) == (StepStatus.FAILED, SagaStatus.ESCALATED)
+    decision = after_forward(steps[3], Attempt(1, CallOutcome.REFUSED), AFTER, RULES, rand=0.5)
     assert (decision.step, decision.saga) == (StepStatus.FAILED, SagaStatus.ESCALATED)
     assert redrive(SagaStatus.ESCALATED) is SagaStatus.RUNNING
     assert on_abort(SagaStatus.RUNNING, steps) is SagaStatus.RUNNING
@@ -106,9 +117,9 @@ def test_abort_before_the_pivot_compensates_and_compensation_refusal_fails_the_s
     """An abort before the pivot compensates; a refused compensation leaves the saga FAILED (redrivable)."""
     steps = _fulfilment([StepStatus.COMPLETED, StepStatus.COMPLETED])
     assert on_abort(SagaStatus.RUNNING, steps) is SagaStatus.COMPENSATING
-    assert after_compensation(CallOutcome.REFUSED, 1, POLICY, rand=0.1).saga is SagaStatus.FAILED
+    assert after_compensation(Attempt(1, CallOutcome.REFUSED), RULES, rand=0.1).saga is SagaStatus.FAILED
     assert redrive(SagaStatus.FAILED) is SagaStatus.COMPENSATING
-    assert after_compensation(CallOutcome.SUCCEEDED, 1, POLICY, rand=0.1).step is StepStatus.COMPENSATED
+    assert after_compensation(Attempt(1, CallOutcome.SUCCEEDED), RULES, rand=0.1).step is StepStatus.COMPENSATED
 
 
 @given(st.lists(st.booleans(), min_size=1, max_size=8), st.data())
@@ -134,16 +145,18 @@ def dataclasses_replace(step: StepView, status: StepStatus) -> StepView:
     return dataclasses.replace(step, status=status)
 
 
-@given(st.sampled_from(list(CallOutcome)), st.integers(1, 5), st.booleans(), st.booleans())
-def test_a_committed_step_is_never_sent_to_compensation(
+@given(st.sampled_from(list(CallOutcome)), st.integers(1, 50), st.booleans(), st.booleans())
+def test_a_step_after_the_pivot_is_never_sent_to_compensation(
     outcome: CallOutcome, attempts: int, compensable: bool, pivot: bool
 ) -> None:
-    """A step after the pivot (not compensable) never makes its saga compensate: it completes, retries
-    or escalates."""
-    step = StepView(5, "OrderCompleted", StepStatus.RUNNING, compensable and not pivot, pivot)
-    decision = after_forward(step, outcome, attempts, POLICY, rand=0.5)
-    if not step.compensable and not pivot:
-        assert decision.saga in (SagaStatus.RUNNING, SagaStatus.ESCALATED)
+    """Once the pivot completed, position decides, not `compensable`: a step completes, retries or
+    escalates, whatever its definition's keys."""
+    steps = _fulfilment([StepStatus.COMPLETED, StepStatus.COMPLETED, StepStatus.COMPLETED])
+    step = StepView(5, "OrderCompleted", StepStatus.RUNNING, compensable, pivot)
+    position = position_of(step, [*steps, step])
+    assert position is AFTER
+    decision = after_forward(step, Attempt(attempts, outcome), position, RULES, rand=0.5)
+    assert decision.saga in (SagaStatus.RUNNING, SagaStatus.ESCALATED)
 
 
 def test_bodies_are_built_by_cel_from_data_facts_and_result() -> None:
@@ -155,3 +168,110 @@ def test_bodies_are_built_by_cel_from_data_facts_and_result() -> None:
     assert body == {"order_id": "o-1", "amount": 1250, "charge": "c-9"}
     with pytest.raises(EffectBodyError, match="body field x"):
         build_body({"x": "data.missing"}, {"data": {}})
+
+
+TRANSIENT = (CallOutcome.RETRYABLE, CallOutcome.UNKNOWN)
+_calls = st.tuples(
+    st.sampled_from(list(CallOutcome)),
+    st.floats(0.0, 30.0),  # seconds the call took, plus any time an open breaker held it
+    st.one_of(st.none(), st.floats(0.0, 1_000_000.0)),  # Retry-After, ms
+)
+
+
+def _walk(
+    position: Position | None, calls: list[tuple[CallOutcome, float, float | None]], rands: list[float]
+) -> list[tuple[Attempt, bool, CallDecision]]:
+    """Feed a sequence of call outcomes to the rules as an executor would, until the step stops retrying;
+    `position` None: a compensation. Each row: the attempt, whether the step was uncertain, the decision."""
+    step = StepView(4, "OrderShipped", StepStatus.RUNNING, False, position is PIVOT)
+    elapsed = 0.0
+    seen = []
+    for number, ((outcome, took, retry_after), rand) in enumerate(zip(calls, rands, strict=False), start=1):
+        elapsed += took
+        attempt = Attempt(number, outcome, elapsed, retry_after)
+        if position is None:
+            decision = after_compensation(attempt, RULES, rand=rand)
+        else:
+            decision = after_forward(step, attempt, position, RULES, rand=rand)
+        seen.append((attempt, step.uncertain, decision))
+        if decision.delay_ms is None:
+            break
+        step = dataclasses.replace(step, uncertain=decision.uncertain)
+        elapsed += decision.delay_ms / 1000
+    return seen
+
+
+@given(st.sampled_from([BEFORE, PIVOT, AFTER, None]), st.lists(_calls, min_size=1, max_size=60),
+       st.lists(st.floats(0.0, 1.0), min_size=60, max_size=60))  # fmt: skip
+def test_outcome_sequences_follow_the_retry_table(
+    position: Position | None, calls: list[tuple[CallOutcome, float, float | None]], rands: list[float]
+) -> None:
+    """For any sequence of outcomes at any position: every retry waits between 0 and the cap, honours
+    Retry-After up to the cap; before the pivot (and at a pivot whose outcomes are all known) the count
+    bounds the attempts and giving up compensates; after the pivot, at an uncertain pivot and for
+    compensations, a transient failure is retried until the budget ends, and only a refusal or the
+    budget's end stops it (escalated, or FAILED for a compensation); nothing after the pivot compensates."""
+    seen = _walk(position, calls, rands)
+    for attempt, uncertain, decision in seen:
+        budgeted = position in (AFTER, None) or (
+            position is PIVOT and (uncertain or attempt.outcome is CallOutcome.UNKNOWN)
+        )
+        if decision.delay_ms is not None:
+            assert 0.0 <= decision.delay_ms <= POLICY.max_ms
+            if attempt.retry_after_ms is not None:
+                assert decision.delay_ms >= min(attempt.retry_after_ms, POLICY.max_ms)
+            assert attempt.outcome in TRANSIENT
+            assert budgeted or attempt.number < POLICY.max_attempts
+            assert not budgeted or attempt.elapsed_s < RULES.budget_s
+            continue
+        if attempt.outcome is CallOutcome.SUCCEEDED:
+            assert decision.step in (StepStatus.COMPLETED, StepStatus.COMPENSATED)
+            continue
+        # The step stops retrying a failure: only for a refusal, the count (unbudgeted) or the budget's end.
+        assert (attempt.outcome is CallOutcome.REFUSED or (not budgeted and attempt.number >= POLICY.max_attempts)
+                or (budgeted and attempt.elapsed_s >= RULES.budget_s))  # fmt: skip
+        if position is None:
+            assert decision.saga is SagaStatus.FAILED
+        elif position is AFTER or (budgeted and attempt.outcome is not CallOutcome.REFUSED):
+            assert decision.saga is SagaStatus.ESCALATED
+        else:
+            assert decision.saga is SagaStatus.COMPENSATING
+    assert seen[-1][2].delay_ms is None or len(seen) == min(len(calls), len(rands))
+
+
+@given(st.integers(1, 200), st.floats(0.0, 86_399.0), st.floats(0.0, 1.0))
+def test_transient_failures_after_the_pivot_never_escalate_within_the_budget(
+    attempts: int, elapsed_s: float, rand: float
+) -> None:
+    """With the default budget (a day), a 503 or a timeout after the pivot is retried whatever the attempt
+    number, at most the cap (10 s by default) later, as long as the day since the first attempt lasts."""
+    rules = RetryRules(RetryPolicy(base_ms=200, max_ms=10_000, max_attempts=5), budget_s=86_400)
+    step = StepView(5, "OrderCompleted", StepStatus.RUNNING, False)
+    for outcome in TRANSIENT:
+        decision = after_forward(step, Attempt(attempts, outcome, elapsed_s), AFTER, rules, rand=rand)
+        assert decision.delay_ms is not None and decision.delay_ms <= 10_000 and decision.saga is SagaStatus.RUNNING
+
+
+def test_an_uncertain_pivot_is_settled_within_the_budget_and_a_known_one_counts() -> None:
+    """At the pivot, known failures count and then compensate; once an outcome is unknown the same call is
+    retried past the count, a refusal compensates and the budget's end escalates."""
+    pivot = StepView(4, "OrderShipped", StepStatus.RUNNING, False, True)
+    known = after_forward(pivot, Attempt(3, CallOutcome.RETRYABLE), PIVOT, RULES, rand=0.5)
+    assert (known.step, known.saga) == (StepStatus.FAILED, SagaStatus.COMPENSATING)
+    unknown = after_forward(pivot, Attempt(3, CallOutcome.UNKNOWN, 1.0), PIVOT, RULES, rand=0.5)
+    assert (unknown.step, unknown.saga, unknown.uncertain) == (StepStatus.RUNNING, SagaStatus.RUNNING, True)
+    uncertain = dataclasses.replace(pivot, uncertain=True)
+    later = after_forward(uncertain, Attempt(9, CallOutcome.RETRYABLE, 30.0), PIVOT, RULES, rand=0.5)
+    assert later.delay_ms is not None
+    refused = after_forward(uncertain, Attempt(10, CallOutcome.REFUSED, 31.0), PIVOT, RULES, rand=0.5)
+    assert (refused.step, refused.saga) == (StepStatus.FAILED, SagaStatus.COMPENSATING)
+    spent = after_forward(uncertain, Attempt(11, CallOutcome.UNKNOWN, 61.0), PIVOT, RULES, rand=0.5)
+    assert (spent.step, spent.saga) == (StepStatus.FAILED, SagaStatus.ESCALATED)
+
+
+def test_retry_after_is_honoured_up_to_the_cap() -> None:
+    """A 429's Retry-After longer than the jittered delay is waited, but never beyond NEXUS_SAGA_RETRY_MAX_MS."""
+    step = StepView(5, "OrderCompleted", StepStatus.RUNNING, False)
+    short = after_forward(step, Attempt(1, CallOutcome.RETRYABLE, 0.0, 50.0), AFTER, RULES, rand=0.0)
+    capped = after_forward(step, Attempt(1, CallOutcome.RETRYABLE, 0.0, 3_600_000.0), AFTER, RULES, rand=0.0)
+    assert (short.delay_ms, capped.delay_ms) == (50.0, POLICY.max_ms)

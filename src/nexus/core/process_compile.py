@@ -23,6 +23,7 @@ from nexus.core.process_model import (
     content_hash,
 )
 from nexus.core.rule_cost import costly_rules
+from nexus.core.saga import effect_layout_problem
 
 
 def definition_schema() -> dict[str, Any]:
@@ -91,6 +92,10 @@ def _compile(definition: ProcessDefinition, text: str, judge_cost: bool = True) 
         steps[name] = _compile_step(name, step, text)
     for where, reason in costly_rules(definition) if judge_cost else ():
         raise DefinitionError(reason, _line_of(text, where))
+    layout = effect_layout_problem(definition.steps)
+    if layout is not None:
+        step_name, reason = layout
+        raise DefinitionError(reason, _line_of(text, ["steps", step_name] if step_name else ["steps"]))
     if None not in allowed:
         raise DefinitionError("no initial step: at least one step needs `from: [null]`", _line_of(text, ["steps"]))
     return CompiledProcess(

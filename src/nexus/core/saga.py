@@ -2,8 +2,11 @@
 
 A step whose definition declares an `effect` is applied at once (its seq is taken) but its order keeps
 its status until the effect's call to a service has succeeded; the saga of the order records every such
-step (seed 002: Garcia-Molina and Salem's (T1..Tn) or (T1..Tk, Ck..C1)). Steps before the process's
-pivot are compensable, the pivot's success commits the saga, steps after it are only retried.
+step (seed 002: Garcia-Molina and Salem's (T1..Tn) or (T1..Tk, Ck..C1)). Position decides how a step is
+retried, not its definition's keys: steps before the process's pivot are compensable, the pivot's success
+commits the saga (`past_pivot`), and every step after it is a retriable transaction that must eventually
+succeed. `nexus processes check` refuses a definition whose effects cannot keep that promise
+(`effect_layout_problem`): an effect before the pivot without a compensation, or effects and no pivot.
 
 Saga states (one `sagas` row per order; every transition lives here)::
 
@@ -11,18 +14,37 @@ Saga states (one `sagas` row per order; every transition lives here)::
     RUNNING --(a step's effect succeeds; the order reaches a terminal state)-> COMPLETED
     RUNNING --(a step before/at the pivot is refused, or its retries run out,
                or the plan is aborted before the pivot completed)--------------> COMPENSATING
-    RUNNING --(a step after the pivot exhausts its retries or is refused)-----> ESCALATED
+    RUNNING --(after the pivot, or at an uncertain pivot: a permanent refusal
+               or the retry budget's end)--------------------------------------> ESCALATED
     COMPENSATING --(the last completed compensable step is compensated)------> COMPENSATED (plan aborted)
-    COMPENSATING --(a compensation is refused or exhausts its retries)--------> FAILED
-    ESCALATED --(an operator redrives it)--------------------------------------> RUNNING
-    FAILED    --(an operator redrives it)--------------------------------------> COMPENSATING
+    COMPENSATING --(a compensation is refused or its retry budget ends)-------> FAILED
+    ESCALATED --(an operator redrives it: a new budget)------------------------> RUNNING
+    FAILED    --(an operator redrives it: a new budget)------------------------> COMPENSATING
 
 Step states (`saga_steps` rows)::
 
     PENDING --(claimed, call made)--> RUNNING --(2xx)--> COMPLETED --(compensation 2xx)--> COMPENSATED
-    RUNNING --(retryable: 5xx, 408, 429, no connection, timeout)--> RUNNING (same key, after a backoff)
-    RUNNING --(refused: other 4xx, or retries exhausted)----------> FAILED
+    RUNNING --(transient: 5xx, 408, 429, no connection, timeout)--> RUNNING (same key, after a backoff)
+    RUNNING --(refused: other 4xx, or its retries given up)--------> FAILED
     FAILED (outcome unknown: a timeout was among its attempts) --(compensation 2xx)--> COMPENSATED
+
+How a call's outcome is retried (`after_forward`, `after_compensation`); "transient" is a 5xx, 408, 429, a
+timeout (outcome unknown), a refused or reset connection; "budget" is `NEXUS_SAGA_RETRY_BUDGET_S` (86,400)
+counted from the step's first attempt (time held by an open breaker counts against it, not against the
+attempts; a redrive starts a new one); every retry sends the same key after the capped exponential backoff
+with jitter of `core/backoff.py`, `Retry-After` honoured up to `NEXUS_SAGA_RETRY_MAX_MS`::
+
+    | position                            | 2xx       | transient                           | other 4xx            |
+    |-------------------------------------|-----------|-------------------------------------|----------------------|
+    | before the pivot                    | COMPLETED | retry up to NEXUS_SAGA_MAX_ATTEMPTS, | FAILED, compensate   |
+    |                                     |           | then FAILED, compensate             |                      |
+    | the pivot, every outcome known      | COMPLETED | as before the pivot                 | FAILED, compensate   |
+    | the pivot, an outcome unknown       | COMPLETED | retry within the budget, then       | FAILED, compensate   |
+    |                                     |           | FAILED, saga ESCALATED              |                      |
+    | after the pivot (`past_pivot`)      | COMPLETED | retry within the budget, then       | FAILED, saga         |
+    |                                     |           | FAILED, saga ESCALATED              | ESCALATED            |
+    | a compensation (any position)       | COMPENSATED | retry within the budget, then     | saga FAILED          |
+    |                                     |           | saga FAILED                         |                      |
 
 A call whose outcome is unknown (the client timed out; the service may have acted) is never guessed:
 it is retried with the same key, and if it must be given up before the pivot it is compensated with its
@@ -47,6 +69,7 @@ from nexus.core.backoff import RetryPolicy, decide
 from nexus.core.checks import CheckSyntaxError, CompiledRule
 from nexus.core.delivery import AttemptOutcome
 from nexus.core.delivery import outcome_of_status as delivery_outcome_of_status
+from nexus.core.process_model import Step
 
 
 class SagaStatus(enum.StrEnum):
@@ -168,33 +191,89 @@ class CallDecision:
     """The `result` label of `nexus_saga_steps_total`."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryRules:
+    """How a saga's calls are retried: `policy` is the schedule (its `max_ms` also caps `Retry-After`) and,
+    before the pivot, the count (`max_attempts`); `budget_s` bounds the retries after it and of
+    compensations, from the step's first attempt."""
+
+    policy: RetryPolicy
+    budget_s: float = 86_400.0
+
+    def __post_init__(self) -> None:
+        if self.budget_s < 0:
+            raise ValueError("the retry budget must not be negative")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Attempt:
+    """One finished call: its number (from 1, since the budget began), its outcome, the seconds since the
+    step's first attempt of this budget, and the service's `Retry-After` (ms) if it sent one."""
+
+    number: int
+    outcome: CallOutcome
+    elapsed_s: float = 0.0
+    retry_after_ms: float | None = None
+
+
+class Position(enum.StrEnum):
+    """Where a step stands in its saga: this decides how its failures are retried."""
+
+    BEFORE_PIVOT = "before_pivot"
+    PIVOT = "pivot"
+    AFTER_PIVOT = "after_pivot"
+
+
+def position_of(step: StepView, steps: Sequence[StepView]) -> Position:
+    """The step's position: after the pivot once the pivot's effect completed (`past_pivot`)."""
+    if past_pivot(steps):
+        return Position.AFTER_PIVOT
+    return Position.PIVOT if step.pivot else Position.BEFORE_PIVOT
+
+
+def _counted(rules: RetryRules, attempt: Attempt, rand: float) -> float | None:
+    """The delay before the next attempt while the count lasts, or None: given up."""
+    retry = decide(rules.policy, attempt.number, rand, attempt.retry_after_ms)
+    return retry.delay_ms if retry.retry else None
+
+
+def _budgeted(rules: RetryRules, attempt: Attempt, rand: float) -> float | None:
+    """The delay before the next attempt while the budget lasts (no count), or None: the budget ended."""
+    if attempt.elapsed_s >= rules.budget_s:
+        return None
+    unbounded = dataclasses.replace(rules.policy, max_attempts=attempt.number + 1)
+    return decide(unbounded, attempt.number, rand, attempt.retry_after_ms).delay_ms
+
+
 def after_forward(
-    step: StepView, outcome: CallOutcome, attempts: int, policy: RetryPolicy, *, rand: float
+    step: StepView, attempt: Attempt, position: Position, rules: RetryRules, *, rand: float
 ) -> CallDecision:
-    """After forward attempt number `attempts` (from 1) of `step` ended with `outcome`."""
+    """After a forward call of `step` at `position` ended as `attempt` did (the table above)."""
+    outcome = attempt.outcome
     uncertain = step.uncertain or outcome is CallOutcome.UNKNOWN
     if outcome is CallOutcome.SUCCEEDED:
         return CallDecision(StepStatus.COMPLETED, SagaStatus.RUNNING, label="completed")
-    committed = not step.compensable and not step.pivot  # after the pivot: retriable only
+    budgeted = position is Position.AFTER_PIVOT or (position is Position.PIVOT and uncertain)
     if outcome is not CallOutcome.REFUSED:
-        retry = decide(policy, attempts, rand)
-        if retry.retry:
-            return CallDecision(StepStatus.RUNNING, SagaStatus.RUNNING, retry.delay_ms, uncertain, label="retry")
-    if committed or (step.pivot and uncertain):
-        # Past the point of no return (or the pivot may have happened): an operator decides.
+        delay = _budgeted(rules, attempt, rand) if budgeted else _counted(rules, attempt, rand)
+        if delay is not None:
+            return CallDecision(StepStatus.RUNNING, SagaStatus.RUNNING, delay, uncertain, label="retry")
+        if budgeted:  # the budget ended: past the point of no return (or the pivot may have happened)
+            return CallDecision(StepStatus.FAILED, SagaStatus.ESCALATED, uncertain=uncertain, label="escalated")
+    if position is Position.AFTER_PIVOT:  # a permanent refusal after the pivot: an operator decides
         return CallDecision(StepStatus.FAILED, SagaStatus.ESCALATED, uncertain=uncertain, label="escalated")
     label = "refused" if outcome is CallOutcome.REFUSED else "exhausted"
     return CallDecision(StepStatus.FAILED, SagaStatus.COMPENSATING, uncertain=uncertain, label=label)
 
 
-def after_compensation(outcome: CallOutcome, attempts: int, policy: RetryPolicy, *, rand: float) -> CallDecision:
-    """After compensation attempt number `attempts` of a step ended with `outcome`."""
-    if outcome is CallOutcome.SUCCEEDED:
+def after_compensation(attempt: Attempt, rules: RetryRules, *, rand: float) -> CallDecision:
+    """After a compensation call of a step ended as `attempt` did: retried within the budget."""
+    if attempt.outcome is CallOutcome.SUCCEEDED:
         return CallDecision(StepStatus.COMPENSATED, SagaStatus.COMPENSATING, label="compensated")
-    if outcome is not CallOutcome.REFUSED:
-        retry = decide(policy, attempts, rand)
-        if retry.retry:
-            return CallDecision(StepStatus.COMPLETED, SagaStatus.COMPENSATING, retry.delay_ms, label="retry")
+    if attempt.outcome is not CallOutcome.REFUSED:
+        delay = _budgeted(rules, attempt, rand)
+        if delay is not None:
+            return CallDecision(StepStatus.COMPLETED, SagaStatus.COMPENSATING, delay, label="retry")
     return CallDecision(StepStatus.COMPLETED, SagaStatus.FAILED, label="compensation_failed")
 
 
@@ -219,6 +298,37 @@ def redrive(status: SagaStatus) -> SagaStatus:
     if status is SagaStatus.FAILED:
         return SagaStatus.COMPENSATING
     raise ValueError(f"only an escalated or failed saga is redriven, not a {status.value} one")
+
+
+def effect_layout_problem(steps: Mapping[str, Step]) -> tuple[str | None, str] | None:
+    """Why a definition's effects cannot keep the saga's promise (the step to point at, the reason), or None.
+
+    Effects need a pivot (the point after which every step is retried until it succeeds), and every effect
+    that can run before the pivot needs a compensation (giving up there means undoing what completed). A
+    step "can run before the pivot" when it is reachable from the first step without passing a pivot.
+    """
+    effects = [name for name, step in steps.items() if step.effect is not None]
+    if not effects:
+        return None
+    if not any(step.pivot for step in steps.values()):
+        return (effects[0], f"steps {', '.join(effects)} have effects but no step is the pivot (`pivot: true`)")
+    reached: set[str | None] = {None}
+    before: list[str] = []
+    grown = True
+    while grown:
+        grown = False
+        for name, step in steps.items():
+            if step.pivot or name in before or not reached.intersection(step.from_):
+                continue
+            before.append(name)
+            if step.to not in reached:
+                reached.add(step.to)
+            grown = True
+    for name in before:
+        effect = steps[name].effect
+        if effect is not None and effect.compensation is None:
+            return (name, f"step {name} has an effect before the pivot but no compensation")
+    return None
 
 
 class EffectBodyError(ValueError):

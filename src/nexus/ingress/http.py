@@ -398,6 +398,8 @@ async def refresh_db_gauges(db: Database) -> None:
         return
     with contextlib.suppress(NexusError):  # Sagas by status
         metrics.set_saga_counts({r["status"]: r["n"] for r in await db.fetch(query("saga.sql", "saga_gauges"))})
+        retrying = await db.fetch(query("saga.sql", "saga_retrying_gauges"))
+        metrics.set_saga_retrying({r["service"]: (r["n"], r["oldest_s"]) for r in retrying})
     with contextlib.suppress(NexusError):  # Rows and bytes per table, from the catalog
         tables = await db.fetch(query("db.sql", "table_stats"))
         metrics.set_table_stats(

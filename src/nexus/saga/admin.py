@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -39,13 +40,25 @@ async def order_saga(db: Database, tenant_id: str, order_id: str) -> dict[str, A
         for r in rows
         if r["seq"] is not None
     ]
-    return {"status": rows[0]["status"], "error": rows[0]["error"], "steps": steps}
+    first = rows[0]
+    return {
+        "status": first["status"],
+        "error": first["error"],
+        "next_attempt_at": _iso(first["next_attempt_at"]),
+        "retrying_since": _iso(first["retrying_since"]),
+        "steps": steps,
+    }
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
 
 
 async def list_sagas(
-    db: Database, status: str | None = None, tenant_id: str | None = None, limit: int = 100
+    db: Database, status: str | None = None, tenant_id: str | None = None, limit: int = 100, *, retrying: bool = False
 ) -> list[dict[str, Any]]:
-    rows = await db.fetch(query("saga.sql", "list_sagas"), status, tenant_id, limit)
+    """Sagas, newest first; `retrying`: only open sagas whose current call failed and has not succeeded yet."""
+    rows = await db.fetch(query("saga.sql", "list_sagas"), status, tenant_id, limit, retrying)
     return [
         {
             "tenant_id": r["tenant_id"],
@@ -56,6 +69,9 @@ async def list_sagas(
             "steps": r["steps"],
             "error": r["error"],
             "updated_at": r["updated_at"].isoformat(),
+            "next_attempt_at": _iso(r["next_attempt_at"]),
+            "retrying_since": _iso(r["retrying_since"]),
+            "retrying_service": r["retrying_service"],
         }
         for r in rows
     ]

@@ -1,6 +1,6 @@
 """`nexus sagas`: list sagas (by status) and redrive an escalated or failed one.
 
-    nexus sagas list [--status ESCALATED] [--tenant T] [--limit N]
+    nexus sagas list [--status ESCALATED] [--retrying] [--tenant T] [--limit N]
     nexus sagas show ORDER_ID [--tenant T]
     nexus sagas redrive ORDER_ID [--tenant T]
 
@@ -26,6 +26,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", required=True)
     listing = sub.add_parser("list", help="list sagas, newest first")
     listing.add_argument("--status", default=None, choices=[s.value for s in SagaStatus])
+    listing.add_argument(
+        "--retrying", action="store_true", help="only open sagas whose current call failed and has not succeeded yet"
+    )
     listing.add_argument("--tenant", default=None)
     listing.add_argument("--limit", type=int, default=100)
     show = sub.add_parser("show", help="one order's saga and its steps")
@@ -49,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         return {"order_id": args.order_id, "status": await admin.redrive(db, args.tenant, args.order_id)}
 
     actions: dict[str, Callable[[Database], Awaitable[Any]]] = {
-        "list": lambda db: admin.list_sagas(db, args.status, args.tenant, args.limit),
+        "list": lambda db: admin.list_sagas(db, args.status, args.tenant, args.limit, retrying=args.retrying),
         "show": show,
         "redrive": redrive,
     }

@@ -85,6 +85,7 @@ async def write_outcomes(
                 and current[o.key] in (SagaStatus.PENDING, SagaStatus.RUNNING)]  # fmt: skip
     terminal = await _apply_effects(gateway, conn, applying) if applying else {}
     sagas = []
+    retrying: list[bool] = []
     for o in outcomes:
         if o.action is Action.COMPENSATE and o.decision.step is StepStatus.COMPENSATED:
             await conn.execute(query("saga.sql", "finish_compensation"), o.step["tenant_id"], o.step["order_id"],
@@ -92,9 +93,12 @@ async def write_outcomes(
             await notify_compensation(conn, o.step, o.response)
         status, delay_s, error = saga_after(o, current[o.key], terminal.get(o.key))
         sagas.append((*o.key, status.value, delay_s, error, o.keep and delay_s == 0 and status in _OPEN))
+        retrying.append(o.decision.delay_ms is not None and status in _OPEN)
     columns = [list(c) for c in zip(*sagas, strict=True)]
     kept = {(t, oid): Continued(SagaStatus(status), []) for t, oid, status, *_, keep in sagas if keep}
-    for row in await conn.fetch(query("saga.sql", "set_sagas"), *columns, lease_s, owner):
+    services = [o.step["service"] for o in outcomes]
+    statement = query("saga.sql", "set_sagas")
+    for row in await conn.fetch(statement, *columns, lease_s, owner, retrying, services):
         kept[(row["tenant_id"], row["order_id"])].steps.append(row)
     return kept
 

@@ -65,6 +65,9 @@ _NOT_COMPENSATED = "SELECT count(*) FROM saga_steps WHERE forward_key = ANY($1::
 _OPEN = "SELECT count(*) FROM sagas WHERE status IN ('PENDING', 'RUNNING', 'COMPENSATING')"
 _REPEATED = "SELECT count(*) FROM saga_steps WHERE forward_key = ANY($1::text[]) AND status = 'COMPLETED'"
 _SETTLED_BY_COMPENSATION = "SELECT count(*) FROM saga_steps WHERE uncertain AND status = 'COMPENSATED'"
+_RETRIED_PAST = "SELECT count(*) FROM saga_steps WHERE {column} > $1"
+# A saga that waits for an operator: it will not settle by itself, so nothing is gained by waiting for it.
+_STUCK = ("ESCALATED", "FAILED")
 
 
 @dataclasses.dataclass
@@ -160,6 +163,10 @@ async def _arm(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient) -> Non
         await run.faults(client, fault.service, down=True)
     elif fault.kind == "late-answer":
         await run.faults(client, fault.service, hang_rate=1, hang_ms=fault.hang_ms, hang_compensations=False)
+    elif fault.kind == "post-pivot-outage":
+        await run.faults(client, fault.service, down=True)
+    elif fault.kind == "compensation-outage":
+        await run.faults(client, fault.service, down_compensations=True)
 
 
 async def _kill_mid_compensation(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient) -> None:
@@ -194,6 +201,20 @@ async def _service_down(run: SagaRun, fault: SagaFault, client: httpx.AsyncClien
     run.say(f"{fault.service} down from the start for {outage:.1f}s")
     await asyncio.sleep(outage)
     await run.faults(client, fault.service, down=False)
+    run.say(f"{fault.service} back at {run.elapsed():.1f}s")
+
+
+async def _outage(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient) -> None:
+    """Armed before the agent sent (`_arm`): the service after the pivot answers 503 to every call, or the
+    compensating service to every compensation, for longer than the attempt count lasts (breaker threshold
+    raised, so the breaker does not hide it); the calls are retried within their budget, and once the service
+    is back every saga completes or is compensated, none escalated or FAILED."""
+    outage = run.rng.uniform(*fault.window_s)
+    run.counts["outage"] += 1
+    what = "every compensation" if fault.kind == "compensation-outage" else "every call"
+    run.say(f"{fault.service} answers 503 to {what} from the start for {outage:.1f}s")
+    await asyncio.sleep(outage)
+    await run.faults(client, fault.service, down=False, down_compensations=False)
     run.say(f"{fault.service} back at {run.elapsed():.1f}s")
 
 
@@ -268,6 +289,8 @@ async def _settle(db: Database, plans: int, timeout_s: float) -> list[str]:
                 return []
             left = [f"order {r['order_id']}: {r['status']} with its saga {r['saga']}" for r in rows]
             left += [f"{plans - orders} order(s) never created"] if orders < plans else []
+            if orders == plans and all(r["saga"] in _STUCK for r in rows):
+                return left
         if time.monotonic() >= deadline:
             return left
         await asyncio.sleep(0.2)
@@ -346,7 +369,7 @@ async def run_saga_scenario(
             await _arm(run, fault, client)
             say(f"started services, a gateway and an executor process; {plans} fulfilment plans, fault {fault.kind}")
             await _load(run, fault, client, session, plans)
-            broken = await _check(run, client, plans, settle_timeout_s)
+            broken = await _check(run, fault, client, plans, settle_timeout_s)
         result.held = sum(not lines for lines in broken.values())
         result.failures = [f"{check}: {line}" for check, lines in broken.items() for line in lines]
         result.check_text = "\n".join(f"{check}: {'ok' if not lines else f'{len(lines)} broken'}"
@@ -397,7 +420,9 @@ async def _load(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient, sessi
     run.say(f"agent and fault done at {run.elapsed():.1f}s; settling")
 
 
-async def _check(run: SagaRun, client: httpx.AsyncClient, plans: int, settle_timeout_s: float) -> dict[str, list[str]]:
+async def _check(
+    run: SagaRun, fault: SagaFault, client: httpx.AsyncClient, plans: int, settle_timeout_s: float
+) -> dict[str, list[str]]:
     """What each check found broken once the sagas settled (or the timeout passed)."""
     unsettled = await _settle(run.db, plans, settle_timeout_s)
     ledgers = (await client.get(run.services_url + "/ledgers")).json()
@@ -406,7 +431,7 @@ async def _check(run: SagaRun, client: httpx.AsyncClient, plans: int, settle_tim
         "saga invariants": await check_sagas_live(run.db, run.services_url),
         "completed orders' effects": await _effects_of_completed(run.db, ledgers),
     }
-    await _count_outcomes(run, ledgers)
+    await _count_outcomes(run, fault, ledgers)
     return broken
 
 
@@ -421,11 +446,13 @@ async def _strike(run: SagaRun, fault: SagaFault, client: httpx.AsyncClient, ses
         await _late_answer(run, fault, client)
     elif fault.kind == "postgres-restart":
         await _postgres_restart(run, fault, client, session)
+    elif fault.kind in ("post-pivot-outage", "compensation-outage"):
+        await _outage(run, fault, client)
     else:
         raise ValueError(f"unknown saga fault {fault.kind!r}")
 
 
-async def _count_outcomes(run: SagaRun, ledgers: dict[str, Any]) -> None:
+async def _count_outcomes(run: SagaRun, fault: SagaFault, ledgers: dict[str, Any]) -> None:
     """What the run shows happened: calls repeated with the same key, breakers opened, calls settled by
     their compensation (from the executors' logs, the ledgers' request counts and PostgreSQL)."""
     for service, keys in run.watched.items():
@@ -439,3 +466,8 @@ async def _count_outcomes(run: SagaRun, ledgers: dict[str, Any]) -> None:
     settled = int(await run.db.fetchval(_SETTLED_BY_COMPENSATION))
     if settled:
         run.counts["unknown outcomes settled by compensation"] += settled
+    past_count = int(dict(fault.env).get("NEXUS_SAGA_MAX_ATTEMPTS", SAGA_ENV["NEXUS_SAGA_MAX_ATTEMPTS"]))
+    for kind, column in (("effects", "attempts"), ("compensations", "compensation_attempts")):
+        retried = int(await run.db.fetchval(_RETRIED_PAST.format(column=column), past_count))
+        if retried:
+            run.counts[f"{kind} retried past the attempt count"] += retried

@@ -33,7 +33,8 @@ class SagaFault:
     """What strikes a saga scenario (`nexus_lab.chaos.sagas`), with its knobs; draws come from the seed."""
 
     kind: str
-    """kill-mid-call | kill-mid-compensation | service-down | late-answer | postgres-restart"""
+    """kill-mid-call | kill-mid-compensation | service-down | late-answer | postgres-restart |
+    post-pivot-outage | compensation-outage"""
     service: str = "payment"
     decline_rate: float = 0.2
     """Share of charges the payment service declines for good (those sagas compensate)."""
@@ -76,6 +77,9 @@ class Scenario:
     mcp_orders: int = 0
     """Orders an MCP agent drives through the gateways' `/mcp` tools meanwhile (`nexus_lab.chaos.mcp_agents`),
     with their own invariants."""
+
+
+_OUTAGE_ENV = (("NEXUS_SAGA_BREAKER_THRESHOLD", "1000"), ("NEXUS_SAGA_MAX_ATTEMPTS", "5"))
 
 
 def _kafka(name: str, what: str, proof: str, fault: Fault, *, allow_duplicates: bool = False) -> Scenario:
@@ -270,6 +274,26 @@ SCENARIOS: dict[str, Scenario] = {
                     ("NEXUS_SAGA_MAX_ATTEMPTS", "2"),
                     ("NEXUS_SAGA_BREAKER_THRESHOLD", "1000"),
                 ),
+            ),
+        ),
+        Scenario(
+            "saga-post-pivot-outage",
+            "the invoice service (after the pivot) answers 503 to every call for 8 s: retried within the budget, "
+            "every saga completes",
+            "effects retried past the attempt count",
+            # the breaker threshold raised so the outage meets the retry rules, not the breaker (with the old
+            # count, every saga escalated); five attempts, the default count
+            saga=SagaFault(
+                "post-pivot-outage", service="invoice", decline_rate=0.0, window_s=(8.0, 8.0), env=_OUTAGE_ENV
+            ),
+        ),
+        Scenario(
+            "saga-compensation-outage",
+            "every charge declined while the inventory service answers 503 to every release for 8 s: the "
+            "compensations are retried within the budget, every saga is compensated once",
+            "compensations retried past the attempt count",
+            saga=SagaFault(
+                "compensation-outage", service="inventory", decline_rate=1.0, window_s=(8.0, 8.0), env=_OUTAGE_ENV
             ),
         ),
         Scenario(

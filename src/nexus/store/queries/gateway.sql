@@ -34,16 +34,29 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
 RETURNING id;
 
 -- name: expiry_candidates
-SELECT DISTINCT tenant_id, order_id FROM pending_events
-WHERE received_at < now() - make_interval(secs => $1)
+-- Sagas (issue 38): an order whose buffered steps wait behind an effect still being performed (or retried) is
+-- not a candidate; its steps' timeout counts from the effect's end (read_buffered).
+SELECT DISTINCT p.tenant_id, p.order_id FROM pending_events AS p
+WHERE p.received_at < now() - make_interval(secs => $1)
+  AND NOT EXISTS (SELECT 1 FROM saga_steps AS st
+                  WHERE st.tenant_id = p.tenant_id AND st.order_id = p.order_id AND st.seq < p.seq_id
+                    AND st.status IN ('PENDING', 'RUNNING'))
 LIMIT $2;
 
 -- name: read_buffered
 -- The buffered steps of orders already locked, oldest first, with the database's clock: the core decides
 -- which expired (core/decide/expiry.py).
+-- Sagas (issue 38): a step buffered behind an effect waits from the effect's end, not its own arrival: while
+-- the effect is performed or retried its wait starts now (it never expires), and after it ended, from then.
 SELECT p.tenant_id, p.order_id, p.seq_id, p.event_id::text AS event_id, p.plan_id, p.envelope::text AS envelope,
-       p.received_at, now() AS now
+       GREATEST(p.received_at, effect.ended_at) AS received_at, now() AS now
 FROM pending_events AS p JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid
+LEFT JOIN LATERAL (
+    SELECT CASE WHEN st.status IN ('PENDING', 'RUNNING') THEN now() ELSE COALESCE(st.executed_at, st.updated_at) END
+           AS ended_at
+    FROM saga_steps AS st WHERE st.tenant_id = p.tenant_id AND st.order_id = p.order_id AND st.seq < p.seq_id
+    ORDER BY st.seq DESC LIMIT 1
+) AS effect ON true
 ORDER BY p.received_at, p.tenant_id, p.order_id, p.seq_id;
 
 -- name: notify_orders

@@ -74,18 +74,21 @@ SELECT status, lease_owner FROM sagas WHERE tenant_id = $1 AND order_id = $2 FOR
 -- name: start_forwards
 -- Written (and committed) before the calls: a crash after it leaves each step uncertain, never forgotten.
 -- One row per (tenant, order, seq): the attempts marked by several sagas' tasks at once.
+-- elapsed_s: seconds since the first attempt of the call's budget (core/saga.py), by the database's clock.
 UPDATE saga_steps AS st SET status = 'RUNNING', attempts = st.attempts + 1, uncertain = true, forward_key = u.k,
-       updated_at = now()
+       forward_since = COALESCE(st.forward_since, now()), updated_at = now()
 FROM unnest($1::text[], $2::text[], $3::int[], $4::text[]) AS u(t, oid, seq, k)
 WHERE st.tenant_id = u.t AND st.order_id = u.oid AND st.seq = u.seq
-RETURNING st.tenant_id, st.order_id, st.attempts;
+RETURNING st.tenant_id, st.order_id, st.attempts, EXTRACT(EPOCH FROM now() - st.forward_since)::float8 AS elapsed_s;
 
 -- name: start_compensations
 UPDATE saga_steps AS st SET compensation_attempts = st.compensation_attempts + 1, compensation_key = u.k,
-       compensating_payload = u.body::jsonb, updated_at = now()
+       compensating_payload = u.body::jsonb, compensation_since = COALESCE(st.compensation_since, now()),
+       updated_at = now()
 FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[]) AS u(t, oid, seq, k, body)
 WHERE st.tenant_id = u.t AND st.order_id = u.oid AND st.seq = u.seq
-RETURNING st.tenant_id, st.order_id, st.compensation_attempts AS attempts;
+RETURNING st.tenant_id, st.order_id, st.compensation_attempts AS attempts,
+          EXTRACT(EPOCH FROM now() - st.compensation_since)::float8 AS elapsed_s;
 
 -- name: finish_forwards
 -- Under a batch of outcomes' advisory locks (taken first): the forward calls' steps finished ($3-$9, one per
@@ -110,9 +113,11 @@ UPDATE saga_steps SET status = $4, compensating_response = $5::jsonb, last_error
 WHERE tenant_id = $1 AND order_id = $2 AND seq = $3;
 
 -- name: set_saga
--- $4: seconds until the next attempt (NULL: nothing to do until the agent's next step).
+-- $4: seconds until the next attempt (NULL: nothing to do until the agent's next step, so not retrying).
 UPDATE sagas SET status = $3, error = COALESCE($5, error), lease_until = NULL, lease_owner = NULL,
        next_attempt_at = CASE WHEN $4::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $4) END,
+       retrying_since = CASE WHEN $4::float8 IS NULL THEN NULL ELSE retrying_since END,
+       retrying_service = CASE WHEN $4::float8 IS NULL THEN NULL ELSE retrying_service END,
        updated_at = now()
 WHERE tenant_id = $1 AND order_id = $2;
 
@@ -120,15 +125,18 @@ WHERE tenant_id = $1 AND order_id = $2;
 -- A batch of outcomes' sagas. $4: seconds until the next attempt (NULL: nothing to do until the agent's next
 -- step); $6: the writer goes on with the saga at once (due now), so its lease is renewed ($7 s, owner $8)
 -- instead of cleared: nobody else claims it in between, and no claim is needed. Returns the steps of the
--- sagas kept, as this transaction left them (its earlier statements' writes are visible here).
+-- sagas kept, as this transaction left them (its earlier statements' writes are visible here). $9: the call
+-- failed and is retried (service $10): the saga is retrying since its first such failure; else it is not.
 WITH kept AS (
     UPDATE sagas AS s SET status = u.status, error = COALESCE(u.error, s.error),
            lease_until = CASE WHEN u.keep THEN now() + make_interval(secs => $7) END,
            lease_owner = CASE WHEN u.keep THEN $8 END,
            next_attempt_at = CASE WHEN u.delay IS NULL THEN NULL ELSE now() + make_interval(secs => u.delay) END,
+           retrying_since = CASE WHEN u.retrying THEN COALESCE(s.retrying_since, now()) END,
+           retrying_service = CASE WHEN u.retrying THEN u.service END,
            updated_at = now()
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::bool[])
-        AS u(t, oid, status, delay, error, keep)
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::bool[], $9::bool[], $10::text[])
+        AS u(t, oid, status, delay, error, keep, retrying, service)
     WHERE s.tenant_id = u.t AND s.order_id = u.oid
     RETURNING s.tenant_id, s.order_id, u.keep
 )
@@ -141,33 +149,46 @@ UPDATE sagas SET lease_until = NULL, lease_owner = NULL,
        next_attempt_at = now() + make_interval(secs => $3), updated_at = now()
 WHERE tenant_id = $1 AND order_id = $2 AND lease_owner = $4;
 
+-- name: release_sagas
+-- Claimed sagas the claimer starts no task for (their service has no free call slot, or an open breaker):
+-- released at once, each due again after its delay ($3, seconds).
+UPDATE sagas AS s SET lease_until = NULL, lease_owner = NULL,
+       next_attempt_at = now() + make_interval(secs => u.delay), updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::float8[]) AS u(t, oid, delay)
+WHERE s.tenant_id = u.t AND s.order_id = u.oid AND s.lease_owner = $4;
+
 -- name: bump_outbox
 UPDATE orders SET outbox_count = outbox_count + 1, updated_at = now()
 WHERE tenant_id = $1 AND order_id = $2
 RETURNING outbox_count, plan_id, status;
 
 -- name: list_sagas
-SELECT s.tenant_id, s.order_id, s.plan_id, s.process, s.status, s.error, s.updated_at,
-       count(st.seq) AS steps
+-- $4: only the retrying ones (an open saga whose current call failed at least once and has not succeeded).
+SELECT s.tenant_id, s.order_id, s.plan_id, s.process, s.status, s.error, s.updated_at, s.next_attempt_at,
+       s.retrying_since, s.retrying_service, count(st.seq) AS steps
 FROM sagas AS s LEFT JOIN saga_steps AS st ON st.tenant_id = s.tenant_id AND st.order_id = s.order_id
 WHERE ($1::text IS NULL OR s.status = $1) AND ($2::text IS NULL OR s.tenant_id = $2)
+  AND (NOT $4::bool OR (s.retrying_since IS NOT NULL AND s.status IN ('PENDING', 'RUNNING', 'COMPENSATING')))
 GROUP BY s.tenant_id, s.order_id ORDER BY s.updated_at DESC LIMIT $3;
 
 -- name: redrive_saga
-UPDATE sagas SET status = $3, next_attempt_at = now(), error = NULL, lease_until = NULL, updated_at = now()
+UPDATE sagas SET status = $3, next_attempt_at = now(), error = NULL, lease_until = NULL, retrying_since = NULL,
+       retrying_service = NULL, updated_at = now()
 WHERE tenant_id = $1 AND order_id = $2 AND status = $4
 RETURNING status;
 
 -- name: redrive_steps
--- Escalated: its failed steps are attempted again from 0; failed compensations likewise.
+-- Escalated: its failed steps are attempted again from 0 with a new budget; failed compensations likewise.
 UPDATE saga_steps SET status = CASE WHEN status = 'FAILED' AND $3 = 'RUNNING' THEN 'PENDING' ELSE status END,
        attempts = CASE WHEN $3 = 'RUNNING' THEN 0 ELSE attempts END,
+       forward_since = CASE WHEN $3 = 'RUNNING' THEN NULL ELSE forward_since END,
        compensation_attempts = CASE WHEN $3 = 'COMPENSATING' THEN 0 ELSE compensation_attempts END,
+       compensation_since = CASE WHEN $3 = 'COMPENSATING' THEN NULL ELSE compensation_since END,
        updated_at = now()
 WHERE tenant_id = $1 AND order_id = $2;
 
 -- name: order_saga
-SELECT s.status, s.error, st.seq, st.step_name, st.status AS step_status, st.service, st.attempts,
+SELECT s.status, s.error, s.next_attempt_at, s.retrying_since, st.seq, st.step_name, st.status AS step_status, st.service, st.attempts,
        st.compensation_attempts, st.pivot, st.compensable, st.forward_response::text AS result,
        st.compensating_response::text AS compensation, st.last_error
 FROM sagas AS s LEFT JOIN saga_steps AS st ON st.tenant_id = s.tenant_id AND st.order_id = s.order_id
@@ -175,3 +196,12 @@ WHERE s.tenant_id = $1 AND s.order_id = $2 ORDER BY st.seq;
 
 -- name: saga_gauges
 SELECT status, count(*) AS n FROM sagas GROUP BY status;
+
+-- name: saga_retrying_gauges
+-- Per service, the retrying sagas (open, current call failed at least once, not yet succeeded) and the
+-- seconds since the oldest of them began retrying.
+SELECT retrying_service AS service, count(*) AS n,
+       EXTRACT(EPOCH FROM now() - min(retrying_since))::float8 AS oldest_s
+FROM sagas
+WHERE retrying_since IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'COMPENSATING')
+GROUP BY retrying_service;
