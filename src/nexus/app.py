@@ -82,7 +82,7 @@ async def serve(
     signing_key = load_signing_key(settings)  # A bad key stops the start, before anything runs
     tracing.configure(otel_variables())  # the SDK's OTEL_* variables; nothing is installed unless they ask
     db = await Database(settings).open()
-    from nexus.auth.keys import bootstrap_admin_key
+    from nexus.auth.keys import bootstrap_admin_key, bootstrap_key_path
     from nexus.errors import ConfigurationError
     from nexus.processes import register
 
@@ -91,7 +91,7 @@ async def serve(
     except ConfigurationError as exc:
         await db.close()
         raise ServiceFailed(f"process definitions refused: {exc}") from exc
-    admin_key = await bootstrap_admin_key(db, settings.data_dir) if background else None
+    admin_key = await bootstrap_admin_key(db, bootstrap_key_path(settings)) if background else None
     if admin_key is not None:
         # The path, never the key: it is in a file only its owner can read.
         print(f"nexus: no API keys yet; bootstrap admin key written to {admin_key.resolve()}", flush=True)
