@@ -253,7 +253,7 @@ class Settings(BaseSettings):
     kafka_lanes: int = 1
     """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions. One
     by default: a second lane in the same event loop waits on the first's fold for its statements and offset
-    commits (measured: benchmarks/RESULTS.md, "Kafka lanes: where a slice's time goes"); scale out with
+    commits (measured: benchmarks/history/notebook.md, "Kafka lanes: where a slice's time goes"); scale out with
     processes in the consumer group instead."""
     kafka_slice_ms: float = Field(100.0, ge=0)
     """How long one lane's `submit` should take: a lane sizes its slices from its measured time per record
