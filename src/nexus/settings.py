@@ -374,10 +374,10 @@ def _validated(cls: type[Settings], values: dict[str, Any], from_vars: set[str] 
 
 OTHER_VARIABLES = frozenset(
     {
-        # the SDK (nexus_client) and `nexus mcp --stdio`
+        # the SDK and `nexus mcp --stdio`
         "NEXUS_API_KEY",
         "NEXUS_GATEWAY_URL",
-        # the lab's LLM planner (nexus_lab/llm/settings.py)
+        # the lab's LLM planner (its settings module)
         "NEXUS_LLM_BASE_URL",
         "NEXUS_LLM_MODEL",
         "NEXUS_LLM_API_KEY",
