@@ -17,8 +17,8 @@ from nexus.gateway import Gateway, Incoming
 from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database
-from tests.conftest import root_headers
-from tests.factories import plan_json
+from tests.conftest import api_headers, root_headers
+from tests.factories import plan_json, step_json
 
 SECRET = "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldY"
 
@@ -114,18 +114,22 @@ async def test_the_age_of_the_oldest_undelivered_notification_is_read_at_scrape(
 
 
 async def test_an_unreachable_database_reads_not_ready_and_counts_database_unavailable(settings: Settings) -> None:
-    """With the network to PostgreSQL cut, requests answer 503 DATABASE_UNAVAILABLE, counted by code in
-    nexus_http_errors_total, and the next scrape reads nexus_ready 0 (1 before the cut)."""
+    """With the network to PostgreSQL cut, /readyz and a step (the events fast path) answer 503
+    DATABASE_UNAVAILABLE, each counted by code in nexus_http_errors_total, and the next scrape reads
+    nexus_ready 0 (1 before the cut)."""
     async with through_relay(settings) as (db, relay):
         # The scraper's key stays trusted through the cut (a lookup after it would answer 503 itself).
         app = create_app(db, Gateway(db), settings=settings.replace(auth_cache_ttl_s=600))
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api") as api:
+            assert (await api.get("/v1/orders/o-none", headers=api_headers())).status_code == 404  # key cached
             before = (await api.get("/metrics", headers=root_headers())).text
             assert sample(before, "nexus_ready") == 1
             counted = sample(before, "nexus_http_errors_total", code="DATABASE_UNAVAILABLE")
             relay.cut()
             answer = await api.get("/readyz")
             assert answer.status_code == 503 and answer.json()["code"] == "DATABASE_UNAVAILABLE"
+            step = await api.post("/v1/events", json=step_json("o-cut", "p-cut", 1), headers=api_headers())
+            assert step.status_code == 503 and step.json()["code"] == "DATABASE_UNAVAILABLE"
             after = (await api.get("/metrics", headers=root_headers())).text
     assert sample(after, "nexus_ready") == 0
-    assert sample(after, "nexus_http_errors_total", code="DATABASE_UNAVAILABLE") >= counted + 1
+    assert sample(after, "nexus_http_errors_total", code="DATABASE_UNAVAILABLE") >= counted + 2
