@@ -11,7 +11,7 @@ export NEXUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NEXUS_KAFKA_PORT)
 
 
 .PHONY: demo-llm demo-mcp agent-studio studio-check llm-test
-.PHONY: promtool console-test
+.PHONY: promtool console-test settings-doc
 .PHONY: help install demo check test lint typecheck unit integration kafka-up kafka-down chaos soak bench schemas clean agent-e2e agent-test fuzz
 
 help:
@@ -27,6 +27,7 @@ help:
 	@echo "make bench   - the benchmark suite (writes benchmarks/results/)"
 	@echo "make console-test - the web console in headless chromium, long run (make test has the short one)"
 	@echo "make fuzz    - a longer fuzz of the HTTP API (FUZZ_EXAMPLES=200)"
+	@echo "make settings-doc - regenerate docs/settings.md from src/nexus/settings.py"
 	@echo "make kafka-up / kafka-down - a local single-node Kafka broker from Maven Central"
 
 # Each target installs only what it needs: the gateway its base dependencies; the demo and the other lab
@@ -73,6 +74,10 @@ typecheck: $(STAMP) $(VENV)/.bench
 
 schemas: $(VENV)/.base
 	$(BIN)/python -m nexus.core.schemas_export schemas/events
+
+# docs/settings.md from src/nexus/settings.py (tests/unit/test_settings_doc.py compares the two).
+settings-doc: $(VENV)/.base
+	$(BIN)/python scripts/settings_doc.py docs/settings.md
 
 # The fast gate: what needs no PostgreSQL, broker, browser or process of its own, and nothing slow (the
 # markers are applied in tests/conftest.py and registered in pyproject.toml).

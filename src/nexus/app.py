@@ -125,7 +125,7 @@ async def serve(
 async def _register_processes(db: Database, settings: Settings, background: bool) -> ProcessCatalog:
     """The process definitions, registered in the database (refused ones stop the start), and the bootstrap
     admin key written for the first process of a serve that has no key yet."""
-    from nexus.auth.keys import bootstrap_admin_key
+    from nexus.auth.keys import bootstrap_admin_key, bootstrap_key_path
     from nexus.errors import ConfigurationError
     from nexus.processes import register
 
@@ -134,7 +134,7 @@ async def _register_processes(db: Database, settings: Settings, background: bool
     except ConfigurationError as exc:
         await db.close()
         raise ServiceFailed(f"process definitions refused: {exc}") from exc
-    admin_key = await bootstrap_admin_key(db, settings.data_dir) if background else None
+    admin_key = await bootstrap_admin_key(db, bootstrap_key_path(settings)) if background else None
     if admin_key is not None:
         # The path, never the key: it is in a file only its owner can read.
         print(f"nexus: no API keys yet; bootstrap admin key written to {admin_key.resolve()}", flush=True)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 
 from nexus.cli_common import add_common, settings_from
 from nexus.logging import setup_logging
+from nexus.settings import unknown_variables
+
+log = logging.getLogger(__name__)
 
 
 def configure_serve(parser: argparse.ArgumentParser) -> None:
@@ -34,7 +38,9 @@ def run_serve(args: argparse.Namespace) -> int:
     from nexus.app import run_until_stopped
 
     settings = settings_from(args, http_host=args.http_host, http_port=args.http_port, workers=args.workers)
+    settings.check_database()
     setup_logging(settings.log_level)
+    warn_unknown_variables()
     if settings.workers > 1 and not args.dispatcher_only:  # a supervisor and N HTTP processes
         from nexus.workers import run_workers
 
@@ -46,6 +52,18 @@ def run_serve(args: argparse.Namespace) -> int:
         kafka=args.kafka,
         on_ready=lambda where: print(f"nexus serving at {where}", flush=True),
     )
+
+
+def warn_unknown_variables() -> None:
+    """One WARNING per `NEXUS_*` variable nobody reads, naming the nearest known one (a typo is the likely
+    cause; other tools may use the prefix too, so it is not a refusal)."""
+    for name, nearest in unknown_variables():
+        log.warning(
+            "unknown variable %s (nearest known: %s)",
+            name,
+            nearest,
+            extra={"action": "unknown_variable", "variable": name, "nearest": nearest},
+        )
 
 
 def configure_migrate(parser: argparse.ArgumentParser) -> None:

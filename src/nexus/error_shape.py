@@ -14,6 +14,7 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from starlette.types import Scope
 
+from nexus import metrics
 from nexus.errors import ErrorCode
 
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -39,6 +40,7 @@ def error_body(code: ErrorCode, message: str, /, **extra: Any) -> dict[str, Any]
 
 def error_response(http_status: int, code: ErrorCode, message: str, /, **extra: Any) -> JSONResponse:
     headers = {"Retry-After": "1"} if http_status in (429, 503) else None
+    metrics.record_http_error(code.value)
     return JSONResponse(error_body(code, message, **extra), status_code=http_status, headers=headers)
 
 

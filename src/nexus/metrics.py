@@ -151,6 +151,29 @@ OUTBOX_ENTRIES = _gauge(
 )
 for _state in ("pending", "dead"):
     OUTBOX_ENTRIES.labels(state=_state)
+OUTBOX_OLDEST_PENDING = _gauge(
+    "nexus_outbox_oldest_pending_seconds",
+    "Age of the oldest undelivered (pending) notification, 0 when none (read from Postgres at scrape).",
+)
+READY = _gauge(
+    "nexus_ready",
+    "1 when the gateway's database answered at this scrape (as /readyz asks it), else 0.",
+)
+HTTP_ERRORS = _counter(
+    "nexus_http_errors_total",
+    "Answers of the HTTP API in the error shape, by code (DATABASE_UNAVAILABLE: the database was unreachable).",
+    ["code"],
+)
+for _code in ErrorCode:
+    HTTP_ERRORS.labels(code=_code.value)
+
+
+def record_http_error(code: str) -> None:
+    """An answer in the error shape; a code outside `ErrorCode` (none is expected) counts as `other`."""
+    HTTP_ERRORS.labels(code=code if code in _ERROR_CODES else "other").inc()
+
+
+_ERROR_CODES = frozenset(code.value for code in ErrorCode)
 
 # Webhook delivery (nexus.delivery.dispatcher).
 DELIVERY_RESULTS = ("delivered", "retry_scheduled", "dead_max_attempts", "dead_rejected", "released")

@@ -4,20 +4,23 @@ Nothing deeper than the CLI and app wiring reads `os.environ`. Every interval an
 tests can shrink it.
 
 `Settings` is a pydantic-settings model: pydantic-settings derives the variable of a field
-(`env_prefix="NEXUS_"`: `NEXUS_` + its name in capitals; tests/unit/test_settings.py lists every name,
-which are public) and converts and checks each value by the field's type. Building `Settings(...)`
-directly reads no environment (tests and tools pass their values explicitly); `Settings.from_env()` is the
-one place variables are read, with flags applied on top; `to_env()` is its inverse (a child process's
-environment). A malformed value raises `ConfigurationError` with one line per bad variable, naming it (or
-the setting, when it came from a flag), which `nexus` reports without a traceback. Beside the fields:
-`NEXUS_SERVICE_<NAME>_URL` (any name; merged into `service_urls`) and `otel_variables()`, the standard
-`OTEL_*` variables the OpenTelemetry SDK reads itself. The lab's and the clients' variables
-(`NEXUS_LLM_*`, `NEXUS_API_KEY`, `NEXUS_GATEWAY_URL`) are read by the lab's planner settings and the SDK's
-client configuration, not here.
+(`env_prefix="NEXUS_"`: `NEXUS_` + its name in capitals; every name is public, and docs/settings.md, made by
+`make settings-doc` from the fields and their docstrings, lists them) and converts and checks each value by
+the field's type. Building `Settings(...)` directly reads no environment (tests and tools pass their values
+explicitly); `Settings.from_env()` is the one place variables are read, with flags applied on top; `to_env()`
+is its inverse (a child process's environment). A malformed value raises `ConfigurationError` with one line
+per bad variable, naming it (or the setting, when it came from a flag), which `nexus` reports without a
+traceback. Beside the fields: `NEXUS_SERVICE_<NAME>_URL` (any name; merged into `service_urls`) and
+`otel_variables()`, the standard `OTEL_*` variables the OpenTelemetry SDK reads itself. The lab's and the
+clients' variables (`NEXUS_LLM_*`, `NEXUS_API_KEY`, `NEXUS_GATEWAY_URL`) are read by the lab's planner
+settings and the SDK's client configuration, not here; `OTHER_VARIABLES` names them, so that
+`unknown_variables` (the warning `nexus serve` gives at start for each `NEXUS_*` variable nobody reads) stays
+quiet about them.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,27 +44,47 @@ class Settings(BaseSettings):
         frozen=True,
         extra="forbid",
         validate_default=True,
+        use_attribute_docstrings=True,  # each field's docstring is its meaning in docs/settings.md
     )
 
     # -- storage -----------------------------------------------------------------------------------------
     database_url: str | None = None
-    """PostgreSQL URL; None starts the embedded server under `data_dir`."""
+    """PostgreSQL URL (`postgresql://user:password@host:5432/db`); None starts the embedded server under
+    `data_dir`, unless `embedded_database` is off."""
+    embedded_database: bool = True
+    """Whether a missing `database_url` may start the embedded PostgreSQL; off (`0`) in production, so that
+    an unset or misspelt URL stops `nexus serve` with one line (exit 2) instead of an empty local database."""
+    bootstrap_key_file: str | None = None
+    """Where `nexus serve` writes the admin key it creates on a database without keys (mode 0600); unset:
+    `<data_dir>/admin.key`; `none`: no key is created (make the first with `nexus keys create`)."""
     data_dir: Path = Path(".nexus")
+    """Directory of the embedded PostgreSQL (`pgdata/`), its audit key and the bootstrap admin key."""
     # -- HTTP ingress ------------------------------------------------------------------------------------
     http_host: str = "127.0.0.1"
+    """Address the HTTP API binds (127.0.0.1: this machine only; 0.0.0.0: every interface)."""
     http_port: int = 8080
+    """Port of the HTTP API."""
     # -- Kafka ingress -----------------------------------------------------------------------------------
     kafka_bootstrap: str = "127.0.0.1:9092"
+    """Kafka brokers (`host:port`, comma separated) of the consumer and every producer."""
     kafka_topic: str = "nexus.events"
+    """Topic of agents' steps consumed by `nexus serve --kafka` (key: the order id)."""
     kafka_dlq_topic: str = "nexus.events.dlq"
+    """Topic the Kafka ingress writes dead letters to (before committing their offsets)."""
     kafka_group: str = "nexus-gateway"
+    """Consumer group of the gateway instances sharing the topic's partitions."""
     kafka_max_poll_records: int = 2000
+    """Most records one poll of the consumer returns."""
     kafka_poll_timeout_ms: int = 200
+    """How long an idle poll of the consumer waits for records."""
     kafka_revoke_wait_s: float = 10.0
     """How long in-flight work of revoked partitions may finish (and be committed) at a rebalance."""
     kafka_session_timeout_ms: int = 10_000
+    """The consumer's session timeout: silent this long, it leaves the group."""
     kafka_heartbeat_interval_ms: int = 3_000
+    """How often the consumer sends heartbeats to the group coordinator."""
     kafka_max_poll_interval_ms: int = 300_000
+    """Longest time between two polls before the consumer is considered stuck."""
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     """How every Kafka client of the gateway reaches the broker (docs/kafka.md); SSL and SASL_SSL use TLS."""
     kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
@@ -75,34 +98,51 @@ class Settings(BaseSettings):
     kafka_ssl_certfile: str | None = None
     """A client certificate (PEM), for brokers that ask for one; its key in `kafka_ssl_keyfile`."""
     kafka_ssl_keyfile: str | None = None
+    """The private key (PEM) of `kafka_ssl_certfile`."""
     # -- sequencing buffer -------------------------------------------------------------------------------
     buffer_timeout_s: float = 3600.0
+    """How long a buffered step waits for its predecessors before it is dead-lettered BUFFER_TIMEOUT."""
     buffer_sweep_interval_s: float = 5.0
+    """How often buffered steps past `buffer_timeout_s` are looked for."""
     # -- webhook delivery --------------------------------------------------------------------------------
     webhook_url: str | None = None
+    """Receiver of a subscription of every tenant made at start (with `webhook_secret`); unset: none."""
     webhook_secret: str | None = None
+    """Signing secret (`whsec_...`) of the subscription made from `webhook_url`."""
     webhook_workers: int = 16
+    """Webhook requests one dispatcher process has in flight at once."""
     webhook_timeout_s: float = 10.0
+    """Timeout of one webhook request; a timeout is retried."""
     retry_base_ms: int = 500
+    """First wait before a failed webhook delivery is retried (doubled each attempt, with jitter)."""
     retry_max_ms: int = 300_000
+    """Longest wait between two webhook attempts."""
     max_attempts: int = 10
+    """Attempts of one notification to one subscription before it is dead."""
     lease_s: float = 60.0
+    """How long a claimed delivery is held by its dispatcher; past it another instance resends it."""
     breaker_threshold: int = 5
+    """Consecutive failures of a subscription that open its circuit breaker."""
     breaker_cooldown_s: float = 30.0
+    """How long an open breaker waits before letting one probe through (half-open)."""
     dispatcher_poll_s: float = 0.2
+    """How often an idle dispatcher looks for due deliveries when no NOTIFY woke it."""
     dispatcher_gauges_s: float = 1.0
     """How often a dispatcher refreshes the breaker and backlog gauges it exports."""
     dispatcher_stop_flush_s: float = 5.0
     """How long a stopping dispatcher may take to write back its last results (then their leases expire)."""
     # -- group commit and pool ---------------------------------------------------------------------------
     batch_max_events: int = 500
+    """Most events in one shared transaction of the HTTP ingress (group commit)."""
     batch_window_ms: float = 0.0
     """Extra wait for more requests before a shared transaction; 0 batches only what is already queued."""
     batch_workers: int = 2
     """Concurrent shared transactions; orders are partitioned across them by hash."""
     db_pool_size: int = 10
+    """PostgreSQL connections of one gateway process at most."""
     # -- logging -----------------------------------------------------------------------------------------
     log_level: str = "INFO"
+    """DEBUG, INFO, WARNING or ERROR; logs are JSON lines on stderr."""
     # One retry mechanism (Kafka reconnects, the outbox listener)
     kafka_reconnect_max_ms: int = 5_000
     """Cap of the wait between two attempts to start a Kafka client (the broker is not up yet)."""
@@ -112,6 +152,7 @@ class Settings(BaseSettings):
     """How often an idle LISTEN connection (dispatchers, saga executors, long polls) is checked to be open."""
     # Bounded requests, connection limits, bounded metric labels
     max_body_bytes: int = 1024 * 1024
+    """Largest request body; larger: 413 PAYLOAD_TOO_LARGE, nothing written."""
     max_events_per_request: int = 1000
     """More events in one request: 413 BATCH_TOO_LARGE, nothing written."""
     max_nesting_depth: int = 32
@@ -127,6 +168,7 @@ class Settings(BaseSettings):
     http_read_timeout_s: float = 30.0
     """A request whose head and body have not fully arrived this long after its first byte is dropped."""
     http_backlog: int = 2048
+    """Connections the kernel queues for the HTTP listener before refusing."""
     http_max_head_bytes: int = 65_536
     """A request line plus headers larger than this: 431 and the connection is closed."""
     metrics_max_subscriptions: int = 50
@@ -154,8 +196,11 @@ class Settings(BaseSettings):
     """Requests per second per key holding the role (burst: one second's worth); 0 = unlimited. A key with
     several roles gets the highest of their limits."""
     rate_limit_operator: float = 200.0
+    """Requests per second per key holding the operator role (as `rate_limit_agent`)."""
     rate_limit_approver: float = 50.0
+    """Requests per second per key holding the approver role (as `rate_limit_agent`)."""
     rate_limit_admin: float = 20.0
+    """Requests per second per key holding the admin role (as `rate_limit_agent`)."""
     rate_limit_processes: int | None = None
     """Gateway processes sharing the load: each enforces limit / processes (limits are divided, not shared);
     None: this serve's own processes (`workers`)."""
@@ -184,7 +229,9 @@ class Settings(BaseSettings):
     saga_call_timeout_s: float = 5.0
     """Timeout of one call to a service; a call timed out has an unknown outcome."""
     saga_retry_base_ms: float = 200.0
+    """First wait before a failed saga call is retried (doubled each attempt, with jitter)."""
     saga_retry_max_ms: float = 10_000.0
+    """Longest wait between two attempts of a saga call."""
     saga_max_attempts: int = 5
     """Attempts of one call before the pivot (and at a pivot whose outcomes are all known), the first
     included, before the step fails and the saga compensates (core/saga.py's table)."""
@@ -195,6 +242,7 @@ class Settings(BaseSettings):
     saga_breaker_threshold: int = 5
     """Consecutive failures of one service that open its breaker (its calls wait, uncounted)."""
     saga_breaker_cooldown_s: float = 10.0
+    """How long an open service breaker waits before letting one call through."""
     # Executors woken by LISTEN/NOTIFY, the poll as the fallback
     saga_listen: bool = True
     """Idle executors LISTEN on `nexus_sagas` and wake at once when a step is recorded (or a saga made due);
@@ -232,7 +280,7 @@ class Settings(BaseSettings):
     kafka_lanes: int = 1
     """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions. One
     by default: a second lane in the same event loop waits on the first's fold for its statements and offset
-    commits (measured: benchmarks/RESULTS.md, "Kafka lanes: where a slice's time goes"); scale out with
+    commits (measured: benchmarks/history/notebook.md, "Kafka lanes: where a slice's time goes"); scale out with
     processes in the consumer group instead."""
     kafka_slice_ms: float = Field(100.0, ge=0)
     """How long one lane's `submit` should take: a lane sizes its slices from its measured time per record
@@ -279,6 +327,13 @@ class Settings(BaseSettings):
             self.kafka_ssl_certfile,
             self.kafka_ssl_keyfile,
         )
+
+    def check_database(self) -> None:
+        """ConfigurationError when there is no PostgreSQL URL and the embedded server is turned off."""
+        if self.database_url is None and not self.embedded_database:
+            raise ConfigurationError(
+                "NEXUS_DATABASE_URL is not set and NEXUS_EMBEDDED_DATABASE=0 forbids the embedded PostgreSQL"
+            )
 
     def service_url(self, name: str) -> str | None:
         """The base URL of effect service `name`, from `service_urls`."""
@@ -360,6 +415,75 @@ def _validated(cls: type[Settings], values: dict[str, Any], from_vars: set[str] 
             raise ConfigurationError(next(iter(problems.values()))) from None
         lines = "".join(f"\n  {problem}" for problem in problems.values())
         raise ConfigurationError(f"{len(problems)} bad settings:{lines}") from None
+
+
+# --- variables of other tools that share the prefix ------------------------------------------------
+
+OTHER_VARIABLES = frozenset(
+    {
+        # the SDK and `nexus mcp --stdio`
+        "NEXUS_API_KEY",
+        "NEXUS_GATEWAY_URL",
+        # the lab's LLM planner (its settings module)
+        "NEXUS_LLM_BASE_URL",
+        "NEXUS_LLM_MODEL",
+        "NEXUS_LLM_API_KEY",
+        "NEXUS_LLM_EXTRA_HEADERS",
+        "NEXUS_LLM_TEMPERATURE",
+        "NEXUS_LLM_MAX_TOKENS",
+        "NEXUS_LLM_MAX_REQUESTS",
+        "NEXUS_LLM_MAX_CORRECTIONS",
+        "NEXUS_LLM_TIMEOUT_S",
+        "NEXUS_LLM_RETRY_BASE_MS",
+        "NEXUS_LLM_RETRY_MAX_MS",
+        "NEXUS_LLM_RETRY_ATTEMPTS",
+        "NEXUS_LLM_TOOL_MODE",
+        "NEXUS_LLM_STREAM",
+        "NEXUS_LLM_PROCESS",
+        # scripts/kafka.sh, the Makefile, the benches and the tests
+        "NEXUS_KAFKA_PORT",
+        "NEXUS_KAFKA_CONTROLLER_PORT",
+        "NEXUS_KAFKA_HOME",
+        "NEXUS_KAFKA_HEAP_OPTS",
+        "NEXUS_KAFKA_JVM_OPTS",
+        "NEXUS_KAFKA_PYTHON",
+        "NEXUS_KAFKA_START_TIMEOUT",
+        "NEXUS_KAFKA_STOP_TIMEOUT",
+        "NEXUS_KAFKA_TOPICS",
+        "NEXUS_KAFKA_TOPIC_PARTITIONS",
+        "NEXUS_WRK",
+        "NEXUS_TEST_DATABASE_URL",
+        "NEXUS_FUZZ_EXAMPLES",
+        "NEXUS_BROWSER_TESTS",
+    }
+)
+"""`NEXUS_*` variables read by the SDK, the lab and the scripts, not by `Settings`: known, so never warned about."""
+
+
+def known_variables() -> frozenset[str]:
+    """Every variable `nexus serve` knows: the settings' and `OTHER_VARIABLES` (and any
+    `NEXUS_SERVICE_<NAME>_URL`, see `unknown_variables`)."""
+    return frozenset(env_name(name) for name in Settings.model_fields) | OTHER_VARIABLES
+
+
+def unknown_variables(env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """Each `NEXUS_*` variable of `env` nobody reads, with the nearest known name (difflib), sorted: what
+    `nexus serve` warns about at start (a warning, not a refusal: other tools use the prefix too)."""
+    source = os.environ if env is None else env
+    known = known_variables()
+    found = []
+    for name in sorted(source):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in known or _is_service_url(upper):
+            continue
+        nearest = difflib.get_close_matches(upper, known, n=1, cutoff=0.0)
+        found.append((name, nearest[0] if nearest else ""))
+    return found
+
+
+def _is_service_url(name: str) -> bool:
+    prefix, suffix = "NEXUS_SERVICE_", "_URL"
+    return name.startswith(prefix) and name.endswith(suffix) and len(name) > len(prefix) + len(suffix)
 
 
 # --- effect services' base URLs -------------------------------------------------------------

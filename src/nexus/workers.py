@@ -54,6 +54,7 @@ def run_workers(settings: Settings, *, dispatcher: bool, kafka: bool) -> int:
     listener = None
     try:
         if settings.database_url is None:  # one embedded server for every process, started here
+            settings.check_database()
             from nexus.store.embedded import EmbeddedPostgres
 
             embedded = EmbeddedPostgres(settings.data_dir)

@@ -51,6 +51,13 @@ CANNOT_RUN: dict[str, str] = {
     "make fuzz": "the long fuzz run; `make test` runs the short one (tests/integration/test_fuzz.py)",
     "make bench": "minutes of load on a 2-core machine; tests/e2e/test_bench_smoke.py runs each scenario small",
     "wrk ": "a native load generator run for minutes; the bench's smoke test runs it briefly",
+    "sudo ": "changes the reader's machine (a user, /etc, systemd); tests/unit/test_deploy_files.py checks the unit "
+    "and its environment file",
+    "pg_dump ": "dumps the reader's own server; tests/e2e/test_deploy.py performs the whole backup and restore",
+    "createdb ": "creates a database on the reader's new server; tests/e2e/test_deploy.py restores into a fresh one",
+    "pg_restore ": "restores into the reader's new server; tests/e2e/test_deploy.py restores into a fresh one",
+    'cp -p "${NEXUS_DATA_DIR': "copies the reader's signing key; tests/e2e/test_deploy.py copies it to a new data dir",
+    "install -m 0600 backup/": "puts a backed-up key in place; tests/e2e/test_deploy.py does so in a new data dir",
     "pip install ": "installs into the reader's environment, from the repository's root; tests/e2e/test_examples.py "
     "installs the SDK so in a clean venv and runs an example agent with it",
 }

@@ -18,6 +18,7 @@ from typing import Any
 from nexus.auth.roles import ALL_TENANTS, Principal, Role, check_key_name, check_key_scope
 from nexus.core.envelope import is_safe_identifier
 from nexus.errors import NexusError, NotFoundError
+from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
@@ -101,9 +102,20 @@ async def revoke_key(db: Database, key_id: int) -> KeyRecord:
     return KeyRecord.of(row)
 
 
-async def bootstrap_admin_key(db: Database, data_dir: Path) -> Path | None:
-    """On a database without any key, create an admin key (every tenant) and write it to
-    `<data_dir>/admin.key` (mode 0600); return that path, or None if keys already exist."""
+def bootstrap_key_path(settings: Settings) -> Path | None:
+    """Where the bootstrap admin key goes: `NEXUS_BOOTSTRAP_KEY_FILE`, else `<data_dir>/admin.key`; None
+    when the setting is `none` (no key is created)."""
+    chosen = settings.bootstrap_key_file
+    if chosen is None:
+        return Path(settings.data_dir) / ADMIN_KEY_FILE
+    return None if chosen.strip().lower() == "none" else Path(chosen)
+
+
+async def bootstrap_admin_key(db: Database, path: Path | None) -> Path | None:
+    """On a database without any key, create an admin key (every tenant) and write it to `path` (mode
+    0600); return that path, or None if keys already exist or `path` is None (no bootstrap key wanted)."""
+    if path is None:
+        return None
     with wrap_db_errors():
         async with db.pool.acquire() as conn, conn.transaction():
             await conn.execute(query("auth.sql", "bootstrap_lock"))
@@ -112,19 +124,17 @@ async def bootstrap_admin_key(db: Database, data_dir: Path) -> Path | None:
             key = generate_key()
             await conn.execute(query("auth.sql", "insert_key"), "bootstrap-admin", None, ["admin"], hash_key(key))
             # Written inside the transaction: if the file cannot be written, no key exists that nobody has.
-            path = _write_key_file(data_dir, key)
+            _write_key_file(path, key)
     log.info("bootstrap admin key written", extra={"action": "key_bootstrap", "path": str(path)})
     return path
 
 
-def _write_key_file(data_dir: Path, key: str) -> Path:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    path = data_dir / ADMIN_KEY_FILE
+def _write_key_file(path: Path, key: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(key + "\n")
     os.chmod(path, 0o600)
-    return path
 
 
 class Refusal(enum.StrEnum):

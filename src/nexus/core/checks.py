@@ -1,7 +1,7 @@
 """Value checks of process steps, written in CEL and compiled once per definition. Pure: no I/O.
 
 The engine is the Rust-backed `common-expression-language` (module `cel`): a compiled check evaluates in
-~5-12 us where `cel-python` takes 100-450 us (benchmarks/RESULTS.md, "CEL engines"). A check passes only
+~5-12 us where `cel-python` takes 100-450 us (benchmarks/history/notebook.md, "CEL engines"). A check passes only
 when its rule evaluates to exactly `true`; `false`, any other value, a missing field or an evaluation error
 denies, so a hallucinated or partial step can never slip through a rule that could not be read.
 

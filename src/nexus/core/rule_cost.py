@@ -5,7 +5,7 @@ with the square of a list (``a.all(x, b.exists(y, ...))``, 1,000 x 1,000 visits,
 every tenant. Lists are bounded (`core/list_limits.py`, `max_list_items`), so what is left to bound is how
 the work of a rule grows with them. This module parses each rule (checks, `approval.when`, effect
 bodies) and counts the items each operation visits at the limits, as the engine (`common-expression-
-language`, cel-rust) does the work (measured in benchmarks/RESULTS.md, "Bounded check cost"):
+language`, cel-rust) does the work (measured in benchmarks/history/notebook.md, "Bounded check cost"):
 
 * a walk (``all``, ``exists``, ``exists_one``; ``in`` on anything but a literal; the core's list
   functions ``sum`` and ``same_items``) visits its list once;

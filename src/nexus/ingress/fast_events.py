@@ -20,7 +20,7 @@ import json
 import logging
 from typing import Any
 
-from nexus import tracing
+from nexus import metrics, tracing
 from nexus.auth.middleware import Gatekeeper
 from nexus.auth.roles import Principal, required_roles
 from nexus.core.actors import key_actor
@@ -125,6 +125,8 @@ class EventsFastPath:
             content = {"code": ErrorCode.INTERNAL_ERROR.value, "message": "internal error", "request_id": rid}
         finally:
             http_errors.reset_request_id(token)
+        if status >= 400 and "code" in content:
+            metrics.record_http_error(content["code"])
         body = render(content)
         headers += [
             (b"content-length", str(len(body)).encode()),

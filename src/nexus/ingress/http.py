@@ -392,10 +392,13 @@ async def redrive_dead_letter(
 
 
 async def refresh_db_gauges(db: Database) -> None:
+    """The gauges read at scrape; `nexus_ready` says whether the database answered."""
     try:
         row = await db.fetchrow(query("api.sql", "gauges"))
     except NexusError:
+        metrics.READY.set(0)
         return
+    metrics.READY.set(1)
     with contextlib.suppress(NexusError):  # Sagas by status
         metrics.set_saga_counts({r["status"]: r["n"] for r in await db.fetch(query("saga.sql", "saga_gauges"))})
         retrying = await db.fetch(query("saga.sql", "saga_retrying_gauges"))
@@ -409,3 +412,4 @@ async def refresh_db_gauges(db: Database) -> None:
         metrics.PENDING_EVENTS.set(row["pending_events"])
         metrics.OUTBOX_ENTRIES.labels(state="pending").set(row["outbox_pending"])
         metrics.OUTBOX_ENTRIES.labels(state="dead").set(row["outbox_dead"])
+        metrics.OUTBOX_OLDEST_PENDING.set(row["outbox_oldest_pending_s"])

@@ -22,6 +22,7 @@ from fastapi import APIRouter, Body, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from nexus import metrics
 from nexus.auth.roles import Principal, Role, read_tenant
 from nexus.core.actors import key_actor
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
@@ -322,4 +323,6 @@ async def _answer(call: Callable[[], Awaitable[tuple[int, dict[str, Any]]]]) -> 
         status, content = await call()
     except StepsApiError as exc:
         return _error(exc)
+    if status >= 400 and "code" in content:
+        metrics.record_http_error(content["code"])
     return JSONResponse(content, status_code=status)

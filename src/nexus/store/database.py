@@ -43,6 +43,7 @@ class Database:
     def resolve_url(self) -> str:
         """The server URL, starting the embedded server first if no URL was given."""
         if self.url is None:
+            self.settings.check_database()
             self.embedded = EmbeddedPostgres(self.settings.data_dir)
             self.url = self.embedded.start()
         return self.url

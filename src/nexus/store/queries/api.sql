@@ -28,10 +28,16 @@ SELECT id, source, code, error, event_id, order_id, plan_id, payload, created_at
 FROM dead_letters WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2);
 
 -- name: gauges
+-- One pass over the pending deliveries gives their count and the age of the oldest (0 when none).
 SELECT
     (SELECT count(*) FROM pending_events) AS pending_events,
-    (SELECT count(*) FROM deliveries WHERE state = 'pending') AS outbox_pending,
-    (SELECT count(*) FROM deliveries WHERE state = 'dead') AS outbox_dead;
+    pending.n AS outbox_pending,
+    pending.oldest_s AS outbox_oldest_pending_s,
+    (SELECT count(*) FROM deliveries WHERE state = 'dead') AS outbox_dead
+FROM (
+    SELECT count(*) AS n, coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 AS oldest_s
+    FROM deliveries WHERE state = 'pending'
+) AS pending;
 
 -- name: claim_redrive
 -- Returns the payload only to the one caller whose claim row went in.
