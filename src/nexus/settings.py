@@ -24,18 +24,19 @@ import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from nexus.errors import ConfigurationError
+from nexus.settings_sections import KafkaSettings, SagaSettings
 from nexus_wire.kafka_security import KafkaSecurity
 
 ENV_PREFIX = "NEXUS_"
 
 
-class Settings(BaseSettings):
+class Settings(KafkaSettings, SagaSettings, BaseSettings):
     """Configuration of one gateway process."""
 
     model_config = SettingsConfigDict(
@@ -64,41 +65,6 @@ class Settings(BaseSettings):
     """Address the HTTP API binds (127.0.0.1: this machine only; 0.0.0.0: every interface)."""
     http_port: int = 8080
     """Port of the HTTP API."""
-    # -- Kafka ingress -----------------------------------------------------------------------------------
-    kafka_bootstrap: str = "127.0.0.1:9092"
-    """Kafka brokers (`host:port`, comma separated) of the consumer and every producer."""
-    kafka_topic: str = "nexus.events"
-    """Topic of agents' steps consumed by `nexus serve --kafka` (key: the order id)."""
-    kafka_dlq_topic: str = "nexus.events.dlq"
-    """Topic the Kafka ingress writes dead letters to (before committing their offsets)."""
-    kafka_group: str = "nexus-gateway"
-    """Consumer group of the gateway instances sharing the topic's partitions."""
-    kafka_max_poll_records: int = 2000
-    """Most records one poll of the consumer returns."""
-    kafka_poll_timeout_ms: int = 200
-    """How long an idle poll of the consumer waits for records."""
-    kafka_revoke_wait_s: float = 10.0
-    """How long in-flight work of revoked partitions may finish (and be committed) at a rebalance."""
-    kafka_session_timeout_ms: int = 10_000
-    """The consumer's session timeout: silent this long, it leaves the group."""
-    kafka_heartbeat_interval_ms: int = 3_000
-    """How often the consumer sends heartbeats to the group coordinator."""
-    kafka_max_poll_interval_ms: int = 300_000
-    """Longest time between two polls before the consumer is considered stuck."""
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    """How every Kafka client of the gateway reaches the broker (docs/kafka.md); SSL and SASL_SSL use TLS."""
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    """With SASL_*: the mechanism (None: PLAIN)."""
-    kafka_sasl_username: str | None = None
-    """With SASL_*: the user (required)."""
-    kafka_sasl_password: str | None = Field(None, repr=False)
-    """With SASL_*: its password (required)."""
-    kafka_ssl_cafile: str | None = None
-    """With SSL or SASL_SSL: the CA bundle (PEM) of the broker's certificate; None: the system's CAs."""
-    kafka_ssl_certfile: str | None = None
-    """A client certificate (PEM), for brokers that ask for one; its key in `kafka_ssl_keyfile`."""
-    kafka_ssl_keyfile: str | None = None
-    """The private key (PEM) of `kafka_ssl_certfile`."""
     # -- sequencing buffer -------------------------------------------------------------------------------
     buffer_timeout_s: float = 3600.0
     """How long a buffered step waits for its predecessors before it is dead-lettered BUFFER_TIMEOUT."""
@@ -209,44 +175,6 @@ class Settings(BaseSettings):
     """How long a console sign-in lasts (a session is a row in PostgreSQL keyed by a hash of its cookie)."""
     console_page_size: int = 50
     """Rows per page of the console's lists."""
-    # Sagas (effects performed by the gateway's executors)
-    service_urls: str = ""
-    """`name=url` pairs, comma separated; `from_env` adds every `NEXUS_SERVICE_<NAME>_URL` (trusted config)."""
-    saga_secret: str | None = Field(None, repr=False)
-    """HMAC secret of the effects' Idempotency-Keys (each step's keys computed when it is recorded, and kept);
-    None: a random secret made once and kept in PostgreSQL, shared by every instance (store/saga_keys)."""
-    saga_executors: int = Field(64, ge=0)
-    """Sagas one `nexus serve` process works on at once, each in its own task (0: this process performs no
-    effects). One claim loop per process leases due sagas in batches up to the free tasks."""
-    saga_max_inflight_per_service: int = Field(16, ge=1)
-    """Calls one process has in flight to one service at most; a saga whose next call would exceed it is
-    released at once (no task, no lease) and due again after `saga_retry_base_ms`."""
-    saga_poll_s: float = 2.0
-    """How often an idle executor looks for due saga work when nothing woke it (the fallback of `saga_listen`;
-    with it off, the only way work is found)."""
-    saga_lease_s: float = 30.0
-    """How long a claimed saga is held by its executor; past it another executor may take it (crash)."""
-    saga_call_timeout_s: float = 5.0
-    """Timeout of one call to a service; a call timed out has an unknown outcome."""
-    saga_retry_base_ms: float = 200.0
-    """First wait before a failed saga call is retried (doubled each attempt, with jitter)."""
-    saga_retry_max_ms: float = 10_000.0
-    """Longest wait between two attempts of a saga call."""
-    saga_max_attempts: int = 5
-    """Attempts of one call before the pivot (and at a pivot whose outcomes are all known), the first
-    included, before the step fails and the saga compensates (core/saga.py's table)."""
-    saga_retry_budget_s: float = Field(86_400.0, ge=0)
-    """How long a step after the pivot, an uncertain pivot or a compensation is retried on transient failures,
-    from the step's first attempt (an open breaker's time included); then the saga escalates (compensations:
-    FAILED). A redrive starts a new budget."""
-    saga_breaker_threshold: int = 5
-    """Consecutive failures of one service that open its breaker (its calls wait, uncounted)."""
-    saga_breaker_cooldown_s: float = 10.0
-    """How long an open service breaker waits before letting one call through."""
-    # Executors woken by LISTEN/NOTIFY, the poll as the fallback
-    saga_listen: bool = True
-    """Idle executors LISTEN on `nexus_sagas` and wake at once when a step is recorded (or a saga made due);
-    off: they find work by polling every `saga_poll_s` only."""
     # Every delivery attempt recorded, for a bounded time
     delivery_attempts_retention_s: float = 7 * 86400.0
     """How long the record of each webhook delivery attempt (delivery_attempts) is kept."""
@@ -276,15 +204,6 @@ class Settings(BaseSettings):
     primary's `synchronous_standby_names` at start (a superuser's right; else it must be set already), every
     commit waits until that standby has it, and `/readyz` answers 503 while it is not streaming. Unset:
     replication, if any, is asynchronous."""
-    # Kafka lanes
-    kafka_lanes: int = 1
-    """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions. One
-    by default: a second lane in the same event loop waits on the first's fold for its statements and offset
-    commits (measured: benchmarks/history/notebook.md, "Kafka lanes: where a slice's time goes"); scale out with
-    processes in the consumer group instead."""
-    kafka_slice_ms: float = Field(100.0, ge=0)
-    """How long one lane's `submit` should take: a lane sizes its slices from its measured time per record
-    (at most `kafka_max_poll_records`) and commits after each; 0 always takes up to the poll size."""
     # Several HTTP processes sharing the port
     workers: int = Field(1, ge=1)
     """HTTP processes of `nexus serve` sharing its port (1: one process, no supervisor). With more, a
@@ -443,6 +362,7 @@ OTHER_VARIABLES = frozenset(
         # scripts/kafka.sh, the Makefile, the benches and the tests
         "NEXUS_KAFKA_PORT",
         "NEXUS_KAFKA_CONTROLLER_PORT",
+        "NEXUS_KAFKA_SASL_PORT",
         "NEXUS_KAFKA_HOME",
         "NEXUS_KAFKA_HEAP_OPTS",
         "NEXUS_KAFKA_JVM_OPTS",
