@@ -204,6 +204,10 @@ class Settings(BaseSettings):
     """Kafka topic of the decisions on Kafka-ingested steps (relayed from the decisions outbox)."""
     decisions_relay_poll_s: float = 0.2
     """How often the decisions relay looks for outbox rows when no NOTIFY woke it."""
+    # MCP at /mcp
+    mcp_allowed_origins: str = ""
+    """Origins (`scheme://host[:port]`, comma separated) whose pages may call `/mcp`; a request carrying any
+    other `Origin` header is refused 403 FORBIDDEN (DNS rebinding). Empty: none; a request without one passes."""
     # Kafka lanes
     kafka_lanes: int = 1
     """Concurrent `submit` transactions of one Kafka consumer; each takes the records of many partitions. One

@@ -5,6 +5,7 @@ The route sits behind the API's authentication middleware like every other: a mi
 a 401 in the REST error shape with `WWW-Authenticate: Bearer`, and the rate limit counts each request.
 Roles are checked per tool: steps need an agent key of one tenant (as `POST /v1/orders/{id}/steps`), reads
 an agent or operator key; every read is filtered by the key's tenant (another tenant's order is NOT_FOUND).
+A request from a browser page of an origin not in `NEXUS_MCP_ALLOWED_ORIGINS` is refused 403 (nexus.mcp.asgi).
 The route is not in the OpenAPI document.
 """
 
@@ -24,7 +25,7 @@ from nexus.gateway import Gateway
 from nexus.ingress import steps_api
 from nexus.ingress.http_errors import status_of
 from nexus.lifecycle.waiting import WaitSlots
-from nexus.mcp.asgi import McpEndpoint
+from nexus.mcp.asgi import McpEndpoint, allowed_origins
 from nexus.mcp.backend import BackendError
 from nexus.mcp.server import build_server
 from nexus.settings import Settings
@@ -173,6 +174,6 @@ def install(app: FastAPI, db: Database, gateway: Gateway, settings: Settings, re
             db, gateway, settings, state.decision_listener, principal, read_order, state.submitter, state.wait_slots
         )
 
-    endpoint = McpEndpoint(build_server(backend_of))
+    endpoint = McpEndpoint(build_server(backend_of), allowed_origins(settings.mcp_allowed_origins))
     app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     return endpoint
