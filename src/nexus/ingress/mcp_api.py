@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
+from pydantic import BaseModel, ValidationError
 from starlette.routing import Route
 
 from nexus.auth.roles import Principal, Role, read_tenant
@@ -26,12 +27,13 @@ from nexus.ingress import steps_api
 from nexus.ingress.http_errors import status_of
 from nexus.lifecycle.waiting import WaitSlots
 from nexus.mcp.asgi import McpEndpoint, allowed_origins
-from nexus.mcp.backend import BackendError
+from nexus.mcp.backend import BackendError, invalid_arguments
 from nexus.mcp.server import build_server
 from nexus.settings import Settings
 from nexus.store.database import Database
 
 _READERS = frozenset({Role.AGENT, Role.OPERATOR})
+_Model = TypeVar("_Model", bound=BaseModel)
 ReadOrder = Callable[[Database, str, str], Awaitable[dict[str, Any] | None]]
 
 
@@ -67,19 +69,19 @@ class GatewayBackend:
 
     async def start_plan(self, process: str, order_id: str | None, deadline_s: float | None) -> dict[str, Any]:
         async with self._translated():
-            request = steps_api.StartPlan(process=process, order_id=order_id, deadline_s=deadline_s)
+            request = _request(steps_api.StartPlan, process=process, order_id=order_id, deadline_s=deadline_s)
             return await steps_api.start_plan(self._caller(), request)
 
     async def propose_step(
         self, order_id: str, step: str, data: dict[str, Any], idempotency_key: str | None
     ) -> tuple[int, dict[str, Any]]:
         async with self._translated():
-            request = steps_api.ProposeStep(step=step, data=data, idempotency_key=idempotency_key)
+            request = _request(steps_api.ProposeStep, step=step, data=data, idempotency_key=idempotency_key)
             return await steps_api.propose_step(self._caller(), order_id, request)
 
     async def end_plan(self, order_id: str, reason: str, *, replan: bool) -> tuple[int, dict[str, Any]]:
         async with self._translated():
-            request = steps_api.EndPlan(reason=reason)
+            request = _request(steps_api.EndPlan, reason=reason)
             return await steps_api.end_plan(self._caller(), order_id, request, replan=replan)
 
     async def get_order(self, order_id: str) -> dict[str, Any]:
@@ -149,6 +151,14 @@ class GatewayBackend:
 
     def _translated(self) -> _Translated:
         return _Translated()
+
+
+def _request(model: type[_Model], **fields: Any) -> _Model:
+    """The REST API's request model of a tool call: arguments it refuses are the call's INVALID_REQUEST."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise invalid_arguments(exc) from exc
 
 
 class _Translated:

@@ -16,10 +16,11 @@ from typing import Annotated, Any
 
 import yaml
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from nexus.mcp.backend import Backend, BackendError
+from nexus.mcp.backend import Backend, BackendError, invalid_arguments
 
 BackendOf = Callable[[Context[Any, Any]], Backend]
 
@@ -35,9 +36,23 @@ and propose it again with a new idempotency_key. Reusing an idempotency_key repe
 (answered DUPLICATE with the first verdict). HELD means a person must approve: call wait_for_order."""
 
 
+class NexusServer(MCPServer[Any]):
+    """The SDK's server, whose tool calls with arguments that fail the tool's schema answer as every refusal
+    does (structuredContent with code INVALID_REQUEST, a message naming each argument, `isError`) instead
+    of the SDK's text, which quotes the input."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return refusal(invalid_arguments(exc.__cause__))
+            raise
+
+
 def build_server(backend_of: BackendOf, *, name: str = "nexus") -> MCPServer[Any]:
     """The MCP server; `backend_of(ctx)` is the API as the calling key sees it."""
-    server: MCPServer[Any] = MCPServer(name, instructions=INSTRUCTIONS)
+    server = NexusServer(name, instructions=INSTRUCTIONS)
     read = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
     write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
