@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import yaml
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from nexus.mcp.backend import Backend, BackendError, invalid_arguments
@@ -41,7 +41,9 @@ class NexusServer(MCPServer[Any]):
     does (structuredContent with code INVALID_REQUEST, a message naming each argument, `isError`) instead
     of the SDK's text, which quotes the input."""
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
