@@ -10,7 +10,7 @@ export NEXUS_KAFKA_PORT ?= 9092
 export NEXUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NEXUS_KAFKA_PORT)
 
 
-.PHONY: demo-llm demo-mcp agent-studio studio-check llm-test
+.PHONY: demo-llm demo-mcp agent-studio studio-check llm-test mcp-old-clients
 .PHONY: promtool console-test settings-doc
 .PHONY: help install demo check test lint typecheck unit integration kafka-up kafka-down chaos soak bench schemas clean agent-e2e agent-test fuzz
 
@@ -19,6 +19,7 @@ help:
 	@echo "make demo-llm - 20 plans of the LLM planner against the fake model, every behaviour; blocked actions"
 	@echo "make demo-mcp - an MCP agent (official client + fake model) completes an order through /mcp"
 	@echo "make agent-studio / studio-check - LangGraph Studio on the LLM planner graph (extra 'studio')"
+	@echo "make mcp-old-clients - the venvs of the MCP SDK's 1.x clients (2025-11-25, 2025-06-18) the MCP tests start"
 	@echo "make check   - lint, types, import contracts and the unit tests that start no process (under 2 minutes)"
 	@echo "make test    - lint, types and all tests (starts the local Kafka broker)"
 	@echo "make unit / integration - every test of tests/unit, of tests/integration (the latter starts the broker)"
@@ -101,7 +102,7 @@ promtool:
 # leaves a core idle), then the chaos suite alone, whose faults are timed against processes that want the
 # cores. Both passes run; the target fails if either did. PYTEST_ARGS are options for both (not paths).
 TEST_WORKERS ?= 2
-test: $(STAMP) $(VENV)/.bench $(VENV)/.browser lint typecheck kafka-up promtool chromium
+test: $(STAMP) $(VENV)/.bench $(VENV)/.browser mcp-old-clients lint typecheck kafka-up promtool chromium
 	@status=0; \
 	NEXUS_BROWSER_TESTS=short PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile \
 		--ignore=tests/chaos $(PYTEST_ARGS) || status=$$?; \
@@ -170,6 +171,27 @@ demo-llm: $(VENV)/.lab
 # The gateway as an MCP server: an agent that knows only MCP runs an order (docs/mcp.md).
 demo-mcp: $(VENV)/.lab
 	$(BIN)/python -m nexus_lab.mcp_demo
+
+# The MCP clients of the official SDK's old line, which require mcp<2 and so cannot share $(VENV) (mcp 2.x):
+# the 1.x client of protocol 2025-11-25 with LangChain's MCP adapters, and 1.22's client of 2025-06-18. The MCP
+# tests (tests/e2e/test_mcp*.py) run them as processes (tests/e2e/mcp_old/*.py); they import nothing of ours.
+# About 70 s on top of `make install` with a warm pip cache.
+MCP_OLD_VENV ?= .venv-mcp-old
+MCP_2025_06_VENV ?= .venv-mcp-2025-06-18
+MCP_OLD_REQS := tests/e2e/mcp_old
+$(MCP_OLD_VENV)/.installed: $(MCP_OLD_REQS)/requirements-2025-11-25.txt
+	test -x $(MCP_OLD_VENV)/bin/python || $(PYTHON) -m venv $(MCP_OLD_VENV)
+	$(MCP_OLD_VENV)/bin/pip install --quiet --upgrade pip
+	$(MCP_OLD_VENV)/bin/pip install --quiet -r $<
+	touch $@
+
+$(MCP_2025_06_VENV)/.installed: $(MCP_OLD_REQS)/requirements-2025-06-18.txt
+	test -x $(MCP_2025_06_VENV)/bin/python || $(PYTHON) -m venv $(MCP_2025_06_VENV)
+	$(MCP_2025_06_VENV)/bin/pip install --quiet --upgrade pip
+	$(MCP_2025_06_VENV)/bin/pip install --quiet -r $<
+	touch $@
+
+mcp-old-clients: $(MCP_OLD_VENV)/.installed $(MCP_2025_06_VENV)/.installed
 
 llm-test: $(STAMP)
 	$(BIN)/pytest tests/unit/test_llm_planner.py tests/integration/test_llm_client.py tests/e2e/test_llm_planner_e2e.py

@@ -204,6 +204,10 @@ class Settings(KafkaSettings, SagaSettings, BaseSettings):
     primary's `synchronous_standby_names` at start (a superuser's right; else it must be set already), every
     commit waits until that standby has it, and `/readyz` answers 503 while it is not streaming. Unset:
     replication, if any, is asynchronous."""
+    # MCP at /mcp
+    mcp_allowed_origins: str = ""
+    """Origins (`scheme://host[:port]`, comma separated) whose pages may call `/mcp`; a request carrying any
+    other `Origin` header is refused 403 FORBIDDEN (DNS rebinding). Empty: none; a request without one passes."""
     # Several HTTP processes sharing the port
     workers: int = Field(1, ge=1)
     """HTTP processes of `nexus serve` sharing its port (1: one process, no supervisor). With more, a

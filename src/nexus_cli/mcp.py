@@ -85,6 +85,11 @@ class SdkBackend:
 
 
 def _quote(part: str) -> str:
+    """One path segment of a REST call: percent-encoded whole (a `/`, `?` or `#` in it stays inside it). An
+    empty, `.` or `..` segment would change the path (`get_order("..")` is `GET /v1`): refused here as the
+    gateway refuses such identifiers, before any call."""
+    if part in ("", ".", ".."):
+        raise BackendError(422, "INVALID_IDENTIFIER", "an identifier may not be empty, '.' or '..'")
     return urllib.parse.quote(part, safe="")
 
 

@@ -2,10 +2,10 @@
 
 Starts `nexus serve` (embedded PostgreSQL in a temporary --data-dir) and `nexus fake-llm --behaviours
 mcp_agent` (a model that hallucinates a step once and retries a call once), makes agent keys for two
-tenants, and runs a minimal MCP host: the official `mcp` client lists the gateway's tools at `/mcp`, offers
-them to the model through the `openai` client, and calls whatever the model asks for, until the model
-answers in words. Prints every call with the gateway's answer, the order's decision log, and what another
-tenant's key sees; stops everything it started.
+tenants, and runs a minimal MCP host: the official `mcp` client (protocol 2026-07-28) lists the gateway's
+tools at `/mcp`, offers them to the model through the `openai` client, and calls whatever the model asks
+for, until the model answers in words. Prints every call with the gateway's answer, the order's decision
+log, and what another tenant's key sees; stops everything it started.
 
     python -m nexus_lab.mcp_demo [--keep]
 """
@@ -14,19 +14,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
+from mcp import Client
 from openai import AsyncOpenAI
 
 from nexus.auth.roles import Role
+from nexus_lab.mcp_client import answer_of, mcp_client
 from nexus_lab.procs import Workspace, free_port, new_keys, nexus, wait_ready
 from nexus_lab.tables import text_table
 
@@ -39,11 +37,11 @@ ORDER = {
 }
 
 
-async def run_host(session: ClientSession, model: AsyncOpenAI, prompt: str, max_turns: int = 20) -> str:
+async def run_host(session: Client, model: AsyncOpenAI, prompt: str, max_turns: int = 20) -> str:
     """A minimal MCP host: the model sees the server's tools and the results of the calls it asks for."""
     listed = (await session.list_tools()).tools
     tools: Any = [
-        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.inputSchema}}
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}
         for t in listed
     ]
     messages: list[Any] = [{"role": "user", "content": prompt}]
@@ -55,25 +53,12 @@ async def run_host(session: ClientSession, model: AsyncOpenAI, prompt: str, max_
             return message.content or ""
         for call in message.tool_calls:
             arguments = json.loads(call.function.arguments or "{}")  # type: ignore[union-attr]  # the fake model answers tool calls only
-            result = await session.call_tool(call.function.name, arguments)  # type: ignore[union-attr]  # the fake model answers tool calls only
-            text = result.content[0].text if result.content else ""  # type: ignore[union-attr]  # the tools answer text content
+            _, text, is_error = answer_of(await session.call_tool(call.function.name, arguments))  # type: ignore[union-attr]  # the fake model answers tool calls only
             shown = {k: v for k, v in arguments.items() if k != "data"}
             print(f"  -> {call.function.name}({json.dumps(shown)})")  # type: ignore[union-attr]  # the fake model answers tool calls only
-            print(f"     {'ERROR ' if result.isError else ''}{text}", flush=True)
+            print(f"     {'ERROR ' if is_error else ''}{text}", flush=True)
             messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
     return "(the model did not finish)"
-
-
-@contextlib.asynccontextmanager
-async def mcp_session(url: str, key: str) -> AsyncIterator[ClientSession]:
-    """An initialized MCP session over streamable HTTP at `{url}/mcp`, with `key` as its Bearer key."""
-    async with (
-        httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
-        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, _),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -100,20 +85,21 @@ async def _main(args: argparse.Namespace) -> int:
         prompt = f"Run this order through the gateway's order process, step by step: <order>{json.dumps(ORDER)}</order>"
         model = AsyncOpenAI(base_url=f"http://127.0.0.1:{llm_port}/v1", api_key="sk-demo", max_retries=0)
         print("An MCP agent of tenant acme (its model hallucinates once and retries once):")
-        async with mcp_session(gateway, acme) as session:
+        async with mcp_client(gateway, acme) as session:
+            print(f"  (MCP protocol {session.protocol_version})")
             final = await run_host(session, model, prompt)
             print(f"  model: {final}\n")
-            order = (await session.call_tool("get_order", {"order_id": ORDER["order_id"]})).structuredContent or {}
+            order, _, _ = answer_of(await session.call_tool("get_order", {"order_id": ORDER["order_id"]}))
         await model.close()
         async with httpx.AsyncClient(headers={"Authorization": f"Bearer {acme}"}) as http:
             history = (await http.get(f"{gateway}/v1/orders/{ORDER['order_id']}/history")).json()["items"]
         rows = [(h.get("seq") or "-", h.get("event_type"), h["decision"], h.get("code") or "-") for h in history]
         print(text_table("The order's decision log (hash-chained)", ["seq", "step", "decision", "code"], rows, "rlll"))
         print()
-        async with mcp_session(gateway, globex) as other:
-            seen = await other.call_tool("get_order", {"order_id": ORDER["order_id"]})
-        print(f"Tenant globex asks for the same order: {seen.content[0].text}")  # type: ignore[union-attr]  # the tools answer text content
-        ok = order.get("status") == "completed" and bool(seen.isError)
+        async with mcp_client(gateway, globex) as other:
+            _, seen, refused = answer_of(await other.call_tool("get_order", {"order_id": ORDER["order_id"]}))
+        print(f"Tenant globex asks for the same order: {seen}")
+        ok = order.get("status") == "completed" and refused
         agent_s = time.monotonic() - agent_started
         print(f"\norder {order.get('status')} at seq {order.get('last_seq')}: the agent took {agent_s:.1f}s, "
               f"the whole demo {time.monotonic() - started:.1f}s")  # fmt: skip

@@ -1,26 +1,27 @@
-"""The MCP server on a real `nexus serve`, driven by the official `mcp` client over streamable HTTP at
-/mcp and over stdio (`nexus mcp --stdio`), with agent keys of non-default tenants."""
+"""The MCP server on a real `nexus serve`, driven by the official `mcp` clients over streamable HTTP at /mcp
+and over stdio (`nexus mcp --stdio`), with agent keys of non-default tenants: the SDK's 2.x client (protocol
+2026-07-28) in process, its 1.x clients (2025-11-25, and 1.22's 2025-06-18) as processes of their own venvs
+(`make mcp-old-clients`)."""
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
+import subprocess
 import sys
-from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import McpError
-from pydantic import AnyUrl
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.mcp_client import answer_of, mcp_client
 from tests.conftest import ROOT
 
 TOOLS = {
@@ -34,6 +35,11 @@ TOOLS = {
     "wait_for_order",
 }
 CREATED = {"items": [{"product_id": "p", "quantity": 2, "unit_price": 5}], "total_amount": 10, "currency": "USD"}
+CURRENT = "2026-07-28"
+# The venvs of the SDK's old line (the Makefile's mcp-old-clients target), by the protocol their client speaks.
+OLD_CLIENTS = {"2025-11-25": ROOT / ".venv-mcp-old", "2025-06-18": ROOT / ".venv-mcp-2025-06-18"}
+OLD_SCRIPTS = Path(__file__).resolve().parent / "mcp_old"
+Answer = tuple[dict[str, Any], str, bool]
 
 
 async def agent_key(settings: Settings, tenant: str, roles: frozenset[Role] = frozenset({Role.AGENT})) -> str:
@@ -45,65 +51,84 @@ async def agent_key(settings: Settings, tenant: str, roles: frozenset[Role] = fr
     return key
 
 
-@contextlib.asynccontextmanager
-async def http_session(base: str, key: str) -> AsyncIterator[ClientSession]:
-    """An initialized MCP session over streamable HTTP at `{base}/mcp`, with `key` as its Bearer key."""
-    async with (
-        httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
-        streamable_http_client(f"{base}/mcp", http_client=http) as (read, write, _),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
-async def call(session: ClientSession, tool: str, **arguments: Any) -> tuple[dict[str, Any], str, bool]:
+async def call(session: Client, tool: str, **arguments: Any) -> Answer:
     """A tool call's structuredContent, text and isError."""
-    answer = await session.call_tool(tool, arguments)
-    text = answer.content[0].text if answer.content else ""  # type: ignore[union-attr]
-    return answer.structuredContent or {}, text, bool(answer.isError)
+    return answer_of(await session.call_tool(tool, arguments))
 
 
-async def run_order(session: ClientSession, order_id: str) -> None:
-    """A full order plan with a hallucinated step REJECTED then corrected and a retried call DUPLICATE."""
-    started, text, error = await call(session, "start_plan", process="order", order_id=order_id)
-    assert not error and started["order_id"] == order_id, text
-    applied, text, error = await call(session, "propose_step", order_id=order_id, step="OrderCreated", data=CREATED)
-    assert (applied["decision"], applied["seq_id"], error) == ("APPLY", 1, False), text
-    assert "InventoryValidated" in text
-    wrong, text, error = await call(
-        session,
-        "propose_step",
-        order_id=order_id,
-        step="PaymentProcessed",
-        data={"amount": 10},
-        idempotency_key="pay-too-soon",
-    )
-    assert error and wrong["decision"] == "REJECTED" and wrong["code"] == "INVALID_TRANSITION"
-    assert "Correct the step" in text and "InventoryValidated" in text
+def plan_calls(order_id: str) -> list[tuple[str, dict[str, Any]]]:
+    """A full order plan: a hallucinated step (to be REJECTED) then corrected, a retried call (DUPLICATE), a
+    keyed repeat after the end, and get_order."""
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("start_plan", {"process": "order", "order_id": order_id}),
+        ("propose_step", {"order_id": order_id, "step": "OrderCreated", "data": CREATED}),
+        (
+            "propose_step",
+            {
+                "order_id": order_id,
+                "step": "PaymentProcessed",
+                "data": {"amount": 10},
+                "idempotency_key": "pay-too-soon",
+            },
+        ),
+    ]
     for step, data, key in (
         ("InventoryValidated", {"warehouse_id": "w"}, "inv"),
         ("InventoryValidated", {"warehouse_id": "w"}, "inv"),  # the agent retries the same call
         ("PaymentProcessed", {"payment_id": "x", "amount": 10, "currency": "USD"}, "pay"),
         ("OrderShipped", {"carrier": "ups"}, "ship"),
         ("OrderCompleted", {}, "done"),
+        ("InventoryValidated", {"warehouse_id": "w"}, "inv"),  # a keyed repeat once the order completed
     ):
-        answer, text, error = await call(
-            session, "propose_step", order_id=order_id, step=step, data=data, idempotency_key=key
-        )
-        assert not error, text
-    assert answer["decision"] == "APPLY" and answer["status"] == "completed" and answer["last_seq"] == 5
-    repeat, text, error = await call(
-        session,
-        "propose_step",
-        order_id=order_id,
-        step="InventoryValidated",
-        data={"warehouse_id": "w"},
-        idempotency_key="inv",
-    )
+        calls.append(("propose_step", {"order_id": order_id, "step": step, "data": data, "idempotency_key": key}))
+    return [*calls, ("get_order", {"order_id": order_id})]
+
+
+def check_plan(answers: list[Answer], order_id: str) -> None:
+    """The answers to `plan_calls(order_id)`, as the gateway must give them."""
+    (started, text, error), (applied, applied_text, applied_error), (wrong, wrong_text, wrong_error) = answers[:3]
+    assert not error and started["order_id"] == order_id, text
+    assert (applied["decision"], applied["seq_id"], applied_error) == ("APPLY", 1, False), applied_text
+    assert "InventoryValidated" in applied_text
+    assert wrong_error and wrong["decision"] == "REJECTED" and wrong["code"] == "INVALID_TRANSITION"
+    assert "Correct the step" in wrong_text and "InventoryValidated" in wrong_text
+    assert all(not error for _, _, error in answers[3:8]), answers[3:8]
+    last = answers[7][0]
+    assert last["decision"] == "APPLY" and last["status"] == "completed" and last["last_seq"] == 5
+    repeat, text, error = answers[8]
     assert (repeat["decision"], repeat["first"]["decision"], error) == ("DUPLICATE", "APPLY", False), text
-    order, text, error = await call(session, "get_order", order_id=order_id)
+    order, _, error = answers[9]
     assert (order["status"], order["last_seq"], error) == ("completed", 5, False)
+
+
+async def run_order(session: Client, order_id: str) -> None:
+    """`plan_calls` through one client of the current SDK, checked."""
+    check_plan([await call(session, tool, **arguments) for tool, arguments in plan_calls(order_id)], order_id)
+
+
+def old_client(version: str, plan: dict[str, Any], *options: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The 1.x official client of protocol `version` run on `plan` (official_client.py): its JSON report."""
+    python = OLD_CLIENTS[version] / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{python} is missing: `make mcp-old-clients` makes the old line's venvs")
+    run = subprocess.run(
+        [str(python), str(OLD_SCRIPTS / "official_client.py"), *options],
+        input=json.dumps(plan),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    report: dict[str, Any] = json.loads(run.stdout)
+    return report
+
+
+def stdio_env(key: str, base: str) -> dict[str, str]:
+    """The environment of `nexus mcp --stdio` (and of an old client that starts it)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
+    return env | {"NEXUS_API_KEY": key, "NEXUS_GATEWAY_URL": base, "PYTHONPATH": str(ROOT / "src")}
 
 
 async def test_official_client_over_http_runs_a_plan_and_reads_resources(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
@@ -111,7 +136,8 @@ async def test_official_client_over_http_runs_a_plan_and_reads_resources(start_g
     a retried call DUPLICATE); wait_for_order answers once last_seq passed after_seq; describe_process gives
     each step's data schema; the resources answer."""
     _, base = start_gateway("--no-dispatcher")
-    async with http_session(base, await agent_key(settings, "acme")) as session:
+    async with mcp_client(base, await agent_key(settings, "acme")) as session:
+        assert session.protocol_version == CURRENT
         assert {t.name for t in (await session.list_tools()).tools} == TOOLS
         processes, _, _ = await call(session, "list_processes")
         assert "order" in {p["name"] for p in processes["processes"]}
@@ -121,10 +147,10 @@ async def test_official_client_over_http_runs_a_plan_and_reads_resources(start_g
         await run_order(session, "mcp-http-1")
         waited, _, error = await call(session, "wait_for_order", order_id="mcp-http-1", after_seq=4, timeout_s=5)
         assert (waited["status"], waited["last_seq"], error) == ("completed", 5, False)
-        order = await session.read_resource(AnyUrl("nexus://orders/mcp-http-1"))
+        order = await session.read_resource("nexus://orders/mcp-http-1")
         assert '"status": "completed"' in order.contents[0].text  # type: ignore[union-attr]
         assert '"decision": "REJECTED"' in order.contents[0].text  # type: ignore[union-attr]
-        process = await session.read_resource(AnyUrl("nexus://processes/order"))
+        process = await session.read_resource("nexus://processes/order")
         assert "OrderCreated" in process.contents[0].text  # type: ignore[union-attr]
 
 
@@ -132,10 +158,10 @@ async def test_another_tenant_sees_nothing_over_mcp(start_gateway, settings: Set
     """globex's key cannot read, step or abort acme's order (NOT_FOUND, isError), nor read its resource; a key
     spanning every tenant may read but not propose (403)."""
     _, base = start_gateway("--no-dispatcher")
-    async with http_session(base, await agent_key(settings, "acme")) as acme:
+    async with mcp_client(base, await agent_key(settings, "acme")) as acme:
         await call(acme, "start_plan", order_id="secret")
         await call(acme, "propose_step", order_id="secret", step="OrderCreated", data=CREATED)
-    async with http_session(base, await agent_key(settings, "globex")) as globex:
+    async with mcp_client(base, await agent_key(settings, "globex")) as globex:
         for tool, arguments in (
             ("get_order", {"order_id": "secret"}),
             ("propose_step", {"order_id": "secret", "step": "InventoryValidated", "data": {}}),
@@ -143,10 +169,10 @@ async def test_another_tenant_sees_nothing_over_mcp(start_gateway, settings: Set
         ):
             answer, text, error = await call(globex, tool, **arguments)
             assert error and answer["code"] == "NOT_FOUND", (tool, text)
-        with pytest.raises(McpError):
-            await globex.read_resource(AnyUrl("nexus://orders/secret"))
+        with pytest.raises(MCPError):
+            await globex.read_resource("nexus://orders/secret")
     ops = await agent_key(settings, "*", frozenset({Role.OPERATOR, Role.AGENT}))
-    async with http_session(base, ops) as spanning:
+    async with mcp_client(base, ops) as spanning:
         refused, _, error = await call(spanning, "propose_step", order_id="secret", step="InventoryValidated", data={})
         assert error and refused["code"] == "FORBIDDEN"
 
@@ -169,17 +195,13 @@ async def test_mcp_refusals_use_the_api_error_shape(start_gateway, settings: Set
 
 
 async def test_official_client_over_stdio(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
-    """`nexus mcp --stdio` with NEXUS_API_KEY and NEXUS_GATEWAY_URL runs the same plan through the REST API."""
+    """`nexus mcp --stdio` with NEXUS_API_KEY and NEXUS_GATEWAY_URL runs the same plan through the REST API,
+    for the current client (2026-07-28)."""
     _, base = start_gateway("--no-dispatcher")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
-    env |= {
-        "NEXUS_API_KEY": await agent_key(settings, "acme"),
-        "NEXUS_GATEWAY_URL": base,
-        "PYTHONPATH": str(ROOT / "src"),
-    }
+    env = stdio_env(await agent_key(settings, "acme"), base)
     server = StdioServerParameters(command=sys.executable, args=["-m", "nexus_cli", "mcp", "--stdio"], env=env)
-    async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
+    async with Client(server) as session:
+        assert session.protocol_version == CURRENT
         assert {t.name for t in (await session.list_tools()).tools} == TOOLS
         await run_order(session, "mcp-stdio-1")
         missing, _, error = await call(session, "get_order", order_id="nobody")
@@ -203,7 +225,38 @@ async def test_any_worker_answers_any_mcp_call(start_gateway, settings: Settings
         )
     ]
     for tool, arguments in calls:
-        async with http_session(base, key) as session:
+        async with mcp_client(base, key) as session:
             answer, text, error = await call(session, tool, **arguments)
         assert not error, text
     assert (answer["decision"], answer["status"], answer["last_seq"]) == ("APPLY", "completed", 5)
+
+
+async def test_clients_of_every_protocol_revision_complete_a_plan(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    """Over streamable HTTP, the current client speaks 2026-07-28 and the 1.x clients (their own venvs)
+    2025-11-25 and 2025-06-18 with the same server: each lists the eight tools and completes a plan (REJECTED
+    then corrected, DUPLICATE on a retry), and reads an order's resource; another tenant's resource is an error."""
+    _, base = start_gateway("--no-dispatcher")
+    key = await agent_key(settings, "acme")
+    async with mcp_client(base, key) as session:
+        assert session.protocol_version == CURRENT
+        await run_order(session, "rev-current")
+    for version in OLD_CLIENTS:
+        order_id = f"rev-{version}"
+        plan = {"calls": plan_calls(order_id), "resources": [f"nexus://orders/{order_id}", "nexus://orders/rev-none"]}
+        report = old_client(version, plan, "--url", f"{base}/mcp", "--key", key)
+        assert report["protocol_version"] == version and set(report["tools"]) == TOOLS
+        check_plan([tuple(a) for a in report["answers"]], order_id)  # type: ignore[misc]
+        assert '"status": "completed"' in report["resources"][f"nexus://orders/{order_id}"]
+        assert "error" in report["resources"]["nexus://orders/rev-none"]
+
+
+async def test_old_clients_over_stdio(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    """`nexus mcp --stdio` (the 2.x server) initializes with the 1.x clients of 2025-11-25 and 2025-06-18 and
+    each completes a plan through the REST API."""
+    _, base = start_gateway("--no-dispatcher")
+    env = stdio_env(await agent_key(settings, "acme"), base)
+    for version in OLD_CLIENTS:
+        order_id = f"stdio-{version}"
+        report = old_client(version, {"calls": plan_calls(order_id)}, "--stdio", sys.executable, env=env)
+        assert report["protocol_version"] == version and set(report["tools"]) == TOOLS
+        check_plan([tuple(a) for a in report["answers"]], order_id)  # type: ignore[misc]

@@ -1,24 +1,20 @@
 """Agent frameworks' own MCP clients against a real `nexus serve`, their model `nexus fake-llm --behaviours
 mcp_agent` (a model that hallucinates a step once and retries a call once): LangChain's MCP adapters
-loading the tools into a LangGraph agent, and the OpenAI Agents SDK's streamable-HTTP MCP client."""
+loading the tools into a LangGraph agent (they require mcp<2: run from the old line's venv, protocol
+2025-11-25), and the OpenAI Agents SDK's streamable-HTTP MCP client (on the current SDK)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
-from langchain_core.messages import ToolMessage
-from langchain_mcp_adapters.client import MultiServerMCPClient
-from langchain_openai import ChatOpenAI
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
 
 from nexus.settings import Settings
 from tests.e2e.test_llm_planner_e2e import Fake
-from tests.e2e.test_mcp import CREATED, agent_key
+from tests.e2e.test_mcp import CREATED, OLD_CLIENTS, OLD_SCRIPTS, agent_key
 
 PROMPT = "Run this order through the gateway's order process, step by step: <order>{}</order>"
 
@@ -52,52 +48,35 @@ EXPECTED_LOG = [
 ]
 
 
-def react_agent(model: ChatOpenAI, tools: list[Any]) -> Any:
-    """A LangGraph ReAct loop: the model proposes tool calls, a ToolNode runs them, until a plain answer."""
-    bound = model.bind_tools(tools)
-
-    async def think(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [await bound.ainvoke(state["messages"])]}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("model", think)
-    graph.add_node("tools", ToolNode(tools))
-    graph.add_edge(START, "model")
-    graph.add_conditional_edges("model", tools_condition)
-    graph.add_edge("tools", "model")
-    return graph.compile()
-
-
-def mcp_connection(base: str, key: str) -> dict[str, Any]:
-    return {"url": f"{base}/mcp", "transport": "streamable_http", "headers": {"Authorization": f"Bearer {key}"}}
-
-
 async def test_langgraph_agent_through_langchain_mcp_adapters(  # type: ignore[no-untyped-def]
     start_gateway, nexus_procs, tmp_path: Path, settings: Settings
 ) -> None:
-    """A LangGraph ReAct agent with the gateway's tools loaded by langchain-mcp-adapters completes an order:
-    its hallucinated step is REJECTED then corrected, its retried call is a DUPLICATE (decision log); another
-    tenant's key loaded the same way sees nothing of it."""
+    """A LangGraph ReAct agent with the gateway's tools loaded by langchain-mcp-adapters (a process of the old
+    line's venv) completes an order: its hallucinated step is REJECTED then corrected, its retried call is a
+    DUPLICATE (decision log); another tenant's key loaded the same way sees nothing of it."""
     _, base = start_gateway("--no-dispatcher")
     fake = Fake(nexus_procs, tmp_path, "--behaviours", "mcp_agent")
-    client = MultiServerMCPClient({"nexus": mcp_connection(base, await agent_key(settings, "acme"))})  # type: ignore[dict-item]
-    tools = await client.get_tools()
-    assert {"propose_step", "start_plan", "wait_for_order"} <= {t.name for t in tools}
-    model = ChatOpenAI(model="nexus-fake-1", base_url=fake.url, api_key="sk-fake", max_retries=0)  # type: ignore[arg-type]
-    agent = react_agent(model, tools)
-    state = await agent.ainvoke({"messages": [("user", order_prompt("lg-1"))]}, {"recursion_limit": 40})
-    results = [m for m in state["messages"] if isinstance(m, ToolMessage)]
-    assert any("REJECTED" in str(m.content) and "Correct the step" in str(m.content) for m in results)
-    assert "completed" in str(state["messages"][-1].content)
+    python = OLD_CLIENTS["2025-11-25"] / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{python} is missing: `make mcp-old-clients` makes the old line's venvs")
+    keys = ["--key", await agent_key(settings, "acme"), "--other-key", await agent_key(settings, "globex")]
+    options = ["--url", f"{base}/mcp", *keys, "--llm", fake.url, "--prompt", order_prompt("lg-1"), "--order-id", "lg-1"]
+    run = subprocess.run(
+        [str(python), str(OLD_SCRIPTS / "langchain_agent.py"), *options],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout)
+    assert {"propose_step", "start_plan", "wait_for_order"} <= set(report["tools"])
+    assert any("REJECTED" in text and "Correct the step" in text for text in report["tool_results"])
+    assert "completed" in report["final"]
     assert await decisions_of(settings, "acme", "lg-1") == EXPECTED_LOG
-    other = MultiServerMCPClient({"nexus": mcp_connection(base, await agent_key(settings, "globex"))})  # type: ignore[dict-item]
-    get_order = next(t for t in await other.get_tools() if t.name == "get_order")
-    seen = await get_order.ainvoke({"order_id": "lg-1"})
-    assert "NOT_FOUND" in str(seen) and "completed" not in str(seen)
+    assert "NOT_FOUND" in report["other"] and "completed" not in report["other"]
 
 
-# The Agents SDK (0.24) still calls mcp's older name of the streamable-HTTP client: theirs to update.
-@pytest.mark.filterwarnings("ignore:Use `streamable_http_client` instead:DeprecationWarning")
 async def test_openai_agents_sdk_mcp_client(  # type: ignore[no-untyped-def]
     start_gateway, nexus_procs, tmp_path: Path, settings: Settings
 ) -> None:
@@ -126,4 +105,4 @@ async def test_openai_agents_sdk_mcp_client(  # type: ignore[no-untyped-def]
         {"url": f"{base}/mcp", "headers": {"Authorization": f"Bearer {other_key}"}}
     ) as other:
         seen = await other.call_tool("get_order", {"order_id": "oa-1"})
-    assert seen.isError and (seen.structuredContent or {})["code"] == "NOT_FOUND"
+    assert seen.is_error and (seen.structured_content or {})["code"] == "NOT_FOUND"

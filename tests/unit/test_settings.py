@@ -14,6 +14,7 @@ from nexus_wire.kafka_security import SECURITY_VARIABLES
 # none may be renamed or dropped, and a new setting is added here on purpose.
 PUBLIC_VARIABLES = [
     "NEXUS_REPEAT_WINDOW_S",
+    "NEXUS_MCP_ALLOWED_ORIGINS",
     "NEXUS_DELIVERY_MAX_INFLIGHT_PER_TENANT",
     "NEXUS_DELIVERY_MAX_INFLIGHT_PER_SUBSCRIPTION",
     "NEXUS_MAX_WAITS_PER_KEY",

@@ -5,6 +5,7 @@ The route sits behind the API's authentication middleware like every other: a mi
 a 401 in the REST error shape with `WWW-Authenticate: Bearer`, and the rate limit counts each request.
 Roles are checked per tool: steps need an agent key of one tenant (as `POST /v1/orders/{id}/steps`), reads
 an agent or operator key; every read is filtered by the key's tenant (another tenant's order is NOT_FOUND).
+A request from a browser page of an origin not in `NEXUS_MCP_ALLOWED_ORIGINS` is refused 403 (nexus.mcp.asgi).
 The route is not in the OpenAPI document.
 """
 
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI
+from pydantic import BaseModel, ValidationError
 from starlette.routing import Route
 
 from nexus.auth.roles import Principal, Role, read_tenant
@@ -24,13 +26,14 @@ from nexus.gateway import Gateway
 from nexus.ingress import steps_api
 from nexus.ingress.http_errors import status_of
 from nexus.lifecycle.waiting import WaitSlots
-from nexus.mcp.asgi import McpEndpoint
-from nexus.mcp.backend import BackendError
+from nexus.mcp.asgi import McpEndpoint, allowed_origins
+from nexus.mcp.backend import BackendError, invalid_arguments
 from nexus.mcp.server import build_server
 from nexus.settings import Settings
 from nexus.store.database import Database
 
 _READERS = frozenset({Role.AGENT, Role.OPERATOR})
+_Model = TypeVar("_Model", bound=BaseModel)
 ReadOrder = Callable[[Database, str, str], Awaitable[dict[str, Any] | None]]
 
 
@@ -66,19 +69,19 @@ class GatewayBackend:
 
     async def start_plan(self, process: str, order_id: str | None, deadline_s: float | None) -> dict[str, Any]:
         async with self._translated():
-            request = steps_api.StartPlan(process=process, order_id=order_id, deadline_s=deadline_s)
+            request = _request(steps_api.StartPlan, process=process, order_id=order_id, deadline_s=deadline_s)
             return await steps_api.start_plan(self._caller(), request)
 
     async def propose_step(
         self, order_id: str, step: str, data: dict[str, Any], idempotency_key: str | None
     ) -> tuple[int, dict[str, Any]]:
         async with self._translated():
-            request = steps_api.ProposeStep(step=step, data=data, idempotency_key=idempotency_key)
+            request = _request(steps_api.ProposeStep, step=step, data=data, idempotency_key=idempotency_key)
             return await steps_api.propose_step(self._caller(), order_id, request)
 
     async def end_plan(self, order_id: str, reason: str, *, replan: bool) -> tuple[int, dict[str, Any]]:
         async with self._translated():
-            request = steps_api.EndPlan(reason=reason)
+            request = _request(steps_api.EndPlan, reason=reason)
             return await steps_api.end_plan(self._caller(), order_id, request, replan=replan)
 
     async def get_order(self, order_id: str) -> dict[str, Any]:
@@ -150,6 +153,14 @@ class GatewayBackend:
         return _Translated()
 
 
+def _request(model: type[_Model], **fields: Any) -> _Model:
+    """The REST API's request model of a tool call: arguments it refuses are the call's INVALID_REQUEST."""
+    try:
+        return model(**fields)
+    except ValidationError as exc:
+        raise invalid_arguments(exc) from exc
+
+
 class _Translated:
     """Turns the API's errors into `BackendError`s with their HTTP status and code."""
 
@@ -173,6 +184,6 @@ def install(app: FastAPI, db: Database, gateway: Gateway, settings: Settings, re
             db, gateway, settings, state.decision_listener, principal, read_order, state.submitter, state.wait_slots
         )
 
-    endpoint = McpEndpoint(build_server(backend_of))
+    endpoint = McpEndpoint(build_server(backend_of), allowed_origins(settings.mcp_allowed_origins))
     app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     return endpoint

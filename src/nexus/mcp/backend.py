@@ -2,12 +2,18 @@
 
 Two adapters: in the gateway's process (nexus.ingress.mcp_api), the same functions the REST routes call,
 for the caller of `/mcp`; in `nexus mcp --stdio`, HTTP calls of the REST API through the client SDK. A
-refusal (any 4xx or 5xx that is not a step's decision) is a `BackendError` with the API's status and code.
+refusal (any 4xx or 5xx that is not a step's decision) is a `BackendError` with the API's status and code;
+arguments that fail their schema are one too (`invalid_arguments`), whichever layer finds them.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+# pydantic's messages for these types are the validator's own words, which may quote the input
+_OPAQUE_ERRORS = frozenset({"value_error", "assertion_error"})
 
 
 class BackendError(Exception):
@@ -18,6 +24,16 @@ class BackendError(Exception):
         self.status = status
         self.code = code
         self.message = message
+
+
+def invalid_arguments(exc: ValidationError) -> BackendError:
+    """A call's arguments that fail their schema, as the API's 422 INVALID_REQUEST: each argument named with
+    what is wrong with it (`deadline_s: Input should be less than or equal to 315360000`), never its value."""
+    parts = []
+    for err in exc.errors(include_url=False, include_input=False)[:5]:
+        name = ".".join(str(part) for part in err["loc"]) or "arguments"
+        parts.append(f"{name}: {'invalid value' if err['type'] in _OPAQUE_ERRORS else err['msg']}")
+    return BackendError(422, "INVALID_REQUEST", "invalid arguments: " + "; ".join(parts))
 
 
 class Backend(Protocol):

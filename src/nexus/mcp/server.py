@@ -15,14 +15,14 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import yaml
-from mcp.server.fastmcp import Context, FastMCP
-from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from pydantic import Field, ValidationError
 
-from nexus.mcp.backend import Backend, BackendError
+from nexus.mcp.backend import Backend, BackendError, invalid_arguments
 
-BackendOf = Callable[[Context[Any, Any, Any]], Backend]
+BackendOf = Callable[[Context[Any, Any]], Backend]
 
 STANDARD_FIELDS = ("decision", "code", "check", "message", "approval_id", "first", "status", "last_seq")
 ERROR_DECISIONS = frozenset({"REJECTED", "DEAD_LETTER", "PLAN_MISMATCH"})
@@ -36,30 +36,37 @@ and propose it again with a new idempotency_key. Reusing an idempotency_key repe
 (answered DUPLICATE with the first verdict). HELD means a person must approve: call wait_for_order."""
 
 
-def build_server(backend_of: BackendOf, *, name: str = "nexus") -> FastMCP:
+class NexusServer(MCPServer[Any]):
+    """The SDK's server, whose tool calls with arguments that fail the tool's schema answer as every refusal
+    does (structuredContent with code INVALID_REQUEST, a message naming each argument, `isError`) instead
+    of the SDK's text, which quotes the input."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                return refusal(invalid_arguments(exc.__cause__))
+            raise
+
+
+def build_server(backend_of: BackendOf, *, name: str = "nexus") -> MCPServer[Any]:
     """The MCP server; `backend_of(ctx)` is the API as the calling key sees it."""
-    server = FastMCP(
-        name,
-        instructions=INSTRUCTIONS,
-        stateless_http=True,
-        json_response=True,
-        streamable_http_path="/mcp",
-        # The API's Bearer keys authenticate every call; a DNS-rebinding page cannot send one (no ambient
-        # credential), and the gateway is reached under any host name a deployment gives it.
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-    )
+    server = NexusServer(name, instructions=INSTRUCTIONS)
     read = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
     write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
     @server.tool(annotations=read)
-    async def list_processes(ctx: Context[Any, Any, Any]) -> CallToolResult:
+    async def list_processes(ctx: Context[Any, Any]) -> CallToolResult:
         """The processes this gateway knows: their names, steps and states."""
         return await _call(_list_processes(backend_of(ctx)))
 
     @server.tool(annotations=read)
     async def describe_process(
         name: Annotated[str, Field(description="a process name from list_processes, e.g. order")],
-        ctx: Context[Any, Any, Any],
+        ctx: Context[Any, Any],
     ) -> CallToolResult:
         """A process: its states, its steps (from which states, to which state), each step's data as a JSON
         Schema, its checks, and a Mermaid diagram."""
@@ -67,7 +74,7 @@ def build_server(backend_of: BackendOf, *, name: str = "nexus") -> FastMCP:
 
     @server.tool(annotations=write)
     async def start_plan(
-        ctx: Context[Any, Any, Any],
+        ctx: Context[Any, Any],
         process: Annotated[str, Field(description="the process to follow")] = "order",
         order_id: Annotated[str | None, Field(description="an id of your choice; omitted: one is made")] = None,
         deadline_s: Annotated[float | None, Field(description="seconds the plan may take", gt=0)] = None,
@@ -79,7 +86,7 @@ def build_server(backend_of: BackendOf, *, name: str = "nexus") -> FastMCP:
     async def propose_step(
         order_id: str,
         step: Annotated[str, Field(description="the step's name, as in describe_process")],
-        ctx: Context[Any, Any, Any],
+        ctx: Context[Any, Any],
         data: Annotated[dict[str, Any] | None, Field(description="the step's data")] = None,
         idempotency_key: Annotated[
             str | None, Field(description="the same key repeats this call safely; a new key is a new step")
@@ -90,24 +97,24 @@ def build_server(backend_of: BackendOf, *, name: str = "nexus") -> FastMCP:
         return await _call(_step(backend_of(ctx).propose_step(order_id, step, data or {}, idempotency_key)))
 
     @server.tool(annotations=read)
-    async def get_order(order_id: str, ctx: Context[Any, Any, Any]) -> CallToolResult:
+    async def get_order(order_id: str, ctx: Context[Any, Any]) -> CallToolResult:
         """The order's state: status, last applied sequence number, buffered steps."""
         return await _call(_order(backend_of(ctx).get_order(order_id)))
 
     @server.tool(annotations=write)
-    async def abort_plan(order_id: str, reason: str, ctx: Context[Any, Any, Any]) -> CallToolResult:
+    async def abort_plan(order_id: str, reason: str, ctx: Context[Any, Any]) -> CallToolResult:
         """Abort the order's plan (abort code manual); nothing more will apply to it."""
         return await _call(_step(backend_of(ctx).end_plan(order_id, reason, replan=False)))
 
     @server.tool(annotations=write)
-    async def replan(order_id: str, reason: str, ctx: Context[Any, Any, Any]) -> CallToolResult:
+    async def replan(order_id: str, reason: str, ctx: Context[Any, Any]) -> CallToolResult:
         """Replace the order's plan by a new one; the order keeps its state and continues from its next step."""
         return await _call(_step(backend_of(ctx).end_plan(order_id, reason, replan=True)))
 
     @server.tool(annotations=read)
     async def wait_for_order(
         order_id: str,
-        ctx: Context[Any, Any, Any],
+        ctx: Context[Any, Any],
         after_seq: Annotated[int | None, Field(description="answer once last_seq passes this", ge=0)] = None,
         timeout_s: Annotated[float, Field(description="longest wait in seconds", ge=0, le=300)] = 30.0,
     ) -> CallToolResult:
@@ -115,13 +122,13 @@ def build_server(backend_of: BackendOf, *, name: str = "nexus") -> FastMCP:
         return await _call(_order(backend_of(ctx).wait_for_order(order_id, after_seq, timeout_s)))
 
     @server.resource("nexus://processes/{name}", mime_type="application/yaml")
-    async def process_resource(name: str, ctx: Context) -> str:  # type: ignore[type-arg]  # found by its bare name
+    async def process_resource(name: str, ctx: Context[Any, Any]) -> str:
         """A process definition (states, steps, checks, each step's data schema), as YAML."""
         body = await backend_of(ctx).describe_process(name)
         return yaml.safe_dump({k: v for k, v in body.items() if k != "mermaid"}, sort_keys=False)
 
     @server.resource("nexus://orders/{order_id}", mime_type="application/json")
-    async def order_resource(order_id: str, ctx: Context) -> str:  # type: ignore[type-arg]  # found by its bare name
+    async def order_resource(order_id: str, ctx: Context[Any, Any]) -> str:
         """An order's state and its history of decisions, as JSON."""
         backend = backend_of(ctx)
         order = await backend.get_order(order_id)
@@ -137,7 +144,8 @@ def build_server(backend_of: BackendOf, *, name: str = "nexus") -> FastMCP:
 def result(fields: dict[str, Any], text: str, *, is_error: bool = False) -> CallToolResult:
     """A tool's answer: the standard fields (None where they do not apply) and the tool's own."""
     structured = {key: None for key in STANDARD_FIELDS} | fields
-    return CallToolResult(content=[TextContent(type="text", text=text)], structuredContent=structured, isError=is_error)
+    content = [TextContent(type="text", text=text)]
+    return CallToolResult(content=content, structured_content=structured, is_error=is_error)
 
 
 async def _call(answer: Any) -> CallToolResult:

@@ -1,5 +1,6 @@
 """MCP agents in a chaos run: orders whose steps are proposed through the gateways' `/mcp` tools (the
-official `mcp` client, streamable HTTP) while gateways are SIGKILLed, and what must hold afterwards.
+official `mcp` client, protocol 2026-07-28, streamable HTTP) while gateways are SIGKILLed, and what must hold
+afterwards.
 
 An agent never counts: `start_plan`, then the order's five steps through `propose_step`, each with its own
 idempotency key, one of them sent twice on purpose (it must be answered DUPLICATE). A call lost to a dying
@@ -20,14 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-
 from nexus.store.database import Database
 from nexus.store.queries import query
 from nexus_lab.checker import check_sink, read_sink_log
 from nexus_lab.llm.behaviours import MCP_STEPS, correct_data
+from nexus_lab.mcp_client import answer_of, mcp_client
 
 RETRYABLE_CODES = frozenset({"DATABASE_UNAVAILABLE", "SERVER_BUSY", "RATE_LIMITED"})
 
@@ -52,16 +50,10 @@ async def call_tool(
     while True:
         url = urls[(first + attempt) % len(urls)]
         try:
-            async with (
-                httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=10) as http,
-                streamable_http_client(f"{url}/mcp", http_client=http) as (read, write, _),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                answer = await session.call_tool(tool, arguments)
-            content = answer.structuredContent or {}
-            if not (answer.isError and content.get("code") in RETRYABLE_CODES):
-                return content, bool(answer.isError)
+            async with mcp_client(url, key, timeout_s=10) as session:
+                content, _, is_error = answer_of(await session.call_tool(tool, arguments))
+            if not (is_error and content.get("code") in RETRYABLE_CODES):
+                return content, is_error
         except Exception:  # noqa: BLE001, S110 - a gateway killed mid-call: the next one is asked
             pass
         if time.monotonic() > stop:
