@@ -21,7 +21,7 @@ from typing import Any
 from nexus.cli_common import add_common, settings_from
 from nexus.delivery.subscriptions import list_dead_deliveries, redrive_delivery
 from nexus.errors import AlreadyRedrivenError, NexusError, NotFoundError
-from nexus.ingress.http import dead_letter_json
+from nexus.ingress.dead_letters import dead_letter_json
 from nexus.kafka_io import EventProducer, StoredRecord, read_topic
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -148,7 +148,7 @@ async def _redrive(settings: Settings, args: argparse.Namespace) -> int:
     try:
         if args.http:
             from nexus.gateway import Gateway
-            from nexus.ingress.http import redrive_dead_letter
+            from nexus.ingress.dead_letters import redrive_dead_letter
             from nexus.processes import register
 
             catalog = await register(db, settings.process_dir)

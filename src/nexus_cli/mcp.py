@@ -8,6 +8,7 @@ in `NEXUS_API_KEY`, at `NEXUS_GATEWAY_URL`. Lives here because it joins the gate
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import urllib.parse
@@ -71,6 +72,20 @@ class SdkBackend:
         query = f"?wait={timeout_s:g}" + (f"&after_seq={after_seq}" if after_seq is not None else "")
         return await self._order(f"/v1/orders/{_quote(order_id)}{query}", order_id)
 
+    async def list_approvals(self, limit: int) -> dict[str, Any]:
+        return await self._read(f"/v1/approvals?limit={limit}")
+
+    async def answer_approval(self, approval_id: str, *, approve: bool) -> tuple[int, dict[str, Any]]:
+        path = f"/v1/approvals/{_quote(approval_id)}/{'approve' if approve else 'deny'}"
+        body = _answer(*await self.client._post(path, {}))
+        return 200, {**body.get("result", {}), "approval_id": approval_id}
+
+    async def list_dead_letters(self, limit: int) -> dict[str, Any]:
+        return await self._read(f"/v1/dead-letters?limit={limit}")
+
+    async def redrive_dead_letter(self, dead_letter_id: int) -> dict[str, Any]:
+        return _answer(*await self.client._post(f"/v1/dead-letters/{dead_letter_id}/redrive", {}))
+
     async def _order(self, path: str, order_id: str) -> dict[str, Any]:
         try:
             return await self._read(path)
@@ -124,5 +139,22 @@ def run(args: argparse.Namespace) -> int:
         return 2
     client = AsyncNexusClient(config)
     backend = SdkBackend(client)
-    build_server(lambda _ctx: backend).run(transport="stdio")
+    roles = asyncio.run(_roles(config))
+    build_server(lambda _ctx: backend, roles_of=lambda _request: roles).run(transport="stdio")
     return 0
+
+
+async def _roles(config: ClientConfig) -> frozenset[str] | None:
+    """The key's roles (`GET /v1/identity`), so tools/list shows only what it may call; None if the gateway
+    cannot say (unreachable now: every tool is listed, and the API refuses what the key may not do)."""
+    client = AsyncNexusClient(config)
+    try:
+        status, content = await client._get("/v1/identity")
+    except Exception:  # noqa: BLE001 - any failure to learn the roles falls back to listing every tool
+        return None
+    finally:
+        await client.aclose()
+    body = _json(content)
+    if status != 200 or not isinstance(body, dict):
+        return None
+    return frozenset(str(role) for role in body.get("roles", []))

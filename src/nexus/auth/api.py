@@ -51,6 +51,15 @@ async def create_key(request: Request, body: NewKey) -> JSONResponse:
     return JSONResponse({**record.as_json(), "key": key}, status_code=201)
 
 
+@router.get("/v1/identity")
+async def identity(request: Request) -> dict[str, Any]:
+    """The calling key as the gateway sees it: its id, name, tenant (null: every tenant) and roles (any role; a
+    client such as `nexus mcp --stdio` shows only what its key may call)."""
+    principal = principal_of(request)
+    roles = sorted(role.value for role in principal.roles)
+    return {"key_id": principal.key_id, "name": principal.name, "tenant": principal.tenant_id, "roles": roles}
+
+
 @router.get("/v1/keys")
 async def list_keys(request: Request) -> dict[str, Any]:
     own = principal_of(request).tenant_id

@@ -14,14 +14,14 @@ from nexus import metrics, tracing
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, Gatekeeper, principal_of
 from nexus.auth.ratelimit import FailureThrottle, RateLimiter
-from nexus.auth.roles import Principal, read_tenant
+from nexus.auth.roles import read_tenant
 from nexus.auth.sessions import SessionStore
-from nexus.core.actors import key_actor
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
-from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
-from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
-from nexus.ingress import http_errors, openapi, tenants
+from nexus.errors import ErrorCode, NexusError, NotFoundError
+from nexus.gateway import Gateway
+from nexus.ingress import http_errors, openapi
 from nexus.ingress.batcher import GroupCommitter
+from nexus.ingress.dead_letters import list_dead_letters, redrive_dead_letter
 from nexus.ingress.events_body import Refusal, media_type_refusal, read_body
 from nexus.ingress.fast_events import EventsFastPath, answer_events
 from nexus.ingress.http_errors import ERROR_RESPONSES, error_response
@@ -31,7 +31,6 @@ from nexus.saga.admin import effect_of, order_saga
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
-from nexus.store.rows import row_json
 
 if TYPE_CHECKING:
     from nexus.lifecycle.waiting import DecisionListener
@@ -234,7 +233,7 @@ def _add_operator_routes(app: FastAPI, db: Database, gateway: Gateway) -> None:
     """The dead letters and their redrive, /metrics, /healthz and /readyz."""
 
     @app.get("/v1/dead-letters")
-    async def list_dead_letters(
+    async def dead_letters(
         request: Request,
         code: Annotated[str | None, Query(pattern=r"^[A-Z_]{1,64}$")] = None,
         source: Annotated[str | None, Query(pattern=r"^(http|kafka|buffer)$")] = None,
@@ -242,16 +241,8 @@ def _add_operator_routes(app: FastAPI, db: Database, gateway: Gateway) -> None:
         limit: int = Query(100, ge=1, le=1000),
         offset: int = Query(0, ge=0, le=INT64_MAX),
     ) -> dict[str, Any]:
-        rows = await db.fetch(
-            query("api.sql", "dead_letters"),
-            code,
-            source,
-            include_redriven,
-            limit,
-            offset,
-            principal_of(request).tenant_id,
-        )
-        return {"dead_letters": [dead_letter_json(r) for r in rows]}
+        tenant = principal_of(request).tenant_id
+        return {"dead_letters": await list_dead_letters(db, tenant, code, source, include_redriven, limit, offset)}
 
     @app.post("/v1/dead-letters/{dead_letter_id}/redrive")
     async def redrive(request: Request, dead_letter_id: Annotated[int, Path(ge=1, le=INT64_MAX)]) -> dict[str, Any]:
@@ -348,47 +339,6 @@ async def read_order(db: Database, tenant_id: str, order_id: str) -> dict[str, A
         body["saga"] = saga
         body["effect"] = effect_of(saga)
     return body
-
-
-def dead_letter_json(row: Any) -> dict[str, Any]:
-    """A dead_letters row as the API and `nexus dlq` show it."""
-    return row_json(row, _DEAD_LETTER_FIELDS, tenant=row["tenant_id"])
-
-
-_DEAD_LETTER_FIELDS = (
-    "id", "source", "code", "error", "event_id", "order_id", "plan_id", "payload", "created_at", "redriven_at",
-    "tenant",
-)  # fmt: skip
-
-
-async def redrive_dead_letter(
-    db: Database, gateway: Gateway, dead_letter_id: int, tenant_id: str | None = None, by: Principal | None = None
-) -> Outcome:
-    """Submit a dead letter's original payload again, once: a second redrive is ALREADY_REDRIVEN.
-
-    The claim is a row keyed by the dead letter (dead_letter_redrives, migration 0004): two redrives,
-    concurrent or not, cannot both insert it. If the submission fails (database unreachable), the
-    claim is withdrawn so the redrive can be tried again. `tenant_id`: the caller's tenant (another
-    tenant's dead letter is not found); the payload is resubmitted for the tenant it was dead-lettered under,
-    proposed by `by` (the decision log's actor `key:<id>`; None: not recorded, as from the CLI).
-    """
-    claimed = await db.fetchrow(query("api.sql", "claim_redrive"), dead_letter_id, tenant_id)
-    if claimed is None:
-        if await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id, tenant_id) is None:
-            raise NotFoundError(f"no dead letter {dead_letter_id}")
-        raise AlreadyRedrivenError(f"dead letter {dead_letter_id} was already redriven")
-    # Its envelope naming another tenant is dead-lettered again as such, changing nothing.
-    actor, name = (key_actor(by.key_id), by.name) if by else (None, None)
-    item = tenants.bind_or_dead_letter(
-        Incoming.parse(claimed["payload"]), claimed["tenant_id"] or "default", actor, name
-    )
-    try:
-        [outcome] = await gateway.submit([item], source=IngressKind.HTTP)
-    except BaseException:
-        await db.execute(query("api.sql", "withdraw_redrive"), dead_letter_id)
-        raise
-    await db.execute(query("api.sql", "record_redrive"), dead_letter_id, outcome.decision.value, outcome.dead_letter_id)
-    return outcome
 
 
 async def refresh_db_gauges(db: Database) -> None:

@@ -127,6 +127,51 @@ class GatewayBackend:
             order = await self._started_only(tenant, order_id)
         return order
 
+    async def list_approvals(self, limit: int) -> dict[str, Any]:
+        from nexus.lifecycle.approvals import ApproverRefused, approver_of, pending
+
+        try:
+            return {"approvals": await pending(self.db, approver_of(self.principal), limit=limit)}
+        except ApproverRefused as exc:
+            raise BackendError(403, "FORBIDDEN", str(exc)) from exc
+
+    async def answer_approval(self, approval_id: str, *, approve: bool) -> tuple[int, dict[str, Any]]:
+        import uuid
+
+        from nexus.lifecycle.approvals import ApproverRefused, answer, approver_of
+
+        try:
+            parsed = uuid.UUID(approval_id)
+        except ValueError as exc:
+            raise BackendError(422, "INVALID_REQUEST", "approval_id: not an approval id (a UUID)") from exc
+        try:
+            async with self._translated():
+                outcome = await answer(self.gateway, parsed, approver_of(self.principal), approve=approve)
+        except ApproverRefused as exc:
+            raise BackendError(403, "FORBIDDEN", str(exc)) from exc
+        return 200, {**outcome.as_json(), "approval_id": approval_id}
+
+    async def list_dead_letters(self, limit: int) -> dict[str, Any]:
+        from nexus.ingress.dead_letters import list_dead_letters
+
+        self._operator()
+        async with self._translated():
+            return {"dead_letters": await list_dead_letters(self.db, self.principal.tenant_id, limit=limit)}
+
+    async def redrive_dead_letter(self, dead_letter_id: int) -> dict[str, Any]:
+        from nexus.ingress.dead_letters import redrive_dead_letter
+
+        self._operator()
+        async with self._translated():
+            outcome = await redrive_dead_letter(
+                self.db, self.gateway, dead_letter_id, self.principal.tenant_id, self.principal
+            )
+        return {"dead_letter_id": dead_letter_id, "result": outcome.as_json()}
+
+    def _operator(self) -> None:
+        if Role.OPERATOR not in self.principal.roles:
+            raise BackendError(403, "FORBIDDEN", "dead letters need an operator key")
+
     async def _started_only(self, tenant: str, order_id: str) -> dict[str, Any]:
         """A plan started with no step yet (or NOT_FOUND)."""
         async with self._translated():
@@ -184,6 +229,12 @@ def install(app: FastAPI, db: Database, gateway: Gateway, settings: Settings, re
             db, gateway, settings, state.decision_listener, principal, read_order, state.submitter, state.wait_slots
         )
 
-    endpoint = McpEndpoint(build_server(backend_of), allowed_origins(settings.mcp_allowed_origins))
+    def roles_of(request_context: Any) -> frozenset[str] | None:
+        request = getattr(request_context, "request", None)
+        principal = getattr(getattr(request, "state", None), "principal", None)
+        return None if principal is None else frozenset(role.value for role in principal.roles)
+
+    server = build_server(backend_of, roles_of=roles_of)
+    endpoint = McpEndpoint(server, allowed_origins(settings.mcp_allowed_origins))
     app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     return endpoint

@@ -17,12 +17,33 @@ from typing import Annotated, Any
 import yaml
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import CallToolResult, InputRequiredResult, TextContent, ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, ListToolsResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from nexus.mcp.backend import Backend, BackendError, invalid_arguments
 
 BackendOf = Callable[[Context[Any, Any]], Backend]
+RolesOf = Callable[[Any], frozenset[str] | None]
+"""The roles of the caller of a request (its `ServerRequestContext`); None: unknown (every tool is listed, and
+the API refuses what the key may not do, as over stdio)."""
+
+# Which roles see (and may call) each tool; a key of several roles sees the union, a hidden tool answers as an
+# unknown one.
+TOOL_ROLES: dict[str, frozenset[str]] = {
+    "list_processes": frozenset({"agent", "operator"}),
+    "describe_process": frozenset({"agent"}),
+    "start_plan": frozenset({"agent"}),
+    "propose_step": frozenset({"agent"}),
+    "get_order": frozenset({"agent", "operator"}),
+    "abort_plan": frozenset({"agent"}),
+    "replan": frozenset({"agent"}),
+    "wait_for_order": frozenset({"agent"}),
+    "list_approvals": frozenset({"approver"}),
+    "approve": frozenset({"approver"}),
+    "deny": frozenset({"approver"}),
+    "list_dead_letters": frozenset({"operator"}),
+    "redrive_dead_letter": frozenset({"operator"}),
+}
 
 STANDARD_FIELDS = ("decision", "code", "check", "message", "approval_id", "first", "status", "last_seq")
 ERROR_DECISIONS = frozenset({"REJECTED", "DEAD_LETTER", "PLAN_MISMATCH"})
@@ -39,11 +60,25 @@ and propose it again with a new idempotency_key. Reusing an idempotency_key repe
 class NexusServer(MCPServer[Any]):
     """The SDK's server, whose tool calls with arguments that fail the tool's schema answer as every refusal
     does (structuredContent with code INVALID_REQUEST, a message naming each argument, `isError`) instead
-    of the SDK's text, which quotes the input."""
+    of the SDK's text, which quotes the input; and whose tools are listed and callable by role (`TOOL_ROLES`)."""
+
+    def __init__(self, name: str, *, instructions: str, roles_of: RolesOf) -> None:
+        super().__init__(name, instructions=instructions)
+        self.roles_of = roles_of
+
+    def _allowed(self, request_context: Any, name: str) -> bool:
+        roles = self.roles_of(request_context)
+        return roles is None or not roles.isdisjoint(TOOL_ROLES.get(name, frozenset()))
+
+    async def _handle_list_tools(self, ctx: Any, params: Any) -> ListToolsResult:
+        listed = await self.list_tools()
+        return ListToolsResult(tools=[tool for tool in listed if self._allowed(ctx, tool.name)])
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
     ) -> CallToolResult | InputRequiredResult:
+        if context is not None and not self._allowed(context.request_context, name):
+            raise ToolError(f"Unknown tool: {name}")  # the SDK's words for a tool it does not have
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -52,9 +87,9 @@ class NexusServer(MCPServer[Any]):
             raise
 
 
-def build_server(backend_of: BackendOf, *, name: str = "nexus") -> MCPServer[Any]:
-    """The MCP server; `backend_of(ctx)` is the API as the calling key sees it."""
-    server = NexusServer(name, instructions=INSTRUCTIONS)
+def build_server(backend_of: BackendOf, *, name: str = "nexus", roles_of: RolesOf = lambda _: None) -> MCPServer[Any]:
+    """The MCP server; `backend_of(ctx)` is the API as the calling key sees it, `roles_of` its roles."""
+    server = NexusServer(name, instructions=INSTRUCTIONS, roles_of=roles_of)
     read = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
     write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
@@ -121,6 +156,8 @@ def build_server(backend_of: BackendOf, *, name: str = "nexus") -> MCPServer[Any
         """Wait until the order changes (e.g. a HELD step approved or denied), then answer its state."""
         return await _call(_order(backend_of(ctx).wait_for_order(order_id, after_seq, timeout_s)))
 
+    _person_tools(server, backend_of, read, write)
+
     @server.resource("nexus://processes/{name}", mime_type="application/yaml")
     async def process_resource(name: str, ctx: Context[Any, Any]) -> str:
         """A process definition (states, steps, checks, each step's data schema), as YAML."""
@@ -136,6 +173,73 @@ def build_server(backend_of: BackendOf, *, name: str = "nexus") -> MCPServer[Any
         return json.dumps({"order": order, "history": history.get("items", [])}, default=str)
 
     return server
+
+
+def _person_tools(server: MCPServer[Any], backend_of: BackendOf, read: ToolAnnotations, write: ToolAnnotations) -> None:
+    """The tools of the people beside the agents: approvers answer held steps, operators redrive dead letters."""
+
+    @server.tool(annotations=read)
+    async def list_approvals(
+        ctx: Context[Any, Any],
+        limit: Annotated[int, Field(description="at most this many, oldest first", ge=1, le=1000)] = 100,
+    ) -> CallToolResult:
+        """Steps held for a person's approval in this key's tenant: what each would do (its data), oldest first."""
+        return await _call(_approvals(backend_of(ctx).list_approvals(limit)))
+
+    @server.tool(annotations=write)
+    async def approve(
+        approval_id: Annotated[str, Field(description="an approval_id from list_approvals")], ctx: Context[Any, Any]
+    ) -> CallToolResult:
+        """Approve a held step: it is applied now (or rejected if it no longer fits its order)."""
+        return await _call(_step(backend_of(ctx).answer_approval(approval_id, approve=True)))
+
+    @server.tool(annotations=write)
+    async def deny(
+        approval_id: Annotated[str, Field(description="an approval_id from list_approvals")], ctx: Context[Any, Any]
+    ) -> CallToolResult:
+        """Deny a held step: it is REJECTED APPROVAL_DENIED and changes nothing."""
+        return await _call(_step(backend_of(ctx).answer_approval(approval_id, approve=False)))
+
+    @server.tool(annotations=read)
+    async def list_dead_letters(
+        ctx: Context[Any, Any],
+        limit: Annotated[int, Field(description="at most this many, newest first", ge=1, le=1000)] = 100,
+    ) -> CallToolResult:
+        """Inputs the gateway could not take (their code and error), newest first."""
+        return await _call(_dead_letters(backend_of(ctx).list_dead_letters(limit)))
+
+    @server.tool(annotations=write)
+    async def redrive_dead_letter(
+        dead_letter_id: Annotated[int, Field(description="an id from list_dead_letters", ge=1)],
+        ctx: Context[Any, Any],
+    ) -> CallToolResult:
+        """Submit a dead letter's original input again, once (after its cause is fixed)."""
+        return await _call(_redriven(backend_of(ctx).redrive_dead_letter(dead_letter_id)))
+
+
+async def _approvals(answer: Any) -> CallToolResult:
+    body: dict[str, Any] = await answer
+    items = body.get("approvals", [])
+    lines = [f"{len(items)} step(s) wait for approval."]
+    lines += [f"- {a['approval_id']}: order {a['order_id']} seq {a['seq']} {a['event_type']}" for a in items[:50]]
+    return result({"approvals": items}, "\n".join(lines))
+
+
+async def _dead_letters(answer: Any) -> CallToolResult:
+    body: dict[str, Any] = await answer
+    items = body.get("dead_letters", [])
+    lines = [f"{len(items)} dead letter(s)."]
+    lines += [f"- {d['id']}: {d['code']} (order {d.get('order_id')})" for d in items[:50]]
+    return result({"dead_letters": items}, "\n".join(lines))
+
+
+async def _redriven(answer: Any) -> CallToolResult:
+    body: dict[str, Any] = await answer
+    outcome = body.get("result") or {}
+    decision = outcome.get("decision")
+    fields = {"dead_letter_id": body.get("dead_letter_id"), "decision": decision, "code": outcome.get("code")}
+    text = f"Redriven: {decision}" + (f" ({outcome['code']})" if outcome.get("code") else "") + "."
+    return result(fields, text, is_error=decision in ERROR_DECISIONS)
 
 
 # --- results -----------------------------------------------------------------------------------------
