@@ -329,8 +329,10 @@ def _shown_payload(payload: str | None) -> str:
     import json
 
     text = payload or ""
-    with contextlib.suppress(ValueError):
-        text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    with contextlib.suppress(ValueError):  # UnicodeEncodeError too: an escaped lone surrogate stays as sent
+        pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        pretty.encode("utf-8")
+        text = pretty
     return text if len(text) <= PAYLOAD_SHOWN else text[:PAYLOAD_SHOWN] + f"\n... ({len(text)} characters)"
 
 

@@ -6,9 +6,10 @@ limit, strict JSON.
 * A body larger than `NEXUS_MAX_BODY_BYTES` is 413 PAYLOAD_TOO_LARGE, decided from its Content-Length
   before a byte is read, or as soon as the streamed bytes pass the limit (the console's forms too).
 * A JSON body is strict (`nexus.core.strict_json`): duplicate keys, NaN or Infinity, a number beyond
-  float range, non-UTF-8: 400 PARSE_ERROR; nested too deep: 400 NESTING_TOO_DEEP; a string beyond the
-  limit: 413 PAYLOAD_TOO_LARGE; a NUL in any string: 422 INVALID_REQUEST. The body is then handed to the
-  route as it came.
+  float range, non-UTF-8, a lone surrogate (escaped or raw): 400 PARSE_ERROR; nested too deep: 400
+  NESTING_TOO_DEEP; a string beyond the limit: 413 PAYLOAD_TOO_LARGE; a NUL in any string: 422
+  INVALID_REQUEST; an integer beyond int64: 422 INVALID_EVENT on the steps API, plans and MCP,
+  INVALID_REQUEST elsewhere. The body is then handed to the route as it came.
 
 Every answer under `/console` carries a Content-Security-Policy, `X-Frame-Options: DENY`,
 `X-Content-Type-Options: nosniff` and a same-origin Referrer-Policy.
@@ -29,6 +30,8 @@ from nexus.settings import Settings
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _OWN_READER = frozenset({"/v1/events"})
+# Bodies that carry a step's data (REST and MCP): an integer beyond int64 there is INVALID_EVENT, as in an envelope.
+_STEP_PATHS = ("/v1/orders/", "/v1/plans", "/mcp")
 
 
 def _nul_in_parameters(scope: Any) -> bool:
@@ -137,5 +140,9 @@ class RequestGuard:
         if has_nul(value):
             message = "a string in the body contains a NUL character"
             await error_response(422, ErrorCode.INVALID_REQUEST, message)(scope, receive, send)
+            return False
+        if strict_json.find_oversized_int(value) is not None:
+            code = ErrorCode.INVALID_EVENT if scope["path"].startswith(_STEP_PATHS) else ErrorCode.INVALID_REQUEST
+            await error_response(422, code, "an integer in the body is outside the 64-bit range")(scope, receive, send)
             return False
         return True
