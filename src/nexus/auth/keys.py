@@ -89,12 +89,14 @@ async def create_key(
     return record, key
 
 
-async def list_keys(db: Database) -> list[KeyRecord]:
-    return [KeyRecord.of(r) for r in await db.fetch(query("auth.sql", "list_keys"))]
+async def list_keys(db: Database, tenant: str | None = None) -> list[KeyRecord]:
+    """The keys of `tenant` (not those spanning every tenant), or every key when None; filtered in SQL."""
+    return [KeyRecord.of(r) for r in await db.fetch(query("auth.sql", "list_keys"), tenant)]
 
 
-async def revoke_key(db: Database, key_id: int) -> KeyRecord:
-    row = await db.fetchrow(query("auth.sql", "revoke_key"), key_id)
+async def revoke_key(db: Database, key_id: int, tenant: str | None = None) -> KeyRecord:
+    """Revoke a key of `tenant` (any key when None); NotFoundError for another tenant's key."""
+    row = await db.fetchrow(query("auth.sql", "revoke_key"), key_id, tenant)
     if row is None:
         raise NotFoundError(f"no key {key_id}")
     log.info("api key revoked", extra={"action": "key_revoke", "key_id": key_id})

@@ -367,8 +367,10 @@ async def redrive_delivery(request: Request, outbox_id: uuid.UUID, subscription_
 
 @router.get("/subscriptions")
 async def subscriptions(request: Request) -> Response:
-    rows = await subs.list_subscriptions(_db(request), principal_of(request).tenant_id)
-    counts = {r["subscription_id"]: r for r in await subs.accounting(_db(request))}
+    viewer = principal_of(request).tenant_id
+    rows = await subs.list_subscriptions(_db(request), viewer)
+    accounting = await _db(request).fetch(query("console.sql", "subscription_accounting"), viewer)
+    counts = {r["subscription_id"]: r for r in accounting}
     return _page(request, "subscriptions.html", subscriptions=rows, counts=counts)
 
 
