@@ -99,7 +99,7 @@ def create_app(
     limiter = RateLimiter(rate_limits(limits))  # one set of buckets for both paths below
     failures = FailureThrottle(limits.auth_failures_per_minute, processes_of(limits))
     gate = Gatekeeper(keys, limiter, sessions, failures)
-    app.add_middleware(RequestGuard, settings=settings)  # inside the key check: no body read for a stranger
+    app.add_middleware(RequestGuard, settings=settings, keys=keys)  # inside the key check: no body read for a stranger
     app.add_middleware(AuthMiddleware, gate=gate)
     app.add_middleware(http_errors.RequestContext)  # outermost: the request id is set before anything answers
     if tracing.active():  # The maintained ASGI instrumentation, outermost; absent when tracing is off

@@ -36,6 +36,7 @@ from nexus.errors import (
     AlreadyRedrivenError,
     ApprovalNotPendingError,
     ErrorCode,
+    KeyRevokedError,
     NexusError,
     NotFoundError,
     TooManyWaitsError,
@@ -112,6 +113,8 @@ def status_of(exc: NexusError) -> int:
         return 409
     if isinstance(exc, TooManyWaitsError):
         return 429
+    if isinstance(exc, KeyRevokedError):
+        return 401
     return 500
 
 

@@ -48,6 +48,8 @@ def _refusal(status: int, code: ErrorCode, message: str) -> Any:
     return app
 
 
+CLIENT_GONE = "nexus.client_gone"
+"""The scope extension holding an asyncio.Event set when the request's connection is lost."""
 _HEAD_TOO_LARGE = "request line and headers too large"
 _busy = _refusal(503, ErrorCode.SERVER_BUSY, "too many connections or requests in flight; retry later")
 _head_too_large = _refusal(431, ErrorCode.INVALID_REQUEST, _HEAD_TOO_LARGE)
@@ -111,6 +113,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_concurrency: int | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._gone = asyncio.Event()  # every request of the connection sees it (nexus.lifecycle.waiting)
         self._read = _Deadline(self, self.read_timeout_s, "request", "http_read_timeout")
         self._head = _Deadline(self, self.head_timeout_s, "request head", "http_head_timeout")
         self._head_bytes = 0
@@ -120,6 +123,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._head.arm()  # a new connection owes its first request head within the head timeout
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._gone.set()
         self._read.disarm()
         self._head.disarm()
         super().connection_lost(exc)
@@ -157,6 +161,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         ):
             log.warning("connection cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
             refusal = _busy
+        extensions: Any = self.scope.setdefault("extensions", {})
+        extensions[CLIENT_GONE] = self._gone
         before = self.cycle
         if refusal is None:
             super().on_headers_complete()

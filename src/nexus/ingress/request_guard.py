@@ -14,6 +14,9 @@ limit, strict JSON.
 Every answer under `/console` carries a Content-Security-Policy, `X-Frame-Options: DENY`,
 `X-Content-Type-Options: nosniff` and a same-origin Referrer-Policy.
 
+Every request runs with its `WaitingClient` (nexus.lifecycle.waiting): the server's "connection lost"
+event and a check of the calling key, so any wait it holds ends with its client or its key.
+
 `POST /v1/events` keeps its own reading (nexus.ingress.events_body): its problems are per item and
 dead-lettered, not refusals.
 """
@@ -22,10 +25,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from nexus.auth.keys import KeyCache
 from nexus.core import strict_json
-from nexus.errors import ErrorCode, InvalidEventError
+from nexus.errors import ErrorCode, InvalidEventError, NexusError
 from nexus.ingress.events_body import Disconnected, has_nul, limits_of, receive_body
 from nexus.ingress.http_errors import error_response
+from nexus.ingress.http_server import CLIENT_GONE
+from nexus.lifecycle.waiting import CLIENT, WaitingClient
 from nexus.settings import Settings
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -78,14 +84,16 @@ def _with_console_headers(send: Any) -> Any:
 class RequestGuard:
     """Pure ASGI middleware: the checks above, then the route."""
 
-    def __init__(self, app: Any, settings: Settings) -> None:
+    def __init__(self, app: Any, settings: Settings, keys: KeyCache | None = None) -> None:
         self.app = app
         self.settings = settings
+        self.keys = keys
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        CLIENT.set(self._client(scope))
         if _nul_in_parameters(scope):
             message = "a parameter (path, query or header) contains a NUL character"
             await error_response(422, ErrorCode.INVALID_PARAMETER, message)(scope, receive, send)
@@ -110,6 +118,23 @@ class RequestGuard:
             return await receive()  # after the body: only the disconnect is left to wait for
 
         await self.app(scope, replay, send)
+
+    def _client(self, scope: Any) -> WaitingClient:
+        """The request's client for its waits: gone with its connection, valid while its key is."""
+        state = scope.get("state", {})
+        session = state.get("console_session")
+        digest: bytes | None = state.get("key_hash") or (session.key_hash if session is not None else None)
+        keys = self.keys
+
+        async def key_valid() -> bool:
+            if keys is None or digest is None:
+                return True
+            try:
+                return await keys.lookup_hash(digest) is not None
+            except NexusError:  # the database away: a wait is no reason to refuse; asked again shortly
+                return True
+
+        return WaitingClient(scope.get("extensions", {}).get(CLIENT_GONE), key_valid)
 
     async def _read(self, scope: Any, receive: Any, send: Any) -> bytes | None:
         """The body, or None once 413 has been sent (from the declared length, or the streamed bytes)."""

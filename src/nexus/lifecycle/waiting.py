@@ -7,12 +7,20 @@ the waiters watching that order (an order is the pair tenant, order_id). A notif
 a waiter always re-reads the order (or the decision log) itself, so a lost connection costs latency, never
 a change. When the connection is lost (PostgreSQL restarting) every waiter is woken to re-read, and the
 listener reconnects on the core/backoff schedule.
+
+A wait ends with its client: every request runs with a `WaitingClient` (set by the request guard) that
+knows whether the client's connection is gone (the HTTP server's protocol sets an event when it is lost)
+and whether the key that called is still valid. A long poll, a stream or an MCP `wait_for_order` asks it
+at least every RECHECK_S, so it frees its slot and its task within a second of its client leaving, and
+ends within the auth cache's TTL plus a second of its key's revocation (`KeyRevokedError`, 401).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import dataclasses
 import json
 import logging
 import random
@@ -21,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from nexus.core.backoff import RetryPolicy
-from nexus.errors import TooManyWaitsError
+from nexus.errors import KeyRevokedError, TooManyWaitsError
 from nexus.retrying import Retrying, sleep_until_set
 from nexus.settings import Settings
 from nexus.store.listen import listen_forever
@@ -29,6 +37,35 @@ from nexus.store.listen import listen_forever
 log = logging.getLogger(__name__)
 
 CHANNEL = "nexus_orders"
+# How often a quiet wait asks whether its client is still there and its key still valid (bound: 1 s).
+RECHECK_S = 0.5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WaitingClient:
+    """The client a request serves, as the server and the key check know it."""
+
+    gone: asyncio.Event | None = None
+    """Set by the HTTP server when the client's connection is lost (None: a server that cannot tell)."""
+    key_valid: Callable[[], Awaitable[bool]] | None = None
+    """Whether the calling key is still valid (the auth cache: a revocation is seen within its TTL)."""
+
+    async def check(self) -> bool:
+        """Whether the wait should go on: False once the client has gone; KeyRevokedError once the key is."""
+        if self.gone is not None and self.gone.is_set():
+            return False
+        if self.key_valid is not None and not await self.key_valid():
+            raise KeyRevokedError()
+        return True
+
+
+CLIENT: contextvars.ContextVar[WaitingClient | None] = contextvars.ContextVar("nexus_waiting_client", default=None)
+"""The current request's client: set per request by the request guard, read by every wait (MCP's too)."""
+
+
+def current_client() -> WaitingClient:
+    """The current request's client; outside a request, one that never leaves."""
+    return CLIENT.get() or WaitingClient()
 
 
 class DecisionListener:
@@ -166,16 +203,18 @@ async def wait_for_order(
     after_seq: int | None = None,
     after_status: str | None = None,
 ) -> OrderView | None:
-    """The order as soon as it `changed`, else its current state after `wait_s` seconds (a long poll)."""
+    """The order as soon as it `changed`, else its current state after `wait_s` seconds (a long poll); its
+    last reading as soon as the client has gone (nobody reads the answer); KeyRevokedError once the key is."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
+    client = current_client()
     with listener.watch(tenant_id, order_id) as woken:
         baseline = order = await read()
         while not changed(order, baseline, after_seq, after_status):
             left = deadline - loop.time()
-            if left <= 0:
+            if left <= 0 or not await client.check():
                 break
-            await sleep_until_set(woken, left)
-            woken.clear()
-            order = await read()
+            if await sleep_until_set(woken, min(left, RECHECK_S)):
+                woken.clear()
+                order = await read()
     return order
