@@ -68,6 +68,7 @@ class ErrorCode(enum.StrEnum):
     APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
     # tenant safety: waits per key
     TOO_MANY_WAITS = "TOO_MANY_WAITS"
+    TENANT_BUSY = "TENANT_BUSY"
     # server-numbered steps
     ORDER_EXISTS = "ORDER_EXISTS"
     UNKNOWN_PROCESS = "UNKNOWN_PROCESS"

@@ -147,6 +147,11 @@ class KeyCache:
         self.max_entries = max_entries
         self._entries: dict[bytes, tuple[float, Principal | Refusal]] = {}
 
+    def cached(self, digest: bytes) -> bool:
+        """Whether the key with this SHA-256 is known to be valid without asking the database."""
+        hit = self._entries.get(digest)
+        return hit is not None and hit[0] > time.monotonic() and isinstance(hit[1], Principal)
+
     async def lookup(self, key: str) -> Principal | None:
         return await self.lookup_hash(hash_key(key))
 

@@ -100,6 +100,12 @@ class EventsFastPath:
         principal = await self.gate.admit(scope, send, self.roles)
         if principal is None:
             return
+        try:
+            await self._serve(scope, receive, send, principal)
+        finally:
+            self.gate.release(principal)
+
+    async def _serve(self, scope: Any, receive: Any, send: Any, principal: Principal) -> None:
         rid = http_errors.request_id_for(scope)
         token = http_errors.use_request_id(rid)
         try:

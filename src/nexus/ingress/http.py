@@ -16,6 +16,7 @@ from nexus.auth.middleware import AuthMiddleware, Gatekeeper, principal_of
 from nexus.auth.ratelimit import FailureThrottle, RateLimiter
 from nexus.auth.roles import Principal, read_tenant
 from nexus.auth.sessions import SessionStore
+from nexus.auth.shares import RequestShares
 from nexus.core.actors import key_actor
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.errors import AlreadyRedrivenError, ErrorCode, NexusError, NotFoundError
@@ -98,7 +99,7 @@ def create_app(
     sessions = SessionStore(db, db.settings.console_session_ttl_s)  # in PostgreSQL
     limiter = RateLimiter(rate_limits(limits))  # one set of buckets for both paths below
     failures = FailureThrottle(limits.auth_failures_per_minute, processes_of(limits))
-    gate = Gatekeeper(keys, limiter, sessions, failures)
+    gate = Gatekeeper(keys, limiter, sessions, failures, RequestShares.of(limits))  # fair shares of requests
     app.add_middleware(RequestGuard, settings=settings, keys=keys)  # inside the key check: no body read for a stranger
     app.add_middleware(AuthMiddleware, gate=gate)
     app.add_middleware(http_errors.RequestContext)  # outermost: the request id is set before anything answers
@@ -260,7 +261,7 @@ def create_app(
 
         decision_listener = DecisionListener(db.url, settings)
     app.state.decision_listener = decision_listener
-    app.state.wait_slots = WaitSlots(settings.max_waits_per_key)
+    app.state.wait_slots = WaitSlots(settings.max_waits_per_key, settings.max_waits_per_tenant)
     app.state.keys = keys
     app.state.gate = gate  # the console's sign-in form records its failed attempts through it
     app.state.console_sessions = sessions

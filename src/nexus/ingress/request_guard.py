@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from nexus.auth.keys import KeyCache
+from nexus.auth.shares import EVERY_TENANT
 from nexus.core import strict_json
 from nexus.errors import ErrorCode, InvalidEventError, NexusError
 from nexus.ingress.events_body import Disconnected, has_nul, limits_of, receive_body
@@ -134,7 +135,9 @@ class RequestGuard:
             except NexusError:  # the database away: a wait is no reason to refuse; asked again shortly
                 return True
 
-        return WaitingClient(scope.get("extensions", {}).get(CLIENT_GONE), key_valid)
+        principal = state.get("principal")
+        tenant = (principal.tenant_id if principal is not None else None) or EVERY_TENANT
+        return WaitingClient(scope.get("extensions", {}).get(CLIENT_GONE), key_valid, tenant)
 
     async def _read(self, scope: Any, receive: Any, send: Any) -> bytes | None:
         """The body, or None once 413 has been sent (from the declared length, or the streamed bytes)."""

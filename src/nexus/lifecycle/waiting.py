@@ -49,6 +49,8 @@ class WaitingClient:
     """Set by the HTTP server when the client's connection is lost (None: a server that cannot tell)."""
     key_valid: Callable[[], Awaitable[bool]] | None = None
     """Whether the calling key is still valid (the auth cache: a revocation is seen within its TTL)."""
+    tenant: str = "*"
+    """The calling key's tenant (`*`: a key spanning every tenant), whose share of waits a wait takes."""
 
     async def check(self) -> bool:
         """Whether the wait should go on: False once the client has gone; KeyRevokedError once the key is."""
@@ -142,30 +144,52 @@ class DecisionListener:
 
 
 class WaitSlots:
-    """Open SSE streams plus waiting long polls, per key, in this process: at most `per_key` each
-    (`NEXUS_MAX_WAITS_PER_KEY`). A wait holds a connection for as long as it lasts, so the cap is what
-    keeps one key from taking every connection the process has (the others' requests and health checks)."""
+    """Open SSE streams, waiting long polls and MCP waits in this process: at most `per_key` per key
+    (`NEXUS_MAX_WAITS_PER_KEY`) and `per_tenant` per tenant (`NEXUS_MAX_WAITS_PER_TENANT`; the tenant of
+    the current request's key). A wait holds a connection for as long as it lasts, so the caps are what
+    keep one key, or one tenant's many keys, from taking every connection the process has."""
 
-    def __init__(self, per_key: int) -> None:
+    def __init__(self, per_key: int, per_tenant: int | None = None) -> None:
         self.per_key = per_key
+        self.per_tenant = per_tenant
         self._held: dict[int, int] = {}
+        self._tenants: dict[str, int] = {}
+        self._tenant_of: dict[int, str] = {}
 
     def held(self, key_id: int) -> int:
         return self._held.get(key_id, 0)
 
+    def held_by_tenant(self, tenant: str) -> int:
+        return self._tenants.get(tenant, 0)
+
     def take(self, key_id: int) -> None:
-        """Hold one slot of the key's; raise TooManyWaitsError when all are held."""
+        """Hold one slot of the key's (and its tenant's); raise TooManyWaitsError when all are held."""
         held = self._held.get(key_id, 0)
         if held >= self.per_key:
             raise TooManyWaitsError(f"this key already holds {self.per_key} open streams and long polls")
+        tenant = self._tenant_of.get(key_id) if held else None
+        tenant = tenant or current_client().tenant
+        in_tenant = self._tenants.get(tenant, 0)
+        if self.per_tenant is not None and in_tenant >= self.per_tenant:
+            raise TooManyWaitsError(f"this tenant's keys already hold {self.per_tenant} open streams and long polls")
         self._held[key_id] = held + 1
+        self._tenant_of[key_id] = tenant
+        self._tenants[tenant] = in_tenant + 1
 
     def give_back(self, key_id: int) -> None:
+        tenant = self._tenant_of.get(key_id)
         held = self._held.get(key_id, 0) - 1
         if held > 0:
             self._held[key_id] = held
         else:
             self._held.pop(key_id, None)
+            self._tenant_of.pop(key_id, None)
+        if tenant is not None:
+            in_tenant = self._tenants.get(tenant, 0) - 1
+            if in_tenant > 0:
+                self._tenants[tenant] = in_tenant
+            else:
+                self._tenants.pop(tenant, None)
 
     @contextlib.contextmanager
     def hold(self, key_id: int) -> Iterator[None]:
