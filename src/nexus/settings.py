@@ -152,6 +152,10 @@ class Settings(BaseSettings):
     rate_limit_operator: float = 200.0
     rate_limit_approver: float = 50.0
     rate_limit_admin: float = 20.0
+    rate_limit_tenant: float = Field(4000.0, ge=0)
+    """Units of work per second of one tenant, summed over all its keys of any role (a request, an envelope
+    of a batch, a numbered step, an MCP tool call, a plan's creation: one unit each); 0 = off. Divided among
+    processes as the per-key limits are; beyond: 429 RATE_LIMITED."""
     rate_limit_processes: int | None = None
     """Gateway processes sharing the load: each enforces limit / processes (limits are divided, not shared);
     None: this serve's own processes (`workers`)."""

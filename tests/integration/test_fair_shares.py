@@ -1,7 +1,7 @@
-"""Fair shares of one process (issue 34, item 1), on a real `nexus serve` over real sockets: a tenant at
+"""Fair shares of one process (issue 34, items 1 and 3), on a real `nexus serve` over real sockets: a tenant at
 its share of requests in flight or of waits leaves another tenant served, requests whose key is still
 being checked have a share of their own, and at the connection cap the oldest idle connection is closed
-so a new client is served."""
+so a new client is served; rates (over ASGI: no sockets needed) count envelopes, and a tenant's keys together."""
 
 from __future__ import annotations
 
@@ -14,14 +14,23 @@ import pytest
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
+from nexus.gateway import Gateway
+from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database
+from tests.factories import step_json
 
 pytestmark = pytest.mark.slow
 
 
 def bearer(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
+
+
+def app_client(db: Database, settings: Settings) -> httpx.AsyncClient:
+    """A client of the app itself (ASGI) with `settings`: rates need no sockets."""
+    app = create_app(db, Gateway(db), settings=settings)
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api")
 
 
 async def agents(db: Database, tenant: str, n: int) -> list[str]:
@@ -140,3 +149,27 @@ async def test_at_the_connection_cap_the_oldest_idle_connection_is_closed(  # ty
     finally:
         for _, writer in idle:
             writer.close()
+
+
+async def test_rates_count_envelopes_and_a_tenants_keys_together(db: Database) -> None:
+    """A 150-envelope batch spends 150 of its key's 100 units/s (its next request is 429 RATE_LIMITED with
+    Retry-After); with NEXUS_RATE_LIMIT_TENANT=5 acme's two keys share five units a second (the second key
+    is refused too) while globex is served."""
+    settings = db.settings.replace(rate_limit_agent=100.0, rate_limit_tenant=0.0)
+    async with app_client(db, settings) as api:
+        [key] = await agents(db, "acme", 1)
+        batch = {"events": [step_json(f"o-{i}", f"p-{i}", 1) for i in range(150)]}
+        posted = await api.post("/v1/events", json=batch, headers=bearer(key))
+        assert posted.status_code == 200 and len(posted.json()["results"]) == 150, posted.text[:300]
+        refused = await api.get("/v1/processes", headers=bearer(key))
+        assert refused.status_code == 429 and refused.json()["code"] == "RATE_LIMITED", refused.text
+        assert int(refused.headers["retry-after"]) >= 1
+    settings = db.settings.replace(rate_limit_agent=0.0, rate_limit_tenant=5.0)
+    async with app_client(db, settings) as api:
+        first, second = await agents(db, "acme", 2)
+        answers = [(await api.get("/v1/processes", headers=bearer(first))).status_code for _ in range(20)]
+        assert 429 in answers and answers[0] == 200
+        later = await api.get("/v1/processes", headers=bearer(second))
+        assert later.status_code == 429 and later.json()["code"] == "RATE_LIMITED"
+        [other] = await agents(db, "globex", 1)
+        assert (await api.get("/v1/processes", headers=bearer(other))).status_code == 200

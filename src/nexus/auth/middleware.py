@@ -84,15 +84,11 @@ class Gatekeeper:
             await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, f"this key lacks the role for this route ({need})")
             return None
         if self.limiter is not None:
-            wait = self.limiter.take(principal.key_id, principal.roles, time.monotonic())
+            wait = self.charge(principal, 1)
             if wait > 0:
+                message = "rate limit of this key or its tenant exceeded"
                 await _refuse(
-                    scope,
-                    send,
-                    429,
-                    ErrorCode.RATE_LIMITED,
-                    "rate limit of this key exceeded",
-                    {"retry-after": retry_after_header(wait)},
+                    scope, send, 429, ErrorCode.RATE_LIMITED, message, {"retry-after": retry_after_header(wait)}
                 )
                 return None
         if shares is not None and not shares.enter(principal.tenant_id):
@@ -106,6 +102,13 @@ class Gatekeeper:
             return False
         _, key = _bearer(scope)
         return key is not None and self.keys.cached(hash_key(key))
+
+    def charge(self, principal: Principal, units: int) -> float:
+        """Spend `units` of work (an envelope of a batch is one) of the key's and its tenant's rates; 0.0 if
+        allowed, else the seconds until they would be."""
+        if self.limiter is None or units <= 0:
+            return 0.0
+        return self.limiter.take(principal.key_id, principal.roles, time.monotonic(), units, principal.tenant_id)
 
     def release(self, principal: Principal) -> None:
         """The admitted request of `principal` has ended: its tenant's share is free again."""

@@ -97,7 +97,8 @@ def create_app(
     # Every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
     keys = KeyCache(db, ttl_s=limits.auth_cache_ttl_s)
     sessions = SessionStore(db, db.settings.console_session_ttl_s)  # in PostgreSQL
-    limiter = RateLimiter(rate_limits(limits))  # one set of buckets for both paths below
+    # One set of buckets (per key, per tenant) for both paths below
+    limiter = RateLimiter(rate_limits(limits), tenant_rate=limits.rate_limit_tenant)
     failures = FailureThrottle(limits.auth_failures_per_minute, processes_of(limits))
     gate = Gatekeeper(keys, limiter, sessions, failures, RequestShares.of(limits))  # fair shares of requests
     app.add_middleware(RequestGuard, settings=settings, keys=keys)  # inside the key check: no body read for a stranger
@@ -114,10 +115,10 @@ def create_app(
         body = refusal or await read_body(request, settings.max_body_bytes)
         if isinstance(body, Refusal):
             return error_response(body.status, body.code, body.message)
-        status, content = await answer_events(
-            body, request.headers.get("traceparent"), principal_of(request), settings, submitter
+        status, content, headers = await answer_events(
+            body, request.headers.get("traceparent"), principal_of(request), settings, submitter, gate
         )
-        return JSONResponse(content, status_code=status)
+        return JSONResponse(content, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
 
     @app.get("/v1/orders/{order_id}")
     async def get_order(
