@@ -94,7 +94,13 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        CLIENT.set(self._client(scope))
+        token = CLIENT.set(self._client(scope))
+        try:
+            await self._guarded(scope, receive, send)
+        finally:
+            CLIENT.reset(token)
+
+    async def _guarded(self, scope: Any, receive: Any, send: Any) -> None:
         if _nul_in_parameters(scope):
             message = "a parameter (path, query or header) contains a NUL character"
             await error_response(422, ErrorCode.INVALID_PARAMETER, message)(scope, receive, send)
