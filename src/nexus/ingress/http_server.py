@@ -130,14 +130,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._make_room()
 
     def _closable(self) -> bool:
-        """Idle between requests, or still receiving a request head: nothing of its is in flight."""
+        """Idle between requests, or still receiving a request head: nothing of it is in flight."""
         return not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete)
 
     def _make_room(self) -> None:
         """At the connection cap: close the oldest closable connection (this new one if there is none)."""
         others = (c for c in self.connections if c is not self and isinstance(c, GuardedHttpToolsProtocol))
         victim = min((c for c in others if c._closable()), key=lambda c: c._opened, default=self)
-        log.info("connection cap reached; closing the oldest idle connection", extra={"action": "http_evict"})
+        log.debug("connection cap reached; closing the oldest idle connection", extra={"action": "http_evict"})
         victim.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
