@@ -12,6 +12,7 @@ labels) and says whether retrying can help::
      +-- NotFoundError            permanent  NOT_FOUND
      +-- AlreadyRedrivenError     permanent  ALREADY_REDRIVEN
      +-- TooManyWaitsError        permanent  TOO_MANY_WAITS (HTTP 429: a key's open streams and long polls)
+     +-- KeyRevokedError          permanent  UNAUTHENTICATED (HTTP 401: the key was revoked during a wait)
      +-- ConfigurationError       permanent  CONFIGURATION
      |    +-- UnsafeUrlError          permanent  UNSAFE_URL (an outbound URL aimed inside)
 
@@ -67,6 +68,7 @@ class ErrorCode(enum.StrEnum):
     APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
     # tenant safety: waits per key
     TOO_MANY_WAITS = "TOO_MANY_WAITS"
+    TENANT_BUSY = "TENANT_BUSY"
     # server-numbered steps
     ORDER_EXISTS = "ORDER_EXISTS"
     UNKNOWN_PROCESS = "UNKNOWN_PROCESS"
@@ -144,6 +146,12 @@ class TooManyWaitsError(NexusError):
     """The key already holds as many open streams and long polls as it may (NEXUS_MAX_WAITS_PER_KEY)."""
 
     code = ErrorCode.TOO_MANY_WAITS
+
+
+class KeyRevokedError(NexusError):
+    """The key of this request was revoked while the request waited (HTTP 401)."""
+
+    code = ErrorCode.UNAUTHENTICATED
 
 
 class ConfigurationError(NexusError):

@@ -128,7 +128,15 @@ class Settings(KafkaSettings, SagaSettings, BaseSettings):
     parse_in_thread_bytes: int = 64 * 1024
     """Bodies at least this large are decoded and validated in a worker thread, off the event loop."""
     http_limit_concurrency: int = 1000
-    """Connections plus in-flight requests beyond which uvicorn answers 503 at once."""
+    """Requests in flight in one process beyond which a new one is answered 503 SERVER_BUSY at once."""
+    http_max_connections: int = Field(4096, ge=1)
+    """Open connections of one process; a new one beyond closes the oldest idle or head-incomplete one."""
+    max_requests_per_tenant: int | None = Field(None, ge=1)
+    """Requests of one tenant in flight in one process (a key spanning every tenant counts as one tenant);
+    beyond: 429 TENANT_BUSY. None: a quarter of `http_limit_concurrency`. Per process, not divided."""
+    max_requests_unauthenticated: int | None = Field(None, ge=1)
+    """Requests whose key is still being checked (or has none) in one process; beyond: 429 TENANT_BUSY.
+    None: a sixteenth of `http_limit_concurrency`. Per process, not divided."""
     http_keep_alive_s: float = 5.0
     """An idle keep-alive connection is closed after this long."""
     http_read_timeout_s: float = 30.0
@@ -167,6 +175,10 @@ class Settings(KafkaSettings, SagaSettings, BaseSettings):
     """Requests per second per key holding the approver role (as `rate_limit_agent`)."""
     rate_limit_admin: float = 20.0
     """Requests per second per key holding the admin role (as `rate_limit_agent`)."""
+    rate_limit_tenant: float = Field(4000.0, ge=0)
+    """Units of work per second of one tenant, summed over all its keys of any role (a request, an envelope
+    of a batch, a numbered step, an MCP tool call, a plan's creation: one unit each); 0 = off. Divided among
+    processes as the per-key limits are; beyond: 429 RATE_LIMITED."""
     rate_limit_processes: int | None = None
     """Gateway processes sharing the load: each enforces limit / processes (limits are divided, not shared);
     None: this serve's own processes (`workers`)."""
@@ -218,6 +230,9 @@ class Settings(KafkaSettings, SagaSettings, BaseSettings):
     max_waits_per_key: int = Field(16, ge=1)
     """Open SSE streams plus waiting long polls one key may hold in one gateway process; beyond: 429
     TOO_MANY_WAITS. A count of connections, so not divided among processes."""
+    max_waits_per_tenant: int = Field(64, ge=1)
+    """Open SSE streams, long polls and MCP waits of one tenant's keys in one gateway process; beyond: 429
+    TOO_MANY_WAITS. Per process, not divided."""
     http_head_timeout_s: float = 5.0
     """A request whose head (request line and headers) has not fully arrived this long after its first
     byte is dropped (slowloris); `http_read_timeout_s` bounds head and body together."""

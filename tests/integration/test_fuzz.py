@@ -109,6 +109,7 @@ def fuzz_server(pg: PostgresForTests, tmp_path_factory: pytest.TempPathFactory) 
         rate_limit_operator=0.0,
         rate_limit_approver=0.0,
         rate_limit_admin=0.0,
+        rate_limit_tenant=0.0,
         auth_failures_per_minute=0.0,
         stream_keepalive_s=0.2,
     )

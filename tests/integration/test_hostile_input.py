@@ -267,19 +267,26 @@ async def test_every_error_carries_a_request_id_and_5xx_are_logged(db: Any, sett
 
 
 async def test_connection_cap_answers_503_in_the_one_shape(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
-    """Beyond the connection cap a request is answered 503 SERVER_BUSY in the error shape, at once, while
-    /healthz and /readyz are still answered (a balancer must not read a busy gateway as a dead one)."""
-    _, base = start_gateway("--no-dispatcher", settings_=settings.replace(http_limit_concurrency=2))
+    """Beyond the cap on requests in flight a request is answered 503 SERVER_BUSY in the error shape, at
+    once, while /healthz and /readyz are still answered (a balancer must not read a busy gateway as a dead
+    one); idle connections do not count."""
+    settings_ = settings.replace(http_limit_concurrency=2, max_requests_per_tenant=2)
+    _, base = start_gateway("--no-dispatcher", settings_=settings_)
     port = int(base.rsplit(":", 1)[1])
     idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
     try:
-        async with httpx.AsyncClient(base_url=base, timeout=10, headers=api_headers()) as api:
-            response = await api.get("/v1/processes")
+        async with httpx.AsyncClient(base_url=base, timeout=30, headers=api_headers()) as api:
+            assert (await api.get("/v1/processes")).status_code == 200  # idle connections are not requests
+            polls = [asyncio.create_task(api.get("/v1/orders/o-cap", params={"wait": "4"})) for _ in range(2)]
+            deadline = time.monotonic() + 20
+            while (response := await api.get("/v1/processes")).status_code != 503:
+                assert time.monotonic() < deadline, response.text
+                await asyncio.sleep(0.1)
             busy = response.json()
-            assert response.status_code == 503 and busy["code"] == "SERVER_BUSY"
-            assert {"code", "message", "request_id"} <= set(busy)
+            assert busy["code"] == "SERVER_BUSY" and {"code", "message", "request_id"} <= set(busy)
             assert (await api.get("/healthz")).status_code == 200
             assert (await api.get("/readyz")).status_code == 200
+            await asyncio.gather(*polls)
     finally:
         for _, writer in idle:
             writer.close()

@@ -61,3 +61,27 @@ def test_integers_beyond_int64_are_found_where_they_are() -> None:
     doc = loads(b'{"a": [1, {"b": 18446744073709551616}], "c": 9223372036854775807, "d": -9223372036854775808}')
     assert find_oversized_int(doc) == "a.1.b"
     assert find_oversized_int(loads(b"[9223372036854775807, -9223372036854775808]")) is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'["\\ud800"]',
+        b'{"\\udc00": 1}',
+        b'["a\\uDBFF"]',
+        b'["\\ud800\\u0041"]',
+        b'["\\ude00\\ud83d"]',
+        b'["\xed\xa0\x80"]',
+        '["\ud800"]',
+    ],
+)
+def test_lone_surrogates_escaped_or_raw_are_a_parse_error(body: bytes | str) -> None:
+    """A lone surrogate, escaped in a key or string, raw in UTF-8, or in text, is PARSE_ERROR."""
+    with pytest.raises(InvalidEventError) as info:
+        loads(body)
+    assert info.value.code is ErrorCode.PARSE_ERROR
+
+
+def test_surrogate_pairs_and_escaped_backslashes_are_not_lone() -> None:
+    """A proper pair decodes to its character; an escaped backslash before `ud800` is plain text."""
+    assert loads(b'["\\ud83d\\ude00", "\\\\ud800"]') == ["\U0001f600", "\\ud800"]

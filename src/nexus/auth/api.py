@@ -16,7 +16,7 @@ from nexus.auth.middleware import principal_of
 from nexus.auth.roles import InvalidKeyNameError, InvalidTenantError, parse_roles
 from nexus.core.strict_json import INT64_MAX
 from nexus.error_shape import error_response
-from nexus.errors import ErrorCode, NotFoundError
+from nexus.errors import ErrorCode
 from nexus.store.database import Database
 
 router = APIRouter(tags=["keys"])
@@ -62,14 +62,10 @@ async def identity(request: Request) -> dict[str, Any]:
 
 @router.get("/v1/keys")
 async def list_keys(request: Request) -> dict[str, Any]:
-    own = principal_of(request).tenant_id
-    listed = await keys.list_keys(_db(request))
-    return {"keys": [k.as_json() for k in listed if own is None or k.tenant_id == own]}
+    listed = await keys.list_keys(_db(request), principal_of(request).tenant_id)
+    return {"keys": [k.as_json() for k in listed]}
 
 
 @router.post("/v1/keys/{key_id}/revoke")
 async def revoke_key(request: Request, key_id: Annotated[int, Path(ge=1, le=INT64_MAX)]) -> dict[str, Any]:
-    own = principal_of(request).tenant_id
-    if own is not None and not any(k.id == key_id and k.tenant_id == own for k in await keys.list_keys(_db(request))):
-        raise NotFoundError(f"no key {key_id}")
-    return (await keys.revoke_key(_db(request), key_id)).as_json()
+    return (await keys.revoke_key(_db(request), key_id, principal_of(request).tenant_id)).as_json()

@@ -90,12 +90,14 @@ async def create_key(
     return record, key
 
 
-async def list_keys(db: Database) -> list[KeyRecord]:
-    return [KeyRecord.of(r) for r in await db.fetch(query("auth.sql", "list_keys"))]
+async def list_keys(db: Database, tenant: str | None = None) -> list[KeyRecord]:
+    """The keys of `tenant` (not those spanning every tenant), or every key when None; filtered in SQL."""
+    return [KeyRecord.of(r) for r in await db.fetch(query("auth.sql", "list_keys"), tenant)]
 
 
-async def revoke_key(db: Database, key_id: int) -> KeyRecord:
-    row = await db.fetchrow(query("auth.sql", "revoke_key"), key_id)
+async def revoke_key(db: Database, key_id: int, tenant: str | None = None) -> KeyRecord:
+    """Revoke a key of `tenant` (any key when None); NotFoundError for another tenant's key."""
+    row = await db.fetchrow(query("auth.sql", "revoke_key"), key_id, tenant)
     if row is None:
         raise NotFoundError(f"no key {key_id}")
     log.info("api key revoked", extra={"action": "key_revoke", "key_id": key_id})
@@ -154,6 +156,11 @@ class KeyCache:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self._entries: dict[bytes, tuple[float, Principal | Refusal]] = {}
+
+    def cached(self, digest: bytes) -> bool:
+        """Whether the key with this SHA-256 is known to be valid without asking the database."""
+        hit = self._entries.get(digest)
+        return hit is not None and hit[0] > time.monotonic() and isinstance(hit[1], Principal)
 
     async def lookup(self, key: str) -> Principal | None:
         return await self.lookup_hash(hash_key(key))

@@ -4,7 +4,10 @@ Runs before routing: the route policy (`roles.required_roles`) says which roles 
 from `Authorization: Bearer <key>` is hashed and looked up through `KeyCache`; the principal goes into
 `request.state.principal` for the routes (tenancy). Refusals answer the one error shape
 `{"code", "message", "request_id"}` and write nothing: 401 UNAUTHENTICATED (no key, unknown or revoked
-key), 403 FORBIDDEN (no role for the route), 429 RATE_LIMITED with Retry-After.
+key), 403 FORBIDDEN (no role for the route), 429 RATE_LIMITED with Retry-After, 429 TENANT_BUSY with
+Retry-After (the caller's tenant, or the requests still without a known key, at their share of the
+process's requests in flight: `nexus.auth.shares`). An admitted request holds its tenant's share until
+its answer ends (`Gatekeeper.release`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from nexus.auth.keys import KeyCache, Refusal, hash_key
 from nexus.auth.ratelimit import FailureThrottle, RateLimiter, retry_after_header
 from nexus.auth.roles import Principal, Role, allowed, required_roles, uses_session
 from nexus.auth.sessions import COOKIE, SessionStore, cookie_of
+from nexus.auth.shares import RequestShares
 from nexus.error_shape import request_id_for
 from nexus.errors import ErrorCode, NexusError
 
@@ -52,15 +56,67 @@ class Gatekeeper:
         limiter: RateLimiter | None = None,
         sessions: SessionStore | None = None,
         failures: FailureThrottle | None = None,
+        shares: RequestShares | None = None,
     ) -> None:
         self.keys = keys
         self.limiter = limiter
         self.sessions = sessions
         self.failures = failures
+        self.shares = shares
 
     async def admit(self, scope: Scope, send: Send, roles: frozenset[Role]) -> Principal | None:
-        """The caller's principal; None once a refusal (401, 403, 429, 503, or the console's sign-in
-        redirect) has been sent."""
+        """The caller's principal, holding one of its tenant's shares until `release`; None once a refusal
+        (401, 403, 429, 503, or the console's sign-in redirect) has been sent."""
+        shares = self.shares
+        unknown = shares is not None and not self._known(scope)
+        if unknown and shares is not None and not shares.enter_unauthenticated():
+            await _busy(scope, send, "too many requests whose key is not yet checked")
+            return None
+        try:
+            principal = await self._identify(scope, send)
+        finally:
+            if unknown and shares is not None:
+                shares.leave_unauthenticated()
+        if principal is None:
+            return None
+        if not allowed(principal, roles):
+            need = " or ".join(sorted(r.value for r in roles))
+            await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, f"this key lacks the role for this route ({need})")
+            return None
+        if self.limiter is not None:
+            wait = self.charge(principal, 1)
+            if wait > 0:
+                message = "rate limit of this key or its tenant exceeded"
+                await _refuse(
+                    scope, send, 429, ErrorCode.RATE_LIMITED, message, {"retry-after": retry_after_header(wait)}
+                )
+                return None
+        if shares is not None and not shares.enter(principal.tenant_id):
+            await _busy(scope, send, "this tenant has as many requests in flight as it may")
+            return None
+        return principal
+
+    def _known(self, scope: Scope) -> bool:
+        """Whether the request's Bearer key is a valid one in the cache (no database round trip to check)."""
+        if uses_session(scope["path"]):
+            return False
+        _, key = _bearer(scope)
+        return key is not None and self.keys.cached(hash_key(key))
+
+    def charge(self, principal: Principal, units: int) -> float:
+        """Spend `units` of work (an envelope of a batch is one) of the key's and its tenant's rates; 0.0 if
+        allowed, else the seconds until they would be."""
+        if self.limiter is None or units <= 0:
+            return 0.0
+        return self.limiter.take(principal.key_id, principal.roles, time.monotonic(), units, principal.tenant_id)
+
+    def release(self, principal: Principal) -> None:
+        """The admitted request of `principal` has ended: its tenant's share is free again."""
+        if self.shares is not None:
+            self.shares.leave(principal.tenant_id)
+
+    async def _identify(self, scope: Scope, send: Send) -> Principal | None:
+        """The principal of the key (or console session); None once a refusal has been sent."""
         session_route = uses_session(scope["path"])
         found: Principal | Refusal | None
         try:
@@ -89,24 +145,7 @@ class Gatekeeper:
                 return None
             await self._failed(scope, send, found or Refusal.UNKNOWN)
             return None
-        principal = found
-        if not allowed(principal, roles):
-            need = " or ".join(sorted(r.value for r in roles))
-            await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, f"this key lacks the role for this route ({need})")
-            return None
-        if self.limiter is not None:
-            wait = self.limiter.take(principal.key_id, principal.roles, time.monotonic())
-            if wait > 0:
-                await _refuse(
-                    scope,
-                    send,
-                    429,
-                    ErrorCode.RATE_LIMITED,
-                    "rate limit of this key exceeded",
-                    {"retry-after": retry_after_header(wait)},
-                )
-                return None
-        return principal
+        return found
 
     def record_failure(self, scope: Scope, reason: AuthFailure | Refusal) -> float:
         """Count and log (never the key) a failed authentication; the seconds its source address must
@@ -159,7 +198,15 @@ class AuthMiddleware:
         principal = await self.gate.admit(scope, send, roles)
         if principal is not None:
             scope.setdefault("state", {})["principal"] = principal
-            await self.app(scope, receive, send)
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.gate.release(principal)
+
+
+async def _busy(scope: Scope, send: Send, message: str) -> None:
+    """429 TENANT_BUSY: a share of the process's requests in flight is full; a second is enough to retry."""
+    await _refuse(scope, send, 429, ErrorCode.TENANT_BUSY, message, {"retry-after": "1"}, retryable=True)
 
 
 async def _to_login(send: Send) -> None:

@@ -1,4 +1,5 @@
-"""Rate limits per API key: a token bucket per key, `now` passed in. Pure (no I/O, no clock).
+"""Rate limits per API key and per tenant: token buckets of units of work, `now` passed in. Pure (no I/O, no
+clock).
 
 Limits are divided across processes, not shared: with `rate_limit_processes = N` each gateway process
 grants a key limit / N per second, so N processes behind a balancer that spreads a key's requests grant
@@ -33,31 +34,62 @@ class _Bucket:
     updated: float
 
 
-class RateLimiter:
-    """Token buckets per key id: capacity one second's worth (at least 1), refilled continuously."""
+class _Buckets:
+    """Token buckets by name: capacity one second's worth (at least 1), refilled continuously. Work of many
+    units passes while a unit is left and leaves the bucket in debt, repaid before the next work passes (a
+    1,000-envelope batch under a limit of 500/s holds the name's next requests for about two seconds)."""
 
-    def __init__(self, limits: RateLimits, max_keys: int = 100_000) -> None:
-        self.limits = limits
-        self.max_keys = max_keys
-        self._buckets: dict[int, _Bucket] = {}
+    def __init__(self, max_names: int = 100_000) -> None:
+        self.max_names = max_names
+        self._buckets: dict[object, _Bucket] = {}
 
-    def take(self, key_id: int, roles: frozenset[Role], now: float) -> float:
-        """Spend one token; return 0.0 if allowed, else the seconds until a token is available."""
-        rate = self.limits.rate_for(roles)
+    def take(self, name: object, rate: float, now: float, units: float = 1.0) -> float:
+        """Spend `units`; return 0.0 if allowed, else the seconds until they would be (nothing spent)."""
         if rate <= 0:
             return 0.0
         capacity = max(1.0, rate)
-        bucket = self._buckets.get(key_id)
+        bucket = self._buckets.get(name)
         if bucket is None:
-            if len(self._buckets) >= self.max_keys:
+            if len(self._buckets) >= self.max_names:
                 self._buckets.clear()
-            bucket = self._buckets[key_id] = _Bucket(capacity, now)
+            bucket = self._buckets[name] = _Bucket(capacity, now)
         bucket.tokens = min(capacity, bucket.tokens + (now - bucket.updated) * rate)
         bucket.updated = now
-        if bucket.tokens >= 1.0:
-            bucket.tokens -= 1.0
+        needed = min(units, 1.0)
+        if bucket.tokens >= needed:
+            bucket.tokens -= units
             return 0.0
-        return (1.0 - bucket.tokens) / rate
+        return (needed - bucket.tokens) / rate
+
+    def refund(self, name: object, units: float) -> None:
+        """Give back units spent for work that was then refused elsewhere."""
+        bucket = self._buckets.get(name)
+        if bucket is not None:
+            bucket.tokens += units
+
+
+class RateLimiter:
+    """Units of work per second per key (its roles' limit) and per tenant (the sum over all its keys, any
+    role: `tenant_rate`, 0 = off; keys spanning every tenant share one bucket), both divided among processes.
+    A request is a unit; an envelope of a batch is one too (`charge` takes the rest of a batch's)."""
+
+    def __init__(self, limits: RateLimits, max_keys: int = 100_000, tenant_rate: float = 0.0) -> None:
+        self.limits = limits
+        self.tenant_rate = tenant_rate / max(1, limits.processes)
+        self._keys = _Buckets(max_keys)
+        self._tenants = _Buckets(max_keys)
+
+    def take(
+        self, key_id: int, roles: frozenset[Role], now: float, units: float = 1.0, tenant: str | None = None
+    ) -> float:
+        """Spend `units` of the key's and its tenant's; return 0.0 if allowed, else the seconds to wait."""
+        wait = self._keys.take(key_id, self.limits.rate_for(roles), now, units)
+        if wait > 0:
+            return wait
+        wait = self._tenants.take(tenant or "*", self.tenant_rate, now, units)
+        if wait > 0:
+            self._keys.refund(key_id, units)  # the tenant's limit refused the work: the key did nothing
+        return wait
 
 
 def retry_after_header(wait_s: float) -> str:

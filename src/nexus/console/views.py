@@ -330,8 +330,10 @@ def _shown_payload(payload: str | None) -> str:
     import json
 
     text = payload or ""
-    with contextlib.suppress(ValueError):
-        text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    with contextlib.suppress(ValueError):  # UnicodeEncodeError too: an escaped lone surrogate stays as sent
+        pretty = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        pretty.encode("utf-8")
+        text = pretty
     return text if len(text) <= PAYLOAD_SHOWN else text[:PAYLOAD_SHOWN] + f"\n... ({len(text)} characters)"
 
 
@@ -366,8 +368,10 @@ async def redrive_delivery(request: Request, outbox_id: uuid.UUID, subscription_
 
 @router.get("/subscriptions")
 async def subscriptions(request: Request) -> Response:
-    rows = await subs.list_subscriptions(_db(request), principal_of(request).tenant_id)
-    counts = {r["subscription_id"]: r for r in await subs.accounting(_db(request))}
+    viewer = principal_of(request).tenant_id
+    rows = await subs.list_subscriptions(_db(request), viewer)
+    accounting = await _db(request).fetch(query("console.sql", "subscription_accounting"), viewer)
+    counts = {r["subscription_id"]: r for r in accounting}
     return _page(request, "subscriptions.html", subscriptions=rows, counts=counts)
 
 

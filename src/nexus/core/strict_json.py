@@ -35,6 +35,9 @@ _PAIR = re.compile(rb"\[\]|\{\}")
 _STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 # 19 digits in a row outside strings: an integer that may be beyond int64 (which orjson turns into a float).
 _LONG_NUMBER = re.compile(rb"[0-9]{19}")
+# The escape of a UTF-16 surrogate (\uD800-\uDFFF): a string holding one may hold a lone one once decoded.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SLOW = object()
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 
@@ -75,7 +78,10 @@ def depth_of(body: bytes, cap: int = 64) -> int:
 def loads(body: bytes | str, limits: InputLimits | None = None) -> Any:
     """Decode strict JSON; raise `InvalidEventError` with PARSE_ERROR, NESTING_TOO_DEEP or PAYLOAD_TOO_LARGE."""
     limits = limits or InputLimits()
-    raw = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+    try:
+        raw = body if isinstance(body, bytes) else body.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidEventError(f"a lone surrogate at position {exc.start}", code=ErrorCode.PARSE_ERROR) from exc
     value = _fast(raw, limits.max_depth)
     if value is not _SLOW:
         return value
@@ -90,7 +96,7 @@ def loads(body: bytes | str, limits: InputLimits | None = None) -> Any:
     except UnicodeDecodeError as exc:
         raise InvalidEventError(f"not UTF-8: invalid byte at position {exc.start}", code=ErrorCode.PARSE_ERROR) from exc
     try:
-        return json.loads(
+        value = json.loads(
             text,
             object_pairs_hook=_no_duplicates,
             parse_constant=_no_constant,
@@ -103,6 +109,25 @@ def loads(body: bytes | str, limits: InputLimits | None = None) -> Any:
         raise InvalidEventError("JSON nested too deep", code=ErrorCode.NESTING_TOO_DEEP) from exc
     except ValueError as exc:
         raise InvalidEventError(f"not JSON: {exc}", code=ErrorCode.PARSE_ERROR) from exc
+    if _SURROGATE_ESCAPE.search(raw) is not None and _holds_lone_surrogate(value):
+        raise InvalidEventError("a lone surrogate escaped in a string (not UTF-8)", code=ErrorCode.PARSE_ERROR)
+    return value
+
+
+def _holds_lone_surrogate(value: Any) -> bool:
+    """Whether a key or string of a decoded document holds a surrogate (pairs were joined while decoding)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _LONE_SURROGATE.search(item) is not None:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def _fast(raw: bytes, max_depth: int) -> Any:

@@ -22,6 +22,7 @@ from typing import Any
 
 from nexus import metrics, tracing
 from nexus.auth.middleware import Gatekeeper
+from nexus.auth.ratelimit import retry_after_header
 from nexus.auth.roles import Principal, required_roles
 from nexus.core.actors import key_actor
 from nexus.core.sequencing import Decision
@@ -38,18 +39,32 @@ PATH = "/v1/events"
 
 
 async def answer_events(
-    body: bytes, traceparent: str | None, principal: Principal, settings: Settings, submitter: GroupCommitter
-) -> tuple[int, dict[str, Any]]:
-    """Decide a request's events: its status and JSON body (the results, or the error shape)."""
+    body: bytes,
+    traceparent: str | None,
+    principal: Principal,
+    settings: Settings,
+    submitter: GroupCommitter,
+    gate: Gatekeeper | None = None,
+) -> tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]:
+    """Decide a request's events: its status, JSON body (the results, or the error shape) and extra headers.
+    Each envelope is a unit of the key's and tenant's rates: the request paid one, `gate` charges the rest."""
     parsed = await parse(body, traceparent, settings)
     if isinstance(parsed, Refusal):
-        return parsed.status, http_errors.error_body(parsed.code, parsed.message)
+        return parsed.status, http_errors.error_body(parsed.code, parsed.message), []
+    wait = gate.charge(principal, len(parsed.items) - 1) if gate is not None else 0.0
+    if wait > 0:  # refused as a whole, nothing written
+        message = "rate limit of this key or its tenant exceeded (each envelope counts)"
+        return (
+            429,
+            http_errors.error_body(ErrorCode.RATE_LIMITED, message),
+            [(b"retry-after", retry_after_header(wait).encode())],
+        )
     actor = key_actor(principal.key_id)
     bound = [tenants.bind(item, principal.tenant_id, actor, principal.name) for item in parsed.items]
     if any(b is None for b in bound):
         # Refused as a whole, before anything is decided or written (no dead letter either).
         message = f"an envelope names another tenant than this key's ({principal.tenant_id})"
-        return 403, http_errors.error_body(ErrorCode.TENANT_MISMATCH, message)
+        return 403, http_errors.error_body(ErrorCode.TENANT_MISMATCH, message), []
     outcomes = await submitter.submit([b for b in bound if b is not None])
     results = [o.as_json() for o in outcomes]
     status = single_status(outcomes[0]) if parsed.single and outcomes else 200
@@ -62,7 +77,7 @@ async def answer_events(
             **http_errors.error_body(code, first.message or first.error or code.value, **extra),
             "results": results,
         }
-    return status, content
+    return status, content, []
 
 
 def single_status(outcome: Outcome) -> int:
@@ -100,6 +115,12 @@ class EventsFastPath:
         principal = await self.gate.admit(scope, send, self.roles)
         if principal is None:
             return
+        try:
+            await self._serve(scope, receive, send, principal)
+        finally:
+            self.gate.release(principal)
+
+    async def _serve(self, scope: Any, receive: Any, send: Any, principal: Principal) -> None:
         rid = http_errors.request_id_for(scope)
         token = http_errors.use_request_id(rid)
         try:
@@ -151,8 +172,7 @@ class EventsFastPath:
         body = refusal or await self._body(receive, declared)
         if isinstance(body, Refusal):
             return body.status, http_errors.error_body(body.code, body.message), []
-        status, content = await answer_events(body, traceparent, principal, self.settings, self.submitter)
-        return status, content, []
+        return await answer_events(body, traceparent, principal, self.settings, self.submitter, self.gate)
 
     async def _body(self, receive: Any, declared: str | None) -> bytes | Refusal:
         """The body, or a refusal once it exceeds the limit (declared or streamed), as `events_body.read_body`."""

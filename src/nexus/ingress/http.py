@@ -16,6 +16,7 @@ from nexus.auth.middleware import AuthMiddleware, Gatekeeper, principal_of
 from nexus.auth.ratelimit import FailureThrottle, RateLimiter
 from nexus.auth.roles import read_tenant
 from nexus.auth.sessions import SessionStore
+from nexus.auth.shares import RequestShares
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.errors import ErrorCode, NexusError, NotFoundError
 from nexus.gateway import Gateway
@@ -93,7 +94,7 @@ def create_app(
     submitter = committer or GroupCommitter(gateway, workers=1)
     http_errors.install(app)
     keys, sessions, gate = _install_layers(app, db, limits, settings, submitter)
-    _add_events_route(app, settings, submitter)
+    _add_events_route(app, settings, submitter, gate)
     _add_order_routes(app, db, settings)
     _add_process_routes(app, gateway)
     _add_operator_routes(app, db, gateway)
@@ -107,7 +108,7 @@ def create_app(
 
         decision_listener = DecisionListener(db.url, settings)
     app.state.decision_listener = decision_listener
-    app.state.wait_slots = WaitSlots(settings.max_waits_per_key)
+    app.state.wait_slots = WaitSlots(settings.max_waits_per_key, settings.max_waits_per_tenant)
     app.state.keys = keys
     app.state.gate = gate  # the console's sign-in form records its failed attempts through it
     app.state.console_sessions = sessions
@@ -125,10 +126,11 @@ def _install_layers(
     # Every route but /healthz and /readyz needs a key (see nexus.auth.roles for who may call what)
     keys = KeyCache(db, ttl_s=limits.auth_cache_ttl_s)
     sessions = SessionStore(db, db.settings.console_session_ttl_s)  # in PostgreSQL
-    limiter = RateLimiter(rate_limits(limits))  # one set of buckets for both paths below
+    # One set of buckets (per key, per tenant) for both paths below
+    limiter = RateLimiter(rate_limits(limits), tenant_rate=limits.rate_limit_tenant)
     failures = FailureThrottle(limits.auth_failures_per_minute, processes_of(limits))
-    gate = Gatekeeper(keys, limiter, sessions, failures)
-    app.add_middleware(RequestGuard, settings=settings)  # inside the key check: no body read for a stranger
+    gate = Gatekeeper(keys, limiter, sessions, failures, RequestShares.of(limits))  # fair shares of requests
+    app.add_middleware(RequestGuard, settings=settings, keys=keys)  # inside the key check: no body read for a stranger
     app.add_middleware(AuthMiddleware, gate=gate)
     app.add_middleware(http_errors.RequestContext)  # outermost: the request id is set before anything answers
     if tracing.active():  # The maintained ASGI instrumentation, outermost; absent when tracing is off
@@ -138,7 +140,7 @@ def _install_layers(
     return keys, sessions, gate
 
 
-def _add_events_route(app: FastAPI, settings: Settings, submitter: GroupCommitter) -> None:
+def _add_events_route(app: FastAPI, settings: Settings, submitter: GroupCommitter, gate: Gatekeeper) -> None:
     """POST /v1/events as the framework serves it (the fast path's, while tracing is on)."""
 
     @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
@@ -147,10 +149,10 @@ def _add_events_route(app: FastAPI, settings: Settings, submitter: GroupCommitte
         body = refusal or await read_body(request, settings.max_body_bytes)
         if isinstance(body, Refusal):
             return error_response(body.status, body.code, body.message)
-        status, content = await answer_events(
-            body, request.headers.get("traceparent"), principal_of(request), settings, submitter
+        status, content, headers = await answer_events(
+            body, request.headers.get("traceparent"), principal_of(request), settings, submitter, gate
         )
-        return JSONResponse(content, status_code=status)
+        return JSONResponse(content, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
 
 
 def _add_order_routes(app: FastAPI, db: Database, settings: Settings) -> None:

@@ -36,6 +36,7 @@ from nexus.errors import (
     AlreadyRedrivenError,
     ApprovalNotPendingError,
     ErrorCode,
+    KeyRevokedError,
     NexusError,
     NotFoundError,
     TooManyWaitsError,
@@ -71,7 +72,7 @@ class ErrorBody(BaseModel):
 
 _DESCRIPTIONS = {
     400: "Malformed request (PARSE_ERROR, NESTING_TOO_DEEP)",
-    401: "No API key, or an unknown or revoked one (UNAUTHENTICATED)",
+    401: "No API key, or an unknown or revoked one, also revoked during a wait (UNAUTHENTICATED)",
     403: "The key's role or tenant does not allow this (FORBIDDEN, TENANT_MISMATCH)",
     404: "Not found",
     405: "Method not allowed",
@@ -82,7 +83,8 @@ _DESCRIPTIONS = {
     422: "Invalid input (INVALID_EVENT, INVALID_IDENTIFIER, INVALID_REQUEST, INVALID_PARAMETER, UNSAFE_URL), or a"
     " REJECTED step",
     429: "Rate limit of the key's role, or of failed authentications from an address, reached (RATE_LIMITED,"
-    " Retry-After); or the key's open streams and long polls at their cap (TOO_MANY_WAITS)",
+    " Retry-After); the key's or its tenant's open streams and long polls at their cap (TOO_MANY_WAITS); or the"
+    " tenant's requests in flight at its share of the process (TENANT_BUSY, Retry-After)",
     500: "Internal error",
     503: "Database unavailable or server busy; retry (Retry-After)",
 }
@@ -112,6 +114,8 @@ def status_of(exc: NexusError) -> int:
         return 409
     if isinstance(exc, TooManyWaitsError):
         return 429
+    if isinstance(exc, KeyRevokedError):
+        return 401
     return 500
 
 

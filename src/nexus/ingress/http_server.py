@@ -5,8 +5,10 @@ head or body stops half way (one byte a minute keeps it forever), and its connec
 plain text. `GuardedHttpToolsProtocol` adds a read deadline per request (from its first byte until its
 body has fully arrived), a shorter head deadline (`NEXUS_HTTP_HEAD_TIMEOUT_S`: from a request's first
 byte, or a connection's opening, until the end of its headers: a slowloris holds a socket that long at
-most), a cap on the bytes of a request head, and the cap on connections and in-flight requests answered
-with the API's one error shape (`/healthz` and `/readyz` are answered even then). It also sends each
+most), a cap on the bytes of a request head, the cap on requests in flight answered with the API's one
+error shape (`/healthz` and `/readyz` are answered even then), and a cap on connections at which the
+oldest idle or head-incomplete connection is closed to make room: a new client is served, and whoever
+holds many idle sockets loses the oldest of them. It also sends each
 response's head and body in one write (uvicorn writes them separately: two system calls and two TCP
 segments per answer).
 """
@@ -48,8 +50,10 @@ def _refusal(status: int, code: ErrorCode, message: str) -> Any:
     return app
 
 
+CLIENT_GONE = "nexus.client_gone"
+"""The scope extension holding an asyncio.Event set when the request's connection is lost."""
 _HEAD_TOO_LARGE = "request line and headers too large"
-_busy = _refusal(503, ErrorCode.SERVER_BUSY, "too many connections or requests in flight; retry later")
+_busy = _refusal(503, ErrorCode.SERVER_BUSY, "too many requests in flight; retry later")
 _head_too_large = _refusal(431, ErrorCode.INVALID_REQUEST, _HEAD_TOO_LARGE)
 # Answered even at the connection cap: a balancer's probes must not read a busy gateway as a dead one.
 _PROBES = frozenset({b"/healthz", b"/readyz"})
@@ -103,23 +107,41 @@ class _OneWritePerResponse:
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a per-request read deadline, a head size cap and a JSON 503 cap."""
+    """uvicorn's httptools protocol with a per-request read deadline, a head size cap, a JSON 503 cap on
+    requests in flight and a cap on connections that closes the oldest idle one."""
 
     read_timeout_s: float = 30.0
     head_timeout_s: float = 5.0
     max_head_bytes: int = 65_536
     max_concurrency: int | None = None
+    max_connections: int | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn types its transport as BaseTransport; it is always a Transport here
+        self._gone = asyncio.Event()  # every request of the connection sees it (nexus.lifecycle.waiting)
         self._read = _Deadline(self, self.read_timeout_s, "request", "http_read_timeout")
         self._head = _Deadline(self, self.head_timeout_s, "request head", "http_head_timeout")
         self._head_bytes = 0
         self._in_head = False
+        self._opened = self.loop.time()
         super().connection_made(transport)
         self._read.arm()
         self._head.arm()  # a new connection owes its first request head within the head timeout
+        if self.max_connections is not None and len(self.connections) > self.max_connections:
+            self._make_room()
+
+    def _closable(self) -> bool:
+        """Idle between requests, or still receiving a request head: nothing of it is in flight."""
+        return not self.transport.is_closing() and (self.cycle is None or self.cycle.response_complete)
+
+    def _make_room(self) -> None:
+        """At the connection cap: close the oldest closable connection (this new one if there is none)."""
+        others = (c for c in self.connections if c is not self and isinstance(c, GuardedHttpToolsProtocol))
+        victim = min((c for c in others if c._closable()), key=lambda c: c._opened, default=self)
+        log.debug("connection cap reached; closing the oldest idle connection", extra={"action": "http_evict"})
+        victim.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._gone.set()
         self._read.disarm()
         self._head.disarm()
         super().connection_lost(exc)
@@ -150,13 +172,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         refusal = None
         if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > self.max_head_bytes:
             refusal = _head_too_large
-        elif (
-            cap is not None
-            and (len(self.connections) > cap or len(self.tasks) >= cap)
-            and self.url.split(b"?", 1)[0] not in _PROBES
-        ):
-            log.warning("connection cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
+        elif cap is not None and len(self.tasks) >= cap and self.url.split(b"?", 1)[0] not in _PROBES:
+            log.warning("request cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
             refusal = _busy
+        extensions: Any = self.scope.setdefault("extensions", {})
+        extensions[CLIENT_GONE] = self._gone
         before = self.cycle
         if refusal is None:
             super().on_headers_complete()
@@ -217,6 +237,7 @@ def server_config(app: Any, settings: Settings) -> uvicorn.Config:
             "head_timeout_s": settings.http_head_timeout_s,
             "max_head_bytes": settings.http_max_head_bytes,
             "max_concurrency": settings.http_limit_concurrency,
+            "max_connections": settings.http_max_connections,
         },
     )
     return uvicorn.Config(

@@ -13,15 +13,14 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
-from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import principal_of
 from nexus.auth.roles import read_tenant
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
-from nexus.errors import ErrorCode, NexusError
+from nexus.errors import ErrorCode, KeyRevokedError, NexusError
 from nexus.ingress.http_errors import error_response
 from nexus.lifecycle.approvals import ApproverRefused, answer, approver_of, pending
 from nexus.lifecycle.history import history_item, order_history, plan_history
-from nexus.lifecycle.waiting import DecisionListener, WaitSlots
+from nexus.lifecycle.waiting import RECHECK_S, DecisionListener, WaitSlots, current_client
 from nexus.retrying import sleep_until_set
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -73,13 +72,15 @@ async def stream_order(
     start = int(last) if last is not None and last.isascii() and last.isdigit() and len(last) < 10 else after
     principal = principal_of(request)
     tenant_id = read_tenant(principal, tenant)
-    keys: KeyCache = request.app.state.keys
-    key_hash: bytes | None = request.scope.get("state", {}).get("key_hash")
+    client = current_client()
 
     async def alive() -> bool:
         if await request.is_disconnected():
             return False
-        return key_hash is None or await keys.lookup_hash(key_hash) is not None
+        try:
+            return await client.check()
+        except KeyRevokedError:
+            return False
 
     slots.take(principal.key_id)
     return _HeldStream(
@@ -106,10 +107,6 @@ class _HeldStream(StreamingResponse):
                 release()
 
 
-# How often a quiet stream asks whether its client is still there and its key still valid.
-RECHECK_S = 0.5
-
-
 async def decision_events(
     db: Database,
     listener: DecisionListener,
@@ -124,21 +121,23 @@ async def decision_events(
     with listener.watch(*order) as woken:
         yield ": stream of order decisions\n\n"
         quiet_since = loop.time()
+        read = True  # the log is read at the start and when woken, not at every check of the client
         while await alive():
-            woken.clear()
-            try:
-                rows = await db.fetch(query("lifecycle.sql", "order_history_after"), *order, position)
-            except NexusError:
-                rows = []  # PostgreSQL away: the listener wakes us when it is back
-            for row in rows:
-                position = row["position"]
-                data = json.dumps(history_item(row), separators=(",", ":"))
-                yield f"id: {position}\nevent: decision\ndata: {data}\n\n"
-                quiet_since = loop.time()
-            if len(rows) == 500:
-                continue
-            was_woken = await sleep_until_set(woken, min(keepalive_s, RECHECK_S))
-            if not was_woken and loop.time() - quiet_since >= keepalive_s:
+            if read:
+                woken.clear()
+                try:
+                    rows = await db.fetch(query("lifecycle.sql", "order_history_after"), *order, position)
+                except NexusError:
+                    rows = []  # PostgreSQL away: the listener wakes us when it is back
+                for row in rows:
+                    position = row["position"]
+                    data = json.dumps(history_item(row), separators=(",", ":"))
+                    yield f"id: {position}\nevent: decision\ndata: {data}\n\n"
+                    quiet_since = loop.time()
+                if len(rows) == 500:
+                    continue
+            read = await sleep_until_set(woken, min(keepalive_s, RECHECK_S))
+            if not read and loop.time() - quiet_since >= keepalive_s:
                 yield ": keepalive\n\n"
                 quiet_since = loop.time()
 

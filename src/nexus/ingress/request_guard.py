@@ -6,12 +6,16 @@ limit, strict JSON.
 * A body larger than `NEXUS_MAX_BODY_BYTES` is 413 PAYLOAD_TOO_LARGE, decided from its Content-Length
   before a byte is read, or as soon as the streamed bytes pass the limit (the console's forms too).
 * A JSON body is strict (`nexus.core.strict_json`): duplicate keys, NaN or Infinity, a number beyond
-  float range, non-UTF-8: 400 PARSE_ERROR; nested too deep: 400 NESTING_TOO_DEEP; a string beyond the
-  limit: 413 PAYLOAD_TOO_LARGE; a NUL in any string: 422 INVALID_REQUEST. The body is then handed to the
-  route as it came.
+  float range, non-UTF-8, a lone surrogate (escaped or raw): 400 PARSE_ERROR; nested too deep: 400
+  NESTING_TOO_DEEP; a string beyond the limit: 413 PAYLOAD_TOO_LARGE; a NUL in any string: 422
+  INVALID_REQUEST; an integer beyond int64: 422 INVALID_EVENT on the steps API, plans and MCP,
+  INVALID_REQUEST elsewhere. The body is then handed to the route as it came.
 
 Every answer under `/console` carries a Content-Security-Policy, `X-Frame-Options: DENY`,
 `X-Content-Type-Options: nosniff` and a same-origin Referrer-Policy.
+
+Every request runs with its `WaitingClient` (nexus.lifecycle.waiting): the server's "connection lost"
+event and a check of the calling key, so any wait it holds ends with its client or its key.
 
 `POST /v1/events` keeps its own reading (nexus.ingress.events_body): its problems are per item and
 dead-lettered, not refusals.
@@ -21,14 +25,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from nexus.auth.keys import KeyCache
+from nexus.auth.shares import EVERY_TENANT
 from nexus.core import strict_json
-from nexus.errors import ErrorCode, InvalidEventError
+from nexus.errors import ErrorCode, InvalidEventError, NexusError
 from nexus.ingress.events_body import Disconnected, has_nul, limits_of, receive_body
 from nexus.ingress.http_errors import error_response
+from nexus.ingress.http_server import CLIENT_GONE
+from nexus.lifecycle.waiting import CLIENT, WaitingClient
 from nexus.settings import Settings
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _OWN_READER = frozenset({"/v1/events"})
+# Bodies that carry a step's data (REST and MCP): an integer beyond int64 there is INVALID_EVENT, as in an envelope.
+_STEP_PATHS = ("/v1/orders/", "/v1/plans", "/mcp")
 
 
 def _nul_in_parameters(scope: Any) -> bool:
@@ -74,14 +84,22 @@ def _with_console_headers(send: Any) -> Any:
 class RequestGuard:
     """Pure ASGI middleware: the checks above, then the route."""
 
-    def __init__(self, app: Any, settings: Settings) -> None:
+    def __init__(self, app: Any, settings: Settings, keys: KeyCache | None = None) -> None:
         self.app = app
         self.settings = settings
+        self.keys = keys
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        token = CLIENT.set(self._client(scope))
+        try:
+            await self._guarded(scope, receive, send)
+        finally:
+            CLIENT.reset(token)
+
+    async def _guarded(self, scope: Any, receive: Any, send: Any) -> None:
         if _nul_in_parameters(scope):
             message = "a parameter (path, query or header) contains a NUL character"
             await error_response(422, ErrorCode.INVALID_PARAMETER, message)(scope, receive, send)
@@ -106,6 +124,25 @@ class RequestGuard:
             return await receive()  # after the body: only the disconnect is left to wait for
 
         await self.app(scope, replay, send)
+
+    def _client(self, scope: Any) -> WaitingClient:
+        """The request's client for its waits: gone with its connection, valid while its key is."""
+        state = scope.get("state", {})
+        session = state.get("console_session")
+        digest: bytes | None = state.get("key_hash") or (session.key_hash if session is not None else None)
+        keys = self.keys
+
+        async def key_valid() -> bool:
+            if keys is None or digest is None:
+                return True
+            try:
+                return await keys.lookup_hash(digest) is not None
+            except NexusError:  # the database away: a wait is no reason to refuse; asked again shortly
+                return True
+
+        principal = state.get("principal")
+        tenant = (principal.tenant_id if principal is not None else None) or EVERY_TENANT
+        return WaitingClient(scope.get("extensions", {}).get(CLIENT_GONE), key_valid, tenant)
 
     async def _read(self, scope: Any, receive: Any, send: Any) -> bytes | None:
         """The body, or None once 413 has been sent (from the declared length, or the streamed bytes)."""
@@ -136,5 +173,9 @@ class RequestGuard:
         if has_nul(value):
             message = "a string in the body contains a NUL character"
             await error_response(422, ErrorCode.INVALID_REQUEST, message)(scope, receive, send)
+            return False
+        if strict_json.find_oversized_int(value) is not None:
+            code = ErrorCode.INVALID_EVENT if scope["path"].startswith(_STEP_PATHS) else ErrorCode.INVALID_REQUEST
+            await error_response(422, code, "an integer in the body is outside the 64-bit range")(scope, receive, send)
             return False
         return True

@@ -7,12 +7,20 @@ the waiters watching that order (an order is the pair tenant, order_id). A notif
 a waiter always re-reads the order (or the decision log) itself, so a lost connection costs latency, never
 a change. When the connection is lost (PostgreSQL restarting) every waiter is woken to re-read, and the
 listener reconnects on the core/backoff schedule.
+
+A wait ends with its client: every request runs with a `WaitingClient` (set by the request guard) that
+knows whether the client's connection is gone (the HTTP server's protocol sets an event when it is lost)
+and whether the key that called is still valid. A long poll, a stream or an MCP `wait_for_order` asks it
+at least every RECHECK_S, so it frees its slot and its task within a second of its client leaving, and
+ends within the auth cache's TTL plus a second of its key's revocation (`KeyRevokedError`, 401).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import dataclasses
 import json
 import logging
 import random
@@ -21,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from nexus.core.backoff import RetryPolicy
-from nexus.errors import TooManyWaitsError
+from nexus.errors import KeyRevokedError, TooManyWaitsError
 from nexus.retrying import Retrying, sleep_until_set
 from nexus.settings import Settings
 from nexus.store.listen import listen_forever
@@ -29,6 +37,37 @@ from nexus.store.listen import listen_forever
 log = logging.getLogger(__name__)
 
 CHANNEL = "nexus_orders"
+# How often a quiet wait asks whether its client is still there and its key still valid (bound: 1 s).
+RECHECK_S = 0.5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WaitingClient:
+    """The client a request serves, as the server and the key check know it."""
+
+    gone: asyncio.Event | None = None
+    """Set by the HTTP server when the client's connection is lost (None: a server that cannot tell)."""
+    key_valid: Callable[[], Awaitable[bool]] | None = None
+    """Whether the calling key is still valid (the auth cache: a revocation is seen within its TTL)."""
+    tenant: str = "*"
+    """The calling key's tenant (`*`: a key spanning every tenant), whose share of waits a wait takes."""
+
+    async def check(self) -> bool:
+        """Whether the wait should go on: False once the client has gone; KeyRevokedError once the key is."""
+        if self.gone is not None and self.gone.is_set():
+            return False
+        if self.key_valid is not None and not await self.key_valid():
+            raise KeyRevokedError()
+        return True
+
+
+CLIENT: contextvars.ContextVar[WaitingClient | None] = contextvars.ContextVar("nexus_waiting_client", default=None)
+"""The current request's client: set per request by the request guard, read by every wait (MCP's too)."""
+
+
+def current_client() -> WaitingClient:
+    """The current request's client; outside a request, one that never leaves."""
+    return CLIENT.get() or WaitingClient()
 
 
 class DecisionListener:
@@ -105,30 +144,52 @@ class DecisionListener:
 
 
 class WaitSlots:
-    """Open SSE streams plus waiting long polls, per key, in this process: at most `per_key` each
-    (`NEXUS_MAX_WAITS_PER_KEY`). A wait holds a connection for as long as it lasts, so the cap is what
-    keeps one key from taking every connection the process has (the others' requests and health checks)."""
+    """Open SSE streams, waiting long polls and MCP waits in this process: at most `per_key` per key
+    (`NEXUS_MAX_WAITS_PER_KEY`) and `per_tenant` per tenant (`NEXUS_MAX_WAITS_PER_TENANT`; the tenant of
+    the current request's key). A wait holds a connection for as long as it lasts, so the caps are what
+    keep one key, or one tenant's many keys, from taking every connection the process has."""
 
-    def __init__(self, per_key: int) -> None:
+    def __init__(self, per_key: int, per_tenant: int | None = None) -> None:
         self.per_key = per_key
+        self.per_tenant = per_tenant
         self._held: dict[int, int] = {}
+        self._tenants: dict[str, int] = {}
+        self._tenant_of: dict[int, str] = {}
 
     def held(self, key_id: int) -> int:
         return self._held.get(key_id, 0)
 
+    def held_by_tenant(self, tenant: str) -> int:
+        return self._tenants.get(tenant, 0)
+
     def take(self, key_id: int) -> None:
-        """Hold one slot of the key's; raise TooManyWaitsError when all are held."""
+        """Hold one slot of the key's (and its tenant's); raise TooManyWaitsError when all are held."""
         held = self._held.get(key_id, 0)
         if held >= self.per_key:
             raise TooManyWaitsError(f"this key already holds {self.per_key} open streams and long polls")
+        tenant = self._tenant_of.get(key_id) if held else None
+        tenant = tenant or current_client().tenant
+        in_tenant = self._tenants.get(tenant, 0)
+        if self.per_tenant is not None and in_tenant >= self.per_tenant:
+            raise TooManyWaitsError(f"this tenant's keys already hold {self.per_tenant} open streams and long polls")
         self._held[key_id] = held + 1
+        self._tenant_of[key_id] = tenant
+        self._tenants[tenant] = in_tenant + 1
 
     def give_back(self, key_id: int) -> None:
+        tenant = self._tenant_of.get(key_id)
         held = self._held.get(key_id, 0) - 1
         if held > 0:
             self._held[key_id] = held
         else:
             self._held.pop(key_id, None)
+            self._tenant_of.pop(key_id, None)
+        if tenant is not None:
+            in_tenant = self._tenants.get(tenant, 0) - 1
+            if in_tenant > 0:
+                self._tenants[tenant] = in_tenant
+            else:
+                self._tenants.pop(tenant, None)
 
     @contextlib.contextmanager
     def hold(self, key_id: int) -> Iterator[None]:
@@ -166,16 +227,18 @@ async def wait_for_order(
     after_seq: int | None = None,
     after_status: str | None = None,
 ) -> OrderView | None:
-    """The order as soon as it `changed`, else its current state after `wait_s` seconds (a long poll)."""
+    """The order as soon as it `changed`, else its current state after `wait_s` seconds (a long poll); its
+    last reading as soon as the client has gone (nobody reads the answer); KeyRevokedError once the key is."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait_s
+    client = current_client()
     with listener.watch(tenant_id, order_id) as woken:
         baseline = order = await read()
         while not changed(order, baseline, after_seq, after_status):
             left = deadline - loop.time()
-            if left <= 0:
+            if left <= 0 or not await client.check():
                 break
-            await sleep_until_set(woken, left)
-            woken.clear()
-            order = await read()
+            if await sleep_until_set(woken, min(left, RECHECK_S)):
+                woken.clear()
+                order = await read()
     return order

@@ -27,9 +27,10 @@ from nexus.gateway import Gateway, Incoming
 from nexus.store.database import Database
 from nexus_lab.procs import NEXUS_CMD, wait_http
 
-UNLIMITED_KEY = {"NEXUS_RATE_LIMIT_AGENT": "0"}
+UNLIMITED_KEY = {"NEXUS_RATE_LIMIT_AGENT": "0", "NEXUS_RATE_LIMIT_TENANT": "0"}
 """The environment of a gateway a bench starts: it measures the gateway's capacity, not the per-key limit of
-its one key (2,000 agent requests/s by default, which one gateway on two cores exceeds)."""
+its one key (2,000 agent requests/s by default, which one gateway on two cores exceeds) nor its tenant's
+(4,000 units/s)."""
 
 # The floor: the gateway's writes for one in-order step, by hand, one transaction per event.
 RAW_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"

@@ -10,10 +10,14 @@ RETURNING id, name, tenant_id, roles, created_at, revoked_at;
 SELECT id, name, tenant_id, roles, revoked_at IS NOT NULL AS revoked FROM api_keys WHERE key_hash = $1;
 
 -- name: list_keys
-SELECT id, name, tenant_id, roles, created_at, revoked_at FROM api_keys ORDER BY id;
+-- $1: a tenant (its own keys only; not the keys spanning every tenant), or NULL for every key.
+SELECT id, name, tenant_id, roles, created_at, revoked_at FROM api_keys
+WHERE $1::text IS NULL OR tenant_id = $1
+ORDER BY id;
 
 -- name: revoke_key
-UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1
+-- $2: the caller's tenant (a key of another tenant, or one spanning every tenant, is not found), or NULL.
+UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 AND ($2::text IS NULL OR tenant_id = $2)
 RETURNING id, name, tenant_id, roles, created_at, revoked_at;
 
 -- name: count_keys
