@@ -10,14 +10,12 @@ from typing import Any
 
 import httpx
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from pydantic import AnyUrl
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.mcp_client import mcp_client
 from tests.conftest import TEST_ROOT_KEY, root_headers, settings_env
 from tests.helpers import nexus_command
 
@@ -168,14 +166,9 @@ async def read_every_console_page(base: str, operator: str) -> None:
 
 async def read_over_mcp(base: str, agent: str) -> None:
     """MCP's get_order and the order resource, through the official client, answer the stored strings."""
-    async with (
-        httpx.AsyncClient(headers=bearer(agent), timeout=30) as http,
-        streamable_http_client(f"{base}/mcp", http_client=http) as (read, write, _),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
+    async with mcp_client(base, agent) as session:
         order = await session.call_tool("get_order", {"order_id": "nasty"})
-        assert not order.isError, order
-        resource = await session.read_resource(AnyUrl("nexus://orders/nasty"))
+        assert not order.is_error, order
+        resource = await session.read_resource("nexus://orders/nasty")
         text = resource.contents[0].text  # type: ignore[union-attr]
         assert '"decision": "REJECTED"' in text
