@@ -220,19 +220,13 @@ async def _submit(
     caller: StepCaller, envelope: dict[str, Any], tenant: str, proposal: Proposal | None
 ) -> tuple[int, dict[str, Any]]:
     principal = caller.principal
+    actor = key_actor(principal.key_id)
     try:
-        item = Incoming(
-            "",
-            parse_envelope(envelope),
-            None,
-            None,
-            tenant_id=tenant,
-            actor=key_actor(principal.key_id),
-            actor_name=principal.name,
-            proposal=proposal,
-        )
-    except InvalidEventError as exc:
-        raise StepsApiError(422, exc.code, str(exc)) from exc
+        parsed = parse_envelope(envelope)
+    except InvalidEventError as exc:  # e.g. an integer of the data beyond 64 bits: a dead letter, as an envelope's
+        item = Incoming(envelope, None, exc, tenant_id=tenant, actor=actor, actor_name=principal.name)
+    else:
+        item = Incoming(envelope, parsed, tenant_id=tenant, actor=actor, actor_name=principal.name, proposal=proposal)
     [outcome] = await caller.decider.submit([item])
     return single_status(outcome), result_json(outcome)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from nexus.core.audit_chain import Entry
 from nexus.core.decide.answers import Outcome, answer
+from nexus.core.decide.data_check import invalid_data, invalid_data_entry
 from nexus.core.decide.expiry import Expiry, expired_rows
 from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, ingress_entry
@@ -121,8 +122,11 @@ class _Planner:
 
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
-        events = [items[i].envelope for i in indexes]
         state = reads.states.get(key) or OrderState(key[1])
+        indexes = self.valid_data(indexes, state)
+        if not indexes:
+            return
+        events = [items[i].envelope for i in indexes]
         if key in reads.rejected:
             state = dataclasses.replace(state, rejections=len(reads.rejected[key]))
         pending = reads.pending.get(key, {})
@@ -146,6 +150,20 @@ class _Planner:
             if decision is Decision.PLAN_MISMATCH and self.parts.record_plan_mismatch:
                 why = f"order {key[1]} follows plan {resolution.before.plan_id}, not {event.plan_id}"
                 self.dead_letter(i, ErrorCode.PLAN_MISMATCH, why)
+
+    def valid_data(self, indexes: list[int], state: OrderState) -> list[int]:
+        """The items whose data their order's process accepts; the others DEAD_LETTER INVALID_EVENT."""
+        events = [event for i in indexes if (event := self.items[i].envelope) is not None]
+        invalid = invalid_data(self.parts.catalog, state, events)
+        for j, verdict in invalid.items():
+            i, event = indexes[j], events[j]
+            self.dead_letter(i, verdict.code, verdict.message)
+            self.answers[i] = Outcome(
+                str(event.event_id), Decision.DEAD_LETTER, verdict.code, verdict.message, state.status,
+                state.last_seq, seq_id=event.seq_id,
+            )  # fmt: skip
+            self.log += self.parts.log.entries([invalid_data_entry(self.items[i], event, verdict)])
+        return [i for j, i in enumerate(indexes) if j not in invalid] if invalid else indexes
 
     def dead_letter(self, i: int, code: ErrorCode, error: str) -> None:
         item = self.items[i]
