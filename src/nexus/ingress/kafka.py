@@ -102,9 +102,6 @@ def _dead_reason(item: Incoming, outcome: Outcome) -> tuple[ErrorCode, str]:
     code = outcome.code or ErrorCode.INVALID_EVENT
     if outcome.error:
         return code, outcome.error
-    env = item.envelope
-    if code is ErrorCode.PLAN_MISMATCH and env is not None:
-        return code, f"order {env.order_id} follows another plan than {env.plan_id}"
     return code, code.value
 
 

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nexus.core import wording
 from nexus.core.audit_chain import Entry
 from nexus.core.decide.answers import Outcome, answer
 from nexus.core.decide.data_check import invalid_data, invalid_data_entry
@@ -146,10 +147,13 @@ class _Planner:
         self.log += self.parts.log.order_entries(resolution, pending, None, actors, self.names)
         for i, (event, decision, after) in zip(indexes, resolution.decisions, strict=True):
             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
-            self.answers[i] = answer(event, decision, after, verdict, resolution.deadlines.get(event.event_id))
-            if decision is Decision.PLAN_MISMATCH and self.parts.record_plan_mismatch:
-                why = f"order {key[1]} follows plan {resolution.before.plan_id}, not {event.plan_id}"
-                self.dead_letter(i, ErrorCode.PLAN_MISMATCH, why)
+            outcome = answer(event, decision, after, verdict, resolution.deadlines.get(event.event_id))
+            if decision is Decision.PLAN_MISMATCH:
+                why = wording.plan_mismatch(key[1], after.plan_id, event.plan_id)
+                outcome = dataclasses.replace(outcome, error=why)
+                if self.parts.record_plan_mismatch:
+                    self.dead_letter(i, ErrorCode.PLAN_MISMATCH, why)
+            self.answers[i] = outcome
 
     def valid_data(self, indexes: list[int], state: OrderState) -> list[int]:
         """The items whose data their order's process accepts; the others DEAD_LETTER INVALID_EVENT."""
