@@ -92,6 +92,7 @@ def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderSt
     """What the pure core decides for each agent message (`.body`, `.expected_code`), in sending order,
     and the order's final state: the gateway without the database (the built-in processes, default limit).
     An `Answer` among them answers its held step."""
+    from nexus.core.decide.data_check import invalid_data
     from nexus.processes import builtin_catalog
 
     state = OrderState(order_id)
@@ -104,6 +105,11 @@ def fold_messages(order_id: str, messages: Any) -> tuple[list[Decision], OrderSt
             envelope = message.event if isinstance(message, Answer) else parse_envelope(message.body)
         except InvalidEventError as exc:
             assert exc.code.value == message.expected_code
+            decisions.append(Decision.DEAD_LETTER)
+            continue
+        refused = invalid_data(builtin_catalog(), state, [envelope]).get(0)  # the batch fold's arrival check
+        if refused is not None:
+            assert refused.code.value == message.expected_code
             decisions.append(Decision.DEAD_LETTER)
             continue
         resolution = resolve(

@@ -10,7 +10,8 @@ fresh database, after these mechanical changes only:
 - a long-running server (`nexus serve`, `sink`, `fake-llm`, `services`) started in the background and
   waited for, a server stream cut after 2 s; a block that talks to the API without starting a gateway
   gets one (as the reader has from "Running it");
-- `curl -s` fails on an HTTP error (`--fail-with-body`), so an error answer fails the block.
+- `curl -s` fails on an HTTP error (`--fail-with-body`), so an error answer fails the block;
+- a here-document's body (a file the block writes, e.g. a process definition) is kept verbatim.
 
 Lines that cannot run here are listed in `CANNOT_RUN` with the reason. A desktop client's configuration
 (JSON) is not a command block.
@@ -124,12 +125,21 @@ class Stage:
         return self.ports["8080"]
 
 
+_HEREDOC = re.compile(r"<<-?\s*'?([A-Za-z_]+)'?")
+
+
 def logical_lines(text: str) -> list[str]:
-    """Lines with their backslash continuations joined; comments and blank lines dropped."""
+    """Lines with their backslash continuations joined; comments and blank lines dropped. A here-document
+    (`cat > f <<'YAML'`) stays one logical line, its body and terminator kept verbatim after a newline."""
     out: list[str] = []
     pending = ""
+    heredoc: str | None = None
     for raw in text.splitlines():
         line = raw.rstrip()
+        if heredoc is not None:
+            out[-1] += "\n" + raw
+            heredoc = None if line == heredoc else heredoc
+            continue
         if pending:
             line = pending + " " + line.strip()
             pending = ""
@@ -138,6 +148,8 @@ def logical_lines(text: str) -> list[str]:
             continue
         if line.strip() and not line.lstrip().startswith("#"):
             out.append(line)
+            opened = _HEREDOC.search(line)
+            heredoc = opened.group(1) if opened else None
     return out
 
 
@@ -179,7 +191,8 @@ def script_of(block: Block, stage: Stage, used: set[str]) -> str:
     lines: list[str] = []
     started_gateway = False
     for logical in logical_lines(block.text):
-        line = strip_comment(logical).strip()
+        first, newline, heredoc = logical.partition("\n")
+        line = strip_comment(first).strip() + newline + heredoc
         if not line:
             continue
         skipped = next((prefix for prefix in CANNOT_RUN if line.startswith(prefix)), None)

@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus import metrics
 from nexus.core import definitions, schemas_export
-from nexus.core.envelope import Int64, Timestamp, data_problem, json_schemas
+from nexus.core.envelope import Int64, Timestamp, json_schemas
+from nexus.core.step_data import problem
 from nexus.processes import builtin_catalog
 from nexus_lab.agent import paths
 
@@ -21,6 +22,11 @@ from nexus_lab.agent import paths
 Amount = Annotated[Decimal, Field(ge=0)]
 Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
 Identifier = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+def data_problem(step: str, data: dict[str, Any]) -> str | None:
+    """What the default process's schema of `step` says of `data` (as its orders' steps are judged)."""
+    return problem(definitions.shipped().steps[step].data_schema, data)
 
 
 class _Data(BaseModel):
@@ -169,25 +175,29 @@ def test_order_yaml_schemas_accept_what_the_models_accepted(step: str, data: dic
         (
             "OrderCreated",
             {"items": [{"product_id": "p", "quantity": 0, "unit_price": 1}]},
-            "items.0.quantity: Input should be greater than 0",
+            "data.items.0.quantity: Input should be greater than 0",
         ),
         (
             "OrderCreated",
             {"items": [{"product_id": "p", "quantity": 2.0, "unit_price": 1}]},
-            "items.0.quantity: Input should be a valid integer",
+            "data.items.0.quantity: Input should be a valid integer",
         ),
-        ("OrderCreated", {"total_amount": -1}, "total_amount: Input should be greater than or equal to 0"),
-        ("PaymentProcessed", {"currency": "usd"}, "currency: String should match pattern '^[A-Z]{3}$'"),
-        ("PaymentProcessed", {"amount": "-1"}, "amount: Input should be greater than or equal to 0"),
-        ("PaymentProcessed", {"amount": "NaN"}, "amount: Input should be a finite number"),
-        ("PaymentProcessed", {"amount": "1,5"}, "amount: Input should be a valid decimal"),
-        ("PaymentProcessed", {"amount": True}, "amount: Decimal input should be an integer, float, string or Decimal"),
+        ("OrderCreated", {"total_amount": -1}, "data.total_amount: Input should be greater than or equal to 0"),
+        ("PaymentProcessed", {"currency": "usd"}, "data.currency: String should match pattern '^[A-Z]{3}$'"),
+        ("PaymentProcessed", {"amount": "-1"}, "data.amount: Input should be greater than or equal to 0"),
+        ("PaymentProcessed", {"amount": "NaN"}, "data.amount: Input should be a finite number"),
+        ("PaymentProcessed", {"amount": "1,5"}, "data.amount: Input should be a valid decimal"),
+        (
+            "PaymentProcessed",
+            {"amount": True},
+            "data.amount: Decimal input should be an integer, float, string or Decimal",
+        ),
         (
             "InventoryValidated",
             {"reserved_items": [{"quantity": 1, "unit_price": 1}]},
-            "reserved_items.0.product_id: Field required",
+            "data.reserved_items.0.product_id: Field required",
         ),
-        ("OrderCompleted", {"completed_at": "2026-13-01T10:00"}, "completed_at: Value error"),
+        ("OrderCompleted", {"completed_at": "2026-13-01T10:00"}, "data.completed_at: Value error"),
     ],
 )
 def test_bad_data_names_the_field(step: str, data: dict[str, Any], message: str) -> None:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nexus.core.decide.data_check import invalid_data
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.envelope import StepType as EventType
 from nexus.core.process import ABORTED, Verdict
@@ -131,12 +132,19 @@ def test_no_boundary_inside_an_out_of_order_pair() -> None:
 
 @pytest.mark.parametrize("variant", sorted(hostile.MALFORMED_VARIANTS))
 def test_malformed_variants_are_rejected_with_their_code(variant: str) -> None:
-    """Every malformed variant fails envelope parsing with the code the report expects."""
+    """Every malformed variant fails envelope parsing, or its order's process's data check, with the code the
+    report expects."""
     event = honest_events(Outcome.COMPLETED)[0]
     body = malformed_body(variant, event.model_dump(mode="json"))
-    with pytest.raises(InvalidEventError) as caught:
-        parse_envelope(body)
-    assert caught.value.code.value == hostile.MALFORMED_VARIANTS[variant]
+    try:
+        envelope = parse_envelope(body)
+    except InvalidEventError as exc:
+        code = exc.code
+    else:
+        refused = invalid_data(builtin_catalog(), OrderState(envelope.order_id), [envelope]).get(0)
+        assert refused is not None
+        code = refused.code
+    assert code.value == hostile.MALFORMED_VARIANTS[variant]
 
 
 def test_out_of_order_holds_the_first_half_until_its_successor_exists() -> None:

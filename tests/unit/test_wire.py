@@ -1,5 +1,6 @@
 """The shared package (nexus_wire) is the envelope's shape and the values both sides use; the gateway's envelope
-is the same model with its process's data checks added, and the gateway's old names are the shared objects."""
+is the same model (a step's data is judged later, by the order's own process), and the gateway's old names are
+the shared objects."""
 
 from __future__ import annotations
 
@@ -9,20 +10,23 @@ import pytest
 import nexus_wire
 from nexus.core import backoff, order_state, process
 from nexus.core import envelope as gateway
-from nexus.errors import InvalidEventError
+from nexus.core.decide.validation import data_verdict
+from nexus.errors import ErrorCode, InvalidEventError
+from nexus.processes import builtin_catalog
 from nexus_client._protocol import envelope_json
 from tests.factories import abort_json, step_json
 
 
 def test_the_wire_checks_the_shape_and_the_gateway_the_data() -> None:
-    """A payment with a negative amount is a well-formed envelope on the wire (the SDK cannot know the process),
-    and INVALID_EVENT naming the field at the gateway."""
+    """A payment with a negative amount is a well-formed envelope on the wire and at parse time (neither can
+    know the order's process), and INVALID_EVENT naming the field when the order's process judges it."""
     body = step_json("o-1", "p-1", 3)
     body["data"] = {**body["data"], "amount": -1}
     wire = nexus_wire.EventEnvelope.model_validate(body)
     assert wire.data["amount"] == -1
-    with pytest.raises(InvalidEventError, match="amount"):
-        gateway.parse_envelope(body)
+    verdict = data_verdict(builtin_catalog().get("order"), gateway.parse_envelope(body))
+    assert verdict is not None and verdict.code is ErrorCode.INVALID_EVENT
+    assert verdict.message.startswith("data.amount: ")
 
 
 def test_both_refuse_a_malformed_envelope_alike() -> None:

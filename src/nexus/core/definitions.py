@@ -6,9 +6,7 @@ or `shipped(name)`, the shapes of the definitions shipped in `src/nexus/processe
 before the order exists to a terminal state other than `aborted`, each step allowed from the state the
 previous one led to; `plans()` lists them in the order the definition declares its steps.
 
-The step data schemas are JSON Schemas with two Nexus readings, checked by `data_validator`:
-`x-json-integer: true` on an integer means a JSON integer literal (`2`, not `2.0`), and `format: date-time`
-is an ISO 8601 date and time whose offset may be absent (read as UTC), as the envelope's `timestamp`.
+The step data schemas are JSON Schemas with two Nexus readings (`core/step_data.py`).
 """
 
 from __future__ import annotations
@@ -16,10 +14,7 @@ from __future__ import annotations
 import enum
 import functools
 import json
-from collections.abc import Callable, Iterable
-from typing import Any
-
-import jsonschema_rs
+from collections.abc import Iterable
 
 from nexus.core.process import ABORT_STEP, ABORTED, REPLAN_STEP, CompiledProcess, ProcessCatalog, compile_definition
 from nexus.core.shipped import DEFINITIONS
@@ -109,24 +104,3 @@ def _kinds(processes: Iterable[CompiledProcess]) -> tuple[str, ...]:
     for process in processes:
         names.update(dict.fromkeys(step_names(process)))
     return (*names, ABORT_STEP, REPLAN_STEP)
-
-
-class _JsonInteger:
-    """`x-json-integer: true`: an integer written as one (strict JSON decoding keeps 2.0 a float)."""
-
-    def __init__(self, parent_schema: Any, value: Any, schema_path: Any) -> None:
-        self.on = bool(value)
-
-    def validate(self, instance: Any) -> None:
-        if self.on and isinstance(instance, float):
-            raise ValueError("Input should be a valid integer")
-
-
-def data_validator(schema: dict[str, Any], is_date_time: Callable[[str], bool]) -> Any:
-    """A compiled validator of a step's data schema, with the Nexus readings above."""
-    return jsonschema_rs.validator_for(
-        schema,
-        formats={"date-time": is_date_time},
-        validate_formats=True,
-        keywords={"x-json-integer": _JsonInteger},
-    )

@@ -1,21 +1,18 @@
-"""The wire format: `EventEnvelope`, the validation of each step's data, and JSON Schema export.
+"""The wire format: `EventEnvelope`, its validation, and JSON Schema export.
 
-Validation is strict: a missing field, a seq_id on ABORT_PLAN (or none on a step), or a negative amount is
-an `InvalidEventError`. Which step types exist, and which may follow which, is the business of the order's
-process (`core/process.py`): a well-formed step of an unknown type or out of turn is REJECTED there, with a
-precise code, not dead-lettered here. A step of the default process (`order`, `processes/order.yaml`) has its
-data validated here by the JSON Schema of its definition (the `data:` key), so bad data is INVALID_EVENT with
-the field's path; the built-in steps (ABORT_PLAN, REPLAN) keep their models below.
+Validation is strict: a missing field, or a seq_id on ABORT_PLAN (or none on a step), is an
+`InvalidEventError`. What a step's data must hold, which step types exist, and which may follow which, is
+the business of the order's process, known only once the order is read: a step's data is checked by the
+JSON Schema of its step in the order's process (`core/decide/validation.py`: bad data is DEAD_LETTER
+INVALID_EVENT with the field's path), and a well-formed step of an unknown type or out of turn is REJECTED,
+with a precise code. The built-in steps (ABORT_PLAN, REPLAN) have their data checked here, by their models.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError, field_validator, model_validator
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic import TypeAdapter, ValidationError, field_validator
 
 from nexus.core import definitions, strict_json
 from nexus.core.process import ABORT_STEP, REPLAN_STEP
@@ -34,95 +31,18 @@ from nexus_wire.envelope import is_safe_identifier as is_safe_identifier
 _IDENTIFIER_FIELDS = frozenset({"plan_id", "order_id", "tenant_id", "correlation_id"})
 
 
-def _is_date_time(value: str) -> bool:
-    try:
-        _TIMESTAMP.validate_python(value)
-    except ValidationError:
-        return False
-    return True
-
-
-_TIMESTAMP: TypeAdapter[dt.datetime] = TypeAdapter(Timestamp)
 _DEFAULT = definitions.shipped()
 StepType = definitions.step_enum(_DEFAULT, "StepType")
 """The default process's step types and ABORT_PLAN: an envelope's `event_type` is one of them when it can be."""
-_DATA_VALIDATORS = {
-    name: definitions.data_validator(compiled.step.data, _is_date_time)
-    for name, compiled in _DEFAULT.steps.items()
-    if compiled.step.data
-}
-# What JSON Schema's words are in the envelope's other answers (pydantic's), for the keywords the shipped
-# schemas use: one wording for a field whatever validates it.
-_TYPE_WORDS = {"string": "a valid string", "integer": "a valid integer", "array": "a valid list",
-               "object": "a valid dictionary", "number": "a valid number", "boolean": "a valid boolean"}  # fmt: skip
-
-
-def _data_errors(event_type: str, data: dict[str, Any]) -> list[InitErrorDetails]:
-    """The data's errors against its step's schema in the default process (none for other step types)."""
-    validator = _DATA_VALIDATORS.get(event_type)
-    if validator is None or validator.is_valid(data):
-        return []
-    details: list[InitErrorDetails] = []
-    for error in validator.iter_errors(data):
-        loc = tuple(error.instance_path)
-        kind = error.kind
-        name = type(kind).__name__
-        if name == "Required":
-            loc, message = (*loc, str(kind.property)), "Field required"
-        else:
-            message = _words(name, kind, error.message, error.instance)
-        details.append({"type": PydanticCustomError("data", message), "loc": loc, "input": None})
-    return details
-
-
-def data_problem(event_type: str, data: dict[str, Any]) -> str | None:
-    """Why `data` is not valid for a step of the default process (as an envelope would say it), or None."""
-    errors = _data_errors(event_type, data)
-    if not errors:
-        return None
-    return _summarize(ValidationError.from_exception_data(event_type, errors))
-
-
-def _words(name: str, kind: Any, fallback: str, value: Any) -> str:
-    if name == "Minimum":
-        return f"Input should be greater than or equal to {kind.limit}"
-    if name == "ExclusiveMinimum":
-        return f"Input should be greater than {kind.limit}"
-    if name == "Maximum":
-        return f"Input should be less than or equal to {kind.limit}"
-    if name == "MinLength":
-        return f"String should have at least {kind.limit} character{'s' if kind.limit != 1 else ''}"
-    if name == "MaxLength":
-        return f"String should have at most {kind.limit} character{'s' if kind.limit != 1 else ''}"
-    if name == "Pattern":
-        # A pattern with an exponent is a decimal number written as a string (an amount).
-        return _decimal_words(value) if "[eE]" in kind.pattern else f"String should match pattern '{kind.pattern}'"
-    if name == "Type":
-        types = sorted(str(t) for t in kind.types)
-        if types == ["number", "string"]:
-            return "Decimal input should be an integer, float, string or Decimal object"
-        return "Input should be " + " or ".join(_TYPE_WORDS.get(t, t) for t in types if t != "null")
-    if name == "Format":
-        return "Value error, expected an ISO 8601 date and time, e.g. 2026-01-01T10:00:00Z"
-    return fallback
-
-
-def _decimal_words(value: Any) -> str:
-    try:
-        number = decimal.Decimal(str(value).strip())
-    except decimal.InvalidOperation:
-        return "Input should be a valid decimal"
-    if not number.is_finite():
-        return "Input should be a finite number"
-    return "Input should be greater than or equal to 0" if number < 0 else "Input should be a valid decimal"
 
 
 class EventEnvelope(wire.EventEnvelope):
     """One step an agent proposes for one order (the aggregate)."""
 
     # The wire's envelope (`nexus_wire.envelope`: fields, identifiers, the built-in steps' data), and what the
-    # gateway knows besides: the default process's step types arrive as `StepType` members, and their data is
-    # validated by the JSON Schema of its definition. The docstring above is the exported schemas' description.
+    # gateway knows besides: the default process's step types arrive as `StepType` members. A step's data is
+    # judged by the order's own process (core/decide/validation.py), not here. The docstring above is the
+    # exported schemas' description.
 
     @field_validator("event_type", mode="after")
     @classmethod
@@ -131,15 +51,6 @@ class EventEnvelope(wire.EventEnvelope):
             return StepType(value)
         except ValueError:
             return value
-
-    @model_validator(mode="after")
-    def _check_data(self) -> EventEnvelope:
-        if self.seq_id is None:  # ABORT_PLAN and REPLAN: their data was checked by the wire's model
-            return self
-        errors = _data_errors(self.event_type, self.data)
-        if errors:
-            raise ValidationError.from_exception_data(self.event_type, errors)
-        return self
 
 
 _ENVELOPE = TypeAdapter(EventEnvelope)

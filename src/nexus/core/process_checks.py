@@ -8,6 +8,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from nexus.core import step_data
 from nexus.core.checks import (
     build_context,
     convert_money,
@@ -54,10 +55,8 @@ def validate_step(
     if (too_long := list_limit_message(data, process.definition.max_list_items, limits)) is not None:
         return Verdict(ErrorCode.LIMIT_EXCEEDED, too_long, LIST_CHECK_ID)
     data = compiled.with_defaults(data)
-    if compiled.data_schema is not None and not compiled.data_schema.is_valid(data):
-        error = next(iter(compiled.data_schema.iter_errors(data)))
-        where = ".".join(str(p) for p in error.instance_path) or "data"
-        return Verdict(ErrorCode.CHECK_FAILED, f"{where}: {error.message}", "data")
+    if compiled.data_schema is not None and (problem := step_data.problem(compiled.data_schema, data)) is not None:
+        return Verdict(ErrorCode.CHECK_FAILED, problem, "data")
     if not compiled.rules:
         return None
     variables = _variables(

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
-import jsonschema_rs
 import yaml
 from pydantic import ValidationError
 
+from nexus.core import step_data
 from nexus.core.checks import CheckSyntaxError, CompiledRule, element_fields_used, fields_used
 from nexus.core.process_model import (
     ABORTED,
@@ -128,7 +128,7 @@ def _compile_step(name: str, step: Step, text: str) -> CompiledStep:
         if step.data:
             jsonschema.Draft202012Validator.check_schema(step.data)
         # The Rust validator checks a step's data in < 1 us; `jsonschema` took ~80 us per step.
-        validator = jsonschema_rs.validator_for(step.data) if step.data else None
+        validator = step_data.data_validator(step.data) if step.data else None
     except jsonschema.SchemaError as exc:
         raise DefinitionError(
             f"step {name}: data is not a JSON Schema: {exc.message}", _line_of(text, [*where, "data"])

@@ -15,7 +15,7 @@ from typing import Any
 
 from fastapi import Request
 
-from nexus.core import strict_json
+from nexus.core import strict_json, wording
 from nexus.core.strict_json import InputLimits
 from nexus.errors import ErrorCode, InvalidEventError
 from nexus.gateway import Incoming
@@ -57,7 +57,7 @@ def media_type_refusal(content_type: str | None) -> Refusal | None:
 
 async def read_body(request: Request, max_bytes: int) -> bytes | Refusal:
     """The body, or a refusal once it exceeds `max_bytes` (declared or streamed)."""
-    too_large = Refusal(413, ErrorCode.PAYLOAD_TOO_LARGE, f"body exceeds {max_bytes} bytes")
+    too_large = Refusal(413, ErrorCode.PAYLOAD_TOO_LARGE, wording.body_too_large(max_bytes))
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
         return too_large

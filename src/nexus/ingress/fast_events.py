@@ -24,6 +24,7 @@ from nexus import metrics, tracing
 from nexus.auth.middleware import Gatekeeper
 from nexus.auth.ratelimit import retry_after_header
 from nexus.auth.roles import Principal, required_roles
+from nexus.core import wording
 from nexus.core.actors import key_actor
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, NexusError
@@ -63,7 +64,7 @@ async def answer_events(
     bound = [tenants.bind(item, principal.tenant_id, actor, principal.name) for item in parsed.items]
     if any(b is None for b in bound):
         # Refused as a whole, before anything is decided or written (no dead letter either).
-        message = f"an envelope names another tenant than this key's ({principal.tenant_id})"
+        message = wording.tenant_mismatch(str(principal.tenant_id))
         return 403, http_errors.error_body(ErrorCode.TENANT_MISMATCH, message), []
     outcomes = await submitter.submit([b for b in bound if b is not None])
     results = [o.as_json() for o in outcomes]
@@ -177,7 +178,7 @@ class EventsFastPath:
     async def _body(self, receive: Any, declared: str | None) -> bytes | Refusal:
         """The body, or a refusal once it exceeds the limit (declared or streamed), as `events_body.read_body`."""
         limit = self.settings.max_body_bytes
-        too_large = Refusal(413, ErrorCode.PAYLOAD_TOO_LARGE, f"body exceeds {limit} bytes")
+        too_large = Refusal(413, ErrorCode.PAYLOAD_TOO_LARGE, wording.body_too_large(limit))
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return too_large
         body = await receive_body(receive, limit)

@@ -10,6 +10,7 @@ disconnects mid-request is logged once, at debug, and nothing else happens.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -188,12 +189,18 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
-        code = ErrorCode.INVALID_REQUEST
-        parts = []
-        for err in errors[:5]:
-            loc = [str(p) for p in err.get("loc", ())]
-            if loc and loc[-1] in IDENTIFIER_PARAMS and err.get("type") != "missing":
-                code = ErrorCode.INVALID_IDENTIFIER
-            parts.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
-        return error_response(422, code, "; ".join(parts) or "invalid request")
+        code, message = invalid_request(exc.errors())
+        return error_response(422, code, message)
+
+
+def invalid_request(errors: Sequence[Any], where: tuple[str, ...] = ()) -> tuple[ErrorCode, str]:
+    """The code and message of a request's invalid fields (pydantic's errors; `where` prefixes each
+    location, e.g. `("body",)` for a model built from a body): where and what, never the input."""
+    code = ErrorCode.INVALID_REQUEST
+    parts = []
+    for err in errors[:5]:
+        loc = [*where, *(str(p) for p in err.get("loc", ()))]
+        if loc and loc[-1] in IDENTIFIER_PARAMS and err.get("type") != "missing":
+            code = ErrorCode.INVALID_IDENTIFIER
+        parts.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
+    return code, "; ".join(parts) or "invalid request"

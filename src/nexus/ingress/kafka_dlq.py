@@ -36,11 +36,8 @@ def dlq_headers(record: Any, code: ErrorCode, error: str) -> list[tuple[str, byt
 
 def dead_reason(item: Incoming, outcome: Outcome) -> tuple[ErrorCode, str]:
     code = outcome.code or ErrorCode.INVALID_EVENT
-    if outcome.error:
+    if outcome.error:  # the fold's reason (core/wording.py), the same words at every door
         return code, outcome.error
-    env = item.envelope
-    if code is ErrorCode.PLAN_MISMATCH and env is not None:
-        return code, f"order {env.order_id} follows another plan than {env.plan_id}"
     return code, code.value
 
 

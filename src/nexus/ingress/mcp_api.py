@@ -24,7 +24,7 @@ from nexus.core.process import CompiledProcess
 from nexus.errors import NexusError
 from nexus.gateway import Gateway
 from nexus.ingress import steps_api
-from nexus.ingress.http_errors import status_of
+from nexus.ingress.http_errors import invalid_request, status_of
 from nexus.lifecycle.waiting import WaitSlots
 from nexus.mcp.asgi import McpEndpoint, allowed_origins
 from nexus.mcp.backend import BackendError, invalid_arguments
@@ -213,6 +213,9 @@ class _Translated:
         return None
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if isinstance(exc, ValidationError):  # a tool's argument the API's body would refuse: as the API says it
+            code, message = invalid_request(exc.errors(include_input=False), ("body",))
+            raise BackendError(422, code.value, message) from exc
         if isinstance(exc, steps_api.StepsApiError):
             raise BackendError(exc.status, exc.code.value, exc.message) from exc
         if isinstance(exc, NexusError):

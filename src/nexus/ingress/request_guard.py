@@ -27,7 +27,7 @@ from typing import Any
 
 from nexus.auth.keys import KeyCache
 from nexus.auth.shares import EVERY_TENANT
-from nexus.core import strict_json
+from nexus.core import strict_json, wording
 from nexus.errors import ErrorCode, InvalidEventError, NexusError
 from nexus.ingress.events_body import Disconnected, has_nul, limits_of, receive_body
 from nexus.ingress.http_errors import error_response
@@ -147,7 +147,7 @@ class RequestGuard:
     async def _read(self, scope: Any, receive: Any, send: Any) -> bytes | None:
         """The body, or None once 413 has been sent (from the declared length, or the streamed bytes)."""
         limit = self.settings.max_body_bytes
-        too_large = error_response(413, ErrorCode.PAYLOAD_TOO_LARGE, f"body exceeds {limit} bytes")
+        too_large = error_response(413, ErrorCode.PAYLOAD_TOO_LARGE, wording.body_too_large(limit))
         for name, value in scope["headers"]:
             if name == b"content-length" and (not value.isdigit() or int(value) > limit):
                 await too_large(scope, receive, send)

@@ -7,7 +7,9 @@ A step is built here without a number: an envelope with a placeholder `seq_id` a
 group-committed with other requests' steps (`GroupCommitter`), but an order's second proposal in one
 shared transaction is decided in the next (nexus.plan_steps): parallel proposals of one order are each
 numbered from the state the previous one left, so a REJECTED proposal frees its number for the next. With an
-idempotency key its event id is `uuid5(tenant, order_id, key)`; without one, a fresh uuid4.
+idempotency key its event id is `uuid5(tenant, order_id, key)`; without one, a fresh uuid4. A step is
+answered as the same envelope on `/v1/events` would be: data its order's process refuses is DEAD_LETTER
+INVALID_EVENT naming the field (decided in the fold), the envelope kept as the dead letter's payload.
 """
 
 from __future__ import annotations
@@ -221,19 +223,13 @@ async def _submit(
     caller: StepCaller, envelope: dict[str, Any], tenant: str, proposal: Proposal | None
 ) -> tuple[int, dict[str, Any]]:
     principal = caller.principal
+    actor = key_actor(principal.key_id)
     try:
-        item = Incoming(
-            "",
-            parse_envelope(envelope),
-            None,
-            None,
-            tenant_id=tenant,
-            actor=key_actor(principal.key_id),
-            actor_name=principal.name,
-            proposal=proposal,
-        )
-    except InvalidEventError as exc:
-        raise StepsApiError(422, exc.code, str(exc)) from exc
+        parsed = parse_envelope(envelope)
+    except InvalidEventError as exc:  # e.g. an integer of the data beyond 64 bits: a dead letter, as an envelope's
+        item = Incoming(envelope, None, exc, tenant_id=tenant, actor=actor, actor_name=principal.name)
+    else:
+        item = Incoming(envelope, parsed, tenant_id=tenant, actor=actor, actor_name=principal.name, proposal=proposal)
     [outcome] = await caller.decider.submit([item])
     return single_status(outcome), result_json(outcome)
 

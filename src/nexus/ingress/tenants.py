@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from nexus.core import wording
 from nexus.errors import ErrorCode, InvalidEventError
 from nexus.gateway import Incoming
 
@@ -40,8 +41,5 @@ def bind_or_dead_letter(
     if bound is not None:
         return bound
     assert item.envelope is not None
-    error = InvalidEventError(
-        f"envelope names tenant {item.envelope.tenant_id!r}, this topic carries tenant {tenant!r}",
-        code=ErrorCode.TENANT_MISMATCH,
-    )
+    error = InvalidEventError(wording.tenant_mismatch(tenant), code=ErrorCode.TENANT_MISMATCH)
     return dataclasses.replace(item, envelope=None, error=error, tenant_id=tenant, actor=actor, actor_name=actor_name)

@@ -32,8 +32,8 @@ from typing import Annotated, Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from nexus.core import definitions
-from nexus.core.envelope import AbortPlanData, EventEnvelope, StepType, data_problem
+from nexus.core import definitions, step_data
+from nexus.core.envelope import AbortPlanData, EventEnvelope, StepType
 from nexus.core.process import ABORT_STEP, ABORTED, AbortCode
 
 # The order process as its definition says (processes/order.yaml): the graph has one node per step of its
@@ -199,7 +199,7 @@ def _order_data(state: PlanState) -> dict[str, Any]:
 def _plan_problem(state: PlanState) -> str | None:
     """Why the order cannot be placed, or None: the agent checks items and total before any step."""
     data = _order_data(state)
-    problem = data_problem(CREATE, data)
+    problem = step_data.problem(ORDER.steps[CREATE].data_schema, data)
     if problem is not None:
         return f"invalid order: {problem}"
     if not data["items"]:

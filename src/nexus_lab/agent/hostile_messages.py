@@ -86,8 +86,9 @@ def denied_abort(
     return _message(spec, abort)
 
 
-def malformed_body(variant: str, base: dict[str, Any]) -> bytes:
-    """A message the gateway cannot accept, built from a valid envelope `base` (JSON-ready dict)."""
+def malformed_body(variant: str, base: dict[str, Any], lab: LabProcess = ORDER) -> bytes:
+    """A message the gateway cannot accept, built from a valid envelope `base` (JSON-ready dict); its data
+    (`negative_quantity`) is refused by the schema of `lab`'s first step, the process that judges it."""
     obj = dict(base)
     if variant == "not_json":
         text = json.dumps(obj)
@@ -100,9 +101,14 @@ def malformed_body(variant: str, base: dict[str, Any]) -> bytes:
         obj["seq_id"] = 0
         obj["data"] = {}
     elif variant == "negative_quantity":
-        obj["event_type"] = ORDER.steps[0]  # its data schema has items with quantities
+        obj["event_type"] = lab.steps[0]
         obj["seq_id"] = 1
-        obj["data"] = {"items": [{"product_id": "prod_x", "quantity": -1, "unit_price": "1.00"}]}
+        if lab.name == ORDER.name:  # its data schema has items with quantities
+            obj["data"] = {"items": [{"product_id": "prod_x", "quantity": -1, "unit_price": "1.00"}]}
+        else:  # its first field of a declared type, as an object; a first step names its process
+            obj["process"] = lab.name
+            fields = lab.definition.steps[lab.steps[0]].step.data.get("properties", {})
+            obj["data"] = {next(k for k, v in fields.items() if "type" in v): {"not": "this"}}
     else:
         raise ValueError(f"unknown malformed variant {variant!r}")
     return json.dumps(obj).encode()
@@ -194,7 +200,7 @@ def _malformed(spec: SendSpec, ref: EventEnvelope | None, target: PlanTarget) ->
         "schema_version": "1.0",
         "data": {},
     }
-    body = malformed_body(spec.variant, base)
+    body = malformed_body(spec.variant, base, target.lab)
     return Message(
         body=body,
         key=order_id,
@@ -234,7 +240,8 @@ def hallucination(mode: Mode, honest: Sequence[EventEnvelope], target: PlanTarge
         return EventEnvelope(event_type=INVENTED_TYPE, seq_id=b + 1, data={"note": "a step no process has"}, **common)
     if mode is Mode.AFTER_COMPLETION:
         again = str(honest[-2].event_type)
-        return EventEnvelope(event_type=again, seq_id=b + 1, data={"note": "again, after completion"}, **common)
+        data = {**_required_data(lab, again), "note": "again, after completion"}
+        return EventEnvelope(event_type=again, seq_id=b + 1, data=data, **common)
     assert first is not None
     data = _data_for(lab, lab.money_step, first)
     if mode is Mode.WRONG_AMOUNT:
@@ -252,7 +259,13 @@ def _data_for(lab: LabProcess, event_type: str, first: EventEnvelope | None) -> 
             lab.amount_field: str(created.get(lab.source_amount_field, "0")),
             lab.currency_field: created.get(lab.currency_field, "USD"),
         }
-    return {}
+    return _required_data(lab, event_type)
+
+
+def _required_data(lab: LabProcess, event_type: str) -> dict[str, Any]:
+    """The fields the step's schema requires, as strings: a hallucination is a step's turn, not its data."""
+    schema = lab.definition.steps[event_type].step.data
+    return {name: "hallucinated" for name in schema.get("required", ())}
 
 
 class HostileStream:

@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from nexus.core import wording
 from nexus.core.actors import SYSTEM_DEADLINE, SYSTEM_MAX_REJECTIONS
 from nexus.core.audit_chain import INGRESS_ORDER, Entry
 from nexus.core.decide.deadlines import is_deadline_abort
@@ -113,7 +114,7 @@ class _OrderEntries:
         self, event: EventEnvelope, decision: Decision, after: OrderState, code: ErrorCode | None
     ) -> str | None:
         if decision is Decision.PLAN_MISMATCH:
-            return f"order {event.order_id} follows plan {self.resolution.before.plan_id}, not {event.plan_id}"
+            return wording.plan_mismatch(event.order_id, after.plan_id, event.plan_id)
         if code is ErrorCode.PLAN_SUPERSEDED:
             return f"plan {event.plan_id} was replaced by plan {after.plan_id}"
         if decision is Decision.APPLY and event.is_replan:

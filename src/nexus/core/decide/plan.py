@@ -22,8 +22,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nexus.core import wording
 from nexus.core.audit_chain import Entry
 from nexus.core.decide.answers import Outcome, answer
+from nexus.core.decide.data_check import invalid_data, invalid_data_entry
 from nexus.core.decide.expiry import Expiry, expired_rows
 from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, ingress_entry
@@ -133,6 +135,9 @@ class _Planner:
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
         state = reads.states.get(key) or OrderState(key[1])
+        indexes = self.valid_data(indexes, state)
+        if not indexes:
+            return
         if key in reads.rejected:
             state = dataclasses.replace(state, rejections=len(reads.rejected[key]))
         pending = reads.pending.get(key, {})
@@ -161,10 +166,13 @@ class _Planner:
         self.log += self.parts.log.order_entries(resolution, pending, None, actors, self.names)
         for i, (event, decision, after) in zip(folded, resolution.decisions, strict=True):
             verdict = resolution.verdict_of(event.event_id) if decision is Decision.REJECTED else None
-            self.answers[i] = answer(event, decision, after, verdict, resolution.deadlines.get(event.event_id))
-            if decision is Decision.PLAN_MISMATCH and self.parts.record_plan_mismatch:
-                why = f"order {key[1]} follows plan {resolution.before.plan_id}, not {event.plan_id}"
-                self.dead_letter(i, ErrorCode.PLAN_MISMATCH, why)
+            outcome = answer(event, decision, after, verdict, resolution.deadlines.get(event.event_id))
+            if decision is Decision.PLAN_MISMATCH:
+                why = wording.plan_mismatch(key[1], after.plan_id, event.plan_id)
+                outcome = dataclasses.replace(outcome, error=why)
+                if self.parts.record_plan_mismatch:
+                    self.dead_letter(i, ErrorCode.PLAN_MISMATCH, why)
+            self.answers[i] = outcome
         if numbering is not None:
             numbering.answer(self.answers)
             self.first_verdicts += numbering.first_verdicts(self.answers)
@@ -175,6 +183,20 @@ class _Planner:
             return None
         assert self.now is not None, "numbering proposals needs the clock (the repeat window)"
         return OrderNumbering(reads.numbering.get(key, NumberingReads()), self.now, self.parts.repeat_window_s)
+
+    def valid_data(self, indexes: list[int], state: OrderState) -> list[int]:
+        """The items whose data their order's process accepts; the others DEAD_LETTER INVALID_EVENT."""
+        events = [event for i in indexes if (event := self.items[i].envelope) is not None]
+        invalid = invalid_data(self.parts.catalog, state, events)
+        for j, verdict in invalid.items():
+            i, event = indexes[j], events[j]
+            self.dead_letter(i, verdict.code, verdict.message)
+            self.answers[i] = Outcome(
+                str(event.event_id), Decision.DEAD_LETTER, verdict.code, verdict.message, state.status,
+                state.last_seq, seq_id=event.seq_id,
+            )  # fmt: skip
+            self.log += self.parts.log.entries([invalid_data_entry(self.items[i], event, verdict)])
+        return [i for j, i in enumerate(indexes) if j not in invalid] if invalid else indexes
 
     def dead_letter(self, i: int, code: ErrorCode, error: str) -> None:
         item = self.items[i]

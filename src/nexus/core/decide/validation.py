@@ -1,5 +1,9 @@
 """Process validation: the process's part of the decision table, for a step that would apply. Pure.
 
+| situation (on arrival, before its position is looked at)              | decision    | code          |
+|-----------------------------------------------------------------------|-------------|---------------|
+| data fails its step's JSON Schema in the order's process (`data_check`)   | DEAD_LETTER | INVALID_EVENT |
+
 | situation (the step would apply: in turn, drained, or approved)       | decision | code               |
 |-----------------------------------------------------------------------|----------|--------------------|
 | step type unknown to the order's process (or the process unknown)     | REJECTED | UNKNOWN_STEP       |
@@ -8,6 +12,13 @@
 | a CEL check fails (or cannot be evaluated)                            | REJECTED | CHECK_FAILED / LIMIT_EXCEEDED |
 | a step (seq > last_seq) after a terminal state other than aborted     | REJECTED | AFTER_TERMINAL     |
 | the step's `approval.when` holds (or cannot be evaluated)             | HELD     | (see approvals.py) |
+
+A step's data is judged on arrival by the process the order follows: the one it is pinned to, else (an
+order not begun) the one its first step names (`process`, default `order`): a step that names it, or a
+step at seq 1, or a later step of the same batch after such a one. A step arriving before its order's
+first step, naming no process, is judged when it would apply (its data failing: REJECTED CHECK_FAILED,
+check `data`). Only the order's process judges: a step named like a shipped one is held to its own
+process's schema, never to the shipped one's.
 
 The first failing check decides. The tenant's `limits` arrive in major units and reach CEL in the step's
 minor unit. Terminal states come from the definition (`terminal`, and `aborted`).
@@ -18,11 +29,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from nexus.core import step_data
+from nexus.core.envelope import EventEnvelope
 from nexus.core.process_checks import approval_expires_s, needs_approval, validate_step
 from nexus.core.process_model import ABORTED, CompiledProcess, Verdict
 from nexus.errors import ErrorCode
 
-__all__ = ["NoChecks", "StepChecks", "after_terminal", "approval_expires_s", "judge", "needs_approval", "validate_step"]
+__all__ = [
+    "NoChecks", "StepChecks", "after_terminal", "approval_expires_s", "data_verdict", "judge", "needs_approval",
+    "validate_step",
+]  # fmt: skip
+
+
+def data_verdict(process: CompiledProcess | None, event: EventEnvelope) -> Verdict | None:
+    """INVALID_EVENT (the fields' paths, never their values) when the step's data fails the JSON Schema of its
+    step in `process`; None when it passes, or when there is nothing to judge it by (no process, a step
+    type the process lacks: UNKNOWN_STEP later, a step without a schema, a built-in step)."""
+    if process is None or event.seq_id is None:
+        return None
+    compiled = process.steps.get(event.event_type)
+    if compiled is None or compiled.data_schema is None:
+        return None
+    problem = step_data.problem(compiled.data_schema, compiled.with_defaults(event.data))
+    return None if problem is None else Verdict(ErrorCode.INVALID_EVENT, problem)
 
 
 def judge(
