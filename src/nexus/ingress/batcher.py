@@ -106,6 +106,8 @@ class GroupCommitter:
 
     async def submit(self, items: Sequence[Incoming]) -> list[Outcome]:
         """Decide `items` in shared transactions; outcomes in the items' order."""
+        if not items:
+            return []
         if not self._tasks:
             return await self.gateway.submit(items)
         loop = asyncio.get_running_loop()
