@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from nexus import tracing
+from nexus import metrics, tracing
 from nexus.audit.signing import checkpoint_loop, load_signing_key
 from nexus.core.process import ProcessCatalog
 from nexus.gateway import Gateway
@@ -25,6 +25,7 @@ from nexus.ingress.http import create_app
 from nexus.ingress.http_server import server_config
 from nexus.settings import Settings, otel_variables
 from nexus.store.database import Database
+from nexus.store.sagas import effect_services
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -138,6 +139,7 @@ async def _register_processes(db: Database, settings: Settings, background: bool
     if admin_key is not None:
         # The path, never the key: it is in a file only its owner can read.
         print(f"nexus: no API keys yet; bootstrap admin key written to {admin_key.resolve()}", flush=True)
+    metrics.born_saga_services(effect_services(catalog))
     return catalog
 
 

@@ -13,7 +13,7 @@ shows `exposition()`: counters and histograms summed over the processes, each ga
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
@@ -278,6 +278,12 @@ SAGA_RETRYING_OLDEST = _gauge(
     ["service"],
 )
 _retrying_services: set[str] = set()
+
+
+def born_saga_services(services: Iterable[str]) -> None:
+    """The effect services of the registered processes, at zero until a saga retries: the alert's series exist
+    from the start (the gateway calls this once its processes are registered)."""
+    set_saga_retrying({service: (0, 0.0) for service in services})
 
 
 def set_saga_retrying(rows: dict[str, tuple[int, float]]) -> None:

@@ -54,6 +54,9 @@ CANNOT_RUN: dict[str, str] = {
     "wrk ": "a native load generator run for minutes; the bench's smoke test runs it briefly",
     "sudo ": "changes the reader's machine (a user, /etc, systemd); tests/unit/test_deploy_files.py checks the unit "
     "and its environment file",
+    "nexus db standby ": "copies and runs a replica of the reader's primary (a second server); "
+    "tests/integration/test_standby.py makes one from an embedded primary, promotes it and fails over to it",
+    "nexus db promote ": "promotes the reader's standby; tests/integration/test_standby.py promotes one",
     "pg_dump ": "dumps the reader's own server; tests/e2e/test_deploy.py performs the whole backup and restore",
     "createdb ": "creates a database on the reader's new server; tests/e2e/test_deploy.py restores into a fresh one",
     "pg_restore ": "restores into the reader's new server; tests/e2e/test_deploy.py restores into a fresh one",

@@ -48,3 +48,13 @@ async def test_a_single_step_waits_one_transaction_behind_another_tenants_big_ba
     assert all(len(a) == 1000 and {o.decision for o in a} == {Decision.APPLY} for a in answers)
     assert max(len(t) for t in gateway.transactions) <= 500
     assert sum(len(t) for t in gateway.transactions) == 4001
+
+
+async def test_an_empty_request_is_answered_with_no_outcome(db: Database) -> None:
+    """`{"events": []}` reaches the group commit as no items: answered with none, not an error."""
+    committer = GroupCommitter(Gateway(db), workers=1)
+    committer.start()
+    try:
+        assert await committer.submit([]) == []
+    finally:
+        await committer.stop()

@@ -35,6 +35,13 @@ def effect_processes(catalog: ProcessCatalog | None) -> frozenset[str]:
     )
 
 
+def effect_services(catalog: ProcessCatalog) -> frozenset[str]:
+    """The services the effects of the catalog's processes call."""
+    return frozenset(
+        s.step.effect.service for p in catalog.versions.values() for s in p.steps.values() if s.step.effect is not None
+    )
+
+
 async def annotate(
     conn: asyncpg.Connection,
     states: dict[tuple[str, str], OrderState],
