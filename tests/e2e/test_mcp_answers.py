@@ -4,7 +4,8 @@ invalid data is DEAD_LETTER INVALID_EVENT with the field's path, on a real `nexu
 from __future__ import annotations
 
 from nexus.settings import Settings
-from tests.e2e.test_mcp import CREATED, agent_key, call, http_session
+from nexus_lab.mcp_client import mcp_client
+from tests.e2e.test_mcp import CREATED, agent_key, call
 
 
 async def test_invalid_data_through_propose_step_is_a_dead_letter_naming_the_field(
@@ -14,7 +15,7 @@ async def test_invalid_data_through_propose_step_is_a_dead_letter_naming_the_fie
     message naming `data.currency`, never the value, `isError`; the order is untouched and the corrected
     step then applies at seq 1."""
     _, base = start_gateway()
-    async with http_session(base, await agent_key(settings, "acme")) as session:
+    async with mcp_client(base, await agent_key(settings, "acme")) as session:
         await call(session, "start_plan", process="order", order_id="mcp-bad-data")
         bad = {**CREATED, "currency": "SECRET-VALUE"}
         answer, text, error = await call(
@@ -31,14 +32,14 @@ async def test_invalid_data_through_propose_step_is_a_dead_letter_naming_the_fie
 
 async def test_an_invalid_tool_argument_is_invalid_request_naming_it(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
     """Free text as a step name, or `deadline_s: 1e308`: structuredContent INVALID_REQUEST naming the argument
-    as the API names its body's field, never the value, `isError` (not a raw validation error)."""
+    never its value, `isError` (not a raw validation error)."""
     _, base = start_gateway()
-    async with http_session(base, await agent_key(settings, "acme")) as session:
+    async with mcp_client(base, await agent_key(settings, "acme")) as session:
         await call(session, "start_plan", process="order", order_id="mcp-bad-args")
         step = "Create the order SECRET-VALUE"
         answer, text, error = await call(session, "propose_step", order_id="mcp-bad-args", step=step, data={})
         assert (answer["code"], answer["decision"], error) == ("INVALID_REQUEST", None, True), text
-        assert answer["message"].startswith("body.step: String should match pattern") and "SECRET" not in text
+        assert "step: String should match pattern" in answer["message"] and "SECRET" not in text
         answer, text, error = await call(session, "start_plan", process="order", deadline_s=1e308)
         assert (answer["code"], error) == ("INVALID_REQUEST", True), text
-        assert answer["message"].startswith("body.deadline_s: Input should be less than or equal to")
+        assert "deadline_s: Input should be less than or equal to" in answer["message"]
