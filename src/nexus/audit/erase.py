@@ -21,10 +21,10 @@ from collections.abc import Callable
 import asyncpg
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from nexus.audit.signing import public_bytes
+from nexus.audit.signing import signature_of
 from nexus.core.audit_chain import format_at
 from nexus.core.audit_erasure import Erasure, erasure_digest
-from nexus.core.audit_verify import Head, key_id
+from nexus.core.audit_verify import Head
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
@@ -47,11 +47,9 @@ class ErasureReport:
 
 
 def sign_erasure(key: Ed25519PrivateKey, at: dt.datetime, tenant_id: str, heads: list[Head]) -> Erasure:
-    stamp = format_at(at)
-    heads = sorted(heads, key=lambda h: (h.tenant_id, h.order_id))
-    digest = erasure_digest(stamp, tenant_id, heads)
-    public = public_bytes(key)
-    return Erasure(stamp, tenant_id, tuple(heads), digest, key.sign(digest), key_id(public), public)
+    stamp, ordered = format_at(at), sorted(heads, key=lambda h: (h.tenant_id, h.order_id))
+    digest = erasure_digest(stamp, tenant_id, ordered)
+    return Erasure(stamp, tenant_id, tuple(ordered), digest, *signature_of(key, digest))
 
 
 async def erase_tenant(

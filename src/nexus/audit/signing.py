@@ -101,11 +101,15 @@ def signature_checker(trusted: set[bytes] | None = None) -> Callable[[Checkpoint
 
 
 def sign(key: Ed25519PrivateKey, at: dt.datetime, prev_digest: bytes, heads: list[Head]) -> Checkpoint:
-    stamp = format_at(at)
-    heads = sorted(heads, key=lambda h: (h.tenant_id, h.order_id))
-    digest = checkpoint_digest(stamp, prev_digest, heads)
+    stamp, ordered = format_at(at), sorted(heads, key=lambda h: (h.tenant_id, h.order_id))
+    digest = checkpoint_digest(stamp, prev_digest, ordered)
+    return Checkpoint(stamp, prev_digest, tuple(ordered), digest, *signature_of(key, digest))
+
+
+def signature_of(key: Ed25519PrivateKey, digest: bytes) -> tuple[bytes, str, bytes]:
+    """The signature over `digest`, the key's id and its raw public key (a checkpoint's or an erasure's)."""
     public = public_bytes(key)
-    return Checkpoint(stamp, prev_digest, tuple(heads), digest, key.sign(digest), key_id(public), public)
+    return key.sign(digest), key_id(public), public
 
 
 async def write_checkpoint(db: Database, key: Ed25519PrivateKey) -> Checkpoint | None:

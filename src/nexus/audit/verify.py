@@ -28,30 +28,25 @@ def record_of(row: Any) -> Record:
     return from_row(Record, row, at=format_at(row["at"]), prev_hash=bytes(row["prev_hash"]), hash=bytes(row["hash"]))
 
 
+def _signed(row: Any) -> dict[str, Any]:
+    """The fields a checkpoint and an erasure record share: when, which heads, and the signature over them."""
+    return {
+        "at": format_at(row["at"]),
+        "heads": tuple(Head.from_json(h) for h in json.loads(row["heads"])),
+        "digest": bytes(row["digest"]),
+        "signature": bytes(row["signature"]),
+        "key_id": row["key_id"],
+        "public_key": bytes(row["public_key"]),
+        "id": row["id"],
+    }
+
+
 def checkpoint_of(row: Any) -> Checkpoint:
-    return Checkpoint(
-        at=format_at(row["at"]),
-        prev_digest=bytes(row["prev_digest"]),
-        heads=tuple(Head.from_json(h) for h in json.loads(row["heads"])),
-        digest=bytes(row["digest"]),
-        signature=bytes(row["signature"]),
-        key_id=row["key_id"],
-        public_key=bytes(row["public_key"]),
-        id=row["id"],
-    )
+    return Checkpoint(prev_digest=bytes(row["prev_digest"]), **_signed(row))
 
 
 def erasure_of(row: Any) -> Erasure:
-    return Erasure(
-        at=format_at(row["at"]),
-        tenant_id=row["tenant_id"],
-        heads=tuple(Head.from_json(h) for h in json.loads(row["heads"])),
-        digest=bytes(row["digest"]),
-        signature=bytes(row["signature"]),
-        key_id=row["key_id"],
-        public_key=bytes(row["public_key"]),
-        id=row["id"],
-    )
+    return Erasure(tenant_id=row["tenant_id"], **_signed(row))
 
 
 async def load(db: Database, order_id: str | None = None) -> tuple[list[Record], list[Checkpoint], list[Erasure]]:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nexus.core.audit_chain import FORMAT_VERSION, canonical_json
-from nexus.core.audit_verify import Head
+from nexus.core.audit_verify import Head, signed_fields, signed_json
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -33,29 +33,11 @@ class Erasure:
     id: int | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "at": self.at,
-            "tenant_id": self.tenant_id,
-            "heads": [h.as_json() for h in self.heads],
-            "digest": self.digest.hex(),
-            "signature": self.signature.hex(),
-            "key_id": self.key_id,
-            "public_key": self.public_key.hex(),
-        }
+        return signed_json(self, tenant_id=self.tenant_id)
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Erasure:
-        return cls(
-            at=str(body["at"]),
-            tenant_id=str(body["tenant_id"]),
-            heads=tuple(Head.from_json(h) for h in body["heads"]),
-            digest=bytes.fromhex(body["digest"]),
-            signature=bytes.fromhex(body["signature"]),
-            key_id=str(body["key_id"]),
-            public_key=bytes.fromhex(body["public_key"]),
-            id=body.get("id"),
-        )
+        return cls(tenant_id=str(body["tenant_id"]), **signed_fields(body))
 
 
 def erasure_digest(at: str, tenant_id: str, heads: Iterable[Head]) -> bytes:

@@ -125,29 +125,38 @@ class Checkpoint:
     id: int | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "at": self.at,
-            "prev_digest": self.prev_digest.hex(),
-            "heads": [h.as_json() for h in self.heads],
-            "digest": self.digest.hex(),
-            "signature": self.signature.hex(),
-            "key_id": self.key_id,
-            "public_key": self.public_key.hex(),
-        }
+        return signed_json(self, prev_digest=self.prev_digest.hex())
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Checkpoint:
-        return cls(
-            at=str(body["at"]),
-            prev_digest=bytes.fromhex(body["prev_digest"]),
-            heads=tuple(Head.from_json(h) for h in body["heads"]),
-            digest=bytes.fromhex(body["digest"]),
-            signature=bytes.fromhex(body["signature"]),
-            key_id=str(body["key_id"]),
-            public_key=bytes.fromhex(body["public_key"]),
-            id=body.get("id"),
-        )
+        return cls(prev_digest=bytes.fromhex(body["prev_digest"]), **signed_fields(body))
+
+
+def signed_json(signed: Any, **own: Any) -> dict[str, Any]:
+    """The JSON of a signed statement over heads (a checkpoint, an erasure record), with its own fields."""
+    return {
+        "id": signed.id,
+        "at": signed.at,
+        **own,
+        "heads": [h.as_json() for h in signed.heads],
+        "digest": signed.digest.hex(),
+        "signature": signed.signature.hex(),
+        "key_id": signed.key_id,
+        "public_key": signed.public_key.hex(),
+    }
+
+
+def signed_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields every signed statement over heads has, read back from its JSON."""
+    return {
+        "at": str(body["at"]),
+        "heads": tuple(Head.from_json(h) for h in body["heads"]),
+        "digest": bytes.fromhex(body["digest"]),
+        "signature": bytes.fromhex(body["signature"]),
+        "key_id": str(body["key_id"]),
+        "public_key": bytes.fromhex(body["public_key"]),
+        "id": body.get("id"),
+    }
 
 
 def checkpoint_digest(at: str, prev_digest: bytes, heads: Iterable[Head]) -> bytes:
