@@ -69,9 +69,9 @@ async def test_subscription_accounting_counts_the_viewers_tenant_only(api: httpx
         for i in range(orders):
             posted = await api.post("/v1/events", json=step_json(f"o-{i}", f"p-{i}", 1), headers=bearer(agent))
             assert posted.json()["results"][0]["decision"] == "APPLY", posted.text
-    acme = await db.fetch(query("console.sql", "subscription_accounting"), "acme")
+    acme = await db.fetch(query("delivery.sql", "accounting"), "acme")
     assert [(r["name"], r["total"]) for r in acme] == [("hook", 2)]
-    every = await db.fetch(query("console.sql", "subscription_accounting"), None)
+    every = await db.fetch(query("delivery.sql", "accounting"), None)
     assert sorted(r["total"] for r in every if r["name"] == "hook") == [2, 3]
     _, operator = await create_key(db, "acme", frozenset({Role.OPERATOR}), "acme-op")
     assert (await sign_in(api, operator)).status_code == 303

@@ -370,8 +370,7 @@ async def redrive_delivery(request: Request, outbox_id: uuid.UUID, subscription_
 async def subscriptions(request: Request) -> Response:
     viewer = principal_of(request).tenant_id
     rows = await subs.list_subscriptions(_db(request), viewer)
-    accounting = await _db(request).fetch(query("console.sql", "subscription_accounting"), viewer)
-    counts = {r["subscription_id"]: r for r in accounting}
+    counts = {r["subscription_id"]: r for r in await subs.accounting(_db(request), viewer)}
     return _page(request, "subscriptions.html", subscriptions=rows, counts=counts)
 
 

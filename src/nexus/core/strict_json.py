@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -116,11 +117,16 @@ def loads(body: bytes | str, limits: InputLimits | None = None) -> Any:
 
 def _holds_lone_surrogate(value: Any) -> bool:
     """Whether a key or string of a decoded document holds a surrogate (pairs were joined while decoding)."""
+    return any_string(value, lambda text: _LONE_SURROGATE.search(text) is not None)
+
+
+def any_string(value: Any, test: Callable[[str], bool]) -> bool:
+    """Whether `test` holds for any key or string of a decoded JSON value (iterative: no recursion limit)."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if _LONE_SURROGATE.search(item) is not None:
+            if test(item):
                 return True
         elif isinstance(item, dict):
             stack.extend(item.keys())

@@ -194,6 +194,7 @@ async def redrive_delivery(
     return {"outbox_id": str(row["outbox_id"]), "subscription_id": row["subscription_id"], "state": "pending"}
 
 
-async def accounting(db: Database) -> list[dict[str, Any]]:
-    """Per subscription: total deliveries and how many are delivered, dead, pending."""
-    return [dict(r) for r in await db.fetch(query("delivery.sql", "accounting"))]
+async def accounting(db: Database, tenant_id: str | None = None) -> list[dict[str, Any]]:
+    """Per subscription of `tenant_id` (None: every tenant): total deliveries and how many are delivered, dead,
+    pending, counted in SQL."""
+    return [dict(r) for r in await db.fetch(query("delivery.sql", "accounting"), tenant_id)]

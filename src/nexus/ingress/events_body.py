@@ -124,18 +124,7 @@ def parse_body(body: bytes, traceparent: str | None, limits: InputLimits) -> Par
 
 def has_nul(value: Any) -> bool:
     """Whether a NUL character is in any key or string of a decoded JSON value (iterative)."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return True
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+    return strict_json.any_string(value, lambda text: "\x00" in text)
 
 
 def _item(event: Any, traceparent: str | None, limits: InputLimits, nul: bool) -> Incoming:

@@ -175,6 +175,9 @@ def build_server(backend_of: BackendOf, *, name: str = "nexus", roles_of: RolesO
     return server
 
 
+ApprovalId = Annotated[str, Field(description="an approval_id from list_approvals")]
+
+
 def _person_tools(server: MCPServer[Any], backend_of: BackendOf, read: ToolAnnotations, write: ToolAnnotations) -> None:
     """The tools of the people beside the agents: approvers answer held steps, operators redrive dead letters."""
 
@@ -186,19 +189,18 @@ def _person_tools(server: MCPServer[Any], backend_of: BackendOf, read: ToolAnnot
         """Steps held for a person's approval in this key's tenant: what each would do (its data), oldest first."""
         return await _call(_approvals(backend_of(ctx).list_approvals(limit)))
 
-    @server.tool(annotations=write)
-    async def approve(
-        approval_id: Annotated[str, Field(description="an approval_id from list_approvals")], ctx: Context[Any, Any]
-    ) -> CallToolResult:
-        """Approve a held step: it is applied now (or rejected if it no longer fits its order)."""
-        return await _call(_step(backend_of(ctx).answer_approval(approval_id, approve=True)))
+    async def answer(ctx: Context[Any, Any], approval_id: str, *, approve: bool) -> CallToolResult:
+        return await _call(_step(backend_of(ctx).answer_approval(approval_id, approve=approve)))
 
     @server.tool(annotations=write)
-    async def deny(
-        approval_id: Annotated[str, Field(description="an approval_id from list_approvals")], ctx: Context[Any, Any]
-    ) -> CallToolResult:
+    async def approve(approval_id: ApprovalId, ctx: Context[Any, Any]) -> CallToolResult:
+        """Approve a held step: it is applied now (or rejected if it no longer fits its order)."""
+        return await answer(ctx, approval_id, approve=True)
+
+    @server.tool(annotations=write)
+    async def deny(approval_id: ApprovalId, ctx: Context[Any, Any]) -> CallToolResult:
         """Deny a held step: it is REJECTED APPROVAL_DENIED and changes nothing."""
-        return await _call(_step(backend_of(ctx).answer_approval(approval_id, approve=False)))
+        return await answer(ctx, approval_id, approve=False)
 
     @server.tool(annotations=read)
     async def list_dead_letters(

@@ -62,16 +62,3 @@ SELECT status, error, created_at, updated_at FROM sagas WHERE tenant_id = $1 AND
 SELECT seq, step_name, service, status, pivot, compensable, uncertain, forward_path, compensation_path,
        attempts, compensation_attempts, last_error, executed_at, compensated_at, traceparent
 FROM saga_steps WHERE tenant_id = $1 AND order_id = $2 ORDER BY seq;
-
--- name: subscription_accounting
--- Per subscription of the viewer's tenant: notifications it should get, and where each one is (delivered +
--- dead + pending). Another tenant's subscriptions and deliveries are not counted.
-SELECT s.id AS subscription_id, s.name,
-       count(d.outbox_id) AS total,
-       count(*) FILTER (WHERE d.state = 'delivered') AS delivered,
-       count(*) FILTER (WHERE d.state = 'dead') AS dead,
-       count(*) FILTER (WHERE d.state = 'pending') AS pending
-FROM subscriptions AS s LEFT JOIN deliveries AS d ON d.subscription_id = s.id
-WHERE $1::text IS NULL OR s.tenant_id = $1
-GROUP BY s.id, s.name
-ORDER BY s.id;
