@@ -1,0 +1,323 @@
+"""The noisy neighbour: tenant C's latency and refusals while tenant A runs its worst legal patterns.
+
+One `nexus serve --no-dispatcher` process (default limits) on a fresh database. Tenant `initech` (C) runs a
+light steady load the whole time (two agents, each: a plan, its five numbered steps, a read, 50 ms apart);
+tenant `acme` (A) runs, one after another, each worst legal pattern at its limits, from a child process so
+that A's client does not take C's client's CPU:
+
+- ``waits``: every key it holds (70) opens every wait a key may hold (16 long polls), drops them after a
+  second and reopens them (the per-tenant share of waits, 64, admits some; the rest are refused at once);
+- ``batches``: 1,000-envelope batches of new orders, from two loops (A's tenant rate counts envelopes);
+- ``plans``: a `POST /v1/plans` flood under wrk (each request a new plan that never gets a step);
+- ``rejected``: a 1,000-item step that its process rejects, sent again and again from eight loops;
+- ``sockets``: idle and half-open connections (1,500 of each), held for the phase.
+
+Reported per phase: C's requests, p50 and p99 (ms) and its refusals (429, 5xx or a transport error),
+beside the same run's baseline phase (A idle). The target: C's p99 within 2x of its baseline, C never
+refused. `benchmarks/noisy_neighbour.py` runs it and prints the table; the short test asserts only that C
+is never refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
+from nexus.core import definitions
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_http
+
+PATTERNS = ("waits", "batches", "plans", "rejected", "sockets")
+STEPS = definitions.main_plan(definitions.shipped("order"))
+A_KEYS = 70
+WAITS_PER_KEY = 16
+
+
+def step_data(step: str) -> dict[str, Any]:
+    """The order process's data for `step` (a small order of 10.00)."""
+    if step == STEPS[0]:
+        return {"items": [{"product_id": "p", "quantity": 1, "unit_price": 10}], "total_amount": 10}
+    if step == STEPS[2]:
+        return {"amount": 10}
+    return {}
+
+
+@dataclasses.dataclass
+class Sample:
+    """C's requests over one phase: latencies in seconds and the refusals, by status."""
+
+    latencies: list[float] = dataclasses.field(default_factory=list)
+    refusals: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def row(self, phase: str) -> dict[str, Any]:
+        lat = sorted(self.latencies)
+        q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0] if lat else 0.0] * 99
+        return {"phase": phase, "requests": len(lat) + sum(self.refusals.values()),
+                "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1),
+                "refused": sum(self.refusals.values()), "refusals": dict(self.refusals)}  # fmt: skip
+
+
+class TenantC:
+    """C's steady load; `sample` is the phase now being recorded."""
+
+    def __init__(self, base: str, key: str) -> None:
+        self.client = httpx.AsyncClient(base_url=base, timeout=30, headers={"Authorization": f"Bearer {key}"})
+        self.sample = Sample()
+        self.stopping = False
+
+    async def _call(self, method: str, path: str, body: Any = None) -> None:
+        started = time.perf_counter()
+        try:
+            answer = await self.client.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            self.sample.refusals[type(exc).__name__] = self.sample.refusals.get(type(exc).__name__, 0) + 1
+            return
+        if answer.status_code == 429 or answer.status_code >= 500:
+            code = f"{answer.status_code} {answer.json().get('code', '') if answer.content else ''}".strip()
+            self.sample.refusals[code] = self.sample.refusals.get(code, 0) + 1
+            return
+        self.sample.latencies.append(time.perf_counter() - started)
+
+    async def agent(self) -> None:
+        while not self.stopping:
+            order = f"c-{uuid.uuid4().hex[:12]}"
+            await self._call("POST", "/v1/plans", {"order_id": order, "process": "order"})
+            for step in STEPS:
+                await asyncio.sleep(0.05)
+                await self._call("POST", f"/v1/orders/{order}/steps", {"step": step, "data": step_data(step)})
+            await asyncio.sleep(0.05)
+            await self._call("GET", f"/v1/orders/{order}")
+            await asyncio.sleep(0.05)
+
+
+# --- A's patterns (run in a child process: `python -m nexus_lab.bench.noisy --pattern P ...`) -----------
+
+
+async def pattern_waits(base: str, keys: Sequence[str], until: float) -> None:
+    async def holder(key: str) -> None:
+        async with httpx.AsyncClient(base_url=base, timeout=70, headers={"Authorization": f"Bearer {key}"}) as api:
+            while time.monotonic() < until:
+                polls = [asyncio.create_task(api.get("/v1/orders/a-wait?wait=60&after_seq=5"))
+                         for _ in range(WAITS_PER_KEY)]  # fmt: skip
+                await asyncio.sleep(1.0)
+                for poll in polls:
+                    poll.cancel()  # the client goes: its connection closes under the wait
+                await asyncio.gather(*polls, return_exceptions=True)
+
+    await asyncio.gather(*(holder(key) for key in keys))
+
+
+def _batch(size: int) -> bytes:
+    envelopes = [{"event_id": str(uuid.uuid4()), "event_type": STEPS[0], "plan_id": "p",
+                  "order_id": f"a-{uuid.uuid4().hex[:12]}", "seq_id": 1, "timestamp": "2026-01-01T00:00:00Z",
+                  "data": step_data(STEPS[0])} for _ in range(size)]  # fmt: skip
+    return json.dumps(envelopes).encode()
+
+
+async def _loop_posts(base: str, key: str, until: float, loops: int, path: str, body: Any) -> None:
+    async def one() -> None:
+        async with httpx.AsyncClient(
+            base_url=base, timeout=60, headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        ) as api:
+            while time.monotonic() < until:
+                with contextlib.suppress(httpx.HTTPError):
+                    answer = await api.post(path, content=body())
+                    if answer.status_code == 429:
+                        await asyncio.sleep(float(answer.headers.get("Retry-After", "0.1")))
+
+    await asyncio.gather(*(one() for _ in range(loops)))
+
+
+async def pattern_batches(base: str, keys: Sequence[str], until: float) -> None:
+    await _loop_posts(base, keys[0], until, 2, "/v1/events", lambda: _batch(1000))
+
+
+async def pattern_rejected(base: str, keys: Sequence[str], until: float) -> None:
+    items = [{"product_id": f"p{i}", "quantity": 1, "unit_price": 1} for i in range(1000)]
+
+    def body() -> bytes:
+        envelope = {
+            "event_id": str(uuid.uuid4()),
+            "event_type": STEPS[0],
+            "plan_id": "p",
+            "order_id": f"a-rej-{uuid.uuid4().hex[:12]}",
+            "seq_id": 1,
+            "timestamp": "2026-01-01T00:00:00Z",
+            "data": {"items": items, "total_amount": 1},
+        }  # fmt: skip  (the total is wrong: REJECTED)
+        return json.dumps(envelope).encode()
+
+    await _loop_posts(base, keys[0], until, 8, "/v1/events", body)
+
+
+async def pattern_sockets(base: str, keys: Sequence[str], until: float) -> None:
+    host, port = base.removeprefix("http://").split(":")
+    held: list[asyncio.StreamWriter] = []
+    for i in range(3000):
+        with contextlib.suppress(OSError):
+            _, writer = await asyncio.open_connection(host, int(port))
+            if i % 2:
+                writer.write(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Length: 100")  # never finished
+            held.append(writer)
+    await asyncio.sleep(max(0.0, until - time.monotonic()))
+    for writer in held:
+        writer.close()
+
+
+PLAN_FLOOD_LUA = """
+local counter = 0
+local run = "0"
+function setup(thread) thread:set("tid", tostring(math.random(1, 1000000000))) end
+function init(args)
+  run = args[1]
+  wrk.method = "POST"
+  wrk.headers["Content-Type"] = "application/json"
+  wrk.headers["Authorization"] = args[2]
+end
+function request()
+  counter = counter + 1
+  local body = string.format('{"order_id":"flood-%s-%s-%d","process":"order"}', run, tid, counter)
+  return wrk.format(nil, "/v1/plans", nil, body)
+end
+"""
+
+
+def pattern_plans(base: str, keys: Sequence[str], seconds: float) -> None:
+    script = Path(tempfile.mkdtemp(prefix="nexus-noisy-")) / "plans.lua"
+    script.write_text(PLAN_FLOOD_LUA)
+    command = ["wrk", "-t", "2", "-c", "32", "-d", f"{max(1, round(seconds))}s", "-s", str(script), base,
+               "--", uuid.uuid4().hex[:8], f"Bearer {keys[0]}"]  # fmt: skip
+    subprocess.run(command, capture_output=True, timeout=seconds + 60, check=False)  # noqa: S603 - our own wrk run
+
+
+def run_pattern(name: str, base: str, keys: Sequence[str], seconds: float) -> None:
+    """A's pattern `name` against `base` for `seconds` (the child process's job)."""
+    if name == "plans":
+        pattern_plans(base, keys, seconds)
+        return
+    runner = {"waits": pattern_waits, "batches": pattern_batches, "rejected": pattern_rejected,
+              "sockets": pattern_sockets}[name]  # fmt: skip
+    asyncio.run(runner(base, keys, time.monotonic() + seconds))
+
+
+# --- the run --------------------------------------------------------------------------------------------
+
+
+async def make_keys(url: str) -> tuple[list[str], str]:
+    """A's 70 agent keys and C's one, made in the bench database."""
+    db = await Database(Settings(database_url=url)).open(migrate=False)
+    try:
+        a = [(await create_key(db, "acme", frozenset({Role.AGENT}), name=f"a{i}"))[1] for i in range(A_KEYS)]
+        c = (await create_key(db, "initech", frozenset({Role.AGENT}), name="c"))[1]
+    finally:
+        await db.close()
+    return a, c
+
+
+def start_gateway(url: str, extra_env: dict[str, str] | None = None) -> tuple[Proc, str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEXUS_")}
+    env.update(NEXUS_DATABASE_URL=url, NEXUS_HTTP_PORT=str(port), NEXUS_LOG_LEVEL="WARNING", **(extra_env or {}))
+    log_path = Path(tempfile.mkdtemp(prefix="nexus-noisy-")) / "serve.log"
+    proc = Proc("serve", [*NEXUS_CMD, "serve", "--no-dispatcher"], env, log_path).start()
+    base = f"http://127.0.0.1:{port}"
+    wait_http(base + "/healthz", proc=proc)
+    return proc, base
+
+
+async def _pattern(base: str, keys_file: Path, phase: str, seconds: float) -> asyncio.subprocess.Process:
+    """A's pattern `phase` in a child process, returned once it says it is starting (imports done)."""
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "nexus_lab.bench.noisy", "--pattern", phase, "--base", base,
+        "--keys-file", str(keys_file), "--seconds", str(seconds), stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert child.stdout is not None
+    async with asyncio.timeout(60):
+        await child.stdout.readline()  # "ready"
+    return child
+
+
+async def _ended(child: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(30):
+            await child.wait()
+    if child.returncode is None:
+        child.kill()
+        await child.wait()
+
+
+async def run_phases(
+    base: str, a_keys: Sequence[str], c_key: str, patterns: Sequence[str], seconds: float,
+    progress: Any = print,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """C's load through a baseline phase and one phase per A pattern (A from a child process each);
+    a row per phase."""
+    c = TenantC(base, c_key)
+    agents = [asyncio.create_task(c.agent()) for _ in range(2)]
+    keys_file = Path(tempfile.mkdtemp(prefix="nexus-noisy-")) / "keys.json"
+    keys_file.write_text(json.dumps(list(a_keys)))
+    rows = []
+    try:
+        async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {a_keys[0]}"}) as api:
+            await api.post("/v1/plans", json={"order_id": "a-wait", "process": "order"})  # the order A waits on
+            await api.post("/v1/orders/a-wait/steps", json={"step": STEPS[0], "data": step_data(STEPS[0])})
+        await asyncio.sleep(1.0)  # warm up
+        for phase in ("baseline", *patterns):
+            child = None if phase == "baseline" else await _pattern(base, keys_file, phase, seconds)
+            c.sample = Sample()
+            await asyncio.sleep(seconds)
+            rows.append(c.sample.row(phase))
+            progress(f"noisy: {phase}: {rows[-1]}")
+            if child is not None:
+                await _ended(child)
+            await asyncio.sleep(1.0)  # the pattern's sockets close before the next phase
+    finally:
+        c.stopping = True
+        await asyncio.gather(*agents, return_exceptions=True)
+        await c.client.aclose()
+    return rows
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    base = rows[0]
+    lines = ["| A's pattern | C requests | C p50 ms | C p99 ms | p99 vs baseline | C refused |",
+             "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+    for row in rows:
+        ratio = row["p99_ms"] / base["p99_ms"] if base["p99_ms"] else float("nan")
+        lines.append(f"| {row['phase']} | {row['requests']:,} | {row['p50_ms']} | {row['p99_ms']} | "
+                     f"{ratio:.2f}x | {row['refused']} {row['refusals'] or ''} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="one of A's patterns (the noisy neighbour's child process)")
+    parser.add_argument("--pattern", choices=PATTERNS, required=True)
+    parser.add_argument("--base", required=True)
+    parser.add_argument("--keys-file", type=Path, required=True)
+    parser.add_argument("--seconds", type=float, required=True)
+    args = parser.parse_args(argv)
+    print("ready", flush=True)
+    run_pattern(args.pattern, args.base, json.loads(args.keys_file.read_text()), args.seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
