@@ -4,6 +4,7 @@ and the log still verifies from its anchors; without an archive directory nothin
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import subprocess
@@ -12,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from nexus.audit.archive import load_trimmed, trim_log, verify_trimmed
+from nexus.audit.log import record_entries
 from nexus.audit.signing import parse_signing_key, write_checkpoint
 from nexus.audit.verify import load, read_file, verify
+from nexus.core.audit import Entry
 from nexus.gateway import Gateway, Incoming
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus.store.queries import query
 from tests.conftest import ROOT, settings_env
 from tests.factories import step_json
 
@@ -182,3 +186,23 @@ async def test_export_before_writes_a_segment_that_verifies_alone(
     checked = _nexus(settings, "verify", "--file", str(out))
     assert checked.returncode == 0, checked.stdout
     assert _nexus(settings, "export", "--before", "30d").returncode == 2
+
+
+async def test_a_chain_that_grows_while_the_trim_waits_for_its_lock_stays(db: Database, tmp_path: Path) -> None:
+    """The trim takes a removed order's advisory lock and re-reads its head: a record logged for that order id by a
+    batch holding the lock (a late step decided from the removal marker) keeps the chain whole for a later pass."""
+    await _log_with_checkpoints(db)
+    await _remove_order(db, "a")
+    async with db.pool.acquire() as conn:
+        batch = conn.transaction()
+        await batch.start()
+        await conn.execute(query("gateway.sql", "lock_orders"), ["default"], ["a"])
+        trim = asyncio.create_task(_trim(db, tmp_path))
+        await asyncio.sleep(0.5)  # the trim reaches a's lock meanwhile (or starts after the commit: same outcome)
+        await record_entries(conn, [Entry("default", "a", "DISCARD", message="late step of a removed order")])
+        await batch.commit()
+    report = await trim
+    assert report.chains_removed == 0
+    positions = [r["position"] for r in await db.fetch("SELECT position FROM decision_log WHERE order_id = 'a'")]
+    assert sorted(positions) == [1, 2, 3]
+    assert verify_trimmed(await load_trimmed(db), tmp_path).ok

@@ -4,8 +4,9 @@
 under a try-lock (one trimmer at a time) and with `nexus.remover` set (the one way past the append-only trigger):
 
 1. chains whose order row is absent, whose last record is older than the retention period and signed by a
-   checkpoint, leave whole; each `~ingress` chain (it never finishes) is cut at the last position a checkpoint
-   signed among its records older than the period (never its last record: the next position is read from it);
+   checkpoint, leave whole (their heads re-read under the orders' advisory locks); each `~ingress` chain (it
+   never finishes) is cut at the last position a checkpoint signed among its records older than the period
+   (never its last record: the next position is read from it);
 2. what leaves is first written, per tenant, to `<archive_dir>/<tenant>/<from>_<to>.jsonl` (storage ids of its
    first and last record): the records, an anchor line where a chain starts past position 1, and the run of
    checkpoints that signed their heads (`nexus audit verify --file` verifies it alone);
@@ -130,7 +131,9 @@ async def _cuts(
 ) -> list[_Cut]:
     """Where each chain that leaves is cut: whole chains of removed orders, and `~ingress` chains by age."""
     removed = await conn.fetch(query("archive.sql", "removed_chains"), before, batch)
-    cuts = [_Cut(r["tenant_id"], r["order_id"], r["position"], bytes(r["hash"]), True) for r in removed]
+    cuts = await _still_whole(
+        conn, [_Cut(r["tenant_id"], r["order_id"], r["position"], bytes(r["hash"]), True) for r in removed]
+    )
     starts = chain_starts(anchors)
     signed: dict[tuple[str, str], list[tuple[int, bytes]]] = defaultdict(list)
     for r in await conn.fetch(query("archive.sql", "ingress_signed"), before):
@@ -143,6 +146,20 @@ async def _cuts(
         if pick is not None:
             cuts.append(_Cut(chain[0], chain[1], pick[0], pick[1], False))
     return cuts
+
+
+async def _still_whole(conn: asyncpg.Connection, cuts: list[_Cut]) -> list[_Cut]:
+    """The removed chains whose head has not moved, under their orders' advisory locks (the gateway's, taken in
+    its order): a step logged for a removed order's id meanwhile keeps its chain for a later pass."""
+    if not cuts:
+        return cuts
+    tenants, orders = [c.tenant_id for c in cuts], [c.order_id for c in cuts]
+    await conn.execute(query("gateway.sql", "lock_orders"), tenants, orders)
+    heads = {
+        (r["tenant_id"], r["order_id"]): (r["position"], bytes(r["hash"]))
+        for r in await conn.fetch(query("audit.sql", "read_heads"), tenants, orders)
+    }
+    return [c for c in cuts if heads.get((c.tenant_id, c.order_id)) == (c.position, c.hash)]
 
 
 async def _trim_chains(
