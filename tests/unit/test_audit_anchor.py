@@ -50,6 +50,15 @@ def test_only_checkpoints_whose_heads_are_signed_again_or_archived_leave() -> No
     assert trimmable_checkpoints([first, second, third], cut, [archived_a], {}) == 1
     assert trimmable_checkpoints([first, second, third], cut, [], {}) == 0
     assert trimmable_checkpoints([first, third], cut, [archived_a], {}) == 1  # `third` is newer than the cut
+    archived_b = ChainAnchor("t", "b", 4, bytes(32), "t/y.jsonl", whole=True)
+    assert trimmable_checkpoints([first, _checkpoint(old, ("b", 3))], cut, [archived_a, archived_b], {}) == 1
+
+
+def test_the_latest_checkpoint_never_leaves() -> None:
+    """Even with every head it signed archived, the latest checkpoint stays: the next one will link to it."""
+    only = _checkpoint("2026-01-01T00:00:00.000000Z", ("a", 2))
+    archived_a = ChainAnchor("t", "a", 3, bytes(32), "t/x.jsonl", whole=True)
+    assert trimmable_checkpoints([only], "2026-06-01T00:00:00.000000Z", [archived_a], {}) == 0
 
 
 def test_anchors_leave_once_no_retained_checkpoint_needs_them() -> None:

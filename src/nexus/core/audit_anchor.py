@@ -85,7 +85,8 @@ def trimmable_checkpoints(
 ) -> int:
     """How many of the oldest checkpoints may leave: a prefix of those signed before `before` (a `format_at`
     stamp) each of whose heads is signed again by a later checkpoint at or past its position, or lies in a
-    part of its chain that was archived (an anchor past it) or erased. Nothing a retained record needs leaves."""
+    part of its chain that was archived (an anchor past it) or erased, never the latest. Nothing a retained
+    record needs leaves."""
     last_anchor: dict[Chain, int] = {}
     for a in anchors:
         last_anchor[a.chain] = max(last_anchor.get(a.chain, 0), a.position)
@@ -97,7 +98,8 @@ def trimmable_checkpoints(
             later[(h.tenant_id, h.order_id)] = max(later.get((h.tenant_id, h.order_id), 0), h.position)
     superseded_after.reverse()
     count = 0
-    for c, after in zip(checkpoints, superseded_after, strict=True):
+    # the latest checkpoint always stays: the next one links to it (`audit.sql` last_checkpoint)
+    for c, after in zip(checkpoints[:-1], superseded_after[:-1], strict=True):
         if c.at >= before:
             break
         for h in c.heads:
