@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from nexus.audit.archive import load_trimmed, trim_log, verify_trimmed
+from nexus.audit.erase import erase_tenant
 from nexus.audit.log import record_entries
 from nexus.audit.signing import parse_signing_key, write_checkpoint
 from nexus.audit.verify import load, read_file, verify
@@ -206,3 +207,17 @@ async def test_a_chain_that_grows_while_the_trim_waits_for_its_lock_stays(db: Da
     positions = [r["position"] for r in await db.fetch("SELECT position FROM decision_log WHERE order_id = 'a'")]
     assert sorted(positions) == [1, 2, 3]
     assert verify_trimmed(await load_trimmed(db), tmp_path).ok
+
+
+async def test_erasing_a_tenant_with_archived_chains_still_verifies(db: Database, tmp_path: Path) -> None:
+    """The erasure record names the heads of the tenant's archived chains too (from their anchors, which leave with
+    the tenant), so the retained checkpoints that signed them still verify after the tenant is erased."""
+    await _log_with_checkpoints(db)
+    await _remove_order(db, "a")
+    assert (await _trim(db, tmp_path)).chains_removed == 1
+
+    report = await erase_tenant(db, "default", KEY, cache_ttl_s=0)
+
+    assert report.remaining == {} and await db.fetchval("SELECT count(*) FROM audit_anchors WHERE kind = 'chain'") == 0
+    result = verify_trimmed(await load_trimmed(db), tmp_path)
+    assert result.ok, result.finding
