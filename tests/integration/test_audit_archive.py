@@ -221,3 +221,20 @@ async def test_erasing_a_tenant_with_archived_chains_still_verifies(db: Database
     assert report.remaining == {} and await db.fetchval("SELECT count(*) FROM audit_anchors WHERE kind = 'chain'") == 0
     result = verify_trimmed(await load_trimmed(db), tmp_path)
     assert result.ok, result.finding
+
+
+async def test_nexus_audit_trim_runs_one_pass_and_verify_follows_the_anchors(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """`nexus audit trim` keeps the log whole without NEXUS_AUDIT_ARCHIVE_DIR and trims with it (retention 0);
+    `nexus audit verify` then passes with the directory set and fails without it."""
+    await _log_with_checkpoints(db)
+    await _remove_order(db, "a")
+    kept = _nexus(settings, "trim")
+    assert kept.returncode == 0 and json.loads(kept.stdout)["kept_whole"], kept.stderr
+    archiving = settings.replace(audit_archive_dir=tmp_path, retention_s=0)
+    done = _nexus(archiving, "trim", "--batch", "10")
+    assert done.returncode == 0 and json.loads(done.stdout)["chains_removed"] == 1, done.stderr
+    assert _nexus(archiving, "verify").returncode == 0
+    blind = _nexus(settings, "verify")
+    assert blind.returncode == 1 and "archive segment not found" in blind.stdout, blind.stdout
