@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nexus.audit.archive import load_trimmed, trim_log, verify_trimmed
 from nexus.audit.erase import erase_tenant
 from nexus.audit.log import record_entries
@@ -107,6 +109,7 @@ async def test_ingress_is_cut_at_a_signed_head_and_verifies_from_its_anchor(db: 
     assert broken.finding is not None and broken.finding.fault.value == "DELETED"
 
 
+@pytest.mark.processes
 async def test_a_segment_verifies_alone_and_a_tampered_one_is_refused(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
@@ -170,6 +173,7 @@ async def test_without_an_archive_directory_nothing_leaves(db: Database) -> None
     assert await db.fetchval("SELECT count(*) FROM audit_anchors") == 0
 
 
+@pytest.mark.processes
 async def test_export_before_writes_a_segment_that_verifies_alone(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
@@ -223,6 +227,7 @@ async def test_erasing_a_tenant_with_archived_chains_still_verifies(db: Database
     assert result.ok, result.finding
 
 
+@pytest.mark.processes
 async def test_nexus_audit_trim_runs_one_pass_and_verify_follows_the_anchors(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
