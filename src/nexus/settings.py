@@ -157,6 +157,12 @@ class Settings(KafkaSettings, SagaSettings, BaseSettings):
     """How often `nexus serve` signs a checkpoint of the chain heads changed since the previous one."""
     audit_signing_key: str | None = None
     """Ed25519 key: base64 of the raw 32-byte seed, or a PKCS#8 PEM; None: <data_dir>/audit_ed25519.key."""
+    audit_archive_dir: Path | None = None
+    """Where the decision log's trims first write what leaves (`<dir>/<tenant>/<from>_<to>.jsonl`, each segment
+    verifiable alone); None: the log is kept whole and nothing is trimmed."""
+    retention_s: int = Field(default=2_592_000, ge=0)
+    """How long a finished order, and the decision log's records of chains that never finish and its old
+    checkpoints, are kept (seconds; 30 days)."""
     # Identity, tenancy, outbound URL guard, rate limits
     auth_cache_ttl_s: float = 1.0
     """How long a key lookup is trusted: a revoked key is refused by every process within this time."""

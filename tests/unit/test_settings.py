@@ -13,6 +13,8 @@ from nexus_wire.kafka_security import SECURITY_VARIABLES
 # Every variable of the gateway's settings, written out: they are public (docs, deployments, scripts), so
 # none may be renamed or dropped, and a new setting is added here on purpose.
 PUBLIC_VARIABLES = [
+    "NEXUS_AUDIT_ARCHIVE_DIR",
+    "NEXUS_RETENTION_S",
     "NEXUS_REPEAT_WINDOW_S",
     "NEXUS_MCP_ALLOWED_ORIGINS",
     "NEXUS_DELIVERY_MAX_INFLIGHT_PER_TENANT",

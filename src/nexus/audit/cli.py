@@ -1,8 +1,10 @@
-"""`nexus audit verify|checkpoint|export` and `nexus report blocked`.
+"""`nexus audit verify|checkpoint|export|trim` and `nexus report blocked`.
 
 `audit verify` exits 0 on a clean log, 1 naming the first bad record (MODIFIED, DELETED, INSERTED,
-REORDERED) or checkpoint (BAD_SIGNATURE, CHECKPOINT_CHAIN); with `--file` it reads an export and needs no
-database. `audit export` writes JSON Lines with the public keys in its header (see nexus.audit.verify).
+REORDERED) or checkpoint (BAD_SIGNATURE, CHECKPOINT_CHAIN); with `--file` it reads an export or an archive
+segment and needs no database; from the database it starts at the trims' anchors and checks the archive segments
+they name (NEXUS_AUDIT_ARCHIVE_DIR). `audit export` writes JSON Lines with the public keys in its header (see
+nexus.audit.verify); with `--before` an archive segment. `audit trim` runs one pass of nexus.audit.archive.
 """
 
 from __future__ import annotations
@@ -38,6 +40,17 @@ def configure_audit(parser: argparse.ArgumentParser) -> None:
     export = sub.add_parser("export", help="write the log, its checkpoints and public keys as JSON Lines")
     export.add_argument("--out", type=Path, default=None, help="file (default: standard output)")
     export.add_argument("--order", default=None, help="only this order's chain")
+    export.add_argument(
+        "--before",
+        default=None,
+        help="an archive segment: each chain's records up to the last one before DATE (ISO 8601, or a duration "
+        "back from now like 30d), with the checkpoints signed before it; needs --out",
+    )
+    export.add_argument("--tenant", default=None, help="with --before: only this tenant's chains")
+    trim = sub.add_parser(
+        "trim", help="one pass of the archive trim (NEXUS_AUDIT_ARCHIVE_DIR, NEXUS_RETENTION_S); prints what left"
+    )
+    trim.add_argument("--batch", type=int, default=1000, help="removed orders' chains per pass (default 1000)")
 
 
 def run_audit(args: argparse.Namespace) -> int:
@@ -47,6 +60,10 @@ def run_audit(args: argparse.Namespace) -> int:
             return _verify(settings, args)
         if args.audit_command == "checkpoint":
             return asyncio.run(_checkpoint(settings))
+        if args.audit_command == "trim":
+            return asyncio.run(_trim(settings, args.batch))
+        if args.before is not None:
+            return asyncio.run(_export_before(settings, args))
         return asyncio.run(_export(settings, args))
     except NexusError as exc:
         print(f"nexus audit: {exc.code.value}: {exc}", file=sys.stderr)
@@ -69,17 +86,15 @@ def _trusted(values: list[str] | None) -> set[bytes] | None:
 
 
 def _verify(settings: Settings, args: argparse.Namespace) -> int:
-    from nexus.audit.verify import load, read_export, verify
+    from nexus.audit.archive import load_trimmed, verify_trimmed
+    from nexus.audit.verify import read_file
 
     trusted = _trusted(args.public_key)
     if args.file is not None:
-        records, checkpoints, header_keys, erasures = read_export(args.file)
-        if args.order:
-            records = [r for r in records if r.order_id == args.order]
-        trusted = trusted or header_keys
+        result = read_file(args.file).verify(trusted, args.order)
     else:
-        records, checkpoints, erasures = with_database(settings, lambda db: load(db, args.order), migrate=False)
-    result = verify(records, checkpoints, trusted=trusted, complete=not args.order, erasures=erasures)
+        loaded = with_database(settings, lambda db: load_trimmed(db, args.order), migrate=False)
+        result = verify_trimmed(loaded, settings.audit_archive_dir, trusted=trusted, complete=not args.order)
     if args.json:
         f = result.finding
         print(
@@ -107,6 +122,43 @@ def _verify(settings: Settings, args: argparse.Namespace) -> int:
     else:
         print(f"FAILED: {result.finding.describe()}")
     return 0 if result.ok else 1
+
+
+async def _trim(settings: Settings, batch: int) -> int:
+    from nexus.audit.archive import trim_log
+
+    db = await Database(settings).open(migrate=False)
+    try:
+        report = await trim_log(
+            db.pool, archive_dir=settings.audit_archive_dir, retention_s=settings.retention_s, batch=max(1, batch)
+        )
+    finally:
+        await db.close()
+    print(json.dumps(report.as_json()))
+    return 0
+
+
+async def _export_before(settings: Settings, args: argparse.Namespace) -> int:
+    from nexus.audit.api import _BadParameter
+    from nexus.audit.archive import export_before
+
+    if args.out is None:
+        print("nexus audit export: --before writes a segment file: give --out FILE", file=sys.stderr)
+        return 2
+    try:
+        before = parse_since_arg(args.before, dt.datetime.now(dt.UTC))
+    except _BadParameter as exc:
+        before = None
+        print(f"nexus audit export: {exc}", file=sys.stderr)
+    if before is None:
+        return 2
+    db = await Database(settings).open(migrate=False)
+    try:
+        n = await export_before(db, args.out, before, args.tenant)
+    finally:
+        await db.close()
+    print(f"{n} records before {before.isoformat()} written to {args.out} (a segment: verify it with --file)")
+    return 0
 
 
 async def _checkpoint(settings: Settings) -> int:

@@ -56,12 +56,17 @@ class Verification:
         return self.finding is None
 
 
-def verify_records(records: Sequence[Record]) -> tuple[Finding | None, dict[tuple[str, str], list[Record]]]:
-    """Walk records in storage order; return the first fault (or None) and each chain's records by position."""
+def verify_records(
+    records: Sequence[Record], starts: Mapping[tuple[str, str], tuple[int, bytes]] | None = None
+) -> tuple[Finding | None, dict[tuple[str, str], list[Record]]]:
+    """Walk records in storage order; return the first fault (or None) and each chain's records by position.
+
+    `starts`: chains trimmed by an anchor (core/audit_anchor.py) begin after this (position, hash), not at GENESIS.
+    """
     remaining: dict[tuple[str, str], list[int]] = defaultdict(list)
     for r in reversed(records):
         remaining[r.chain].append(r.position)  # a stack per chain: the last element is the next record's
-    expected: dict[tuple[str, str], tuple[int, bytes]] = {}
+    expected: dict[tuple[str, str], tuple[int, bytes]] = dict(starts or {})
     seen: dict[tuple[str, str], dict[int, Record]] = defaultdict(dict)
     for r in records:
         remaining[r.chain].pop()
@@ -177,6 +182,9 @@ def verify_checkpoints(
     *,
     complete: bool = True,
     erased: Mapping[tuple[str, str], Head] | None = None,
+    start: bytes = GENESIS,
+    archived: Mapping[tuple[str, str], Mapping[int, bytes]] | None = None,
+    segment: bool = False,
 ) -> Finding | None:
     """Check each checkpoint's digest, signature (`signature_ok(checkpoint) -> bool`) and link to its
     predecessor, then that every head it names is still in its chain with the same hash.
@@ -184,8 +192,12 @@ def verify_checkpoints(
     `complete` is False when only some chains were loaded (`--order`): heads of other chains are skipped.
     `erased`: the last heads of chains removed whole under a signed erasure (`core/audit_erasure.py`); a head of
     such a chain that is missing is accounted for, not DELETED.
+    `start`: the digest the first checkpoint follows (GENESIS, or a checkpoint anchor's after a trim).
+    `archived`: hashes of archived records by chain and position (core/audit_anchor.py): a head found there with
+    its hash is accounted for. `segment`: an archive segment verified alone, where heads outside the records it
+    holds (other chains, positions before or after it) belong to other parts of the log and are skipped.
     """
-    prev = GENESIS
+    prev = start
     for c in checkpoints:
 
         def bad(fault: Fault, detail: str, c: Checkpoint = c) -> Finding:
@@ -199,31 +211,52 @@ def verify_checkpoints(
             return bad(Fault.BAD_SIGNATURE, f"signature does not verify with key {c.key_id}")
         prev = c.digest
         for h in c.heads:
-            chain = chains.get((h.tenant_id, h.order_id))
-            if chain is None and not complete:
+            if archived is not None and archived.get((h.tenant_id, h.order_id), {}).get(h.position) == h.hash:
                 continue
-            chain = chain or []
-            if len(chain) < h.position and erased and covers(erased, h):
-                continue
-            if len(chain) < h.position:
-                return Finding(
-                    Fault.DELETED,
-                    h.tenant_id,
-                    h.order_id,
-                    len(chain) + 1,
-                    None,
-                    f"checkpoint {c.id} signed a head at position {h.position}; the chain ends at {len(chain)}",
-                )
-            record = chain[h.position - 1]
-            if record.hash != h.hash:
-                return Finding(
-                    Fault.MODIFIED,
-                    h.tenant_id,
-                    h.order_id,
-                    h.position,
-                    record.id,
-                    f"chain rewritten: hash differs from the one checkpoint {c.id} signed",
-                )
+            finding = _head_finding(c, h, chains.get((h.tenant_id, h.order_id)), complete, erased, segment)
+            if finding is not None:
+                return finding
+    return None
+
+
+def _head_finding(
+    c: Checkpoint,
+    h: Head,
+    chain: Sequence[Record] | None,
+    complete: bool,
+    erased: Mapping[tuple[str, str], Head] | None,
+    segment: bool,
+) -> Finding | None:
+    """What is wrong with one head a checkpoint signed, against its chain's loaded records (None: nothing)."""
+    if chain is None and (not complete or segment):
+        return None
+    chain = chain or []
+    first = chain[0].position if chain else 1
+    end = chain[-1].position if chain else 0
+    if segment and not first <= h.position <= end:
+        return None
+    if end < h.position and erased and covers(erased, h):
+        return None
+    if end < h.position or h.position < first:
+        return Finding(
+            Fault.DELETED,
+            h.tenant_id,
+            h.order_id,
+            end + 1 if end < h.position else h.position,
+            None,
+            f"checkpoint {c.id} signed a head at position {h.position}; "
+            + (f"the chain ends at {end}" if end < h.position else f"the chain starts at {first}"),
+        )
+    record = chain[h.position - first]
+    if record.hash != h.hash:
+        return Finding(
+            Fault.MODIFIED,
+            h.tenant_id,
+            h.order_id,
+            h.position,
+            record.id,
+            f"chain rewritten: hash differs from the one checkpoint {c.id} signed",
+        )
     return None
 
 

@@ -33,9 +33,15 @@ ORDER BY child.relname;
 UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE tenant_id = $1 RETURNING id;
 
 -- name: tenant_heads
--- The last (position, hash) of each of the tenant's chains.
+-- The last (position, hash) of each of the tenant's chains, those archived by a trim included (an anchor's
+-- position - 1 and previous hash: the anchors leave with the tenant, the erasure record then covers them).
 SELECT DISTINCT ON (order_id) tenant_id, order_id, position, hash
-FROM decision_log WHERE tenant_id = $1
+FROM (
+    SELECT tenant_id, order_id, position, hash FROM decision_log WHERE tenant_id = $1
+    UNION ALL
+    SELECT tenant_id, order_id, position - 1, prev_hash FROM audit_anchors
+    WHERE kind = 'chain' AND tenant_id = $1 AND position > 1
+) AS heads
 ORDER BY order_id, position DESC;
 
 -- name: insert_erasure
