@@ -90,7 +90,7 @@ async def oauth_mcp_client(base: str, storage: _Memory) -> AsyncIterator[Client]
 
     metadata = OAuthClientMetadata(
         redirect_uris=[CALLBACK],  # type: ignore[list-item]
-        token_endpoint_auth_method="none",
+        token_endpoint_auth_method="none",  # noqa: S106 (a public client: no secret)
         grant_types=["authorization_code"],
         response_types=["code"],
         client_name="nexus tests",
@@ -105,7 +105,8 @@ async def oauth_mcp_client(base: str, storage: _Memory) -> AsyncIterator[Client]
 
 def token_for(issuer: Issuer, resource: str, user: str = "alice", scope: str = "nexus:agent") -> str:
     """An access token by the authorization code grant with PKCE, as any client gets one (plain HTTP)."""
-    registered = httpx.post(f"{issuer.url}/register", json={"redirect_uris": [CALLBACK], "token_endpoint_auth_method": "none"})
+    public_client = {"redirect_uris": [CALLBACK], "token_endpoint_auth_method": "none"}
+    registered = httpx.post(f"{issuer.url}/register", json=public_client)
     client_id = registered.json()["client_id"]
     verifier = secrets.token_urlsafe(48)
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).rstrip(b"=").decode()
@@ -159,7 +160,8 @@ async def test_a_token_calls_the_rest_api_as_a_key_of_its_tenant_and_roles(oauth
     tenant, roles and actor; the metadata document names this gateway and its issuer; a request without any
     credential is answered 401 with `WWW-Authenticate: Bearer resource_metadata=...`."""
     token = token_for(issuer, oauth_gateway + "/")
-    started = httpx.post(f"{oauth_gateway}/v1/plans", json={"process": "order", "order_id": "oauth-rest-1"}, headers=bearer(token))
+    plan = {"process": "order", "order_id": "oauth-rest-1"}
+    started = httpx.post(f"{oauth_gateway}/v1/plans", json=plan, headers=bearer(token))
     assert started.status_code == 201, started.text
     step = {"step": "OrderCreated", "data": CREATED}
     stepped = httpx.post(f"{oauth_gateway}/v1/orders/oauth-rest-1/steps", json=step, headers=bearer(token))
@@ -184,7 +186,10 @@ async def test_tokens_that_do_not_hold_are_refused(oauth_gateway: str, issuer: I
     the issuer no longer publishes (after one refetch), no tenant claim; a role claim without its scope is
     403 FORBIDDEN with `error="insufficient_scope"`."""
     audience = oauth_gateway + "/"
-    refused = {"another audience": token_for(issuer, "https://elsewhere.example/"), "no tenant": token_for(issuer, audience, "nobody")}
+    refused = {
+        "another audience": token_for(issuer, "https://elsewhere.example/"),
+        "no tenant": token_for(issuer, audience, "nobody"),
+    }
     with serve(Issuer(USERS)) as stranger:
         refused["unknown issuer"] = token_for(stranger, audience)
     issuer.token_ttl_s = -120
