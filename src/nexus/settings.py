@@ -30,13 +30,13 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from nexus.errors import ConfigurationError
-from nexus.settings_sections import KafkaSettings, SagaSettings
+from nexus.settings_sections import KafkaSettings, OAuthSettings, SagaSettings
 from nexus_wire.kafka_security import KafkaSecurity
 
 ENV_PREFIX = "NEXUS_"
 
 
-class Settings(KafkaSettings, SagaSettings, BaseSettings):
+class Settings(KafkaSettings, SagaSettings, OAuthSettings, BaseSettings):
     """Configuration of one gateway process."""
 
     model_config = SettingsConfigDict(
@@ -220,24 +220,6 @@ class Settings(KafkaSettings, SagaSettings, BaseSettings):
     mcp_allowed_origins: str = ""
     """Origins (`scheme://host[:port]`, comma separated) whose pages may call `/mcp`; a request carrying any
     other `Origin` header is refused 403 FORBIDDEN (DNS rebinding). Empty: none; a request without one passes."""
-    # OAuth 2.1 access tokens beside API keys (nexus.auth.oauth; docs/mcp.md)
-    public_url: str | None = Field(None, pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$")
-    """This gateway's public URL (`https://gateway.example`): the audience an access token must name (RFC
-    8707) and the `resource` of `/.well-known/oauth-protected-resource`. Unset: OAuth is off (keys only)."""
-    oauth_issuers: str = ""
-    """Issuer URLs (comma separated) whose JWT access tokens are accepted once `public_url` is set; each
-    one's discovery document and JWKS are fetched and cached."""
-    oauth_tenant_claim: str = "tenant"
-    """The access token's claim naming its tenant (an identifier); a token without it is refused 401."""
-    oauth_roles_claim: str = "roles"
-    """The access token's claim listing its roles; a role counts only with its scope too (`nexus:<role>`)."""
-    oauth_jwks_ttl_s: float = Field(300.0, gt=0)
-    """How long an issuer's discovery document and JWKS are used before they are fetched again."""
-    oauth_jwks_refetch_s: float = Field(10.0, ge=0)
-    """Least time between two fetches of an issuer's JWKS caused by a token whose `kid` is unknown (a key
-    rotated in is found at once; a flood of made-up kids costs one fetch per this interval)."""
-    oauth_fetch_timeout_s: float = Field(5.0, gt=0)
-    """Timeout of one fetch of an issuer's discovery document or JWKS."""
     # Several HTTP processes sharing the port
     workers: int = Field(1, ge=1)
     """HTTP processes of `nexus serve` sharing its port (1: one process, no supervisor). With more, a
@@ -271,16 +253,6 @@ class Settings(KafkaSettings, SagaSettings, BaseSettings):
     def _kafka_security_consistent(self) -> Settings:
         self.kafka_security()  # a ValueError names the variables that disagree
         return self
-
-    @model_validator(mode="after")
-    def _oauth_has_issuers(self) -> Settings:
-        if self.public_url is not None and not self.issuer_urls():
-            raise ValueError("NEXUS_PUBLIC_URL turns OAuth on: NEXUS_OAUTH_ISSUERS must name at least one issuer")
-        return self
-
-    def issuer_urls(self) -> tuple[str, ...]:
-        """`oauth_issuers` as a tuple of URLs, each without a trailing slash."""
-        return tuple(u.strip().rstrip("/") for u in self.oauth_issuers.split(",") if u.strip())
 
     def kafka_security(self) -> KafkaSecurity:
         """The TLS and SASL settings every Kafka client of the gateway is built with."""

@@ -253,7 +253,8 @@ class AuthFailure(enum.StrEnum):
 
     MISSING = "missing"
     MALFORMED = "malformed"
-    INVALID_TOKEN = "invalid_token"  # noqa: S105 (a reason, not a secret): an OAuth access token refused (nexus.auth.oauth.TokenRefusal says why)
+    # An OAuth access token refused (nexus.auth.oauth.TokenRefusal says why)
+    INVALID_TOKEN = "invalid_token"  # noqa: S105 - a reason, not a secret
 
 
 # RFC 6750's b64token, bounded: what a Bearer credential may be (a key is nxk_ and URL-safe base64; an
