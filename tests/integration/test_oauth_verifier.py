@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -57,5 +58,19 @@ async def test_a_token_names_the_audience_it_was_asked_for(issuer: Issuer) -> No
         )
         assert await verifier.check(issuer.issue("alice", "nexus:agent", None, "c")) is TokenRefusal.AUDIENCE
         assert isinstance(await verifier.check(issuer.issue("alice", "nexus:agent", AUDIENCE + "/", "c")), Principal)
+    finally:
+        await verifier.aclose()
+
+
+async def test_a_token_accepted_once_is_refused_once_it_expires(issuer: Issuer) -> None:
+    """A token answered from memory after its first check is still refused EXPIRED once its `exp` passes."""
+    verifier = OAuthVerifier(Settings(public_url=AUDIENCE, oauth_issuers=issuer.url))
+    issuer.token_ttl_s = 2
+    try:
+        token = issuer.issue("alice", "nexus:agent", AUDIENCE, "c")
+        assert isinstance(await verifier.check(token), Principal)
+        assert isinstance(await verifier.check(token), Principal)
+        await asyncio.sleep(3.1)
+        assert await verifier.check(token) is TokenRefusal.EXPIRED
     finally:
         await verifier.aclose()

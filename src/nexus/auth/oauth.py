@@ -26,6 +26,8 @@ subject). The token itself goes no further than this module: nothing downstream 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import dataclasses
 import enum
 import hashlib
@@ -49,6 +51,7 @@ SCOPES: dict[Role, str] = {role: f"nexus:{role.value}" for role in Role}
 METADATA_PATH = "/.well-known/oauth-protected-resource"
 
 _JWT_FORM = re.compile(r"ey[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
+_MAX_SEEN = 10_000  # tokens answered from memory at once (beyond: the expired go, then all)
 _ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
 
 
@@ -108,6 +111,18 @@ def _words(value: Any) -> frozenset[str]:
     if isinstance(value, list):
         return frozenset(v for v in value if isinstance(v, str))
     return frozenset()
+
+
+def _unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A JWT's header and claims, not yet verified (to find its issuer and key), or None if unreadable."""
+    try:
+        head, body, _ = token.split(".")
+        header, claims = (json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))) for part in (head, body))
+    except (ValueError, binascii.Error):
+        return None
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        return None
+    return header, claims
 
 
 class IssuerKeys:
@@ -207,6 +222,8 @@ class OAuthVerifier:
         self.http = http or httpx.AsyncClient(timeout=settings.oauth_fetch_timeout_s, follow_redirects=False)
         self.issuers = {issuer: IssuerKeys(issuer, settings, self.http) for issuer in issuers}
         self._audiences = [url, url + "/"]
+        self.ttl_s = settings.oauth_jwks_ttl_s
+        self._seen: dict[bytes, tuple[float, Principal]] = {}
 
     @classmethod
     def of(cls, settings: Settings) -> OAuthVerifier | None:
@@ -214,12 +231,31 @@ class OAuthVerifier:
         return cls(settings) if settings.public_url is not None else None
 
     async def check(self, token: str) -> Principal | TokenRefusal:
-        """The token's principal, or why it is refused (IssuerUnavailableError if its keys cannot be had)."""
-        try:
-            header = jwt.get_unverified_header(token)
-            unverified = jwt.decode(token, options={"verify_signature": False})
-        except jwt.PyJWTError:
+        """The token's principal, or why it is refused (IssuerUnavailableError if its keys cannot be had). A
+        token accepted once is answered from memory until it expires, or `NEXUS_OAUTH_JWKS_TTL_S` has passed
+        (no longer than its key is trusted without asking the issuer)."""
+        digest = hashlib.sha256(token.encode()).digest()
+        now = time.time()
+        hit = self._seen.get(digest)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        found = await self._verify(token)
+        if isinstance(found, TokenRefusal):
+            return found
+        principal, expires = found
+        if len(self._seen) >= _MAX_SEEN:
+            self._seen = {d: e for d, e in self._seen.items() if e[0] > now}
+            if len(self._seen) >= _MAX_SEEN:
+                self._seen.clear()
+        self._seen[digest] = (min(expires, now + self.ttl_s), principal)
+        return principal
+
+    async def _verify(self, token: str) -> tuple[Principal, float] | TokenRefusal:
+        """The rules of the module's docstring, in order: the principal and the token's expiry, or a refusal."""
+        parts = _unverified(token)
+        if parts is None:
             return TokenRefusal.INVALID
+        header, unverified = parts
         issuer = str(unverified.get("iss", "")).rstrip("/")
         keys = self.issuers.get(issuer)
         if keys is None:
@@ -242,7 +278,8 @@ class OAuthVerifier:
             return TokenRefusal.INVALID if missing_aud else TokenRefusal.AUDIENCE
         except jwt.PyJWTError:
             return TokenRefusal.INVALID
-        return self._principal(issuer, claims)
+        principal = self._principal(issuer, claims)
+        return principal if isinstance(principal, TokenRefusal) else (principal, float(claims["exp"]))
 
     def _principal(self, issuer: str, claims: dict[str, Any]) -> Principal | TokenRefusal:
         tenant = claims.get(self.resource.tenant_claim)
