@@ -209,7 +209,7 @@ async def test_tokens_that_do_not_hold_are_refused(oauth_gateway: str, issuer: I
     assert issuer.jwks_served == served + 1  # the unknown kid fetched the set again, once, before it was refused
     unscoped = token_for(issuer, audience, "alice", scope="nexus:operator")
     answer = httpx.post(f"{oauth_gateway}/v1/plans", json={"process": "order"}, headers=bearer(unscoped))
-    assert (answer.status_code, answer.json()["code"]) == (403, "FORBIDDEN"), answer.text
+    assert answer.status_code == 403 and answer.json()["code"] == "FORBIDDEN", answer.text
     assert answer.headers["www-authenticate"].startswith('Bearer error="insufficient_scope"')
 
 
