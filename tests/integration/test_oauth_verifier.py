@@ -63,14 +63,17 @@ async def test_a_token_names_the_audience_it_was_asked_for(issuer: Issuer) -> No
 
 
 async def test_a_token_accepted_once_is_refused_once_it_expires(issuer: Issuer) -> None:
-    """A token answered from memory after its first check is still refused EXPIRED once its `exp` passes."""
+    """A token answered from memory after its first check (`remembered`, so it counts as a known credential
+    in the shares) is still refused EXPIRED once its `exp` passes."""
     verifier = OAuthVerifier(Settings(public_url=AUDIENCE, oauth_issuers=issuer.url))
     issuer.token_ttl_s = 2
     try:
         token = issuer.issue("alice", "nexus:agent", AUDIENCE, "c")
+        assert not verifier.remembered(token)
         assert isinstance(await verifier.check(token), Principal)
-        assert isinstance(await verifier.check(token), Principal)
+        assert verifier.remembered(token) and isinstance(await verifier.check(token), Principal)
         await asyncio.sleep(3.1)
+        assert not verifier.remembered(token)
         assert await verifier.check(token) is TokenRefusal.EXPIRED
     finally:
         await verifier.aclose()

@@ -113,10 +113,13 @@ class Gatekeeper:
         await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, message, {"www-authenticate": challenge})
 
     def _known(self, scope: Scope) -> bool:
-        """Whether the request's Bearer key is a valid one in the cache (no database round trip to check)."""
+        """Whether the request's Bearer key (or access token) is a valid one in the cache (no database round
+        trip nor signature to check)."""
         if uses_session(scope["path"]):
             return False
         _, key = _bearer(scope)
+        if key is not None and self.oauth is not None and looks_like_jwt(key):
+            return self.oauth.remembered(key)
         return key is not None and self.keys.cached(hash_key(key))
 
     def charge(self, principal: Principal, units: int) -> float:

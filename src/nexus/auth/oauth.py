@@ -151,7 +151,7 @@ class IssuerKeys:
             if self._fetched_at != seen:  # another request fetched the set while this one waited
                 return
             try:
-                document = await self._json(await self._discovery_url())
+                document = await self._discovery()
                 jwks = await self._json(str(document["jwks_uri"]))
                 found = {k.key_id: k for k in jwt.PyJWKSet.from_dict(jwks).keys if k.key_id}
             except (httpx.HTTPError, KeyError, TypeError, ValueError, jwt.PyJWTError) as exc:
@@ -160,7 +160,7 @@ class IssuerKeys:
             self._keys = found
             self._fetched_at = time.monotonic()
 
-    async def _discovery_url(self) -> str:
+    async def _discovery(self) -> dict[str, Any]:
         """The first discovery document that names this issuer: OpenID's, else RFC 8414's."""
         scheme, _, rest = self.issuer.partition("://")
         host, slash, path = rest.partition("/")
@@ -172,8 +172,8 @@ class IssuerKeys:
             answer = await self.http.get(url)
             if answer.status_code == 200:
                 document = answer.json()
-                if str(document.get("issuer", "")).rstrip("/") == self.issuer:
-                    return url
+                if isinstance(document, dict) and str(document.get("issuer", "")).rstrip("/") == self.issuer:
+                    return document
         raise ValueError(f"no discovery document names issuer {self.issuer}")
 
     async def _json(self, url: str) -> dict[str, Any]:
@@ -249,6 +249,11 @@ class OAuthVerifier:
                 self._seen.clear()
         self._seen[digest] = (min(expires, now + self.ttl_s), principal)
         return principal
+
+    def remembered(self, token: str) -> bool:
+        """Whether `token` was accepted and has not expired (no verification, no fetch to answer it)."""
+        hit = self._seen.get(hashlib.sha256(token.encode()).digest())
+        return hit is not None and hit[0] > time.time()
 
     async def _verify(self, token: str) -> tuple[Principal, float] | TokenRefusal:
         """The rules of the module's docstring, in order: the principal and the token's expiry, or a refusal."""
