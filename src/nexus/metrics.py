@@ -70,7 +70,7 @@ DLQ_MESSAGES = _counter(
 )
 AUTH_FAILURES = _counter(
     "nexus_auth_failures_total",
-    "Failed authentications of API requests, by reason (missing, malformed, unknown, revoked).",
+    "Failed authentications of API requests, by reason (missing, malformed, unknown, revoked, invalid_token).",
     ["reason"],
 )
 CONSUMER_RETRIES = _counter(
@@ -112,7 +112,7 @@ for _code in ErrorCode:
 BLOCKED_CODES = ("INVALID_TRANSITION", "AFTER_TERMINAL", "UNKNOWN_STEP", "CHECK_FAILED", "LIMIT_EXCEEDED")
 for _blocked in BLOCKED_CODES:
     BLOCKED_ACTIONS.labels(code=_blocked)
-for _reason in ("missing", "malformed", "unknown", "revoked"):
+for _reason in ("missing", "malformed", "unknown", "revoked", "invalid_token"):
     AUTH_FAILURES.labels(reason=_reason)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -103,3 +103,37 @@ class SagaSettings(BaseSettings):
     saga_listen: bool = True
     """Idle executors LISTEN on `nexus_sagas` and wake at once when a step is recorded (or a saga made due);
     off: they find work by polling every `saga_poll_s` only."""
+
+
+class OAuthSettings(BaseSettings):
+    """OAuth 2.1 access tokens beside API keys (nexus.auth.oauth; docs/mcp.md)."""
+
+    model_config = SettingsConfigDict(use_attribute_docstrings=True)
+
+    public_url: str | None = Field(None, pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$")
+    """This gateway's public URL (`https://gateway.example`): the audience an access token must name (RFC
+    8707) and the `resource` of `/.well-known/oauth-protected-resource`. Unset: OAuth is off (keys only)."""
+    oauth_issuers: str = ""
+    """Issuer URLs (comma separated) whose JWT access tokens are accepted once `public_url` is set; each
+    one's discovery document and JWKS are fetched and cached."""
+    oauth_tenant_claim: str = "tenant"
+    """The access token's claim naming its tenant (an identifier); a token without it is refused 401."""
+    oauth_roles_claim: str = "roles"
+    """The access token's claim listing its roles; a role counts only with its scope too (`nexus:<role>`)."""
+    oauth_jwks_ttl_s: float = Field(300.0, gt=0)
+    """How long an issuer's discovery document and JWKS are used before they are fetched again."""
+    oauth_jwks_refetch_s: float = Field(10.0, ge=0)
+    """Least time between two fetches of an issuer's JWKS caused by a token whose `kid` is unknown (a key
+    rotated in is found at once; a flood of made-up kids costs one fetch per this interval)."""
+    oauth_fetch_timeout_s: float = Field(5.0, gt=0)
+    """Timeout of one fetch of an issuer's discovery document or JWKS."""
+
+    @model_validator(mode="after")
+    def _oauth_has_issuers(self) -> OAuthSettings:
+        if self.public_url is not None and not self.issuer_urls():
+            raise ValueError("NEXUS_PUBLIC_URL turns OAuth on: NEXUS_OAUTH_ISSUERS must name at least one issuer")
+        return self
+
+    def issuer_urls(self) -> tuple[str, ...]:
+        """`oauth_issuers` as a tuple of URLs, each without a trailing slash."""
+        return tuple(u.strip().rstrip("/") for u in self.oauth_issuers.split(",") if u.strip())

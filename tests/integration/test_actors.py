@@ -101,7 +101,9 @@ async def test_buffer_expiry_is_logged_as_the_system(db: Database) -> None:
     ]
 
 
-@pytest.mark.parametrize("name", ["expiry", "deadline", "max_rejections", "saga", "system:x", "Kafka:orders", "key:1"])
+@pytest.mark.parametrize(
+    "name", ["expiry", "deadline", "max_rejections", "saga", "system:x", "Kafka:orders", "key:1", "OAuth:al@id.example"]
+)
 async def test_a_key_cannot_take_a_system_actors_name(api: httpx.AsyncClient, name: str) -> None:
     """`POST /v1/keys` refuses a name that reads as an actor: 422 INVALID_IDENTIFIER, no key created."""
     body = {"tenant": "default", "roles": ["agent"], "name": name}

@@ -17,6 +17,13 @@ PUBLIC_VARIABLES = [
     "NEXUS_RETENTION_S",
     "NEXUS_REPEAT_WINDOW_S",
     "NEXUS_MCP_ALLOWED_ORIGINS",
+    "NEXUS_PUBLIC_URL",
+    "NEXUS_OAUTH_ISSUERS",
+    "NEXUS_OAUTH_TENANT_CLAIM",
+    "NEXUS_OAUTH_ROLES_CLAIM",
+    "NEXUS_OAUTH_JWKS_TTL_S",
+    "NEXUS_OAUTH_JWKS_REFETCH_S",
+    "NEXUS_OAUTH_FETCH_TIMEOUT_S",
     "NEXUS_DELIVERY_MAX_INFLIGHT_PER_TENANT",
     "NEXUS_DELIVERY_MAX_INFLIGHT_PER_SUBSCRIPTION",
     "NEXUS_MAX_WAITS_PER_KEY",
@@ -156,11 +163,24 @@ def test_every_public_variable_sets_its_field_and_no_other_exists() -> None:
     for var in PUBLIC_VARIABLES:
         if var in SECURITY_VARIABLES.values():  # valid only together: tests/unit/test_kafka_security.py
             continue
+        if var == "NEXUS_PUBLIC_URL":  # valid only with an issuer: test_a_public_url_turns_oauth_on_with_issuers
+            continue
         field = var.removeprefix("NEXUS_").lower()
         text, value = _other_value(field)
         changed = {k for k, v in Settings.from_env({var: text}).model_dump().items() if v != getattr(defaults, k)}
         assert changed == {field}, var
         assert getattr(Settings.from_env({var: text}), field) == value, var
+
+
+def test_a_public_url_turns_oauth_on_with_issuers() -> None:
+    """NEXUS_PUBLIC_URL (a URL) needs NEXUS_OAUTH_ISSUERS: alone it is refused, naming both variables; the
+    issuers read without trailing slashes."""
+    with pytest.raises(ConfigurationError, match="NEXUS_OAUTH_ISSUERS"):
+        Settings.from_env({"NEXUS_PUBLIC_URL": "https://gateway.example"})
+    with pytest.raises(ConfigurationError, match="NEXUS_PUBLIC_URL"):
+        Settings.from_env({"NEXUS_PUBLIC_URL": "gateway.example", "NEXUS_OAUTH_ISSUERS": "https://id.example"})
+    s = Settings.from_env({"NEXUS_PUBLIC_URL": "https://gw.example", "NEXUS_OAUTH_ISSUERS": "https://a/, https://b"})
+    assert (s.public_url, s.issuer_urls()) == ("https://gw.example", ("https://a", "https://b"))
 
 
 def test_service_url_variables_are_merged_into_the_service_urls() -> None:

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.auth import keys
 from nexus.auth.middleware import principal_of
+from nexus.auth.oauth import OAuthVerifier
 from nexus.auth.roles import InvalidKeyNameError, InvalidTenantError, parse_roles
 from nexus.core.strict_json import INT64_MAX
 from nexus.error_shape import error_response
@@ -53,11 +54,25 @@ async def create_key(request: Request, body: NewKey) -> JSONResponse:
 
 @router.get("/v1/identity")
 async def identity(request: Request) -> dict[str, Any]:
-    """The calling key as the gateway sees it: its id, name, tenant (null: every tenant) and roles (any role; a
-    client such as `nexus mcp --stdio` shows only what its key may call)."""
+    """The calling key (or access token) as the gateway sees it: its key id (null for a token), name, tenant
+    (null: every tenant), roles (any role; a client such as `nexus mcp --stdio` shows only what its key may
+    call) and its decision-log actor."""
     principal = principal_of(request)
     roles = sorted(role.value for role in principal.roles)
-    return {"key_id": principal.key_id, "name": principal.name, "tenant": principal.tenant_id, "roles": roles}
+    key_id = principal.key_id if principal.issuer is None else None
+    tenant = principal.tenant_id
+    return {"key_id": key_id, "name": principal.name, "tenant": tenant, "roles": roles, "actor": principal.actor}
+
+
+@router.get("/.well-known/oauth-protected-resource", include_in_schema=False)
+@router.get("/.well-known/oauth-protected-resource/mcp", include_in_schema=False)
+async def protected_resource(request: Request) -> JSONResponse:
+    """RFC 9728's Protected Resource Metadata (one document for the API and `/mcp`, whose tokens are the same);
+    404 while OAuth is off."""
+    oauth: OAuthVerifier | None = request.app.state.oauth
+    if oauth is None:
+        return error_response(404, ErrorCode.NOT_FOUND, "OAuth is off here (NEXUS_PUBLIC_URL is unset)")
+    return JSONResponse(oauth.resource.metadata(), headers={"cache-control": "public, max-age=300"})
 
 
 @router.get("/v1/keys")

@@ -2,8 +2,11 @@
 
 Runs before routing: the route policy (`roles.required_roles`) says which roles a path needs; the key
 from `Authorization: Bearer <key>` is hashed and looked up through `KeyCache`; the principal goes into
-`request.state.principal` for the routes (tenancy). Refusals answer the one error shape
-`{"code", "message", "request_id"}` and write nothing: 401 UNAUTHENTICATED (no key, unknown or revoked
+`request.state.principal` for the routes (tenancy). With OAuth on (`NEXUS_PUBLIC_URL`), a Bearer credential of
+a JWT's form is an access token checked by `nexus.auth.oauth` instead, to the same kind of principal; every
+401 then points at the resource's metadata (`WWW-Authenticate: Bearer resource_metadata="..."`) and a token
+without the route's role is answered 403 FORBIDDEN with `error="insufficient_scope"`. Refusals answer the
+one error shape `{"code", "message", "request_id"}` and write nothing: 401 UNAUTHENTICATED (no key, unknown or revoked
 key), 403 FORBIDDEN (no role for the route), 429 RATE_LIMITED with Retry-After, 429 TENANT_BUSY with
 Retry-After (the caller's tenant, or the requests still without a known key, at their share of the
 process's requests in flight: `nexus.auth.shares`). An admitted request holds its tenant's share until
@@ -22,6 +25,7 @@ from typing import Any
 
 from nexus import metrics
 from nexus.auth.keys import KeyCache, Refusal, hash_key
+from nexus.auth.oauth import SCOPES, OAuthVerifier, TokenRefusal, looks_like_jwt
 from nexus.auth.ratelimit import FailureThrottle, RateLimiter, retry_after_header
 from nexus.auth.roles import Principal, Role, allowed, required_roles, uses_session
 from nexus.auth.sessions import COOKIE, SessionStore, cookie_of
@@ -57,8 +61,10 @@ class Gatekeeper:
         sessions: SessionStore | None = None,
         failures: FailureThrottle | None = None,
         shares: RequestShares | None = None,
+        oauth: OAuthVerifier | None = None,
     ) -> None:
         self.keys = keys
+        self.oauth = oauth
         self.limiter = limiter
         self.sessions = sessions
         self.failures = failures
@@ -80,8 +86,7 @@ class Gatekeeper:
         if principal is None:
             return None
         if not allowed(principal, roles):
-            need = " or ".join(sorted(r.value for r in roles))
-            await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, f"this key lacks the role for this route ({need})")
+            await self._forbidden(scope, send, principal, roles)
             return None
         if self.limiter is not None:
             wait = self.charge(principal, 1)
@@ -96,11 +101,25 @@ class Gatekeeper:
             return None
         return principal
 
+    async def _forbidden(self, scope: Scope, send: Send, principal: Principal, roles: frozenset[Role]) -> None:
+        """403 FORBIDDEN: the key lacks the route's role, or the token its scope (RFC 6750 insufficient_scope)."""
+        need = " or ".join(sorted(r.value for r in roles))
+        if principal.issuer is None:
+            await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, f"this key lacks the role for this route ({need})")
+            return
+        scopes = " ".join(sorted(SCOPES[r] for r in roles))
+        challenge = f'Bearer error="insufficient_scope", scope="{scopes}"'
+        message = f"this token lacks the role and scope for this route ({need}: {scopes})"
+        await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, message, {"www-authenticate": challenge})
+
     def _known(self, scope: Scope) -> bool:
-        """Whether the request's Bearer key is a valid one in the cache (no database round trip to check)."""
+        """Whether the request's Bearer key (or access token) is a valid one in the cache (no database round
+        trip nor signature to check)."""
         if uses_session(scope["path"]):
             return False
         _, key = _bearer(scope)
+        if key is not None and self.oauth is not None and looks_like_jwt(key):
+            return self.oauth.remembered(key)
         return key is not None and self.keys.cached(hash_key(key))
 
     def charge(self, principal: Principal, units: int) -> float:
@@ -132,11 +151,13 @@ class Gatekeeper:
                 if key is None:
                     await self._failed(scope, send, reason)
                     return None
+                if self.oauth is not None and looks_like_jwt(key):
+                    return await self._token(scope, send, self.oauth, key)
                 digest = hash_key(key)
                 found = await self.keys.check_hash(digest)
                 scope.setdefault("state", {})["key_hash"] = digest
         except NexusError as exc:
-            message = "cannot check the API key now"
+            message = "cannot check the credential now"
             await _refuse(scope, send, 503, exc.code, message, {"retry-after": "1"}, retryable=True)
             return None
         if not isinstance(found, Principal):
@@ -147,7 +168,15 @@ class Gatekeeper:
             return None
         return found
 
-    def record_failure(self, scope: Scope, reason: AuthFailure | Refusal) -> float:
+    async def _token(self, scope: Scope, send: Send, oauth: OAuthVerifier, token: str) -> Principal | None:
+        """The access token's principal; None once a refusal has been sent (the token is not kept)."""
+        found = await oauth.check(token)
+        if isinstance(found, Principal):
+            return found
+        await self._failed(scope, send, AuthFailure.INVALID_TOKEN, found)
+        return None
+
+    def record_failure(self, scope: Scope, reason: AuthFailure | Refusal, detail: str | None = None) -> float:
         """Count and log (never the key) a failed authentication; the seconds its source address must
         wait before failing again (0.0: within the allowance). The console's sign-in form calls it too."""
         address = _client_address(scope)
@@ -157,7 +186,7 @@ class Gatekeeper:
             "authentication failed",
             extra={
                 "action": "auth_failure",
-                "reason": reason,
+                "reason": detail or reason,
                 "client": address,
                 "path": scope["path"][:200],
                 "throttled": wait > 0,
@@ -165,9 +194,11 @@ class Gatekeeper:
         )
         return wait
 
-    async def _failed(self, scope: Scope, send: Send, reason: AuthFailure | Refusal) -> None:
+    async def _failed(
+        self, scope: Scope, send: Send, reason: AuthFailure | Refusal, token: TokenRefusal | None = None
+    ) -> None:
         """Count, log and answer a failed authentication: 401, or 429 past the allowance."""
-        wait = self.record_failure(scope, reason)
+        wait = self.record_failure(scope, reason, token)
         if wait > 0:
             message = "too many failed authentications from this address; retry later"
             await _refuse(scope, send, 429, ErrorCode.RATE_LIMITED, message, {"retry-after": retry_after_header(wait)})
@@ -176,8 +207,12 @@ class Gatekeeper:
             AuthFailure.MISSING: "an API key is required (Authorization: Bearer <key>)",
             AuthFailure.MALFORMED: "the Authorization header is not 'Bearer <key>'",
         }
-        message = messages.get(reason, "unknown or revoked API key")
-        await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, message)
+        message = token.message if token is not None else messages.get(reason, "unknown or revoked API key")
+        challenge = None
+        if self.oauth is not None:  # where a client finds how to get a token (RFC 9728)
+            error = "invalid_token" if token is not None else None
+            challenge = {"www-authenticate": self.oauth.resource.challenge(error)}
+        await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, message, challenge)
 
 
 class AuthMiddleware:
@@ -221,10 +256,13 @@ class AuthFailure(enum.StrEnum):
 
     MISSING = "missing"
     MALFORMED = "malformed"
+    # An OAuth access token refused (nexus.auth.oauth.TokenRefusal says why)
+    INVALID_TOKEN = "invalid_token"  # noqa: S105 - a reason, not a secret
 
 
-# RFC 6750's b64token, bounded: what a Bearer credential may be (a key is nxk_ and URL-safe base64).
-_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{1,512}=*")
+# RFC 6750's b64token, bounded: what a Bearer credential may be (a key is nxk_ and URL-safe base64; an
+# access token a JWT, a few hundred to a few thousand characters).
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{1,8192}=*")
 
 
 def _bearer(scope: Scope) -> tuple[AuthFailure, str | None]:
@@ -265,7 +303,7 @@ async def _refuse(
         (b"content-length", str(len(body)).encode()),
         (b"x-request-id", rid.encode()),
     ]
-    if status == 401:
+    if status == 401 and "www-authenticate" not in (headers or {}):
         raw.append((b"www-authenticate", b"Bearer"))
     raw.extend((k.encode(), v.encode()) for k, v in (headers or {}).items())
     await send({"type": "http.response.start", "status": status, "headers": raw})

@@ -2,7 +2,8 @@
 
 A principal is what an API key stands for: an id, one tenant (or every tenant, `tenant_id is None`) and
 one or more roles. Each route needs one of a set of roles; `admin` manages keys and is not a superuser
-(a key that should do everything holds every role). Only `/healthz` and `/readyz` need no key.
+(a key that should do everything holds every role). Only `/healthz`, `/readyz` and the OAuth protected
+resource metadata need no key.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import dataclasses
 import enum
 import re
 
-from nexus.core.actors import reserved_name
+from nexus.core.actors import key_actor, oauth_actor, reserved_name
 from nexus.core.envelope import is_safe_identifier
 
 ALL_TENANTS = "*"
@@ -28,11 +29,11 @@ class InvalidKeyNameError(ValueError):
 
 
 def check_key_name(name: str | None) -> None:
-    """InvalidKeyNameError if a new key's name takes an actor's form (`system:*`, `kafka:*`, `key:*`) or a
-    system actor's word (`expiry`, `deadline`, `max_rejections`, `saga`)."""
+    """InvalidKeyNameError if a new key's name takes an actor's form (`system:*`, `kafka:*`, `key:*`,
+    `oauth:*`) or a system actor's word (`expiry`, `deadline`, `max_rejections`, `saga`)."""
     if name is not None and reserved_name(name):
         raise InvalidKeyNameError(
-            "a key's name may not take a decision-log actor's form (system:, kafka:, key:) "
+            "a key's name may not take a decision-log actor's form (system:, kafka:, key:, oauth:) "
             "or a system actor's name (expiry, deadline, max_rejections, saga)"
         )
 
@@ -46,12 +47,24 @@ class Role(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Principal:
-    """The caller behind an API key."""
+    """The caller behind an API key or an OAuth access token (nexus.auth.oauth): one identity model.
+
+    A token's principal has `issuer` and `subject`, and a `key_id` below zero derived from the two
+    (`token_holder_id`), so every count kept per key (rates, waits) is kept per (issuer, subject)."""
 
     key_id: int
     tenant_id: str | None  # None: every tenant
     roles: frozenset[Role]
     name: str | None = None
+    issuer: str | None = None
+    subject: str | None = None
+
+    @property
+    def actor(self) -> str:
+        """The decision log's actor: `key:<id>`, or `oauth:<sub>@<issuer host>` for a token."""
+        if self.issuer is not None and self.subject is not None:
+            return oauth_actor(self.subject, self.issuer)
+        return key_actor(self.key_id)
 
     @property
     def all_tenants(self) -> bool:
@@ -80,6 +93,7 @@ _POLICY: tuple[tuple[str, re.Pattern[str], frozenset[Role]], ...] = tuple(
     (method, re.compile(pattern), roles)
     for method, pattern, roles in (
         ("GET", r"/healthz|/readyz", PUBLIC),
+        ("GET", r"/\.well-known/oauth-protected-resource(/mcp)?", PUBLIC),  # RFC 9728 (nexus.auth.oauth)
         ("POST", r"/v1/events", frozenset({Role.AGENT})),
         ("POST", r"/v1/plans|/v1/orders/[^/]+/(steps|abort|replan)", frozenset({Role.AGENT})),
         ("GET", r"/v1/(orders|plans)/[^/]+(/.*)?", _READERS),

@@ -3,6 +3,7 @@
 | actor                    | who                                                                   |
 |--------------------------|-----------------------------------------------------------------------|
 | `key:<id>`               | an API key (an agent's step over HTTP, an approver's answer)          |
+| `oauth:<sub>@<host>`     | an OAuth access token: its subject at its issuer's host               |
 | `kafka:<topic>`          | a step consumed from that Kafka topic                                  |
 | `system:expiry`          | the sweepers of expired buffered steps and unanswered approvals       |
 | `system:deadline`        | the deadline sweeper's timeout abort                                  |
@@ -20,7 +21,7 @@ SYSTEM_DEADLINE = "system:deadline"
 SYSTEM_MAX_REJECTIONS = "system:max_rejections"
 SYSTEM_SAGA = "system:saga"
 
-_PREFIXES = ("system:", "kafka:", "key:")
+_PREFIXES = ("system:", "kafka:", "key:", "oauth:")
 _SYSTEM_WORDS = frozenset({"expiry", "deadline", "max_rejections", "saga"})
 
 
@@ -28,11 +29,17 @@ def key_actor(key_id: int) -> str:
     return f"key:{key_id}"
 
 
+def oauth_actor(subject: str, issuer: str) -> str:
+    """`oauth:<sub>@<issuer host>`: who an access token stands for (its issuer named by host, port included)."""
+    host = issuer.partition("://")[2].partition("/")[0] or issuer
+    return f"oauth:{subject}@{host}"
+
+
 def kafka_actor(topic: str) -> str:
     return f"kafka:{topic}"
 
 
 def reserved_name(name: str) -> bool:
-    """Whether a key name takes an actor's form (`system:*`, `kafka:*`, `key:*`) or a system actor's word."""
+    """Whether a key name takes an actor's form (`system:*`, `kafka:*`, `key:*`, `oauth:*`) or a system actor's word."""
     folded = name.strip().casefold()
     return folded.startswith(_PREFIXES) or folded in _SYSTEM_WORDS

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from nexus.auth.roles import Principal
-from nexus.core.actors import key_actor
 from nexus.errors import AlreadyRedrivenError, NotFoundError
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
 from nexus.ingress import tenants
@@ -57,7 +56,7 @@ async def redrive_dead_letter(
             raise NotFoundError(f"no dead letter {dead_letter_id}")
         raise AlreadyRedrivenError(f"dead letter {dead_letter_id} was already redriven")
     # Its envelope naming another tenant is dead-lettered again as such, changing nothing.
-    actor, name = (key_actor(by.key_id), by.name) if by else (None, None)
+    actor, name = (by.actor, by.name) if by else (None, None)
     item = tenants.bind_or_dead_letter(
         Incoming.parse(claimed["payload"]), claimed["tenant_id"] or "default", actor, name
     )

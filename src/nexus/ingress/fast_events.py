@@ -25,7 +25,6 @@ from nexus.auth.middleware import Gatekeeper
 from nexus.auth.ratelimit import retry_after_header
 from nexus.auth.roles import Principal, required_roles
 from nexus.core import wording
-from nexus.core.actors import key_actor
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, NexusError
 from nexus.gateway import Outcome
@@ -60,7 +59,7 @@ async def answer_events(
             http_errors.error_body(ErrorCode.RATE_LIMITED, message),
             [(b"retry-after", retry_after_header(wait).encode())],
         )
-    actor = key_actor(principal.key_id)
+    actor = principal.actor
     bound = [tenants.bind(item, principal.tenant_id, actor, principal.name) for item in parsed.items]
     if any(b is None for b in bound):
         # Refused as a whole, before anything is decided or written (no dead letter either).

@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from nexus import metrics, tracing
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, Gatekeeper, principal_of
+from nexus.auth.oauth import OAuthVerifier
 from nexus.auth.ratelimit import FailureThrottle, RateLimiter
 from nexus.auth.roles import read_tenant
 from nexus.auth.sessions import SessionStore
@@ -129,7 +130,9 @@ def _install_layers(
     # One set of buckets (per key, per tenant) for both paths below
     limiter = RateLimiter(rate_limits(limits), tenant_rate=limits.rate_limit_tenant)
     failures = FailureThrottle(limits.auth_failures_per_minute, processes_of(limits))
-    gate = Gatekeeper(keys, limiter, sessions, failures, RequestShares.of(limits))  # fair shares of requests
+    oauth = OAuthVerifier.of(limits)  # access tokens beside keys while NEXUS_PUBLIC_URL is set
+    gate = Gatekeeper(keys, limiter, sessions, failures, RequestShares.of(limits), oauth)  # fair shares of requests
+    app.state.oauth = oauth
     app.add_middleware(RequestGuard, settings=settings, keys=keys)  # inside the key check: no body read for a stranger
     app.add_middleware(AuthMiddleware, gate=gate)
     app.add_middleware(http_errors.RequestContext)  # outermost: the request id is set before anything answers

@@ -26,7 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nexus import metrics
 from nexus.auth.roles import Principal, Role, read_tenant
-from nexus.core.actors import key_actor
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
 from nexus.core.process import ABORT_STEP, REPLAN_STEP
@@ -119,7 +118,7 @@ async def start_plan(caller: StepCaller, request: StartPlan) -> dict[str, Any]:
     deadline = (
         dt.datetime.now(dt.UTC) + dt.timedelta(seconds=request.deadline_s) if request.deadline_s is not None else None
     )
-    actor = key_actor(caller.principal.key_id)
+    actor = caller.principal.actor
     row = await caller.db.fetchrow(
         query("steps.sql", "create_plan"), tenant, order_id, plan_id, request.process, deadline, actor
     )
@@ -223,7 +222,7 @@ async def _submit(
     caller: StepCaller, envelope: dict[str, Any], tenant: str, proposal: Proposal | None
 ) -> tuple[int, dict[str, Any]]:
     principal = caller.principal
-    actor = key_actor(principal.key_id)
+    actor = principal.actor
     try:
         parsed = parse_envelope(envelope)
     except InvalidEventError as exc:  # e.g. an integer of the data beyond 64 bits: a dead letter, as an envelope's

@@ -22,7 +22,7 @@ import uuid
 from typing import Any
 
 from nexus.auth.roles import Principal, Role
-from nexus.core.actors import SYSTEM_EXPIRY, key_actor
+from nexus.core.actors import SYSTEM_EXPIRY
 from nexus.core.decide.approvals import ApprovalStatus
 from nexus.core.envelope import parse_envelope
 from nexus.core.process import Verdict
@@ -56,8 +56,8 @@ class ApproverRefused(Exception):
 
 def approver_of(principal: Principal) -> Approver:
     """The caller (`request.state.principal`, from its API key) as an approver: the decision log's actor
-    `key:<id>` (its key's name beside it); `decided_by` its key's name, or `key:<id>`."""
-    actor = key_actor(principal.key_id)
+    `key:<id>` or `oauth:<sub>@<issuer host>` (a key's name beside it); `decided_by` the name, or the actor."""
+    actor = principal.actor
     return Approver(principal.name or actor, principal.tenant_id, frozenset(principal.roles), actor, principal.name)
 
 
