@@ -50,6 +50,7 @@ FAST_ENV: dict[str, str] = {
     "NEXUS_DB_POOL_SIZE": "4",
     "NEXUS_BATCH_WORKERS": "2",
     "NEXUS_LOG_LEVEL": "WARNING",
+    "NEXUS_DRAIN_GRACE_S": "0.2",  # no balancer watches these gateways' /readyz (instance-kill sets its own)
 }
 
 
