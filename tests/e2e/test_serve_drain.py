@@ -40,6 +40,13 @@ def _sigterm(proc: NexusProcess) -> int:
     return proc.proc.pid
 
 
+def _read_stream(url: str) -> str:
+    """The whole body of an SSE stream, read until the server ends it."""
+    with httpx.stream("GET", url, headers=api_headers(), timeout=90) as answer:
+        assert answer.status_code == 200, answer.read()
+        return "".join(answer.iter_text())
+
+
 def _wait_draining(base: str) -> httpx.Response:
     deadline = time.monotonic() + 5
     while True:
@@ -52,13 +59,14 @@ def _wait_draining(base: str) -> httpx.Response:
 def test_sigterm_answers_not_ready_serves_during_the_grace_then_ends_waits_and_exits(
     pg: PostgresForTests, tmp_path: Path
 ) -> None:
-    """After SIGTERM /readyz answers 503 draining while a step is still applied, a waiting long poll then
-    answers the order's current state, and the process exits 0 before the drain timeout."""
+    """After SIGTERM /readyz answers 503 draining while a step is still applied, then a waiting long poll
+    answers the order's current state, an SSE stream ends after sending what it had, and the process exits 0
+    before the drain timeout."""
     proc, base = _serve(pg, tmp_path / "serve.log", grace_s=2.5, timeout_s=20.0)
     try:
         first = httpx.post(base + "/v1/events", json=step_json("o-wait", "p-wait", 1), headers=api_headers())
         assert first.json()["results"][0]["decision"] == "APPLY", first.text
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
             poll = pool.submit(
                 httpx.get,
                 base + "/v1/orders/o-wait",
@@ -66,7 +74,8 @@ def test_sigterm_answers_not_ready_serves_during_the_grace_then_ends_waits_and_e
                 headers=api_headers(),
                 timeout=90,
             )
-            time.sleep(0.5)  # the long poll is waiting
+            stream = pool.submit(_read_stream, base + "/v1/orders/o-wait/stream")
+            time.sleep(0.5)  # the long poll and the stream are waiting
             signalled = time.monotonic()
             _sigterm(proc)
             ready = _wait_draining(base)
@@ -75,7 +84,9 @@ def test_sigterm_answers_not_ready_serves_during_the_grace_then_ends_waits_and_e
             assert step.status_code == 200 and step.json()["results"][0]["decision"] == "APPLY", step.text
             assert time.monotonic() - signalled < 2.5, "the step was not served within the grace"
             answered = poll.result(timeout=30)
+            streamed = stream.result(timeout=30)
         assert answered.status_code == 200, answered.text
+        assert streamed.count("event: decision") == 1, streamed  # the order's one decision, then its end
         assert answered.json()["last_seq"] == 1  # its current state, long before its 60 s
         assert proc.proc is not None
         assert proc.proc.wait(20) == 0, proc.tail()
