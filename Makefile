@@ -30,6 +30,7 @@ help:
 	@echo "make fuzz    - a longer fuzz of the HTTP API (FUZZ_EXAMPLES=200)"
 	@echo "make settings-doc - regenerate docs/settings.md from src/nexus/settings.py"
 	@echo "make kafka-up / kafka-down - a local single-node Kafka broker from Maven Central"
+	@echo "make haproxy - Debian's HAProxy, for deploy/haproxy.cfg and the instance-kill chaos scenario"
 
 # Each target installs only what it needs: the gateway its base dependencies; the demo and the other lab
 # targets the lab extra too; the tests the lab and dev extras, and the bench extra and wrk for the bench's
