@@ -42,9 +42,18 @@ def _running(pids: list[int]) -> list[int]:
     alive = []
     for pid in pids:
         with contextlib.suppress(psutil.NoSuchProcess):
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            if psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
                 alive.append(pid)
     return alive
+
+
+async def _gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    """Those of `pids` still running after `timeout_s` (a SIGKILLed process takes a moment to exit)."""
+    for _ in range(round(timeout_s / 0.05)):
+        if not _running(pids):
+            return []
+        await asyncio.sleep(0.05)
+    return _running(pids)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,7 +119,7 @@ class InstanceKill:
             probe = asyncio.create_task(probe_until_clean(balancer.url + "/readyz", self.probe_s, self.clean_run, 60))
             killed = time.monotonic()
             victim.kill()  # SIGKILL to its process group: the supervisor and its workers at once
-            if survivors := _running(pids):
+            if survivors := await _gone(pids):
                 raise RuntimeError(f"{victim.name}: processes {survivors} survived the SIGKILL")
             ctx.count("instance SIGKILLed")
             ctx.count("instance processes SIGKILLed", len(pids))
