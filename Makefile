@@ -30,6 +30,7 @@ help:
 	@echo "make fuzz    - a longer fuzz of the HTTP API (FUZZ_EXAMPLES=200)"
 	@echo "make settings-doc - regenerate docs/settings.md from src/nexus/settings.py"
 	@echo "make kafka-up / kafka-down - a local single-node Kafka broker from Maven Central"
+	@echo "make haproxy - Debian's HAProxy, for deploy/haproxy.cfg and the instance-kill chaos scenario"
 
 # Each target installs only what it needs: the gateway its base dependencies; the demo and the other lab
 # targets the lab extra too; the tests the lab and dev extras, and the bench extra and wrk for the bench's
@@ -102,7 +103,7 @@ promtool:
 # leaves a core idle), then the chaos suite alone, whose faults are timed against processes that want the
 # cores. Both passes run; the target fails if either did. PYTEST_ARGS are options for both (not paths).
 TEST_WORKERS ?= 2
-test: $(STAMP) $(VENV)/.bench $(VENV)/.browser mcp-old-clients lint typecheck kafka-up promtool chromium
+test: $(STAMP) $(VENV)/.bench $(VENV)/.browser mcp-old-clients lint typecheck kafka-up promtool chromium haproxy
 	@status=0; \
 	NEXUS_BROWSER_TESTS=short PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile \
 		--ignore=tests/chaos $(PYTEST_ARGS) || status=$$?; \
@@ -119,6 +120,12 @@ console-test: $(STAMP) $(VENV)/.browser chromium
 	NEXUS_BROWSER_TESTS=1 PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/pytest tests/browser $(PYTEST_ARGS)
 
 # Debian's chromium for the browser tests, for `make test` (short run) and `make console-test`
+# HAProxy (Debian's package) in front of gateway instances: deploy/haproxy.cfg, the `instance-kill` chaos
+# scenario and its test; the package's service is installed but never started here (the lab runs its own).
+.PHONY: haproxy
+haproxy:
+	command -v haproxy >/dev/null || (apt-get update -qq && apt-get install -y -qq haproxy)
+
 .PHONY: chromium
 chromium:
 	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
@@ -137,7 +144,7 @@ kafka-down:
 
 CHAOS_PLANS ?= 40
 CHAOS_SEED ?= ci
-chaos: $(VENV)/.lab kafka-up
+chaos: $(VENV)/.lab kafka-up haproxy
 	$(BIN)/nexus chaos --plans $(CHAOS_PLANS) --seed $(CHAOS_SEED)
 
 # The whole stack (HTTP and Kafka ingress, dispatchers, sagas) under every chaos fault in a repeating cycle,

@@ -210,6 +210,7 @@ def fast_settings(database_url: str, **overrides: object) -> Settings:
         "webhook_timeout_s": 2.0,
         "dispatcher_poll_s": 0.05,
         "db_pool_size": 5,
+        "drain_grace_s": 0.2,  # no balancer watches a test's gateway: a SIGTERM'd one stops almost at once
         # the tests' receivers listen on 127.0.0.1; the outbound guard's own tests turn this off
         "allow_private_urls": "true",
     }

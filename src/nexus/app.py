@@ -21,6 +21,7 @@ from nexus.audit.signing import checkpoint_loop, load_signing_key
 from nexus.core.process import ProcessCatalog
 from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
+from nexus.ingress.drain import Drain
 from nexus.ingress.http import create_app
 from nexus.ingress.http_server import server_config
 from nexus.settings import Settings, otel_variables
@@ -108,8 +109,10 @@ async def serve(
     committer.start()
     try:
         if http:
-            app = create_app(db, gateway, committer, settings=settings, decision_listener=listener)
-            await _serve_http(app, settings, supervisor.stop, on_ready, sockets)
+            drain = Drain(settings.drain_grace_s, settings.drain_timeout_s)  # SIGTERM: nexus.ingress.drain
+            drain.on_end(listener.end_waits)
+            app = create_app(db, gateway, committer, settings=settings, decision_listener=listener, drain=drain)
+            await _serve_http(app, settings, supervisor.stop, on_ready, sockets, drain)
         else:
             if on_ready is not None:
                 on_ready("no http")
@@ -189,8 +192,9 @@ async def _serve_http(
     stop: asyncio.Event,
     on_ready: Callable[[str], None] | None,
     sockets: list[socket.socket] | None,
+    drain: Drain,
 ) -> None:
-    server = _Server(server_config(app, settings))
+    server = _Server(server_config(app, settings), drain)
     freeze_startup_objects()
     if on_ready is not None:
         asyncio.create_task(_announce(server, settings, on_ready))  # noqa: RUF006 - fire and forget: it ends once the server has started
@@ -311,14 +315,32 @@ async def serve_metrics(db: Database, bind: str) -> None:
 class _Server(uvicorn.Server):
     """uvicorn re-raises the signal it caught once it has shut down: with the default handler back in
     place that kills the process before our own shutdown (leases released, pool closed, embedded
-    PostgreSQL stopped). Catch SIGINT/SIGTERM the same way, but let `serve()` finish instead."""
+    PostgreSQL stopped). Catch SIGINT/SIGTERM ourselves and let `serve()` finish instead; a signal goes to
+    the drain (SIGTERM: readiness false for the grace first), which sets `should_exit` when it ends."""
+
+    def __init__(self, config: uvicorn.Config, drain: Drain) -> None:
+        super().__init__(config)
+        self.drain = drain
+        drain.on_end(self._exit)
+
+    def _exit(self) -> None:
+        self.should_exit = True
+
+    def _signalled(self, signum: int) -> None:
+        if not self.drain.signalled(signum):  # a signal while already ending: stop at once
+            self.force_exit = True
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        loop = asyncio.get_running_loop()
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            loop.call_soon_threadsafe(self._signalled, signum)  # the drain's timers belong to the loop
+
+        originals = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield
         finally:

@@ -232,6 +232,16 @@ class Settings(KafkaSettings, SagaSettings, OAuthSettings, BaseSettings):
     supervisor binds the port and starts them; the background services run in the first one only."""
     workers_stop_s: float = 15.0
     """How long the supervisor waits for its processes to stop after SIGTERM before it kills them."""
+    # Draining behind a load balancer (deploy/haproxy.cfg checks /readyz every 1 s, down after 2 failures)
+    drain_grace_s: float = Field(3.0, ge=0)
+    """After SIGTERM, how long `nexus serve` answers `/readyz` 503 (status `draining`) while it still serves
+    every request, so that the load balancer stops sending it new ones first: at least two health-check
+    intervals (deploy/haproxy.cfg: `inter 1s fall 2`, down within about 2 s; 3 s leaves one to spare). Then its
+    waits answer their current state and end, it stops accepting, and its services stop (Kafka consumers leave
+    the group, leases are released). SIGINT, or a second signal, skips what is left of the grace."""
+    drain_timeout_s: float = Field(10.0, gt=0)
+    """After SIGTERM, the process exits (status 1) this many seconds later at the latest, whatever is still
+    running: the hard stop of a drain. Keep it above `drain_grace_s` and below `workers_stop_s`."""
     # tenant safety: caps on waiting, slow request heads, failed authentication, the console's cookies
     max_waits_per_key: int = Field(16, ge=1)
     """Open SSE streams plus waiting long polls one key may hold in one gateway process; beyond: 429

@@ -101,7 +101,7 @@ def submit(
 
 
 def _unless_unavailable(status: int, content: bytes, attempt: int) -> tuple[int, bytes]:
-    if status == 503:
+    if status in proto.UNAVAILABLE_STATUSES:
         raise proto.api_error(status, content)
     return status, content
 

@@ -43,6 +43,12 @@ def _json(content: bytes) -> Any:
         return None
 
 
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+"""Answers meaning no instance served the request now, resent on the retry policy: the gateway's 503, and a
+load balancer's 502 and 504 (the instance it chose died or timed out mid-request). Safe: a step that was
+decided before its answer was lost is answered DUPLICATE with its first verdict."""
+
+
 def api_error(status: int, content: bytes) -> ApiError:
     """The typed error of a non-2xx answer, carrying its {code, message} body."""
     body = _json(content)
@@ -50,7 +56,7 @@ def api_error(status: int, content: bytes) -> ApiError:
     code = str(fields.get("code") or f"HTTP_{status}")
     message = str(fields.get("message") or content[:200].decode("utf-8", "replace"))
     request_id = fields.get("request_id")
-    kind = NotFound if status == 404 else Unavailable if status == 503 else ApiError
+    kind = NotFound if status == 404 else Unavailable if status in UNAVAILABLE_STATUSES else ApiError
     return kind(status, code, message, body, str(request_id) if request_id is not None else None)
 
 

@@ -26,8 +26,8 @@ class ClientConfig:
     timeout_s: float = 10.0
     """Per request (connect, read, write)."""
     retry: RetryPolicy = DEFAULT_RETRY
-    """Submissions answered 503 or lost to a transport error are resent on this schedule: safe, since a
-    resent step the gateway already applied is answered DUPLICATE."""
+    """Submissions answered 503 (or a load balancer's 502, 504) or lost to a transport error are resent on this
+    schedule: safe, since a resent step the gateway already applied is answered DUPLICATE."""
     poll: RetryPolicy = DEFAULT_POLL
     """`wait` polls the order on this schedule (growing, bounded intervals) until its timeout."""
     max_connections: int = 64

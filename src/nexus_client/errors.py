@@ -36,7 +36,7 @@ class NotFound(ApiError):
 
 
 class Unavailable(ApiError):
-    """The gateway cannot serve now (503) and said so after every retry."""
+    """The gateway cannot serve now (503, or a load balancer's 502/504) and said so after every retry."""
 
 
 class GatewayUnreachable(ClientError):

@@ -79,7 +79,7 @@ class AsyncNexusClient:
         self._http = httpx.AsyncClient(transport=transport, **_options(self.config))
 
     async def submit(self, steps: Steps) -> SubmitResult:
-        """POST /v1/events with one envelope or a batch; resent on 503 and transport errors."""
+        """POST /v1/events with one envelope or a batch; resent on 502-504 and transport errors."""
         with _tracing.publish(_as_list(steps), "http") as trace_headers:  # The agent's publish span
             return await self.submit_raw(proto.encode_steps(steps), headers=trace_headers)
 
@@ -98,7 +98,7 @@ class AsyncNexusClient:
         return AsyncPlanRun(self, plan_info(*await self._get(f"/v1/orders/{order_id}/plan")))
 
     async def _post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        """POST JSON; resent on 503 and transport errors (the plan helper's bodies carry idempotency keys)."""
+        """POST JSON; resent on 502-504 and transport errors (the plan helper's bodies carry idempotency keys)."""
         return await self._run(ops.post(path, body, self.config.retry))
 
     async def order(self, order_id: str) -> Order:
@@ -173,7 +173,7 @@ class NexusClient:
         self._http = httpx.Client(transport=transport, **_options(self.config))
 
     def submit(self, steps: Steps) -> SubmitResult:
-        """POST /v1/events with one envelope or a batch; resent on 503 and transport errors."""
+        """POST /v1/events with one envelope or a batch; resent on 502-504 and transport errors."""
         with _tracing.publish(_as_list(steps), "http") as trace_headers:  # The agent's publish span
             return self.submit_raw(proto.encode_steps(steps), headers=trace_headers)
 
@@ -192,7 +192,7 @@ class NexusClient:
         return PlanRun(self, plan_info(*self._get(f"/v1/orders/{order_id}/plan")))
 
     def _post(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        """POST JSON; resent on 503 and transport errors (the plan helper's bodies carry idempotency keys)."""
+        """POST JSON; resent on 502-504 and transport errors (the plan helper's bodies carry idempotency keys)."""
         return self._run(ops.post(path, body, self.config.retry))
 
     def order(self, order_id: str) -> Order:

@@ -141,3 +141,16 @@ def test_a_read_raises_no_answer_at_once() -> None:
     """A plain GET is made once: no answer is raised, not retried."""
     with pytest.raises(GatewayUnreachable):
         _drive(ops.read(Order, "/v1/orders/o"), [GatewayUnreachable("refused")])
+
+
+def test_a_load_balancers_502_and_504_are_resent_like_a_503() -> None:
+    """Behind a load balancer an instance dying mid-request answers 502 (or 504 on a timeout): the submit and
+    the plan helper's POST resend it on the policy, as after a 503 (a decided step comes back DUPLICATE)."""
+    result = {"event_id": None, "decision": "DUPLICATE", "code": None, "order": None}
+    lost: list[ops.Reply] = [(502, b"<html>502 Bad Gateway</html>"), (504, b""), (200, _body(results=[result]))]
+    asked, answer = _drive(ops.submit(b"{}", None, POLICY, rand=lambda: 0.5), lost)
+    assert [type(a).__name__ for a in asked] == ["Call", "Pause", "Call", "Pause", "Call"]
+    assert (answer.attempts, answer.first.decision) == (3, Decision.DUPLICATE)
+    replies: list[ops.Reply] = [(502, b""), (201, _body(order_id="o"))]
+    _, status_body = _drive(ops.post("/v1/plans", {"process": "order"}, POLICY, rand=lambda: 0.5), replies)
+    assert status_body[0] == 201

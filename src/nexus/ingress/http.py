@@ -35,6 +35,7 @@ from nexus.store.database import Database
 from nexus.store.queries import query
 
 if TYPE_CHECKING:
+    from nexus.ingress.drain import Drain
     from nexus.lifecycle.waiting import DecisionListener
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ def create_app(
     *,
     settings: Settings | None = None,
     decision_listener: DecisionListener | None = None,
+    drain: Drain | None = None,
 ) -> FastAPI:
     """The ASGI app. `committer` shares transactions between concurrent requests (group commit)."""
     # Keys, rates and failed authentications follow the given settings, else the database's (as always).
@@ -117,6 +119,7 @@ def create_app(
     app.state.redrive_dead_letter = redrive_dead_letter  # the console's button; it must not import this module
     app.state.db = db
     app.state.gateway = gateway
+    app.state.drain = drain  # `nexus serve`'s stop: /readyz answers 503 while it drains
     return app
 
 
@@ -270,7 +273,10 @@ def _add_operator_routes(app: FastAPI, db: Database, gateway: Gateway) -> None:
         return {"status": "ok"}
 
     @app.get("/readyz")
-    async def readyz() -> JSONResponse:
+    async def readyz(request: Request) -> JSONResponse:
+        drain: Drain | None = request.app.state.drain
+        if drain is not None and drain.draining:
+            return error_response(503, ErrorCode.SERVER_BUSY, "draining: this instance is stopping", status="draining")
         try:
             reason = await db.not_ready()
         except NexusError as exc:

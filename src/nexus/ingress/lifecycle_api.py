@@ -122,7 +122,7 @@ async def decision_events(
         yield ": stream of order decisions\n\n"
         quiet_since = loop.time()
         read = True  # the log is read at the start and when woken, not at every check of the client
-        while await alive():
+        while not listener.ending and await alive():  # ending: the process stops, the client resumes elsewhere
             if read:
                 woken.clear()
                 try:

@@ -12,7 +12,9 @@ A wait ends with its client: every request runs with a `WaitingClient` (set by t
 knows whether the client's connection is gone (the HTTP server's protocol sets an event when it is lost)
 and whether the key that called is still valid. A long poll, a stream or an MCP `wait_for_order` asks it
 at least every RECHECK_S, so it frees its slot and its task within a second of its client leaving, and
-ends within the auth cache's TTL plus a second of its key's revocation (`KeyRevokedError`, 401).
+ends within the auth cache's TTL plus a second of its key's revocation (`KeyRevokedError`, 401). When the
+process stops (`end_waits`, at the end of a drain) every wait answers what it has and ends, and a new one
+answers at once: the client asks again, through the load balancer, an instance that is not stopping.
 """
 
 from __future__ import annotations
@@ -79,6 +81,8 @@ class DecisionListener:
         self._waiters: dict[tuple[str, str], set[asyncio.Event]] = defaultdict(set)
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
+        self.ending = False
+        """Set by `end_waits`: the process is stopping, waits answer their current state and end."""
 
     @contextlib.contextmanager
     def watch(self, tenant_id: str, order_id: str) -> Iterator[asyncio.Event]:
@@ -103,6 +107,11 @@ class DecisionListener:
 
     def adopt(self, task: asyncio.Task[None]) -> None:
         self._task = task
+
+    def end_waits(self) -> None:
+        """Have every wait, now and from now on, answer its current state and end (the process stops)."""
+        self.ending = True
+        self._wake_all()
 
     def _wake_all(self) -> None:
         for events in list(self._waiters.values()):
@@ -234,11 +243,11 @@ async def wait_for_order(
     client = current_client()
     with listener.watch(tenant_id, order_id) as woken:
         baseline = order = await read()
-        while not changed(order, baseline, after_seq, after_status):
+        while not listener.ending and not changed(order, baseline, after_seq, after_status):
             left = deadline - loop.time()
             if left <= 0 or not await client.check():
                 break
             if await sleep_until_set(woken, min(left, RECHECK_S)):
                 woken.clear()
-                order = await read()
+                order = await read()  # the current state, also when the process is ending
     return order

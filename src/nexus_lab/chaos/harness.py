@@ -11,9 +11,11 @@ broken variants; it is test plumbing, not a production switch.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import os
+import secrets
 import subprocess
 import tempfile
 import time
@@ -31,6 +33,7 @@ from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.procs import NEXUS_CMD, REPO_ROOT, Proc, free_port, wait_ready
 
 if TYPE_CHECKING:
+    from nexus_lab.balancer import Balancer
     from nexus_lab.chaos.failover import ReplicatedDatabase
 
 __all__ = ["NEXUS_CMD", "REPO_ROOT", "ChaosSession", "Proc", "Stack", "StackSpec", "free_port", "wait_ready"]
@@ -50,6 +53,7 @@ FAST_ENV: dict[str, str] = {
     "NEXUS_DB_POOL_SIZE": "4",
     "NEXUS_BATCH_WORKERS": "2",
     "NEXUS_LOG_LEVEL": "WARNING",
+    "NEXUS_DRAIN_GRACE_S": "0.2",  # no balancer watches these gateways' /readyz (instance-kill sets its own)
 }
 
 
@@ -178,6 +182,9 @@ class StackSpec:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     replicated: bool = False
     """A database of its own on a primary with a synchronous standby (`nexus_lab.chaos.failover`)."""
+    balancer: bool = False
+    """Two gateway instances, each with a data directory of its own and one shared audit signing key,
+    behind HAProxy (deploy/haproxy.cfg): the agent and the MCP agents reach them only through it."""
 
 
 class Stack:
@@ -210,6 +217,8 @@ class Stack:
         self.gateways: list[Proc] = []
         self.gateway_urls: list[str] = []
         self.dispatchers: list[Proc] = []
+        self.balancer: Balancer | None = None
+        self.signing_key = base64.b64encode(secrets.token_bytes(32)).decode()  # the instances' shared one
         self._out: IO[str] | None = None
 
     def settings(self) -> Settings:
@@ -251,7 +260,7 @@ class Stack:
         for i in range(self.spec.gateways):
             port = free_port()
             cmd = [*self.gateway_cmd, "serve", *serve_flags]
-            env = self.env(NEXUS_HTTP_PORT=str(port))
+            env = self.env(NEXUS_HTTP_PORT=str(port), **self._instance_env(i))
             self.gateways.append(Proc(f"gateway-{i}", cmd, env, self.dir / f"gateway-{i}.log").start())
             self.gateway_urls.append(f"http://127.0.0.1:{port}")
         for i in range(self.spec.dispatchers):
@@ -262,6 +271,11 @@ class Stack:
             *(wait_ready(g, url + "/readyz") for g, url in zip(self.gateways, self.gateway_urls, strict=True)),
             *(wait_ready(d, None) for d in self.dispatchers),
         )
+        if self.spec.balancer:
+            from nexus_lab.balancer import Balancer
+
+            backends = [url.removeprefix("http://") for url in self.gateway_urls]
+            self.balancer = await Balancer(backends, self.dir / "haproxy.log").start()
         if self.spec.kafka:
             # The consumers must own their partitions before the agent produces, or a fault injected in
             # the first seconds would hit a consumer that has not read anything yet.
@@ -289,8 +303,21 @@ class Stack:
             else:
                 return
 
+    @property
+    def client_urls(self) -> list[str]:
+        """Where the agents send: the balancer when there is one, else the gateways themselves."""
+        return [self.balancer.url] if self.balancer is not None else self.gateway_urls
+
+    def _instance_env(self, index: int) -> dict[str, str]:
+        """Behind a balancer a gateway stands for a machine: no local state shared with the others."""
+        if not self.spec.balancer:
+            return {}
+        data = self.dir / f"instance-{index}"
+        return {"NEXUS_DATA_DIR": str(data), "NEXUS_AUDIT_SIGNING_KEY": self.signing_key}
+
     def processes(self) -> list[Proc]:
-        return [*self.dispatchers, *self.gateways, *([self.sink] if self.sink else [])]
+        balancer = [self.balancer.proc] if self.balancer is not None else []
+        return [*balancer, *self.dispatchers, *self.gateways, *([self.sink] if self.sink else [])]
 
     async def close(self) -> None:
         # All at once: each stop (SIGTERM, SIGKILL after 10 s) waits for its own process only, so the stack

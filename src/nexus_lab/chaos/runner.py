@@ -53,7 +53,7 @@ async def _transport(scenario: Scenario, stack: Stack) -> tuple[Transport, str]:
     if scenario.transport == "kafka":
         inner = await KafkaTransport(stack.session.kafka_bootstrap, stack.kafka_topic).start()
         return PatientTransport(inner), f"kafka://{stack.session.kafka_bootstrap}/{stack.kafka_topic}"
-    urls = stack.gateway_urls
+    urls = stack.client_urls
     if scenario.transport == "race":
         return RacingTransport(http_transports(urls)), urls[0]
     return SpreadTransport(http_transports(urls)), urls[0]
@@ -71,7 +71,7 @@ async def _mcp_agents(scenario: Scenario, stack: Stack) -> McpAgents:
     from nexus_client import ClientConfig
 
     key = ClientConfig.from_env().api_key or ""
-    return await run_mcp_agents(stack.gateway_urls, key, scenario.mcp_orders, f"{scenario.name}-{stack.dir.name}")
+    return await run_mcp_agents(stack.client_urls, key, scenario.mcp_orders, f"{scenario.name}-{stack.dir.name}")
 
 
 async def _check_mcp(stack: Stack, run: McpAgents, wait_s: float, allow_duplicates: bool) -> tuple[int, int, list[str]]:

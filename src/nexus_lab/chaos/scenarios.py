@@ -22,6 +22,7 @@ from nexus_lab.chaos.faults import (
     ReceiverOutage,
 )
 from nexus_lab.chaos.harness import StackSpec
+from nexus_lab.chaos.instances import InstanceKill
 
 Range = tuple[float, float]
 
@@ -151,6 +152,18 @@ SCENARIOS: dict[str, Scenario] = {
             hostile=all_modes(0.2),
             step_delay_ms=250.0,
             faults=(KillLoop("gateway", minimum=2, maximum=5),),
+            allow_duplicates=True,
+            mcp_orders=4,
+        ),
+        Scenario(
+            "instance-kill",
+            "two gateway instances (nexus serve --workers 2, a data directory each) behind HAProxy; every process "
+            "of one SIGKILLed under HTTP load through the balancer (envelopes, MCP numbered steps), restarted later",
+            "instance SIGKILLed",
+            StackSpec(gateways=2, balancer=True, env={"NEXUS_WORKERS": "2", "NEXUS_DRAIN_GRACE_S": "3"}),
+            hostile=all_modes(0.2),
+            step_delay_ms=250.0,
+            faults=(InstanceKill(),),
             allow_duplicates=True,
             mcp_orders=4,
         ),
