@@ -135,7 +135,9 @@ class GatewayBackend:
         except ApproverRefused as exc:
             raise BackendError(403, "FORBIDDEN", str(exc)) from exc
 
-    async def answer_approval(self, approval_id: str, *, approve: bool) -> tuple[int, dict[str, Any]]:
+    async def answer_approval(
+        self, approval_id: str, *, approve: bool, expect: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
         import uuid
 
         from nexus.lifecycle.approvals import ApproverRefused, answer, approver_of
@@ -146,7 +148,9 @@ class GatewayBackend:
             raise BackendError(422, "INVALID_REQUEST", "approval_id: not an approval id (a UUID)") from exc
         try:
             async with self._translated():
-                outcome = await answer(self.gateway, parsed, approver_of(self.principal), approve=approve)
+                outcome = await answer(
+                    self.gateway, parsed, approver_of(self.principal), approve=approve, expect=expect
+                )
         except ApproverRefused as exc:
             raise BackendError(403, "FORBIDDEN", str(exc)) from exc
         return 200, {**outcome.as_json(), "approval_id": approval_id}
