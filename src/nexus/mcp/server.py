@@ -11,10 +11,11 @@ the call's input.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import yaml
+from mcp.server.extension import Extension
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, InputRequiredResult, ListToolsResult, TextContent, ToolAnnotations
@@ -54,7 +55,8 @@ describe_process to learn a process's steps and the data each needs; start_plan 
 propose_step for each step in turn (the gateway numbers the steps: never send a sequence number). Each
 answer says whether the step was applied and what may come next. A REJECTED step changed nothing: fix it
 and propose it again with a new idempotency_key. Reusing an idempotency_key repeats the call safely
-(answered DUPLICATE with the first verdict). HELD means a person must approve: call wait_for_order."""
+(answered DUPLICATE with the first verdict). HELD means a person must approve: call wait_for_order (a
+client of the tasks extension gets a task instead, which ends with the step's final verdict)."""
 
 
 class NexusServer(MCPServer[Any]):
@@ -62,8 +64,10 @@ class NexusServer(MCPServer[Any]):
     does (structuredContent with code INVALID_REQUEST, a message naming each argument, `isError`) instead
     of the SDK's text, which quotes the input; and whose tools are listed and callable by role (`TOOL_ROLES`)."""
 
-    def __init__(self, name: str, *, instructions: str, roles_of: RolesOf) -> None:
-        super().__init__(name, instructions=instructions)
+    def __init__(
+        self, name: str, *, instructions: str, roles_of: RolesOf, extensions: Sequence[Extension] = ()
+    ) -> None:
+        super().__init__(name, instructions=instructions, extensions=list(extensions))
         self.roles_of = roles_of
 
     def _allowed(self, request_context: Any, name: str) -> bool:
@@ -87,9 +91,16 @@ class NexusServer(MCPServer[Any]):
             raise
 
 
-def build_server(backend_of: BackendOf, *, name: str = "nexus", roles_of: RolesOf = lambda _: None) -> MCPServer[Any]:
-    """The MCP server; `backend_of(ctx)` is the API as the calling key sees it, `roles_of` its roles."""
-    server = NexusServer(name, instructions=INSTRUCTIONS, roles_of=roles_of)
+def build_server(
+    backend_of: BackendOf,
+    *,
+    name: str = "nexus",
+    roles_of: RolesOf = lambda _: None,
+    extensions: Sequence[Extension] = (),
+) -> MCPServer[Any]:
+    """The MCP server; `backend_of(ctx)` is the API as the calling key sees it, `roles_of` its roles;
+    `extensions`: the SDK's extensions it serves (the gateway's `/mcp`: approvals as tasks, nexus.mcp.tasks)."""
+    server = NexusServer(name, instructions=INSTRUCTIONS, roles_of=roles_of, extensions=extensions)
     read = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
     write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
