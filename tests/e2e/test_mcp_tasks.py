@@ -172,3 +172,21 @@ async def test_another_tenants_task_is_not_found(start_gateway, settings: Settin
     assert errors[0].message.replace(created.task.task_id, "X") == errors[1].message.replace(
         "00000000-0000-4000-8000-000000000000", "X"
     )
+
+
+async def test_an_abort_ends_the_task_and_a_repeat_gets_a_task(start_gateway, settings: Settings) -> None:  # type: ignore[no-untyped-def]
+    """The same proposal repeated with its idempotency key answers a task of the same approval; the agent's
+    abort_plan drops the held step and both tasks end failed with DISCARD."""
+    _, base = start_gateway("--no-dispatcher")
+    agent = await agent_key(settings, "acme")
+    arguments = {"order_id": "t-abort", "step": "PaymentProcessed", "data": PAYMENT, "idempotency_key": "pay-1"}
+    async with mcp_client(base, agent, extensions=[TasksExtension()]) as session:
+        await _to_payment(session, "t-abort")
+        tasks = [await session.session.call_tool("propose_step", arguments, allow_claimed=True) for _ in range(2)]
+        assert all(isinstance(t, TaskCreated) for t in tasks), tasks
+        aborted, text, _ = await _call(session, "abort_plan", order_id="t-abort", reason="customer cancelled")
+        assert aborted["decision"] == "APPLY", text
+        states = [await wait_task(session.session, t.task.task_id, timeout_s=30) for t in tasks]  # type: ignore[union-attr]
+    for state in states:
+        final, text, error = answer_of(tool_result(state))
+        assert state.status == "failed" and error and final["decision"] == "DISCARD", text

@@ -6,8 +6,10 @@ so this module is ours, written from the specification on that machinery:
 
 - `tools/call` of `propose_step`, by a client that declared the extension in its capabilities, whose step
   is HELD for a person's approval, answers `{"resultType": "task", "task": {...}}` instead of the HELD text:
-  the task is a row of `mcp_tasks` (migration 0026) naming the approval. Every other call, and every call
-  of a client without the extension (or of a protocol revision before 2026-07-28), answers as before.
+  the task is a row of `mcp_tasks` (migration 0026) naming the approval. A repeat of that call (same
+  idempotency key: DUPLICATE of a HELD first verdict) answers a task too, ended already if it was answered.
+  Every other call, and every call of a client without the extension (or of a protocol revision before
+  2026-07-28), answers as before.
 - `tasks/get {"taskId"}` answers the task (`taskId`, `status`, `statusMessage`, `createdAt`,
   `lastUpdatedAt`, `ttl`, `pollInterval`) and, once it ended, `result`: the `tools/call` result the step's
   final verdict gives, as `propose_step` answers it. Its state is read, never kept: the approval pending
@@ -39,6 +41,7 @@ from mcp_types import CallToolRequestParams, CallToolResult, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
+from nexus.core.decide.approvals import approval_id_for
 from nexus.error_shape import error_body
 from nexus.errors import ErrorCode
 from nexus.mcp.server import result, step_text
@@ -93,18 +96,17 @@ class ApprovalTasks(Extension):
         answer = await call_next(ctx)
         if params.name not in _TASK_TOOLS or not _declared(ctx) or not isinstance(answer, CallToolResult):
             return answer
-        held = answer.structured_content if isinstance(answer.structured_content, dict) else {}
         caller = self.caller_of(ctx)
-        if held.get("decision") != "HELD" or not held.get("approval_id") or caller is None:
+        approval_id = _held_approval(answer, caller)
+        if approval_id is None or caller is None:
             return answer
         order_id = str((params.arguments or {}).get("order_id"))
         task_id = uuid.uuid4()
         row = await caller.db.fetchrow(
-            query("mcp_tasks.sql", "create_task"),
-            task_id, caller.tenant_id, order_id, uuid.UUID(str(held["approval_id"])), caller.actor, None,
-        )  # fmt: skip
+            query("mcp_tasks.sql", "create_task"), task_id, caller.tenant_id, order_id, approval_id, caller.actor, None
+        )
         assert row is not None
-        message = f"the step waits for a person's approval (approval_id {held['approval_id']})"
+        message = f"the step waits for a person's approval (approval_id {approval_id})"
         task = _task(task_id, "working", message, row["created_at"], row["created_at"], row["ttl_ms"])
         return {"resultType": "task", "task": task}
 
@@ -164,6 +166,18 @@ def _task(
         "taskId": str(task_id), "status": status, "statusMessage": message, "createdAt": created.isoformat(),
         "lastUpdatedAt": updated.isoformat(), "ttl": ttl_ms, "pollInterval": POLL_INTERVAL_MS,
     }  # fmt: skip
+
+
+def _held_approval(answer: CallToolResult, caller: TaskCaller | None) -> uuid.UUID | None:
+    """The approval of a step this call found HELD, or repeated (DUPLICATE) while its first verdict was HELD:
+    a client whose first call was lost gets a task by repeating it."""
+    body = answer.structured_content if isinstance(answer.structured_content, dict) else {}
+    if body.get("decision") == "HELD" and body.get("approval_id"):
+        return uuid.UUID(str(body["approval_id"]))
+    first = body.get("first")
+    if body.get("decision") == "DUPLICATE" and isinstance(first, dict) and first.get("decision") == "HELD" and caller:
+        return approval_id_for(uuid.UUID(str(body["event_id"])), caller.tenant_id)
+    return None
 
 
 def _declared(ctx: ServerRequestContext[Any, Any]) -> bool:
