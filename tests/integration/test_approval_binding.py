@@ -111,3 +111,21 @@ async def test_the_console_lists_pending_approvals_with_their_binding(db: Databa
     assert str(outcomes[-1].approval_id) in row and steps[2]["event_id"] in row
     assert sha_of(steps[2]["data"]) in row and '<td class="n seq-id">3</td>' in row
     assert '<td class="n process-version">2</td>' in row
+
+
+async def test_the_sdk_reads_the_binding_and_answers_expecting_it(api: httpx.AsyncClient) -> None:
+    """The client SDK's `approvals()` carries the binding; `answer_approval(expect=...)` of another seq raises
+    the 409 APPROVAL_MISMATCH, and with `approval.expect()` it approves."""
+    from nexus_client import AsyncNexusClient
+    from nexus_client.errors import ApiError
+    from tests.integration.test_client_sdk import config_for
+
+    approval_id, payment = await held_order(api, "o-sdk")
+    async with AsyncNexusClient(config_for(str(api.base_url).rstrip("/"))) as client:
+        [approval] = await client.approvals()
+        assert (approval.data_sha256, approval.process_version, approval.seq_id) == (sha_of(payment["data"]), 2, 3)
+        with pytest.raises(ApiError) as refused:
+            await client.answer_approval(approval_id, approve=True, expect={**approval.expect(), "seq_id": 4})
+        assert (refused.value.status, refused.value.code) == (409, "APPROVAL_MISMATCH")
+        answer = await client.answer_approval(approval_id, approve=True, expect=approval.expect())
+    assert answer.result.decision == "APPLY"
