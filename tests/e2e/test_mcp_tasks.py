@@ -69,6 +69,7 @@ async def test_a_held_step_is_a_task_that_completes_when_approved(start_gateway,
         assert error and wrong["code"] == "APPROVAL_MISMATCH" and "seq_id is 3" in text, text
         approved, text, error = await _call(session, "approve", approval_id=held["approval_id"], expect=expect)
         assert not error and approved["decision"] == "APPLY", text
+        assert approved["seq_id"] == 3 and "applied as seq 3" in text, text
     async with mcp_client(base, agent, extensions=[TasksExtension()]) as session:
         state = await wait_task(session.session, created.task.task_id, timeout_s=30)
     final, text, error = answer_of(tool_result(state))

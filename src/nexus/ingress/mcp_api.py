@@ -156,7 +156,7 @@ class GatewayBackend:
                 )
         except ApproverRefused as exc:
             raise BackendError(403, "FORBIDDEN", str(exc)) from exc
-        return 200, {**outcome.as_json(), "approval_id": approval_id}
+        return 200, {**outcome.as_json(), "seq_id": outcome.seq_id, "approval_id": approval_id}
 
     async def list_dead_letters(self, limit: int) -> dict[str, Any]:
         from nexus.ingress.dead_letters import list_dead_letters

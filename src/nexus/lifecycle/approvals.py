@@ -135,6 +135,7 @@ async def answer(
         actor=approver.actor, actor_name=approver.actor_name,
     )  # fmt: skip
     [outcome] = await gateway.submit_approval(item, decision)
+    outcome = dataclasses.replace(outcome, seq_id=outcome.seq_id or row["seq_id"])  # the held step's seq
     log.info(
         "approval answered",
         extra={
