@@ -12,7 +12,7 @@ CREATE TABLE mcp_tasks (
     task_id      uuid PRIMARY KEY,
     tenant_id    text NOT NULL,
     order_id     text NOT NULL,
-    approval_id  uuid NOT NULL REFERENCES approvals (approval_id),
+    approval_id  uuid NOT NULL REFERENCES approvals (approval_id) ON DELETE CASCADE,
     created_by   text NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now(),
     ttl_ms       bigint
