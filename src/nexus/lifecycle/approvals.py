@@ -73,15 +73,16 @@ def can_answer(approver: Approver, tenant_id: str) -> bool:
     return approver.tenant_id is None or approver.tenant_id == tenant_id
 
 
-def binding_of(row: Any) -> ApprovalBinding:
-    """What an approvals row binds: its step's event_id, data, process version and seq."""
-    data = json.loads(row["envelope"]).get("data", {})
+def binding_of(row: Any, data: Any = None) -> ApprovalBinding:
+    """What an approvals row binds: its step's event_id, data (`data`: read from its envelope when not
+    given), process version and seq."""
+    data = json.loads(row["envelope"]).get("data", {}) if data is None else data
     return ApprovalBinding.of(row["event_id"], data, row["process_version"], row["seq_id"])
 
 
 def approval_json(row: Any) -> dict[str, Any]:
     data = json.loads(row["envelope"]).get("data", {})
-    bound = binding_of(row)
+    bound = binding_of(row, data)
     return row_json(
         row, _APPROVAL_FIELDS, seq=row["seq_id"], data=data, seq_id=row["seq_id"],
         data_sha256=bound.data_sha256, process_version=bound.process_version,
