@@ -17,7 +17,7 @@ export NEXUS_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(NEXUS_KAFKA_PORT)
 help:
 	@echo "make demo    - start the embedded stack, run misbehaving agents through it, check the invariants"
 	@echo "make demo-llm - 20 plans of the LLM planner against the fake model, every behaviour; blocked actions"
-	@echo "make demo-mcp - an MCP agent (official client + fake model) completes an order through /mcp"
+	@echo "make demo-mcp - an MCP agent (official client + fake model) completes an order through /mcp; a large payment answered as a task"
 	@echo "make agent-studio / studio-check - LangGraph Studio on the LLM planner graph (extra 'studio')"
 	@echo "make mcp-old-clients - the venvs of the MCP SDK's 1.x clients (2025-11-25, 2025-06-18) the MCP tests start"
 	@echo "make check   - lint, types, import contracts and the unit tests that start no process (under 2 minutes)"

@@ -11,6 +11,8 @@ labels) and says whether retrying can help::
      |    +-- PermanentDatabaseError   permanent  DATABASE_REJECTED (constraint, bad data)
      +-- NotFoundError            permanent  NOT_FOUND
      +-- AlreadyRedrivenError     permanent  ALREADY_REDRIVEN
+     +-- ApprovalNotPendingError  permanent  APPROVAL_NOT_PENDING (HTTP 409)
+     +-- ApprovalMismatchError    permanent  APPROVAL_MISMATCH (HTTP 409: the approval binds another step)
      +-- TooManyWaitsError        permanent  TOO_MANY_WAITS (HTTP 429: a key's open streams and long polls)
      +-- KeyRevokedError          permanent  UNAUTHENTICATED (HTTP 401: the key was revoked during a wait)
      +-- ConfigurationError       permanent  CONFIGURATION
@@ -66,6 +68,7 @@ class ErrorCode(enum.StrEnum):
     PLAN_SUPERSEDED = "PLAN_SUPERSEDED"
     APPROVAL_DENIED = "APPROVAL_DENIED"
     APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
+    APPROVAL_MISMATCH = "APPROVAL_MISMATCH"
     # tenant safety: waits per key
     TOO_MANY_WAITS = "TOO_MANY_WAITS"
     TENANT_BUSY = "TENANT_BUSY"
@@ -140,6 +143,13 @@ class ApprovalNotPendingError(NexusError):
     """The approval was already answered (approved, denied, expired or cancelled)."""
 
     code = ErrorCode.APPROVAL_NOT_PENDING
+
+
+class ApprovalMismatchError(NexusError):
+    """The approval binds another step than the answer expected (event_id, data_sha256, process_version or
+    seq_id differ): nothing was decided."""
+
+    code = ErrorCode.APPROVAL_MISMATCH
 
 
 class TooManyWaitsError(NexusError):

@@ -75,9 +75,11 @@ class SdkBackend:
     async def list_approvals(self, limit: int) -> dict[str, Any]:
         return await self._read(f"/v1/approvals?limit={limit}")
 
-    async def answer_approval(self, approval_id: str, *, approve: bool) -> tuple[int, dict[str, Any]]:
+    async def answer_approval(
+        self, approval_id: str, *, approve: bool, expect: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
         path = f"/v1/approvals/{_quote(approval_id)}/{'approve' if approve else 'deny'}"
-        body = _answer(*await self.client._post(path, {}))
+        body = _answer(*await self.client._post(path, {"expect": expect} if expect else {}))
         return 200, {**body.get("result", {}), "approval_id": approval_id}
 
     async def list_dead_letters(self, limit: int) -> dict[str, Any]:

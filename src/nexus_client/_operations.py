@@ -124,9 +124,13 @@ def read(model: type[M], path: str) -> Operation[M]:
     return proto.read_model(model, *answered((yield Call("GET", path))))
 
 
-def answer_approval(approval_id: str, *, approve: bool) -> Operation[ApprovalAnswer]:
-    """POST /v1/approvals/{approval_id}/approve (or /deny), once."""
-    reply = yield Call("POST", proto.approval_path(approval_id, approve=approve))
+def answer_approval(
+    approval_id: str, *, approve: bool, expect: Mapping[str, Any] | None = None
+) -> Operation[ApprovalAnswer]:
+    """POST /v1/approvals/{approval_id}/approve (or /deny), once; `expect`: the step meant (any of event_id,
+    data_sha256, process_version, seq_id; another step's is 409 APPROVAL_MISMATCH and nothing decided)."""
+    body = {"expect": dict(expect)} if expect else None
+    reply = yield Call("POST", proto.approval_path(approval_id, approve=approve), json=body)
     return proto.read_model(ApprovalAnswer, *answered(reply))
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -118,9 +118,11 @@ class AsyncNexusClient:
         """GET /v1/approvals, the pending approvals of the key's tenant (approver or operator keys)."""
         return (await self._run(ops.read(Approvals, f"/v1/approvals?limit={limit}"))).approvals
 
-    async def answer_approval(self, approval_id: str, *, approve: bool) -> ApprovalAnswer:
-        """POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key."""
-        return await self._run(ops.answer_approval(approval_id, approve=approve))
+    async def answer_approval(
+        self, approval_id: str, *, approve: bool, expect: Mapping[str, Any] | None = None
+    ) -> ApprovalAnswer:
+        """POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key, `expect`ing a step."""
+        return await self._run(ops.answer_approval(approval_id, approve=approve, expect=expect))
 
     async def wait(  # same signature as the sync client and the long poll (`wait=S`): no asyncio.timeout
         self,
@@ -212,9 +214,11 @@ class NexusClient:
         """GET /v1/approvals, the pending approvals of the key's tenant (approver or operator keys)."""
         return self._run(ops.read(Approvals, f"/v1/approvals?limit={limit}")).approvals
 
-    def answer_approval(self, approval_id: str, *, approve: bool) -> ApprovalAnswer:
-        """POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key."""
-        return self._run(ops.answer_approval(approval_id, approve=approve))
+    def answer_approval(
+        self, approval_id: str, *, approve: bool, expect: Mapping[str, Any] | None = None
+    ) -> ApprovalAnswer:
+        """POST /v1/approvals/{approval_id}/approve (or /deny) with an approver key, `expect`ing a step."""
+        return self._run(ops.answer_approval(approval_id, approve=approve, expect=expect))
 
     def wait(
         self, order_id: str, *, after_seq: int | None = None, after_status: str | None = None, timeout: float = 30.0

@@ -108,6 +108,15 @@ class Approval(_Model):
     status: str
     seq: int | None = None
     event_type: str | None = None
+    seq_id: int | None = None
+    data_sha256: str | None = None
+    process_version: int | None = None
+
+    def expect(self) -> dict[str, Any]:
+        """What this approval binds, as an answer's `expect` (`answer_approval(..., expect=a.expect())`)."""
+        bound: dict[str, Any] = {"event_id": self.event_id, "data_sha256": self.data_sha256}
+        bound |= {"process_version": self.process_version, "seq_id": self.seq_id}
+        return {k: v for k, v in bound.items() if v is not None}
 
 
 class Approvals(_Model):

@@ -8,22 +8,26 @@ headers. The key rides every request as a Bearer header of the SDK's HTTP client
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import httpx2
 from mcp import Client
+from mcp.client.extension import ClientExtension
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
 
 @contextlib.asynccontextmanager
-async def mcp_client(base: str, key: str, *, timeout_s: float = 30.0) -> AsyncIterator[Client]:
-    """A connected client of `{base}/mcp` with `key` as its Bearer key."""
+async def mcp_client(
+    base: str, key: str, *, timeout_s: float = 30.0, extensions: Sequence[ClientExtension] = ()
+) -> AsyncIterator[Client]:
+    """A connected client of `{base}/mcp` with `key` as its Bearer key (and `extensions`, e.g. the tasks
+    extension of nexus_lab.mcp_tasks)."""
     headers = {"Authorization": f"Bearer {key}"}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=timeout_s) as http,
-        Client(streamable_http_client(f"{base}/mcp", http_client=http)) as client,
+        Client(streamable_http_client(f"{base}/mcp", http_client=http), extensions=list(extensions)) as client,
     ):
         yield client
 

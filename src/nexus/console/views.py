@@ -363,6 +363,18 @@ async def redrive_delivery(request: Request, outbox_id: uuid.UUID, subscription_
     return _back(request, "/console/dead", f"delivery {outbox_id} to subscription {subscription_id} redriven: pending")
 
 
+# -- approvals (read-only: an approver answers through the API, the CLI or MCP) ---------------------------
+
+
+@router.get("/approvals")
+async def approvals(request: Request) -> Response:
+    from nexus.lifecycle.approvals import Approver, pending
+
+    viewer = principal_of(request)
+    items = await pending(_db(request), Approver(viewer.name or "console", viewer.tenant_id), limit=200)
+    return _page(request, "approvals.html", approvals=items)
+
+
 # -- subscriptions and processes --------------------------------------------------------------------------
 
 

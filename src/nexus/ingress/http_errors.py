@@ -35,6 +35,7 @@ from nexus.error_shape import (
 )
 from nexus.errors import (
     AlreadyRedrivenError,
+    ApprovalMismatchError,
     ApprovalNotPendingError,
     ErrorCode,
     KeyRevokedError,
@@ -77,7 +78,7 @@ _DESCRIPTIONS = {
     403: "The key's role or tenant does not allow this (FORBIDDEN, TENANT_MISMATCH)",
     404: "Not found",
     405: "Method not allowed",
-    409: "Conflict (PLAN_MISMATCH, ALREADY_REDRIVEN, APPROVAL_NOT_PENDING, name taken)",
+    409: "Conflict (PLAN_MISMATCH, ALREADY_REDRIVEN, APPROVAL_NOT_PENDING, APPROVAL_MISMATCH, name taken)",
     413: "Too large (PAYLOAD_TOO_LARGE, BATCH_TOO_LARGE)",
     415: "Content-Type is not application/json (UNSUPPORTED_MEDIA_TYPE)",
     431: "Request line and headers too large (INVALID_REQUEST)",
@@ -111,7 +112,7 @@ def status_of(exc: NexusError) -> int:
         return 503
     if isinstance(exc, NotFoundError):
         return 404
-    if isinstance(exc, AlreadyRedrivenError | ApprovalNotPendingError):
+    if isinstance(exc, AlreadyRedrivenError | ApprovalNotPendingError | ApprovalMismatchError):
         return 409
     if isinstance(exc, TooManyWaitsError):
         return 429

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.auth.middleware import principal_of
 from nexus.auth.roles import read_tenant
@@ -152,11 +152,13 @@ async def list_approvals(request: Request, limit: Annotated[int, Query(ge=1, le=
     return {"approvals": items}
 
 
-async def _answer(request: Request, approval_id: uuid.UUID, *, approve: bool) -> Any:
-    # 404 for another tenant's approval as for an unknown one; 409 APPROVAL_NOT_PENDING once answered
+async def _answer(request: Request, approval_id: uuid.UUID, body: ApprovalAnswer | None, *, approve: bool) -> Any:
+    # 404 for another tenant's approval as for an unknown one; 409 APPROVAL_NOT_PENDING once answered,
+    # 409 APPROVAL_MISMATCH when `expect` names another step (nothing decided)
+    expect = body.expect.model_dump(exclude_none=True) if body is not None and body.expect is not None else None
     try:
         outcome = await answer(
-            request.app.state.gateway, approval_id, approver_of(principal_of(request)), approve=approve
+            request.app.state.gateway, approval_id, approver_of(principal_of(request)), approve=approve, expect=expect
         )
     except ApproverRefused as exc:
         return error_response(403, ErrorCode.FORBIDDEN, str(exc))
@@ -167,20 +169,34 @@ async def _answer(request: Request, approval_id: uuid.UUID, *, approve: bool) ->
     }
 
 
-class ApprovalAnswer(BaseModel):
-    """The optional body of an approve or deny: nothing is read from it, and an unknown field is refused
-    (422 INVALID_REQUEST) rather than silently ignored."""
+class ApprovalExpect(BaseModel):
+    """What the approver saw (from `GET /v1/approvals`): each field given must match the approval's, else 409
+    APPROVAL_MISMATCH and nothing is decided; an omitted field is not compared."""
 
     model_config = ConfigDict(extra="forbid")
+
+    event_id: uuid.UUID | None = None
+    data_sha256: Annotated[str | None, Field(pattern="^[0-9a-fA-F]{64}$")] = None
+    process_version: Annotated[int | None, Field(ge=1)] = None
+    seq_id: Annotated[int | None, Field(ge=1)] = None
+
+
+class ApprovalAnswer(BaseModel):
+    """The optional body of an approve or deny: `expect`, the step the approver means (an unknown field is
+    refused, 422 INVALID_REQUEST, rather than silently ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    expect: ApprovalExpect | None = None
 
 
 @router.post("/v1/approvals/{approval_id}/approve")
 async def approve(request: Request, approval_id: uuid.UUID, body: ApprovalAnswer | None = None) -> Any:
     """Apply the held step in order (and its waiting successors); the decision log records who approved."""
-    return await _answer(request, approval_id, approve=True)
+    return await _answer(request, approval_id, body, approve=True)
 
 
 @router.post("/v1/approvals/{approval_id}/deny")
 async def deny(request: Request, approval_id: uuid.UUID, body: ApprovalAnswer | None = None) -> Any:
     """REJECTED with code APPROVAL_DENIED: the order waits at the same seq for a corrected step."""
-    return await _answer(request, approval_id, approve=False)
+    return await _answer(request, approval_id, body, approve=False)

@@ -6,6 +6,7 @@ a 401 in the REST error shape with `WWW-Authenticate: Bearer`, and the rate limi
 Roles are checked per tool: steps need an agent key of one tenant (as `POST /v1/orders/{id}/steps`), reads
 an agent or operator key; every read is filtered by the key's tenant (another tenant's order is NOT_FOUND).
 A request from a browser page of an origin not in `NEXUS_MCP_ALLOWED_ORIGINS` is refused 403 (nexus.mcp.asgi).
+A HELD step proposed by a client of the tasks extension is answered as a task (nexus.mcp.tasks).
 The route is not in the OpenAPI document.
 """
 
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.routing import Route
 
 from nexus.auth.roles import Principal, Role, read_tenant
+from nexus.core.actors import key_actor
 from nexus.core.process import CompiledProcess
 from nexus.errors import NexusError
 from nexus.gateway import Gateway
@@ -29,6 +31,7 @@ from nexus.lifecycle.waiting import WaitSlots
 from nexus.mcp.asgi import McpEndpoint, allowed_origins
 from nexus.mcp.backend import BackendError, invalid_arguments
 from nexus.mcp.server import build_server
+from nexus.mcp.tasks import ApprovalTasks, TaskCaller
 from nexus.settings import Settings
 from nexus.store.database import Database
 
@@ -135,7 +138,9 @@ class GatewayBackend:
         except ApproverRefused as exc:
             raise BackendError(403, "FORBIDDEN", str(exc)) from exc
 
-    async def answer_approval(self, approval_id: str, *, approve: bool) -> tuple[int, dict[str, Any]]:
+    async def answer_approval(
+        self, approval_id: str, *, approve: bool, expect: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
         import uuid
 
         from nexus.lifecycle.approvals import ApproverRefused, answer, approver_of
@@ -146,10 +151,12 @@ class GatewayBackend:
             raise BackendError(422, "INVALID_REQUEST", "approval_id: not an approval id (a UUID)") from exc
         try:
             async with self._translated():
-                outcome = await answer(self.gateway, parsed, approver_of(self.principal), approve=approve)
+                outcome = await answer(
+                    self.gateway, parsed, approver_of(self.principal), approve=approve, expect=expect
+                )
         except ApproverRefused as exc:
             raise BackendError(403, "FORBIDDEN", str(exc)) from exc
-        return 200, {**outcome.as_json(), "approval_id": approval_id}
+        return 200, {**outcome.as_json(), "seq_id": outcome.seq_id, "approval_id": approval_id}
 
     async def list_dead_letters(self, limit: int) -> dict[str, Any]:
         from nexus.ingress.dead_letters import list_dead_letters
@@ -237,7 +244,14 @@ def install(app: FastAPI, db: Database, gateway: Gateway, settings: Settings, re
         principal = getattr(getattr(request, "state", None), "principal", None)
         return None if principal is None else frozenset(role.value for role in principal.roles)
 
-    server = build_server(backend_of, roles_of=roles_of)
+    def task_caller(request_context: Any) -> TaskCaller | None:
+        request = getattr(request_context, "request", None)
+        principal = getattr(getattr(request, "state", None), "principal", None)
+        if principal is None or principal.tenant_id is None:
+            return None  # a key spanning every tenant proposes no steps, so it has no tasks
+        return TaskCaller(db, principal.tenant_id, key_actor(principal.key_id))
+
+    server = build_server(backend_of, roles_of=roles_of, extensions=[ApprovalTasks(task_caller)])
     endpoint = McpEndpoint(server, allowed_origins(settings.mcp_allowed_origins))
     app.router.routes.append(Route("/mcp", endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False))
     return endpoint

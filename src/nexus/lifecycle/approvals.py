@@ -11,6 +11,10 @@ Who may answer: `approver_of` turns the caller's principal (nexus.auth, from its
 `Approver`; `can_answer` keeps the rule in one place: the `approver` role (else 403 FORBIDDEN), and the
 approval's tenant (another tenant's approval answers 404, as an unknown one: nothing leaks across tenants).
 Listing (`GET /v1/approvals`, approvers and operators) shows the caller's tenant only.
+
+Every approval shows what it binds (`event_id`, `data_sha256`, `process_version`, `seq_id`); an answer may
+`expect` them, and when any differs (the pure `binding_mismatch`) it is refused 409 APPROVAL_MISMATCH before
+anything is decided.
 """
 
 from __future__ import annotations
@@ -19,14 +23,15 @@ import dataclasses
 import json
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from nexus.auth.roles import Principal, Role
 from nexus.core.actors import SYSTEM_EXPIRY
-from nexus.core.decide.approvals import ApprovalStatus
+from nexus.core.decide.approvals import ApprovalBinding, ApprovalStatus, binding_mismatch
 from nexus.core.envelope import parse_envelope
 from nexus.core.process import Verdict
-from nexus.errors import ApprovalNotPendingError, ErrorCode, NotFoundError
+from nexus.errors import ApprovalMismatchError, ApprovalNotPendingError, ErrorCode, NotFoundError
 from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.store.database import Database
 from nexus.store.lifecycle import ApprovalDecision
@@ -68,14 +73,25 @@ def can_answer(approver: Approver, tenant_id: str) -> bool:
     return approver.tenant_id is None or approver.tenant_id == tenant_id
 
 
+def binding_of(row: Any, data: Any = None) -> ApprovalBinding:
+    """What an approvals row binds: its step's event_id, data (`data`: read from its envelope when not
+    given), process version and seq."""
+    data = json.loads(row["envelope"]).get("data", {}) if data is None else data
+    return ApprovalBinding.of(row["event_id"], data, row["process_version"], row["seq_id"])
+
+
 def approval_json(row: Any) -> dict[str, Any]:
     data = json.loads(row["envelope"]).get("data", {})
-    return row_json(row, _APPROVAL_FIELDS, seq=row["seq_id"], data=data)
+    bound = binding_of(row, data)
+    return row_json(
+        row, _APPROVAL_FIELDS, seq=row["seq_id"], data=data, seq_id=row["seq_id"],
+        data_sha256=bound.data_sha256, process_version=bound.process_version,
+    )  # fmt: skip
 
 
 _APPROVAL_FIELDS = (
     "approval_id", "tenant_id", "order_id", "plan_id", "seq", "event_type", "event_id", "data", "status",
-    "created_at", "expires_at", "decided_at", "decided_by",
+    "created_at", "expires_at", "decided_at", "decided_by", "seq_id", "data_sha256", "process_version",
 )  # fmt: skip
 
 
@@ -86,15 +102,26 @@ async def pending(db: Database, approver: Approver, *, limit: int = 100) -> list
 
 
 async def answer(
-    gateway: Gateway, approval_id: uuid.UUID, approver: Approver, *, approve: bool, expired: bool = False
+    gateway: Gateway,
+    approval_id: uuid.UUID,
+    approver: Approver,
+    *,
+    approve: bool,
+    expired: bool = False,
+    expect: Mapping[str, Any] | None = None,
 ) -> Outcome:
-    """Approve or deny one pending approval; the held step's decision (APPLY, or REJECTED APPROVAL_DENIED)."""
+    """Approve or deny one pending approval; the held step's decision (APPLY, or REJECTED APPROVAL_DENIED).
+    `expect`: what the approver saw (any of event_id, data_sha256, process_version, seq_id); a field that
+    differs raises ApprovalMismatchError and nothing is decided."""
     can_answer(approver, "")  # the role first: its refusal says nothing about whether the approval exists
     row = await gateway.db.fetchrow(query("lifecycle.sql", "approval"), approval_id)
     if row is None or not can_answer(approver, row["tenant_id"]):
         raise NotFoundError(f"no approval {approval_id}")  # another tenant's: as if it did not exist
     if row["status"] != ApprovalStatus.PENDING:
         raise ApprovalNotPendingError(f"approval {approval_id} is {row['status']}")
+    mismatch = binding_mismatch(binding_of(row), expect) if expect else None
+    if mismatch is not None:
+        raise ApprovalMismatchError(f"approval {approval_id}: {mismatch}")
     envelope = parse_envelope(row["envelope"])
     if approve:
         verdict = None
@@ -109,6 +136,7 @@ async def answer(
         actor=approver.actor, actor_name=approver.actor_name,
     )  # fmt: skip
     [outcome] = await gateway.submit_approval(item, decision)
+    outcome = dataclasses.replace(outcome, seq_id=outcome.seq_id or row["seq_id"])  # the held step's seq
     log.info(
         "approval answered",
         extra={

@@ -7,6 +7,7 @@ import asyncio
 import getpass
 import json
 import uuid
+from typing import Any
 
 from nexus.cli_common import add_common, settings_from
 from nexus.errors import NexusError
@@ -76,6 +77,11 @@ def configure_approvals(parser: argparse.ArgumentParser) -> None:
         one = sub.add_parser(name, help=text)
         one.add_argument("approval_id", type=uuid.UUID)
         one.add_argument("--json", action="store_true")
+        expect = one.add_argument_group("expect", "what you saw in `list`: any that differs refuses the answer")
+        expect.add_argument("--expect-event-id", type=uuid.UUID, default=None)
+        expect.add_argument("--expect-data-sha256", default=None)
+        expect.add_argument("--expect-process-version", type=int, default=None)
+        expect.add_argument("--expect-seq-id", type=int, default=None)
 
 
 def run_approvals(args: argparse.Namespace) -> int:
@@ -106,12 +112,16 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
                 expires = item["expires_at"] or "never"
                 print(
                     f"{item['approval_id']}  {item['tenant_id']}/{item['order_id']}  seq {item['seq']} "
-                    f"{item['event_type']}  data {json.dumps(item['data'])}  expires {expires}"
+                    f"{item['event_type']}  data {json.dumps(item['data'])}  expires {expires}\n"
+                    f"    event_id {item['event_id']}  data_sha256 {item['data_sha256']}  "
+                    f"process_version {item['process_version']}  seq_id {item['seq_id']}"
                 )
             return 0
         catalog = await register(db, settings.process_dir)
         gateway = Gateway(db, catalog=catalog, default_max_order_amount=settings.default_max_order_amount)
-        outcome = await answer(gateway, args.approval_id, approver, approve=args.approvals_command == "approve")
+        outcome = await answer(
+            gateway, args.approval_id, approver, approve=args.approvals_command == "approve", expect=_expect(args)
+        )
     finally:
         await db.close()
     result = outcome.as_json()
@@ -120,6 +130,16 @@ async def _approvals(settings: Settings, args: argparse.Namespace) -> int:
     else:
         print(f"{args.approval_id}: {result['decision']}{' ' + result['code'] if result['code'] else ''}")
     return 0
+
+
+def _expect(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The `--expect-*` flags given, as an answer's `expect` (None: none given)."""
+    given = {
+        "event_id": args.expect_event_id, "data_sha256": args.expect_data_sha256,
+        "process_version": args.expect_process_version, "seq_id": args.expect_seq_id,
+    }  # fmt: skip
+    expect = {k: v for k, v in given.items() if v is not None}
+    return expect or None
 
 
 def _login_name() -> str:

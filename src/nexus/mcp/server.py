@@ -11,14 +11,15 @@ the call's input.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import yaml
+from mcp.server.extension import Extension
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, InputRequiredResult, ListToolsResult, TextContent, ToolAnnotations
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus.mcp.backend import Backend, BackendError, invalid_arguments
 
@@ -54,7 +55,8 @@ describe_process to learn a process's steps and the data each needs; start_plan 
 propose_step for each step in turn (the gateway numbers the steps: never send a sequence number). Each
 answer says whether the step was applied and what may come next. A REJECTED step changed nothing: fix it
 and propose it again with a new idempotency_key. Reusing an idempotency_key repeats the call safely
-(answered DUPLICATE with the first verdict). HELD means a person must approve: call wait_for_order."""
+(answered DUPLICATE with the first verdict). HELD means a person must approve: call wait_for_order (a
+client of the tasks extension gets a task instead, which ends with the step's final verdict)."""
 
 
 class NexusServer(MCPServer[Any]):
@@ -62,8 +64,10 @@ class NexusServer(MCPServer[Any]):
     does (structuredContent with code INVALID_REQUEST, a message naming each argument, `isError`) instead
     of the SDK's text, which quotes the input; and whose tools are listed and callable by role (`TOOL_ROLES`)."""
 
-    def __init__(self, name: str, *, instructions: str, roles_of: RolesOf) -> None:
-        super().__init__(name, instructions=instructions)
+    def __init__(
+        self, name: str, *, instructions: str, roles_of: RolesOf, extensions: Sequence[Extension] = ()
+    ) -> None:
+        super().__init__(name, instructions=instructions, extensions=list(extensions))
         self.roles_of = roles_of
 
     def _allowed(self, request_context: Any, name: str) -> bool:
@@ -87,9 +91,16 @@ class NexusServer(MCPServer[Any]):
             raise
 
 
-def build_server(backend_of: BackendOf, *, name: str = "nexus", roles_of: RolesOf = lambda _: None) -> MCPServer[Any]:
-    """The MCP server; `backend_of(ctx)` is the API as the calling key sees it, `roles_of` its roles."""
-    server = NexusServer(name, instructions=INSTRUCTIONS, roles_of=roles_of)
+def build_server(
+    backend_of: BackendOf,
+    *,
+    name: str = "nexus",
+    roles_of: RolesOf = lambda _: None,
+    extensions: Sequence[Extension] = (),
+) -> MCPServer[Any]:
+    """The MCP server; `backend_of(ctx)` is the API as the calling key sees it, `roles_of` its roles;
+    `extensions`: the SDK's extensions it serves (the gateway's `/mcp`: approvals as tasks, nexus.mcp.tasks)."""
+    server = NexusServer(name, instructions=INSTRUCTIONS, roles_of=roles_of, extensions=extensions)
     read = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
     write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
@@ -178,6 +189,25 @@ def build_server(backend_of: BackendOf, *, name: str = "nexus", roles_of: RolesO
 ApprovalId = Annotated[str, Field(description="an approval_id from list_approvals")]
 
 
+class ApprovalExpect(BaseModel):
+    """What the approver saw in list_approvals: any field given that differs refuses the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: Annotated[str | None, Field(description="the held step's event_id")] = None
+    data_sha256: Annotated[
+        str | None, Field(description="SHA-256 of the step's data as canonical JSON", pattern="^[0-9a-fA-F]{64}$")
+    ] = None
+    process_version: Annotated[int | None, Field(description="the process version that held the step", ge=1)] = None
+    seq_id: Annotated[int | None, Field(description="the held step's seq", ge=1)] = None
+
+
+Expect = Annotated[
+    ApprovalExpect | None,
+    Field(description="the step you mean, as list_approvals shows it (if it differs: APPROVAL_MISMATCH)"),
+]
+
+
 def _person_tools(server: MCPServer[Any], backend_of: BackendOf, read: ToolAnnotations, write: ToolAnnotations) -> None:
     """The tools of the people beside the agents: approvers answer held steps, operators redrive dead letters."""
 
@@ -189,18 +219,21 @@ def _person_tools(server: MCPServer[Any], backend_of: BackendOf, read: ToolAnnot
         """Steps held for a person's approval in this key's tenant: what each would do (its data), oldest first."""
         return await _call(_approvals(backend_of(ctx).list_approvals(limit)))
 
-    async def answer(ctx: Context[Any, Any], approval_id: str, *, approve: bool) -> CallToolResult:
-        return await _call(_step(backend_of(ctx).answer_approval(approval_id, approve=approve)))
+    async def answer(
+        ctx: Context[Any, Any], approval_id: str, expect: ApprovalExpect | None, *, approve: bool
+    ) -> CallToolResult:
+        expected = (expect.model_dump(exclude_none=True) if expect is not None else None) or None
+        return await _call(_step(backend_of(ctx).answer_approval(approval_id, approve=approve, expect=expected)))
 
     @server.tool(annotations=write)
-    async def approve(approval_id: ApprovalId, ctx: Context[Any, Any]) -> CallToolResult:
+    async def approve(approval_id: ApprovalId, ctx: Context[Any, Any], expect: Expect = None) -> CallToolResult:
         """Approve a held step: it is applied now (or rejected if it no longer fits its order)."""
-        return await answer(ctx, approval_id, approve=True)
+        return await answer(ctx, approval_id, expect, approve=True)
 
     @server.tool(annotations=write)
-    async def deny(approval_id: ApprovalId, ctx: Context[Any, Any]) -> CallToolResult:
+    async def deny(approval_id: ApprovalId, ctx: Context[Any, Any], expect: Expect = None) -> CallToolResult:
         """Deny a held step: it is REJECTED APPROVAL_DENIED and changes nothing."""
-        return await answer(ctx, approval_id, approve=False)
+        return await answer(ctx, approval_id, expect, approve=False)
 
     @server.tool(annotations=read)
     async def list_dead_letters(
@@ -223,7 +256,12 @@ async def _approvals(answer: Any) -> CallToolResult:
     body: dict[str, Any] = await answer
     items = body.get("approvals", [])
     lines = [f"{len(items)} step(s) wait for approval."]
-    lines += [f"- {a['approval_id']}: order {a['order_id']} seq {a['seq']} {a['event_type']}" for a in items[:50]]
+    lines += [
+        f"- {a['approval_id']}: order {a['order_id']} seq {a['seq']} {a['event_type']} data {json.dumps(a['data'])} "
+        f"(binds event_id {a['event_id']}, data_sha256 {a['data_sha256']}, process_version {a['process_version']}, "
+        f"seq_id {a['seq_id']})"
+        for a in items[:50]
+    ]
     return result({"approvals": items}, "\n".join(lines))
 
 
@@ -262,6 +300,12 @@ async def _call(answer: Any) -> CallToolResult:
     return done
 
 
+_CODE_HINTS = {
+    "APPROVAL_MISMATCH": "Nothing was decided: call list_approvals and answer the approval of the step you mean.",
+    "APPROVAL_NOT_PENDING": "The approval was answered already; list_approvals shows those still waiting.",
+}
+
+
 def refusal(exc: BackendError) -> CallToolResult:
     """A call the API refused: its code and message, and what to do about it."""
     hint = {
@@ -273,6 +317,7 @@ def refusal(exc: BackendError) -> CallToolResult:
     }.get(
         exc.status, "Check the call's arguments against describe_process." if exc.status < 500 else "Try again shortly."
     )
+    hint = _CODE_HINTS.get(exc.code, hint)
     return result(
         {"code": exc.code, "message": exc.message}, f"{exc.code}: {_sentence(exc.message)} {hint}", is_error=True
     )

@@ -52,7 +52,7 @@ async def write_approvals(
     conn: asyncpg.Connection, rows: Sequence[ApprovalRow], cancelled: Sequence[uuid.UUID]
 ) -> None:
     if rows:
-        await conn.execute(query("lifecycle.sql", "insert_approvals"), *_columns(rows, 10))
+        await conn.execute(query("lifecycle.sql", "insert_approvals"), *_columns(rows, 11))
     if cancelled:
         await conn.execute(query("lifecycle.sql", "cancel_approvals"), list(cancelled))
 

@@ -19,7 +19,8 @@ only, never on a counter of its own: a restarted planner gets the same answers.
 | stubborn_amount | the wrong amount at the payment, every time | CHECK_FAILED x4, given up |
 
 With the gateway's MCP tools offered (`propose_step`...), `mcp_agent` (in `MCP_BEHAVIOURS`, not in the
-planner's scripts) plays an MCP client's model: `start_plan`, then the order's steps through
+planner's scripts) plays an MCP client's model: `start_plan` (of the order's `process`, default `order`),
+then the order's steps through
 `propose_step` (never a sequence number), hallucinating once (PaymentProcessed before InventoryValidated:
 REJECTED, then corrected) and retrying one call with the same idempotency key (DUPLICATE), then `get_order`
 and a final text. It reads the tool results as a model would: their text (or JSON), whichever the client
@@ -247,7 +248,8 @@ def mcp_reply(messages: Sequence[Mapping[str, Any]]) -> Reply:
     order_id = str(order.get("order_id") or "mcp-order")
     history = mcp_history(messages)
     if not history:
-        return Reply(calls=(("start_plan", json.dumps({"process": "order", "order_id": order_id})),))
+        process = str(order.get("process") or "order")
+        return Reply(calls=(("start_plan", json.dumps({"process": process, "order_id": order_id})),))
     proposals = [(args, verdict) for name, args, verdict in history if name == "propose_step"]
     applied = [args["step"] for args, verdict in proposals if verdict == "APPLY"]
     rejected = any(verdict == "REJECTED" for _, verdict in proposals)

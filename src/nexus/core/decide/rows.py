@@ -142,6 +142,7 @@ class ApprovalRow(NamedTuple):
     envelope: str
     traceparent: str | None
     expires_s: float | None
+    process_version: int | None = None
 
 
 class DecisionRecord(NamedTuple):
@@ -269,7 +270,7 @@ def approval_rows(
             ApprovalRow(
                 approval_id_for(event.event_id, event.tenant_id), event.tenant_id, event.order_id, event.event_id,
                 event.plan_id, event.seq_id, str(event.event_type), event.model_dump_json(),
-                traces.get(event.event_id), expires,
+                traces.get(event.event_id), expires, process.version if process is not None else None,
             )
         )  # fmt: skip
     if not resolution.released:

@@ -43,12 +43,13 @@ LIMIT $2;
 
 -- name: insert_approvals
 INSERT INTO approvals (approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope,
-                       traceparent, expires_at)
+                       traceparent, expires_at, process_version)
 SELECT approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope::jsonb, traceparent,
-       CASE WHEN expires_s IS NULL THEN NULL ELSE now() + make_interval(secs => expires_s) END
+       CASE WHEN expires_s IS NULL THEN NULL ELSE now() + make_interval(secs => expires_s) END, process_version
 FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[], $6::int[], $7::text[], $8::text[],
-            $9::text[], $10::float8[])
-    AS u(approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope, traceparent, expires_s)
+            $9::text[], $10::float8[], $11::int[])
+    AS u(approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope, traceparent, expires_s,
+         process_version)
 ON CONFLICT (approval_id) DO NOTHING;
 
 -- name: cancel_approvals
@@ -64,13 +65,13 @@ RETURNING approval_id;
 
 -- name: approval
 SELECT approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope::text AS envelope,
-       traceparent, status, created_at, expires_at, decided_at, decided_by
+       traceparent, status, created_at, expires_at, decided_at, decided_by, process_version
 FROM approvals WHERE approval_id = $1;
 
 -- name: pending_approvals
 -- $1: the caller's tenant (NULL: every tenant).
 SELECT approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope::text AS envelope,
-       traceparent, status, created_at, expires_at, decided_at, decided_by
+       traceparent, status, created_at, expires_at, decided_at, decided_by, process_version
 FROM approvals
 WHERE status = 'pending' AND ($1::text IS NULL OR tenant_id = $1)
 ORDER BY created_at, approval_id
