@@ -21,7 +21,6 @@ from pydantic import BaseModel, ValidationError
 from starlette.routing import Route
 
 from nexus.auth.roles import Principal, Role, read_tenant
-from nexus.core.actors import key_actor
 from nexus.core.process import CompiledProcess
 from nexus.errors import NexusError
 from nexus.gateway import Gateway
@@ -249,7 +248,7 @@ def install(app: FastAPI, db: Database, gateway: Gateway, settings: Settings, re
         principal = getattr(getattr(request, "state", None), "principal", None)
         if principal is None or principal.tenant_id is None:
             return None  # a key spanning every tenant proposes no steps, so it has no tasks
-        return TaskCaller(db, principal.tenant_id, key_actor(principal.key_id))
+        return TaskCaller(db, principal.tenant_id, principal.actor)
 
     server = build_server(backend_of, roles_of=roles_of, extensions=[ApprovalTasks(task_caller)])
     endpoint = McpEndpoint(server, allowed_origins(settings.mcp_allowed_origins))
