@@ -49,6 +49,9 @@ class Incoming:
     proposal: Proposal | None = None
     """A step proposed without a number (`POST /v1/orders/{id}/steps`, MCP): numbered under its order's
     lock, in the fold (`core/decide/numbering.py`)."""
+    refused: EventEnvelope | None = None
+    """An item the database refused alone (`core/decide/isolation.py`): the envelope it had, so that its dead
+    letter keeps the order, plan and tenant."""
 
     @classmethod
     def parse(

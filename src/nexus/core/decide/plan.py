@@ -200,7 +200,7 @@ class _Planner:
 
     def dead_letter(self, i: int, code: ErrorCode, error: str) -> None:
         item = self.items[i]
-        env = item.envelope
+        env = item.envelope or item.refused
         self.dead_items.append(i)
         self.rows.dead.append(
             DeadLetterRow(
