@@ -165,7 +165,7 @@ class Gateway:
                 reads = BatchReads()
                 if order_ids:
                     await conn.execute(query("gateway.sql", "lock_orders"), *pairs(order_ids))
-                    reads = await self._read(conn, order_ids, items)
+                    reads = await self._read(conn, order_ids, items, kind)
                     if decided:  # an approval is answered once, under its order's lock
                         await lifecycle_records.decide_approvals(conn, decided)
                 answers = {k: v.verdict for k, v in decided.items()} if decided else None
@@ -173,8 +173,13 @@ class Gateway:
                 dead_ids = await self._write(conn, plan, reads, order_ids)
         return self._answered(items, plan, dead_ids, kind)
 
-    async def _read(self, conn: asyncpg.Connection, order_ids: list[OrderKey], items: Sequence[Incoming]) -> BatchReads:
+    async def _read(
+        self, conn: asyncpg.Connection, order_ids: list[OrderKey], items: Sequence[Incoming], kind: IngressKind
+    ) -> BatchReads:
         reads = await read_batch(conn, order_ids, validated=self.parts.checks.checks)
+        if kind is IngressKind.DEADLINE:  # the sweeper's aborts: plans started with no step, and their deadlines
+            timeout_s = self.db.settings.plan_start_timeout_s
+            reads = await lifecycle_records.with_unstarted_plans(conn, reads, order_ids, timeout_s)
         if any(item.proposal is not None for item in items):  # server-numbered steps
             reads = dataclasses.replace(reads, numbering=await plan_steps.read(conn, items))
         if self.effect_processes:  # the sagas holding the batch's orders
@@ -218,29 +223,33 @@ class Gateway:
             raise
 
     async def abort_overdue(self, *, limit: int = 500) -> int:
-        """Abort live plans past their deadline (abort_code timeout); return how many applied.
+        """Abort live plans past their deadline (abort_code timeout), and end plans started with no step yet
+        past their implicit one (NEXUS_PLAN_START_TIMEOUT_S: TOMBSTONE, no notification); return how many.
 
         Each abort goes through `submit` (the order's advisory lock, a fresh read, the pure decision) with
         the plan's one timeout-abort id: a plan no longer due, or already aborted by another gateway's
         sweeper, answers DUPLICATE, so any number of sweepers write one abort and one notification."""
         now = dt.datetime.now(dt.UTC)
         rows = await self.db.fetch(query("lifecycle.sql", "overdue_orders"), now, limit)
-        if not rows:
+        unstarted = await self.db.fetch(
+            query("lifecycle.sql", "unstarted_overdue_plans"), now, self.db.settings.plan_start_timeout_s, limit
+        )
+        if not rows and not unstarted:
             return 0
         aborts = [
             Incoming.of(
                 deadline_abort(
-                    OrderState(r["order_id"], plan_id=r["plan_id"], last_seq=r["last_seq"]), r["tenant_id"], now
+                    OrderState(r["order_id"], plan_id=r["plan_id"], last_seq=r.get("last_seq", 0)), r["tenant_id"], now
                 ),
                 actor=SYSTEM_DEADLINE,
             )
-            for r in rows
+            for r in [*rows, *unstarted]
         ]
         outcomes = await self.submit(aborts, source=IngressKind.DEADLINE)
-        applied = sum(1 for o in outcomes if o.decision is Decision.APPLY)
-        if applied:
-            log.info("overdue plans aborted", extra={"action": "deadline_abort", "count": applied})
-        return applied
+        ended = sum(1 for o in outcomes if o.decision in (Decision.APPLY, Decision.TOMBSTONE))
+        if ended:
+            log.info("overdue plans aborted", extra={"action": "deadline_abort", "count": ended})
+        return ended
 
     async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
         """Dead-letter buffered steps whose gap has not filled for `timeout_s`; return the dead-letter ids.
