@@ -31,10 +31,11 @@ from nexus.core.decide.expiry import Expiry
 from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, NoDecisionLog
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
+from nexus.core.decide.plan_start import OrderKnown, PlanStart, start_refusal
 from nexus.core.decide.validation import NoChecks, StepChecks
 from nexus.core.order_state import Decision, OrderState
 from nexus.core.process_model import ProcessCatalog
-from nexus.errors import TransientDatabaseError
+from nexus.errors import ErrorCode, TransientDatabaseError
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as saga_records
 from nexus.store.database import Database
@@ -221,6 +222,22 @@ class Gateway:
         except TransientDatabaseError:
             await self.db.expire_connections()
             raise
+
+    async def start_plan(self, start: PlanStart) -> ErrorCode | None:
+        """Start a plan before its first step: lock, read, decide (`core/decide/plan_start.py`), write, in one
+        transaction. Returns the refusal's code (ORDER_EXISTS: nothing written), or None once started."""
+        key = (start.tenant_id, start.order_id)
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
+                row = await conn.fetchrow(query("steps.sql", "order_known"), *key)
+                refused = start_refusal(OrderKnown(row["order"], row["buffered"], row["plan"]))
+                if refused is None:
+                    await conn.execute(
+                        query("steps.sql", "create_plan"),
+                        *key, start.plan_id, start.process, start.deadline_at, start.actor,
+                    )  # fmt: skip
+        return refused
 
     async def abort_overdue(self, *, limit: int = 500) -> int:
         """Abort live plans past their deadline (abort_code timeout), and end plans started with no step yet

@@ -27,6 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from nexus import metrics
 from nexus.auth.roles import Principal, Role, read_tenant
 from nexus.core.actors import key_actor
+from nexus.core.decide.plan_start import ORDER_EXISTS_MESSAGE, PlanStart
+from nexus.core.definitions import DEFAULT_PROCESS
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
 from nexus.core.process import ABORT_STEP, REPLAN_STEP
@@ -62,7 +64,7 @@ class StepsApiError(NexusError):
 class StartPlan(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    process: Identifier = "order"
+    process: Identifier = DEFAULT_PROCESS
     order_id: Identifier | None = None
     deadline_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = None
 
@@ -119,12 +121,9 @@ async def start_plan(caller: StepCaller, request: StartPlan) -> dict[str, Any]:
     deadline = (
         dt.datetime.now(dt.UTC) + dt.timedelta(seconds=request.deadline_s) if request.deadline_s is not None else None
     )
-    actor = key_actor(caller.principal.key_id)
-    row = await caller.db.fetchrow(
-        query("steps.sql", "create_plan"), tenant, order_id, plan_id, request.process, deadline, actor
-    )
-    if row is None:
-        raise StepsApiError(409, ErrorCode.ORDER_EXISTS, "this order id exists already; start another order id")
+    start = PlanStart(tenant, order_id, plan_id, request.process, deadline, key_actor(caller.principal.key_id))
+    if await caller.gateway.start_plan(start) is ErrorCode.ORDER_EXISTS:
+        raise StepsApiError(409, ErrorCode.ORDER_EXISTS, ORDER_EXISTS_MESSAGE)
     body: dict[str, Any] = {"order_id": order_id, "plan_id": plan_id, "process": request.process}
     if deadline is not None:
         body["deadline"] = deadline.isoformat()
@@ -198,7 +197,7 @@ async def plan_of(db: Database, tenant: str, order_id: str) -> dict[str, Any]:
     return {
         "order_id": order_id,
         "plan_id": plan["order_plan"] or plan["started_plan"],
-        "process": plan["process"] or "order",
+        "process": plan["process"] or DEFAULT_PROCESS,
         "status": plan["status"],
         "last_seq": plan["last_seq"],
     }
@@ -206,7 +205,7 @@ async def plan_of(db: Database, tenant: str, order_id: str) -> dict[str, Any]:
 
 def next_steps(gateway: Gateway, process_name: str | None, status: str | None) -> list[str] | None:
     """The steps the order's process allows from `status` (None when unknown: no catalog, or no process)."""
-    process = gateway.catalog.get(process_name or "order") if gateway.catalog is not None else None
+    process = gateway.catalog.get(process_name or DEFAULT_PROCESS) if gateway.catalog is not None else None
     if process is None:
         return None
     return [] if process.is_terminal(status) else list(process.allowed.get(status, ()))
