@@ -181,7 +181,7 @@ class Gateway:
         if kind is IngressKind.DEADLINE:  # the sweeper's aborts: plans started with no step, and their deadlines
             timeout_s = self.db.settings.plan_start_timeout_s
             reads = await lifecycle_records.with_unstarted_plans(conn, reads, order_ids, timeout_s)
-        if any(item.proposal is not None for item in items):  # server-numbered steps
+        if any(item.proposal is not None or item.ending is not None for item in items):  # the steps API's
             reads = dataclasses.replace(reads, numbering=await plan_steps.read(conn, items))
         if self.effect_processes:  # the sagas holding the batch's orders
             first = {order_key(i.envelope): i.envelope.process_name for i in reversed(items) if i.envelope}

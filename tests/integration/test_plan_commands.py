@@ -1,9 +1,10 @@
-"""A plan's start and end as commands of the fold (issue 33, item 1): `POST /v1/plans` is decided under the
-order's advisory lock (ORDER_EXISTS from what is read there), as every step is."""
+"""A plan's start and end as commands of the fold (issue 33, item 1): `POST /v1/plans` and `.../abort` are
+decided under the order's advisory lock (ORDER_EXISTS, the ended plan and position from what is read there)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -16,6 +17,9 @@ from nexus.gateway import Gateway
 from nexus.ingress.http import create_app
 from nexus.store.database import Database
 from nexus.store.queries import query
+from tests.factories import step_json
+
+CREATED = step_json("x", "p", 1)["data"]
 
 
 @pytest.fixture
@@ -51,3 +55,32 @@ async def test_a_plan_start_waits_for_the_orders_lock_and_sees_what_it_guarded(
     assert await db.fetchval("SELECT count(*) FROM plans WHERE order_id = 'o-held'") == 0
     again = await api.post("/v1/plans", json={"order_id": "o-new"})
     assert again.status_code == 201 and (await api.post("/v1/plans", json={"order_id": "o-new"})).status_code == 409
+
+
+async def test_a_plan_end_takes_the_plan_and_position_read_under_the_lock(api: httpx.AsyncClient, db: Database) -> None:
+    """An abort sent while a batch holding the order's lock replaces its plan is decided from what that batch
+    committed: APPLY on the new plan, at its last seq (not a PLAN_MISMATCH from a read taken before)."""
+    assert (await api.post("/v1/plans", json={"order_id": "o-end"})).status_code == 201
+    step = await api.post("/v1/orders/o-end/steps", json={"step": "OrderCreated", "data": CREATED})
+    assert step.json()["decision"] == "APPLY"
+    conn = await asyncpg.connect(db.settings.database_url)
+    try:
+        async with conn.transaction():
+            await conn.execute(query("gateway.sql", "lock_orders"), ["acme"], ["o-end"])
+            await conn.execute("UPDATE orders SET plan_id = 'p-replanned' WHERE order_id = 'o-end'")
+            abort = asyncio.create_task(api.post("/v1/orders/o-end/abort", json={"reason": "stop"}))
+            await asyncio.sleep(0.5)
+            assert not abort.done()  # waiting for the order's lock
+        answer = await abort
+    finally:
+        await conn.close()
+    assert (answer.status_code, answer.json()["decision"]) == (200, "APPLY"), answer.text
+    sent = await db.fetchval(
+        "SELECT payload->'event' FROM outbox WHERE order_id = 'o-end' AND event_type = 'ABORT_PLAN'"
+    )
+    event = json.loads(sent)
+    assert (event["plan_id"], event["data"]["aborted_at_seq"], event["data"]["abort_code"]) == (
+        "p-replanned",
+        1,
+        "manual",
+    )
