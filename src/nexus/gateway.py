@@ -5,8 +5,9 @@ Every ingress (HTTP, Kafka, redrive, approvals, the deadline sweeper) hands its 
 locks for its orders (in key order, so batches never deadlock), one read of their state and buffer
 (`batch_rows.read_batch`), the pure `plan_batch` of the core (every decision is there), then one statement
 per table (`batch_rows.write_plan`). The buffer sweeper (`expire_buffered`) does the same, its expiry
-decided by the same fold. If the shared transaction fails for a permanent reason, each order is retried alone so one
-culprit cannot fail its neighbours; transient failures propagate for the caller to retry as a whole.
+decided by the same fold. If the shared transaction fails for a permanent reason, the one isolation policy
+(`core/decide/isolation.py`) splits it so one culprit cannot fail its neighbours, whatever the door; transient
+failures propagate for the caller to retry as a whole.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import dataclasses
 import datetime as dt
 import logging
 import uuid
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
@@ -24,17 +24,18 @@ import asyncpg
 from nexus import metrics, plan_steps, tracing
 from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan
 from nexus.core.actors import SYSTEM_DEADLINE
+from nexus.core.decide import isolation
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.deadlines import deadline_abort
 from nexus.core.decide.expiry import Expiry
 from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, NoDecisionLog
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
-from nexus.core.decide.refusals import refusal
+from nexus.core.decide.plan_start import OrderKnown, PlanStart, start_refusal
 from nexus.core.decide.validation import NoChecks, StepChecks
 from nexus.core.order_state import Decision, OrderState
 from nexus.core.process_model import ProcessCatalog
-from nexus.errors import PermanentDatabaseError, TransientDatabaseError
+from nexus.errors import ErrorCode, TransientDatabaseError
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as saga_records
 from nexus.store.database import Database
@@ -111,47 +112,48 @@ class Gateway:
             # The server went away: its pooled connections may be half-dead; replace them all.
             await self.db.expire_connections()
             raise
-        except Exception as exc:  # a poisonous item (refused by the database, or unserializable)
-            log.warning(
-                "batch rejected, isolating orders",
-                exc_info=not isinstance(exc, PermanentDatabaseError),
-                extra={"action": "isolate", "error": str(exc), "cause": repr(exc.__cause__)},
-            )
+        except Exception as exc:  # a poisonous item (refused by the database, or unserializable): isolated below
+            log.warning("batch refused, isolating its orders", extra=isolation.batch_line(len(items), exc))
+            log.debug("the refused batch's failure", exc_info=exc, extra={"action": "isolate"})
             return await self._isolate(items, kind)
 
     async def _isolate(self, items: Sequence[Incoming], kind: IngressKind) -> list[Outcome]:
-        """Each order alone; an order that still fails, each of its items alone, in order; an item that
-        fails alone is dead-lettered. So a poisonous item never fails another request's events."""
-        groups: dict[OrderKey | None, list[int]] = defaultdict(list)
-        for i, item in enumerate(items):
-            groups[order_key(item.envelope) if item.envelope else None].append(i)
+        """The one isolation policy (`core/decide/isolation.py`): each order alone; an order that still fails,
+        each of its items alone, in order; an item that fails alone, dead-lettered. So a poisonous item never
+        fails another request's events."""
         outcomes: list[Outcome | None] = [None] * len(items)
-        for indexes in groups.values():
+        for indexes in isolation.order_groups(items):
             group = [items[i] for i in indexes]
             try:
                 results = await self._submit_once(group, kind)
             except TransientDatabaseError:
                 raise
             except Exception:  # noqa: BLE001 - narrowed down below, one item at a time
-                results = []
-                for item in group:
-                    results.extend(await self._submit_alone(item, kind))
+                results = [await self._submit_alone(item, kind) for item in group]
             for i, result in zip(indexes, results, strict=True):
                 outcomes[i] = result
         return [o for o in outcomes if o is not None]
 
-    async def _submit_alone(self, item: Incoming, kind: IngressKind) -> list[Outcome]:
+    async def _submit_alone(self, item: Incoming, kind: IngressKind) -> Outcome:
+        """One item alone; refused again, its dead letter (payload and order kept); that refused too, the
+        policy's unstored answer. One bounded log line per isolated item, no traceback."""
         try:
-            return await self._submit_once([item], kind)
+            [outcome] = await self._submit_once([item], kind)
         except TransientDatabaseError:
             raise
-        except Exception as exc:
-            log.warning(
-                "item refused, dead-lettered",
-                exc_info=not isinstance(exc, PermanentDatabaseError),
-                extra={"action": "isolate_item", "event_id": item.event_id, "cause": repr(exc.__cause__)},
-            )
-            return await self._submit_once([dataclasses.replace(item, envelope=None, error=refusal(exc))], kind)
+        except Exception as exc:  # noqa: BLE001 - the policy decides what the refused item becomes
+            dead = isolation.isolated(item, exc)
+            log.warning("item refused alone, dead-lettered", extra=isolation.isolation_line(item, dead.error, exc))
+        else:
+            return outcome
+        try:
+            [outcome] = await self._submit_once([dead], kind)
+        except TransientDatabaseError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - even the dead letter is refused: answered, not stored
+            log.warning("dead letter refused, not stored", extra=isolation.isolation_line(item, None, exc))
+            return isolation.unstored(item)
+        return outcome
 
     async def _submit_once(
         self, items: Sequence[Incoming], kind: IngressKind, decided: Mapping[uuid.UUID, ApprovalDecision] | None = None
@@ -164,7 +166,7 @@ class Gateway:
                 reads = BatchReads()
                 if order_ids:
                     await conn.execute(query("gateway.sql", "lock_orders"), *pairs(order_ids))
-                    reads = await self._read(conn, order_ids, items)
+                    reads = await self._read(conn, order_ids, items, kind)
                     if decided:  # an approval is answered once, under its order's lock
                         await lifecycle_records.decide_approvals(conn, decided)
                 answers = {k: v.verdict for k, v in decided.items()} if decided else None
@@ -172,9 +174,14 @@ class Gateway:
                 dead_ids = await self._write(conn, plan, reads, order_ids)
         return self._answered(items, plan, dead_ids, kind)
 
-    async def _read(self, conn: asyncpg.Connection, order_ids: list[OrderKey], items: Sequence[Incoming]) -> BatchReads:
+    async def _read(
+        self, conn: asyncpg.Connection, order_ids: list[OrderKey], items: Sequence[Incoming], kind: IngressKind
+    ) -> BatchReads:
         reads = await read_batch(conn, order_ids, validated=self.parts.checks.checks)
-        if any(item.proposal is not None for item in items):  # server-numbered steps
+        if kind is IngressKind.DEADLINE:  # the sweeper's aborts: plans started with no step, and their deadlines
+            timeout_s = self.db.settings.plan_start_timeout_s
+            reads = await lifecycle_records.with_unstarted_plans(conn, reads, order_ids, timeout_s)
+        if any(item.proposal is not None or item.ending is not None for item in items):  # the steps API's
             reads = dataclasses.replace(reads, numbering=await plan_steps.read(conn, items))
         if self.effect_processes:  # the sagas holding the batch's orders
             first = {order_key(i.envelope): i.envelope.process_name for i in reversed(items) if i.envelope}
@@ -216,30 +223,50 @@ class Gateway:
             await self.db.expire_connections()
             raise
 
+    async def start_plan(self, start: PlanStart) -> ErrorCode | None:
+        """Start a plan before its first step: lock, read, decide (`core/decide/plan_start.py`), write, in one
+        transaction. Returns the refusal's code (ORDER_EXISTS: nothing written), or None once started."""
+        key = (start.tenant_id, start.order_id)
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
+                row = await conn.fetchrow(query("steps.sql", "order_known"), *key)
+                refused = start_refusal(OrderKnown(row["order"], row["buffered"], row["plan"]))
+                if refused is None:
+                    await conn.execute(
+                        query("steps.sql", "create_plan"),
+                        *key, start.plan_id, start.process, start.deadline_at, start.actor,
+                    )  # fmt: skip
+        return refused
+
     async def abort_overdue(self, *, limit: int = 500) -> int:
-        """Abort live plans past their deadline (abort_code timeout); return how many applied.
+        """Abort live plans past their deadline (abort_code timeout), and end plans started with no step yet
+        past their implicit one (NEXUS_PLAN_START_TIMEOUT_S: TOMBSTONE, no notification); return how many.
 
         Each abort goes through `submit` (the order's advisory lock, a fresh read, the pure decision) with
         the plan's one timeout-abort id: a plan no longer due, or already aborted by another gateway's
         sweeper, answers DUPLICATE, so any number of sweepers write one abort and one notification."""
         now = dt.datetime.now(dt.UTC)
         rows = await self.db.fetch(query("lifecycle.sql", "overdue_orders"), now, limit)
-        if not rows:
+        unstarted = await self.db.fetch(
+            query("lifecycle.sql", "unstarted_overdue_plans"), now, self.db.settings.plan_start_timeout_s, limit
+        )
+        if not rows and not unstarted:
             return 0
         aborts = [
             Incoming.of(
                 deadline_abort(
-                    OrderState(r["order_id"], plan_id=r["plan_id"], last_seq=r["last_seq"]), r["tenant_id"], now
+                    OrderState(r["order_id"], plan_id=r["plan_id"], last_seq=r.get("last_seq", 0)), r["tenant_id"], now
                 ),
                 actor=SYSTEM_DEADLINE,
             )
-            for r in rows
+            for r in [*rows, *unstarted]
         ]
         outcomes = await self.submit(aborts, source=IngressKind.DEADLINE)
-        applied = sum(1 for o in outcomes if o.decision is Decision.APPLY)
-        if applied:
-            log.info("overdue plans aborted", extra={"action": "deadline_abort", "count": applied})
-        return applied
+        ended = sum(1 for o in outcomes if o.decision in (Decision.APPLY, Decision.TOMBSTONE))
+        if ended:
+            log.info("overdue plans aborted", extra={"action": "deadline_abort", "count": ended})
+        return ended
 
     async def expire_buffered(self, timeout_s: float, *, limit: int = 500) -> list[int]:
         """Dead-letter buffered steps whose gap has not filled for `timeout_s`; return the dead-letter ids.

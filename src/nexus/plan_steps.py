@@ -22,10 +22,11 @@ OrderKey = tuple[str, str]
 
 
 async def read(conn: asyncpg.Connection, items: Sequence[Incoming]) -> dict[OrderKey, NumberingReads]:
-    """Of the orders with proposals among `items` (locked): their started plans, the stored first verdicts
-    of the proposals' event ids, and their last applied numbered steps."""
+    """Of the orders with proposals or plan ends among `items` (locked): their started plans, the stored first
+    verdicts of the proposals' event ids, and their last applied numbered steps."""
     proposed = [(order_key(i.envelope), i.proposal.event_id) for i in items if i.proposal and i.envelope]
-    keys = sorted({key for key, _ in proposed})
+    ending = [order_key(i.envelope) for i in items if i.ending and i.envelope]  # their started plans
+    keys = sorted({key for key, _ in proposed} | set(ending))
     rows = await conn.fetch(query("steps.sql", "read_numbering"), *pairs(keys), [e for _, e in proposed])
     plans: dict[OrderKey, StartedPlan] = {}
     known: dict[OrderKey, dict[uuid.UUID, FirstVerdict]] = defaultdict(dict)

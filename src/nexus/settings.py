@@ -210,6 +210,10 @@ class Settings(KafkaSettings, SagaSettings, OAuthSettings, BaseSettings):
     """An SSE stream (`GET /v1/orders/{id}/stream`) with nothing to say sends a comment this often."""
     deadline_sweep_s: float = 1.0
     """How often each gateway looks for live plans past their deadline (and aborts them, abort_code timeout)."""
+    plan_start_timeout_s: float = Field(3600.0, gt=0)
+    """A plan started with no step yet (`POST /v1/plans`, MCP `start_plan`) gets an implicit deadline this many
+    seconds after its start (or its own `deadline_s`, if sooner): the deadline sweeper then ends it as a
+    TOMBSTONE with abort_code `timeout`, and no notification."""
     approval_sweep_s: float = 1.0
     """How often each gateway denies approvals past their `expires_s`."""
     decisions_topic: str = "nexus.decisions"

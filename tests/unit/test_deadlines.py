@@ -9,6 +9,7 @@ from decimal import Decimal
 import yaml
 
 from nexus.core.audit import resolution_entries
+from nexus.core.decide.deadlines import unstarted_overdue
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import OrderStatus, ProcessCatalog, compile_definition
 from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
@@ -87,3 +88,15 @@ def test_no_deadline_without_clock_or_definition() -> None:
     assert run(OrderState(O), first(), catalog=timed_catalog(None, None)).after.deadline_at is None
     res = resolve(OrderState(O), [first()], {}, catalog=timed_catalog(), limits=LIMITS)
     assert res.after.deadline_at is None
+
+
+def test_an_unstarted_plan_is_overdue_only_past_its_implicit_deadline() -> None:
+    """A plan with no step (no status, no tombstone) is overdue once its read deadline passed, never before."""
+    now = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    past, future = now - dt.timedelta(seconds=1), now + dt.timedelta(seconds=1)
+    assert unstarted_overdue(OrderState("o", deadline_at=past), now)
+    assert not unstarted_overdue(OrderState("o", deadline_at=future), now)
+    assert not unstarted_overdue(OrderState("o"), now)
+    assert not unstarted_overdue(OrderState("o", deadline_at=past, tombstone=True), now)
+    assert not unstarted_overdue(OrderState("o", deadline_at=past, status="created"), now)
+    assert not unstarted_overdue(OrderState("o", deadline_at=past), None)

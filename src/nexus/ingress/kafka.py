@@ -11,7 +11,8 @@ Why it is shaped this way:
   backoff, never skipped and never committed past. The same holds for a dead-letter topic that does not
   acknowledge.
 * **Only what can never work goes to the DLQ topic**: PARSE_ERROR, INVALID_EVENT, DATABASE_REJECTED and
-  PLAN_MISMATCH, with the original bytes and key, and `x-dlq-*` headers saying why and where from.
+  PLAN_MISMATCH, with the original bytes and key, and `x-dlq-*` headers saying why and where from. A record
+  the database refuses is isolated by the gateway's one policy for every door (`core/decide/isolation.py`).
 * **Partitions are the unit of concurrency.** Records are keyed by order_id, so a partition's records
   belong to orders no other partition carries: a lane's slice, taken from the partitions it serves and
   sized to a time budget (`kafka_lanes.Lane`), is one set-based `submit`, and the lanes run concurrently without
@@ -46,8 +47,7 @@ from aiokafka.errors import IllegalStateError, KafkaError
 
 from nexus import metrics, tracing
 from nexus.core.actors import kafka_actor
-from nexus.core.sequencing import Decision
-from nexus.errors import ErrorCode, PermanentDatabaseError, TransientDatabaseError
+from nexus.errors import TransientDatabaseError
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
 from nexus.ingress.kafka_commits import OffsetCommits
 from nexus.ingress.kafka_decode import decode_record
@@ -289,9 +289,9 @@ class KafkaIngress:
     async def _submit(self, items: list[Incoming]) -> list[Outcome]:
         """`Gateway.submit`, retried in place for as long as the failure is transient.
 
-        A permanent failure that escapes `submit` (the database refuses even the dead-letter row, e.g. a
-        NUL byte in the payload) is narrowed down one record at a time; each record the database refuses
-        alone goes to the DLQ topic as DATABASE_REJECTED.
+        A permanent failure never escapes `submit`: the gateway's one isolation policy
+        (`core/decide/isolation.py`) answers a record the database refuses as a dead letter (DATABASE_REJECTED
+        when even its dead-letter row is refused), and every dead letter goes to the DLQ topic.
         """
         retrying = Retrying(retry_policy(self.settings))
         while True:
@@ -310,16 +310,6 @@ class KafkaIngress:
                     },
                 )
                 await asyncio.sleep(delay)
-            except PermanentDatabaseError as exc:
-                if len(items) == 1:
-                    return [Outcome(items[0].event_id, Decision.DEAD_LETTER, ErrorCode.DATABASE_REJECTED, str(exc))]
-                log.warning(
-                    "slice refused, submitting one by one", extra={"action": "kafka_isolate", "error": str(exc)}
-                )
-                outcomes: list[Outcome] = []
-                for item in items:
-                    outcomes.extend(await self._submit([item]))
-                return outcomes
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         """Let the revoked partitions' in-flight slices resolve (bounded), commit them, stop serving them."""

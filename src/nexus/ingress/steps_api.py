@@ -26,6 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nexus import metrics
 from nexus.auth.roles import Principal, Role, read_tenant
+from nexus.core.decide.plan_end import PlanEnd
+from nexus.core.decide.plan_start import ORDER_EXISTS_MESSAGE, PlanStart
+from nexus.core.definitions import DEFAULT_PROCESS
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
 from nexus.core.process import ABORT_STEP, REPLAN_STEP
@@ -61,7 +64,7 @@ class StepsApiError(NexusError):
 class StartPlan(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    process: Identifier = "order"
+    process: Identifier = DEFAULT_PROCESS
     order_id: Identifier | None = None
     deadline_s: Annotated[float, Field(gt=0, le=10 * 365 * 86400)] | None = None
 
@@ -118,12 +121,9 @@ async def start_plan(caller: StepCaller, request: StartPlan) -> dict[str, Any]:
     deadline = (
         dt.datetime.now(dt.UTC) + dt.timedelta(seconds=request.deadline_s) if request.deadline_s is not None else None
     )
-    actor = caller.principal.actor
-    row = await caller.db.fetchrow(
-        query("steps.sql", "create_plan"), tenant, order_id, plan_id, request.process, deadline, actor
-    )
-    if row is None:
-        raise StepsApiError(409, ErrorCode.ORDER_EXISTS, "this order id exists already; start another order id")
+    start = PlanStart(tenant, order_id, plan_id, request.process, deadline, caller.principal.actor)
+    if await caller.gateway.start_plan(start) is ErrorCode.ORDER_EXISTS:
+        raise StepsApiError(409, ErrorCode.ORDER_EXISTS, ORDER_EXISTS_MESSAGE)
     body: dict[str, Any] = {"order_id": order_id, "plan_id": plan_id, "process": request.process}
     if deadline is not None:
         body["deadline"] = deadline.isoformat()
@@ -160,21 +160,18 @@ async def propose_step(caller: StepCaller, order_id: str, request: ProposeStep) 
 
 
 async def end_plan(caller: StepCaller, order_id: str, request: EndPlan, *, replan: bool) -> tuple[int, dict[str, Any]]:
-    """ABORT_PLAN (abort code `manual`) or REPLAN (a new plan id) of the order's live plan."""
+    """ABORT_PLAN (abort code `manual`) or REPLAN (a new plan id) of the order's live plan: a command of the
+    fold, which takes the plan id and the abort's position from the order's state under its lock
+    (`core/decide/plan_end.py`). Read here only: whether the order exists, and (a replan) has a step."""
     tenant = step_tenant(caller.principal)
-    order = await caller.db.fetchrow(query("api.sql", "order"), order_id, tenant)
-    if order is None:
-        plan = await _plan_of(caller.db, tenant, order_id)
-        if replan:
-            raise StepsApiError(409, ErrorCode.INVALID_REQUEST, "the plan has no step yet: nothing to replace")
-        plan_id, last_seq = plan["started_plan"], 0
-    else:
-        plan_id, last_seq = order["plan_id"], order["last_seq"]
+    plan = await _plan_of(caller.db, tenant, order_id)
+    if replan and plan["order_plan"] is None:
+        raise StepsApiError(409, ErrorCode.INVALID_REQUEST, "the plan has no step yet: nothing to replace")
     key = request.idempotency_key
     event_id = event_id_for(tenant, order_id, key) if key else uuid.uuid4()
     envelope: dict[str, Any] = {
         "event_id": str(event_id),
-        "plan_id": plan_id,
+        "plan_id": plan["order_plan"] or plan["started_plan"],  # the fold takes the live plan's, under the lock
         "order_id": order_id,
         "timestamp": dt.datetime.now(dt.UTC).isoformat(),
         "tenant_id": tenant,
@@ -183,9 +180,9 @@ async def end_plan(caller: StepCaller, order_id: str, request: EndPlan, *, repla
         new_plan = f"plan-{uuid.uuid4().hex[:16]}"
         envelope |= {"event_type": REPLAN_STEP, "data": {"new_plan_id": new_plan, "reason": request.reason}}
     else:
-        data = {"reason": request.reason, "abort_code": "manual", "aborted_at_seq": last_seq}
+        data = {"reason": request.reason, "abort_code": "manual", "aborted_at_seq": 0}  # 0: filled in the fold
         envelope |= {"event_type": ABORT_STEP, "data": data}
-    status, body = await _submit(caller, envelope, tenant, None)
+    status, body = await _submit(caller, envelope, tenant, None, PlanEnd(replan=replan))
     if replan and body["decision"] == Decision.APPLY.value:
         body["plan_id"] = envelope["data"]["new_plan_id"]
     return status, body
@@ -197,7 +194,7 @@ async def plan_of(db: Database, tenant: str, order_id: str) -> dict[str, Any]:
     return {
         "order_id": order_id,
         "plan_id": plan["order_plan"] or plan["started_plan"],
-        "process": plan["process"] or "order",
+        "process": plan["process"] or DEFAULT_PROCESS,
         "status": plan["status"],
         "last_seq": plan["last_seq"],
     }
@@ -205,7 +202,7 @@ async def plan_of(db: Database, tenant: str, order_id: str) -> dict[str, Any]:
 
 def next_steps(gateway: Gateway, process_name: str | None, status: str | None) -> list[str] | None:
     """The steps the order's process allows from `status` (None when unknown: no catalog, or no process)."""
-    process = gateway.catalog.get(process_name or "order") if gateway.catalog is not None else None
+    process = gateway.catalog.get(process_name or DEFAULT_PROCESS) if gateway.catalog is not None else None
     if process is None:
         return None
     return [] if process.is_terminal(status) else list(process.allowed.get(status, ()))
@@ -219,7 +216,7 @@ async def _plan_of(db: Database, tenant: str, order_id: str) -> Any:
 
 
 async def _submit(
-    caller: StepCaller, envelope: dict[str, Any], tenant: str, proposal: Proposal | None
+    caller: StepCaller, envelope: dict[str, Any], tenant: str, proposal: Proposal | None, ending: PlanEnd | None = None
 ) -> tuple[int, dict[str, Any]]:
     principal = caller.principal
     actor = principal.actor
@@ -228,7 +225,9 @@ async def _submit(
     except InvalidEventError as exc:  # e.g. an integer of the data beyond 64 bits: a dead letter, as an envelope's
         item = Incoming(envelope, None, exc, tenant_id=tenant, actor=actor, actor_name=principal.name)
     else:
-        item = Incoming(envelope, parsed, tenant_id=tenant, actor=actor, actor_name=principal.name, proposal=proposal)
+        item = Incoming(
+            envelope, parsed, tenant_id=tenant, actor=actor, actor_name=principal.name, proposal=proposal, ending=ending
+        )
     [outcome] = await caller.decider.submit([item])
     return single_status(outcome), result_json(outcome)
 

@@ -19,9 +19,10 @@ import asyncpg
 from nexus.audit.log import record_entries, record_rows
 from nexus.batch_rows import pairs, read_batch, write_builder
 from nexus.core.actors import SYSTEM_SAGA
+from nexus.core.decide.effects import effect_failed_abort, effect_outcome_stale
 from nexus.core.decide.rows import OutboxRow, RowsBuilder, add_rows
-from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import ABORT_STEP, AbortCode
+from nexus.core.envelope import parse_envelope
+from nexus.core.process_model import ABORTED
 from nexus.core.saga import Action, CallDecision, SagaStatus, StepStatus
 from nexus.core.sequencing import OrderState, Resolution, complete_effect, resolve
 from nexus.gateway import Gateway
@@ -30,7 +31,6 @@ from nexus.store import sagas as records
 from nexus.store.queries import query
 
 _COMPENSATION_NAMESPACE = uuid.UUID("5a9a7e0c-3c1b-4f7e-8a51-636f6d70656e")
-_ABORT_NAMESPACE = uuid.UUID("5a9a7e0c-3c1b-4f7e-8a51-61626f727421")
 COMPENSATED_EVENT = "EffectCompensated"
 _OPEN = (SagaStatus.PENDING, SagaStatus.RUNNING, SagaStatus.COMPENSATING)
 
@@ -130,7 +130,7 @@ def saga_after(o: Outcome, current: SagaStatus, terminal: tuple[str, bool] | Non
             return current, 0.0, None
         status, done = terminal
         if done:
-            return (SagaStatus.COMPLETED if status != "aborted" else SagaStatus.RUNNING), None, None
+            return (SagaStatus.COMPLETED if status != ABORTED else SagaStatus.RUNNING), None, None
         return SagaStatus.RUNNING, 0.0, None
     if decision.delay_ms is not None:
         return current, decision.delay_ms / 1000, o.error
@@ -171,8 +171,7 @@ async def _apply_effects(gateway: Gateway, conn: asyncpg.Connection, applying: l
         event = parse_envelope(o.step["envelope_text"])
         state = reads.states.get(o.key) or OrderState(o.key[1])
         pending = reads.pending.get(o.key, {})
-        if state.last_seq != event.seq_id or state.status == "aborted":
-            # aborted meanwhile (the saga compensates), or already applied
+        if effect_outcome_stale(state, event):
             status = str(state.status)
             after[o.key] = (status, is_terminal(gateway, state.process, state.process_version, status))
             continue
@@ -282,19 +281,12 @@ async def notify_compensation(conn: asyncpg.Connection, step: asyncpg.Record, re
 
 
 async def abort_plan(gateway: Gateway, conn: asyncpg.Connection, tenant_id: str, order_id: str, reason: str) -> bool:
-    """Compensation is over: abort the plan (`effect_failed`) unless it already is; True if written."""
+    """Compensation is over: abort the plan (`effect_failed`, decided in `core/decide/effects.py`) unless it
+    already is; True if written."""
     state, pending, limits = await _state(gateway, conn, (tenant_id, order_id))
-    if state.status is None or state.status == "aborted" or state.plan_id is None:
+    abort = effect_failed_abort(state, tenant_id, reason, dt.datetime.now(dt.UTC))
+    if abort is None:
         return False
-    abort = EventEnvelope(
-        event_id=uuid.uuid5(_ABORT_NAMESPACE, f"{tenant_id}\x1f{order_id}\x1f{state.plan_id}"),
-        event_type=ABORT_STEP,
-        plan_id=state.plan_id,
-        order_id=order_id,
-        timestamp=dt.datetime.now(dt.UTC),
-        tenant_id=tenant_id,
-        data={"reason": reason[:500], "abort_code": AbortCode.EFFECT_FAILED.value, "aborted_at_seq": state.last_seq},
-    )
     state = dataclasses.replace(state, effect=None, past_pivot=False)
     resolution = resolve(state, [abort], pending, catalog=gateway.catalog, limits=limits)
     await _write(gateway, conn, resolution, pending, skip_first=False)

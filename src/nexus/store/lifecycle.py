@@ -12,7 +12,9 @@ from typing import Any
 import asyncpg
 
 from nexus.core.decide.approvals import ApprovalStatus, approval_id_for
+from nexus.core.decide.plan import BatchReads
 from nexus.core.decide.rows import ApprovalRow
+from nexus.core.order_state import OrderState
 from nexus.core.process_model import Verdict
 from nexus.errors import ApprovalNotPendingError
 from nexus.store.queries import query
@@ -22,6 +24,7 @@ __all__ = [
     "approval_id_for",
     "decide_approvals",
     "notify_orders",
+    "with_unstarted_plans",
     "write_approvals",
 ]
 
@@ -62,6 +65,24 @@ async def notify_orders(conn: asyncpg.Connection, keys: Iterable[tuple[str, str]
     pairs = sorted(set(keys))
     if pairs:
         await conn.execute(query("gateway.sql", "notify_orders"), [t for t, _ in pairs], [o for _, o in pairs])
+
+
+async def with_unstarted_plans(
+    conn: asyncpg.Connection, reads: BatchReads, order_ids: Sequence[tuple[str, str]], timeout_s: float
+) -> BatchReads:
+    """`reads` with the state of each order that is a plan started with no step yet: its process and its
+    implicit deadline (`core/decide/deadlines.unstarted_overdue`), read under the orders' locks."""
+    rows = await conn.fetch(
+        query("lifecycle.sql", "unstarted_deadlines"), [t for t, _ in order_ids], [o for _, o in order_ids], timeout_s
+    )
+    if not rows:
+        return reads
+    states = dict(reads.states)
+    for r in rows:
+        states[(r["tenant_id"], r["order_id"])] = OrderState(
+            r["order_id"], process=r["process"], deadline_at=r["deadline_at"]
+        )
+    return dataclasses.replace(reads, states=states)
 
 
 def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> list[list[Any]]:

@@ -7,12 +7,15 @@
 | the sweeper's timeout abort while the plan is overdue          | APPLY                                |
 | the sweeper's timeout abort otherwise (not, or no longer, due) | DUPLICATE                            |
 | the order reaches a terminal state, or a saga's pivot completes | deadline cleared                    |
+| the sweeper's timeout abort of a plan with no step, past (3)  | TOMBSTONE (no notification)          |
 
 (1) the envelope's `deadline`, clipped to the process's `deadline.max_s` from now, else now +
 `deadline.default_s`; the answer says it and whether it was clipped. (2) the gateway's ABORT_PLAN,
 abort_code `timeout`, one id per order and plan, so any number of sweepers abort a plan once.
-A saga past its pivot is committed: no deadline is set or enforced. `now` None: deadlines are neither set
-nor enforced. Pure: the clock is passed in.
+(3) `POST /v1/plans` or MCP `start_plan` and no step since: its start plus NEXUS_PLAN_START_TIMEOUT_S, or
+its own deadline if sooner (read under the lock by the sweeper's batch only: a step arriving first starts
+the plan as usual). A saga past its pivot is committed: no deadline is set or enforced. `now` None:
+deadlines are neither set nor enforced. Pure: the clock is passed in.
 """
 
 from __future__ import annotations
@@ -65,6 +68,17 @@ def overdue(state: OrderState, now: dt.datetime | None, terminal: Collection[str
         and state.status != ABORTED
         and state.status not in terminal
         and not state.past_pivot
+    )
+
+
+def unstarted_overdue(state: OrderState, now: dt.datetime | None) -> bool:
+    """Whether `state` is a plan started with no step yet (no order, no tombstone) past its implicit deadline."""
+    return (
+        now is not None
+        and state.status is None
+        and not state.tombstone
+        and state.deadline_at is not None
+        and state.deadline_at <= now
     )
 
 

@@ -7,6 +7,8 @@
 | the effect succeeded (`order.complete_effect`)          | APPLY    | applied for good, successors drain  |
 | an agent's ABORT_PLAN once the saga's pivot completed   | REJECTED | PAST_PIVOT                          |
 | a pivot step applies for good                           | -        | the plan's deadline is cleared      |
+| an effect's success once the order moved on or aborted  | -        | nothing applied (`effect_outcome_stale`) |
+| compensation over, the order live                       | APPLY    | the gateway's `effect_failed` abort |
 
 (1) the order keeps its status and no notification is written yet; its `effect` is {step, seq, status
 running, attempts}. The gateway's own `effect_failed` abort never meets PAST_PIVOT: it only follows a
@@ -16,12 +18,14 @@ compensated saga, and a saga whose pivot completed is never compensated. Pure: n
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
+import uuid
 from typing import Any
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Applied, Decision, OrderState
-from nexus.core.process_model import CompiledProcess, Verdict
+from nexus.core.process_model import ABORT_STEP, ABORTED, AbortCode, CompiledProcess, Verdict
 from nexus.errors import ErrorCode
 
 
@@ -73,3 +77,33 @@ def past_pivot(state: OrderState, event: EventEnvelope, decision: Decision) -> V
 def is_pivot(process: CompiledProcess, event: EventEnvelope) -> bool:
     compiled = process.steps.get(event.event_type)
     return compiled is not None and compiled.step.pivot
+
+
+_EFFECT_ABORT_NAMESPACE = uuid.UUID("5a9a7e0c-3c1b-4f7e-8a51-61626f727421")
+MAX_ABORT_REASON = 500
+
+
+def effect_outcome_stale(state: OrderState, event: EventEnvelope) -> bool:
+    """An effect's success that applies nothing: the order was aborted meanwhile (its saga compensates), or
+    its step is no longer the order's last (already applied for good)."""
+    return state.last_seq != event.seq_id or state.status == ABORTED
+
+
+def effect_failed_abort(state: OrderState, tenant_id: str, reason: str, now: dt.datetime) -> EventEnvelope | None:
+    """The gateway's ABORT_PLAN once a saga's compensation is over (abort_code `effect_failed`, one id per
+    order and plan); None when there is nothing to abort (no order, no plan, aborted already)."""
+    if state.status is None or state.status == ABORTED or state.plan_id is None:
+        return None
+    return EventEnvelope(
+        event_id=uuid.uuid5(_EFFECT_ABORT_NAMESPACE, f"{tenant_id}\x1f{state.order_id}\x1f{state.plan_id}"),
+        event_type=ABORT_STEP,
+        plan_id=state.plan_id,
+        order_id=state.order_id,
+        timestamp=now,
+        tenant_id=tenant_id,
+        data={
+            "reason": reason[:MAX_ABORT_REASON],
+            "abort_code": AbortCode.EFFECT_FAILED.value,
+            "aborted_at_seq": state.last_seq,
+        },
+    )

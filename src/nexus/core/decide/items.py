@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from nexus.core import strict_json
+from nexus.core.decide.plan_end import PlanEnd
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.numbering import Proposal
 from nexus.core.strict_json import InputLimits
@@ -49,6 +50,12 @@ class Incoming:
     proposal: Proposal | None = None
     """A step proposed without a number (`POST /v1/orders/{id}/steps`, MCP): numbered under its order's
     lock, in the fold (`core/decide/numbering.py`)."""
+    ending: PlanEnd | None = None
+    """An ABORT_PLAN or REPLAN ending the order's plan (the steps API, MCP): its plan id and position are filled
+    under its order's lock, in the fold (`core/decide/plan_end.py`)."""
+    refused: EventEnvelope | None = None
+    """An item the database refused alone (`core/decide/isolation.py`): the envelope it had, so that its dead
+    letter keeps the order, plan and tenant."""
 
     @classmethod
     def parse(

@@ -19,6 +19,10 @@ from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Resolution
 from nexus.errors import ErrorCode
 
+UNSTARTED_TIMEOUT = "abort_code timeout: no step before the plan's deadline (NEXUS_PLAN_START_TIMEOUT_S)"
+"""The decision log's words for the deadline sweeper's TOMBSTONE of a plan that never had a step (it writes no
+notification, so the log is where its abort code is kept)."""
+
 
 class _OrderEntries:
     """Walks one order's decisions; `applied`, `rejections` and `held` are chronological, so each decision
@@ -117,6 +121,8 @@ class _OrderEntries:
             return wording.plan_mismatch(event.order_id, after.plan_id, event.plan_id)
         if code is ErrorCode.PLAN_SUPERSEDED:
             return f"plan {event.plan_id} was replaced by plan {after.plan_id}"
+        if decision is Decision.TOMBSTONE and is_deadline_abort(event):
+            return UNSTARTED_TIMEOUT
         if decision is Decision.APPLY and event.is_replan:
             return f"plan {event.plan_id} replaced by {event.new_plan_id} at seq {after.last_seq}"
         return None

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from nexus.core.decide.approvals import must_hold, settle_numbered
-from nexus.core.decide.deadlines import deadline_abort, deadline_for, is_deadline_abort, overdue
+from nexus.core.decide.deadlines import deadline_abort, deadline_for, is_deadline_abort, overdue, unstarted_overdue
 from nexus.core.decide.effects import defer_for_effect, is_pivot, past_pivot
 from nexus.core.decide.position import DEFAULT_TERMINAL, ReorderBuffer, decide
 from nexus.core.decide.rejections import limit_reached, policy_abort
@@ -98,7 +98,7 @@ class OrderFold:
     def step(self, event: EventEnvelope) -> None:
         state = self.state
         due = self._overdue(state)
-        if is_deadline_abort(event) and not due:
+        if is_deadline_abort(event) and not (due or unstarted_overdue(state, self.ctx.now)):
             self.decisions.append((event, Decision.DUPLICATE, state))  # a sweeper's abort, not (now) due
             return
         if due and not is_deadline_abort(event):
@@ -134,7 +134,7 @@ class OrderFold:
         if decision is Decision.TOMBSTONE:
             state = self._drop_buffer(state)
             return decision, dataclasses.replace(
-                state, plan_id=event.plan_id, status=as_status(ABORTED), tombstone=True
+                state, plan_id=event.plan_id, status=as_status(ABORTED), tombstone=True, deadline_at=None
             )
         if decision is Decision.BUFFER:
             self.buffer.put(event)

@@ -31,6 +31,7 @@ from nexus.core.decide.items import Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, ingress_entry
 from nexus.core.decide.numbering import FirstVerdictRow, NumberingReads, OrderNumbering, Step, resolve_numbered
 from nexus.core.decide.order import OrderContext, Precheck, resolve
+from nexus.core.decide.plan_end import ended_envelope
 from nexus.core.decide.rows import (
     ApprovalRow,
     DeadLetterRow,
@@ -142,12 +143,13 @@ class _Planner:
             state = dataclasses.replace(state, rejections=len(reads.rejected[key]))
         pending = reads.pending.get(key, {})
         numbering = self.numbering(key, indexes, reads)
+        envelopes = self.envelopes(key, indexes, state, reads)
         if numbering is None:
             folded = indexes
-            events = [e for i in indexes if (e := items[i].envelope) is not None]  # every index has one
+            events = [e for i in indexes if (e := envelopes[i]) is not None]  # every index has one
             resolution = resolve(state, events, pending, ctx)
         else:
-            steps = [Step(i, e, items[i].proposal) for i in indexes if (e := items[i].envelope) is not None]
+            steps = [Step(i, e, items[i].proposal) for i in indexes if (e := envelopes[i]) is not None]
             resolution, folded = resolve_numbered(state, steps, pending, ctx, numbering)
             actors_of = {i: (items[i].actor, items[i].actor_name) for i in indexes}
             self.log += self.parts.log.entries(numbering.entries(actors_of))
@@ -177,6 +179,19 @@ class _Planner:
             numbering.answer(self.answers)
             self.first_verdicts += numbering.first_verdicts(self.answers)
 
+    def envelopes(
+        self, key: OrderKey, indexes: list[int], state: OrderState, reads: BatchReads
+    ) -> dict[int, EventEnvelope | None]:
+        """The order's items' envelopes; a plan's end completed from the state read under the lock."""
+        started = reads.numbering.get(key)
+        started_plan = started.plan.plan_id if started is not None and started.plan is not None else None
+        out: dict[int, EventEnvelope | None] = {}
+        for i in indexes:
+            item = self.items[i]
+            envelope = item.envelope
+            out[i] = ended_envelope(envelope, state, started_plan) if envelope and item.ending else envelope
+        return out
+
     def numbering(self, key: OrderKey, indexes: list[int], reads: BatchReads) -> OrderNumbering | None:
         """The numbering of the order's proposals (None: it has none, the usual)."""
         if not any(self.items[i].proposal is not None for i in indexes):
@@ -200,7 +215,7 @@ class _Planner:
 
     def dead_letter(self, i: int, code: ErrorCode, error: str) -> None:
         item = self.items[i]
-        env = item.envelope
+        env = item.envelope or item.refused
         self.dead_items.append(i)
         self.rows.dead.append(
             DeadLetterRow(

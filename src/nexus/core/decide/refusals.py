@@ -1,5 +1,5 @@
 """Why an item the database refused is dead-lettered alone: its code and the words its sender sees (never
-the driver's text). The gateway isolates a failed batch (`Gateway._isolate`); this decides the answer.
+the driver's text). The one isolation policy of a failed batch (`isolation.py`) splits it; this decides the answer.
 
 | refusal                                                   | code                 | message                   |
 |-----------------------------------------------------------|----------------------|---------------------------|

@@ -41,6 +41,26 @@ WHERE deadline_at <= $1 AND status <> 'aborted' AND status <> 'completed'
 ORDER BY deadline_at
 LIMIT $2;
 
+-- name: unstarted_overdue_plans
+-- Plans started with no step yet (no order row, nothing buffered) whose implicit deadline passed: $2 seconds
+-- after their start (NEXUS_PLAN_START_TIMEOUT_S), or their own deadline if sooner. $1: now; $3: how many.
+SELECT p.order_id, p.tenant_id, p.plan_id, p.process
+FROM plans AS p
+WHERE (p.created_at <= $1::timestamptz - make_interval(secs => $2::float8) OR p.deadline_at <= $1::timestamptz)
+  AND NOT EXISTS (SELECT 1 FROM orders AS o WHERE o.tenant_id = p.tenant_id AND o.order_id = p.order_id)
+  AND NOT EXISTS (SELECT 1 FROM pending_events AS e WHERE e.tenant_id = p.tenant_id AND e.order_id = p.order_id)
+ORDER BY p.created_at
+LIMIT $3;
+
+-- name: unstarted_deadlines
+-- Under the orders' locks, for the deadline sweeper's aborts: each unstarted plan's implicit deadline (as in
+-- unstarted_overdue_plans) and process. $1, $2: tenants and order ids (pairs); $3: the start timeout (s).
+SELECT p.tenant_id, p.order_id, p.process,
+       least(p.deadline_at, p.created_at + make_interval(secs => $3::float8)) AS deadline_at
+FROM plans AS p JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid
+WHERE NOT EXISTS (SELECT 1 FROM orders AS o WHERE o.tenant_id = p.tenant_id AND o.order_id = p.order_id)
+  AND NOT EXISTS (SELECT 1 FROM pending_events AS e WHERE e.tenant_id = p.tenant_id AND e.order_id = p.order_id);
+
 -- name: insert_approvals
 INSERT INTO approvals (approval_id, tenant_id, order_id, event_id, plan_id, seq_id, event_type, envelope,
                        traceparent, expires_at, process_version)

@@ -1,13 +1,16 @@
 -- Server-numbered steps: plans and the first verdicts of numbered steps (nexus.plan_steps, ingress/steps_api).
 
+-- name: order_known
+-- Under the order's lock (Gateway.start_plan): what the tenant knows of the order, for the fold's decision
+-- (core/decide/plan_start.py). $1 tenant, $2 order id.
+SELECT EXISTS (SELECT 1 FROM orders WHERE tenant_id = $1 AND order_id = $2) AS "order",
+       EXISTS (SELECT 1 FROM pending_events WHERE tenant_id = $1 AND order_id = $2) AS buffered,
+       EXISTS (SELECT 1 FROM plans WHERE tenant_id = $1 AND order_id = $2) AS plan;
+
 -- name: create_plan
--- Inserts only when the tenant knows nothing of the order (no plan, no order row, no buffered step).
+-- Under the order's lock, once the fold decided the start (nothing known of the order).
 INSERT INTO plans (tenant_id, order_id, plan_id, process, deadline_at, actor)
-SELECT $1, $2, $3, $4, $5, $6
-WHERE NOT EXISTS (SELECT 1 FROM orders WHERE tenant_id = $1 AND order_id = $2)
-  AND NOT EXISTS (SELECT 1 FROM pending_events WHERE tenant_id = $1 AND order_id = $2)
-ON CONFLICT DO NOTHING
-RETURNING order_id, plan_id, process, deadline_at;
+VALUES ($1, $2, $3, $4, $5, $6);
 
 -- name: plan_of_order
 -- The plan a step of the order follows: the started plan's row, or the order's (started by /v1/events).

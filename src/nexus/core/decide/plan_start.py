@@ -1,0 +1,48 @@
+"""A plan's start as a command (`POST /v1/plans`, MCP `start_plan`): decided under the order's lock from what
+the tenant already knows of the order.
+
+| what the tenant knows of the order (read under its lock)   | decision                               |
+|------------------------------------------------------------|----------------------------------------|
+| nothing: no order row, no buffered step, no started plan   | started: the plan row is written       |
+| an order row (applied, tombstoned), a buffered step, or a  | refused ORDER_EXISTS (409), nothing    |
+| started plan                                               | written                                |
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+
+from nexus.errors import ErrorCode
+
+ORDER_EXISTS_MESSAGE = "this order id exists already; start another order id"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlanStart:
+    """The command: start plan `plan_id` of `process` for a new order of `tenant_id`."""
+
+    tenant_id: str
+    order_id: str
+    plan_id: str
+    process: str
+    deadline_at: dt.datetime | None
+    actor: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OrderKnown:
+    """What the tenant knows of the order, read under its lock."""
+
+    order: bool
+    buffered: bool
+    plan: bool
+
+
+def start_refusal(known: OrderKnown) -> ErrorCode | None:
+    """ORDER_EXISTS when the tenant knows the order in any way (the table above); None: start it."""
+    if known.order or known.buffered or known.plan:
+        return ErrorCode.ORDER_EXISTS
+    return None

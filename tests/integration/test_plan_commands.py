@@ -1,0 +1,86 @@
+"""A plan's start and end as commands of the fold (issue 33, item 1): `POST /v1/plans` and `.../abort` are
+decided under the order's advisory lock (ORDER_EXISTS, the ended plan and position from what is read there)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import asyncpg
+import httpx
+import pytest
+
+from nexus.auth.keys import create_key
+from nexus.auth.roles import Role
+from nexus.gateway import Gateway
+from nexus.ingress.http import create_app
+from nexus.store.database import Database
+from nexus.store.queries import query
+from tests.factories import step_json
+
+CREATED = step_json("x", "p", 1)["data"]
+
+
+@pytest.fixture
+async def api(db: Database) -> AsyncIterator[httpx.AsyncClient]:
+    """The API in process, with an agent key of tenant acme."""
+    _, key = await create_key(db, "acme", frozenset({Role.AGENT}))
+    app = create_app(db, Gateway(db))
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", headers=headers) as c:
+        yield c
+
+
+async def test_a_plan_start_waits_for_the_orders_lock_and_sees_what_it_guarded(
+    api: httpx.AsyncClient, db: Database
+) -> None:
+    """While a batch holding the order's lock creates the order, a plan's start waits for it, then answers
+    409 ORDER_EXISTS (the order it committed), and no plan row is written."""
+    conn = await asyncpg.connect(db.settings.database_url)
+    try:
+        async with conn.transaction():
+            await conn.execute(query("gateway.sql", "lock_orders"), ["acme"], ["o-held"])
+            await conn.execute(
+                "INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, process, process_version)"
+                " VALUES ('o-held', 'acme', 'p-x', 'created', 1, 'order', 1)"
+            )
+            start = asyncio.create_task(api.post("/v1/plans", json={"order_id": "o-held"}))
+            await asyncio.sleep(0.5)
+            assert not start.done()  # waiting for the order's lock
+        answer = await start
+    finally:
+        await conn.close()
+    assert (answer.status_code, answer.json()["code"]) == (409, "ORDER_EXISTS")
+    assert await db.fetchval("SELECT count(*) FROM plans WHERE order_id = 'o-held'") == 0
+    again = await api.post("/v1/plans", json={"order_id": "o-new"})
+    assert again.status_code == 201 and (await api.post("/v1/plans", json={"order_id": "o-new"})).status_code == 409
+
+
+async def test_a_plan_end_takes_the_plan_and_position_read_under_the_lock(api: httpx.AsyncClient, db: Database) -> None:
+    """An abort sent while a batch holding the order's lock replaces its plan is decided from what that batch
+    committed: APPLY on the new plan, at its last seq (not a PLAN_MISMATCH from a read taken before)."""
+    assert (await api.post("/v1/plans", json={"order_id": "o-end"})).status_code == 201
+    step = await api.post("/v1/orders/o-end/steps", json={"step": "OrderCreated", "data": CREATED})
+    assert step.json()["decision"] == "APPLY"
+    conn = await asyncpg.connect(db.settings.database_url)
+    try:
+        async with conn.transaction():
+            await conn.execute(query("gateway.sql", "lock_orders"), ["acme"], ["o-end"])
+            await conn.execute("UPDATE orders SET plan_id = 'p-replanned' WHERE order_id = 'o-end'")
+            abort = asyncio.create_task(api.post("/v1/orders/o-end/abort", json={"reason": "stop"}))
+            await asyncio.sleep(0.5)
+            assert not abort.done()  # waiting for the order's lock
+        answer = await abort
+    finally:
+        await conn.close()
+    assert (answer.status_code, answer.json()["decision"]) == (200, "APPLY"), answer.text
+    sent = await db.fetchval(
+        "SELECT payload->'event' FROM outbox WHERE order_id = 'o-end' AND event_type = 'ABORT_PLAN'"
+    )
+    event = json.loads(sent)
+    assert (event["plan_id"], event["data"]["aborted_at_seq"], event["data"]["abort_code"]) == (
+        "p-replanned",
+        1,
+        "manual",
+    )
