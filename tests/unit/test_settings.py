@@ -13,6 +13,12 @@ from nexus_wire.kafka_security import SECURITY_VARIABLES
 # Every variable of the gateway's settings, written out: they are public (docs, deployments, scripts), so
 # none may be renamed or dropped, and a new setting is added here on purpose.
 PUBLIC_VARIABLES = [
+    "NEXUS_QUOTA_LIVE_ORDERS",
+    "NEXUS_QUOTA_UNSTARTED_PLANS",
+    "NEXUS_QUOTA_BUFFERED_STEPS",
+    "NEXUS_QUOTA_DEAD_LETTERS",
+    "NEXUS_QUOTA_ACTIVE_KEYS",
+    "NEXUS_METRICS_MAX_TENANTS",
     "NEXUS_REPEAT_WINDOW_S",
     "NEXUS_MCP_ALLOWED_ORIGINS",
     "NEXUS_DELIVERY_MAX_INFLIGHT_PER_TENANT",
