@@ -18,8 +18,8 @@ from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
-from tests.factories import abort_json, step_json
 from tests.conftest import root_headers
+from tests.factories import abort_json, step_json
 
 COUNTS = """
 SELECT (SELECT count(*) FROM orders WHERE tenant_id = $1) AS orders,
