@@ -12,7 +12,8 @@ CROSS JOIN LATERAL (VALUES ('live_orders', l.quota_live_orders), ('unstarted_pla
                            ('active_keys', l.quota_active_keys)) AS q(name, n)
 WHERE l.tenant_id = $1 AND q.n IS NOT NULL
 UNION ALL
-SELECT 'order', order_id, last_seq, 0 FROM orders WHERE tenant_id = $1 AND order_id = ANY($2::text[]);
+SELECT 'order', o.order_id, o.last_seq, 0
+FROM unnest($2::text[]) AS k(order_id) JOIN orders o ON o.tenant_id = $1 AND o.order_id = k.order_id;
 
 -- name: compact_usage
 -- Fold one tenant's delta rows into one row per quota. Each row is deleted by one statement only (a
