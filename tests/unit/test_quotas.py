@@ -39,3 +39,22 @@ def test_a_numbered_step_is_a_new_order_only_without_an_order_row() -> None:
     """The first numbered step of a started plan creates the order; later ones do not."""
     assert numbered_step_worth(False)[Quota.LIVE_ORDERS] == 1
     assert numbered_step_worth(True)[Quota.LIVE_ORDERS] == 0
+
+
+def test_quota_gauges_keep_a_bounded_tenant_label_set() -> None:
+    """Past `max_series` tenants the rest share the series `other` (their sums), and a tenant no longer
+    listed reads 0, so whoever creates tenants cannot grow the label set."""
+    from nexus import metrics
+
+    def used(tenant: str) -> float | None:
+        return metrics.REGISTRY.get_sample_value("nexus_tenant_quota_used", {"tenant": tenant, "quota": "live_orders"})
+
+    def reading(n: int) -> tuple[dict[str, int], dict[str, int]]:
+        return {"live_orders": n}, {"live_orders": 10}
+
+    metrics.set_tenant_quotas({"t-a": reading(5), "t-b": reading(3), "t-c": reading(2)}, 1)
+    assert (used("t-a"), used("t-b"), used("other")) == (5, None, 5)
+    limit = metrics.REGISTRY.get_sample_value("nexus_tenant_quota_limit", {"tenant": "other", "quota": "live_orders"})
+    assert limit == 20
+    metrics.set_tenant_quotas({"t-b": reading(1)}, 1)
+    assert (used("t-a"), used("t-b"), used("other")) == (0, 1, 0)
