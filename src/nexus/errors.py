@@ -14,6 +14,7 @@ labels) and says whether retrying can help::
      +-- ApprovalNotPendingError  permanent  APPROVAL_NOT_PENDING (HTTP 409)
      +-- ApprovalMismatchError    permanent  APPROVAL_MISMATCH (HTTP 409: the approval binds another step)
      +-- TooManyWaitsError        permanent  TOO_MANY_WAITS (HTTP 429: a key's open streams and long polls)
+     +-- QuotaExceededError       permanent  QUOTA_EXCEEDED (HTTP 429: what a tenant stores, `quota` named)
      +-- KeyRevokedError          permanent  UNAUTHENTICATED (HTTP 401: the key was revoked during a wait)
      +-- ConfigurationError       permanent  CONFIGURATION
      |    +-- UnsafeUrlError          permanent  UNSAFE_URL (an outbound URL aimed inside)
@@ -75,6 +76,8 @@ class ErrorCode(enum.StrEnum):
     # server-numbered steps
     ORDER_EXISTS = "ORDER_EXISTS"
     UNKNOWN_PROCESS = "UNKNOWN_PROCESS"
+    # quotas on what a tenant stores
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
 
 
 class NexusError(Exception):
@@ -156,6 +159,17 @@ class TooManyWaitsError(NexusError):
     """The key already holds as many open streams and long polls as it may (NEXUS_MAX_WAITS_PER_KEY)."""
 
     code = ErrorCode.TOO_MANY_WAITS
+
+
+class QuotaExceededError(NexusError):
+    """The request would take its tenant beyond a quota on what it stores; nothing was written."""
+
+    code = ErrorCode.QUOTA_EXCEEDED
+
+    def __init__(self, quota: str, message: str | None = None) -> None:
+        super().__init__(message)
+        self.quota = quota
+        """The quota's name (live_orders, unstarted_plans, buffered_steps, dead_letters, active_keys)."""
 
 
 class KeyRevokedError(NexusError):

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope
+from nexus.core.quotas import Quota
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode
 
@@ -293,6 +294,41 @@ def set_saga_retrying(rows: dict[str, tuple[int, float]]) -> None:
         count, oldest_s = rows.get(service, (0, 0.0))
         SAGA_RETRYING.labels(service=service).set(count)
         SAGA_RETRYING_OLDEST.labels(service=service).set(oldest_s)
+
+
+# --- quotas on what a tenant stores (read at scrape from PostgreSQL: nexus.auth.quotas) -----------------
+TENANT_QUOTA_USED = _gauge(
+    "nexus_tenant_quota_used", "What a tenant stores, by quota (from PostgreSQL's usage table).", ["tenant", "quota"]
+)
+TENANT_QUOTA_LIMIT = _gauge(
+    "nexus_tenant_quota_limit", "A tenant's quota, by quota name (0: no quota).", ["tenant", "quota"]
+)
+OTHER_TENANTS = "other"
+_QUOTA_NAMES = tuple(quota.value for quota in Quota)
+_quota_tenants: set[str] = set()
+
+
+def set_tenant_quotas(tenants: dict[str, tuple[dict[str, int], dict[str, int]]], max_series: int) -> None:
+    """Per tenant (the dict's order, most used first) its (used, limit) by quota, for the first `max_series`;
+    the rest share the series `other` (their sums). Series of tenants no longer listed read 0, so the label
+    set stays bounded whoever creates tenants (as the breaker series of subscriptions)."""
+    names = list(tenants)
+    wanted = {name: tenants[name] for name in names[:max_series]}
+    rest = [tenants[name] for name in names[max_series:]]
+    if rest:
+        wanted[OTHER_TENANTS] = (
+            {q: sum(used.get(q, 0) for used, _ in rest) for q in rest[0][0]},
+            {q: sum(limits.get(q, 0) for _, limits in rest) for q in rest[0][1]},
+        )
+    for stale in _quota_tenants - set(wanted):
+        for quota in _QUOTA_NAMES:
+            TENANT_QUOTA_USED.labels(tenant=stale, quota=quota).set(0)
+    for name, (used, limits) in wanted.items():
+        for quota in _QUOTA_NAMES:
+            TENANT_QUOTA_USED.labels(tenant=name, quota=quota).set(used.get(quota, 0))
+            TENANT_QUOTA_LIMIT.labels(tenant=name, quota=quota).set(limits.get(quota, 0))
+    _quota_tenants.clear()
+    _quota_tenants.update(wanted)
 
 
 # --- one exposition for several processes --------------------------------------------

@@ -137,3 +137,25 @@ class OAuthSettings(BaseSettings):
     def issuer_urls(self) -> tuple[str, ...]:
         """`oauth_issuers` as a tuple of URLs, each without a trailing slash."""
         return tuple(u.strip().rstrip("/") for u in self.oauth_issuers.split(",") if u.strip())
+
+
+class QuotaSettings(BaseSettings):
+    """Quotas on what one tenant stores (nexus.auth.quotas): counted in PostgreSQL, global across processes
+    (not divided), each overridable per tenant with `nexus tenants set-limit`. Beyond one: the whole request
+    is refused 429 QUOTA_EXCEEDED naming the quota, nothing written."""
+
+    model_config = SettingsConfigDict(use_attribute_docstrings=True)
+
+    quota_live_orders: int = Field(100_000, ge=0)
+    """Orders of one tenant not finished (not in a terminal state, not tombstoned) it may store; 0 = no quota."""
+    quota_unstarted_plans: int = Field(10_000, ge=0)
+    """Plans of one tenant started (`POST /v1/plans`, MCP `start_plan`) that have no step yet; 0 = no quota."""
+    quota_buffered_steps: int = Field(100_000, ge=0)
+    """Steps of one tenant buffered ahead of a gap; a step that adds none (the missing one) is never refused
+    by it; 0 = no quota."""
+    quota_dead_letters: int = Field(100_000, ge=0)
+    """Dead letters of one tenant stored; at it, every request that could write one is refused; 0 = no quota."""
+    quota_active_keys: int = Field(100, ge=0)
+    """Unrevoked API keys bound to one tenant (keys spanning every tenant are not counted); 0 = no quota."""
+    metrics_max_tenants: int = Field(50, ge=1)
+    """Tenants with their own `nexus_tenant_quota_*` series (the most used); the rest share the label `other`."""

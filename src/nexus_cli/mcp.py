@@ -122,7 +122,9 @@ def _answer(status: int, content: bytes) -> dict[str, Any]:
     if status >= 400 or not isinstance(body, dict):
         fields = body if isinstance(body, dict) else {}
         message = str(fields.get("message") or content[:200].decode("utf-8", "replace"))
-        raise BackendError(status, str(fields.get("code") or f"HTTP_{status}"), message)
+        quota = fields.get("quota")
+        code = str(fields.get("code") or f"HTTP_{status}")
+        raise BackendError(status, code, message, quota if isinstance(quota, str) else None)
     return body
 
 

@@ -22,6 +22,7 @@ THIS = "tests/unit/test_citus_layout.py"
 DISTRIBUTED = {
     "orders", "pending_events", "outbox", "deliveries", "dead_letters", "rejected_events", "decision_log",
     "approvals", "decisions_outbox", "delivery_attempts", "sagas", "saga_steps", "plans", "plan_steps",
+    "mcp_tasks", "tenant_usage",
 }  # fmt: skip
 """Distributed by tenant_id and co-located: one tenant's order, its steps, notifications and log on one worker."""
 
@@ -55,6 +56,8 @@ KEY_EXCEPTIONS = {
     "carries the tenant: the key becomes (tenant_id, approval_id)",
     ("decisions_outbox", "decisions_outbox_pkey"): "bigserial; the relay reads across tenants in id order: the "
     "key becomes (tenant_id, id) and the relay runs per shard",
+    ("mcp_tasks", "mcp_tasks_pkey"): "random uuid task ids (the task's public id, looked up with its tenant): the key "
+    "becomes (tenant_id, task_id), co-located with its approval",
     ("delivery_attempts", "delivery_attempts_pkey"): "identity id of a history row nobody looks up by id: the key "
     "becomes (tenant_id, id)",
 }

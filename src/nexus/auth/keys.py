@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from nexus.auth import quotas
 from nexus.auth.roles import ALL_TENANTS, Principal, Role, check_key_name, check_key_scope
 from nexus.core.envelope import is_safe_identifier
 from nexus.errors import NexusError, NotFoundError
@@ -77,9 +78,11 @@ class KeyRecord:
 async def create_key(
     db: Database, tenant: str, roles: frozenset[Role], name: str | None = None
 ) -> tuple[KeyRecord, str]:
-    """Store a new key; return its record and the key (the only time it exists outside the caller)."""
+    """Store a new key; return its record and the key (the only time it exists outside the caller).
+    Beyond the tenant's `active_keys` quota: QuotaExceededError, nothing stored."""
     stored_tenant = check_key_scope(tenant, roles)
     check_key_name(name)
+    await quotas.check_key(db, stored_tenant)  # QuotaExceededError (active_keys): nothing stored
     key = generate_key()
     row = await db.fetchrow(
         query("auth.sql", "insert_key"), name, stored_tenant, sorted(r.value for r in roles), hash_key(key)

@@ -21,17 +21,19 @@ import logging
 from typing import Any
 
 from nexus import metrics, tracing
+from nexus.auth import quotas
 from nexus.auth.middleware import Gatekeeper
 from nexus.auth.ratelimit import retry_after_header
 from nexus.auth.roles import Principal, required_roles
 from nexus.core import wording
 from nexus.core.sequencing import Decision
-from nexus.errors import ErrorCode, NexusError
+from nexus.errors import ErrorCode, NexusError, QuotaExceededError
 from nexus.gateway import Outcome
 from nexus.ingress import http_errors, tenants
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Disconnected, Refusal, media_type_refusal, parse, receive_body
 from nexus.settings import Settings
+from nexus.store.database import Database
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +47,11 @@ async def answer_events(
     settings: Settings,
     submitter: GroupCommitter,
     gate: Gatekeeper | None = None,
+    db: Database | None = None,
 ) -> tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]:
     """Decide a request's events: its status, JSON body (the results, or the error shape) and extra headers.
-    Each envelope is a unit of the key's and tenant's rates: the request paid one, `gate` charges the rest."""
+    Each envelope is a unit of the key's and tenant's rates: the request paid one, `gate` charges the rest;
+    with `db`, a request that would take its tenant beyond a quota (nexus.auth.quotas) is refused 429."""
     parsed = await parse(body, traceparent, settings)
     if isinstance(parsed, Refusal):
         return parsed.status, http_errors.error_body(parsed.code, parsed.message), []
@@ -65,7 +69,13 @@ async def answer_events(
         # Refused as a whole, before anything is decided or written (no dead letter either).
         message = wording.tenant_mismatch(str(principal.tenant_id))
         return 403, http_errors.error_body(ErrorCode.TENANT_MISMATCH, message), []
-    outcomes = await submitter.submit([b for b in bound if b is not None])
+    admitted = [b for b in bound if b is not None]
+    if db is not None:
+        try:  # refused as a whole, nothing written
+            await quotas.check_items(db, admitted)
+        except QuotaExceededError as exc:
+            return 429, http_errors.error_body(exc.code, exc.message, quota=exc.quota), [(b"retry-after", b"1")]
+    outcomes = await submitter.submit(admitted)
     results = [o.as_json() for o in outcomes]
     status = single_status(outcomes[0]) if parsed.single and outcomes else 200
     content: dict[str, Any] = {"results": results}
@@ -101,11 +111,14 @@ def render(content: dict[str, Any]) -> bytes:
 class EventsFastPath:
     """Pure ASGI middleware answering `POST /v1/events`; everything else goes to `app`."""
 
-    def __init__(self, app: Any, *, gate: Gatekeeper, submitter: GroupCommitter, settings: Settings) -> None:
+    def __init__(
+        self, app: Any, *, gate: Gatekeeper, submitter: GroupCommitter, settings: Settings, db: Database | None = None
+    ) -> None:
         self.app = app
         self.gate = gate
         self.submitter = submitter
         self.settings = settings
+        self.db = db
         self.roles = required_roles("POST", PATH)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -172,7 +185,7 @@ class EventsFastPath:
         body = refusal or await self._body(receive, declared)
         if isinstance(body, Refusal):
             return body.status, http_errors.error_body(body.code, body.message), []
-        return await answer_events(body, traceparent, principal, self.settings, self.submitter, self.gate)
+        return await answer_events(body, traceparent, principal, self.settings, self.submitter, self.gate, self.db)
 
     async def _body(self, receive: Any, declared: str | None) -> bytes | Refusal:
         """The body, or a refusal once it exceeds the limit (declared or streamed), as `events_body.read_body`."""

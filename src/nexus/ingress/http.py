@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from nexus import metrics, tracing
+from nexus.auth import quotas
 from nexus.auth.keys import KeyCache
 from nexus.auth.middleware import AuthMiddleware, Gatekeeper, principal_of
 from nexus.auth.oauth import OAuthVerifier
@@ -97,7 +98,7 @@ def create_app(
     submitter = committer or GroupCommitter(gateway, workers=1)
     http_errors.install(app)
     keys, sessions, gate = _install_layers(app, db, limits, settings, submitter)
-    _add_events_route(app, settings, submitter, gate)
+    _add_events_route(app, settings, submitter, gate, db)
     _add_order_routes(app, db, settings)
     _add_process_routes(app, gateway)
     _add_operator_routes(app, db, gateway)
@@ -142,11 +143,13 @@ def _install_layers(
     if tracing.active():  # The maintained ASGI instrumentation, outermost; absent when tracing is off
         tracing.instrument(app)
     # POST /v1/events without the framework's layers (it steps aside while tracing is on)
-    app.fast_path = EventsFastPath(app.framework, gate=gate, submitter=submitter, settings=settings)
+    app.fast_path = EventsFastPath(app.framework, gate=gate, submitter=submitter, settings=settings, db=db)
     return keys, sessions, gate
 
 
-def _add_events_route(app: FastAPI, settings: Settings, submitter: GroupCommitter, gate: Gatekeeper) -> None:
+def _add_events_route(
+    app: FastAPI, settings: Settings, submitter: GroupCommitter, gate: Gatekeeper, db: Database
+) -> None:
     """POST /v1/events as the framework serves it (the fast path's, while tracing is on)."""
 
     @app.post("/v1/events", summary="Submit one envelope or {'events': [...]}", openapi_extra=_EVENTS_BODY)
@@ -156,7 +159,7 @@ def _add_events_route(app: FastAPI, settings: Settings, submitter: GroupCommitte
         if isinstance(body, Refusal):
             return error_response(body.status, body.code, body.message)
         status, content, headers = await answer_events(
-            body, request.headers.get("traceparent"), principal_of(request), settings, submitter, gate
+            body, request.headers.get("traceparent"), principal_of(request), settings, submitter, gate, db
         )
         return JSONResponse(content, status_code=status, headers={k.decode(): v.decode() for k, v in headers})
 
@@ -364,6 +367,7 @@ async def refresh_db_gauges(db: Database) -> None:
         metrics.set_saga_counts({r["status"]: r["n"] for r in await db.fetch(query("saga.sql", "saga_gauges"))})
         retrying = await db.fetch(query("saga.sql", "saga_retrying_gauges"))
         metrics.set_saga_retrying({r["service"]: (r["n"], r["oldest_s"]) for r in retrying})
+    await quotas.refresh_gauges(db)  # What each tenant stores against its quotas
     with contextlib.suppress(NexusError):  # Rows and bytes per table, from the catalog
         tables = await db.fetch(query("db.sql", "table_stats"))
         metrics.set_table_stats(

@@ -41,6 +41,7 @@ from nexus.errors import (
     KeyRevokedError,
     NexusError,
     NotFoundError,
+    QuotaExceededError,
     TooManyWaitsError,
 )
 
@@ -86,7 +87,8 @@ _DESCRIPTIONS = {
     " REJECTED step",
     429: "Rate limit of the key's role, or of failed authentications from an address, reached (RATE_LIMITED,"
     " Retry-After); the key's or its tenant's open streams and long polls at their cap (TOO_MANY_WAITS); or the"
-    " tenant's requests in flight at its share of the process (TENANT_BUSY, Retry-After)",
+    " tenant's requests in flight at its share of the process (TENANT_BUSY, Retry-After); or the request would take"
+    " its tenant beyond a quota on what it stores (QUOTA_EXCEEDED, with `quota`)",
     500: "Internal error",
     503: "Database unavailable or server busy; retry (Retry-After)",
 }
@@ -114,7 +116,7 @@ def status_of(exc: NexusError) -> int:
         return 404
     if isinstance(exc, AlreadyRedrivenError | ApprovalNotPendingError | ApprovalMismatchError):
         return 409
-    if isinstance(exc, TooManyWaitsError):
+    if isinstance(exc, TooManyWaitsError | QuotaExceededError):
         return 429
     if isinstance(exc, KeyRevokedError):
         return 401
@@ -176,7 +178,8 @@ def install(app: FastAPI) -> None:
                 exc_info=exc,
                 extra={"action": "http_5xx", "request_id": request_id(), "path": request.url.path, "status": status},
             )
-        return error_response(status, exc.code, public_message(exc, status), retryable=exc.transient)
+        extra = {"quota": exc.quota} if isinstance(exc, QuotaExceededError) else {}
+        return error_response(status, exc.code, public_message(exc, status), retryable=exc.transient, **extra)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:

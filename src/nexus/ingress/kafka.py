@@ -13,6 +13,8 @@ Why it is shaped this way:
 * **Only what can never work goes to the DLQ topic**: PARSE_ERROR, INVALID_EVENT, DATABASE_REJECTED and
   PLAN_MISMATCH, with the original bytes and key, and `x-dlq-*` headers saying why and where from. A record
   the database refuses is isolated by the gateway's one policy for every door (`core/decide/isolation.py`).
+  A record that would take its tenant beyond a quota goes there too (QUOTA_EXCEEDED, nexus.auth.quotas:
+  admitted record by record, no dead-letter row), and the stream goes on.
 * **Partitions are the unit of concurrency.** Records are keyed by order_id, so a partition's records
   belong to orders no other partition carries: a lane's slice, taken from the partitions it serves and
   sized to a time budget (`kafka_lanes.Lane`), is one set-based `submit`, and the lanes run concurrently without
@@ -46,8 +48,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import IllegalStateError, KafkaError
 
 from nexus import metrics, tracing
+from nexus.auth import quotas
 from nexus.core.actors import kafka_actor
-from nexus.errors import TransientDatabaseError
+from nexus.core.sequencing import Decision
+from nexus.errors import QuotaExceededError, TransientDatabaseError
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
 from nexus.ingress.kafka_commits import OffsetCommits
 from nexus.ingress.kafka_decode import decode_record
@@ -267,9 +271,9 @@ class KafkaIngress:
                 for tp in slices:
                     traceparents = [i.traceparent for i in decoded[tp]]
                     spans.enter_context(tracing.consume_span(tp.topic, tp.partition, traceparents))
-                outcomes = await self._submit(items)
+                outcomes = await self._submit_within_quotas(items)
         else:
-            outcomes = await self._submit(items)
+            outcomes = await self._submit_within_quotas(items)
         dead = [(r, i, o) for r, i, o in zip(records, items, outcomes, strict=True) if o.is_dead_letter]
         if dead:
             await dead_letter(self._producer, self.settings, dead)
@@ -285,6 +289,26 @@ class KafkaIngress:
             if highwater is not None:
                 lag = max(0, highwater - next_offset)
                 metrics.CONSUMER_LAG.labels(topic=tp.topic, partition=str(tp.partition)).set(lag)
+
+    async def _submit_within_quotas(self, items: list[Incoming]) -> list[Outcome]:
+        """`_submit` of the items within their tenant's quotas; each other one is a QUOTA_EXCEEDED outcome (its
+        record goes to the DLQ topic, no dead-letter row) and the stream goes on."""
+        verdicts = await self._admit(items)
+        admitted = [i for i, v in zip(items, verdicts, strict=True) if v is None]
+        outcomes = iter(await self._submit(admitted) if admitted else [])
+        return [
+            next(outcomes) if v is None else Outcome(i.event_id, Decision.DEAD_LETTER, v.code, v.message)
+            for i, v in zip(items, verdicts, strict=True)
+        ]
+
+    async def _admit(self, items: list[Incoming]) -> list[QuotaExceededError | None]:
+        retrying = Retrying(retry_policy(self.settings))
+        while True:
+            try:
+                return await quotas.admit_items(self.gateway.db, items)
+            except TransientDatabaseError:
+                metrics.CONSUMER_RETRIES.inc()
+                await asyncio.sleep(retrying.next_delay_s())
 
     async def _submit(self, items: list[Incoming]) -> list[Outcome]:
         """`Gateway.submit`, retried in place for as long as the failure is transient.

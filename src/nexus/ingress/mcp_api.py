@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from nexus.auth.roles import Principal, Role, read_tenant
 from nexus.core.process import CompiledProcess
-from nexus.errors import NexusError
+from nexus.errors import NexusError, QuotaExceededError
 from nexus.gateway import Gateway
 from nexus.ingress import steps_api
 from nexus.ingress.http_errors import invalid_request, status_of
@@ -224,6 +224,8 @@ class _Translated:
             raise BackendError(422, code.value, message) from exc
         if isinstance(exc, steps_api.StepsApiError):
             raise BackendError(exc.status, exc.code.value, exc.message) from exc
+        if isinstance(exc, QuotaExceededError):
+            raise BackendError(429, exc.code.value, exc.message, exc.quota) from exc
         if isinstance(exc, NexusError):
             raise BackendError(status_of(exc), exc.code.value, exc.message) from exc
 

@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from nexus import metrics
+from nexus.auth import quotas
 from nexus.auth.roles import Principal, Role, read_tenant
 from nexus.core.decide.plan_end import PlanEnd
 from nexus.core.decide.plan_start import ORDER_EXISTS_MESSAGE, PlanStart
@@ -116,6 +117,7 @@ async def start_plan(caller: StepCaller, request: StartPlan) -> dict[str, Any]:
     if catalog is not None and catalog.get(request.process) is None:
         known = ", ".join(sorted(catalog.latest)) or "none"
         raise StepsApiError(422, ErrorCode.UNKNOWN_PROCESS, f"no such process; known: {known}")
+    await quotas.check_plan(caller.db, tenant)  # 429 QUOTA_EXCEEDED unstarted_plans, nothing written
     order_id = request.order_id or f"order-{uuid.uuid4().hex[:16]}"
     plan_id = f"plan-{uuid.uuid4().hex[:16]}"
     deadline = (
@@ -137,6 +139,7 @@ async def propose_step(caller: StepCaller, order_id: str, request: ProposeStep) 
         message = "ABORT_PLAN and REPLAN are not steps to propose: use abort or replan"
         raise StepsApiError(422, ErrorCode.INVALID_REQUEST, message)
     plan = await _plan_of(caller.db, tenant, order_id)
+    await quotas.check_numbered_step(caller.db, tenant, plan["order_plan"] is not None)  # 429 QUOTA_EXCEEDED
     if request.idempotency_key is not None:
         event_id = event_id_for(tenant, order_id, request.idempotency_key)
     else:

@@ -19,11 +19,13 @@ _OPAQUE_ERRORS = frozenset({"value_error", "assertion_error"})
 class BackendError(Exception):
     """The API refused the call: its HTTP status, stable code and message."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str, quota: str | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.quota = quota
+        """QUOTA_EXCEEDED: the quota's name, carried into the result's structuredContent."""
 
 
 def invalid_arguments(exc: ValidationError) -> BackendError:

@@ -318,9 +318,11 @@ def refusal(exc: BackendError) -> CallToolResult:
         exc.status, "Check the call's arguments against describe_process." if exc.status < 500 else "Try again shortly."
     )
     hint = _CODE_HINTS.get(exc.code, hint)
-    return result(
-        {"code": exc.code, "message": exc.message}, f"{exc.code}: {_sentence(exc.message)} {hint}", is_error=True
-    )
+    fields: dict[str, Any] = {"code": exc.code, "message": exc.message}
+    if exc.quota:
+        fields["quota"] = exc.quota
+        hint = "The tenant stores as much as this quota allows: finish, abort or remove some first."
+    return result(fields, f"{exc.code}: {_sentence(exc.message)} {hint}", is_error=True)
 
 
 async def _list_processes(backend: Backend) -> CallToolResult:

@@ -96,6 +96,9 @@ async def register(db: Database, process_dir: Path | None = None) -> ProcessCata
                 process.content_hash,
                 _text_of(sources, process),
             )
+            # the live_orders quota's triggers (migration 0023) tell a finished order by these
+            terminal = sorted(str(state) for state in process.definition.terminal)
+            await conn.execute(query("quotas.sql", "set_process_terminal"), name, version, terminal)
         rows = await conn.fetch(query("processes.sql", "all_processes"))
     known: list[CompiledProcess] = []
     for row in rows:

@@ -11,9 +11,11 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from nexus.auth.quotas import default_limits
 from nexus.cli_common import add_common, missing_database, settings_from
 from nexus.core.list_limits import DEFAULT_MAX_LIST_ITEMS
 from nexus.core.process import CompiledProcess, DefinitionError, compile_definition
+from nexus.core.quotas import Quota
 from nexus.errors import ConfigurationError
 from nexus.processes import builtin_sources, compile_sources, describe, dir_sources, mermaid
 from nexus.settings import Settings
@@ -117,6 +119,14 @@ def configure_tenants(parser: argparse.ArgumentParser) -> argparse._SubParsersAc
         help="the most items any list of a step's data may hold for this tenant (it lowers its process's "
         "max_list_items, never raises it); 0 removes the tenant's own",
     )
+    for quota in Quota:
+        set_limit.add_argument(
+            f"--{quota.value.replace('_', '-')}",
+            dest=f"quota_{quota.value}",
+            type=int,
+            default=None,
+            help=f"this tenant's {quota.value} quota (NEXUS_QUOTA_{quota.value.upper()} otherwise); 0: no quota",
+        )
     listing = sub.add_parser("list", help="tenants with a limit of their own")
     add_common(listing)
     return sub
@@ -126,8 +136,12 @@ def run_tenants(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     amount: Decimal | None = None
     if args.action == "set-limit":
-        if args.amount is None and args.max_list_items is None:
-            print("give an amount, --max-list-items, or both", file=sys.stderr)
+        quotas = _quotas_of(args)
+        if args.amount is None and args.max_list_items is None and not quotas:
+            print("give an amount, --max-list-items, a quota (--live-orders N ...), or several", file=sys.stderr)
+            return 1
+        if any(n < 0 for n in quotas.values()):
+            print("a quota is a number of rows (0: no quota)", file=sys.stderr)
             return 1
         if args.max_list_items is not None and args.max_list_items < 0:
             print(f"not a number of items: {args.max_list_items}", file=sys.stderr)
@@ -158,16 +172,35 @@ def run_tenants(args: argparse.Namespace) -> int:
                     )
                     shown = items if items is not None else "its process's"
                     print(f"tenant {args.tenant}: max_list_items {shown} (max_order_amount {kept})")
+                if quotas:
+                    await _set_quotas(db, settings, args.tenant, quotas)
             else:
                 print(
                     f"default: max_order_amount {settings.default_max_order_amount}, "
-                    f"max_list_items {DEFAULT_MAX_LIST_ITEMS} (unless a process sets its own)"
+                    f"max_list_items {DEFAULT_MAX_LIST_ITEMS} (unless a process sets its own), "
+                    + ", ".join(f"{q.value} {limit}" for q, limit in default_limits(settings).items())
                 )
                 for row in await db.fetch(query("processes.sql", "tenant_limits")):
                     items = "" if row["max_list_items"] is None else f", max_list_items {row['max_list_items']}"
-                    print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}{items}")
+                    own = "".join(
+                        f", {q.value} {row[f'quota_{q.value}']}" for q in Quota if row[f"quota_{q.value}"] is not None
+                    )
+                    print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}{items}{own}")
         finally:
             await db.close()
         return 0
 
     return asyncio.run(go())
+
+
+def _quotas_of(args: argparse.Namespace) -> dict[Quota, int]:
+    """The quotas `set-limit` was given (`--live-orders N` ...)."""
+    given = {quota: getattr(args, f"quota_{quota.value}", None) for quota in Quota}
+    return {quota: n for quota, n in given.items() if n is not None}
+
+
+async def _set_quotas(db: Database, settings: Settings, tenant: str, quotas: Mapping[Quota, int]) -> None:
+    """Store the tenant's own quotas (the others stay as they were) and say what they are now."""
+    values = [quotas.get(quota) for quota in Quota]
+    await db.execute(query("quotas.sql", "set_tenant_quotas"), tenant, str(settings.default_max_order_amount), *values)
+    print(f"tenant {tenant}: " + ", ".join(f"{q.value} {n}" for q, n in quotas.items()))

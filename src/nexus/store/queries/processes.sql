@@ -19,7 +19,8 @@ ON CONFLICT (tenant_id) DO UPDATE SET max_list_items = EXCLUDED.max_list_items, 
 RETURNING max_order_amount::text AS max_order_amount;
 
 -- name: tenant_limits
-SELECT tenant_id, max_order_amount::text AS max_order_amount, max_list_items, updated_at
+SELECT tenant_id, max_order_amount::text AS max_order_amount, max_list_items, updated_at, quota_live_orders,
+       quota_unstarted_plans, quota_buffered_steps, quota_dead_letters, quota_active_keys
 FROM tenant_limits ORDER BY tenant_id;
 
 -- name: rejected_counts

@@ -1,0 +1,164 @@
+"""Quotas on what a tenant stores, checked at every door before anything is written.
+
+Counted in PostgreSQL (migration 0023: statement-level triggers append signed deltas to `tenant_usage`),
+so every gateway process reads one count. Each door reads its tenant's usage, quotas and the orders it
+names in one query, and refuses the whole request (`QuotaExceededError`: 429 QUOTA_EXCEEDED with `quota`)
+when its worth (nexus.core.quotas) would take the tenant beyond one. The Kafka ingress admits record by
+record instead (`admit_items`): a record over a quota goes to the DLQ topic and the stream goes on.
+
+Races: the check and the write are separate transactions, so requests of one tenant checked at the same
+moment (by any processes) each see the usage before the others' writes; the count can overshoot its limit
+by what those concurrent requests add (at most one request's worth each), never more, and the next request
+sees it and is refused. Nothing is counted twice or lost: the triggers count what was written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from nexus import metrics
+from nexus.core.decide.items import Incoming
+from nexus.core.quotas import Quota, StepRef, beyond, numbered_step_worth, refusal_message, steps_worth
+from nexus.errors import NexusError, QuotaExceededError
+from nexus.settings import Settings
+from nexus.store.database import Database
+from nexus.store.queries import query
+
+# A tenant with more delta rows than this has them folded into one per quota when next checked.
+_COMPACT_ROWS = 64
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TenantQuotas:
+    """One tenant's usage, quotas (0: none) and the last applied seq of the orders asked about."""
+
+    tenant: str
+    used: Mapping[Quota, int]
+    limits: Mapping[Quota, int]
+    last_seqs: Mapping[str, int]
+
+    def refuse_beyond(self, worth: Mapping[Quota, int]) -> None:
+        """Raise QuotaExceededError if `worth` would take the tenant beyond a quota."""
+        quota = beyond(self.used, self.limits, worth)
+        if quota is not None:
+            raise QuotaExceededError(quota.value, refusal_message(quota, self.used.get(quota, 0), self.limits[quota]))
+
+
+def default_limits(settings: Settings) -> dict[Quota, int]:
+    return {
+        Quota.LIVE_ORDERS: settings.quota_live_orders,
+        Quota.UNSTARTED_PLANS: settings.quota_unstarted_plans,
+        Quota.BUFFERED_STEPS: settings.quota_buffered_steps,
+        Quota.DEAD_LETTERS: settings.quota_dead_letters,
+        Quota.ACTIVE_KEYS: settings.quota_active_keys,
+    }
+
+
+async def read_tenant(db: Database, tenant: str, order_ids: Sequence[str] = ()) -> TenantQuotas:
+    """The tenant's usage and quotas (folding its delta rows when they have piled up)."""
+    rows = await db.fetch(query("quotas.sql", "quota_state"), tenant, list(order_ids))
+    used: dict[Quota, int] = {}
+    limits = default_limits(db.settings)
+    last_seqs: dict[str, int] = {}
+    delta_rows = 0
+    for row in rows:
+        if row["kind"] == "used":
+            used[Quota(row["name"])] = row["n"]
+            delta_rows += row["rows"]
+        elif row["kind"] == "limit":
+            limits[Quota(row["name"])] = row["n"]
+        else:
+            last_seqs[row["name"]] = row["n"]
+    if delta_rows > _COMPACT_ROWS:
+        await db.execute(query("quotas.sql", "compact_usage"), tenant)
+    return TenantQuotas(tenant, used, limits, last_seqs)
+
+
+def _refs(items: Sequence[Incoming]) -> tuple[list[StepRef], int]:
+    refs = [StepRef(i.envelope.order_id, i.envelope.seq_id) for i in items if i.envelope is not None]
+    return refs, len(items) - len(refs)
+
+
+async def check_items(db: Database, items: Sequence[Incoming]) -> None:
+    """`POST /v1/events`: refuse the request if, for any of its tenants, it would go beyond a quota."""
+    by_tenant: dict[str, list[Incoming]] = {}
+    for item in items:
+        by_tenant.setdefault(item.tenant_id, []).append(item)
+    for tenant, own in sorted(by_tenant.items()):
+        refs, bad = _refs(own)
+        state = await read_tenant(db, tenant, sorted({r.order_id for r in refs}))
+        state.refuse_beyond(steps_worth(refs, state.last_seqs, bad))
+
+
+async def check_numbered_step(db: Database, tenant: str, order_stored: bool) -> None:
+    """A step the server numbers (steps API, MCP `propose_step`) of an order stored or only planned."""
+    state = await read_tenant(db, tenant)
+    state.refuse_beyond(numbered_step_worth(order_stored))
+
+
+async def check_plan(db: Database, tenant: str) -> None:
+    """A plan started (`POST /v1/plans`, MCP `start_plan`)."""
+    state = await read_tenant(db, tenant)
+    state.refuse_beyond({Quota.UNSTARTED_PLANS: 1})
+
+
+async def check_key(db: Database, tenant: str | None) -> None:
+    """A key created (`POST /v1/keys`, `nexus keys create`); a key spanning every tenant is not counted."""
+    if tenant is not None:
+        state = await read_tenant(db, tenant)
+        state.refuse_beyond({Quota.ACTIVE_KEYS: 1})
+
+
+async def admit_items(db: Database, items: Sequence[Incoming]) -> list[QuotaExceededError | None]:
+    """The Kafka ingress: per item in order, None (admitted) or the quota error it is refused with; each
+    admitted item counts against the quotas of the items after it."""
+    states: dict[str, TenantQuotas] = {}
+    for tenant in sorted({i.tenant_id for i in items}):
+        orders = sorted({i.envelope.order_id for i in items if i.tenant_id == tenant and i.envelope is not None})
+        states[tenant] = await read_tenant(db, tenant, orders)
+    used = {tenant: dict(state.used) for tenant, state in states.items()}
+    last = {tenant: dict(state.last_seqs) for tenant, state in states.items()}
+    verdicts: list[QuotaExceededError | None] = []
+    for item in items:
+        state = states[item.tenant_id]
+        refs, bad = _refs([item])
+        worth = steps_worth(refs, last[item.tenant_id], bad)
+        try:
+            dataclasses.replace(state, used=used[item.tenant_id]).refuse_beyond(worth)
+        except QuotaExceededError as exc:
+            verdicts.append(exc)
+            continue
+        verdicts.append(None)
+        _count_admitted(used[item.tenant_id], last[item.tenant_id], refs, worth, bad)
+    return verdicts
+
+
+def _count_admitted(
+    used: dict[Quota, int], last: dict[str, int], refs: list[StepRef], worth: Mapping[Quota, int], bad: int
+) -> None:
+    """An admitted item's rows, added to the running usage (a dead letter only when it is one already)."""
+    for quota in (Quota.LIVE_ORDERS, Quota.BUFFERED_STEPS):
+        used[quota] = used.get(quota, 0) + worth.get(quota, 0)
+    used[Quota.DEAD_LETTERS] = used.get(Quota.DEAD_LETTERS, 0) + bad
+    for ref in refs:
+        if ref.seq_id is not None and ref.seq_id == last.get(ref.order_id, 0) + 1:
+            last[ref.order_id] = ref.seq_id
+        elif ref.order_id not in last:
+            last[ref.order_id] = 0
+
+
+async def refresh_gauges(db: Database) -> None:
+    """`nexus_tenant_quota_used` and `nexus_tenant_quota_limit`, read at scrape from the usage table."""
+    try:
+        rows = await db.fetch(query("quotas.sql", "quota_gauges"))
+    except NexusError:
+        return
+    defaults = default_limits(db.settings)
+    tenants: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+    for row in rows:
+        used, limits = tenants.setdefault(row["tenant_id"], ({}, {}))
+        quota = Quota(row["quota"])
+        used[quota.value] = row["used"]
+        limits[quota.value] = defaults[quota] if row["own_limit"] is None else row["own_limit"]
+    metrics.set_tenant_quotas(tenants, db.settings.metrics_max_tenants)
