@@ -21,6 +21,7 @@ from typing import ClassVar
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.chaos.harness import ChaosSession, Proc, Stack
+from nexus_lab.chaos.kafka_cluster import BrokerKill
 
 Range = tuple[float, float]
 
@@ -297,4 +298,13 @@ class PostgresFailover:
         ctx.progress(f"standby promoted at {ctx.elapsed():.1f}s")
 
 
-Fault = KillLoop | PostgresOutage | PostgresFailover | KafkaRestart | ReceiverOutage | ServiceOutage | BreakerWatch
+Fault = (
+    KillLoop
+    | PostgresOutage
+    | PostgresFailover
+    | KafkaRestart
+    | BrokerKill
+    | ReceiverOutage
+    | ServiceOutage
+    | BreakerWatch
+)

@@ -51,8 +51,8 @@ def judge(result: CheckResult) -> tuple[int, int, list[str]]:
 
 async def _transport(scenario: Scenario, stack: Stack) -> tuple[Transport, str]:
     if scenario.transport == "kafka":
-        inner = await KafkaTransport(stack.session.kafka_bootstrap, stack.kafka_topic).start()
-        return PatientTransport(inner), f"kafka://{stack.session.kafka_bootstrap}/{stack.kafka_topic}"
+        inner = await KafkaTransport(stack.kafka_bootstrap, stack.kafka_topic).start()
+        return PatientTransport(inner), f"kafka://{stack.kafka_bootstrap}/{stack.kafka_topic}"
     urls = stack.gateway_urls
     if scenario.transport == "race":
         return RacingTransport(http_transports(urls)), urls[0]
@@ -108,7 +108,8 @@ async def run_scenario(
         url = await session.new_replicated_database(scenario.name)
     else:
         url = await session.new_database(scenario.name)
-    stack = Stack(session, scenario.name, scenario.stack, url, gateway_cmd=gateway_cmd)
+    bootstrap = await session.new_kafka_cluster(scenario.name) if scenario.stack.kafka_brokers > 1 else None
+    stack = Stack(session, scenario.name, scenario.stack, url, gateway_cmd=gateway_cmd, kafka_bootstrap=bootstrap)
     ctx = FaultContext(session, stack, rng, asyncio.Event(), say)
     result = ScenarioResult(scenario.name, plans, {}, 0, 0, 0.0, scenario.proof)
     tasks: list[asyncio.Task[None]] = []

@@ -22,6 +22,7 @@ from nexus_lab.chaos.faults import (
     ReceiverOutage,
 )
 from nexus_lab.chaos.harness import StackSpec
+from nexus_lab.chaos.kafka_cluster import LAG_ZERO, BrokerKill
 
 Range = tuple[float, float]
 
@@ -197,6 +198,17 @@ SCENARIOS: dict[str, Scenario] = {
             "gateway SIGKILLed",
             KillLoop("gateway", minimum=1, maximum=2, first_s=(0.5, 1.2), gap_s=(1.0, 2.0)),
             allow_duplicates=True,
+        ),
+        Scenario(
+            "broker-kill",
+            "one broker of a three-broker Kafka cluster SIGKILLed while the agent produces and the gateways consume "
+            "and relay decisions, then restarted",
+            LAG_ZERO,
+            StackSpec(gateways=2, kafka=True, kafka_brokers=3),
+            transport="kafka",
+            hostile=all_modes(0.2),
+            step_delay_ms=300.0,
+            faults=(BrokerKill(),),
         ),
         Scenario(
             "receiver-unstable",
