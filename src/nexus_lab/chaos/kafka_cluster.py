@@ -37,12 +37,12 @@ LAG_ZERO = "consumer lag back to zero after the kill"
 
 
 def _free_base(first: int = 20_000, last: int = 32_000) -> int:
-    """A base port whose nine ports (three brokers, controllers, SASL_SSL listeners) are free, below the
+    """A base port whose nine ports (up to three brokers, controllers, SASL_SSL listeners) are free, below the
     ephemeral range (a port there can be taken by any client's outgoing connection between check and bind)."""
     for base in range(first + (os.getpid() % 500) * 20, last, 20):
         try:
             with contextlib.ExitStack() as stack:
-                for port in range(base, base + 2 * BROKERS + BROKERS):
+                for port in range(base, base + 3 * BROKERS):
                     sock = stack.enter_context(socket.socket())
                     sock.bind(("127.0.0.1", port))
         except OSError:
@@ -52,15 +52,16 @@ def _free_base(first: int = 20_000, last: int = 32_000) -> int:
 
 
 class KafkaCluster:
-    """Three KRaft brokers in `directory` for one scenario, started and stopped with `scripts/kafka.sh`."""
+    """Three KRaft brokers (or one, `brokers`) in `directory` for one scenario or bench, started and stopped with
+    `scripts/kafka.sh`."""
 
-    def __init__(self, directory: Path, topics: tuple[str, ...] = ("nexus.decisions",)) -> None:
+    def __init__(self, directory: Path, topics: tuple[str, ...] = ("nexus.decisions",), brokers: int = BROKERS) -> None:
         self.directory = directory
         self.port = _free_base()
-        self.bootstrap = ",".join(f"127.0.0.1:{self.port + 2 * n}" for n in range(BROKERS))
+        self.bootstrap = ",".join(f"127.0.0.1:{self.port + 2 * n}" for n in range(brokers))
         self.env = {
             **os.environ,
-            "NEXUS_KAFKA_BROKERS": str(BROKERS),
+            "NEXUS_KAFKA_BROKERS": str(brokers),
             "NEXUS_KAFKA_HOME": str(directory),
             "NEXUS_KAFKA_PORT": str(self.port),
             "NEXUS_KAFKA_LIBS": os.environ.get("NEXUS_KAFKA_LIBS", str(REPO_ROOT / ".cache" / "kafka" / "libs")),
@@ -83,7 +84,7 @@ class KafkaCluster:
             check=False,
         )
         if done.returncode != 0:
-            raise RuntimeError(f"kafka.sh {command} (three brokers) failed: {done.stdout}{done.stderr}")
+            raise RuntimeError(f"kafka.sh {command} ({self.bootstrap}) failed: {done.stdout}{done.stderr}")
 
     async def up(self) -> None:
         """Start every broker that is not running (all three the first time) and wait until they answer."""
