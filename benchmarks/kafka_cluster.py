@@ -31,12 +31,13 @@ SECTION = "## Kafka: three brokers vs one"
 
 async def main(args: argparse.Namespace) -> list[str]:
     scratch = Path(tempfile.mkdtemp(prefix="nexus-kafka-bench-"))
-    clusters = {n: KafkaCluster(scratch / f"brokers-{n}", topics=("nexus.events",), brokers=n) for n in (1, 3)}
+    clusters: dict[int, KafkaCluster] = {}
     dbs = kafka_ingress.Databases(args.database_url)
     rates: dict[int, list[float]] = {1: [], 3: []}
     try:
-        for cluster in clusters.values():
-            await cluster.up()
+        for n in (1, 3):  # one after the other: each takes the first free ports after the other's
+            clusters[n] = KafkaCluster(scratch / f"brokers-{n}", topics=("nexus.events",), brokers=n)
+            await clusters[n].up()
         settings = Settings.from_env(db_pool_size=10)
         records = kafka_ingress.plan_bytes(args.plans, uuid.uuid4().hex[:6])
         for _ in range(args.rounds):

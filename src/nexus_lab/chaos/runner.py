@@ -23,6 +23,8 @@ from nexus_lab.chaos.faults import BreakerWatch, FaultContext
 from nexus_lab.chaos.harness import ChaosSession, Stack
 from nexus_lab.chaos.mcp_agents import McpAgents, check_mcp_orders, run_mcp_agents
 from nexus_lab.chaos.result import ScenarioResult
+from nexus_lab.chaos.saga_load import CHECKS as SAGA_CHECKS
+from nexus_lab.chaos.saga_load import SagaLoad
 from nexus_lab.chaos.scenarios import Scenario
 from nexus_lab.chaos.transports import PatientTransport, RacingTransport, SpreadTransport, http_transports, relax_report
 from nexus_lab.checker import CHECKS, CheckResult, check_report, render
@@ -104,12 +106,7 @@ async def run_scenario(
     def say(text: str) -> None:
         progress(f"[{scenario.name}] {text}")
 
-    if scenario.stack.replicated:
-        url = await session.new_replicated_database(scenario.name)
-    else:
-        url = await session.new_database(scenario.name)
-    bootstrap = await session.new_kafka_cluster(scenario.name) if scenario.stack.kafka_brokers > 1 else None
-    stack = Stack(session, scenario.name, scenario.stack, url, gateway_cmd=gateway_cmd, kafka_bootstrap=bootstrap)
+    stack, sagas = await _stack(session, scenario, seed, gateway_cmd)
     ctx = FaultContext(session, stack, rng, asyncio.Event(), say)
     result = ScenarioResult(scenario.name, plans, {}, 0, 0, 0.0, scenario.proof)
     tasks: list[asyncio.Task[None]] = []
@@ -117,6 +114,8 @@ async def run_scenario(
     transport: Transport | None = None
     mcp: asyncio.Task[McpAgents] | None = None
     try:
+        if sagas is not None:
+            await sagas.start()
         await stack.start()
         say(_started(scenario, plans))
         transport, target = await _transport(scenario, stack)
@@ -124,25 +123,67 @@ async def run_scenario(
         ctx.started = time.monotonic()
         _start_faults(scenario, ctx, tasks, watches)
         mcp = asyncio.create_task(_mcp_agents(scenario, stack)) if scenario.mcp_orders else None
+        sending = asyncio.create_task(sagas.submit(stack.gateway_urls)) if sagas is not None else None
         report = await agent.run_agent(config, transport, target=target)
         mcp_run = await mcp if mcp is not None else None
+        if sending is not None:
+            await sending
         ctx.agent_done.set()
         say(f"agent done at {ctx.elapsed():.1f}s: {report['summary']['messages']} messages")
         await asyncio.gather(*tasks)
         _count_transport(transport, report, ctx)
         agent.write_report(report, stack.dir / "agent-report.json")
         await _judge(scenario, stack, report, mcp_run, ctx, result, settle_timeout_s)
+        if sagas is not None:
+            await _judge_sagas(stack, sagas, ctx, result, settle_timeout_s)
     except Exception as exc:  # noqa: BLE001 - a scenario that could not run is reported, the others go on
         result.error = f"{type(exc).__name__}: {exc}"
         (stack.dir / "error.txt").write_text(result.error + "\n\n" + stack.logs_tail())
     finally:
         await _stop(tasks, watches, mcp, transport, stack)
+        if sagas is not None:
+            await asyncio.to_thread(sagas.proc.stop)
         result.faults = dict(ctx.counts)
         result.elapsed_s = time.monotonic() - started
     (stack.dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2, default=str) + "\n")
     for line in result.summary_lines():
         say(line)
     return result
+
+
+async def _stack(
+    session: ChaosSession, scenario: Scenario, seed: str, gateway_cmd: Sequence[str] | None
+) -> tuple[Stack, SagaLoad | None]:
+    """The scenario's processes (not started) on their database, Kafka cluster and effect services, as it asks."""
+    if scenario.stack.replicated:
+        url = await session.new_replicated_database(scenario.name)
+    else:
+        url = await session.new_database(scenario.name)
+    bootstrap = await session.new_kafka_cluster(scenario.name) if scenario.stack.kafka_brokers > 1 else None
+    spec, sagas = scenario.stack, None
+    if scenario.saga_plans:
+        (session.tmp / scenario.name).mkdir(parents=True, exist_ok=True)
+        sagas = SagaLoad(session.tmp / scenario.name, scenario.saga_plans, seed)
+        spec = dataclasses.replace(spec, env={**spec.env, **sagas.env()})
+    return Stack(session, scenario.name, spec, url, gateway_cmd=gateway_cmd, kafka_bootstrap=bootstrap), sagas
+
+
+async def _judge_sagas(
+    stack: Stack, sagas: SagaLoad, ctx: FaultContext, result: ScenarioResult, settle_timeout_s: float
+) -> None:
+    """The saga load's checks (`saga_load.CHECKS`) added to the run's."""
+    ctx.count("saga plans", len(sagas.orders))
+    db = await Database(stack.settings()).open(migrate=False)
+    try:
+        broke = await sagas.check(db, settle_timeout_s)
+    finally:
+        await db.close()
+    if sagas.repeated:
+        ctx.count("saga calls repeated with the same key", sagas.repeated)
+    result.checked += len(SAGA_CHECKS)
+    result.held += sum(not any(line.startswith(f"{check}: ") for line in broke) for check in SAGA_CHECKS)
+    result.failures += broke
+    result.check_text += "".join(f"\n{line}" for line in broke)
 
 
 def _started(scenario: Scenario, plans: int) -> str:

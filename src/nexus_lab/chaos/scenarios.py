@@ -78,6 +78,9 @@ class Scenario:
     mcp_orders: int = 0
     """Orders an MCP agent drives through the gateways' `/mcp` tools meanwhile (`nexus_lab.chaos.mcp_agents`),
     with their own invariants."""
+    saga_plans: int = 0
+    """`fulfilment` plans submitted over HTTP meanwhile, their effects performed by the gateways' executors against
+    `nexus services`, judged by the saga checker (`nexus_lab.chaos.saga_load`)."""
 
 
 _OUTAGE_ENV = (("NEXUS_SAGA_BREAKER_THRESHOLD", "1000"), ("NEXUS_SAGA_MAX_ATTEMPTS", "5"))
@@ -175,7 +178,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "postgres-failover",
-            "the PostgreSQL primary's machine lost (SIGKILL, data deleted) under Kafka, MCP and delivery load; "
+            "the PostgreSQL primary's machine lost (SIGKILL, data deleted) under Kafka, MCP, saga and delivery load; "
             "its synchronous standby promoted",
             "standby promoted",
             StackSpec(gateways=2, kafka=True, replicated=True, env={"NEXUS_SYNC_STANDBY": STANDBY_NAME}),
@@ -185,6 +188,7 @@ SCENARIOS: dict[str, Scenario] = {
             faults=(PostgresFailover(),),
             allow_duplicates=True,
             mcp_orders=4,
+            saga_plans=6,
         ),
         _kafka(
             "kafka-restart",
