@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import shutil
 import signal
@@ -30,6 +31,7 @@ from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.procs import NEXUS_CMD, Proc
 
 STANDBY_NAME = "chaos_standby"
+_FIRST_APPLY = "SELECT min(at) FROM decision_log WHERE decision = 'APPLY' AND at > $1"
 
 
 def _socket_dir(url: str) -> str:
@@ -114,6 +116,21 @@ class ReplicatedDatabase:
                     await conn.close()
             await asyncio.sleep(0.1)
         raise TimeoutError("the promoted standby still in recovery after 30 s")
+
+    async def first_apply_after(self, lost_at: dt.datetime, timeout_s: float = 60.0) -> dt.datetime | None:
+        """When the promoted standby recorded its first APPLY after `lost_at` (None: none within `timeout_s`)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, asyncpg.PostgresError):
+                conn = await asyncpg.connect(self.standby_url)
+                try:
+                    at: dt.datetime | None = await conn.fetchval(_FIRST_APPLY, lost_at)
+                finally:
+                    await conn.close()
+                if at is not None:
+                    return at
+            await asyncio.sleep(0.1)
+        return None
 
     def close(self) -> None:
         self.standby.stop()
