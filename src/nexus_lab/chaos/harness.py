@@ -122,11 +122,12 @@ class ChaosSession:
             await db.close()
         return url
 
-    async def new_replicated_database(self, label: str) -> str:
-        """A primary of its own with a synchronous standby for one scenario; returns their multi-host URL."""
+    async def new_replicated_database(self, label: str, *, synchronous: bool = True) -> str:
+        """A primary of its own with a standby (synchronous unless said) for one scenario; returns their
+        multi-host URL."""
         from nexus_lab.chaos.failover import ReplicatedDatabase
 
-        replica = ReplicatedDatabase(self.tmp / f"replicated-{label}", clean_env())
+        replica = ReplicatedDatabase(self.tmp / f"replicated-{label}", clean_env(), synchronous=synchronous)
         try:
             url = await replica.start(register_lab_key)
         except BaseException:

@@ -78,6 +78,9 @@ class Scenario:
     mcp_orders: int = 0
     """Orders an MCP agent drives through the gateways' `/mcp` tools meanwhile (`nexus_lab.chaos.mcp_agents`),
     with their own invariants."""
+    loss_counted: bool = False
+    """Asynchronous replication: the acknowledged steps a failover lost are counted, and the checks the loss
+    breaks are reported, not failed (`postgres-failover-async`)."""
     saga_plans: int = 0
     """`fulfilment` plans submitted over HTTP meanwhile, their effects performed by the gateways' executors against
     `nexus services`, judged by the saga checker (`nexus_lab.chaos.saga_load`)."""
@@ -189,6 +192,21 @@ SCENARIOS: dict[str, Scenario] = {
             allow_duplicates=True,
             mcp_orders=4,
             saga_plans=6,
+        ),
+        Scenario(
+            "postgres-failover-async",
+            "postgres-failover with asynchronous replication (no NEXUS_SYNC_STANDBY): the acknowledged steps the "
+            "promoted standby never received are counted, not failed",
+            "standby promoted",
+            StackSpec(gateways=2, kafka=True, replicated=True),
+            transport="kafka",
+            hostile=all_modes(0.2),
+            step_delay_ms=300.0,
+            faults=(PostgresFailover(),),
+            allow_duplicates=True,
+            mcp_orders=4,
+            saga_plans=6,
+            loss_counted=True,
         ),
         _kafka(
             "kafka-restart",
