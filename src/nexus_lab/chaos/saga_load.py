@@ -17,14 +17,13 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from nexus.store.database import Database
 from nexus_lab.agent.reactive import step_envelope
 from nexus_lab.chaos.harness import clean_env
-from nexus_lab.chaos.sagas import SAGA_ENV, submit_batch
+from nexus_lab.chaos.sagas import SAGA_ENV, standing_effects, submit_batch
 from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_ready
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES
@@ -37,23 +36,6 @@ WHERE o.order_id = ANY($1::text[])
   AND NOT ((o.status = 'completed' AND s.status = 'COMPLETED') OR (o.status = 'aborted' AND s.status = 'COMPENSATED'))
 """
 _COMPLETED = "SELECT order_id FROM orders WHERE order_id = ANY($1::text[]) AND status = 'completed'"
-
-
-def standing_effects(ledgers: dict[str, Any], completed: set[str]) -> list[str]:
-    """Each order of `completed` has exactly one standing (not compensated) entry in every service's ledger."""
-    problems = []
-    for service in SERVICES:
-        entries = ledgers[service]["entries"]
-        undone = {e.get("compensates") for e in entries if e.get("compensates")}
-        standing = collections.Counter(
-            e["order_id"] for e in entries if "compensates" not in e and e["key"] not in undone
-        )
-        problems += [
-            f"{service}: completed order {o}: {standing[o]} standing effects"
-            for o in sorted(completed)
-            if standing[o] != 1
-        ]
-    return problems
 
 
 class SagaLoad:
