@@ -178,6 +178,7 @@ resolve_libs() {
         ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || { rm -rf "$tmp"; die "kafka_2.13 jar missing after mvn"; }
         echo "$stamp" >"$tmp/.resolved"
         rm -rf "$LIBS"
+        mkdir -p "$(dirname "$LIBS")"
         mv "$tmp" "$LIBS"
     )
 }

@@ -51,6 +51,11 @@ def _free_base(first: int = 20_000, last: int = 32_000) -> int:
     raise RuntimeError("no free ports for a Kafka cluster")
 
 
+def _shared_home() -> Path:
+    """The home of the broker the tests share (`make kafka-up`): its jars are reused, read only."""
+    return Path(os.environ.get("NEXUS_KAFKA_HOME", str(REPO_ROOT / ".cache" / "kafka")))
+
+
 class KafkaCluster:
     """Three KRaft brokers (or one, `brokers`) in `directory` for one scenario or bench, started and stopped with
     `scripts/kafka.sh`."""
@@ -64,7 +69,7 @@ class KafkaCluster:
             "NEXUS_KAFKA_BROKERS": str(brokers),
             "NEXUS_KAFKA_HOME": str(directory),
             "NEXUS_KAFKA_PORT": str(self.port),
-            "NEXUS_KAFKA_LIBS": os.environ.get("NEXUS_KAFKA_LIBS", str(REPO_ROOT / ".cache" / "kafka" / "libs")),
+            "NEXUS_KAFKA_LIBS": os.environ.get("NEXUS_KAFKA_LIBS", str(_shared_home() / "libs")),
             "NEXUS_KAFKA_TOPICS": " ".join(topics),
             # three JVMs on a shared machine: small heaps, and the quick compiler only (they start in half the CPU)
             "NEXUS_KAFKA_HEAP_OPTS": "-Xms128m -Xmx384m",
