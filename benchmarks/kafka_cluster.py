@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import os
 import platform
+import shutil
 import statistics
 import tempfile
 import time
@@ -51,6 +52,7 @@ async def main(args: argparse.Namespace) -> list[str]:
         dbs.close()
         for cluster in clusters.values():
             cluster.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     one, three = statistics.median(rates[1]), statistics.median(rates[3])
     return [
         SECTION,

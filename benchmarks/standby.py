@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import os
 import platform
+import shutil
 import statistics
 import tempfile
 import time
@@ -66,7 +67,8 @@ async def _measure(url: str, mode: str, args: argparse.Namespace, lua: Path) -> 
 
 
 async def main(args: argparse.Namespace) -> list[str]:
-    replica = ReplicatedDatabase(Path(tempfile.mkdtemp(prefix="nexus-standby-bench-")), clean_env())
+    scratch = Path(tempfile.mkdtemp(prefix="nexus-standby-bench-"))
+    replica = ReplicatedDatabase(scratch, clean_env())
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     lua = _script("wrk_orders.lua")
     try:
@@ -79,6 +81,7 @@ async def main(args: argparse.Namespace) -> list[str]:
                 )
     finally:
         replica.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     rate = {m: statistics.median(r["rate"] for r in runs[m]) for m in MODES}
     p99 = {m: statistics.median(r["p99_ms"] for r in runs[m]) for m in MODES}
     return [
