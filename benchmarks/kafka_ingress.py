@@ -96,7 +96,11 @@ async def _bench_topics(base: Settings, dbs: Databases) -> AsyncIterator[Setting
         kafka_dlq_topic=f"nexus.bench.{tag}.dlq",
         kafka_group=f"nexus-bench-{tag}",
     )
-    await ensure_topics(s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=PARTITIONS)
+    # a replica on every broker the bootstrap names (three on a cluster, min.insync.replicas 2 there)
+    replication = len(s.kafka_bootstrap.split(","))
+    await ensure_topics(
+        s.kafka_bootstrap, [s.kafka_topic, s.kafka_dlq_topic], partitions=PARTITIONS, replication=replication
+    )
     try:
         yield s
     finally:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Single-node Apache Kafka broker (KRaft, combined broker+controller) for tests
-# and demos, run as a plain process on 127.0.0.1 -- no Docker.
+# Apache Kafka for tests and demos: one KRaft broker (combined broker+controller),
+# or a three-broker cluster with NEXUS_KAFKA_BROKERS=3, run as plain processes on
+# 127.0.0.1 -- no Docker.
 #
 # The broker is the official org.apache.kafka:kafka_2.13 artifact from Maven
 # Central, resolved once with `mvn` (scripts/kafka/pom.xml) into a cache
@@ -19,12 +20,25 @@
 #   restart  down + up; data is kept.
 #   status   exit 0 if running (and prints where), 1 if not.
 #
+# A cluster (NEXUS_KAFKA_BROKERS=3): brokers on PORT, PORT+2, PORT+4, each one also a
+# KRaft controller on its port +1 (a quorum of three voters), SASL_SSL on
+# NEXUS_KAFKA_SASL_PORT (default PORT+6), +1, +2 (one CA for the three). Topics get
+# replication factor 3 and min.insync.replicas 2 (so do the internal topics): with
+# acks=all a write survives the loss of any one broker. `up` starts the brokers that are
+# not running (after a broker was killed: only that one) and prints the
+# NEXUS_KAFKA_BOOTSTRAP of the three; `down` stops the three; `status` exits 0 only
+# if all three run.
+#
 # Environment (all optional):
 #   NEXUS_KAFKA_HOME             cache dir (default: <repo>/.cache/kafka)
-#   NEXUS_KAFKA_PORT             PLAINTEXT port (default 9092)
-#   NEXUS_KAFKA_CONTROLLER_PORT  KRaft controller port (default PORT+1)
-#   NEXUS_KAFKA_SASL_PORT        SASL_SSL port (default PORT+2): TLS (a CA of its own,
-#                                made with openssl) and SASL PLAIN or SCRAM-SHA-512
+#   NEXUS_KAFKA_LIBS             broker jars (default: NEXUS_KAFKA_HOME/libs); a cluster in a
+#                                scratch home can share the jars of another home
+#   NEXUS_KAFKA_BROKERS          1 (default) or 3 (a cluster, see above)
+#   NEXUS_KAFKA_PORT             PLAINTEXT port (default 9092); of the first broker in a cluster
+#   NEXUS_KAFKA_CONTROLLER_PORT  KRaft controller port (default PORT+1; one broker only)
+#   NEXUS_KAFKA_SASL_PORT        SASL_SSL port (default PORT+2, in a cluster PORT+6 and the
+#                                next two): TLS (a CA of its own, made with openssl) and
+#                                SASL PLAIN or SCRAM-SHA-512
 #   NEXUS_KAFKA_SASL_USERNAME    the SASL user the broker knows (default nexus)
 #   NEXUS_KAFKA_SASL_PASSWORD    its password (default: generated once, kept in tls/)
 #   NEXUS_KAFKA_TOPICS           topics to create (default "nexus.events nexus.events.dlq")
@@ -40,11 +54,12 @@
 #
 # Layout of the cache dir:
 #   libs/                 broker jars (+ .resolved stamp = sha256 of pom.xml)
-#   node-<PORT>/          one per port: server.properties, log4j2*.properties,
-#                         cluster.id, kafka.pid, kafka.log, data/ (log.dirs),
-#                         tls/ (ca.pem the clients trust, broker and client
-#                         certificates, the SASL password, and client.env: the
-#                         NEXUS_KAFKA_* settings of a client of the SASL_SSL listener)
+#   node-<PORT>/          one per broker port: server.properties, log4j2*.properties,
+#                         kafka.pid, kafka.log, data/ (log.dirs); the first broker's
+#                         also cluster.id, .lock and tls/ (ca.pem the clients trust,
+#                         broker and client certificates, the SASL password, and
+#                         client.env: the NEXUS_KAFKA_* settings of a client of the
+#                         SASL_SSL listener), shared by the brokers of a cluster
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -52,9 +67,8 @@ POM="$REPO_ROOT/scripts/kafka/pom.xml"
 
 KAFKA_HOME=${NEXUS_KAFKA_HOME:-$REPO_ROOT/.cache/kafka}
 HOST=127.0.0.1
+BROKERS=${NEXUS_KAFKA_BROKERS:-1}
 PORT=${NEXUS_KAFKA_PORT:-9092}
-CONTROLLER_PORT=${NEXUS_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
-SASL_PORT=${NEXUS_KAFKA_SASL_PORT:-$((PORT + 2))}
 SASL_USER=${NEXUS_KAFKA_SASL_USERNAME:-nexus}
 TOPICS=${NEXUS_KAFKA_TOPICS:-nexus.events nexus.events.dlq}
 TOPIC_PARTITIONS=${NEXUS_KAFKA_TOPIC_PARTITIONS:-4}
@@ -64,17 +78,50 @@ HEAP_OPTS=${NEXUS_KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}
 JVM_OPTS=${NEXUS_KAFKA_JVM_OPTS:--XX:+UseSerialGC}
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
 
-LIBS="$KAFKA_HOME/libs"
-NODE_DIR="$KAFKA_HOME/node-$PORT"
-DATA_DIR="$NODE_DIR/data"
-PROPS="$NODE_DIR/server.properties"
-LOG4J_BROKER="$NODE_DIR/log4j2.properties"
-LOG4J_TOOLS="$NODE_DIR/log4j2-tools.properties"
-CLUSTER_ID_FILE="$NODE_DIR/cluster.id"
-PID_FILE="$NODE_DIR/kafka.pid"
-LOG_FILE="$NODE_DIR/kafka.log"
-BOOTSTRAP="$HOST:$PORT"
-TLS_DIR="$NODE_DIR/tls"
+case $BROKERS in
+    1) REPLICAS=1 MIN_ISR=1 ;;
+    3) REPLICAS=3 MIN_ISR=2 ;;
+    *) echo "kafka.sh: error: NEXUS_KAFKA_BROKERS must be 1 or 3, not $BROKERS" >&2; exit 2 ;;
+esac
+
+LIBS=${NEXUS_KAFKA_LIBS:-$KAFKA_HOME/libs}
+FIRST_DIR="$KAFKA_HOME/node-$PORT"
+TLS_DIR="$FIRST_DIR/tls"
+CLUSTER_ID_FILE="$FIRST_DIR/cluster.id"
+# Every broker's PLAINTEXT and SASL_SSL address, and the controller quorum.
+BOOTSTRAP_ALL= SASL_ALL= VOTERS=
+for ((n = 0; n < BROKERS; n++)); do
+    BOOTSTRAP_ALL+=${BOOTSTRAP_ALL:+,}$HOST:$((PORT + 2 * n))
+    VOTERS+=${VOTERS:+,}$((n + 1))@$HOST:$((PORT + 2 * n + 1))
+    if ((BROKERS == 1)); then
+        SASL_ALL=$HOST:${NEXUS_KAFKA_SASL_PORT:-$((PORT + 2))}
+    else
+        SASL_ALL+=${SASL_ALL:+,}$HOST:$((${NEXUS_KAFKA_SASL_PORT:-$((PORT + 6))} + n))
+    fi
+done
+
+# select_node N: the ports and files of broker N (0-based) in the globals the helpers below read.
+select_node() {
+    NODE=$1
+    NODE_PORT=$((PORT + 2 * NODE))
+    if ((BROKERS == 1)); then
+        CONTROLLER_PORT=${NEXUS_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}
+        VOTERS=1@$HOST:$CONTROLLER_PORT
+    else
+        CONTROLLER_PORT=$((NODE_PORT + 1))
+    fi
+    SASL_PORT=$(cut -d, -f$((NODE + 1)) <<<"$SASL_ALL")
+    SASL_PORT=${SASL_PORT##*:}
+    NODE_DIR="$KAFKA_HOME/node-$NODE_PORT"
+    DATA_DIR="$NODE_DIR/data"
+    PROPS="$NODE_DIR/server.properties"
+    LOG4J_BROKER="$NODE_DIR/log4j2.properties"
+    LOG4J_TOOLS="$NODE_DIR/log4j2-tools.properties"
+    PID_FILE="$NODE_DIR/kafka.pid"
+    LOG_FILE="$NODE_DIR/kafka.log"
+    BOOTSTRAP="$HOST:$NODE_PORT"
+}
+select_node 0
 
 say() { echo "kafka.sh: $*"; }
 die() { echo "kafka.sh: error: $*" >&2; exit 1; }
@@ -82,12 +129,12 @@ die() { echo "kafka.sh: error: $*" >&2; exit 1; }
 # --------------------------------------------------------------------------
 # helpers
 
-# Serialise up/down/restart on one node (several shells may call this at once).
+# Serialise up/down/restart on one node or cluster (several shells may call this at once).
 # The lock fd (9) must not leak into the broker JVM: see start_broker.
 lock_node() {
-    mkdir -p "$NODE_DIR"
-    exec 9>"$NODE_DIR/.lock"
-    flock -w 300 9 || die "timed out waiting for the lock on $NODE_DIR"
+    mkdir -p "$FIRST_DIR"
+    exec 9>"$FIRST_DIR/.lock"
+    flock -w 300 9 || die "timed out waiting for the lock on $FIRST_DIR"
 }
 
 broker_pid() {
@@ -131,6 +178,7 @@ resolve_libs() {
         ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || { rm -rf "$tmp"; die "kafka_2.13 jar missing after mvn"; }
         echo "$stamp" >"$tmp/.resolved"
         rm -rf "$LIBS"
+        mkdir -p "$(dirname "$LIBS")"
         mv "$tmp" "$LIBS"
     )
 }
@@ -173,7 +221,7 @@ make_tls() {
     chmod 600 "$t"/*.key "$t/broker-keystore.pem" "$t/password"
     {
         echo "# A client of the SASL_SSL listener (scripts/kafka.sh); PLAIN works too."
-        echo "NEXUS_KAFKA_BOOTSTRAP=$HOST:$SASL_PORT"
+        echo "NEXUS_KAFKA_BOOTSTRAP=$SASL_ALL"
         echo "NEXUS_KAFKA_SECURITY_PROTOCOL=SASL_SSL"
         echo "NEXUS_KAFKA_SASL_MECHANISM=SCRAM-SHA-512"
         echo "NEXUS_KAFKA_SASL_USERNAME=$SASL_USER"
@@ -198,10 +246,10 @@ write_config() {
     cat >"$PROPS" <<EOF
 # Generated by scripts/kafka.sh -- edits are overwritten on every 'up'.
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@$HOST:$CONTROLLER_PORT
-listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT,SASL_SSL://$HOST:$SASL_PORT
-advertised.listeners=PLAINTEXT://$HOST:$PORT,SASL_SSL://$HOST:$SASL_PORT
+node.id=$((NODE + 1))
+controller.quorum.voters=$VOTERS
+listeners=PLAINTEXT://$HOST:$NODE_PORT,CONTROLLER://$HOST:$CONTROLLER_PORT,SASL_SSL://$HOST:$SASL_PORT
+advertised.listeners=PLAINTEXT://$HOST:$NODE_PORT,SASL_SSL://$HOST:$SASL_PORT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
@@ -218,16 +266,16 @@ ssl.truststore.type=PEM
 ssl.truststore.location=$TLS_DIR/ca.pem
 ssl.client.auth=requested
 
-# single node: every internal topic has one replica
-offsets.topic.replication.factor=1
+# every topic (the internal ones too) on every broker; an acks=all write needs $MIN_ISR of them
+offsets.topic.replication.factor=$REPLICAS
 offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor=$REPLICAS
+transaction.state.log.min.isr=$MIN_ISR
 transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-default.replication.factor=1
-min.insync.replicas=1
+share.coordinator.state.topic.replication.factor=$REPLICAS
+share.coordinator.state.topic.min.isr=$MIN_ISR
+default.replication.factor=$REPLICAS
+min.insync.replicas=$MIN_ISR
 
 num.partitions=4
 auto.create.topics.enable=true
@@ -322,11 +370,11 @@ python_for_admin() {
 # the broker answered metadata and every topic exists with a leader on every
 # partition.
 ensure_topics_python() {
-    "$1" - "$BOOTSTRAP" "$TOPIC_PARTITIONS" $TOPICS <<'PY'
+    "$1" - "$BOOTSTRAP_ALL" "$TOPIC_PARTITIONS" "$REPLICAS" $TOPICS <<'PY'
 import asyncio, sys
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-bootstrap, partitions, topics = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+bootstrap, partitions, replicas, topics = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
 
 async def main() -> int:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
@@ -336,7 +384,7 @@ async def main() -> int:
         missing = [t for t in topics if t not in existing]
         if missing:
             resp = (await admin.create_topics(
-                [NewTopic(t, partitions, 1) for t in missing], timeout_ms=10000)).to_object()
+                [NewTopic(t, partitions, replicas) for t in missing], timeout_ms=10000)).to_object()
             for err in resp.get("topic_errors", []):
                 code = err.get("error_code", 0)
                 if code not in (0, 36):  # 36 = TOPIC_ALREADY_EXISTS
@@ -347,7 +395,8 @@ async def main() -> int:
             desc = await admin.describe_topics(topics)
             ok = len(desc) == len(topics) and all(
                 t.get("error_code", 0) == 0 and t["partitions"]
-                and all(p["leader"] >= 0 for p in t["partitions"]) for t in desc)
+                and all(p["leader"] >= 0 and len(p["isr"]) >= min(replicas, 2) for p in t["partitions"])
+                for t in desc)
             if ok:
                 return 0
             await asyncio.sleep(0.2)
@@ -363,19 +412,19 @@ PY
 ensure_topics_java() {
     local t
     for t in $TOPICS; do
-        run_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" \
+        run_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP_ALL" \
             --create --if-not-exists --topic "$t" \
-            --partitions "$TOPIC_PARTITIONS" --replication-factor 1 >/dev/null || return 1
+            --partitions "$TOPIC_PARTITIONS" --replication-factor "$REPLICAS" >/dev/null || return 1
     done
     # Also proves the broker answers metadata requests.
     local listed
-    listed=$(run_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP" --list) || return 1
+    listed=$(run_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$BOOTSTRAP_ALL" --list) || return 1
     for t in $TOPICS; do grep -qxF "$t" <<<"$listed" || return 1; done
 }
 
 # The SCRAM-SHA-512 user of the SASL_SSL listener (kept in the cluster metadata; set again on every up).
 ensure_scram_user() {
-    run_tool org.apache.kafka.tools.ConfigCommand --bootstrap-server "$BOOTSTRAP" --alter \
+    run_tool org.apache.kafka.tools.ConfigCommand --bootstrap-server "$BOOTSTRAP_ALL" --alter \
         --add-config "SCRAM-SHA-512=[password=$(cat "$TLS_DIR/password")]" \
         --entity-type users --entity-name "$SASL_USER" >/dev/null \
         || die "could not set the SCRAM-SHA-512 user $SASL_USER"
@@ -383,25 +432,40 @@ ensure_scram_user() {
 
 has_sasl_listener() { grep -qF "SASL_SSL://$HOST:$SASL_PORT" "$PROPS" 2>/dev/null && [[ -s $TLS_DIR/ca.pem ]]; }
 
-wait_ready() {
-    local deadline=$((SECONDS + START_TIMEOUT)) py err
-    py=$(python_for_admin)
-    while ! port_open "$PORT"; do
-        [[ -n $(broker_pid) ]] || { tail -n 40 "$LOG_FILE" >&2; die "broker exited during start-up (see $LOG_FILE)"; }
-        ((SECONDS < deadline)) || die "broker did not open $BOOTSTRAP within ${START_TIMEOUT}s (see $LOG_FILE)"
-        sleep 0.3
+# Whether every broker started by this `up` still runs (select_node is left on the last one).
+brokers_alive() {
+    local n
+    for n in "$@"; do
+        select_node "$n"
+        [[ -n $(broker_pid) ]] || { tail -n 40 "$LOG_FILE" >&2; die "broker $BOOTSTRAP exited during start-up (see $LOG_FILE)"; }
     done
-    err="$NODE_DIR/.admin.err"
+}
+
+# wait_ready N...: the brokers N (just started) open their ports, then the topics have leaders (a cluster
+# answers only once two of its three controllers run, so the brokers are started first, then waited for).
+wait_ready() {
+    local deadline=$((SECONDS + START_TIMEOUT)) py err n
+    py=$(python_for_admin)
+    for n in "$@"; do
+        select_node "$n"
+        while ! port_open "$NODE_PORT"; do
+            brokers_alive "$@"
+            select_node "$n"
+            ((SECONDS < deadline)) || die "broker did not open $BOOTSTRAP within ${START_TIMEOUT}s (see $LOG_FILE)"
+            sleep 0.3
+        done
+    done
+    err="$FIRST_DIR/.admin.err"
     while :; do
         if [[ -n $py ]]; then
             ensure_topics_python "$py" 2>"$err" && return 0
         else
             ensure_topics_java 2>"$err" && return 0
         fi
-        [[ -n $(broker_pid) ]] || { tail -n 40 "$LOG_FILE" >&2; die "broker exited during start-up (see $LOG_FILE)"; }
+        brokers_alive "$@"
         if ((SECONDS >= deadline)); then
             tail -n 20 "$err" >&2
-            die "broker on $BOOTSTRAP not ready within ${START_TIMEOUT}s (see $LOG_FILE)"
+            die "Kafka on $BOOTSTRAP_ALL not ready within ${START_TIMEOUT}s (see $LOG_FILE)"
         fi
         sleep 0.5
     done
@@ -411,44 +475,64 @@ wait_ready() {
 # commands
 
 cmd_status() {
-    local pid
-    pid=$(broker_pid)
-    if [[ -n $pid ]]; then
-        say "running: Kafka $(kafka_version) on $BOOTSTRAP (pid $pid, controller $HOST:$CONTROLLER_PORT, SASL_SSL $HOST:$SASL_PORT, dir $NODE_DIR)"
-        return 0
-    fi
-    say "not running on $BOOTSTRAP"
-    return 1
+    local pid n down=0
+    for ((n = 0; n < BROKERS; n++)); do
+        select_node "$n"
+        pid=$(broker_pid)
+        if [[ -n $pid ]]; then
+            say "running: Kafka $(kafka_version) on $BOOTSTRAP (pid $pid, controller $HOST:$CONTROLLER_PORT, SASL_SSL $HOST:$SASL_PORT, dir $NODE_DIR)"
+        else
+            say "not running on $BOOTSTRAP"
+            down=1
+        fi
+    done
+    return $down
 }
 
-do_up() {
-    local pid t0=$SECONDS
+# up_node N: start broker N unless it runs (adding N to STARTED); a broker started by an older kafka.sh
+# without the SASL_SSL listener is restarted with it (data kept).
+up_node() {
+    local pid
+    select_node "$1"
     pid=$(broker_pid)
     if [[ -n $pid ]] && ! has_sasl_listener; then
         say "running without the SASL_SSL listener: restarting it with one (data kept)"
-        do_down
+        down_node "$1"
         pid=
     fi
     if [[ -n $pid ]]; then
         say "already running: Kafka $(kafka_version) on $BOOTSTRAP (pid $pid)"
         return 0
     fi
-    if port_open "$PORT" || port_open "$CONTROLLER_PORT" || port_open "$SASL_PORT"; then
-        die "port $PORT, $CONTROLLER_PORT or $SASL_PORT on $HOST is taken by another process (set NEXUS_KAFKA_PORT)"
+    if port_open "$NODE_PORT" || port_open "$CONTROLLER_PORT" || port_open "$SASL_PORT"; then
+        die "port $NODE_PORT, $CONTROLLER_PORT or $SASL_PORT on $HOST is taken by another process (set NEXUS_KAFKA_PORT)"
     fi
-    check_java
-    resolve_libs
+    if ((${#STARTED[@]} == 0)); then
+        check_java
+        resolve_libs
+    fi
     write_config
     format_storage
     start_broker
-    wait_ready
-    ensure_scram_user
-    say "Kafka $(kafka_version) (KRaft) up on $BOOTSTRAP (pid $(cat "$PID_FILE"), topics: $TOPICS; $((SECONDS - t0))s; log $LOG_FILE)"
-    say "SASL_SSL (PLAIN, SCRAM-SHA-512) on $HOST:$SASL_PORT, user $SASL_USER: client settings in $TLS_DIR/client.env"
+    STARTED+=("$1")
 }
 
-do_down() {
+do_up() {
+    local t0=$SECONDS n pids=()
+    STARTED=()
+    for ((n = 0; n < BROKERS; n++)); do up_node "$n"; done
+    ((${#STARTED[@]})) || return 0
+    wait_ready "${STARTED[@]}"
+    ensure_scram_user
+    for n in "${STARTED[@]}"; do select_node "$n"; pids+=("$(cat "$PID_FILE")"); done
+    say "Kafka $(kafka_version) (KRaft) up on $BOOTSTRAP_ALL (pid ${pids[*]}, topics: $TOPICS; $((SECONDS - t0))s; log $LOG_FILE)"
+    say "SASL_SSL (PLAIN, SCRAM-SHA-512) on $SASL_ALL, user $SASL_USER: client settings in $TLS_DIR/client.env"
+    ((BROKERS == 1)) || echo "NEXUS_KAFKA_BOOTSTRAP=$BOOTSTRAP_ALL"
+}
+
+down_node() {
     local pid i
+    select_node "$1"
     pid=$(broker_pid)
     if [[ -z $pid ]]; then
         rm -f "$PID_FILE"
@@ -467,6 +551,13 @@ do_down() {
     fi
     rm -f "$PID_FILE"
     say "stopped broker on $BOOTSTRAP (pid $pid)"
+}
+
+# All brokers of a cluster at once: one stopped alone would wait for a quorum the others no longer make.
+do_down() {
+    local n
+    for ((n = 0; n < BROKERS; n++)); do down_node "$n" & done
+    wait
 }
 
 case ${1:-} in

@@ -400,6 +400,8 @@ OTHER_VARIABLES = frozenset(
         "NEXUS_LLM_PROCESS",
         # scripts/kafka.sh, the Makefile, the benches and the tests
         "NEXUS_KAFKA_PORT",
+        "NEXUS_KAFKA_BROKERS",
+        "NEXUS_KAFKA_LIBS",
         "NEXUS_KAFKA_CONTROLLER_PORT",
         "NEXUS_KAFKA_SASL_PORT",
         "NEXUS_KAFKA_HOME",

@@ -12,16 +12,18 @@ from nexus_wire.kafka import client_kwargs
 _TOPIC_ALREADY_EXISTS = 36
 
 
-async def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 4) -> None:
-    """Create the topics that do not exist yet (replication 1: the local broker is a single node) and
-    wait until every partition has a leader, so the first produce does not bounce."""
+async def ensure_topics(bootstrap: str, topics: Sequence[str], *, partitions: int = 4, replication: int = 1) -> None:
+    """Create the topics that do not exist yet (replication 1: the local broker is a single node; 3 on a
+    three-broker cluster) and wait until every partition has a leader, so the first produce does not bounce."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000, **client_kwargs(None))
     await admin.start()
     try:
         existing = set(await admin.list_topics())
         missing = [t for t in topics if t not in existing]
         if missing:
-            response = await admin.create_topics([NewTopic(t, partitions, 1) for t in missing], timeout_ms=10_000)
+            response = await admin.create_topics(
+                [NewTopic(t, partitions, replication) for t in missing], timeout_ms=10_000
+            )
             for name, code, *_ in response.topic_errors:
                 if code not in (0, _TOPIC_ALREADY_EXISTS):
                     raise RuntimeError(f"cannot create topic {name}: error {code}")

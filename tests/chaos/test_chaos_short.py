@@ -103,7 +103,9 @@ async def test_everything(chaos_session: ChaosSession) -> None:
 
 
 async def test_postgres_failover(chaos_session: ChaosSession) -> None:
-    """The primary's machine lost under Kafka, MCP and delivery load and its synchronous standby promoted: every
-    step the agent was told was accepted is applied once, notifications delivered in order, MCP orders complete."""
+    """The primary's machine lost under Kafka, MCP, saga and delivery load and its synchronous standby promoted: every
+    step the agent was told was accepted is applied once, notifications delivered in order, MCP orders complete, and
+    every saga settles with no effect twice in effect."""
     result = await run_short(chaos_session, "postgres-failover")
     assert result.faults["primary lost"] == 1
+    assert result.faults["saga plans"] == 6

@@ -41,3 +41,10 @@ def test_unknown_scenario_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -
 
     assert main(["chaos", "no-such-scenario"]) == 2
     assert "unknown scenario" in capsys.readouterr().err
+
+
+def test_a_scenario_with_a_cluster_of_its_own_needs_no_shared_broker() -> None:
+    """`broker-kill` starts its own three brokers, so `nexus chaos` asks for the shared broker only for the others."""
+    from nexus_lab.chaos import needs_kafka
+
+    assert needs_kafka(["broker-kill", "kafka-restart", "reordering"]) == ["kafka-restart"]

@@ -36,8 +36,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def needs_kafka(names: list[str]) -> list[str]:
-    """The scenarios among `names` that run on the Kafka broker."""
-    return [n for n in names if SCENARIOS[n].stack.kafka or SCENARIOS[n].transport == "kafka"]
+    """The scenarios among `names` that run on the session's Kafka broker (not on a cluster of their own)."""
+    return [
+        n
+        for n in names
+        if (SCENARIOS[n].stack.kafka or SCENARIOS[n].transport == "kafka") and SCENARIOS[n].stack.kafka_brokers == 1
+    ]
 
 
 def broker_answers(bootstrap: str, timeout_s: float = 2.0) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import shutil
 import signal
@@ -30,6 +31,8 @@ from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.procs import NEXUS_CMD, Proc
 
 STANDBY_NAME = "chaos_standby"
+_FIRST_APPLY = "SELECT min(at) FROM decision_log WHERE decision = 'APPLY' AND at > $1"
+_STREAMING = "SELECT EXISTS (SELECT 1 FROM pg_stat_replication WHERE application_name = $1 AND state = 'streaming')"
 
 
 def _socket_dir(url: str) -> str:
@@ -37,10 +40,12 @@ def _socket_dir(url: str) -> str:
 
 
 class ReplicatedDatabase:
-    """A primary and its synchronous standby in `directory`, for one scenario."""
+    """A primary and its standby in `directory`, for one scenario: synchronous, or (`synchronous=False`) the
+    asynchronous replication whose loss at a failover `postgres-failover-async` counts."""
 
-    def __init__(self, directory: Path, env: dict[str, str]) -> None:
+    def __init__(self, directory: Path, env: dict[str, str], *, synchronous: bool = True) -> None:
         self.directory = directory
+        self.synchronous = synchronous
         self.primary = EmbeddedPostgres(directory / "primary", cleanup_mode="delete")
         self.standby = Proc("standby", [*NEXUS_CMD, "db", "standby"], env, directory / "standby.log")
         self.url = ""
@@ -62,13 +67,14 @@ class ReplicatedDatabase:
         self.standby_url = await self._standby_url()
         hosts = f"{_socket_dir(primary_url)},{_socket_dir(self.standby_url)}"
         self.url = f"postgresql://postgres@/postgres?host={hosts}&port=5432,5432&target_session_attrs=read-write"
-        db = await Database(Settings(database_url=primary_url, sync_standby=STANDBY_NAME)).open(migrate=False)
+        sync_standby = STANDBY_NAME if self.synchronous else None
+        db = await Database(Settings(database_url=primary_url, sync_standby=sync_standby)).open(migrate=False)
         try:
             for _ in range(300):
-                if await db.not_ready() is None:
+                if await db.not_ready() is None and await db.fetchval(_STREAMING, STANDBY_NAME):
                     return self.url
                 await asyncio.sleep(0.1)
-            raise TimeoutError(f"standby not synchronous within 30 s:\n{self.standby.tail()}")
+            raise TimeoutError(f"standby not streaming within 30 s:\n{self.standby.tail()}")
         finally:
             await db.close()
 
@@ -114,6 +120,21 @@ class ReplicatedDatabase:
                     await conn.close()
             await asyncio.sleep(0.1)
         raise TimeoutError("the promoted standby still in recovery after 30 s")
+
+    async def first_apply_after(self, lost_at: dt.datetime, timeout_s: float = 60.0) -> dt.datetime | None:
+        """When the promoted standby recorded its first APPLY after `lost_at` (None: none within `timeout_s`)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, asyncpg.PostgresError):
+                conn = await asyncpg.connect(self.standby_url)
+                try:
+                    at: dt.datetime | None = await conn.fetchval(_FIRST_APPLY, lost_at)
+                finally:
+                    await conn.close()
+                if at is not None:
+                    return at
+            await asyncio.sleep(0.1)
+        return None
 
     def close(self) -> None:
         self.standby.stop()

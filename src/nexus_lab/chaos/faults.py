@@ -12,6 +12,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import datetime as dt
 import random
 import socket
 import time
@@ -22,6 +23,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.chaos.harness import ChaosSession, Proc, Stack
 from nexus_lab.chaos.instances import InstanceKill
+from nexus_lab.chaos.kafka_cluster import BrokerKill
 
 Range = tuple[float, float]
 
@@ -290,12 +292,17 @@ class PostgresFailover:
         replica = ctx.session.replicas[ctx.stack.database_url]
         await asyncio.sleep(ctx.rng.uniform(*self.first_s))
         ctx.progress(f"primary's machine lost at {ctx.elapsed():.1f}s")
+        lost_at = dt.datetime.now(dt.UTC)
         await asyncio.to_thread(replica.lose_primary)
         ctx.count("primary lost")
         await asyncio.sleep(ctx.rng.uniform(*self.promote_after_s))
         await replica.promote()
         ctx.count("standby promoted")
         ctx.progress(f"standby promoted at {ctx.elapsed():.1f}s")
+        first = await replica.first_apply_after(lost_at)
+        # the failover time (primary lost -> first APPLY on the new primary), printed for RESULTS.md
+        waited = "none within 60 s" if first is None else f"{(first - lost_at).total_seconds():.2f}s"
+        ctx.progress(f"first APPLY on the promoted standby after the primary's loss: {waited}")
 
 
 Fault = (
@@ -303,6 +310,7 @@ Fault = (
     | PostgresOutage
     | PostgresFailover
     | KafkaRestart
+    | BrokerKill
     | ReceiverOutage
     | ServiceOutage
     | BreakerWatch

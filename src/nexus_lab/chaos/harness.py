@@ -35,6 +35,7 @@ from nexus_lab.procs import NEXUS_CMD, REPO_ROOT, Proc, free_port, wait_ready
 if TYPE_CHECKING:
     from nexus_lab.balancer import Balancer
     from nexus_lab.chaos.failover import ReplicatedDatabase
+    from nexus_lab.chaos.kafka_cluster import KafkaCluster
 
 __all__ = ["NEXUS_CMD", "REPO_ROOT", "ChaosSession", "Proc", "Stack", "StackSpec", "free_port", "wait_ready"]
 
@@ -102,6 +103,8 @@ class ChaosSession:
         self.pg_restarts = 0
         self.replicas: dict[str, ReplicatedDatabase] = {}
         """Scenarios' own primaries with a standby (`StackSpec.replicated`), by their multi-host URL."""
+        self.kafka_clusters: dict[str, KafkaCluster] = {}
+        """Scenarios' own three-broker clusters (`StackSpec.kafka_brokers`), by their bootstrap."""
 
     def start(self) -> ChaosSession:
         self.admin_url = self.pg.start()
@@ -123,11 +126,12 @@ class ChaosSession:
             await db.close()
         return url
 
-    async def new_replicated_database(self, label: str) -> str:
-        """A primary of its own with a synchronous standby for one scenario; returns their multi-host URL."""
+    async def new_replicated_database(self, label: str, *, synchronous: bool = True) -> str:
+        """A primary of its own with a standby (synchronous unless said) for one scenario; returns their
+        multi-host URL."""
         from nexus_lab.chaos.failover import ReplicatedDatabase
 
-        replica = ReplicatedDatabase(self.tmp / f"replicated-{label}", clean_env())
+        replica = ReplicatedDatabase(self.tmp / f"replicated-{label}", clean_env(), synchronous=synchronous)
         try:
             url = await replica.start(register_lab_key)
         except BaseException:
@@ -135,6 +139,15 @@ class ChaosSession:
             raise
         self.replicas[url] = replica
         return url
+
+    async def new_kafka_cluster(self, label: str) -> str:
+        """A three-broker Kafka cluster of its own for one scenario (a scratch home); returns its bootstrap."""
+        from nexus_lab.chaos.kafka_cluster import KafkaCluster
+
+        cluster = KafkaCluster(self.tmp / f"kafka-{label}")
+        self.kafka_clusters[cluster.bootstrap] = cluster
+        await cluster.up()
+        return cluster.bootstrap
 
     async def stop_pg(self) -> None:
         await asyncio.to_thread(self.pg.stop_server)
@@ -162,6 +175,8 @@ class ChaosSession:
     def close(self) -> None:
         for replica in self.replicas.values():
             replica.close()
+        for cluster in self.kafka_clusters.values():
+            cluster.close()
         self.pg.close()
         if not self.keep:
             import shutil
@@ -185,6 +200,8 @@ class StackSpec:
     balancer: bool = False
     """Two gateway instances, each with a data directory of its own and one shared audit signing key,
     behind HAProxy (deploy/haproxy.cfg): the agent and the MCP agents reach them only through it."""
+    kafka_brokers: int = 1
+    """3: a Kafka cluster of its own (`nexus_lab.chaos.kafka_cluster`) instead of the session's broker."""
 
 
 class Stack:
@@ -198,8 +215,10 @@ class Stack:
         database_url: str,
         *,
         gateway_cmd: Sequence[str] | None = None,
+        kafka_bootstrap: str | None = None,
     ) -> None:
         self.session = session
+        self.kafka_bootstrap = kafka_bootstrap or session.kafka_bootstrap
         self.name = name
         self.spec = spec
         self.database_url = database_url
@@ -224,7 +243,7 @@ class Stack:
     def settings(self) -> Settings:
         return Settings(
             database_url=self.database_url,
-            kafka_bootstrap=self.session.kafka_bootstrap,
+            kafka_bootstrap=self.kafka_bootstrap,
             kafka_topic=self.kafka_topic,
             kafka_dlq_topic=self.kafka_dlq_topic,
             kafka_group=self.kafka_group,
@@ -237,7 +256,7 @@ class Stack:
             "NEXUS_DATABASE_URL": self.database_url,
             "NEXUS_WEBHOOK_URL": f"http://127.0.0.1:{self.sink_port}/hook",
             "NEXUS_WEBHOOK_SECRET": self.secret,
-            "NEXUS_KAFKA_BOOTSTRAP": self.session.kafka_bootstrap,
+            "NEXUS_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
             "NEXUS_KAFKA_TOPIC": self.kafka_topic,
             "NEXUS_KAFKA_DLQ_TOPIC": self.kafka_dlq_topic,
             "NEXUS_KAFKA_GROUP": self.kafka_group,
@@ -250,7 +269,8 @@ class Stack:
         if self.spec.kafka:
             from nexus_lab.kafka_admin import ensure_topics
 
-            await ensure_topics(self.session.kafka_bootstrap, [self.kafka_topic, self.kafka_dlq_topic], partitions=4)
+            topics = [self.kafka_topic, self.kafka_dlq_topic]
+            await ensure_topics(self.kafka_bootstrap, topics, partitions=4, replication=self.spec.kafka_brokers)
         sink_cmd = [*NEXUS_CMD, "sink", "--port", str(self.sink_port), "--log", str(self.sink_log)]
         sink_cmd += ["--secret", self.secret, *self.spec.sink_args]
         self.sink = Proc("sink", sink_cmd, clean_env(), self.dir / "sink.out").start()
@@ -327,7 +347,7 @@ class Stack:
             from nexus_lab.kafka_admin import delete_topics
 
             with contextlib.suppress(Exception):
-                await delete_topics(self.session.kafka_bootstrap, [self.kafka_topic, self.kafka_dlq_topic])
+                await delete_topics(self.kafka_bootstrap, [self.kafka_topic, self.kafka_dlq_topic])
 
     def logs_tail(self) -> str:
         return "\n".join(f"--- {p.name} ({p.log_path})\n{p.tail(1500)}" for p in self.processes())

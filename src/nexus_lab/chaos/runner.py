@@ -23,6 +23,8 @@ from nexus_lab.chaos.faults import BreakerWatch, FaultContext
 from nexus_lab.chaos.harness import ChaosSession, Stack
 from nexus_lab.chaos.mcp_agents import McpAgents, check_mcp_orders, run_mcp_agents
 from nexus_lab.chaos.result import ScenarioResult
+from nexus_lab.chaos.saga_load import CHECKS as SAGA_CHECKS
+from nexus_lab.chaos.saga_load import SagaLoad
 from nexus_lab.chaos.scenarios import Scenario
 from nexus_lab.chaos.transports import PatientTransport, RacingTransport, SpreadTransport, http_transports, relax_report
 from nexus_lab.checker import CHECKS, CheckResult, check_report, render
@@ -51,8 +53,8 @@ def judge(result: CheckResult) -> tuple[int, int, list[str]]:
 
 async def _transport(scenario: Scenario, stack: Stack) -> tuple[Transport, str]:
     if scenario.transport == "kafka":
-        inner = await KafkaTransport(stack.session.kafka_bootstrap, stack.kafka_topic).start()
-        return PatientTransport(inner), f"kafka://{stack.session.kafka_bootstrap}/{stack.kafka_topic}"
+        inner = await KafkaTransport(stack.kafka_bootstrap, stack.kafka_topic).start()
+        return PatientTransport(inner), f"kafka://{stack.kafka_bootstrap}/{stack.kafka_topic}"
     urls = stack.client_urls
     if scenario.transport == "race":
         return RacingTransport(http_transports(urls)), urls[0]
@@ -104,11 +106,7 @@ async def run_scenario(
     def say(text: str) -> None:
         progress(f"[{scenario.name}] {text}")
 
-    if scenario.stack.replicated:
-        url = await session.new_replicated_database(scenario.name)
-    else:
-        url = await session.new_database(scenario.name)
-    stack = Stack(session, scenario.name, scenario.stack, url, gateway_cmd=gateway_cmd)
+    stack, sagas = await _stack(session, scenario, seed, gateway_cmd)
     ctx = FaultContext(session, stack, rng, asyncio.Event(), say)
     result = ScenarioResult(scenario.name, plans, {}, 0, 0, 0.0, scenario.proof)
     tasks: list[asyncio.Task[None]] = []
@@ -116,14 +114,15 @@ async def run_scenario(
     transport: Transport | None = None
     mcp: asyncio.Task[McpAgents] | None = None
     try:
-        await stack.start()
+        await _start(stack, sagas)
         say(_started(scenario, plans))
         transport, target = await _transport(scenario, stack)
         config = _agent_config(scenario, plans, seed)
         ctx.started = time.monotonic()
         _start_faults(scenario, ctx, tasks, watches)
         mcp = asyncio.create_task(_mcp_agents(scenario, stack)) if scenario.mcp_orders else None
-        report = await agent.run_agent(config, transport, target=target)
+        sending = sagas.submit(stack.gateway_urls) if sagas is not None else asyncio.sleep(0)
+        report, _ = await asyncio.gather(agent.run_agent(config, transport, target=target), sending)
         mcp_run = await mcp if mcp is not None else None
         ctx.agent_done.set()
         say(f"agent done at {ctx.elapsed():.1f}s: {report['summary']['messages']} messages")
@@ -131,17 +130,99 @@ async def run_scenario(
         _count_transport(transport, report, ctx)
         agent.write_report(report, stack.dir / "agent-report.json")
         await _judge(scenario, stack, report, mcp_run, ctx, result, settle_timeout_s)
+        await _judge_beside(scenario, stack, report, sagas, ctx, result, settle_timeout_s)
     except Exception as exc:  # noqa: BLE001 - a scenario that could not run is reported, the others go on
         result.error = f"{type(exc).__name__}: {exc}"
         (stack.dir / "error.txt").write_text(result.error + "\n\n" + stack.logs_tail())
     finally:
-        await _stop(tasks, watches, mcp, transport, stack)
+        await _stop(tasks, watches, mcp, transport, stack, sagas)
         result.faults = dict(ctx.counts)
         result.elapsed_s = time.monotonic() - started
     (stack.dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2, default=str) + "\n")
     for line in result.summary_lines():
         say(line)
     return result
+
+
+async def _stack(
+    session: ChaosSession, scenario: Scenario, seed: str, gateway_cmd: Sequence[str] | None
+) -> tuple[Stack, SagaLoad | None]:
+    """The scenario's processes (not started) on their database, Kafka cluster and effect services, as it asks."""
+    if scenario.stack.replicated:
+        synchronous = "NEXUS_SYNC_STANDBY" in scenario.stack.env
+        url = await session.new_replicated_database(scenario.name, synchronous=synchronous)
+    else:
+        url = await session.new_database(scenario.name)
+    bootstrap = await session.new_kafka_cluster(scenario.name) if scenario.stack.kafka_brokers > 1 else None
+    spec, sagas = scenario.stack, None
+    if scenario.saga_plans:
+        (session.tmp / scenario.name).mkdir(parents=True, exist_ok=True)
+        sagas = SagaLoad(session.tmp / scenario.name, scenario.saga_plans, seed)
+        spec = dataclasses.replace(spec, env={**spec.env, **sagas.env()})
+    return Stack(session, scenario.name, spec, url, gateway_cmd=gateway_cmd, kafka_bootstrap=bootstrap), sagas
+
+
+async def _start(stack: Stack, sagas: SagaLoad | None) -> None:
+    """The effect services first (the gateways' executors call them), then the stack."""
+    if sagas is not None:
+        await sagas.start()
+    await stack.start()
+
+
+async def _judge_beside(
+    scenario: Scenario,
+    stack: Stack,
+    report: dict[str, Any],
+    sagas: SagaLoad | None,
+    ctx: FaultContext,
+    result: ScenarioResult,
+    settle_timeout_s: float,
+) -> None:
+    """After the agent's checks: the saga load's, then (asynchronous replication) what the failover lost."""
+    if sagas is not None:
+        await _judge_sagas(stack, sagas, ctx, result, settle_timeout_s)
+    if scenario.loss_counted:
+        await _count_loss(stack, report, ctx, result)
+
+
+async def _judge_sagas(
+    stack: Stack, sagas: SagaLoad, ctx: FaultContext, result: ScenarioResult, settle_timeout_s: float
+) -> None:
+    """The saga load's checks (`saga_load.CHECKS`) added to the run's."""
+    ctx.count("saga plans", len(sagas.orders))
+    db = await Database(stack.settings()).open(migrate=False)
+    try:
+        broke = await sagas.check(db, settle_timeout_s)
+    finally:
+        await db.close()
+    if sagas.repeated:
+        ctx.count("saga calls repeated with the same key", sagas.repeated)
+    result.checked += len(SAGA_CHECKS)
+    result.held += sum(not any(line.startswith(f"{check}: ") for line in broke) for check in SAGA_CHECKS)
+    result.failures += broke
+    result.check_text += "".join(f"\n{line}" for line in broke)
+
+
+_DECIDED = "SELECT event_id FROM decision_log WHERE event_id = ANY($1::text[])"
+
+
+async def _count_loss(stack: Stack, report: dict[str, Any], ctx: FaultContext, result: ScenarioResult) -> None:
+    """Asynchronous replication: the agent's honest steps of which the promoted standby has no decision (the
+    primary took them, and their Kafka offsets were committed, but the standby never received them) are counted;
+    when some are, the checks they break are counted too, and kept in check.txt, instead of failing the run."""
+    sent = [e["event_id"] for p in report["plans"] for e in p["events"] if e["honest"]]
+    db = await Database(stack.settings()).open(migrate=False)
+    try:
+        decided = {r["event_id"] for r in await db.fetch(_DECIDED, sent)}
+    finally:
+        await db.close()
+    lost = len(set(sent) - decided)
+    ctx.count("acknowledged steps lost", lost)
+    ctx.progress(f"asynchronous replication lost {lost} of {len(sent)} acknowledged steps")
+    if lost and result.failures:
+        ctx.count("checks broken by the loss", result.checked - result.held)
+        result.check_text += "".join(f"\nbroken by the loss: {line}" for line in result.failures)
+        result.failures, result.held = [], result.checked
 
 
 def _started(scenario: Scenario, plans: int) -> str:
@@ -227,6 +308,7 @@ async def _stop(
     mcp: asyncio.Task[McpAgents] | None,
     transport: Transport | None,
     stack: Stack,
+    sagas: SagaLoad | None = None,
 ) -> None:
     for task in [*tasks, *watches]:
         task.cancel()
@@ -238,3 +320,5 @@ async def _stop(
         with contextlib.suppress(Exception):
             await transport.close()
     await stack.close()
+    if sagas is not None:
+        await asyncio.to_thread(sagas.stop)

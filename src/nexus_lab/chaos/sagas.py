@@ -299,6 +299,11 @@ async def _settle(db: Database, plans: int, timeout_s: float) -> list[str]:
 async def _effects_of_completed(db: Database, ledgers: dict[str, Any]) -> list[str]:
     """Each completed order has exactly one standing entry in every service's ledger."""
     completed = {r["order_id"] for r in await db.fetch("SELECT order_id FROM orders WHERE status = 'completed'")}
+    return standing_effects(ledgers, completed)
+
+
+def standing_effects(ledgers: dict[str, Any], completed: set[str]) -> list[str]:
+    """Each order of `completed` has exactly one standing (not compensated) entry in every service's ledger."""
     problems = []
     for service in SERVICES:
         entries = ledgers[service]["entries"]
@@ -307,7 +312,9 @@ async def _effects_of_completed(db: Database, ledgers: dict[str, Any]) -> list[s
             e["order_id"] for e in entries if "compensates" not in e and e["key"] not in undone
         )
         problems += [
-            f"{service}: completed order {o}: {standing[o]} standing effects" for o in completed if standing[o] != 1
+            f"{service}: completed order {o}: {standing[o]} standing effects"
+            for o in sorted(completed)
+            if standing[o] != 1
         ]
     return problems
 

@@ -23,6 +23,7 @@ from nexus_lab.chaos.faults import (
 )
 from nexus_lab.chaos.harness import StackSpec
 from nexus_lab.chaos.instances import InstanceKill
+from nexus_lab.chaos.kafka_cluster import LAG_ZERO, BrokerKill
 
 Range = tuple[float, float]
 
@@ -78,6 +79,12 @@ class Scenario:
     mcp_orders: int = 0
     """Orders an MCP agent drives through the gateways' `/mcp` tools meanwhile (`nexus_lab.chaos.mcp_agents`),
     with their own invariants."""
+    loss_counted: bool = False
+    """Asynchronous replication: the acknowledged steps a failover lost are counted, and the checks the loss
+    breaks are reported, not failed (`postgres-failover-async`)."""
+    saga_plans: int = 0
+    """`fulfilment` plans submitted over HTTP meanwhile, their effects performed by the gateways' executors against
+    `nexus services`, judged by the saga checker (`nexus_lab.chaos.saga_load`)."""
 
 
 _OUTAGE_ENV = (("NEXUS_SAGA_BREAKER_THRESHOLD", "1000"), ("NEXUS_SAGA_MAX_ATTEMPTS", "5"))
@@ -187,7 +194,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "postgres-failover",
-            "the PostgreSQL primary's machine lost (SIGKILL, data deleted) under Kafka, MCP and delivery load; "
+            "the PostgreSQL primary's machine lost (SIGKILL, data deleted) under Kafka, MCP, saga and delivery load; "
             "its synchronous standby promoted",
             "standby promoted",
             StackSpec(gateways=2, kafka=True, replicated=True, env={"NEXUS_SYNC_STANDBY": STANDBY_NAME}),
@@ -197,6 +204,22 @@ SCENARIOS: dict[str, Scenario] = {
             faults=(PostgresFailover(),),
             allow_duplicates=True,
             mcp_orders=4,
+            saga_plans=6,
+        ),
+        Scenario(
+            "postgres-failover-async",
+            "postgres-failover with asynchronous replication (no NEXUS_SYNC_STANDBY): the acknowledged steps the "
+            "promoted standby never received are counted, not failed",
+            "standby promoted",
+            StackSpec(gateways=2, kafka=True, replicated=True),
+            transport="kafka",
+            hostile=all_modes(0.2),
+            step_delay_ms=300.0,
+            faults=(PostgresFailover(),),
+            allow_duplicates=True,
+            mcp_orders=4,
+            saga_plans=6,
+            loss_counted=True,
         ),
         _kafka(
             "kafka-restart",
@@ -210,6 +233,17 @@ SCENARIOS: dict[str, Scenario] = {
             "gateway SIGKILLed",
             KillLoop("gateway", minimum=1, maximum=2, first_s=(0.5, 1.2), gap_s=(1.0, 2.0)),
             allow_duplicates=True,
+        ),
+        Scenario(
+            "broker-kill",
+            "one broker of a three-broker Kafka cluster SIGKILLed while the agent produces and the gateways consume "
+            "and relay decisions, then restarted",
+            LAG_ZERO,
+            StackSpec(gateways=2, kafka=True, kafka_brokers=3),
+            transport="kafka",
+            hostile=all_modes(0.2),
+            step_delay_ms=300.0,
+            faults=(BrokerKill(),),
         ),
         Scenario(
             "receiver-unstable",
