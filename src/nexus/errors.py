@@ -64,6 +64,7 @@ class ErrorCode(enum.StrEnum):
     PAST_PIVOT = "PAST_PIVOT"
     # Plan lifecycle
     PLAN_SUPERSEDED = "PLAN_SUPERSEDED"
+    ORDER_REMOVED = "ORDER_REMOVED"
     APPROVAL_DENIED = "APPROVAL_DENIED"
     APPROVAL_NOT_PENDING = "APPROVAL_NOT_PENDING"
     # tenant safety: waits per key

@@ -30,13 +30,13 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from nexus.errors import ConfigurationError
-from nexus.settings_sections import KafkaSettings, SagaSettings
+from nexus.settings_sections import KafkaSettings, RetentionSettings, SagaSettings
 from nexus_wire.kafka_security import KafkaSecurity
 
 ENV_PREFIX = "NEXUS_"
 
 
-class Settings(KafkaSettings, SagaSettings, BaseSettings):
+class Settings(KafkaSettings, SagaSettings, RetentionSettings, BaseSettings):
     """Configuration of one gateway process."""
 
     model_config = SettingsConfigDict(

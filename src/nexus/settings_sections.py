@@ -103,3 +103,20 @@ class SagaSettings(BaseSettings):
     saga_listen: bool = True
     """Idle executors LISTEN on `nexus_sagas` and wake at once when a step is recorded (or a saga made due);
     off: they find work by polling every `saga_poll_s` only."""
+
+
+class RetentionSettings(BaseSettings):
+    """How long finished orders stay (docs/retention.md), and the remover that takes them away."""
+
+    model_config = SettingsConfigDict(use_attribute_docstrings=True)
+
+    retention_s: int = Field(2_592_000, ge=1)
+    """A finished order (completed, aborted, tombstoned) and everything about it leave this long after it
+    finished (30 days); a tenant's own period: `nexus tenants set-limit T --retention-s N`."""
+    removed_order_memory_s: int = Field(604_800, ge=1)
+    """How long a removed order's marker is kept (7 days): while it lives, a late step of the order is
+    answered from it (DUPLICATE or DISCARD ORDER_REMOVED) and its order id cannot start again."""
+    retention_batch: int = Field(200, ge=1)
+    """Orders one remover transaction takes away at most (short transactions, bounded locks)."""
+    retention_sweep_s: float = Field(60.0, gt=0)
+    """How often the remover looks for orders due for removal once it has removed every due one."""

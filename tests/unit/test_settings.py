@@ -13,6 +13,10 @@ from nexus_wire.kafka_security import SECURITY_VARIABLES
 # Every variable of the gateway's settings, written out: they are public (docs, deployments, scripts), so
 # none may be renamed or dropped, and a new setting is added here on purpose.
 PUBLIC_VARIABLES = [
+    "NEXUS_RETENTION_S",
+    "NEXUS_REMOVED_ORDER_MEMORY_S",
+    "NEXUS_RETENTION_BATCH",
+    "NEXUS_RETENTION_SWEEP_S",
     "NEXUS_REPEAT_WINDOW_S",
     "NEXUS_MCP_ALLOWED_ORIGINS",
     "NEXUS_DELIVERY_MAX_INFLIGHT_PER_TENANT",
