@@ -15,7 +15,9 @@ from nexus.processes import builtin_catalog
 from nexus.retention.remover import REMOVED_TABLES, RetentionRemover
 from nexus.settings import Settings
 from nexus.store.database import Database
+from tests.conftest import settings_env
 from tests.factories import abort_json, plan_json, step_json
+from tests.helpers import nexus_command
 
 ORDER_TABLES = (*REMOVED_TABLES, "orders")
 
@@ -194,3 +196,15 @@ async def test_the_gauges_say_how_old_and_how_late(db: Database, settings: Setti
     assert 7100 < oldest < 7300 and 3500 < overdue < 3700
     await worker.remove_due()
     assert await worker.publish() == (0.0, 0.0)
+
+
+@pytest.mark.processes
+async def test_nexus_tenants_set_limit_retention_s_and_list(db: Database, settings: Settings) -> None:
+    """`nexus tenants set-limit T --retention-s N` records the tenant's period, `list` shows it, 0 removes it."""
+    env = settings_env(settings)
+    said = nexus_command("tenants", "set-limit", "acme", "--retention-s", "120", env=env)
+    assert "tenant acme: retention_s 120" in said
+    assert await db.fetchval("SELECT retention_s FROM tenant_limits WHERE tenant_id = 'acme'") == 120
+    assert "acme: max_order_amount 100000, retention_s 120" in nexus_command("tenants", "list", env=env)
+    nexus_command("tenants", "set-limit", "acme", "--retention-s", "0", env=env)
+    assert await db.fetchval("SELECT retention_s FROM tenant_limits WHERE tenant_id = 'acme'") is None

@@ -117,6 +117,13 @@ def configure_tenants(parser: argparse.ArgumentParser) -> argparse._SubParsersAc
         help="the most items any list of a step's data may hold for this tenant (it lowers its process's "
         "max_list_items, never raises it); 0 removes the tenant's own",
     )
+    set_limit.add_argument(
+        "--retention-s",
+        type=int,
+        default=None,
+        help="how long this tenant's finished orders are kept, in seconds (docs/retention.md); 0 removes the "
+        "tenant's own (NEXUS_RETENTION_S applies)",
+    )
     listing = sub.add_parser("list", help="tenants with a limit of their own")
     add_common(listing)
     return sub
@@ -126,12 +133,13 @@ def run_tenants(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     amount: Decimal | None = None
     if args.action == "set-limit":
-        if args.amount is None and args.max_list_items is None:
-            print("give an amount, --max-list-items, or both", file=sys.stderr)
+        if args.amount is None and args.max_list_items is None and args.retention_s is None:
+            print("give an amount, --max-list-items, --retention-s, or several", file=sys.stderr)
             return 1
-        if args.max_list_items is not None and args.max_list_items < 0:
-            print(f"not a number of items: {args.max_list_items}", file=sys.stderr)
-            return 1
+        for flag, value in (("items", args.max_list_items), ("seconds", args.retention_s)):
+            if value is not None and value < 0:
+                print(f"not a number of {flag}: {value}", file=sys.stderr)
+                return 1
         if args.amount is not None:
             try:
                 amount = Decimal(args.amount)
@@ -158,16 +166,31 @@ def run_tenants(args: argparse.Namespace) -> int:
                     )
                     shown = items if items is not None else "its process's"
                     print(f"tenant {args.tenant}: max_list_items {shown} (max_order_amount {kept})")
+                if args.retention_s is not None:
+                    await _set_retention(db, settings, args.tenant, args.retention_s)
             else:
                 print(
                     f"default: max_order_amount {settings.default_max_order_amount}, "
-                    f"max_list_items {DEFAULT_MAX_LIST_ITEMS} (unless a process sets its own)"
+                    f"max_list_items {DEFAULT_MAX_LIST_ITEMS} (unless a process sets its own), "
+                    f"retention_s {settings.retention_s}"
                 )
                 for row in await db.fetch(query("processes.sql", "tenant_limits")):
                     items = "" if row["max_list_items"] is None else f", max_list_items {row['max_list_items']}"
-                    print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}{items}")
+                    kept = "" if row["retention_s"] is None else f", retention_s {row['retention_s']}"
+                    print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}{items}{kept}")
         finally:
             await db.close()
         return 0
 
     return asyncio.run(go())
+
+
+async def _set_retention(db: Database, settings: Settings, tenant: str, seconds: int) -> None:
+    """A tenant's own retention period (0: none, NEXUS_RETENTION_S applies); a tenant without a row gets the
+    amount limit in force recorded beside it."""
+    own = seconds or None
+    kept = await db.fetchval(
+        query("processes.sql", "set_tenant_retention"), tenant, str(settings.default_max_order_amount), own
+    )
+    shown = own if own is not None else f"the default ({settings.retention_s})"
+    print(f"tenant {tenant}: retention_s {shown} (max_order_amount {kept})")

@@ -139,6 +139,17 @@ class RetentionRemover:
         metrics.RETENTION_OVERDUE.set(max(0.0, overdue))
         return oldest, overdue
 
+    async def stats(self) -> dict[str, float | int]:
+        """What `nexus db stats` prints of retention (and the gauges, set on the way)."""
+        oldest, overdue = await self.publish()
+        markers = await self.db.fetchval(query("retention.sql", "marker_counts"))
+        return {
+            "retention_s": self.settings.retention_s,
+            "oldest_finished_s": round(oldest, 3),
+            "overdue_s": round(max(0.0, overdue), 3),
+            "removed_order_markers": markers,
+        }
+
     async def run(self) -> None:
         """Remove due orders until none is left, then strays and markers, publish the gauges, wait
         `retention_sweep_s`; forever. A failed pass is logged and tried again at the next interval."""
@@ -160,3 +171,11 @@ class RetentionRemover:
 def _count(status: str) -> int:
     """The row count of a command status (`DELETE 12`)."""
     return int(status.rsplit(" ", 1)[-1])
+
+
+async def registered_catalog(db: Database) -> ProcessCatalog:
+    """Every process version registered in the database (what orders are pinned to), without registering."""
+    from nexus.core.process_compile import compile_definition
+
+    rows = await db.fetch(query("processes.sql", "all_processes"))
+    return ProcessCatalog.of(compile_definition(r["body"], judge_cost=False) for r in rows)
