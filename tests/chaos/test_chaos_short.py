@@ -107,3 +107,10 @@ async def test_postgres_failover(chaos_session: ChaosSession) -> None:
     step the agent was told was accepted is applied once, notifications delivered in order, MCP orders complete."""
     result = await run_short(chaos_session, "postgres-failover")
     assert result.faults["primary lost"] == 1
+
+
+async def test_retention(chaos_session: ChaosSession) -> None:
+    """Orders removed a second after they finish (behind a slow receiver) are proven from their markers: each
+    step applied once, every notification delivered before its order left."""
+    result = await run_short(chaos_session, "retention")
+    assert result.faults["orders removed"] > 0

@@ -27,6 +27,7 @@ CREATE TABLE removed_orders (
     delivery_state text NOT NULL CHECK (delivery_state IN ('delivered', 'dead', 'none', 'open')),
     delivered      integer NOT NULL,
     dead           integer NOT NULL,
+    pending        integer NOT NULL,
     finished_at    timestamptz NOT NULL,
     removed_at     timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (tenant_id, order_id)

@@ -35,11 +35,11 @@ WHERE pg_try_advisory_xact_lock(hashtextextended(t || chr(31) || o, 0));
 
 -- name: insert_markers
 INSERT INTO removed_orders (tenant_id, order_id, plan_id, process, final_status, tombstone, last_seq, notifications,
-                            delivery_state, delivered, dead, finished_at)
+                            delivery_state, delivered, dead, pending, finished_at)
 SELECT o.tenant_id, o.order_id, o.plan_id, o.process, o.status, o.tombstone, o.last_seq, o.outbox_count,
        CASE WHEN d.pending > 0 THEN 'open' WHEN d.dead > 0 THEN 'dead' WHEN d.delivered > 0 THEN 'delivered'
             ELSE 'none' END,
-       d.delivered, d.dead, o.updated_at
+       d.delivered, d.dead, d.pending, o.updated_at
 FROM orders AS o
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON o.tenant_id = u.t AND o.order_id = u.oid
 CROSS JOIN LATERAL (
@@ -53,6 +53,7 @@ ON CONFLICT (tenant_id, order_id) DO UPDATE SET
     plan_id = EXCLUDED.plan_id, process = EXCLUDED.process, final_status = EXCLUDED.final_status,
     tombstone = EXCLUDED.tombstone, last_seq = EXCLUDED.last_seq, notifications = EXCLUDED.notifications,
     delivery_state = EXCLUDED.delivery_state, delivered = EXCLUDED.delivered, dead = EXCLUDED.dead,
+    pending = EXCLUDED.pending,
     finished_at = EXCLUDED.finished_at, removed_at = now();
 
 -- name: delete_delivery_attempts
