@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 RSS_TOLERANCE = 0.10
 P99_TOLERANCE = 1.5
 RSS_REFERENCE_MINUTE = 5
+FLAT_REFERENCE_MINUTE = 10
+FLAT_JUDGED_MINUTES = 15
+FLAT_TOLERANCE = 0.10
+FLAT_ROWS = 1_000
 
 
 TABLES = ("orders", "outbox", "deliveries", "delivery_attempts", "decision_log", "dead_letters", "saga_steps")
@@ -47,6 +51,8 @@ class Sample:
     minute: float
     rss_mb: dict[str, float]
     settled: bool = False
+    tables: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Rows of every table of the gateway's schema (settled samples only)."""
 
 
 def verdict_of(
@@ -66,7 +72,29 @@ def verdict_of(
                     last_cycle <= P99_TOLERANCE * first, f"{first:.0f} -> {last_cycle:.0f} ms"))  # fmt: skip
     else:
         out.append(("p99 of the last cycle within 1.5x of the first", True, "not judged: one cycle"))
+    out.append(_flat_tables(config, samples))
     return out
+
+
+def _flat_tables(config: SoakConfig, samples: list[Sample]) -> tuple[str, bool, str]:
+    """Every table with at least 1,000 rows at minute 10 ends within 10 % or 1,000 rows of that count (finished
+    orders leave after `--retention-s`: docs/retention.md), compared on settled samples (the same phase of each
+    cycle, all load stopped); runs under 15 minutes are not judged."""
+    criterion = (f"tables with >= {FLAT_ROWS:,} rows at minute {FLAT_REFERENCE_MINUTE} end within "
+                 f"{FLAT_TOLERANCE:.0%} or {FLAT_ROWS:,} rows")  # fmt: skip
+    counted = [s for s in samples if s.settled and s.tables]
+    reference = next((s for s in counted if s.minute >= FLAT_REFERENCE_MINUTE), None)
+    if config.minutes < FLAT_JUDGED_MINUTES or reference is None or reference is counted[-1]:
+        return criterion, True, f"not judged: a run shorter than {FLAT_JUDGED_MINUTES} minutes"
+    last = counted[-1].tables
+    grown = {
+        table: (rows, last.get(table, 0))
+        for table, rows in reference.tables.items()
+        if rows >= FLAT_ROWS and abs(last.get(table, 0) - rows) > max(FLAT_TOLERANCE * rows, FLAT_ROWS)
+    }
+    judged = sum(1 for rows in reference.tables.values() if rows >= FLAT_ROWS)
+    detail = ", ".join(f"{t} {a} -> {b}" for t, (a, b) in sorted(grown.items())) or f"{judged} tables judged, flat"
+    return criterion, not grown, f"minute {reference.minute:.1f} -> {counted[-1].minute:.1f}: {detail}"
 
 
 def _rss_drift(samples: list[Sample], name: str) -> tuple[str, bool, str]:
