@@ -208,3 +208,11 @@ async def test_nexus_tenants_set_limit_retention_s_and_list(db: Database, settin
     assert "acme: max_order_amount 100000, retention_s 120" in nexus_command("tenants", "list", env=env)
     nexus_command("tenants", "set-limit", "acme", "--retention-s", "0", env=env)
     assert await db.fetchval("SELECT retention_s FROM tenant_limits WHERE tenant_id = 'acme'") is None
+
+
+async def test_an_order_pinned_to_a_version_the_catalog_lacks_is_removed(db: Database, settings: Settings) -> None:
+    """A completed order of `order` v1 (the catalog holds v2 only) leaves: `completed` ends every version."""
+    gateway = Gateway(db)
+    [order] = await finished_orders(db, gateway, "o-ret-v1", 1)
+    await db.execute("UPDATE orders SET process_version = 1 WHERE order_id = $1", order)
+    assert (await remover(db, settings).remove_due()).orders == 1

@@ -23,7 +23,7 @@ import logging
 import asyncpg
 
 from nexus import metrics
-from nexus.core.process_model import ProcessCatalog
+from nexus.core.process_model import ABORTED, ProcessCatalog
 from nexus.core.saga import SagaStatus
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -50,23 +50,24 @@ CLOSED_SAGAS = [s.value for s in SagaStatus if not s.open]
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Terminal:
-    """The finished states of every process version the catalog knows, as the queries' three arrays."""
+    """The finished states of each process the catalog knows, as the queries' two arrays: a state terminal in
+    every registered version of its process (so an order pinned to a version the catalog does not hold, or
+    no longer holds, is finished by a state every version agrees ends it; `aborted` always does)."""
 
     processes: list[str]
-    versions: list[int]
     statuses: list[str]
 
     @classmethod
     def of(cls, catalog: ProcessCatalog) -> Terminal:
-        triples = sorted(
-            (name, version, status)
-            for (name, version), process in catalog.versions.items()
-            for status in process.terminal_states
-        )
-        return cls([t[0] for t in triples], [t[1] for t in triples], [t[2] for t in triples])
+        by_name: dict[str, frozenset[str]] = {}
+        for (name, _), process in sorted(catalog.versions.items()):
+            states = process.terminal_states | {ABORTED}
+            by_name[name] = by_name[name] & states if name in by_name else states
+        pairs = sorted((name, status) for name, states in by_name.items() for status in states)
+        return cls([p for p, _ in pairs], [s for _, s in pairs])
 
-    def args(self) -> tuple[list[str], list[int], list[str]]:
-        return self.processes, self.versions, self.statuses
+    def args(self) -> tuple[list[str], list[str]]:
+        return self.processes, self.statuses
 
 
 @dataclasses.dataclass

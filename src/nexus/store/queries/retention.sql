@@ -1,28 +1,27 @@
 -- Retention (nexus.retention, docs/retention.md): finished orders leave with everything about them, a marker
 -- per removed order stays. Every query of a removal takes the orders as $1 (tenants) / $2 (order ids).
--- An order is finished when its (process, version, status) is one of the terminal triples $1/$2/$3 the
--- remover takes from the process catalog (nothing decided here: the catalog says which states end a process).
+-- An order is finished when its (process, status) is one of the terminal pairs $1/$2 the remover takes from
+-- the process catalog (nothing decided here: the catalog says which states end a process, in every version).
 
 -- name: due_orders
--- Finished orders past their tenant's retention ($5 seconds unless tenant_limits.retention_s says otherwise),
+-- Finished orders past their tenant's retention ($4 seconds unless tenant_limits.retention_s says otherwise),
 -- oldest first (the orders_updated_at index, bounded below by the shortest period in force), with none of their
--- deliveries pending, no open saga (status not among the closed ones $6) and no approval pending; at most $4,
+-- deliveries pending, no open saga (status not among the closed ones $5) and no approval pending; at most $3,
 -- locked (SKIP LOCKED: another remover takes others).
 SELECT o.tenant_id, o.order_id
 FROM orders AS o
-JOIN unnest($1::text[], $2::int[], $3::text[]) AS t(process, version, status)
-  ON o.process = t.process AND o.process_version = t.version AND o.status = t.status
+JOIN unnest($1::text[], $2::text[]) AS t(process, status) ON o.process = t.process AND o.status = t.status
 LEFT JOIN tenant_limits AS l ON l.tenant_id = o.tenant_id
-WHERE o.updated_at < now() - make_interval(secs => least($5, (SELECT min(retention_s) FROM tenant_limits)))
-  AND o.updated_at < now() - make_interval(secs => coalesce(l.retention_s, $5))
+WHERE o.updated_at < now() - make_interval(secs => least($4, (SELECT min(retention_s) FROM tenant_limits)))
+  AND o.updated_at < now() - make_interval(secs => coalesce(l.retention_s, $4))
   AND NOT EXISTS (SELECT 1 FROM outbox AS x JOIN deliveries AS d ON d.outbox_id = x.id
                   WHERE x.tenant_id = o.tenant_id AND x.order_id = o.order_id AND d.state = 'pending')
   AND NOT EXISTS (SELECT 1 FROM sagas AS s WHERE s.tenant_id = o.tenant_id AND s.order_id = o.order_id
-                  AND s.status <> ALL ($6::text[]))
+                  AND s.status <> ALL ($5::text[]))
   AND NOT EXISTS (SELECT 1 FROM approvals AS a WHERE a.tenant_id = o.tenant_id AND a.order_id = o.order_id
                   AND a.status = 'pending')
 ORDER BY o.updated_at
-LIMIT $4
+LIMIT $3
 FOR UPDATE OF o SKIP LOCKED;
 
 -- name: lock_removable
@@ -128,20 +127,20 @@ DELETE FROM removed_orders WHERE (tenant_id, order_id) IN (
 
 -- name: oldest_finished
 -- How long ago the oldest finished order still present finished (0: none), and how far past its own period
--- the most overdue one is (0: none is due); the triples and $4 as in due_orders.
+-- the most overdue one is (0: none is due); the pairs and $3 as in due_orders.
 SELECT coalesce((SELECT extract(epoch FROM now() - o.updated_at)
                  FROM orders AS o
-                 JOIN unnest($1::text[], $2::int[], $3::text[]) AS t(process, version, status)
-                   ON o.process = t.process AND o.process_version = t.version AND o.status = t.status
+                 JOIN unnest($1::text[], $2::text[]) AS t(process, status)
+                   ON o.process = t.process AND o.status = t.status
                  ORDER BY o.updated_at LIMIT 1), 0)::float8 AS oldest_s,
-       coalesce((SELECT max(extract(epoch FROM now() - o.updated_at) - coalesce(l.retention_s, $4))
+       coalesce((SELECT max(extract(epoch FROM now() - o.updated_at) - coalesce(l.retention_s, $3))
                  FROM orders AS o
-                 JOIN unnest($1::text[], $2::int[], $3::text[]) AS t(process, version, status)
-                   ON o.process = t.process AND o.process_version = t.version AND o.status = t.status
+                 JOIN unnest($1::text[], $2::text[]) AS t(process, status)
+                   ON o.process = t.process AND o.status = t.status
                  LEFT JOIN tenant_limits AS l ON l.tenant_id = o.tenant_id
-                 WHERE o.updated_at < now() - make_interval(secs => least($4, (SELECT min(retention_s)
+                 WHERE o.updated_at < now() - make_interval(secs => least($3, (SELECT min(retention_s)
                                                                                FROM tenant_limits)))
-                   AND o.updated_at < now() - make_interval(secs => coalesce(l.retention_s, $4))), 0)::float8
+                   AND o.updated_at < now() - make_interval(secs => coalesce(l.retention_s, $3))), 0)::float8
            AS overdue_s;
 
 -- name: marker_counts
