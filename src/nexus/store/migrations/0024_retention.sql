@@ -6,8 +6,8 @@
 ALTER TABLE tenant_limits ADD COLUMN retention_s integer CHECK (retention_s > 0);
 
 -- The remover's scan: finished orders by when they last changed (their finishing step: a finished order
--- is not written again). An index on a column every step changes costs orders' updates their HOT path;
--- measured in benchmarks/RESULTS.md ("retention").
+-- is not written again). An index on a column every step changes costs orders' updates their HOT path
+-- (docs/retention.md, "Physical layout").
 CREATE INDEX orders_updated_at ON orders (updated_at);
 -- Removing an order's rows by (tenant, order) where no index led there yet.
 CREATE INDEX approvals_order ON approvals (tenant_id, order_id);
