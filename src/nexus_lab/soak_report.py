@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from nexus_lab.tables import text_table
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from nexus_lab.soak import SoakConfig
 
 RSS_TOLERANCE = 0.10
@@ -164,7 +166,7 @@ def plot(cycles: list[Cycle], samples: list[Sample], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7))
+    fig, (top, bottom, rows) = plt.subplots(3, 1, figsize=(9, 10))
     names = sorted({n for s in samples for n in s.rss_mb})
     for name in names:  # a process that was down at a sample (PostgreSQL mid-outage) has no point there
         points = [(s.minute, s.rss_mb[name]) for s in samples if s.rss_mb.get(name)]
@@ -187,6 +189,20 @@ def plot(cycles: list[Cycle], samples: list[Sample], path: Path) -> None:
     cpu.set_ylabel("CPU s per 1,000 events (kept processes)", color="tab:orange")
     cpu.set_ylim(bottom=0)
     bottom.set_title("per cycle: p99 of the agent's HTTP sends, CPU of the kept processes per 1,000 events")
+    _plot_tables(rows, [s for s in samples if s.settled and s.tables])
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _plot_tables(axes: Axes, counted: list[Sample]) -> None:
+    """Rows over time of every table that reached 1,000 (the flatness criterion's), at the settled samples."""
+    big = sorted({t for s in counted for t, n in s.tables.items() if n >= FLAT_ROWS})
+    for table in big:
+        axes.plot([s.minute for s in counted], [s.tables.get(table, 0) for s in counted], "o-", label=table)
+    axes.set_xlabel("minute")
+    axes.set_ylabel("rows")
+    axes.set_ylim(bottom=0)
+    if big:
+        axes.legend(loc="upper left", fontsize="small")
+    axes.set_title(f"rows of the tables of >= {FLAT_ROWS:,} rows, after each cycle settled (retention on)")
