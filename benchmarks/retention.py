@@ -10,8 +10,12 @@ One run, one embedded PostgreSQL, one `nexus serve --no-dispatcher` (its remover
    does (the remover working), then the remover alone for a while: orders removed per second and CPU seconds
    (gateway process + PostgreSQL) per 1,000 orders removed.
 
+With `--interleave N` instead: two databases (0 and N retained orders) and two gateways, wrk on each in turn
+for `--rounds` rounds (medians), so the machine's changing load weighs on both alike.
+
 Free disk is checked (and printed) before generating. Usage:
-``.venv/bin/python benchmarks/retention.py [--retained 1000000 ...] [--seconds 10] [--connections 16]``.
+``.venv/bin/python benchmarks/retention.py [--retained 1000000 ...] [--seconds 10] [--connections 16]``,
+``.venv/bin/python benchmarks/retention.py --interleave 300000 [--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import asyncio
 import json
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -141,12 +146,42 @@ async def working(
     }
 
 
+async def interleaved(args: argparse.Namespace, admin: str, say: Any) -> dict[str, Any]:
+    """0 vs `args.interleave` retained orders, A/B/A/B: two databases, two gateways, wrk on each in turn (the
+    machine's load changing between runs weighs on both alike)."""
+    lua = _script("wrk_orders.lua")
+    empty = await create_database(admin, "retention_empty", migrate=True)
+    full = await create_database(admin, "retention_full", migrate=True)
+    for url in (empty, full):
+        await sql(url, "INSERT INTO tenant_limits (tenant_id, max_order_amount, retention_s) VALUES ('default', "
+                       "100000, 7776000)")  # fmt: skip
+    say(f"free disk: {shutil.disk_usage(tempfile.gettempdir()).free / 1e9:.1f} GB; generating {args.interleave:,}")
+    await generate_range(full, 1, args.interleave, say)
+    servers = [start_server(empty, args.port), start_server(full, args.port + 1)]
+    runs: dict[str, list[dict[str, float]]] = {"0": [], str(args.interleave): []}
+    try:
+        for _ in range(args.rounds):
+            for name, port in (("0", args.port), (str(args.interleave), args.port + 1)):
+                runs[name].append(measure(f"http://127.0.0.1:{port}", args.seconds, args.connections, lua))
+                say(f"{name} retained: {runs[name][-1]}")
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(20)
+    return {
+        name: {k: statistics.median(r[k] for r in rs) for k in ("events_s", "p99_ms")} | {"runs": rs}
+        for name, rs in runs.items()
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--retained", type=int, nargs="*", default=[1_000_000])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--port", type=int, default=8791)
+    parser.add_argument("--interleave", type=int, default=0, help="instead: 0 vs N retained, A/B/A/B, same run")
+    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds of --interleave")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here too")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -160,8 +195,11 @@ def main() -> int:
     embedded = EmbeddedPostgres(data_dir, cleanup_mode="delete")
     admin = embedded.start()
     try:
-        url = asyncio.run(create_database(admin, "retention_bench", migrate=True))
-        results = asyncio.run(bench(args, url, say))
+        if args.interleave:
+            results = asyncio.run(interleaved(args, admin, say))
+        else:
+            url = asyncio.run(create_database(admin, "retention_bench", migrate=True))
+            results = asyncio.run(bench(args, url, say))
     finally:
         embedded.close()
         shutil.rmtree(data_dir, ignore_errors=True)
