@@ -21,7 +21,7 @@ processes). Written to `--out` (soak.json, soak.md, soak.png). Exit 1 unless: 0 
 RSS of each kept process at the end within 10 % of minute 5 (runs of 5 minutes or more), the p99 of the
 last cycle within 1.5x of the first, and every table with at least 1,000 rows at minute 10 within 10 % or
 1,000 rows of that count at the end (runs of 15 minutes or more; finished orders leave `--retention-s` after
-they finished, 300 by default, and the decision log is archived where `NEXUS_AUDIT_ARCHIVE_DIR` exists; the
+they finished, 300 by default, and the decision log is archived where the gateway has `ARCHIVE_SETTING`; the
 rows of every table are counted after each cycle has settled). PostgreSQL is one of the faults (stopped and
 started every cycle), so its memory is judged on the settled samples only: the same phase of every cycle, all
 load stopped.
@@ -47,7 +47,7 @@ from typing import Any
 import httpx
 import psutil
 
-from nexus.settings import Settings
+from nexus.settings import Settings, env_name
 from nexus.store.database import Database
 from nexus.store.queries import query
 from nexus_lab.agent import runner as agent
@@ -109,6 +109,10 @@ class TimedTransport:
 
     async def close(self) -> None:
         await self.inner.close()
+
+
+ARCHIVE_SETTING = "audit_archive_dir"
+"""The decision log's archive directory (issue 35 item 3): set for the soak's gateways where it exists."""
 
 
 @dataclasses.dataclass
@@ -230,8 +234,8 @@ class Soak:
     def _retention_env(self, directory: Path) -> dict[str, str]:
         """Retention in seconds, and the decision log archived where the gateway knows how (issue 35)."""
         env = {"NEXUS_RETENTION_S": str(self.config.retention_s), "NEXUS_RETENTION_SWEEP_S": "5"}
-        if "audit_archive_dir" in Settings.model_fields:
-            env["NEXUS_AUDIT_ARCHIVE_DIR"] = str(directory / "archive")
+        if ARCHIVE_SETTING in Settings.model_fields:  # the archive's setting, once the gateway has it
+            env[env_name(ARCHIVE_SETTING)] = str(directory / "archive")
         return env
 
     async def _all_tables(self, db: Database) -> dict[str, int]:
