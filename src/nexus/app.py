@@ -217,6 +217,9 @@ async def _background_services(
     services.append(("deadline-sweeper", sweep_deadlines(gateway, settings)))
     services.append(("approval-expirer", expire_approvals(gateway, settings)))
     services.append(("audit-checkpointer", checkpoint_loop(db, settings, signing_key)))
+    from nexus.retention.remover import RetentionRemover  # Finished orders leave after their period
+
+    services.append(("retention-remover", RetentionRemover(db, settings, catalog).run()))
     if dispatcher:
         from nexus.delivery.dispatcher import OutboxDispatcher
         from nexus.delivery.subscriptions import ensure_default_subscription

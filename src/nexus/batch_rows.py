@@ -62,7 +62,8 @@ def pairs(keys: Sequence[OrderKey]) -> tuple[list[str], list[str]]:
 
 async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, validated: bool) -> BatchReads:
     """The orders' rows and buffered steps, their rejected steps by event_id and the tenants' limits
-    (when steps are `validated`), and their decision-log chain heads: one statement."""
+    (when steps are `validated`), the removal markers of removed orders, and their decision-log chain
+    heads: one statement."""
     tenants = sorted({tenant for tenant, _ in order_ids})
     rows = await conn.fetch(query("gateway.sql", "read_batch"), *pairs(order_ids), tenants, validated)
     pending: dict[OrderKey, dict[int, EventEnvelope]] = defaultdict(dict)
@@ -72,6 +73,7 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
     heads: dict[OrderKey, tuple[int, bytes]] = {}
     order_rows = []
     held = []
+    markers = []
     for row in rows:
         kind = row["kind"]
         if kind == "order":
@@ -84,12 +86,16 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
             step = pending[(row["tenant_id"], row["order_id"])][row["seq_id"]] = parse_envelope(row["envelope"])
             if row["numbered"]:
                 numbered[(row["tenant_id"], row["order_id"])].add(step.event_id)
+        elif kind == "removed":
+            markers.append(row)
         elif kind == "rejected":
             verdict = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
             rejected[(row["tenant_id"], row["order_id"])][row["event_id"]] = verdict
         else:
             limits[row["tenant_id"]] = tenant_limits(Decimal(row["max_order_amount"]), row["max_list_items"])
     states = {(r["tenant_id"], r["order_id"]): state_of(r, pending) for r in order_rows}
+    for row in markers:  # a removed order: its marker decides its steps (core/decide/removed.py)
+        states.setdefault((row["tenant_id"], row["order_id"]), removed_state(row))
     for oid, steps in pending.items():
         if oid not in states:
             # the plan of a buffered step (any: they share it, or PLAN_MISMATCH kept them out)
@@ -186,6 +192,20 @@ def _facts(text: str) -> dict[str, Any]:
         return {}
     facts: dict[str, Any] = (orjson.loads if _LONG_NUMBER.search(text) is None else json.loads)(text)
     return facts
+
+
+def removed_state(row: Any) -> OrderState:
+    """A removed order's state from its removal marker (read_batch's 'removed' row)."""
+    return OrderState(
+        order_id=row["order_id"],
+        plan_id=row["plan_id"],
+        status=row["status"],
+        last_seq=row["last_seq"],
+        tombstone=row["tombstone"],
+        outbox_count=row["outbox_count"],
+        process=row["process"],
+        removed=True,
+    )
 
 
 def state_of(row: Any, pending: Mapping[OrderKey, Mapping[int, EventEnvelope]]) -> OrderState:

@@ -1,6 +1,7 @@
 """`nexus db`: the database's own tools.
 
-    nexus db stats                                   approximate rows and bytes per table, replication
+    nexus db stats                                   approximate rows and bytes per table, replication, and
+                                                     retention (the oldest finished order's age, docs/retention.md)
     nexus db standby --primary URL --data-dir D [--name N] [--port P] [--host H]
                                                      make a streaming replica of a primary and run it
     nexus db promote --data-dir D                    promote a standby to a primary
@@ -76,7 +77,11 @@ def _serve(target: Standby) -> int:
 async def stats(db: Database) -> dict[str, Any]:
     tables = await db.fetch(query("db.sql", "table_stats"))
     replication = await db.fetch(query("db.sql", "replication"))
+    from nexus.retention.remover import RetentionRemover, registered_catalog
+
+    retention = await RetentionRemover(db, db.settings, await registered_catalog(db)).stats()
     return {
+        "retention": retention,
         "tables": [
             {"table": r["table_name"], "approx_rows": r["approx_rows"], "bytes": r["total_bytes"]} for r in tables
         ],

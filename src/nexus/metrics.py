@@ -350,3 +350,14 @@ def expose_all_processes(directory: str) -> None:
 def exposition() -> bytes:
     """The text of /metrics: this process's series, or every worker's (`expose_all_processes`)."""
     return generate_latest(_exposed)
+
+
+# --- retention (nexus.retention: set by the process running the remover) --------------------------
+RETENTION_REMOVED = _counter("nexus_retention_removed_orders_total", "Finished orders removed after their period.")
+RETENTION_OLDEST_FINISHED = _gauge(
+    "nexus_retention_oldest_finished_seconds", "Age of the oldest finished order not yet removed (0: none)."
+)
+RETENTION_OVERDUE = _gauge(
+    "nexus_retention_overdue_seconds",
+    "How far past its retention period the most overdue finished order still present is (0: none is due).",
+)

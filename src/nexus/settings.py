@@ -30,13 +30,13 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from nexus.errors import ConfigurationError
-from nexus.settings_sections import KafkaSettings, OAuthSettings, QuotaSettings, SagaSettings
+from nexus.settings_sections import KafkaSettings, OAuthSettings, QuotaSettings, RetentionSettings, SagaSettings
 from nexus_wire.kafka_security import KafkaSecurity
 
 ENV_PREFIX = "NEXUS_"
 
 
-class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, BaseSettings):
+class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, RetentionSettings, BaseSettings):
     """Configuration of one gateway process."""
 
     model_config = SettingsConfigDict(
@@ -160,9 +160,6 @@ class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, BaseSe
     audit_archive_dir: Path | None = None
     """Where the decision log's trims first write what leaves (`<dir>/<tenant>/<from>_<to>.jsonl`, each segment
     verifiable alone); None: the log is kept whole and nothing is trimmed."""
-    retention_s: int = Field(default=2_592_000, ge=0)
-    """How long a finished order, and the decision log's records of chains that never finish and its old
-    checkpoints, are kept (seconds; 30 days)."""
     # Identity, tenancy, outbound URL guard, rate limits
     auth_cache_ttl_s: float = 1.0
     """How long a key lookup is trusted: a revoked key is refused by every process within this time."""

@@ -159,3 +159,21 @@ class QuotaSettings(BaseSettings):
     """Unrevoked API keys bound to one tenant (keys spanning every tenant are not counted); 0 = no quota."""
     metrics_max_tenants: int = Field(50, ge=1)
     """Tenants with their own `nexus_tenant_quota_*` series (the most used); the rest share the label `other`."""
+
+
+class RetentionSettings(BaseSettings):
+    """How long finished orders stay (docs/retention.md), and the remover that takes them away."""
+
+    model_config = SettingsConfigDict(use_attribute_docstrings=True)
+
+    retention_s: int = Field(2_592_000, ge=1)
+    """A finished order (completed, aborted, tombstoned) and everything about it leave this long after it
+    finished (30 days); a tenant's own period: `nexus tenants set-limit T --retention-s N`. The decision log's
+    chains that never finish and its old checkpoints are trimmed after it too (with `audit_archive_dir`)."""
+    removed_order_memory_s: int = Field(604_800, ge=1)
+    """How long a removed order's marker is kept (7 days): while it lives, a late step of the order is
+    answered from it (DUPLICATE or DISCARD ORDER_REMOVED) and its order id cannot start again."""
+    retention_batch: int = Field(200, ge=1)
+    """Orders one remover transaction takes away at most (short transactions, bounded locks)."""
+    retention_sweep_s: float = Field(60.0, gt=0)
+    """How often the remover looks for orders due for removal once it has removed every due one."""

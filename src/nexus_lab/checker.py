@@ -36,10 +36,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from asyncpg import Connection
+
 from nexus.core.sequencing import deadline_abort_id
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus_lab import checker_removed as marker_checks
+from nexus_lab.checker_run import check_run, notifications_settled
 from nexus_lab.tables import text_table
 
 CHECKS: dict[str, str] = {
@@ -280,27 +284,6 @@ def check_approvals(plan: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) 
     return problems
 
 
-def check_run(report: Mapping[str, Any]) -> list[tuple[str, bool, str]]:
-    """Run-wide checks: complete report; every failure kind and hostile mode with rate > 0 happened."""
-    config, plans = report["config"], report["plans"]
-    out: list[tuple[str, bool, str]] = []
-    complete = bool(report.get("complete")) and all(p["finished"] for p in plans)
-    out.append(("report", complete, f"{len(plans)}/{config['orders']} plans, error: {report.get('error')}"))
-    # A plan of another process than the order names the simulated failure it took (`failure`).
-    outcomes = collections.Counter(p.get("failure") or p["outcome"] for p in plans)
-    for kind, rate_key in (
-        ("inventory_failed", "inventory_failure_rate"),
-        ("payment_rejected", "payment_rejection_rate"),
-    ):
-        if config[rate_key] > 0:
-            out.append((kind, outcomes[kind] > 0, f"rate {config[rate_key]:g}: {outcomes[kind]} plans"))
-    modes = collections.Counter(m for p in plans for m in p["hostile"])
-    for mode, rate in config["hostile"].items():
-        if rate > 0:
-            out.append((mode, modes[mode] > 0, f"rate {rate:g}: {modes[mode]} plans"))
-    return out
-
-
 async def _dlq_event_ids(report: Mapping[str, Any], settings: Settings) -> set[str] | None:
     """Event ids found on the Kafka DLQ topic, or None when it cannot be read."""
     target = str(report["config"].get("target", ""))
@@ -355,11 +338,19 @@ async def check_report(
     wait_s: float = 30.0,
     allow_duplicates: bool = False,
 ) -> CheckResult:
-    """Check every plan of `report` against the database and the sink's log."""
+    """Check every plan of `report` against the database (one snapshot: a remover taking an order away meanwhile
+    is seen before or after, never half) and the sink's log."""
+    await wait_settled(db, report, sink_log, wait_s)
+    async with db.pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        return await _judge(report, conn, sink_log, settings, allow_duplicates)
+
+
+async def _judge(
+    report: Mapping[str, Any], db: Connection, sink_log: Path | None, settings: Settings | None, allow_duplicates: bool
+) -> CheckResult:
     result = CheckResult()
     plans = report["plans"]
     order_ids = [p["order_id"] for p in plans]
-    await wait_settled(db, report, sink_log, wait_s)
     orders = {r["order_id"]: dict(r) for r in await db.fetch(query("checker.sql", "orders"), order_ids)}
     outbox = _index([dict(r) for r in await db.fetch(query("checker.sql", "outbox"), order_ids)], "order_id")
     deliveries = [dict(r) for r in await db.fetch(query("checker.sql", "deliveries"), order_ids)]
@@ -376,9 +367,13 @@ async def check_report(
         result.skipped["sink"] = "no --sink-log"
     rejected = {r["event_id"]: r["code"] for r in await db.fetch(query("checker.sql", "rejected"), order_ids)}
     approvals = _index([dict(r) for r in await db.fetch(query("checker.sql", "approvals"), order_ids)], "order_id")
+    removed = {r["order_id"]: dict(r) for r in await db.fetch(query("checker.sql", "removed"), order_ids)}
 
     for plan in plans:
         oid = plan["order_id"]
+        if oid not in orders and oid in removed:  # removed after its retention period: its marker speaks
+            _check_removed(result, plan, removed[oid], sink_records.get(oid, []), allow_duplicates)
+            continue
         row, rows = orders.get(oid), outbox.get(oid, [])
         if "acks" not in result.skipped:
             result.record("acks", plan, check_acks(plan))
@@ -391,15 +386,38 @@ async def check_report(
             result.record("dead_letters", plan, check_dead_letters(plan, dead))
         result.record("rejected", plan, check_rejected(plan, rejected))
         result.record("approvals", plan, check_approvals(plan, approvals.get(oid, [])))
-    created = sum(len(v) for v in outbox.values())
-    result.run_checks = [*check_run(report), _notifications(created, deliveries)]
+    created = sum(len(v) for v in outbox.values()) + sum(m["outbox_count"] for m in removed.values())
+    deliveries += marker_checks.removed_deliveries(removed)
+    result.run_checks = [*check_run(report), notifications_settled(created, deliveries)]
     lifecycle = await db.fetchrow(query("checker.sql", "lifecycle"), order_ids)
-    result.stats = _stats(created, deliveries, [r for rs in sink_records.values() for r in rs], lifecycle)
+    all_records = [r for rs in sink_records.values() for r in rs]
+    result.stats = {**_stats(created, deliveries, all_records, lifecycle), "removed": len(removed)}
     return result
 
 
+def _check_removed(
+    result: CheckResult,
+    plan: Mapping[str, Any],
+    marker: Mapping[str, Any],
+    sink: Sequence[Mapping[str, Any]],
+    allow_duplicates: bool,
+) -> None:
+    """A removed order's checks from its marker (nexus_lab.checker_removed)."""
+    if "acks" not in result.skipped:
+        result.record("acks", plan, check_acks(plan))
+    result.record("order", plan, check_order(plan, marker))
+    result.record("outbox", plan, marker_checks.check_removed_outbox(plan, marker))
+    result.record("delivered", plan, marker_checks.check_removed_delivered(marker))
+    if "sink" not in result.skipped:
+        rows = marker_checks.derived_outbox(marker, _expected_event_ids(plan))
+        result.record("sink", plan, check_sink(rows, sink, allow_duplicates=allow_duplicates))
+    for name in marker_checks.REMOVED_UNCHECKED:
+        if name not in result.skipped:
+            result.record(name, plan, [])
+
+
 async def _dead_lettered(
-    report: Mapping[str, Any], db: Database, result: CheckResult, settings: Settings | None
+    report: Mapping[str, Any], db: Connection, result: CheckResult, settings: Settings | None
 ) -> set[str] | None:
     """The event ids dead-lettered of those expected to be (the table's, and over Kafka the DLQ topic's too);
     None when the DLQ topic cannot be read."""
@@ -418,16 +436,7 @@ async def _dead_lettered(
     return dead
 
 
-def _notifications(created: int, deliveries: list[dict[str, Any]]) -> tuple[str, bool, str]:
-    """Every notification created has its deliveries, and each of them is delivered or dead."""
-    states = collections.Counter(d["state"] for d in deliveries)
-    settled = states["delivered"] + states["dead"] + states["pending"]
-    return (
-        "notifications",
-        settled == len(deliveries) and len(deliveries) >= created > 0 and not states["pending"],
-        f"{created} created, {len(deliveries)} deliveries: {states['delivered']} delivered, "
-        f"{states['dead']} dead, {states['pending']} pending",
-    )
+_LIFECYCLE = ("superseded", "timed_out", "held", "denied", "approved")
 
 
 def _stats(
@@ -445,11 +454,7 @@ def _stats(
         "sink_accepted": sum(1 for r in all_records if _accepted(r)),
         "sink_faults": sum(1 for r in all_records if r.get("fault")),
         "sink_duplicates": sum(1 for r in all_records if r.get("duplicate")),
-        **(
-            {k: int(lifecycle[k]) for k in ("superseded", "timed_out", "held", "denied", "approved")}
-            if lifecycle
-            else {}
-        ),
+        **({k: int(lifecycle[k]) for k in _LIFECYCLE} if lifecycle else {}),
     }
 
 

@@ -18,9 +18,13 @@ Measured: per cycle the p99 of the agent's HTTP sends (retries included), CPU se
 the never-killed processes (gateway 0, dispatcher 0, PostgreSQL) and the sizes of the main tables; each
 minute, and after each cycle has settled, the RSS of those processes (PostgreSQL: the private memory of its
 processes). Written to `--out` (soak.json, soak.md, soak.png). Exit 1 unless: 0 invariant violations, the
-RSS of each kept process at the end within 10 % of minute 5 (runs of 5 minutes or more), and the p99 of the
-last cycle within 1.5x of the first. PostgreSQL is one of the faults (stopped and started every cycle), so
-its memory is judged on the settled samples only: the same phase of every cycle, all load stopped.
+RSS of each kept process at the end within 10 % of minute 5 (runs of 5 minutes or more), the p99 of the
+last cycle within 1.5x of the first, and every table with at least 1,000 rows at minute 10 within 10 % or
+1,000 rows of that count at the end (runs of 15 minutes or more; finished orders leave `--retention-s` after
+they finished, 300 by default, and the decision log is archived where the gateway has `ARCHIVE_SETTING`; the
+rows of every table are counted after each cycle has settled). PostgreSQL is one of the faults (stopped and
+started every cycle), so its memory is judged on the settled samples only: the same phase of every cycle, all
+load stopped.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ from typing import Any
 import httpx
 import psutil
 
-from nexus.settings import Settings
+from nexus.settings import Settings, env_name
 from nexus.store.database import Database
+from nexus.store.queries import query
 from nexus_lab.agent import runner as agent
 from nexus_lab.agent.hostile_messages import Message
 from nexus_lab.agent.reactive import step_envelope
@@ -106,6 +111,10 @@ class TimedTransport:
         await self.inner.close()
 
 
+ARCHIVE_SETTING = "audit_archive_dir"
+"""The decision log's archive directory (issue 35 item 3): set for the soak's gateways where it exists."""
+
+
 @dataclasses.dataclass
 class SoakConfig:
     minutes: float
@@ -117,6 +126,8 @@ class SoakConfig:
     settle_timeout_s: float = 120.0
     out: Path = Path("benchmarks/results/soak")
     kafka_bootstrap: str | None = None
+    retention_s: int = 300
+    """NEXUS_RETENTION_S of the gateways: finished orders leave this long after they finished."""
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -186,6 +197,7 @@ class Soak:
         await wait_ready(self.services, self.services_url + "/health")
         env = {
             **SAGA_ENV,
+            **self._retention_env(directory),
             "NEXUS_SAGA_LEASE_S": "5",
             **{f"NEXUS_SERVICE_{name.upper()}_URL": f"{self.services_url}/{name}" for name in SERVICES},
         }
@@ -219,14 +231,26 @@ class Soak:
         return 0
 
     # -- measuring -------------------------------------------------------------------------------------------
+    def _retention_env(self, directory: Path) -> dict[str, str]:
+        """Retention in seconds, and the decision log archived where the gateway knows how (issue 35)."""
+        env = {"NEXUS_RETENTION_S": str(self.config.retention_s), "NEXUS_RETENTION_SWEEP_S": "5"}
+        if ARCHIVE_SETTING in Settings.model_fields:  # the archive's setting, once the gateway has it
+            env[env_name(ARCHIVE_SETTING)] = str(directory / "archive")
+        return env
+
+    async def _all_tables(self, db: Database) -> dict[str, int]:
+        """Rows of every table of the gateway's schema, counted (settled samples: the load has stopped)."""
+        names = [r["table_name"] for r in await db.fetch(query("db.sql", "table_stats"))]
+        return {name: int(await db.fetchval(f'SELECT count(*) FROM "{name}"')) for name in names}
+
     async def _sample_forever(self) -> None:
         while True:
             self.sample()
             await asyncio.sleep(60.0)
 
-    def sample(self, *, settled: bool = False) -> None:
+    def sample(self, *, settled: bool = False, tables: dict[str, int] | None = None) -> None:
         rss = {name: round(rss_mb(pid, private=name == "postgres"), 1) for name, pid in self._kept().items() if pid}
-        self.samples.append(Sample(round((time.monotonic() - self.started) / 60, 2), rss, settled))
+        self.samples.append(Sample(round((time.monotonic() - self.started) / 60, 2), rss, settled, tables or {}))
         self.say(f"soak: minute {self.samples[-1].minute:.1f}{' (settled)' if settled else ''}: RSS MB {rss}")
 
     async def _tables(self, db: Database) -> dict[str, int]:
@@ -366,7 +390,7 @@ class Soak:
                     n += 1
                     cycle = await self.cycle(n, db)
                     self.cycles.append(cycle)
-                    self.sample(settled=True)
+                    self.sample(settled=True, tables=await self._all_tables(db))
                     self.say(f"[cycle {n}] invariants {cycle.held}/{cycle.checked}, p99 {cycle.p99_ms} ms, "
                              f"CPU {cycle.cpu_s_per_1k} s/1k events, faults {cycle.faults}")  # fmt: skip
                     for line in cycle.violations[:10]:
@@ -398,6 +422,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--settle-timeout", type=float, default=120.0, help="seconds a cycle may take to settle")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/soak"), help="soak.json, .md, .png")
     parser.add_argument("--kafka-bootstrap", default=None, help="the local broker (NEXUS_KAFKA_BOOTSTRAP)")
+    parser.add_argument(
+        "--retention-s",
+        type=int,
+        default=300,
+        help="NEXUS_RETENTION_S of the gateways: finished orders leave after it (tables stay flat)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -413,6 +443,7 @@ def run(args: argparse.Namespace) -> int:
         settle_timeout_s=args.settle_timeout,
         out=args.out,
         kafka_bootstrap=args.kafka_bootstrap,
+        retention_s=args.retention_s,
     )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     for noisy in ("aiokafka", "asyncpg.pool"):

@@ -12,11 +12,17 @@ from typing import TYPE_CHECKING
 from nexus_lab.tables import text_table
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
     from nexus_lab.soak import SoakConfig
 
 RSS_TOLERANCE = 0.10
 P99_TOLERANCE = 1.5
 RSS_REFERENCE_MINUTE = 5
+FLAT_REFERENCE_MINUTE = 10
+FLAT_JUDGED_MINUTES = 15
+FLAT_TOLERANCE = 0.10
+FLAT_ROWS = 1_000
 
 
 TABLES = ("orders", "outbox", "deliveries", "delivery_attempts", "decision_log", "dead_letters", "saga_steps")
@@ -47,6 +53,8 @@ class Sample:
     minute: float
     rss_mb: dict[str, float]
     settled: bool = False
+    tables: dict[str, int] = dataclasses.field(default_factory=dict)
+    """Rows of every table of the gateway's schema (settled samples only)."""
 
 
 def verdict_of(
@@ -66,7 +74,29 @@ def verdict_of(
                     last_cycle <= P99_TOLERANCE * first, f"{first:.0f} -> {last_cycle:.0f} ms"))  # fmt: skip
     else:
         out.append(("p99 of the last cycle within 1.5x of the first", True, "not judged: one cycle"))
+    out.append(_flat_tables(config, samples))
     return out
+
+
+def _flat_tables(config: SoakConfig, samples: list[Sample]) -> tuple[str, bool, str]:
+    """Every table with at least 1,000 rows at minute 10 ends within 10 % or 1,000 rows of that count (finished
+    orders leave after `--retention-s`: docs/retention.md), compared on settled samples (the same phase of each
+    cycle, all load stopped); runs under 15 minutes are not judged."""
+    criterion = (f"tables with >= {FLAT_ROWS:,} rows at minute {FLAT_REFERENCE_MINUTE} end within "
+                 f"{FLAT_TOLERANCE:.0%} or {FLAT_ROWS:,} rows")  # fmt: skip
+    counted = [s for s in samples if s.settled and s.tables]
+    reference = next((s for s in counted if s.minute >= FLAT_REFERENCE_MINUTE), None)
+    if config.minutes < FLAT_JUDGED_MINUTES or reference is None or reference is counted[-1]:
+        return criterion, True, f"not judged: a run shorter than {FLAT_JUDGED_MINUTES} minutes"
+    last = counted[-1].tables
+    grown = {
+        table: (rows, last.get(table, 0))
+        for table, rows in reference.tables.items()
+        if rows >= FLAT_ROWS and abs(last.get(table, 0) - rows) > max(FLAT_TOLERANCE * rows, FLAT_ROWS)
+    }
+    judged = sum(1 for rows in reference.tables.values() if rows >= FLAT_ROWS)
+    detail = ", ".join(f"{t} {a} -> {b}" for t, (a, b) in sorted(grown.items())) or f"{judged} tables judged, flat"
+    return criterion, not grown, f"minute {reference.minute:.1f} -> {counted[-1].minute:.1f}: {detail}"
 
 
 def _rss_drift(samples: list[Sample], name: str) -> tuple[str, bool, str]:
@@ -136,7 +166,7 @@ def plot(cycles: list[Cycle], samples: list[Sample], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 7))
+    fig, (top, bottom, rows) = plt.subplots(3, 1, figsize=(9, 10))
     names = sorted({n for s in samples for n in s.rss_mb})
     for name in names:  # a process that was down at a sample (PostgreSQL mid-outage) has no point there
         points = [(s.minute, s.rss_mb[name]) for s in samples if s.rss_mb.get(name)]
@@ -159,6 +189,20 @@ def plot(cycles: list[Cycle], samples: list[Sample], path: Path) -> None:
     cpu.set_ylabel("CPU s per 1,000 events (kept processes)", color="tab:orange")
     cpu.set_ylim(bottom=0)
     bottom.set_title("per cycle: p99 of the agent's HTTP sends, CPU of the kept processes per 1,000 events")
+    _plot_tables(rows, [s for s in samples if s.settled and s.tables])
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _plot_tables(axes: Axes, counted: list[Sample]) -> None:
+    """Rows over time of every table that reached 1,000 (the flatness criterion's), at the settled samples."""
+    big = sorted({t for s in counted for t, n in s.tables.items() if n >= FLAT_ROWS})
+    for table in big:
+        axes.plot([s.minute for s in counted], [s.tables.get(table, 0) for s in counted], "o-", label=table)
+    axes.set_xlabel("minute")
+    axes.set_ylabel("rows")
+    axes.set_ylim(bottom=0)
+    if big:
+        axes.legend(loc="upper left", fontsize="small")
+    axes.set_title(f"rows of the tables of >= {FLAT_ROWS:,} rows, after each cycle settled (retention on)")

@@ -76,3 +76,10 @@ async def test_gateway_kill_catches_numbering_that_forgets_idempotency_keys(chao
     """A repeated MCP call numbered as a new step (its key forgotten) is caught: not answered DUPLICATE."""
     result = await run_broken(chaos_session, "gateway-kill", "serve_forget_step_keys.py", plans=4)
     assert broke(result, "mcp answers: ")
+
+
+async def test_retention_catches_a_remover_taking_orders_with_open_deliveries(chaos_session: ChaosSession) -> None:
+    """A remover that ignores pending deliveries takes notifications away before the slow receiver got them: the
+    checker reads the markers and says so (open deliveries, positions never accepted)."""
+    result = await run_broken(chaos_session, "retention", "serve_remove_open_orders.py", plans=10)
+    assert broke(result, "removed with deliveries open", "never accepted")

@@ -54,3 +54,5 @@ async def test_nexus_db_stats_prints_every_table(api: httpx.AsyncClient, setting
     assert tables["orders"]["approx_rows"] == 5
     assert {"orders", "outbox", "decision_log", "dead_letters"} <= set(tables)
     assert stats["replication"] == []
+    assert stats["retention"]["retention_s"] == settings.retention_s
+    assert stats["retention"]["oldest_finished_s"] == 0  # two steps of five: no order has finished

@@ -14,7 +14,7 @@ import yaml
 from nexus import metrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-RULES = 13
+RULES = 14
 # A series selector of an expression: its name and its `{...}` matchers, if any.
 SELECTOR = re.compile(r"\b(nexus_[a-z_]+|up)\b(\{[^}]*\})?")
 MATCHER = re.compile(r'([a-z_]+)\s*=\s*"([^"]*)"')

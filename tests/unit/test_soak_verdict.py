@@ -49,3 +49,28 @@ def test_a_growing_gateway_fails_whatever_the_phase(soak: Soak) -> None:
     held, detail = _verdict(soak)["RSS of gateway-0 within 10% of minute 5"]
     assert not held
     assert detail == "130.0 -> 150.0 MB (+15.4%)"
+
+
+def _flat(soak: Soak) -> tuple[bool, str]:
+    [(held, detail)] = [(h, d) for c, h, d in soak.verdict() if c.startswith("tables with")]
+    return held, detail
+
+
+def test_tables_are_judged_flat_from_minute_10_on_settled_samples(soak: Soak) -> None:
+    """A table of >= 1,000 rows at minute 10 may end within 10 % or 1,000 rows; one that doubled fails; small
+    tables and unsettled samples are not judged."""
+    soak.samples = [
+        Sample(10.5, {}, settled=True, tables={"orders": 20_000, "outbox": 100_000, "plans": 300}),
+        Sample(20.0, {}, tables={"orders": 90_000}),
+        Sample(30.0, {}, settled=True, tables={"orders": 21_500, "outbox": 108_000, "plans": 5_000}),
+    ]
+    assert _flat(soak) == (True, "minute 10.5 -> 30.0: 2 tables judged, flat")
+    soak.samples[-1] = Sample(30.0, {}, settled=True, tables={"orders": 40_000, "outbox": 100_500})
+    assert _flat(soak) == (False, "minute 10.5 -> 30.0: orders 20000 -> 40000")
+
+
+def test_a_run_under_15_minutes_says_its_tables_are_not_judged(soak: Soak) -> None:
+    """`make test`'s short soak prints the flatness criterion as not judged."""
+    soak.config = SoakConfig(minutes=2)
+    soak.samples = [Sample(1.0, {}, settled=True, tables={"orders": 5_000})]
+    assert _flat(soak) == (True, "not judged: a run shorter than 15 minutes")

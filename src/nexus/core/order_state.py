@@ -42,6 +42,8 @@ class OrderState:
     """When the live plan is aborted (abort_code timeout); None: no deadline, or not live."""
     held: uuid.UUID | None = None
     """The event_id of the step waiting for approval (at seq last_seq + 1), if any."""
+    removed: bool = False
+    """The order was removed after its retention period: this state is its marker's (`decide/removed.py`)."""
 
     @property
     def exists(self) -> bool:

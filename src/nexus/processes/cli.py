@@ -127,6 +127,13 @@ def configure_tenants(parser: argparse.ArgumentParser) -> argparse._SubParsersAc
             default=None,
             help=f"this tenant's {quota.value} quota (NEXUS_QUOTA_{quota.value.upper()} otherwise); 0: no quota",
         )
+    set_limit.add_argument(
+        "--retention-s",
+        type=int,
+        default=None,
+        help="how long this tenant's finished orders are kept, in seconds (docs/retention.md); 0 removes the "
+        "tenant's own (NEXUS_RETENTION_S applies)",
+    )
     listing = sub.add_parser("list", help="tenants with a limit of their own")
     add_common(listing)
     return sub
@@ -137,8 +144,11 @@ def run_tenants(args: argparse.Namespace) -> int:
     amount: Decimal | None = None
     if args.action == "set-limit":
         quotas = _quotas_of(args)
-        if args.amount is None and args.max_list_items is None and not quotas:
-            print("give an amount, --max-list-items, a quota (--live-orders N ...), or several", file=sys.stderr)
+        if args.amount is None and args.max_list_items is None and args.retention_s is None and not quotas:
+            print(
+                "give an amount, --max-list-items, --retention-s, a quota (--live-orders N ...), or several",
+                file=sys.stderr,
+            )
             return 1
         if any(n < 0 for n in quotas.values()):
             print("a quota is a number of rows (0: no quota)", file=sys.stderr)
@@ -146,6 +156,10 @@ def run_tenants(args: argparse.Namespace) -> int:
         if args.max_list_items is not None and args.max_list_items < 0:
             print(f"not a number of items: {args.max_list_items}", file=sys.stderr)
             return 1
+        for flag, value in (("items", args.max_list_items), ("seconds", args.retention_s)):
+            if value is not None and value < 0:
+                print(f"not a number of {flag}: {value}", file=sys.stderr)
+                return 1
         if args.amount is not None:
             try:
                 amount = Decimal(args.amount)
@@ -174,18 +188,22 @@ def run_tenants(args: argparse.Namespace) -> int:
                     print(f"tenant {args.tenant}: max_list_items {shown} (max_order_amount {kept})")
                 if quotas:
                     await _set_quotas(db, settings, args.tenant, quotas)
+                if args.retention_s is not None:
+                    await _set_retention(db, settings, args.tenant, args.retention_s)
             else:
                 print(
                     f"default: max_order_amount {settings.default_max_order_amount}, "
                     f"max_list_items {DEFAULT_MAX_LIST_ITEMS} (unless a process sets its own), "
                     + ", ".join(f"{q.value} {limit}" for q, limit in default_limits(settings).items())
+                    + f", retention_s {settings.retention_s}"
                 )
                 for row in await db.fetch(query("processes.sql", "tenant_limits")):
                     items = "" if row["max_list_items"] is None else f", max_list_items {row['max_list_items']}"
                     own = "".join(
                         f", {q.value} {row[f'quota_{q.value}']}" for q in Quota if row[f"quota_{q.value}"] is not None
                     )
-                    print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}{items}{own}")
+                    kept = "" if row["retention_s"] is None else f", retention_s {row['retention_s']}"
+                    print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}{items}{own}{kept}")
         finally:
             await db.close()
         return 0
@@ -204,3 +222,14 @@ async def _set_quotas(db: Database, settings: Settings, tenant: str, quotas: Map
     values = [quotas.get(quota) for quota in Quota]
     await db.execute(query("quotas.sql", "set_tenant_quotas"), tenant, str(settings.default_max_order_amount), *values)
     print(f"tenant {tenant}: " + ", ".join(f"{q.value} {n}" for q, n in quotas.items()))
+
+
+async def _set_retention(db: Database, settings: Settings, tenant: str, seconds: int) -> None:
+    """A tenant's own retention period (0: none, NEXUS_RETENTION_S applies); a tenant without a row gets the
+    amount limit in force recorded beside it."""
+    own = seconds or None
+    kept = await db.fetchval(
+        query("processes.sql", "set_tenant_retention"), tenant, str(settings.default_max_order_amount), own
+    )
+    shown = own if own is not None else f"the default ({settings.retention_s})"
+    print(f"tenant {tenant}: retention_s {shown} (max_order_amount {kept})")

@@ -67,6 +67,8 @@ def _counted(scenario: Scenario, report: dict[str, Any], check: CheckResult, cou
         counts["hostile messages"] += hostile
     if scenario.sink_faults and check.stats.get("sink_faults"):
         counts["sink faults"] += check.stats["sink_faults"]
+    if check.stats.get("removed"):  # orders the checker proved from their removal markers
+        counts["orders removed"] += check.stats["removed"]
 
 
 async def _mcp_agents(scenario: Scenario, stack: Stack) -> McpAgents:

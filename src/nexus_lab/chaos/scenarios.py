@@ -28,6 +28,10 @@ from nexus_lab.chaos.kafka_cluster import LAG_ZERO, BrokerKill
 Range = tuple[float, float]
 
 UNSTABLE_SINK = ("--fail-rate", "0.3", "--fail-status", "500,503,429,408", "--retry-after", "1", "--hang-rate", "0.04")
+# Retention in seconds behind a slow receiver: many orders finish with deliveries still open, which the remover
+# must wait for (docs/retention.md).
+RETENTION_SINK = ("--fail-rate", "0.5", "--fail-status", "503,429", "--retry-after", "2")
+RETENTION_ENV = {"NEXUS_RETENTION_S": "1", "NEXUS_RETENTION_SWEEP_S": "0.2"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,6 +255,13 @@ SCENARIOS: dict[str, Scenario] = {
             "sink faults",
             StackSpec(sink_args=UNSTABLE_SINK),
             sink_faults=True,
+        ),
+        Scenario(
+            "retention",
+            "finished orders removed a second after they finish, behind a slow receiver, while agents resend steps",
+            "orders removed",
+            StackSpec(sink_args=RETENTION_SINK, env=RETENTION_ENV),
+            hostile={Mode.DUPLICATE: 0.5, Mode.RESTART: 0.5},
         ),
         Scenario(
             "circuit-breaker",

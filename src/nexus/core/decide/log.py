@@ -123,6 +123,8 @@ class _OrderEntries:
             return f"plan {event.plan_id} was replaced by plan {after.plan_id}"
         if decision is Decision.TOMBSTONE and is_deadline_abort(event):
             return UNSTARTED_TIMEOUT
+        if code is ErrorCode.ORDER_REMOVED:
+            return f"order {event.order_id} was removed after its retention period"
         if decision is Decision.APPLY and event.is_replan:
             return f"plan {event.plan_id} replaced by {event.new_plan_id} at seq {after.last_seq}"
         return None

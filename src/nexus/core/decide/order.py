@@ -4,6 +4,7 @@ The deciders each hold their part of the decision table: `position` (sequencing,
 `replan` (plan swap), `validation` (the process), `approvals`, `deadlines`, `effects` (saga steps),
 `rejections` (max_rejections). This module only runs them, in this order, for each step:
 
+0. an order removed after its retention period: its marker decides alone (`removed`);
 1. a deadline passed on a live plan: the gateway's timeout abort applies first (`deadlines`);
 2. an event_id already rejected: REJECTED again (`rejections`);
 3. a step past a terminal state: REJECTED AFTER_TERMINAL (`validation`);
@@ -28,6 +29,7 @@ from nexus.core.decide.deadlines import deadline_abort, deadline_for, is_deadlin
 from nexus.core.decide.effects import defer_for_effect, is_pivot, past_pivot
 from nexus.core.decide.position import DEFAULT_TERMINAL, ReorderBuffer, decide
 from nexus.core.decide.rejections import limit_reached, policy_abort
+from nexus.core.decide.removed import decide_removed
 from nexus.core.decide.validation import StepChecks, after_terminal
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Resolution
@@ -97,6 +99,9 @@ class OrderFold:
 
     def step(self, event: EventEnvelope) -> None:
         state = self.state
+        if state.removed:  # 0. an order removed after its retention: its marker decides (`removed`)
+            self.decisions.append((event, decide_removed(state, event), state))
+            return
         due = self._overdue(state)
         if is_deadline_abort(event) and not (due or unstarted_overdue(state, self.ctx.now)):
             self.decisions.append((event, Decision.DUPLICATE, state))  # a sweeper's abort, not (now) due

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from nexus.core.decide.removed import removed_code
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Decision, OrderState
 from nexus.errors import ErrorCode
@@ -51,6 +52,8 @@ def code_of(
     `event` and the order's `state` after it tell a superseded plan's straggler (DISCARD PLAN_SUPERSEDED)."""
     if decision is Decision.PLAN_MISMATCH:
         return ErrorCode.PLAN_MISMATCH
+    if state is not None and state.removed:
+        return removed_code(decision, state)
     if (
         decision is Decision.DISCARD
         and event is not None

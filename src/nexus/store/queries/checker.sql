@@ -18,9 +18,19 @@ SELECT order_id, seq_id FROM pending_events WHERE order_id = ANY($1::text[]);
 SELECT event_id, code FROM dead_letters WHERE event_id = ANY($1::text[]);
 
 -- name: settled
+-- (a removed order's notifications and pending deliveries are its marker's)
 SELECT
-  (SELECT coalesce(sum(outbox_count), 0) FROM orders WHERE order_id = ANY($1::text[])) AS notifications,
-  (SELECT count(*) FROM deliveries WHERE order_id = ANY($1::text[]) AND state = 'pending') AS pending;
+  (SELECT coalesce(sum(outbox_count), 0) FROM orders WHERE order_id = ANY($1::text[]))
+  + (SELECT coalesce(sum(notifications), 0) FROM removed_orders WHERE order_id = ANY($1::text[])) AS notifications,
+  (SELECT count(*) FROM deliveries WHERE order_id = ANY($1::text[]) AND state = 'pending')
+  + (SELECT coalesce(sum(pending), 0) FROM removed_orders WHERE order_id = ANY($1::text[])) AS pending;
+
+-- name: removed
+-- The removal markers of the report's orders removed after their retention period (nexus.retention): what
+-- the checker proves them by once their rows have left.
+SELECT tenant_id, order_id, plan_id, final_status AS status, last_seq, notifications AS outbox_count, tombstone,
+       delivery_state, delivered, dead, pending
+FROM removed_orders WHERE order_id = ANY($1::text[]);
 
 -- name: rejected
 -- the blocked steps of the report's orders, with the code they were refused for.

@@ -71,7 +71,8 @@ FROM unnest($1::text[], $2::text[]) AS u(t, o);
 -- Everything `Gateway.submit` reads of a batch's orders after `lock_orders`, in one statement: their
 -- rows ('order'), buffered steps ('pending'), rejected steps ('rejected'), the tenants' limits ('limit',
 -- only when $4; max_list_items NULL when the tenant has none of its own), the steps held for approval
--- ('held': event_id and plan_id, only when $4) and the decision log's chain heads ('head'). $1/$2 the
+-- ('held': event_id and plan_id, only when $4), the removal markers of removed orders ('removed': used when
+-- the order has no row, nexus.retention) and the decision log's chain heads ('head'). $1/$2 the
 -- (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL. A buffered step's `numbered`:
 -- the server numbered it (it has a first verdict in plan_steps), so a refused predecessor settles it.
 SELECT 'order' AS kind, o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count,
@@ -103,6 +104,11 @@ SELECT 'held', a.tenant_id, a.order_id, a.plan_id, NULL, NULL, NULL, NULL, NULL,
 FROM approvals AS a
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON a.tenant_id = u.t AND a.order_id = u.oid
 WHERE $4::bool AND a.status = 'pending'
+UNION ALL
+SELECT 'removed', m.tenant_id, m.order_id, m.plan_id, m.final_status, m.last_seq, m.tombstone, m.notifications,
+       m.process, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM removed_orders AS m
+JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON m.tenant_id = u.t AND m.order_id = u.oid
 UNION ALL
 SELECT 'head', u.tenant_id, u.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, h.position, h.hash, NULL, NULL, NULL

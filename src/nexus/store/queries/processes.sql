@@ -18,8 +18,15 @@ INSERT INTO tenant_limits (tenant_id, max_order_amount, max_list_items) VALUES (
 ON CONFLICT (tenant_id) DO UPDATE SET max_list_items = EXCLUDED.max_list_items, updated_at = now()
 RETURNING max_order_amount::text AS max_order_amount;
 
+-- name: set_tenant_retention
+-- A tenant's retention period in seconds ($3; NULL: NEXUS_RETENTION_S); a tenant without a row gets the amount
+-- limit $2 (the current default) recorded beside it.
+INSERT INTO tenant_limits (tenant_id, max_order_amount, retention_s) VALUES ($1, $2::numeric, $3)
+ON CONFLICT (tenant_id) DO UPDATE SET retention_s = EXCLUDED.retention_s, updated_at = now()
+RETURNING max_order_amount::text AS max_order_amount;
+
 -- name: tenant_limits
-SELECT tenant_id, max_order_amount::text AS max_order_amount, max_list_items, updated_at, quota_live_orders,
+SELECT tenant_id, max_order_amount::text AS max_order_amount, max_list_items, retention_s, updated_at, quota_live_orders,
        quota_unstarted_plans, quota_buffered_steps, quota_dead_letters, quota_active_keys
 FROM tenant_limits ORDER BY tenant_id;
 

@@ -1,0 +1,1 @@
+"""Retention: finished orders leave after their period, a removal marker remembers each (docs/retention.md)."""

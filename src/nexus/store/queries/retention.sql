@@ -1,0 +1,147 @@
+-- Retention (nexus.retention, docs/retention.md): finished orders leave with everything about them, a marker
+-- per removed order stays. Every query of a removal takes the orders as $1 (tenants) / $2 (order ids).
+-- An order is finished when its (process, status) is one of the terminal pairs $1/$2 the remover takes from
+-- the process catalog (nothing decided here: the catalog says which states end a process, in every version).
+
+-- name: due_orders
+-- Finished orders past their tenant's retention ($4 seconds unless tenant_limits.retention_s says otherwise),
+-- oldest first (the orders_updated_at index, bounded below by the shortest period in force), with none of their
+-- deliveries pending, no open saga (status not among the closed ones $5) and no approval pending; at most $3,
+-- locked (SKIP LOCKED: another remover takes others).
+SELECT o.tenant_id, o.order_id
+FROM orders AS o
+JOIN unnest($1::text[], $2::text[]) AS t(process, status) ON o.process = t.process AND o.status = t.status
+LEFT JOIN tenant_limits AS l ON l.tenant_id = o.tenant_id
+WHERE o.updated_at < now() - make_interval(secs => least($4, (SELECT min(retention_s) FROM tenant_limits)))
+  AND o.updated_at < now() - make_interval(secs => coalesce(l.retention_s, $4))
+  AND NOT EXISTS (SELECT 1 FROM outbox AS x JOIN deliveries AS d ON d.outbox_id = x.id
+                  WHERE x.tenant_id = o.tenant_id AND x.order_id = o.order_id AND d.state = 'pending')
+  AND NOT EXISTS (SELECT 1 FROM sagas AS s WHERE s.tenant_id = o.tenant_id AND s.order_id = o.order_id
+                  AND s.status <> ALL ($5::text[]))
+  AND NOT EXISTS (SELECT 1 FROM approvals AS a WHERE a.tenant_id = o.tenant_id AND a.order_id = o.order_id
+                  AND a.status = 'pending')
+ORDER BY o.updated_at
+LIMIT $3
+FOR UPDATE OF o SKIP LOCKED;
+
+-- name: lock_removable
+-- The gateway's advisory locks of the orders (gateway.sql lock_orders' keys), taken only where free: an order
+-- a gateway is deciding now is left for the next pass, and a step arriving after this waits for the commit
+-- and is then decided from the marker.
+SELECT t AS tenant_id, o AS order_id
+FROM unnest($1::text[], $2::text[]) AS u(t, o)
+WHERE pg_try_advisory_xact_lock(hashtextextended(t || chr(31) || o, 0));
+
+-- name: insert_markers
+INSERT INTO removed_orders (tenant_id, order_id, plan_id, process, final_status, tombstone, last_seq, notifications,
+                            delivery_state, delivered, dead, pending, finished_at)
+SELECT o.tenant_id, o.order_id, o.plan_id, o.process, o.status, o.tombstone, o.last_seq, o.outbox_count,
+       CASE WHEN d.pending > 0 THEN 'open' WHEN d.dead > 0 THEN 'dead' WHEN d.delivered > 0 THEN 'delivered'
+            ELSE 'none' END,
+       d.delivered, d.dead, d.pending, o.updated_at
+FROM orders AS o
+JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON o.tenant_id = u.t AND o.order_id = u.oid
+CROSS JOIN LATERAL (
+    SELECT count(*) FILTER (WHERE dl.state = 'delivered') AS delivered,
+           count(*) FILTER (WHERE dl.state = 'dead') AS dead,
+           count(*) FILTER (WHERE dl.state = 'pending') AS pending
+    FROM outbox AS x JOIN deliveries AS dl ON dl.outbox_id = x.id
+    WHERE x.tenant_id = o.tenant_id AND x.order_id = o.order_id
+) AS d
+ON CONFLICT (tenant_id, order_id) DO UPDATE SET
+    plan_id = EXCLUDED.plan_id, process = EXCLUDED.process, final_status = EXCLUDED.final_status,
+    tombstone = EXCLUDED.tombstone, last_seq = EXCLUDED.last_seq, notifications = EXCLUDED.notifications,
+    delivery_state = EXCLUDED.delivery_state, delivered = EXCLUDED.delivered, dead = EXCLUDED.dead,
+    pending = EXCLUDED.pending,
+    finished_at = EXCLUDED.finished_at, removed_at = now();
+
+-- name: delete_delivery_attempts
+DELETE FROM delivery_attempts AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+
+-- name: delete_deliveries
+DELETE FROM deliveries AS r USING outbox AS x, unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.outbox_id = x.id AND x.tenant_id = u.t AND x.order_id = u.oid;
+
+-- name: delete_outbox
+DELETE FROM outbox AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+
+-- name: delete_pending_events
+DELETE FROM pending_events AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+
+-- name: delete_rejected_events
+DELETE FROM rejected_events AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+
+-- name: delete_approvals
+DELETE FROM approvals AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+
+-- name: delete_decisions_outbox
+DELETE FROM decisions_outbox AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+
+-- name: delete_sagas
+-- (their saga_steps go with them: ON DELETE CASCADE)
+DELETE FROM sagas AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+
+-- name: delete_plans
+DELETE FROM plans AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+
+-- name: delete_plan_steps
+DELETE FROM plan_steps AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+
+-- name: delete_dead_letters
+-- The order's dead letters once redriven or older than $3 seconds (their redrive records cascade).
+DELETE FROM dead_letters AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.order_id = u.oid AND r.tenant_id = u.t
+  AND (r.created_at < now() - make_interval(secs => $3)
+       OR EXISTS (SELECT 1 FROM dead_letter_redrives AS x WHERE x.dead_letter_id = r.id));
+
+-- name: delete_orders
+DELETE FROM orders AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+
+-- name: stray_dead_letters
+-- Dead letters naming an order that has no row (removed, or never started) older than $1 seconds: at most $2.
+DELETE FROM dead_letters WHERE id IN (
+    SELECT d.id FROM dead_letters AS d
+    WHERE d.created_at < now() - make_interval(secs => $1) AND d.order_id IS NOT NULL
+      AND NOT EXISTS (SELECT 1 FROM orders AS o WHERE o.order_id = d.order_id
+                      AND o.tenant_id = coalesce(d.tenant_id, 'default'))
+    ORDER BY d.created_at LIMIT $2
+);
+
+-- name: expire_markers
+-- Markers kept longer than $1 seconds: at most $2.
+DELETE FROM removed_orders WHERE (tenant_id, order_id) IN (
+    SELECT tenant_id, order_id FROM removed_orders
+    WHERE removed_at < now() - make_interval(secs => $1)
+    ORDER BY removed_at LIMIT $2 FOR UPDATE SKIP LOCKED
+);
+
+-- name: oldest_finished
+-- How long ago the oldest finished order still present finished (0: none), and how far past its own period
+-- the most overdue one is (0: none is due); the pairs and $3 as in due_orders.
+SELECT coalesce((SELECT extract(epoch FROM now() - o.updated_at)
+                 FROM orders AS o
+                 JOIN unnest($1::text[], $2::text[]) AS t(process, status)
+                   ON o.process = t.process AND o.status = t.status
+                 ORDER BY o.updated_at LIMIT 1), 0)::float8 AS oldest_s,
+       coalesce((SELECT max(extract(epoch FROM now() - o.updated_at) - coalesce(l.retention_s, $3))
+                 FROM orders AS o
+                 JOIN unnest($1::text[], $2::text[]) AS t(process, status)
+                   ON o.process = t.process AND o.status = t.status
+                 LEFT JOIN tenant_limits AS l ON l.tenant_id = o.tenant_id
+                 WHERE o.updated_at < now() - make_interval(secs => least($3, (SELECT min(retention_s)
+                                                                               FROM tenant_limits)))
+                   AND o.updated_at < now() - make_interval(secs => coalesce(l.retention_s, $3))), 0)::float8
+           AS overdue_s;
+
+-- name: marker_counts
+SELECT count(*) AS markers FROM removed_orders;
