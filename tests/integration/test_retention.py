@@ -4,11 +4,15 @@ stays and answers its late steps, open work keeps an order, markers expire, and 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from nexus.audit.archive import load_trimmed, verify_trimmed
+from nexus.audit.signing import parse_signing_key, write_checkpoint
 from nexus.core.order_state import Decision
 from nexus.gateway import Gateway, Incoming
 from nexus.processes import builtin_catalog
@@ -20,6 +24,7 @@ from tests.factories import abort_json, plan_json, step_json
 from tests.helpers import nexus_command
 
 ORDER_TABLES = (*REMOVED_TABLES, "orders")
+KEY = parse_signing_key(base64.b64encode(bytes(range(1, 33))).decode())
 
 
 def remover(db: Database, settings: Settings, **overrides: Any) -> RetentionRemover:
@@ -216,3 +221,24 @@ async def test_an_order_pinned_to_a_version_the_catalog_lacks_is_removed(db: Dat
     [order] = await finished_orders(db, gateway, "o-ret-v1", 1)
     await db.execute("UPDATE orders SET process_version = 1 WHERE order_id = $1", order)
     assert (await remover(db, settings).remove_due()).orders == 1
+
+
+async def test_with_an_archive_the_removers_loop_trims_the_removed_orders_chain(
+    db: Database, settings: Settings, tmp_path: Path
+) -> None:
+    """With NEXUS_AUDIT_ARCHIVE_DIR set, the remover's loop (remove, then trim) takes a removed order's decision-log
+    chain into an archive segment and the log still verifies from the anchors; without it the chain stays."""
+    gateway = Gateway(db)
+    [order] = await finished_orders(db, gateway, "o-ret-arch", 1)
+    assert await write_checkpoint(db, KEY) is not None  # a checkpoint signs the chain's last record
+    await asyncio.sleep(1.2)  # the chain's last record is older than the period (1 s)
+    kept = remover(db, settings, retention_s=1)
+    assert (await kept.remove_due()).orders == 1
+    assert await kept.trim() == 0  # no archive directory: the log is kept whole
+    assert await db.fetchval("SELECT count(*) FROM decision_log WHERE order_id = $1", order) == 5
+    archived = remover(db, settings, retention_s=1, audit_archive_dir=tmp_path)
+    assert await archived.trim() >= 1
+    assert await db.fetchval("SELECT count(*) FROM decision_log WHERE order_id = $1", order) == 0
+    assert list(tmp_path.glob("default/*.jsonl"))
+    result = verify_trimmed(await load_trimmed(db), tmp_path)
+    assert result.ok, result.finding
