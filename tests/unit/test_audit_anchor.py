@@ -16,7 +16,8 @@ def _chain(n: int, order: str = "o") -> list:  # type: ignore[type-arg]
 
 
 def _checkpoint(at: str, *heads: tuple[str, int]) -> Checkpoint:
-    return Checkpoint(at, GENESIS, tuple(Head("t", o, p, bytes(32)) for o, p in heads), bytes(32), b"", "k", b"")
+    signed = tuple(Head("t", o, p, bytes(32)) for o, p in heads)
+    return Checkpoint(at, signed, bytes(32), b"", "k", b"", prev_digest=GENESIS)
 
 
 def test_a_trimmed_chain_verifies_from_its_anchor_and_not_without_it() -> None:

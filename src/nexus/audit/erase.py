@@ -49,7 +49,7 @@ class ErasureReport:
 def sign_erasure(key: Ed25519PrivateKey, at: dt.datetime, tenant_id: str, heads: list[Head]) -> Erasure:
     stamp, ordered = format_at(at), sorted(heads, key=lambda h: (h.tenant_id, h.order_id))
     digest = erasure_digest(stamp, tenant_id, ordered)
-    return Erasure(stamp, tenant_id, tuple(ordered), digest, *signature_of(key, digest))
+    return Erasure(stamp, tuple(ordered), digest, *signature_of(key, digest), tenant_id=tenant_id)
 
 
 async def erase_tenant(

@@ -103,7 +103,7 @@ def signature_checker(trusted: set[bytes] | None = None) -> Callable[[Checkpoint
 def sign(key: Ed25519PrivateKey, at: dt.datetime, prev_digest: bytes, heads: list[Head]) -> Checkpoint:
     stamp, ordered = format_at(at), sorted(heads, key=lambda h: (h.tenant_id, h.order_id))
     digest = checkpoint_digest(stamp, prev_digest, ordered)
-    return Checkpoint(stamp, prev_digest, tuple(ordered), digest, *signature_of(key, digest))
+    return Checkpoint(stamp, tuple(ordered), digest, *signature_of(key, digest), prev_digest=prev_digest)
 
 
 def signature_of(key: Ed25519PrivateKey, digest: bytes) -> tuple[bytes, str, bytes]:

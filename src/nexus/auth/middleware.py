@@ -24,6 +24,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from nexus import metrics
+from nexus.asgi import HttpMiddleware
 from nexus.auth.keys import KeyCache, Refusal, hash_key
 from nexus.auth.oauth import SCOPES, OAuthVerifier, TokenRefusal, looks_like_jwt
 from nexus.auth.ratelimit import FailureThrottle, RateLimiter, retry_after_header
@@ -215,17 +216,14 @@ class Gatekeeper:
         await _refuse(scope, send, 401, ErrorCode.UNAUTHENTICATED, message, challenge)
 
 
-class AuthMiddleware:
+class AuthMiddleware(HttpMiddleware):
     """The `Gatekeeper` in front of every route of the app (the events fast path calls the same one)."""
 
     def __init__(self, app: Any, gate: Gatekeeper) -> None:
         self.app = app
         self.gate = gate
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         roles = required_roles(scope["method"], scope["path"])
         if not roles:
             await self.app(scope, receive, send)

@@ -18,26 +18,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from nexus.core.audit_chain import FORMAT_VERSION, canonical_json
-from nexus.core.audit_verify import Head, signed_fields, signed_json
+from nexus.core.audit_verify import Head, SignedHeads
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Erasure:
-    at: str
-    tenant_id: str
-    heads: tuple[Head, ...]
-    digest: bytes
-    signature: bytes
-    key_id: str
-    public_key: bytes
-    id: int | None = None
+class Erasure(SignedHeads):
+    """A signed record that the chains of `tenant_id` were removed whole, with the last head of each."""
+
+    tenant_id: str = dataclasses.field(kw_only=True)
 
     def as_json(self) -> dict[str, Any]:
-        return signed_json(self, tenant_id=self.tenant_id)
+        return self.signed_json(tenant_id=self.tenant_id)
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Erasure:
-        return cls(tenant_id=str(body["tenant_id"]), **signed_fields(body))
+        return cls(tenant_id=str(body["tenant_id"]), **cls.signed_fields(body))
 
 
 def erasure_digest(at: str, tenant_id: str, heads: Iterable[Head]) -> bytes:

@@ -112,16 +112,13 @@ class Head:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Checkpoint:
-    """A signed commitment to the heads of the chains changed since the previous checkpoint.
+class SignedHeads:
+    """A signed statement over chain heads: when, which heads, their digest and the Ed25519 signature over it.
 
-    digest = SHA-256(canonical JSON of {"v", "at", "prev_digest" (hex), "heads": [[tenant, order, position,
-    hash hex], ...] sorted}); the signature is Ed25519 over the 32 digest bytes. Each checkpoint names its
-    predecessor's digest, so together they commit to every head ever checkpointed.
+    A checkpoint and an erasure record are such statements, each with one keyword-only field of its own.
     """
 
     at: str
-    prev_digest: bytes
     heads: tuple[Head, ...]
     digest: bytes
     signature: bytes
@@ -129,39 +126,50 @@ class Checkpoint:
     public_key: bytes
     id: int | None = None
 
+    def signed_json(self, **own: Any) -> dict[str, Any]:
+        """The statement's JSON, with the subclass's own fields after `at`."""
+        return {
+            "id": self.id,
+            "at": self.at,
+            **own,
+            "heads": [h.as_json() for h in self.heads],
+            "digest": self.digest.hex(),
+            "signature": self.signature.hex(),
+            "key_id": self.key_id,
+            "public_key": self.public_key.hex(),
+        }
+
+    @staticmethod
+    def signed_fields(body: Mapping[str, Any]) -> dict[str, Any]:
+        """The fields every signed statement over heads has, read back from its JSON."""
+        return {
+            "at": str(body["at"]),
+            "heads": tuple(Head.from_json(h) for h in body["heads"]),
+            "digest": bytes.fromhex(body["digest"]),
+            "signature": bytes.fromhex(body["signature"]),
+            "key_id": str(body["key_id"]),
+            "public_key": bytes.fromhex(body["public_key"]),
+            "id": body.get("id"),
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Checkpoint(SignedHeads):
+    """A signed commitment to the heads of the chains changed since the previous checkpoint.
+
+    digest = SHA-256(canonical JSON of {"v", "at", "prev_digest" (hex), "heads": [[tenant, order, position,
+    hash hex], ...] sorted}); the signature is Ed25519 over the 32 digest bytes. Each checkpoint names its
+    predecessor's digest, so together they commit to every head ever checkpointed.
+    """
+
+    prev_digest: bytes = dataclasses.field(kw_only=True)
+
     def as_json(self) -> dict[str, Any]:
-        return signed_json(self, prev_digest=self.prev_digest.hex())
+        return self.signed_json(prev_digest=self.prev_digest.hex())
 
     @classmethod
     def from_json(cls, body: Mapping[str, Any]) -> Checkpoint:
-        return cls(prev_digest=bytes.fromhex(body["prev_digest"]), **signed_fields(body))
-
-
-def signed_json(signed: Any, **own: Any) -> dict[str, Any]:
-    """The JSON of a signed statement over heads (a checkpoint, an erasure record), with its own fields."""
-    return {
-        "id": signed.id,
-        "at": signed.at,
-        **own,
-        "heads": [h.as_json() for h in signed.heads],
-        "digest": signed.digest.hex(),
-        "signature": signed.signature.hex(),
-        "key_id": signed.key_id,
-        "public_key": signed.public_key.hex(),
-    }
-
-
-def signed_fields(body: Mapping[str, Any]) -> dict[str, Any]:
-    """The fields every signed statement over heads has, read back from its JSON."""
-    return {
-        "at": str(body["at"]),
-        "heads": tuple(Head.from_json(h) for h in body["heads"]),
-        "digest": bytes.fromhex(body["digest"]),
-        "signature": bytes.fromhex(body["signature"]),
-        "key_id": str(body["key_id"]),
-        "public_key": bytes.fromhex(body["public_key"]),
-        "id": body.get("id"),
-    }
+        return cls(prev_digest=bytes.fromhex(body["prev_digest"]), **cls.signed_fields(body))
 
 
 def checkpoint_digest(at: str, prev_digest: bytes, heads: Iterable[Head]) -> bytes:

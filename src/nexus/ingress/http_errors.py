@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from nexus.asgi import HttpMiddleware
 from nexus.error_shape import (
     REQUEST_ID_HEADER,
     _request_id,
@@ -123,16 +124,13 @@ def status_of(exc: NexusError) -> int:
     return 500
 
 
-class RequestContext:
+class RequestContext(HttpMiddleware):
     """Pure ASGI middleware: request id, the last word on unhandled errors, quiet client disconnects."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         rid = request_id_for(scope)
         token = _request_id.set(rid)
         started = False

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nexus.asgi import HttpMiddleware
 from nexus.auth.keys import KeyCache
 from nexus.auth.shares import EVERY_TENANT
 from nexus.core import strict_json, wording
@@ -81,7 +82,7 @@ def _with_console_headers(send: Any) -> Any:
     return sending
 
 
-class RequestGuard:
+class RequestGuard(HttpMiddleware):
     """Pure ASGI middleware: the checks above, then the route."""
 
     def __init__(self, app: Any, settings: Settings, keys: KeyCache | None = None) -> None:
@@ -89,10 +90,7 @@ class RequestGuard:
         self.settings = settings
         self.keys = keys
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
         token = CLIENT.set(self._client(scope))
         try:
             await self._guarded(scope, receive, send)

@@ -364,10 +364,8 @@ def build_graph(context_schema: type[PlannerContext] | None = PlannerContext) ->
     context schema: its server would build one from nothing, and the planner wires itself from the
     environment instead."""
     builder = StateGraph(PlanState, context_schema=context_schema)
-    builder.add_node("start", start)
-    builder.add_node("ask_model", ask_model)
-    builder.add_node("publish", publish)
-    builder.add_node("give_up", give_up)
+    for node in (start, ask_model, publish, give_up):
+        builder.add_node(node)  # named after the function
     builder.add_edge(START, "start")
     builder.add_edge("start", "ask_model")
     builder.add_conditional_edges("ask_model", _after_ask, ["publish", "give_up"])
