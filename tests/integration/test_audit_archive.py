@@ -231,13 +231,14 @@ async def test_erasing_a_tenant_with_archived_chains_still_verifies(db: Database
 async def test_nexus_audit_trim_runs_one_pass_and_verify_follows_the_anchors(
     db: Database, settings: Settings, tmp_path: Path
 ) -> None:
-    """`nexus audit trim` keeps the log whole without NEXUS_AUDIT_ARCHIVE_DIR and trims with it (retention 0);
+    """`nexus audit trim` keeps the log whole without NEXUS_AUDIT_ARCHIVE_DIR and trims with it (retention 1 s);
     `nexus audit verify` then passes with the directory set and fails without it."""
     await _log_with_checkpoints(db)
     await _remove_order(db, "a")
     kept = _nexus(settings, "trim")
     assert kept.returncode == 0 and json.loads(kept.stdout)["kept_whole"], kept.stderr
-    archiving = settings.replace(audit_archive_dir=tmp_path, retention_s=0)
+    archiving = settings.replace(audit_archive_dir=tmp_path, retention_s=1)
+    await asyncio.sleep(1.2)  # the removed chain's last record is older than the period
     done = _nexus(archiving, "trim", "--batch", "10")
     assert done.returncode == 0 and json.loads(done.stdout)["chains_removed"] == 1, done.stderr
     assert _nexus(archiving, "verify").returncode == 0

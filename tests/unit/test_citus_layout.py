@@ -22,7 +22,7 @@ THIS = "tests/unit/test_citus_layout.py"
 DISTRIBUTED = {
     "orders", "pending_events", "outbox", "deliveries", "dead_letters", "rejected_events", "decision_log",
     "approvals", "decisions_outbox", "delivery_attempts", "sagas", "saga_steps", "plans", "plan_steps",
-    "mcp_tasks", "tenant_usage",
+    "mcp_tasks", "tenant_usage", "removed_orders",
 }  # fmt: skip
 """Distributed by tenant_id and co-located: one tenant's order, its steps, notifications and log on one worker."""
 

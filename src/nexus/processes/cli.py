@@ -139,71 +139,82 @@ def configure_tenants(parser: argparse.ArgumentParser) -> argparse._SubParsersAc
     return sub
 
 
+def _set_limit_refusal(args: argparse.Namespace, quotas: Mapping[Quota, int]) -> str | None:
+    """Why `set-limit`'s arguments cannot be stored, or None."""
+    if args.amount is None and args.max_list_items is None and args.retention_s is None and not quotas:
+        return "give an amount, --max-list-items, --retention-s, a quota (--live-orders N ...), or several"
+    if any(n < 0 for n in quotas.values()):
+        return "a quota is a number of rows (0: no quota)"
+    for flag, value in (("items", args.max_list_items), ("seconds", args.retention_s)):
+        if value is not None and value < 0:
+            return f"not a number of {flag}: {value}"
+    return None
+
+
+def _amount_of(args: argparse.Namespace) -> Decimal | None:
+    """`set-limit`'s amount, None when not given; a negative one when it is not an amount."""
+    if args.amount is None:
+        return None
+    try:
+        amount = Decimal(args.amount)
+    except InvalidOperation:
+        return Decimal(-1)
+    return amount if amount.is_finite() else Decimal(-1)
+
+
+async def _print_limits(db: Database, settings: Settings) -> None:
+    """`nexus tenants list`: the defaults, then each tenant's own limits."""
+    print(
+        f"default: max_order_amount {settings.default_max_order_amount}, "
+        f"max_list_items {DEFAULT_MAX_LIST_ITEMS} (unless a process sets its own), "
+        + ", ".join(f"{q.value} {limit}" for q, limit in default_limits(settings).items())
+        + f", retention_s {settings.retention_s}"
+    )
+    for row in await db.fetch(query("processes.sql", "tenant_limits")):
+        items = "" if row["max_list_items"] is None else f", max_list_items {row['max_list_items']}"
+        own = "".join(f", {q.value} {row[f'quota_{q.value}']}" for q in Quota if row[f"quota_{q.value}"] is not None)
+        kept = "" if row["retention_s"] is None else f", retention_s {row['retention_s']}"
+        print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}{items}{own}{kept}")
+
+
 def run_tenants(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     amount: Decimal | None = None
+    quotas: dict[Quota, int] = {}
     if args.action == "set-limit":
         quotas = _quotas_of(args)
-        if args.amount is None and args.max_list_items is None and args.retention_s is None and not quotas:
-            print(
-                "give an amount, --max-list-items, --retention-s, a quota (--live-orders N ...), or several",
-                file=sys.stderr,
-            )
+        refusal = _set_limit_refusal(args, quotas)
+        if refusal is not None:
+            print(refusal, file=sys.stderr)
             return 1
-        if any(n < 0 for n in quotas.values()):
-            print("a quota is a number of rows (0: no quota)", file=sys.stderr)
+        amount = _amount_of(args)
+        if amount is not None and amount < 0:
+            print(f"not an amount: {args.amount!r}", file=sys.stderr)
             return 1
-        if args.max_list_items is not None and args.max_list_items < 0:
-            print(f"not a number of items: {args.max_list_items}", file=sys.stderr)
-            return 1
-        for flag, value in (("items", args.max_list_items), ("seconds", args.retention_s)):
-            if value is not None and value < 0:
-                print(f"not a number of {flag}: {value}", file=sys.stderr)
-                return 1
-        if args.amount is not None:
-            try:
-                amount = Decimal(args.amount)
-            except InvalidOperation:
-                amount = Decimal(-1)
-            if not amount.is_finite() or amount < 0:
-                print(f"not an amount: {args.amount!r}", file=sys.stderr)
-                return 1
 
     async def go() -> int:
         db = await Database(settings).open()
         try:
-            if args.action == "set-limit":
-                if amount is not None:
-                    await db.execute(query("processes.sql", "set_tenant_limit"), args.tenant, str(amount))
-                    print(f"tenant {args.tenant}: max_order_amount {amount}")
-                if args.max_list_items is not None:
-                    items = args.max_list_items or None
-                    kept = await db.fetchval(
-                        query("processes.sql", "set_tenant_list_limit"),
-                        args.tenant,
-                        str(settings.default_max_order_amount),
-                        items,
-                    )
-                    shown = items if items is not None else "its process's"
-                    print(f"tenant {args.tenant}: max_list_items {shown} (max_order_amount {kept})")
-                if quotas:
-                    await _set_quotas(db, settings, args.tenant, quotas)
-                if args.retention_s is not None:
-                    await _set_retention(db, settings, args.tenant, args.retention_s)
-            else:
-                print(
-                    f"default: max_order_amount {settings.default_max_order_amount}, "
-                    f"max_list_items {DEFAULT_MAX_LIST_ITEMS} (unless a process sets its own), "
-                    + ", ".join(f"{q.value} {limit}" for q, limit in default_limits(settings).items())
-                    + f", retention_s {settings.retention_s}"
+            if args.action != "set-limit":
+                await _print_limits(db, settings)
+                return 0
+            if amount is not None:
+                await db.execute(query("processes.sql", "set_tenant_limit"), args.tenant, str(amount))
+                print(f"tenant {args.tenant}: max_order_amount {amount}")
+            if args.max_list_items is not None:
+                items = args.max_list_items or None
+                kept = await db.fetchval(
+                    query("processes.sql", "set_tenant_list_limit"),
+                    args.tenant,
+                    str(settings.default_max_order_amount),
+                    items,
                 )
-                for row in await db.fetch(query("processes.sql", "tenant_limits")):
-                    items = "" if row["max_list_items"] is None else f", max_list_items {row['max_list_items']}"
-                    own = "".join(
-                        f", {q.value} {row[f'quota_{q.value}']}" for q in Quota if row[f"quota_{q.value}"] is not None
-                    )
-                    kept = "" if row["retention_s"] is None else f", retention_s {row['retention_s']}"
-                    print(f"{row['tenant_id']}: max_order_amount {row['max_order_amount']}{items}{own}{kept}")
+                shown = items if items is not None else "its process's"
+                print(f"tenant {args.tenant}: max_list_items {shown} (max_order_amount {kept})")
+            if quotas:
+                await _set_quotas(db, settings, args.tenant, quotas)
+            if args.retention_s is not None:
+                await _set_retention(db, settings, args.tenant, args.retention_s)
         finally:
             await db.close()
         return 0

@@ -196,6 +196,9 @@ class SagaClaimer:
         finally:
             self._held.discard(key)
             self._handover.pop(key, None)
+            # Leave the count before the slot is free: a task claimed into the slot may start before this
+            # task's done callback runs, and the two must never be counted at once.
+            self._inflight.discard(asyncio.current_task())
             self.slots.give(key)
 
     async def _release_all(self, waiting: list[tuple[OrderKey, float]]) -> None:
