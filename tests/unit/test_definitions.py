@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import enum
+import importlib
 from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any
@@ -221,6 +223,21 @@ def test_the_core_names_no_shipped_step() -> None:
         if name in path.read_text(encoding="utf-8")
     ]
     assert found == []
+
+
+def test_the_core_builds_no_enum_from_a_definition() -> None:
+    """Every enum of nexus.core is a `class` written in its module's source: none is built from a definition at
+    import (as the order process's step types and states once were)."""
+    built = []
+    for path in sorted(CORE.rglob("*.py")):
+        parts = path.relative_to(CORE.parents[1]).with_suffix("").parts
+        module = importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        source = path.read_text(encoding="utf-8")
+        for name, value in vars(module).items():
+            ours = isinstance(value, type) and issubclass(value, enum.Enum) and value.__module__ == module.__name__
+            if ours and f"class {value.__name__}(" not in source:
+                built.append(f"{module.__name__}.{name}")
+    assert built == []
 
 
 def test_a_shipped_definition_loads_as_a_users_does(tmp_path: Path) -> None:
