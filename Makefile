@@ -75,7 +75,7 @@ typecheck: $(STAMP) $(VENV)/.bench
 	$(BIN)/mypy
 
 schemas: $(VENV)/.base
-	$(BIN)/python -m nexus.core.schemas_export schemas/events
+	$(BIN)/python -m nexus.processes.schemas_export schemas/events
 
 # docs/settings.md from src/nexus/settings.py (tests/unit/test_settings_doc.py compares the two).
 settings-doc: $(VENV)/.base

@@ -16,11 +16,10 @@ import statistics
 import time
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import STEPS
 from nexus.gateway import Gateway, Incoming, NoDecisionLog
 from nexus.store.database import Database
 from nexus_lab.bench import admin_postgres, scratch_database
-from nexus_lab.bench.scenarios import backend_pids, cpu_seconds, make_plans, split, timed
+from nexus_lab.bench.scenarios import STEPS, backend_pids, cpu_seconds, make_plans, split, timed
 
 
 async def one(

@@ -33,6 +33,7 @@ from nexus.core import definitions
 from nexus.delivery.signing import generate_secret
 from nexus.delivery.subscriptions import add_subscription
 from nexus.gateway import Gateway, Incoming
+from nexus.processes import shipped
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
@@ -40,7 +41,7 @@ from nexus_lab.bench.cpu import postmaster_pid, tree_cpu_seconds
 from nexus_lab.procs import free_port, wait_http
 
 T0 = "2026-01-01T00:00:00Z"
-STEPS = definitions.main_plan(definitions.shipped("order"))  # the order process's steps, in order
+STEPS = definitions.main_plan(shipped("order"))  # the order process's steps, in order
 
 
 def plan(order_id: str) -> list[dict[str, Any]]:

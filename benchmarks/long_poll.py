@@ -24,10 +24,11 @@ from pathlib import Path
 import httpx
 
 from nexus.core import definitions
+from nexus.processes import shipped
 from nexus_lab.bench import create_database, drop_database, start_embedded
 from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_http
 
-STEPS = definitions.main_plan(definitions.shipped("order"))  # the order process's steps, in order
+STEPS = definitions.main_plan(shipped("order"))  # the order process's steps, in order
 
 
 def step_json(order: str, plan: str, seq: int) -> dict[str, object]:

@@ -9,32 +9,32 @@ from typing import Any
 
 from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.envelope import StepType as EventType
 from nexus.core.process import Verdict
 from nexus.core.sequencing import Decision, OrderState, resolve
 from nexus.errors import InvalidEventError
+from nexus.processes import shipped
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 # The order process's steps (processes/order.yaml), in order.
-STEPS = tuple(EventType(name) for name in definitions.main_plan(definitions.shipped("order")))
+STEPS = definitions.main_plan(shipped("order"))
 
 
 def step_json(order_id: str, plan_id: str, seq: int, **overrides: Any) -> dict[str, Any]:
     """One step of the order process as wire JSON."""
-    event_type = STEPS[seq - 1] if seq <= len(STEPS) else EventType.ORDER_COMPLETED
+    event_type = STEPS[seq - 1] if seq <= len(STEPS) else "OrderCompleted"
     data: dict[str, Any] = {}
-    if event_type is EventType.ORDER_CREATED:
+    if event_type == "OrderCreated":
         data = {
             "user_id": "u1",
             "items": [{"product_id": "p", "quantity": 1, "unit_price": 10}],
             "total_amount": 10,
             "currency": "USD",
         }
-    elif event_type is EventType.PAYMENT_PROCESSED:
+    elif event_type == "PaymentProcessed":
         data = {"payment_id": "pay-1", "amount": 10, "currency": "USD"}
     body: dict[str, Any] = {
         "event_id": str(uuid.uuid4()),
-        "event_type": event_type.value,
+        "event_type": event_type,
         "plan_id": plan_id,
         "order_id": order_id,
         "seq_id": seq,

@@ -70,9 +70,10 @@ class Gateway:
         default_max_order_amount: Decimal | str = Decimal(100000),
     ) -> None:
         self.db = db
-        if catalog is None:
-            from nexus.processes import builtin_catalog
+        from nexus.processes import builtin_catalog, shipped_kinds
 
+        metrics.born_event_kinds(shipped_kinds())
+        if catalog is None:
             catalog = builtin_catalog()
         self.catalog = catalog
         self.default_max_order_amount = Decimal(default_max_order_amount)

@@ -18,7 +18,6 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 
-from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope
 from nexus.core.quotas import Quota
 from nexus.core.sequencing import Decision
@@ -100,13 +99,20 @@ HTTP_BATCH_SIZE = _histogram(
 )
 
 _OUTCOMES = [d.value.lower() for d in Decision]
-# Every step type of the shipped definitions and the built-in steps (born at zero); any other is "other".
-_KINDS = [*definitions.shipped_kinds(), "unknown"]
-_KNOWN_KINDS = frozenset(_KINDS)
+# The step types counted by name (`born_event_kinds`); any other is "other".
+_KNOWN_KINDS: set[str] = set()
 
-for _kind in _KINDS:
-    for _outcome in _OUTCOMES:
-        EVENTS_PROCESSED.labels(kind=_kind, outcome=_outcome)
+
+def born_event_kinds(kinds: Iterable[str]) -> None:
+    """Count `kinds` (the gateway passes the shipped definitions' step types and the built-in steps) and
+    "unknown" by name, each born at zero with every outcome; idempotent."""
+    for kind in [*kinds, "unknown"]:
+        if kind not in _KNOWN_KINDS:
+            _KNOWN_KINDS.add(kind)
+            for outcome in _OUTCOMES:
+                EVENTS_PROCESSED.labels(kind=kind, outcome=outcome)
+
+
 for _code in ErrorCode:
     DEAD_LETTERS.labels(code=_code.value)
     DLQ_MESSAGES.labels(code=_code.value)

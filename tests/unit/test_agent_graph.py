@@ -134,9 +134,9 @@ async def test_each_event_is_acknowledged_before_the_next_node_runs() -> None:
 
     async def publish(event: EventEnvelope) -> None:
         assert len(published) == len(acked), "the previous event was not acknowledged yet"
-        published.append(event.event_type.value)
+        published.append(event.event_type)
         await asyncio.sleep(0.01)
-        acked.append(event.event_type.value)
+        acked.append(event.event_type)
 
     state = initial_state(order_id="o-ack", plan_id="p-ack", seed="ack")
     final = await graph.ainvoke(state, context=AgentContext(publish))
@@ -209,7 +209,7 @@ async def test_each_hostile_mode_is_recorded_and_absorbed(mode: Mode) -> None:
             assert [d for _, d, _ in sweep.decisions] == [Decision.APPLY]
             final = sweep.after
         assert final.status is not None and final.plan_id == plan["final_plan_id"]
-        assert (final.status.value, final.last_seq, final.outbox_count) == tuple(plan["expected"].values())
+        assert (final.status, final.last_seq, final.outbox_count) == tuple(plan["expected"].values())
         used = {e["mode"] for e in plan["events"]} - {None}
         assert used == set(plan["hostile"]) - {Mode.STALL.value}  # a stall is a message not sent
         assert set(plan["hostile"]) <= {mode.value}

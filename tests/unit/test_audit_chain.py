@@ -24,7 +24,11 @@ from nexus.core.audit import (
     verify_records,
 )
 from nexus.core.sequencing import OrderState, resolve
+from nexus.processes import builtin_catalog
 from tests.factories import abort, step
+
+CATALOG = builtin_catalog()
+LIMITS = {"max_order_amount": 100000}  # the gateway's default tenant limit
 
 AT = dt.datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=dt.UTC)
 KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
@@ -154,17 +158,23 @@ def test_checkpoint_signature_and_chain_of_checkpoints() -> None:
 def test_resolution_entries_log_drained_and_dropped_steps() -> None:
     """A drained buffered step is logged as APPLY after its drainer; buffered steps dropped by an abort as DISCARD."""
     s1, s2, s3, s4 = (step("o", "p", n) for n in (1, 2, 3, 4))
-    r = resolve(OrderState("o"), [s1, s3, s2], {})
+    r = resolve(OrderState("o"), [s1, s3, s2], {}, catalog=CATALOG, limits=LIMITS)
     assert [(e.seq, e.decision) for e in resolution_entries(r, {})] == [
         (1, "APPLY"),
         (3, "BUFFER"),
         (2, "APPLY"),
         (3, "APPLY"),
     ]
-    r = resolve(r.after, [s3, abort("o", "p")], {})
+    r = resolve(r.after, [s3, abort("o", "p")], {}, catalog=CATALOG, limits=LIMITS)
     assert [e.decision for e in resolution_entries(r, {})] == ["DUPLICATE", "APPLY"]
     pending = {4: s4}
-    r = resolve(OrderState("o", plan_id="p", buffered=frozenset({4})), [abort("o", "p")], pending)
+    r = resolve(
+        OrderState("o", plan_id="p", buffered=frozenset({4})),
+        [abort("o", "p")],
+        pending,
+        catalog=CATALOG,
+        limits=LIMITS,
+    )
     assert [(e.seq, e.decision) for e in resolution_entries(r, pending)] == [(None, "TOMBSTONE"), (4, "DISCARD")]
 
 

@@ -50,7 +50,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_core_imports_no_io_and_no_adapters() -> None:
-    """Every module of nexus.core, schemas_export.py included, imports neither I/O libraries nor the rest of Nexus."""
+    """Every module of nexus.core imports neither I/O libraries nor the rest of Nexus."""
     offenders = []
     for path in sorted(CORE.glob("*.py")):
         for name in _imports(path):

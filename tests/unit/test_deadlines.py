@@ -11,7 +11,7 @@ import yaml
 from nexus.core.audit import resolution_entries
 from nexus.core.decide.deadlines import unstarted_overdue
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import OrderStatus, ProcessCatalog, compile_definition
+from nexus.core.process import ProcessCatalog, compile_definition
 from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
 from nexus.processes import builtin_catalog
 from tests.factories import step, step_json
@@ -67,7 +67,7 @@ def test_past_deadline_aborts_before_the_next_step_which_is_discarded() -> None:
     res = run(state, step(O, P, 2), now=late)
     assert [d for _, d, _ in res.decisions] == [Decision.DISCARD]
     assert [a.event.data["abort_code"] for a in res.applied] == ["timeout"]
-    assert res.after.status == OrderStatus.ABORTED and res.after.deadline_at is None
+    assert res.after.status == "aborted" and res.after.deadline_at is None
     entries = resolution_entries(res, {})
     assert [(e.event_type, e.decision) for e in entries] == [("ABORT_PLAN", "APPLY"), ("InventoryValidated", "DISCARD")]
 

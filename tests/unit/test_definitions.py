@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import enum
+import importlib
 from decimal import Decimal
+from pathlib import Path
 from typing import Annotated, Any
 
 import jsonschema
@@ -12,10 +15,10 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus import metrics
-from nexus.core import definitions, schemas_export
+from nexus.core import definitions
 from nexus.core.envelope import Int64, Timestamp, json_schemas
 from nexus.core.step_data import problem
-from nexus.processes import builtin_catalog
+from nexus.processes import builtin_catalog, compile_sources, dir_sources, shipped, shipped_kinds
 from nexus_lab.agent import paths
 
 # The pydantic models order.yaml's data schemas replace, as they were: the YAML must refuse all they refused.
@@ -26,7 +29,7 @@ Identifier = Annotated[str, Field(min_length=1, max_length=200)]
 
 def data_problem(step: str, data: dict[str, Any]) -> str | None:
     """What the default process's schema of `step` says of `data` (as its orders' steps are judged)."""
-    return problem(definitions.shipped().steps[step].data_schema, data)
+    return problem(shipped().steps[step].data_schema, data)
 
 
 class _Data(BaseModel):
@@ -206,40 +209,71 @@ def test_bad_data_names_the_field(step: str, data: dict[str, Any], message: str)
     assert problem is not None and problem.startswith(message)
 
 
-def test_shipped_py_is_generated_from_the_yaml() -> None:
-    """core/shipped.py is exactly what `make schemas` writes from src/nexus/processes/*.yaml."""
-    assert schemas_export.SHIPPED.read_text(encoding="utf-8") == schemas_export.render_shipped()
+CORE = Path(__file__).resolve().parents[2] / "src" / "nexus" / "core"
 
 
-def test_shipped_shapes_are_the_catalogs_definitions() -> None:
-    """Each shipped shape has its definition's states, terminal states, steps and data schemas."""
-    for process in builtin_catalog().latest.values():
-        shape = definitions.shipped(process.name)
-        assert shape.definition.states == process.definition.states
-        assert shape.definition.terminal == process.definition.terminal
-        assert shape.allowed == process.allowed
-        for name, compiled in process.steps.items():
-            assert shape.steps[name].step.data == compiled.step.data
-            assert shape.steps[name].step.to == compiled.step.to
+def test_the_core_names_no_shipped_step() -> None:
+    """No module of nexus.core (generated or written) names a step type of a shipped definition: they reach
+    the core only as a catalog."""
+    names = {name for process in builtin_catalog().latest.values() for name in process.steps}
+    found = [
+        f"{path.relative_to(CORE)}: {name}"
+        for path in sorted(CORE.rglob("*.py"))
+        for name in sorted(names)
+        if name in path.read_text(encoding="utf-8")
+    ]
+    assert found == []
+
+
+def test_the_core_builds_no_enum_from_a_definition() -> None:
+    """Every enum of nexus.core is a `class` written in its module's source: none is built from a definition at
+    import (as the order process's step types and states once were)."""
+    built = []
+    for path in sorted(CORE.rglob("*.py")):
+        parts = path.relative_to(CORE.parents[1]).with_suffix("").parts
+        module = importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+        source = path.read_text(encoding="utf-8")
+        for name, value in vars(module).items():
+            ours = isinstance(value, type) and issubclass(value, enum.Enum) and value.__module__ == module.__name__
+            if ours and f"class {value.__name__}(" not in source:
+                built.append(f"{module.__name__}.{name}")
+    assert built == []
+
+
+def test_a_shipped_definition_loads_as_a_users_does(tmp_path: Path) -> None:
+    """A shipped definition's file, put in a user's NEXUS_PROCESS_DIR, compiles to the very process the
+    registry ships (same content hash, steps, states and transitions)."""
+    folder = Path(__file__).resolve().parents[2] / "src" / "nexus" / "processes"
+    for path in sorted(folder.glob("*.yaml")):
+        (tmp_path / path.name).write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    users = {p.name: p for p in compile_sources(dir_sources(tmp_path))}
+    assert set(users) == set(builtin_catalog().latest) == {"order", "fulfilment", "order_reviewed", "refund"}
+    for name, user in users.items():
+        ours = shipped(name)
+        assert (ours.content_hash, ours.definition, dict(ours.allowed)) == (
+            user.content_hash,
+            user.definition,
+            dict(user.allowed),
+        )
 
 
 def test_plans_are_the_paths_through_the_definitions() -> None:
     """The order has one plan, its five steps; refund three (automatic, reviewed and paid, reviewed and rejected)."""
-    order = definitions.plans(definitions.shipped("order"))
+    order = definitions.plans(shipped("order"))
     assert order == (("OrderCreated", "InventoryValidated", "PaymentProcessed", "OrderShipped", "OrderCompleted"),)
-    refund = definitions.plans(definitions.shipped("refund"))
+    refund = definitions.plans(shipped("refund"))
     assert refund == (
         ("RefundRequested", "RefundAutoApproved", "RefundPaid"),
         ("RefundRequested", "RefundReviewStarted", "RefundReviewApproved", "RefundPaid"),
         ("RefundRequested", "RefundReviewStarted", "RefundReviewRejected"),
     )
-    assert {definitions.status_after(definitions.shipped("refund"), p) for p in refund} == {"paid", "rejected"}
+    assert {definitions.status_after(shipped("refund"), p) for p in refund} == {"paid", "rejected"}
 
 
 def test_event_schemas_carry_the_definitions_data() -> None:
     """schemas/events/<step>.json's `data` is the step's `data:` schema in its definition (order's and refund's
     alike), one file per step type of the shipped definitions and per built-in step."""
-    schemas = json_schemas()
+    schemas = json_schemas(builtin_catalog())
     order = builtin_catalog().get("order")
     assert order is not None
     for name, compiled in order.steps.items():
@@ -248,21 +282,15 @@ def test_event_schemas_carry_the_definitions_data() -> None:
     assert refund is not None
     assert schemas["RefundRequested"]["properties"]["data"] == refund.steps["RefundRequested"].step.data
     assert schemas["RefundPaid"]["properties"]["data"] == {"type": "object"}  # declares none: any object
-    assert set(schemas) == set(definitions.shipped_kinds())
+    assert set(schemas) == set(shipped_kinds())
 
 
 def test_metrics_kinds_come_from_the_definitions() -> None:
     """Events are counted by the step types of every shipped definition (refund's too) and the built-ins."""
     kinds = set(definitions.event_kinds(builtin_catalog()))
     assert {"RefundPaid", "OrderCreated", "ABORT_PLAN", "REPLAN"} <= kinds
-    assert kinds | {"unknown"} == set(metrics._KINDS)
-
-
-def test_step_enum_is_generated() -> None:
-    """The default process's step types, as an enum, are its definition's and ABORT_PLAN."""
-    steps = definitions.step_enum(definitions.shipped(), "Steps")
-    assert [s.value for s in steps] == [*definitions.main_plan(definitions.shipped()), "ABORT_PLAN"]
-    assert steps("OrderCreated").name == "ORDER_CREATED"
+    metrics.born_event_kinds(shipped_kinds())
+    assert kinds | {"unknown"} == metrics._KNOWN_KINDS
 
 
 def test_date_time_format_reads_as_the_timestamp() -> None:
@@ -273,7 +301,7 @@ def test_date_time_format_reads_as_the_timestamp() -> None:
 
 def test_refund_plans_validate_against_their_event_schemas() -> None:
     """Every event of the lab's refund plans validates against schemas/events/<its type>.json."""
-    schemas = json_schemas()
+    schemas = json_schemas(builtin_catalog())
     for i in range(20):
         plan = paths.refund_plan(f"schema:{i}", 0.3, 0.3)
         for seq, (name, data) in enumerate(zip(plan.shape, plan.data, strict=True), start=1):

@@ -9,8 +9,9 @@ import jsonschema
 import pytest
 
 from nexus.core.envelope import json_schemas, parse_envelope
-from nexus.core.schemas_export import render
 from nexus.errors import ErrorCode, InvalidEventError
+from nexus.processes import builtin_catalog
+from nexus.processes.schemas_export import render
 from tests.factories import abort_json, replan_json, step_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +21,7 @@ def test_valid_step_parses() -> None:
     """A well-formed step parses into an envelope with its type and seq."""
     env = parse_envelope(json.dumps(step_json("o1", "p1", 3)))
     assert env.seq_id == 3
-    assert env.event_type.value == "PaymentProcessed"
+    assert env.event_type == "PaymentProcessed"
     assert env.tenant_id == "default"
 
 
@@ -95,7 +96,7 @@ def test_committed_schemas_match_models() -> None:
 @pytest.mark.parametrize("seq", [1, 2, 3, 4, 5])
 def test_schema_and_model_agree_on_samples(seq: int) -> None:
     """A step the model accepts validates against its schema, and a seq_id below 1 fails both."""
-    schemas = json_schemas()
+    schemas = json_schemas(builtin_catalog())
     good = step_json("o1", "p1", seq)
     jsonschema.validate(good, schemas[good["event_type"]])
     parse_envelope(good)
@@ -108,7 +109,7 @@ def test_schema_and_model_agree_on_samples(seq: int) -> None:
 
 def test_abort_schema_agrees_with_model() -> None:
     """ABORT_PLAN validates against its schema, and without a reason fails both."""
-    schema = json_schemas()["ABORT_PLAN"]
+    schema = json_schemas(builtin_catalog())["ABORT_PLAN"]
     good = abort_json("o1", "p1", 2)
     jsonschema.validate(good, schema)
     parse_envelope(good)
@@ -122,7 +123,7 @@ def test_abort_schema_agrees_with_model() -> None:
 
 def test_replan_schema_agrees_with_model() -> None:
     """REPLAN has its schema; without new_plan_id, or with a seq_id, it fails both."""
-    schema = json_schemas()["REPLAN"]
+    schema = json_schemas(builtin_catalog())["REPLAN"]
     good = replan_json("o1", "p1", "p2")
     jsonschema.validate(good, schema)
     parse_envelope(good)

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from nexus.core.decide.data_check import invalid_data
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.envelope import StepType as EventType
-from nexus.core.process import ABORTED, Verdict
+from nexus.core.process import ABORT_STEP, ABORTED, Verdict
 from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
 from nexus.errors import ErrorCode, InvalidEventError
 from nexus.processes import builtin_catalog
@@ -26,7 +25,7 @@ from tests.factories import Answer, fold_messages
 
 PLANNED = (Outcome.COMPLETED, Outcome.INVENTORY_FAILED, Outcome.PAYMENT_REJECTED)
 ALL_ON = dict.fromkeys(Mode, 1.0)
-ORDER = [t.value for t in (*STEPS, EventType.ABORT_PLAN)]
+ORDER = [*STEPS, ABORT_STEP]
 
 
 def honest_events(outcome: Outcome, order_id: str = "o-1", plan_id: str = "p-1") -> list[EventEnvelope]:
@@ -35,7 +34,7 @@ def honest_events(outcome: Outcome, order_id: str = "o-1", plan_id: str = "p-1")
     events = []
     for event_type in shape:
         data: dict[str, object] = {}
-        if event_type is EventType.ABORT_PLAN:
+        if event_type == ABORT_STEP:
             data = {"reason": "simulated", "abort_code": "inventory_failed", "aborted_at_seq": len(shape) - 1}
         events.append(
             EventEnvelope(
@@ -222,9 +221,9 @@ def test_expected_decisions_are_what_the_core_decides(seed: str, outcome: Outcom
     assert (final.status, final.last_seq, final.outbox_count, final.plan_id) == (status, last_seq, notifications, plan)
     messages = [m for m in sent if isinstance(m, Message)]
     honest = [m.event_type for m in messages if m.honest and m.event_type != "REPLAN"]
-    shape = [t.value for t in shape_of(outcome)]
+    shape = list(shape_of(outcome))
     if denied:
-        shape = [*shape[: hostile.HELD_AT], EventType.ABORT_PLAN.value]
+        shape = [*shape[: hostile.HELD_AT], ABORT_STEP]
     assert sorted(honest, key=ORDER.index) == (shape[:-1] if Mode.STALL in modes else shape)
 
 

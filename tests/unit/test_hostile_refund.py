@@ -12,6 +12,7 @@ import pytest
 from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import ABORT_STEP
+from nexus.processes import shipped
 from nexus_lab.agent import hostile, paths
 from nexus_lab.agent.hostile import Mode
 from nexus_lab.agent.hostile_messages import HostileStream, Message
@@ -56,7 +57,7 @@ def test_refund_plans_are_paths_of_its_definition() -> None:
         if plan.shape[-1] == ABORT_STEP:
             assert plan.shape == (REFUND.steps[0], ABORT_STEP)
         else:
-            assert plan.shape in definitions.plans(definitions.shipped("refund"))
+            assert plan.shape in definitions.plans(shipped("refund"))
             taken.add(plan.shape)
     assert len(taken) == 3
 
@@ -98,7 +99,7 @@ def test_wrong_amount_and_currency_falsify_refund_paid() -> None:
 def test_after_completion_resends_a_refund_step_once_paid() -> None:
     """After a paid (or rejected) refund, after_completion sends the plan's step before last at the next seq:
     REJECTED AFTER_TERMINAL."""
-    for shape in definitions.plans(definitions.shipped("refund")):
+    for shape in definitions.plans(shipped("refund")):
         assert hostile.candidates(Mode.AFTER_COMPLETION, shape, None, (), REFUND) == [len(shape)]
     assert hostile.candidates(Mode.AFTER_COMPLETION, (REFUND.steps[0], ABORT_STEP), None, (), REFUND) == []
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import OrderStatus, ProcessCatalog
+from nexus.core.process import ProcessCatalog
 from nexus.core.sequencing import Decision, OrderState, resolve
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog
@@ -44,7 +44,7 @@ def test_corrected_step_after_rejection_applies() -> None:
     wrong = bad_payment()
     decisions, state = run([step(O, P, 1), step(O, P, 2), wrong, wrong, step(O, P, 3)])
     assert decisions == [Decision.APPLY, Decision.APPLY, Decision.REJECTED, Decision.REJECTED, Decision.APPLY]
-    assert state.last_seq == 3 and state.status == OrderStatus.PAYMENT_PROCESSED and state.outbox_count == 3
+    assert state.last_seq == 3 and state.status == "payment_processed" and state.outbox_count == 3
 
 
 def test_drained_step_failing_its_check_is_rejected_and_successors_wait() -> None:
@@ -70,14 +70,14 @@ def test_after_terminal_and_after_abort() -> None:
     decisions, _ = run([*done, extra])
     assert decisions[-1] is Decision.REJECTED
     res = resolve(
-        OrderState(O, P, OrderStatus.COMPLETED, 5, process="order", process_version=2),
+        OrderState(O, P, "completed", 5, process="order", process_version=2),
         [extra],
         {},
         catalog=builtin_catalog(),
         limits=LIMITS,
     )
     assert res.rejections[0].verdict.code is ErrorCode.AFTER_TERMINAL
-    aborted = OrderState(O, P, OrderStatus.ABORTED, 2, process="order", process_version=2)
+    aborted = OrderState(O, P, "aborted", 2, process="order", process_version=2)
     res = resolve(aborted, [step(O, P, 3)], {}, catalog=builtin_catalog(), limits=LIMITS)
     assert res.decisions[0][1] is Decision.DISCARD
 
@@ -100,7 +100,7 @@ def test_max_rejections_aborts_the_plan_once() -> None:
     ]
     decisions, state = run(bad)
     assert decisions == [Decision.REJECTED] * 3
-    assert state.status == OrderStatus.ABORTED and state.outbox_count == 1
+    assert state.status == "aborted" and state.outbox_count == 1
 
 
 # --- the property -------------------------------------------------------------------------------------

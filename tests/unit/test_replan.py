@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 
 from nexus.core.audit import resolution_entries
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import OrderStatus
 from nexus.core.sequencing import Decision, OrderState, code_of, decide, resolve
 from nexus.errors import ErrorCode, InvalidEventError
-from nexus.processes import builtin_catalog
+from nexus.processes import builtin_catalog, shipped
 from tests.factories import abort, replan, replan_json, step
+
+ORDER = shipped("order")
 
 O, P, Q, R = "order-r", "plan-old", "plan-new", "plan-other"  # noqa: E741
 LIMITS = {"max_order_amount": Decimal(100000)}
@@ -69,20 +70,20 @@ def test_replan_drops_the_old_plans_buffer() -> None:
     ("state", "expected"),
     [
         (OrderState(O), Decision.DISCARD),
-        (OrderState(O, P, OrderStatus.ABORTED, 2, outbox_count=3), Decision.DUPLICATE),
-        (OrderState(O, P, OrderStatus.COMPLETED, 5, outbox_count=5), Decision.DUPLICATE),
-        (OrderState(O, Q, OrderStatus.CREATED, 1, outbox_count=2, superseded=frozenset({P})), Decision.DUPLICATE),
-        (OrderState(O, R, OrderStatus.CREATED, 1, outbox_count=1), Decision.PLAN_MISMATCH),
+        (OrderState(O, P, "aborted", 2, outbox_count=3), Decision.DUPLICATE),
+        (OrderState(O, P, "completed", 5, outbox_count=5), Decision.DUPLICATE),
+        (OrderState(O, Q, "created", 1, outbox_count=2, superseded=frozenset({P})), Decision.DUPLICATE),
+        (OrderState(O, R, "created", 1, outbox_count=1), Decision.PLAN_MISMATCH),
     ],
 )
 def test_replan_decisions_off_a_live_order(state: OrderState, expected: Decision) -> None:
     """REPLAN before the order exists: DISCARD; on a terminal order or naming the current plan: DUPLICATE."""
-    assert decide(state, replan(O, P, Q)) is expected
+    assert decide(state, replan(O, P, Q), ORDER) is expected
 
 
 def test_replan_naming_the_current_plan_is_duplicate() -> None:
     """A REPLAN whose new plan is the order's current plan changes nothing."""
-    assert decide(created(1), replan(O, P, P)) is Decision.DUPLICATE
+    assert decide(created(1), replan(O, P, P), ORDER) is Decision.DUPLICATE
 
 
 def test_replan_envelope_shape() -> None:
@@ -153,5 +154,5 @@ def test_any_swap_applies_each_step_once_in_order_and_supersedes_the_old_plan(
         assert all(e.plan_id == Q for e in applied[at + 1 :])
         assert state.superseded == frozenset({P})
     assert state.outbox_count == len(applied)
-    if state.status in (OrderStatus.ABORTED, OrderStatus.COMPLETED):
+    if state.status in ("aborted", "completed"):
         assert not pending

@@ -8,56 +8,67 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import OrderStatus
 from nexus.core.sequencing import Decision, OrderState, decide, resolve
+from nexus.processes import builtin_catalog, shipped
 from tests.factories import abort, step
+
+CATALOG = builtin_catalog()
+LIMITS = {"max_order_amount": 100000}  # the gateway's default tenant limit
+ORDER = shipped("order")
 
 O, P = "order-1", "plan-1"  # noqa: E741 - short names keep the table-like tests readable
 
 
-def live(last_seq: int, *, buffered: frozenset[int] = frozenset(), status: OrderStatus | None = None) -> OrderState:
+def live(last_seq: int, *, buffered: frozenset[int] = frozenset(), status: str | None = None) -> OrderState:
     statuses = [
-        OrderStatus.CREATED,
-        OrderStatus.INVENTORY_VALIDATED,
-        OrderStatus.PAYMENT_PROCESSED,
-        OrderStatus.SHIPPED,
-        OrderStatus.COMPLETED,
+        "created",
+        "inventory_validated",
+        "payment_processed",
+        "shipped",
+        "completed",
     ]
-    return OrderState(O, P, status or statuses[last_seq - 1], last_seq, buffered, outbox_count=last_seq)
+    facts: dict[str, object] = {}
+    for seq in range(1, last_seq + 1):  # the facts its applied steps left, as the process records them
+        applied = step(O, P, seq)
+        facts = ORDER.facts_after(facts, applied.event_type, applied.data)
+    status = status or statuses[last_seq - 1]
+    return OrderState(O, P, status, last_seq, buffered, outbox_count=last_seq, facts=facts)
 
 
 def test_next_seq_applies() -> None:
     """seq == last_seq + 1 of the same plan is APPLY, including the first step of a new order."""
-    assert decide(None, step(O, P, 1)) is Decision.APPLY
-    assert decide(live(2), step(O, P, 3)) is Decision.APPLY
+    assert decide(None, step(O, P, 1), ORDER) is Decision.APPLY
+    assert decide(live(2), step(O, P, 3), ORDER) is Decision.APPLY
 
 
 def test_gap_buffers() -> None:
     """seq > last_seq + 1 is BUFFER, also before the order exists."""
-    assert decide(None, step(O, P, 3)) is Decision.BUFFER
-    assert decide(live(1), step(O, P, 4)) is Decision.BUFFER
+    assert decide(None, step(O, P, 3), ORDER) is Decision.BUFFER
+    assert decide(live(1), step(O, P, 4), ORDER) is Decision.BUFFER
 
 
 def test_old_or_buffered_seq_is_duplicate() -> None:
     """seq <= last_seq, or a seq already buffered, is DUPLICATE."""
-    assert decide(live(3), step(O, P, 2)) is Decision.DUPLICATE
-    assert decide(live(3), step(O, P, 3)) is Decision.DUPLICATE
-    assert decide(live(1, buffered=frozenset({4})), step(O, P, 4)) is Decision.DUPLICATE
+    assert decide(live(3), step(O, P, 2), ORDER) is Decision.DUPLICATE
+    assert decide(live(3), step(O, P, 3), ORDER) is Decision.DUPLICATE
+    assert decide(live(1, buffered=frozenset({4})), step(O, P, 4), ORDER) is Decision.DUPLICATE
 
 
 def test_events_of_aborted_order_are_discarded() -> None:
     """Any step for an aborted order is DISCARD; a second abort is DUPLICATE."""
-    aborted = live(2, status=OrderStatus.ABORTED)
-    assert decide(aborted, step(O, P, 3)) is Decision.DISCARD
-    assert decide(aborted, step(O, P, 1)) is Decision.DISCARD
-    assert decide(aborted, abort(O, P)) is Decision.DUPLICATE
+    aborted = live(2, status="aborted")
+    assert decide(aborted, step(O, P, 3), ORDER) is Decision.DISCARD
+    assert decide(aborted, step(O, P, 1), ORDER) is Decision.DISCARD
+    assert decide(aborted, abort(O, P), ORDER) is Decision.DUPLICATE
 
 
 def test_abort_on_live_order_applies() -> None:
     """ABORT_PLAN on a live order is APPLY: aborted, buffer dropped, one notification."""
-    res = resolve(live(1, buffered=frozenset({3})), [abort(O, P, 1)], {3: step(O, P, 3)})
+    res = resolve(
+        live(1, buffered=frozenset({3})), [abort(O, P, 1)], {3: step(O, P, 3)}, catalog=CATALOG, limits=LIMITS
+    )
     assert [d for _, d, _ in res.decisions] == [Decision.APPLY]
-    assert res.after.status is OrderStatus.ABORTED
+    assert res.after.status == "aborted"
     assert res.after.last_seq == 1
     assert res.after.buffered == frozenset()
     assert res.unbuffered == (3,)
@@ -66,29 +77,31 @@ def test_abort_on_live_order_applies() -> None:
 
 def test_abort_before_any_event_is_tombstone() -> None:
     """ABORT_PLAN before any step is TOMBSTONE; later steps of that plan are DISCARD."""
-    res = resolve(OrderState(O), [abort(O, P), step(O, P, 1), step(O, P, 2)], {})
+    res = resolve(OrderState(O), [abort(O, P), step(O, P, 1), step(O, P, 2)], {}, catalog=CATALOG, limits=LIMITS)
     assert [d for _, d, _ in res.decisions] == [Decision.TOMBSTONE, Decision.DISCARD, Decision.DISCARD]
     assert res.after.tombstone
-    assert res.after.status is OrderStatus.ABORTED
+    assert res.after.status == "aborted"
     assert res.applied == ()
 
 
 def test_abort_on_terminal_order_is_duplicate() -> None:
     """ABORT_PLAN on a completed order is ignored as DUPLICATE."""
-    assert decide(live(5), abort(O, P, 5)) is Decision.DUPLICATE
+    assert decide(live(5), abort(O, P, 5), ORDER) is Decision.DUPLICATE
 
 
 def test_other_plan_is_plan_mismatch() -> None:
     """A step of another plan for the same order is PLAN_MISMATCH, also when only buffered steps exist."""
-    assert decide(live(2), step(O, "plan-2", 3)) is Decision.PLAN_MISMATCH
-    assert decide(OrderState(O, plan_id=P, buffered=frozenset({3})), step(O, "plan-2", 1)) is Decision.PLAN_MISMATCH
-    assert decide(live(2, status=OrderStatus.ABORTED), abort(O, "plan-2")) is Decision.PLAN_MISMATCH
+    assert decide(live(2), step(O, "plan-2", 3), ORDER) is Decision.PLAN_MISMATCH
+    assert (
+        decide(OrderState(O, plan_id=P, buffered=frozenset({3})), step(O, "plan-2", 1), ORDER) is Decision.PLAN_MISMATCH
+    )
+    assert decide(live(2, status="aborted"), abort(O, "plan-2"), ORDER) is Decision.PLAN_MISMATCH
 
 
 def test_gap_fill_drains_buffered_successors_in_order() -> None:
     """When the gap fills, consecutive buffered steps apply after it, in seq order, and leave the buffer."""
     pending = {3: step(O, P, 3), 4: step(O, P, 4)}
-    res = resolve(live(1, buffered=frozenset(pending)), [step(O, P, 2)], pending)
+    res = resolve(live(1, buffered=frozenset(pending)), [step(O, P, 2)], pending, catalog=CATALOG, limits=LIMITS)
     assert [(a.event.seq_id, a.position, a.drained) for a in res.applied] == [
         (2, 2, False),
         (3, 3, True),
@@ -101,7 +114,7 @@ def test_gap_fill_drains_buffered_successors_in_order() -> None:
 
 def test_buffered_and_drained_in_one_batch_is_never_stored() -> None:
     """A step buffered and drained within one batch produces no pending_events write."""
-    res = resolve(OrderState(O), [step(O, P, 2), step(O, P, 1)], {})
+    res = resolve(OrderState(O), [step(O, P, 2), step(O, P, 1)], {}, catalog=CATALOG, limits=LIMITS)
     assert [d for _, d, _ in res.decisions] == [Decision.BUFFER, Decision.APPLY]
     assert res.buffered == () and res.unbuffered == ()
     assert [a.event.seq_id for a in res.applied] == [1, 2]
@@ -110,7 +123,7 @@ def test_buffered_and_drained_in_one_batch_is_never_stored() -> None:
 # --- property: any interleaving ends as the surviving events applied in order, each once -------------
 
 
-def _expected(arrivals: list[EventEnvelope], k: int) -> tuple[list[int], bool, OrderStatus | None]:
+def _expected(arrivals: list[EventEnvelope], k: int) -> tuple[list[int], bool, str | None]:
     """An independent specification: which seqs apply, whether the abort applies, the final status."""
     first_abort = next((i for i, e in enumerate(arrivals) if e.is_abort), None)
     before = arrivals if first_abort is None else arrivals[:first_abort]
@@ -121,16 +134,16 @@ def _expected(arrivals: list[EventEnvelope], k: int) -> tuple[list[int], bool, O
     if first_abort is None:
         statuses = [
             None,
-            OrderStatus.CREATED,
-            OrderStatus.INVENTORY_VALIDATED,
-            OrderStatus.PAYMENT_PROCESSED,
-            OrderStatus.SHIPPED,
-            OrderStatus.COMPLETED,
+            "created",
+            "inventory_validated",
+            "payment_processed",
+            "shipped",
+            "completed",
         ]
         return list(range(1, m + 1)), False, statuses[m]
     if m == 5:
-        return list(range(1, 6)), False, OrderStatus.COMPLETED
-    return list(range(1, m + 1)), m > 0, OrderStatus.ABORTED
+        return list(range(1, 6)), False, "completed"
+    return list(range(1, m + 1)), m > 0, "aborted"
 
 
 @st.composite
@@ -157,7 +170,7 @@ def test_any_interleaving_applies_survivors_once_in_order(
     applied: list[EventEnvelope] = []
     bounds = [0, *cuts, len(order)]
     for lo, hi in itertools.pairwise(bounds):
-        res = resolve(state, order[lo:hi], pending)
+        res = resolve(state, order[lo:hi], pending, catalog=CATALOG, limits=LIMITS)
         for seq in res.unbuffered:
             del pending[seq]
         for event in res.buffered:
@@ -171,9 +184,9 @@ def test_any_interleaving_applies_survivors_once_in_order(
     assert sum(1 for e in applied if e.is_abort) == int(abort_applied)
     if abort_applied:
         assert applied[-1].is_abort
-    assert state.status is status
+    assert state.status == status
     assert state.last_seq == (seqs[-1] if seqs else 0)
     assert state.outbox_count == len(applied)
     assert len({e.event_id for e in applied}) == len(applied)
-    if status is OrderStatus.ABORTED or status is OrderStatus.COMPLETED:
+    if status == "aborted" or status == "completed":
         assert not pending

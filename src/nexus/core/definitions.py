@@ -1,38 +1,24 @@
 """What the rest of Nexus reads of a process definition: its step names, states, plans and data schemas.
 
-Nothing here is written per process: every answer is read from a `CompiledProcess` (the gateway's catalog,
-or `shipped(name)`, the shapes of the definitions shipped in `src/nexus/processes/`, generated into
-`core/shipped.py` by `make schemas`). A *plan* is a path through a definition's steps: from a step allowed
-before the order exists to a terminal state other than `aborted`, each step allowed from the state the
-previous one led to; `plans()` lists them in the order the definition declares its steps.
+Nothing here is written per process: every answer is read from a `CompiledProcess` handed in (the
+gateway's catalog; the shipped definitions, `src/nexus/processes/*.yaml`, are loaded and compiled by the
+registry, `nexus.processes.shipped`, as a user's are). A *plan* is a path through a definition's steps:
+from a step allowed before the order exists to a terminal state other than `aborted`, each step allowed
+from the state the previous one led to; `plans()` lists them in the order the definition declares its steps.
 
 The step data schemas are JSON Schemas with two Nexus readings (`core/step_data.py`).
 """
 
 from __future__ import annotations
 
-import enum
-import functools
-import json
 from collections.abc import Iterable
 
-from nexus.core.process import ABORT_STEP, ABORTED, REPLAN_STEP, CompiledProcess, ProcessCatalog, compile_definition
-from nexus.core.shipped import DEFINITIONS
+from nexus.core.process import ABORT_STEP, ABORTED, REPLAN_STEP, CompiledProcess, ProcessCatalog
 
 DEFAULT_PROCESS = "order"
 """The process of an order whose first step names none."""
 MAX_PLANS = 64
 """A definition with loops has endless paths: the lab's plans are the first ones (loops not taken)."""
-
-
-@functools.cache
-def shipped(name: str = DEFAULT_PROCESS) -> CompiledProcess:
-    """A shipped definition's shape (states, steps, data schemas; no checks, effects or approvals)."""
-    return compile_definition(json.dumps(DEFINITIONS[name]))
-
-
-def shipped_names() -> tuple[str, ...]:
-    return tuple(DEFINITIONS)
 
 
 def step_names(process: CompiledProcess) -> tuple[str, ...]:
@@ -42,17 +28,6 @@ def step_names(process: CompiledProcess) -> tuple[str, ...]:
 
 def terminal_states(process: CompiledProcess) -> frozenset[str]:
     return frozenset({*process.definition.terminal, ABORTED})
-
-
-def step_enum(process: CompiledProcess, enum_name: str) -> type[enum.StrEnum]:
-    """The step types of a process and ABORT_PLAN as a string enum (member names in UPPER_SNAKE_CASE)."""
-    names = [*step_names(process), ABORT_STEP]
-    return enum.StrEnum(enum_name, {_upper_snake(n): n for n in names})  # type: ignore[return-value]  # the functional StrEnum API is typed as returning the base class
-
-
-def _upper_snake(name: str) -> str:
-    out = "".join(f"_{c}" if c.isupper() and i and name[i - 1].islower() else c for i, c in enumerate(name))
-    return out.replace(".", "_").replace("-", "_").upper()
 
 
 def plans(process: CompiledProcess, limit: int = MAX_PLANS) -> tuple[tuple[str, ...], ...]:
@@ -93,10 +68,10 @@ def event_kinds(catalog: ProcessCatalog) -> tuple[str, ...]:
     return _kinds(sorted(catalog.versions.values(), key=lambda p: (p.name, p.version)))
 
 
-def shipped_kinds() -> tuple[str, ...]:
-    """`event_kinds` of the shipped definitions: the default process's steps first."""
-    names = sorted(shipped_names(), key=lambda n: (n != DEFAULT_PROCESS, n))
-    return _kinds([shipped(n) for n in names])
+def catalog_kinds(catalog: ProcessCatalog) -> tuple[str, ...]:
+    """`event_kinds` with the default process's steps first, then the others' by name (latest versions)."""
+    names = sorted(catalog.latest, key=lambda n: (n != DEFAULT_PROCESS, n))
+    return _kinds([catalog.latest[n] for n in names])
 
 
 def _kinds(processes: Iterable[CompiledProcess]) -> tuple[str, ...]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError, field_validator
+from pydantic import TypeAdapter, ValidationError
 
 from nexus.core import definitions, strict_json
-from nexus.core.process import ABORT_STEP, REPLAN_STEP
+from nexus.core.process import ABORT_STEP, REPLAN_STEP, ProcessCatalog
 from nexus.core.strict_json import InputLimits
 from nexus.errors import ErrorCode, InvalidEventError
 from nexus_wire import envelope as wire
@@ -31,26 +31,12 @@ from nexus_wire.envelope import is_safe_identifier as is_safe_identifier
 _IDENTIFIER_FIELDS = frozenset({"plan_id", "order_id", "tenant_id", "correlation_id"})
 
 
-_DEFAULT = definitions.shipped()
-StepType = definitions.step_enum(_DEFAULT, "StepType")
-"""The default process's step types and ABORT_PLAN: an envelope's `event_type` is one of them when it can be."""
-
-
 class EventEnvelope(wire.EventEnvelope):
     """One step an agent proposes for one order (the aggregate)."""
 
-    # The wire's envelope (`nexus_wire.envelope`: fields, identifiers, the built-in steps' data), and what the
-    # gateway knows besides: the default process's step types arrive as `StepType` members. A step's data is
-    # judged by the order's own process (core/decide/validation.py), not here. The docstring above is the
-    # exported schemas' description.
-
-    @field_validator("event_type", mode="after")
-    @classmethod
-    def _known_type(cls, value: str) -> str:
-        try:
-            return StepType(value)
-        except ValueError:
-            return value
+    # The wire's envelope (`nexus_wire.envelope`: fields, identifiers, the built-in steps' data); its
+    # `event_type` is any step name: which step types exist is the order's process's business
+    # (core/decide/validation.py), not the envelope's. The docstring above is the exported schemas' description.
 
 
 _ENVELOPE = TypeAdapter(EventEnvelope)
@@ -89,14 +75,14 @@ def _summarize(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def json_schemas() -> dict[str, dict[str, Any]]:
-    """One JSON Schema per event type: the envelope with that type's `data`, for the step types of the shipped
-    definitions (their `data:` schemas; a step type two definitions share has the same schema in both) and
-    the built-in ABORT_PLAN and REPLAN (their models)."""
+def json_schemas(catalog: ProcessCatalog) -> dict[str, dict[str, Any]]:
+    """One JSON Schema per event type: the envelope with that type's `data`, for the step types of the
+    catalog's latest definitions (their `data:` schemas; a step type two definitions share has the same
+    schema in both), the default process's first, and the built-in ABORT_PLAN and REPLAN (their models)."""
     base = EventEnvelope.model_json_schema()
     datas: dict[str, dict[str, Any]] = {}
-    for process in sorted(definitions.shipped_names(), key=lambda n: (n != definitions.DEFAULT_PROCESS, n)):
-        for name, compiled in definitions.shipped(process).steps.items():
+    for process in sorted(catalog.latest, key=lambda n: (n != definitions.DEFAULT_PROCESS, n)):
+        for name, compiled in catalog.latest[process].steps.items():
             if datas.setdefault(name, dict(compiled.step.data)) != compiled.step.data:
                 raise ValueError(f"step type {name} of {process} has another data schema than elsewhere")
     datas[ABORT_STEP] = AbortPlanData.model_json_schema()

@@ -5,77 +5,24 @@ each step type the states it may follow (`from`, where `null` is "before the ord
 leads to, a JSON Schema of its data and its CEL checks. `core/process_compile.py` turns YAML text into a
 `CompiledProcess`; `core/decide/validation.py` judges steps against one. `core/process.py` re-exports all.
 
-The order names below (`EventType`, `OrderStatus`, `STEPS`, `STATUS_AFTER`) are generated from order.yaml
-(through `core/shipped.py`, which `make schemas` writes), not written by hand; the decision core reads every
-process from its definition.
+No process is special here: the shipped definitions (src/nexus/processes/*.yaml) reach the core as a user's
+do, compiled into the catalog by the registry (`nexus.processes`); the core names none of their steps or states.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.core.checks import CompiledRule, convert_money, exponent_of
-from nexus.core.shipped import DEFINITIONS as SHIPPED
 from nexus.errors import ErrorCode
 from nexus_wire.codes import ABORT_STEP as ABORT_STEP
 from nexus_wire.codes import REPLAN_STEP as REPLAN_STEP
 from nexus_wire.codes import AbortCode as AbortCode
-
-
-def _upper_snake(name: str) -> str:
-    if name.isupper():
-        return name
-    return "".join("_" + c if c.isupper() and i else c for i, c in enumerate(name)).upper()
-
-
-# The built-in `order` process's names, generated from order.yaml (core/shipped.py, `make schemas`), never
-# written by hand: its step types (and ABORT_PLAN), its states, and the state each step leads to.
-_ORDER: Mapping[str, Any] = SHIPPED["order"]
-EventType: type[enum.StrEnum] = enum.StrEnum(  # type: ignore[misc]  # mypy cannot type an enum built from a mapping at import
-    "EventType", {_upper_snake(name): name for name in (*_ORDER["steps"], "ABORT_PLAN")}
-)
-
-
-class _StatusBase(enum.StrEnum):
-    @property
-    def terminal(self) -> bool:
-        return self.value in _ORDER["terminal"]
-
-
-OrderStatus: type[_StatusBase] = cast(Any, _StatusBase)(
-    "OrderStatus", {name.upper(): name for name in _ORDER["states"]}
-)
-
-
-# The steps of the order process, by position (seq_id), and the status each one leaves the order in.
-STEPS: tuple[enum.StrEnum, ...] = tuple(EventType(name) for name in _ORDER["steps"])
-STATUS_AFTER: dict[enum.StrEnum, enum.StrEnum] = {
-    **{EventType(name): OrderStatus(step["to"]) for name, step in _ORDER["steps"].items()},
-    EventType("ABORT_PLAN"): OrderStatus("aborted"),
-}
-LAST_SEQ = len(STEPS)
-
-
-def seq_of(event_type: enum.StrEnum) -> int | None:
-    """The position of a step in the built-in order process, from 1; None for ABORT_PLAN."""
-    if event_type == ABORT_STEP:
-        return None
-    return STEPS.index(event_type) + 1
-
-
-def as_status(name: str) -> str:
-    """A state name, as the `OrderStatus` member when it is one of the order process's states."""
-    try:
-        return OrderStatus(name)
-    except ValueError:
-        return name
-
 
 BUILTIN_STEPS = frozenset({ABORT_STEP, REPLAN_STEP})
 ABORTED = "aborted"
@@ -221,7 +168,7 @@ class CompiledProcess:
         return state is not None and (state == ABORTED or state in self.definition.terminal)
 
     def status_after(self, event_type: str) -> str:
-        return as_status(ABORTED if event_type == ABORT_STEP else self.steps[event_type].step.to)
+        return ABORTED if event_type == ABORT_STEP else self.steps[event_type].step.to
 
     def facts_after(self, facts: Mapping[str, Any], event_type: str, data: Mapping[str, Any]) -> dict[str, Any]:
         """The order's facts once a step applied: its data (money in minor units) merged over them."""

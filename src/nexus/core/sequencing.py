@@ -4,7 +4,8 @@ The decision table lives in `core/decide/`, one module per concern, each with it
 `position` (sequencing and the reorder buffer), `replan` (plan swap), `validation` (the process),
 `approvals`, `deadlines`, `effects` (saga steps), `rejections` (max_rejections), `expiry` (the buffer's
 timeout); `decide/order.py` folds one order's steps through them and `decide/plan.py` a whole batch into
-a `BatchPlan`. `resolve` and `complete_effect` below are that fold with keyword arguments.
+a `BatchPlan`. `resolve` and `complete_effect` below are that fold with keyword arguments; they always
+judge by a catalog (the gateway's; by default the shipped definitions, which the registry loads).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from nexus.core.decide.rejections import policy_abort
 from nexus.core.decide.replan import code_of
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Resolution
-from nexus.core.process_model import STATUS_AFTER, OrderStatus, ProcessCatalog, Verdict
+from nexus.core.process_model import CompiledProcess, ProcessCatalog, Verdict
 
 __all__ = [
     "Applied",
@@ -39,15 +40,10 @@ __all__ = [
     "resolve",
 ]
 
-# Without a catalog nothing is judged and statuses are positional: the built-in order's (tests of the
-# position table use it; a gateway always has a catalog, and the deciders never read these constants).
-_POSITIONAL: Mapping[str, str] = {str(k): v for k, v in STATUS_AFTER.items()}
-_ORDER_TERMINAL: frozenset[str] = frozenset(s.value for s in OrderStatus if s.terminal)
 
-
-def decide(state: OrderState | None, event: EventEnvelope) -> Decision:
-    """The position table (`core/decide/position.py`) for an order of the built-in `order` process."""
-    return _position.decide(state, event, _ORDER_TERMINAL)
+def decide(state: OrderState | None, event: EventEnvelope, process: CompiledProcess) -> Decision:
+    """The position table (`core/decide/position.py`) for an order of `process`."""
+    return _position.decide(state, event, process.terminal_states)
 
 
 def resolve(
@@ -55,7 +51,7 @@ def resolve(
     events: Iterable[EventEnvelope],
     pending: Mapping[int, EventEnvelope],
     *,
-    catalog: ProcessCatalog | None = None,
+    catalog: ProcessCatalog,
     limits: Mapping[str, Any] | None = None,
     rejected: Mapping[uuid.UUID, Verdict] | None = None,
     effect_done: int | None = None,
@@ -70,8 +66,6 @@ def resolve(
         effect_done=effect_done,
         now=now,
         approvals=approvals or {},
-        positional=_POSITIONAL if catalog is None else {},
-        positional_terminal=_ORDER_TERMINAL,
     )
     return _order.resolve(state, events, pending, ctx)
 
@@ -81,14 +75,12 @@ def complete_effect(
     event: EventEnvelope,
     pending: Mapping[int, EventEnvelope],
     *,
-    catalog: ProcessCatalog | None,
+    catalog: ProcessCatalog,
     limits: Mapping[str, Any] | None = None,
 ) -> Resolution:
     """The effect of `event` succeeded: the step applies for good, then its successors drain."""
     ctx = _order.OrderContext(
         catalog=catalog,
         limits=limits or {},
-        positional=_POSITIONAL if catalog is None else {},
-        positional_terminal=_ORDER_TERMINAL,
     )
     return _order.complete_effect(state, event, pending, ctx)

@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from nexus.core.definitions import DEFAULT_PROCESS, catalog_kinds
 from nexus.core.process import (
     CompiledProcess,
     DefinitionError,
@@ -78,6 +79,24 @@ def builtin_catalog() -> ProcessCatalog:
     if _BUILTIN is None:
         _BUILTIN = ProcessCatalog.of(compile_sources(builtin_sources()))
     return _BUILTIN
+
+
+def shipped(name: str = DEFAULT_PROCESS) -> CompiledProcess:
+    """A shipped definition, loaded and compiled as a user's is (its latest version); KeyError if none."""
+    process = builtin_catalog().get(name)
+    if process is None:
+        raise KeyError(f"no shipped process {name!r}")
+    return process
+
+
+def shipped_names() -> tuple[str, ...]:
+    """The shipped definitions' names, in file-name order."""
+    return tuple(builtin_catalog().latest)
+
+
+def shipped_kinds() -> tuple[str, ...]:
+    """Every step type of the shipped definitions (the default process's first), then the built-in steps."""
+    return catalog_kinds(builtin_catalog())
 
 
 async def register(db: Database, process_dir: Path | None = None) -> ProcessCatalog:

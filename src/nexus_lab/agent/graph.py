@@ -33,14 +33,15 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from nexus.core import definitions, step_data
-from nexus.core.envelope import AbortPlanData, EventEnvelope, StepType
+from nexus.core.envelope import AbortPlanData, EventEnvelope
 from nexus.core.process import ABORT_STEP, ABORTED, AbortCode
+from nexus.processes import shipped
 
 # The order process as its definition says (processes/order.yaml): the graph has one node per step of its
 # plan, and the statuses it expects are the states those steps lead to.
-ORDER = definitions.shipped("order")
-STEPS: tuple[enum.StrEnum, ...] = tuple(StepType(name) for name in definitions.main_plan(ORDER))
-ABORT = StepType(ABORT_STEP)
+ORDER = shipped("order")
+STEPS: tuple[str, ...] = definitions.main_plan(ORDER)
+ABORT = ABORT_STEP
 LAST_SEQ = len(STEPS)
 COMPLETED = definitions.status_after(ORDER, STEPS) or ""
 (CREATE, VALIDATE, PAY, SHIP, COMPLETE) = STEPS  # the graph's nodes, in the definition's order
@@ -48,7 +49,7 @@ COMPLETED = definitions.status_after(ORDER, STEPS) or ""
 
 def seq_of(event_type: str) -> int | None:
     """A step's position in the order's plan, from 1; None for ABORT_PLAN."""
-    return None if event_type == ABORT else STEPS.index(StepType(event_type)) + 1
+    return None if event_type == ABORT else STEPS.index(event_type) + 1
 
 
 class Outcome(enum.StrEnum):
@@ -333,7 +334,7 @@ def initial_state(
     return state
 
 
-def shape_of(outcome: Outcome) -> tuple[enum.StrEnum, ...]:
+def shape_of(outcome: Outcome) -> tuple[str, ...]:
     """The event types a plan with this outcome sends, in order (what the graph's nodes produce)."""
     if outcome is Outcome.COMPLETED:
         return STEPS

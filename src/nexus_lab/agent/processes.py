@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from nexus.core import definitions
 from nexus.core.process import ABORT_STEP, CompiledProcess
+from nexus.processes import shipped
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ class LabProcess:
 
     @property
     def definition(self) -> CompiledProcess:
-        return definitions.shipped(self.name)
+        return shipped(self.name)
 
     @property
     def steps(self) -> tuple[str, ...]:

@@ -25,11 +25,12 @@ from langgraph.graph import END, START, StateGraph
 from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import AbortCode
+from nexus.processes import shipped
 from nexus_client import AsyncNexusClient
 from nexus_client.errors import WaitTimeout
 
 PROCESS = "fulfilment"
-_FULFILMENT = definitions.shipped(PROCESS)
+_FULFILMENT = shipped(PROCESS)
 STEPS = definitions.main_plan(_FULFILMENT)
 STATUS_OF = {name: _FULFILMENT.steps[name].step.to for name in STEPS}
 """The status each step leaves the order in once its effect succeeded (the definition's `to`)."""

@@ -41,12 +41,13 @@ import httpx
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.core import definitions
+from nexus.processes import shipped
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_http
 
 PATTERNS = ("waits", "batches", "plans", "rejected", "sockets")
-STEPS = definitions.main_plan(definitions.shipped("order"))
+STEPS = definitions.main_plan(shipped("order"))
 A_KEYS = 70
 WAITS_PER_KEY = 16
 

@@ -24,6 +24,7 @@ from nexus.core import definitions
 from nexus.core.decide.validation import NoChecks
 from nexus.core.envelope import EventEnvelope
 from nexus.gateway import Gateway, Incoming
+from nexus.processes import shipped
 from nexus.store.database import Database
 from nexus_lab.procs import NEXUS_CMD, wait_http
 
@@ -47,7 +48,7 @@ RAW_OUTBOX = (
 
 Row = dict[str, Any]
 # The order process's plan (processes/order.yaml), each order's steps in order.
-STEPS = definitions.main_plan(definitions.shipped("order"))
+STEPS = definitions.main_plan(shipped("order"))
 
 
 _ITEMS = [

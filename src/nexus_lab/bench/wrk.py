@@ -27,6 +27,7 @@ from typing import Any
 import asyncpg
 
 from nexus.core import definitions
+from nexus.processes import shipped
 from nexus_client import ClientConfig
 from nexus_lab.bench.external import Skipped
 from nexus_lab.tables import text_table
@@ -97,7 +98,7 @@ def _script(name: str) -> Path:
     return path
 
 
-ORDER_STEPS = definitions.main_plan(definitions.shipped("order"))
+ORDER_STEPS = definitions.main_plan(shipped("order"))
 """The steps each wrk connection sends per order, in order (wrk_orders.lua's third argument)."""
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from nexus.core import definitions
 from nexus.core.process import ABORT_STEP, AbortCode
+from nexus.processes import shipped, shipped_names
 
 # Codes of proposals the planner refuses itself, before the gateway sees anything.
 MALFORMED_PROPOSAL = "MALFORMED_PROPOSAL"
@@ -79,9 +80,9 @@ def data_schema(step: str, described: Mapping[str, Any] | None, process: str | N
 
 
 def _shipped_data(step: str, process: str) -> dict[str, Any] | None:
-    if process not in definitions.shipped_names():
+    if process not in shipped_names():
         return None
-    compiled = definitions.shipped(process).steps.get(step)
+    compiled = shipped(process).steps.get(step)
     return dict(compiled.step.data) if compiled is not None and compiled.step.data else None
 
 

@@ -33,7 +33,7 @@ from nexus.core.decide.removed import decide_removed
 from nexus.core.decide.validation import StepChecks, after_terminal
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Resolution
-from nexus.core.process_model import ABORTED, CompiledProcess, ProcessCatalog, Verdict, as_status
+from nexus.core.process_model import ABORTED, CompiledProcess, ProcessCatalog, Verdict
 
 _CHECKED = StepChecks()
 
@@ -139,7 +139,7 @@ class OrderFold:
         if decision is Decision.TOMBSTONE:
             state = self._drop_buffer(state)
             return decision, dataclasses.replace(
-                state, plan_id=event.plan_id, status=as_status(ABORTED), tombstone=True, deadline_at=None
+                state, plan_id=event.plan_id, status=ABORTED, tombstone=True, deadline_at=None
             )
         if decision is Decision.BUFFER:
             self.buffer.put(event)
