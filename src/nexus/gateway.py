@@ -22,19 +22,20 @@ from decimal import Decimal
 import asyncpg
 
 from nexus import metrics, plan_steps, tracing
-from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan
+from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan, write_rows
 from nexus.core.actors import SYSTEM_DEADLINE
 from nexus.core.decide import isolation
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.deadlines import deadline_abort
 from nexus.core.decide.expiry import Expiry
-from nexus.core.decide.items import Incoming, IngressKind, order_key
+from nexus.core.decide.items import EffectOutcome, Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, NoDecisionLog
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.decide.plan_start import OrderKnown, PlanStart, start_refusal
 from nexus.core.decide.validation import NoChecks, StepChecks
 from nexus.core.order_state import Decision, OrderState
 from nexus.core.process_model import ProcessCatalog
+from nexus.core.saga import SagaStatus
 from nexus.errors import ErrorCode, TransientDatabaseError
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as saga_records
@@ -222,6 +223,27 @@ class Gateway:
         except TransientDatabaseError:
             await self.db.expire_connections()
             raise
+
+    async def fold_effects(
+        self, conn: asyncpg.Connection, outcomes: Sequence[EffectOutcome], lease_s: float, owner: str
+    ) -> dict[OrderKey, tuple[SagaStatus, list[asyncpg.Record]]]:
+        """Fold a batch of saga calls' outcomes (one per saga, of different orders) in the caller's transaction:
+        lock, read (the sagas, and the orders of the successes), plan (`plan_batch`, `core/decide/outcomes.py`),
+        write. Returns the status and steps of the sagas the writer (`owner`) keeps leased for `lease_s`, by saga."""
+        keys = sorted({o.key for o in outcomes})
+        await conn.execute(query("gateway.sql", "lock_orders"), *pairs(keys))
+        sagas = await saga_records.finish_calls(conn, keys, outcomes)
+        done = sorted({o.key for o in outcomes if o.envelope is not None})
+        reads = await read_batch(conn, done, validated=self.parts.checks.checks) if done else BatchReads()
+        reads = dataclasses.replace(reads, sagas=sagas)
+        plan = plan_batch([], reads, self.parts, kind=IngressKind.SAGA, now=None, effects=outcomes)
+        await write_plan(conn, plan, reads.heads, done)
+        if plan.resolutions:
+            await saga_records.record(conn, plan.resolutions, self.catalog, {}, self.saga_secret)
+        notifications = await saga_records.finish_compensations(conn, outcomes)
+        if notifications:
+            await write_rows(conn, notifications=notifications)
+        return await saga_records.set_sagas(conn, plan.sagas, lease_s, owner)
 
     async def start_plan(self, start: PlanStart) -> ErrorCode | None:
         """Start a plan before its first step: lock, read, decide (`core/decide/plan_start.py`), write, in one
