@@ -23,13 +23,15 @@ import asyncpg
 
 from nexus import metrics, plan_steps, tracing
 from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan, write_rows
-from nexus.core.actors import SYSTEM_DEADLINE
+from nexus.core.actors import SYSTEM_DEADLINE, SYSTEM_SAGA
 from nexus.core.decide import isolation
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.deadlines import deadline_abort
+from nexus.core.decide.effects import effect_failed_abort
 from nexus.core.decide.expiry import Expiry
 from nexus.core.decide.items import EffectOutcome, Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, NoDecisionLog
+from nexus.core.decide.outcomes import settled
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.decide.plan_start import OrderKnown, PlanStart, start_refusal
 from nexus.core.decide.validation import NoChecks, StepChecks
@@ -244,6 +246,38 @@ class Gateway:
         if notifications:
             await write_rows(conn, notifications=notifications)
         return await saga_records.set_sagas(conn, plan.sagas, lease_s, owner)
+
+    async def settle_saga(self, key: OrderKey, claimed: SagaStatus) -> None:
+        """A claimed saga with nothing to call (`claimed`: its status at the claim): lock, read it again (a
+        step recorded since the claim is not slept through), decide (`core/decide/outcomes.settled`), write,
+        in one transaction; a compensation over aborts the plan (`effect_failed`)."""
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
+                await lifecycle_records.notify_orders(conn, [key])
+                current, steps = await saga_records.read_settling(conn, key)
+                after = settled(claimed, current, steps)
+                await saga_records.set_saga(conn, key, after.status, after.delay_s)
+                if after.abort_reason is not None:
+                    await self.abort_for_effects(conn, key, after.abort_reason)
+
+    async def abort_for_effects(self, conn: asyncpg.Connection, key: OrderKey, reason: str) -> bool:
+        """Compensation is over: abort the order's plan (`effect_failed`, `core/decide/effects.py`) unless it
+        already is, folded by `plan_batch` in the caller's transaction under the order's lock; True if written."""
+        await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
+        reads = await read_batch(conn, [key], validated=self.parts.checks.checks)
+        state = reads.states.get(key) or OrderState(key[1])
+        abort = effect_failed_abort(state, key[0], reason, dt.datetime.now(dt.UTC))
+        if abort is None:
+            return False
+        # the saga's compensation is over: nothing holds the order any more
+        states = {key: dataclasses.replace(state, effect=None, past_pivot=False)}
+        reads = dataclasses.replace(reads, states=states)
+        item = Incoming.of(abort, actor=SYSTEM_SAGA)
+        plan = plan_batch([item], reads, self.parts, kind=IngressKind.SAGA, now=None)
+        await write_plan(conn, plan, reads.heads, [key])
+        await saga_records.record(conn, plan.resolutions, self.catalog, {}, self.saga_secret)
+        return True
 
     async def start_plan(self, start: PlanStart) -> ErrorCode | None:
         """Start a plan before its first step: lock, read, decide (`core/decide/plan_start.py`), write, in one

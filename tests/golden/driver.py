@@ -23,6 +23,7 @@ from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.lifecycle.approvals import answer, approver_of
 from nexus.processes import builtin_catalog
 from nexus.saga import outcomes
+from nexus.store import sagas as saga_records
 from nexus.store.database import Database
 from nexus.store.lifecycle import approval_id_for
 from nexus.store.queries import query
@@ -100,8 +101,7 @@ class Driver:
             return await self._effect_ok(action["tenant"], action["order_id"], action["seq"])
         if op == "effect_abort":
             async with self.db.pool.acquire() as conn, conn.transaction():
-                await outcomes.lock_order(conn, action["tenant"], action["order_id"])
-                return await outcomes.abort_plan(self.http, conn, action["tenant"], action["order_id"], "effect failed")
+                return await self.http.abort_for_effects(conn, (action["tenant"], action["order_id"]), "effect failed")
         if op == "sweep":
             return await self.http.abort_overdue()
         if op == "expire":
@@ -119,7 +119,7 @@ class Driver:
             done = CallDecision(StepStatus.COMPLETED, SagaStatus.RUNNING)
             command = outcomes.command_of(outcomes.Outcome(step, Action.FORWARD, done, {}, None, keep=False))
             await self.http.fold_effects(conn, [command], 0, "golden")
-            await outcomes.set_saga(conn, tenant, order_id, SagaStatus.RUNNING, None)
+            await saga_records.set_saga(conn, (tenant, order_id), SagaStatus.RUNNING, None)
             return str(await conn.fetchval("SELECT status FROM orders WHERE tenant_id = $1 AND order_id = $2",
                                            tenant, order_id))  # fmt: skip
 

@@ -10,10 +10,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from nexus.core.decide.items import EffectOutcome, EffectResult, IngressKind
-from nexus.core.decide.outcomes import SagaAfter, compensation_notification, is_terminal, saga_after, saga_row
+from nexus.core.decide.outcomes import (
+    SagaAfter,
+    Settled,
+    compensation_notification,
+    is_terminal,
+    redriven,
+    saga_after,
+    saga_row,
+    settled,
+)
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.envelope import EventEnvelope
-from nexus.core.saga import SagaStatus, StepStatus
+from nexus.core.saga import SagaStatus, StepStatus, StepView
 from nexus.core.sequencing import OrderState, resolve
 from nexus.processes import builtin_catalog
 from tests.factories import step_json
@@ -142,3 +151,41 @@ def test_a_compensations_notification_has_one_id_per_step_and_no_seq() -> None:
         4, "EffectCompensated", None, "p", "tp",
     )  # fmt: skip
     assert '"compensated_seq": 2' in row.payload
+
+
+def _view(seq: int, status: StepStatus, *, compensable: bool = True) -> StepView:
+    return StepView(seq=seq, step=f"S{seq}", status=status, compensable=compensable, pivot=False, uncertain=False)
+
+
+def test_a_saga_with_nothing_to_call_settles_as_read_under_the_lock() -> None:
+    """Changed since the claim, or with work again: due at once; its compensation over: COMPENSATED with the
+    plan's abort naming the failed step; waiting for the agent: not due, no abort."""
+    running = [_view(1, StepStatus.COMPLETED), _view(2, StepStatus.PENDING)]
+    assert settled(SagaStatus.RUNNING, SagaStatus.COMPENSATING, running) == Settled(SagaStatus.COMPENSATING, 0.0)
+    assert settled(SagaStatus.RUNNING, SagaStatus.RUNNING, running) == Settled(SagaStatus.RUNNING, 0.0)
+    escalated = [_view(1, StepStatus.FAILED)]
+    assert settled(SagaStatus.RUNNING, SagaStatus.ESCALATED, escalated) == Settled(SagaStatus.ESCALATED, 0.0)
+    over = [_view(1, StepStatus.COMPENSATED), _view(2, StepStatus.FAILED)]
+    aborted = Settled(SagaStatus.COMPENSATED, None, "effect of S2 failed")
+    assert settled(SagaStatus.COMPENSATING, SagaStatus.COMPENSATING, over) == aborted
+    undone = [_view(1, StepStatus.COMPENSATED)]
+    compensated = Settled(SagaStatus.COMPENSATED, None, "effects compensated")
+    assert settled(SagaStatus.COMPENSATING, SagaStatus.COMPENSATING, undone) == compensated
+    waiting = [_view(1, StepStatus.COMPLETED)]
+    assert settled(SagaStatus.RUNNING, SagaStatus.RUNNING, waiting) == Settled(SagaStatus.RUNNING, None)
+
+
+@given(
+    st.lists(st.sampled_from(StepStatus), max_size=6), st.sampled_from([SagaStatus.RUNNING, SagaStatus.COMPENSATING])
+)
+def test_a_redrive_sets_failed_steps_pending_again_only_back_to_the_steps(
+    statuses: list[StepStatus], target: SagaStatus
+) -> None:
+    """Redriven to RUNNING, each FAILED step is PENDING again and every other step keeps its status; redriven to
+    COMPENSATING, every step keeps its status."""
+    steps = [_view(seq, status) for seq, status in enumerate(statuses, 1)]
+    redone = redriven(target, steps)
+    assert [seq for seq, _ in redone] == [s.seq for s in steps]
+    for (_, after), before in zip(redone, statuses, strict=True):
+        moved = target is SagaStatus.RUNNING and before is StepStatus.FAILED
+        assert after is (StepStatus.PENDING if moved else before)

@@ -3,29 +3,20 @@
 (lock, read, plan, write, as for steps), which decides nothing here: the step applied for good, the
 compensation's notification and each saga's status and next attempt come from `core/decide/outcomes.py`.
 A saga due again at once stays leased to the writer's process, which goes on with it with the steps read
-back in the same transaction. When compensation is over, the plan's abort (`abort_plan`, `effect_failed`)."""
+back in the same transaction. (A saga with nothing to call is settled by `Gateway.settle_saga`.)"""
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import uuid
 from typing import Any
 
 import asyncpg
 
-from nexus.audit.log import record_entries
-from nexus.batch_rows import pairs, read_batch, write_builder
-from nexus.core.actors import SYSTEM_SAGA
-from nexus.core.decide.effects import effect_failed_abort
+from nexus.batch_rows import pairs
 from nexus.core.decide.items import EffectOutcome, EffectResult
-from nexus.core.decide.rows import RowsBuilder, add_rows
 from nexus.core.envelope import parse_envelope
 from nexus.core.saga import Action, CallDecision, SagaStatus, StepStatus
-from nexus.core.sequencing import OrderState, Resolution, resolve
 from nexus.gateway import Gateway
-from nexus.store import lifecycle as lifecycle_records
-from nexus.store import sagas as records
 from nexus.store.queries import query
 
 OrderKey = tuple[str, str]
@@ -91,60 +82,3 @@ def command_of(o: Outcome) -> EffectOutcome:
         step["traceparent"], o.response, o.error, decision.uncertain,
         decision.delay_ms / 1000 if decision.delay_ms is not None else None, o.keep,
     )  # fmt: skip
-
-
-async def lock_order(conn: asyncpg.Connection, tenant_id: str, order_id: str) -> str:
-    """Take the order's advisory lock (as Gateway.submit does) and its saga's row; return its status.
-    The transaction will write the order's saga outcome: its waiters (long poll, SSE) wake at commit."""
-    await conn.execute(query("gateway.sql", "lock_orders"), [tenant_id], [order_id])
-    await lifecycle_records.notify_orders(conn, [(tenant_id, order_id)])
-    row = await conn.fetchrow(query("saga.sql", "lock_saga"), tenant_id, order_id)
-    return str(row["status"]) if row is not None else SagaStatus.COMPENSATED.value
-
-
-async def set_saga(
-    conn: asyncpg.Connection,
-    tenant_id: str,
-    order_id: str,
-    status: SagaStatus,
-    delay_s: float | None,
-    error: str | None = None,
-) -> None:
-    await conn.execute(query("saga.sql", "set_saga"), tenant_id, order_id, status.value, delay_s, error)
-
-
-async def _state(gateway: Gateway, conn: asyncpg.Connection, key: tuple[str, str]) -> tuple[OrderState, Any, Any]:
-    reads = await read_batch(conn, [key], validated=gateway.parts.checks.checks)
-    state = reads.states.get(key) or OrderState(key[1])
-    return state, reads.pending.get(key, {}), reads.limits.get(key[0]) or gateway.parts.default_limits
-
-
-async def _write(
-    gateway: Gateway,
-    conn: asyncpg.Connection,
-    resolution: Resolution,
-    pending: Any,
-    *,
-    skip_first: bool,
-    traces: dict[uuid.UUID, str | None] | None = None,
-) -> None:
-    rows = RowsBuilder()
-    add_rows(resolution, traces or {}, rows)
-    await write_builder(conn, rows)
-    await records.record(conn, [resolution], gateway.catalog, {}, gateway.saga_secret)
-    entries = gateway.parts.log.order_entries(resolution, pending, SYSTEM_SAGA, None)
-    # The step's own APPLY was logged when it took its seq; what it drains now is logged here.
-    await record_entries(conn, entries[1:] if skip_first else entries)
-
-
-async def abort_plan(gateway: Gateway, conn: asyncpg.Connection, tenant_id: str, order_id: str, reason: str) -> bool:
-    """Compensation is over: abort the plan (`effect_failed`, decided in `core/decide/effects.py`) unless it
-    already is; True if written."""
-    state, pending, limits = await _state(gateway, conn, (tenant_id, order_id))
-    abort = effect_failed_abort(state, tenant_id, reason, dt.datetime.now(dt.UTC))
-    if abort is None:
-        return False
-    state = dataclasses.replace(state, effect=None, past_pivot=False)
-    resolution = resolve(state, [abort], pending, catalog=gateway.catalog, limits=limits)
-    await _write(gateway, conn, resolution, pending, skip_first=False)
-    return True

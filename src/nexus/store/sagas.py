@@ -19,7 +19,7 @@ from nexus.core.decide.rows import OutboxRow
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState, Resolution
 from nexus.core.process import ProcessCatalog
-from nexus.core.saga import EffectBodyError, SagaStatus, StepStatus, build_body
+from nexus.core.saga import EffectBodyError, SagaStatus, StepStatus, StepView, build_body
 from nexus.store.queries import query
 from nexus.store.saga_keys import SagaSecret, call_keys
 
@@ -223,3 +223,29 @@ async def set_sagas(
 
 def _text(response: Any) -> str | None:
     return json.dumps(response) if response is not None else None
+
+
+async def read_settling(conn: asyncpg.Connection, key: tuple[str, str]) -> tuple[SagaStatus, list[StepView]]:
+    """Under the order's lock: its saga's status (its row locked; none: compensated) and its steps."""
+    row = await conn.fetchrow(query("saga.sql", "lock_saga"), *key)
+    status = SagaStatus(row["status"]) if row is not None else SagaStatus.COMPENSATED
+    return status, [step_view(s) for s in await conn.fetch(query("saga.sql", "read_steps"), *key)]
+
+
+async def set_saga(
+    conn: asyncpg.Connection, key: tuple[str, str], status: SagaStatus, delay_s: float | None, error: str | None = None
+) -> None:
+    """One saga's status, its next attempt in `delay_s` seconds (None: not due) and its error, its lease cleared."""
+    await conn.execute(query("saga.sql", "set_saga"), *key, status.value, delay_s, error)
+
+
+def step_view(row: asyncpg.Record) -> StepView:
+    """What the state machines need of a `saga_steps` row."""
+    return StepView(
+        seq=row["seq"],
+        step=row["step_name"],
+        status=StepStatus(row["status"]),
+        compensable=row["compensable"],
+        pivot=row["pivot"],
+        uncertain=row["uncertain"],
+    )

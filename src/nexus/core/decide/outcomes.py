@@ -23,12 +23,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from nexus.core.decide.items import EffectOutcome, EffectResult
 from nexus.core.decide.rows import OutboxRow
 from nexus.core.process_model import ABORTED, ProcessCatalog
-from nexus.core.saga import SagaStatus
+from nexus.core.saga import SagaStatus, StepStatus, StepView, next_work, settle
 
 COMPENSATED_EVENT = "EffectCompensated"
 _COMPENSATION_NAMESPACE = uuid.UUID("5a9a7e0c-3c1b-4f7e-8a51-636f6d70656e")
@@ -89,6 +90,39 @@ def saga_after(outcome: EffectOutcome, current: SagaStatus, terminal: tuple[str,
     if outcome.result is EffectResult.ESCALATED:
         return SagaAfter(SagaStatus.ESCALATED, None, outcome.error)
     return SagaAfter(current if current is SagaStatus.FAILED else SagaStatus.COMPENSATING, 0.0, outcome.error)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settled:
+    """A claimed saga with nothing to call, once read again under its order's lock: its status and next
+    attempt (None: not due until the agent's next step), and the reason of the plan's `effect_failed` abort
+    when its compensation is over (None: no abort)."""
+
+    status: SagaStatus
+    delay_s: float | None
+    abort_reason: str | None = None
+
+
+def settled(claimed: SagaStatus, current: SagaStatus, steps: Sequence[StepView]) -> Settled:
+    """A claimed saga with nothing to call: changed since the claim, or with work again (a step recorded
+    meanwhile), due at once; a compensation over, COMPENSATED and its plan aborted; else it waits."""
+    if current is not claimed or next_work(current, steps) is not None:
+        return Settled(current, 0.0)
+    if settle(claimed, steps) is SagaStatus.COMPENSATED:
+        failed = [s for s in steps if s.status is StepStatus.FAILED]
+        return Settled(
+            SagaStatus.COMPENSATED, None, f"effect of {failed[-1].step} failed" if failed else "effects compensated"
+        )
+    return Settled(claimed, None)
+
+
+def redriven(target: SagaStatus, steps: Sequence[StepView]) -> tuple[tuple[int, StepStatus], ...]:
+    """Each step's (seq, status) once its saga is redriven to `target` (`core.saga.redrive`): back to its steps
+    (RUNNING), a failed step is PENDING again and the others keep theirs; back to its compensations, every
+    step keeps its status (only the compensations' attempts start again)."""
+    if target is not SagaStatus.RUNNING:
+        return tuple((s.seq, s.status) for s in steps)
+    return tuple((s.seq, StepStatus.PENDING if s.status is StepStatus.FAILED else s.status) for s in steps)
 
 
 def saga_row(outcome: EffectOutcome, after: SagaAfter) -> SagaRow:
