@@ -33,7 +33,7 @@ from nexus.core.decide.items import EffectOutcome, Incoming, IngressKind, order_
 from nexus.core.decide.log import DecisionLog, NoDecisionLog
 from nexus.core.decide.outcomes import settled
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
-from nexus.core.decide.plan_start import OrderKnown, PlanStart, start_refusal
+from nexus.core.decide.plan_start import OrderKnown, PlanStart
 from nexus.core.decide.validation import NoChecks, StepChecks
 from nexus.core.order_state import Decision, OrderState
 from nexus.core.process_model import ProcessCatalog
@@ -280,20 +280,23 @@ class Gateway:
         return True
 
     async def start_plan(self, start: PlanStart) -> ErrorCode | None:
-        """Start a plan before its first step: lock, read, decide (`core/decide/plan_start.py`), write, in one
-        transaction. Returns the refusal's code (ORDER_EXISTS: nothing written), or None once started."""
+        """Start a plan before its first step: lock, read, plan (`plan_batch`'s `starts`, decided by
+        `core/decide/plan_start.py`), write, in one transaction. Returns the refusal's code (ORDER_EXISTS:
+        nothing written), or None once started."""
         key = (start.tenant_id, start.order_id)
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
                 row = await conn.fetchrow(query("steps.sql", "order_known"), *key)
-                refused = start_refusal(OrderKnown(row["order"], row["buffered"], row["plan"]))
-                if refused is None:
+                reads = BatchReads(known={key: OrderKnown(row["order"], row["buffered"], row["plan"])})
+                plan = plan_batch([], reads, self.parts, kind=IngressKind.HTTP, now=None, starts=[start])
+                for started in plan.started:
                     await conn.execute(
                         query("steps.sql", "create_plan"),
-                        *key, start.plan_id, start.process, start.deadline_at, start.actor,
+                        started.tenant_id, started.order_id, started.plan_id, started.process, started.deadline_at,
+                        started.actor,
                     )  # fmt: skip
-        return refused
+        return plan.start_refusals[0]
 
     async def abort_overdue(self, *, limit: int = 500) -> int:
         """Abort live plans past their deadline (abort_code timeout), and end plans started with no step yet

@@ -35,6 +35,7 @@ from nexus.core.decide.numbering import FirstVerdictRow, NumberingReads, OrderNu
 from nexus.core.decide.order import OrderContext, Precheck, complete_effect, resolve
 from nexus.core.decide.outcomes import SagaRow, applies, is_terminal, saga_after, saga_row
 from nexus.core.decide.plan_end import ended_envelope
+from nexus.core.decide.plan_start import OrderKnown, PlanStart, fold_starts
 from nexus.core.decide.rows import (
     ApprovalRow,
     DeadLetterRow,
@@ -92,6 +93,8 @@ class BatchReads:
     """Of the orders with proposals: their started plan and stored first verdicts (`decide/numbering.py`)."""
     sagas: Mapping[OrderKey, SagaStatus] = dataclasses.field(default_factory=dict)
     """Of a batch of effect outcomes: each saga's status, read under its order's lock (absent: compensated)."""
+    known: Mapping[OrderKey, OrderKnown] = dataclasses.field(default_factory=dict)
+    """Of a batch of plan starts: what the tenant knows of each order, read under its lock (absent: nothing)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,6 +126,10 @@ class BatchPlan:
     """The first verdicts of the steps the server numbered in this batch (`plan_steps`)."""
     sagas: tuple[SagaRow, ...] = ()
     """The sagas' rows after a batch's effect outcomes, one per outcome, in their order."""
+    started: tuple[PlanStart, ...] = ()
+    """The plans a batch's starts began (their rows to write)."""
+    start_refusals: tuple[ErrorCode | None, ...] = ()
+    """One per start, in their order: its refusal (ORDER_EXISTS), or None once started."""
 
 
 class _Planner:
@@ -299,10 +306,12 @@ def plan_batch(
     approvals: Mapping[uuid.UUID, Verdict | None] | None = None,
     expiry: Expiry | None = None,
     effects: Sequence[EffectOutcome] = (),
+    starts: Sequence[PlanStart] = (),
 ) -> BatchPlan:
     """Decide a batch: each order's items folded through the deciders (orders in key order, the lock
     order), then the items that are not steps, then the buffer sweeper's `expiry` (if any), then the saga
-    calls' outcomes `effects` (if any); see the module docstring for the extension points."""
+    calls' outcomes `effects` and the plan starts `starts` (`plan_start.fold_starts`), if any; see the
+    module docstring for the extension points."""
     by_order: dict[OrderKey, list[int]] = defaultdict(list)
     for i, item in enumerate(items):
         if item.envelope is not None:
@@ -330,6 +339,7 @@ def plan_batch(
         planner.expire(expiry, now)
     if effects:
         planner.effects(effects, reads)
+    started, refusals = fold_starts(starts, reads.known) if starts else ((), ())
     if kind is IngressKind.KAFKA:
         planner.decision_records()
     rows = planner.rows
@@ -341,7 +351,7 @@ def plan_batch(
         cancelled_approvals=tuple(rows.cancelled), decisions=tuple(rows.decisions), log=tuple(planner.log),
         wake=tuple(sorted({*by_order, *planner.woken})), resolutions=tuple(planner.resolutions), traces=planner.traces,
         drained=planner.drained, blocked=tuple(planner.blocked), first_verdicts=tuple(planner.first_verdicts),
-        sagas=tuple(planner.sagas),
+        sagas=tuple(planner.sagas), started=started, start_refusals=refusals,
     )  # fmt: skip
 
 
