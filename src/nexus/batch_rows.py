@@ -2,8 +2,8 @@
 (`read_batch` -> `BatchReads`), and a `BatchPlan`'s rows written with a fixed number of set-based
 statements whatever the batch size (`write_plan`). No decision here: the plan comes from the core.
 
-Shared by the gateway and the saga outcomes (nexus.saga.outcomes), which apply an effect's step under
-the same lock with the same writes.
+Every writer of orders goes through the gateway's fold (steps, the sweepers, the saga calls' outcomes),
+so `write_plan` is the one writer of a plan's rows.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from nexus.core.decide.rows import (  # the rows core/decide/plan.py builds (it 
     PendingDelete,
     PendingRow,
     RejectedRow,
-    RowsBuilder,
     outbox_id_for,
     postgres_text,
 )
@@ -172,14 +171,6 @@ async def write_plan(
         conn, orders=plan.orders, notifications=plan.notifications, buffered=plan.buffered,
         unbuffered=plan.unbuffered, rejected=plan.rejected, dead=plan.dead_letters, approvals=plan.approvals,
         cancelled=plan.cancelled_approvals, records=records, wake=plan.wake, decisions=plan.decisions,
-    )  # fmt: skip
-
-
-async def write_builder(conn: asyncpg.Connection, rows: RowsBuilder, records: Records | None = None) -> None:
-    """Write rows gathered outside a batch plan (the saga outcomes)."""
-    await write_rows(
-        conn, orders=rows.orders, notifications=rows.outbox, buffered=rows.pending_add, unbuffered=rows.pending_del,
-        rejected=rows.rejected, dead=rows.dead, approvals=rows.approvals, cancelled=rows.cancelled, records=records,
     )  # fmt: skip
 
 

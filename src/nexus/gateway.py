@@ -22,19 +22,22 @@ from decimal import Decimal
 import asyncpg
 
 from nexus import metrics, plan_steps, tracing
-from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan
-from nexus.core.actors import SYSTEM_DEADLINE
+from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan, write_rows
+from nexus.core.actors import SYSTEM_DEADLINE, SYSTEM_SAGA
 from nexus.core.decide import isolation
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.deadlines import deadline_abort
+from nexus.core.decide.effects import effect_failed_abort
 from nexus.core.decide.expiry import Expiry
-from nexus.core.decide.items import Incoming, IngressKind, order_key
+from nexus.core.decide.items import EffectOutcome, Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, NoDecisionLog
+from nexus.core.decide.outcomes import settled
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
-from nexus.core.decide.plan_start import OrderKnown, PlanStart, start_refusal
+from nexus.core.decide.plan_start import OrderKnown, PlanStart
 from nexus.core.decide.validation import NoChecks, StepChecks
 from nexus.core.order_state import Decision, OrderState
 from nexus.core.process_model import ProcessCatalog
+from nexus.core.saga import SagaStatus
 from nexus.errors import ErrorCode, TransientDatabaseError
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as saga_records
@@ -224,21 +227,77 @@ class Gateway:
             await self.db.expire_connections()
             raise
 
+    async def fold_effects(
+        self, conn: asyncpg.Connection, outcomes: Sequence[EffectOutcome], lease_s: float, owner: str
+    ) -> dict[OrderKey, tuple[SagaStatus, list[asyncpg.Record]]]:
+        """Fold a batch of saga calls' outcomes (one per saga, of different orders) in the caller's transaction:
+        lock, read (the sagas, and the orders of the successes), plan (`plan_batch`, `core/decide/outcomes.py`),
+        write. Returns the status and steps of the sagas the writer (`owner`) keeps leased for `lease_s`, by saga."""
+        keys = sorted({o.key for o in outcomes})
+        await conn.execute(query("gateway.sql", "lock_orders"), *pairs(keys))
+        sagas = await saga_records.finish_calls(conn, keys, outcomes)
+        done = sorted({o.key for o in outcomes if o.envelope is not None})
+        reads = await read_batch(conn, done, validated=self.parts.checks.checks) if done else BatchReads()
+        reads = dataclasses.replace(reads, sagas=sagas)
+        plan = plan_batch([], reads, self.parts, kind=IngressKind.SAGA, now=None, effects=outcomes)
+        await write_plan(conn, plan, reads.heads, done)
+        if plan.resolutions:
+            await saga_records.record(conn, plan.resolutions, self.catalog, {}, self.saga_secret)
+        notifications = await saga_records.finish_compensations(conn, outcomes)
+        if notifications:
+            await write_rows(conn, notifications=notifications)
+        return await saga_records.set_sagas(conn, plan.sagas, lease_s, owner)
+
+    async def settle_saga(self, key: OrderKey, claimed: SagaStatus) -> None:
+        """A claimed saga with nothing to call (`claimed`: its status at the claim): lock, read it again (a
+        step recorded since the claim is not slept through), decide (`core/decide/outcomes.settled`), write,
+        in one transaction; a compensation over aborts the plan (`effect_failed`)."""
+        with wrap_db_errors():
+            async with self.db.pool.acquire() as conn, conn.transaction():
+                await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
+                await lifecycle_records.notify_orders(conn, [key])
+                current, steps = await saga_records.read_settling(conn, key)
+                after = settled(claimed, current, steps)
+                await saga_records.set_saga(conn, key, after.status, after.delay_s)
+                if after.abort_reason is not None:
+                    await self.abort_for_effects(conn, key, after.abort_reason)
+
+    async def abort_for_effects(self, conn: asyncpg.Connection, key: OrderKey, reason: str) -> bool:
+        """Compensation is over: abort the order's plan (`effect_failed`, `core/decide/effects.py`) unless it
+        already is, folded by `plan_batch` in the caller's transaction under the order's lock; True if written."""
+        await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
+        reads = await read_batch(conn, [key], validated=self.parts.checks.checks)
+        state = reads.states.get(key) or OrderState(key[1])
+        abort = effect_failed_abort(state, key[0], reason, dt.datetime.now(dt.UTC))
+        if abort is None:
+            return False
+        # the saga's compensation is over: nothing holds the order any more
+        states = {key: dataclasses.replace(state, effect=None, past_pivot=False)}
+        reads = dataclasses.replace(reads, states=states)
+        item = Incoming.of(abort, actor=SYSTEM_SAGA)
+        plan = plan_batch([item], reads, self.parts, kind=IngressKind.SAGA, now=None)
+        await write_plan(conn, plan, reads.heads, [key])
+        await saga_records.record(conn, plan.resolutions, self.catalog, {}, self.saga_secret)
+        return True
+
     async def start_plan(self, start: PlanStart) -> ErrorCode | None:
-        """Start a plan before its first step: lock, read, decide (`core/decide/plan_start.py`), write, in one
-        transaction. Returns the refusal's code (ORDER_EXISTS: nothing written), or None once started."""
+        """Start a plan before its first step: lock, read, plan (`plan_batch`'s `starts`, decided by
+        `core/decide/plan_start.py`), write, in one transaction. Returns the refusal's code (ORDER_EXISTS:
+        nothing written), or None once started."""
         key = (start.tenant_id, start.order_id)
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
                 row = await conn.fetchrow(query("steps.sql", "order_known"), *key)
-                refused = start_refusal(OrderKnown(row["order"], row["buffered"], row["plan"]))
-                if refused is None:
+                reads = BatchReads(known={key: OrderKnown(row["order"], row["buffered"], row["plan"])})
+                plan = plan_batch([], reads, self.parts, kind=IngressKind.HTTP, now=None, starts=[start])
+                for started in plan.started:
                     await conn.execute(
                         query("steps.sql", "create_plan"),
-                        *key, start.plan_id, start.process, start.deadline_at, start.actor,
+                        started.tenant_id, started.order_id, started.plan_id, started.process, started.deadline_at,
+                        started.actor,
                     )  # fmt: skip
-        return refused
+        return plan.start_refusals[0]
 
     async def abort_overdue(self, *, limit: int = 500) -> int:
         """Abort live plans past their deadline (abort_code timeout), and end plans started with no step yet

@@ -17,12 +17,13 @@ from typing import Any
 
 from nexus.auth.roles import Principal, Role
 from nexus.core.process import ProcessCatalog, compile_definition
-from nexus.core.saga import SagaStatus
+from nexus.core.saga import Action, CallDecision, SagaStatus, StepStatus
 from nexus.errors import NexusError
 from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.lifecycle.approvals import answer, approver_of
 from nexus.processes import builtin_catalog
 from nexus.saga import outcomes
+from nexus.store import sagas as saga_records
 from nexus.store.database import Database
 from nexus.store.lifecycle import approval_id_for
 from nexus.store.queries import query
@@ -100,8 +101,7 @@ class Driver:
             return await self._effect_ok(action["tenant"], action["order_id"], action["seq"])
         if op == "effect_abort":
             async with self.db.pool.acquire() as conn, conn.transaction():
-                await outcomes.lock_order(conn, action["tenant"], action["order_id"])
-                return await outcomes.abort_plan(self.http, conn, action["tenant"], action["order_id"], "effect failed")
+                return await self.http.abort_for_effects(conn, (action["tenant"], action["order_id"]), "effect failed")
         if op == "sweep":
             return await self.http.abort_overdue()
         if op == "expire":
@@ -109,18 +109,19 @@ class Driver:
         raise ValueError(op)
 
     async def _effect_ok(self, tenant: str, order_id: str, seq: int) -> Any:
-        """The effect of step `seq` succeeded: what the saga executor writes (finish_forwards, apply_effect)."""
+        """The effect of step `seq` succeeded: what the saga executor writes (`Gateway.fold_effects`); the
+        saga is left RUNNING and not due, as the corpus was recorded."""
         async with self.db.pool.acquire() as conn, conn.transaction():
-            await outcomes.lock_order(conn, tenant, order_id)
             steps = await conn.fetch(query("saga.sql", "read_steps"), tenant, order_id)
             step = next((s for s in steps if s["seq"] == seq), None)
             if step is None:
                 return "no such step"
-            await conn.fetch(query("saga.sql", "finish_forwards"), [tenant], [order_id],
-                             [tenant], [order_id], [seq], ["COMPLETED"], [False], ["{}"], [None])  # fmt: skip
-            status = await outcomes.apply_effect(self.http, conn, step)
-            await outcomes.set_saga(conn, tenant, order_id, SagaStatus.RUNNING, None)
-            return status
+            done = CallDecision(StepStatus.COMPLETED, SagaStatus.RUNNING)
+            command = outcomes.command_of(outcomes.Outcome(step, Action.FORWARD, done, {}, None, keep=False))
+            await self.http.fold_effects(conn, [command], 0, "golden")
+            await saga_records.set_saga(conn, (tenant, order_id), SagaStatus.RUNNING, None)
+            return str(await conn.fetchval("SELECT status FROM orders WHERE tenant_id = $1 AND order_id = $2",
+                                           tenant, order_id))  # fmt: skip
 
     async def snapshot(self) -> dict[str, Any]:
         """The database's content the decisions wrote, ordered, without ids, hashes or clock values."""

@@ -6,12 +6,13 @@ import datetime as dt
 import json
 from typing import Any
 
+from nexus.core.decide.outcomes import redriven
 from nexus.core.saga import SagaStatus
 from nexus.core.saga import redrive as redrive_status
 from nexus.errors import NotFoundError
 from nexus.store.database import Database
 from nexus.store.queries import query
-from nexus.store.sagas import gate_of
+from nexus.store.sagas import gate_of, read_settling
 
 
 async def order_saga(db: Database, tenant_id: str, order_id: str) -> dict[str, Any] | None:
@@ -86,10 +87,19 @@ async def redrive(db: Database, tenant_id: str, order_id: str) -> str:
         target = redrive_status(SagaStatus(current))
     except ValueError as exc:
         raise NotFoundError(str(exc)) from exc
+    key = (tenant_id, order_id)
     async with db.pool.acquire() as conn, conn.transaction():
-        await conn.execute(query("saga.sql", "redrive_steps"), tenant_id, order_id, target.value)
-        row = await conn.fetchrow(query("saga.sql", "redrive_saga"), tenant_id, order_id, target.value, current)
-        await conn.execute(query("saga.sql", "notify_sagas"))
+        status, steps = await read_settling(conn, key)
+        row = None
+        if status.value == current:  # the saga's row locked: its steps stay as read
+            if target is SagaStatus.RUNNING:
+                redone = redriven(target, steps)
+                seqs, statuses = [seq for seq, _ in redone], [step.value for _, step in redone]
+                await conn.execute(query("saga.sql", "redrive_forwards"), *key, seqs, statuses)
+            else:
+                await conn.execute(query("saga.sql", "redrive_compensations"), *key)
+            row = await conn.fetchrow(query("saga.sql", "redrive_saga"), *key, target.value, current)
+            await conn.execute(query("saga.sql", "notify_sagas"))
     if row is None:
         raise NotFoundError(f"saga of order {order_id!r} changed meanwhile")
     return str(row["status"])

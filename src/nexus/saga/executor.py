@@ -157,7 +157,7 @@ class SagaExecutor:
         views = [step_view(s) for s in steps]
         work = next_work(status, views)
         if work is None:
-            await self.recorder.settle(key, status, steps)
+            await self.recorder.settle(key, status)
             return None
         step = next(s for s in steps if s["seq"] == work.seq)
         position = position_of(next(v for v in views if v.seq == work.seq), views)

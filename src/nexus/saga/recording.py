@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from nexus.core.saga import Action, SagaStatus, StepStatus, StepView, next_work, settle
+from nexus.core.saga import Action, SagaStatus
 from nexus.errors import NexusError
 from nexus.gateway import Gateway
 from nexus.saga import outcomes
@@ -26,6 +26,9 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
+from nexus.store.sagas import step_view
+
+__all__ = ["Call", "SagaRecorder", "step_view"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -102,26 +105,10 @@ class SagaRecorder:
             async with self.db.pool.acquire() as conn, conn.transaction():
                 return await outcomes.write_outcomes(self.gateway, conn, items, self.settings.saga_lease_s, self.owner)
 
-    async def settle(self, key: OrderKey, status: SagaStatus, steps: list[asyncpg.Record]) -> None:
+    async def settle(self, key: OrderKey, status: SagaStatus) -> None:
         """Nothing to call: the saga waits for the agent's next step, or its compensation is over (the plan
-        aborted, `effect_failed`); read again under the order's lock, so a step recorded since the claim
-        is not slept through."""
-        tenant_id, order_id = key
-        with wrap_db_errors():
-            async with self.db.pool.acquire() as conn, conn.transaction():
-                current = SagaStatus(await outcomes.lock_order(conn, tenant_id, order_id))
-                steps = await conn.fetch(query("saga.sql", "read_steps"), tenant_id, order_id)
-                if current is not status or next_work(current, [step_view(s) for s in steps]) is not None:
-                    await outcomes.set_saga(conn, tenant_id, order_id, current, 0)
-                    return
-                settled = settle(status, [step_view(s) for s in steps])
-                if settled is SagaStatus.COMPENSATED:
-                    await outcomes.set_saga(conn, tenant_id, order_id, settled, None)
-                    failed = [s for s in steps if s["status"] == StepStatus.FAILED]
-                    reason = f"effect of {failed[-1]['step_name']} failed" if failed else "effects compensated"
-                    await outcomes.abort_plan(self.gateway, conn, tenant_id, order_id, reason)
-                else:
-                    await outcomes.set_saga(conn, tenant_id, order_id, status, None)
+        aborted, `effect_failed`); decided by the gateway under the order's lock (`Gateway.settle_saga`)."""
+        await self.gateway.settle_saga(key, status)
 
     async def release(self, key: OrderKey, owner: str, delay_s: float) -> None:
         """Give a claimed saga back without a call, due again after `delay_s`."""
@@ -133,15 +120,3 @@ class SagaRecorder:
 async def _alone() -> AsyncIterator[None]:
     """No transaction of our own: the statement commits by itself."""
     yield
-
-
-def step_view(row: asyncpg.Record) -> StepView:
-    """What the state machines need of a `saga_steps` row."""
-    return StepView(
-        seq=row["seq"],
-        step=row["step_name"],
-        status=StepStatus(row["status"]),
-        compensable=row["compensable"],
-        pivot=row["pivot"],
-        uncertain=row["uncertain"],
-    )

@@ -1,5 +1,6 @@
-"""The gateway's side of sagas: what holds an order (read with its state) and the saga steps recorded in
-the transaction that applies a step with an effect (or aborts a plan that has an open saga)."""
+"""The gateway's side of sagas: what holds an order (read with its state), the saga steps recorded in
+the transaction that applies a step with an effect (or aborts a plan that has an open saga), and the rows a
+batch of saga calls' outcomes writes (`Gateway.fold_effects`), the values decided by the fold."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from typing import Any
 import asyncpg
 
 from nexus.core.decide.effects import EffectStatus, effect_view
+from nexus.core.decide.items import EffectOutcome, EffectResult
+from nexus.core.decide.outcomes import SagaRow, compensation_notification
+from nexus.core.decide.rows import OutboxRow
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState, Resolution
 from nexus.core.process import ProcessCatalog
-from nexus.core.saga import EffectBodyError, SagaStatus, StepStatus, build_body
+from nexus.core.saga import EffectBodyError, SagaStatus, StepStatus, StepView, build_body
 from nexus.store.queries import query
 from nexus.store.saga_keys import SagaSecret, call_keys
 
@@ -170,3 +174,78 @@ def _step_row(
 
 def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
     return [list(col) for col in zip(*rows, strict=True)] if rows else [[] for _ in range(width)]
+
+
+async def finish_calls(
+    conn: asyncpg.Connection, keys: Sequence[tuple[str, str]], outcomes: Sequence[EffectOutcome]
+) -> dict[tuple[str, str], SagaStatus]:
+    """Under the orders' locks: the forward calls' steps finished as their outcomes say, and the sagas of
+    `keys` locked and read (one round trip); each saga's status."""
+    forward = [o for o in outcomes if o.forward]
+    rows = await conn.fetch(
+        query("saga.sql", "finish_forwards"), [t for t, _ in keys], [o for _, o in keys],
+        [o.tenant_id for o in forward], [o.order_id for o in forward], [o.seq for o in forward],
+        [o.step_status.value for o in forward], [o.uncertain for o in forward],
+        [_text(o.response) for o in forward], [o.error for o in forward],
+    )  # fmt: skip
+    return {(r["tenant_id"], r["order_id"]): SagaStatus(r["status"]) for r in rows}
+
+
+async def finish_compensations(conn: asyncpg.Connection, outcomes: Sequence[EffectOutcome]) -> list[OutboxRow]:
+    """The compensated steps finished, each order's position taken for its compensation's notification;
+    the notifications (an order without a row gets none)."""
+    notifications = []
+    for o in outcomes:
+        if o.forward or o.result is not EffectResult.COMPENSATED:
+            continue
+        await conn.execute(query("saga.sql", "finish_compensation"), o.tenant_id, o.order_id, o.seq,
+                           o.step_status.value, _text(o.response), None)  # fmt: skip
+        row = await conn.fetchrow(query("saga.sql", "bump_outbox"), o.tenant_id, o.order_id)
+        if row is not None:
+            notifications.append(compensation_notification(o, row["outbox_count"], row["plan_id"], row["status"]))
+    return notifications
+
+
+async def set_sagas(
+    conn: asyncpg.Connection, rows: Sequence[SagaRow], lease_s: float, owner: str
+) -> dict[tuple[str, str], tuple[SagaStatus, list[asyncpg.Record]]]:
+    """Write the sagas' rows the fold decided; the status and steps of those the writer keeps leased, by saga."""
+    kept = {(r.tenant_id, r.order_id): (SagaStatus(r.status), list[asyncpg.Record]()) for r in rows if r.keep}
+    columns = [
+        [r.tenant_id for r in rows], [r.order_id for r in rows], [r.status for r in rows], [r.delay_s for r in rows],
+        [r.error for r in rows], [r.keep for r in rows],
+    ]  # fmt: skip
+    retrying, services = [r.retrying for r in rows], [r.service for r in rows]
+    for row in await conn.fetch(query("saga.sql", "set_sagas"), *columns, lease_s, owner, retrying, services):
+        kept[(row["tenant_id"], row["order_id"])][1].append(row)
+    return kept
+
+
+def _text(response: Any) -> str | None:
+    return json.dumps(response) if response is not None else None
+
+
+async def read_settling(conn: asyncpg.Connection, key: tuple[str, str]) -> tuple[SagaStatus, list[StepView]]:
+    """Under the order's lock: its saga's status (its row locked; none: compensated) and its steps."""
+    row = await conn.fetchrow(query("saga.sql", "lock_saga"), *key)
+    status = SagaStatus(row["status"]) if row is not None else SagaStatus.COMPENSATED
+    return status, [step_view(s) for s in await conn.fetch(query("saga.sql", "read_steps"), *key)]
+
+
+async def set_saga(
+    conn: asyncpg.Connection, key: tuple[str, str], status: SagaStatus, delay_s: float | None, error: str | None = None
+) -> None:
+    """One saga's status, its next attempt in `delay_s` seconds (None: not due) and its error, its lease cleared."""
+    await conn.execute(query("saga.sql", "set_saga"), *key, status.value, delay_s, error)
+
+
+def step_view(row: asyncpg.Record) -> StepView:
+    """What the state machines need of a `saga_steps` row."""
+    return StepView(
+        seq=row["seq"],
+        step=row["step_name"],
+        status=StepStatus(row["status"]),
+        compensable=row["compensable"],
+        pivot=row["pivot"],
+        uncertain=row["uncertain"],
+    )

@@ -12,6 +12,7 @@ from nexus.core import strict_json
 from nexus.core.decide.plan_end import PlanEnd
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.numbering import Proposal
+from nexus.core.saga import StepStatus
 from nexus.core.strict_json import InputLimits
 from nexus.errors import InvalidEventError
 
@@ -28,6 +29,8 @@ class IngressKind(enum.StrEnum):
     """The deadline sweeper's timeout aborts."""
     BUFFER = "buffer"
     """The buffer sweeper's expiries (dead letters BUFFER_TIMEOUT)."""
+    SAGA = "saga"
+    """The saga executors' effect outcomes (`EffectOutcome`, `Gateway.fold_effects`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,6 +90,50 @@ class Incoming:
             return None
         value = obj.get("event_id") if isinstance(obj, dict) else None
         return str(value) if value is not None else None
+
+
+class EffectResult(enum.StrEnum):
+    """What a saga call's outcome is, as a command of the fold (`core/decide/outcomes.py`)."""
+
+    DONE = "done"
+    """The effect succeeded: its step applies for good (unless stale), its successors drain."""
+    FAILED = "failed"
+    """The call failed: retried after `retry_s`, else the saga compensates (a compensation: the saga fails)."""
+    COMPENSATED = "compensated"
+    """The compensation succeeded: its notification, at the order's next position."""
+    ESCALATED = "escalated"
+    """The effect failed past its pivot: the saga waits for a person (`nexus saga redrive`)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EffectOutcome:
+    """One saga call's outcome handed to the gateway (`Gateway.fold_effects`): folded under its order's lock
+    with the other outcomes of a batch (one per saga, of different orders) by `plan_batch`."""
+
+    tenant_id: str
+    order_id: str
+    seq: int
+    step_name: str
+    service: str
+    forward: bool
+    """The call's direction: the effect itself (True) or its compensation."""
+    result: EffectResult
+    step_status: StepStatus
+    """The saga step's status the call leaves (written as it is)."""
+    envelope: EventEnvelope | None = None
+    """The step's envelope (a DONE forward call's, to apply it); None otherwise."""
+    traceparent: str | None = None
+    response: Any = None
+    error: str | None = None
+    uncertain: bool = False
+    retry_s: float | None = None
+    """The same call is retried after this many seconds; None: not retried."""
+    keep: bool = True
+    """The writer's process goes on with the saga if it is due again at once (else its lease is cleared)."""
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.tenant_id, self.order_id)
 
 
 def order_key(envelope: EventEnvelope) -> tuple[str, str]:

@@ -23,15 +23,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nexus.core import wording
+from nexus.core.actors import SYSTEM_SAGA
 from nexus.core.audit_chain import Entry
 from nexus.core.decide.answers import Outcome, answer
 from nexus.core.decide.data_check import invalid_data, invalid_data_entry
+from nexus.core.decide.effects import effect_outcome_stale
 from nexus.core.decide.expiry import Expiry, expired_rows
-from nexus.core.decide.items import Incoming, IngressKind, order_key
+from nexus.core.decide.items import EffectOutcome, Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, ingress_entry
 from nexus.core.decide.numbering import FirstVerdictRow, NumberingReads, OrderNumbering, Step, resolve_numbered
-from nexus.core.decide.order import OrderContext, Precheck, resolve
+from nexus.core.decide.order import OrderContext, Precheck, complete_effect, resolve
+from nexus.core.decide.outcomes import SagaRow, applies, is_terminal, saga_after, saga_row
 from nexus.core.decide.plan_end import ended_envelope
+from nexus.core.decide.plan_start import OrderKnown, PlanStart, fold_starts
 from nexus.core.decide.rows import (
     ApprovalRow,
     DeadLetterRow,
@@ -51,6 +55,7 @@ from nexus.core.envelope import EventEnvelope
 from nexus.core.numbering import DEFAULT_REPEAT_WINDOW_S
 from nexus.core.order_state import Decision, OrderState, Resolution
 from nexus.core.process_model import ProcessCatalog, Verdict
+from nexus.core.saga import SagaStatus
 from nexus.errors import ErrorCode
 
 OrderKey = tuple[str, str]
@@ -86,6 +91,10 @@ class BatchReads:
     """The buffered steps (by event_id) the server numbered (`OrderContext.numbered`)."""
     numbering: Mapping[OrderKey, NumberingReads] = dataclasses.field(default_factory=dict)
     """Of the orders with proposals: their started plan and stored first verdicts (`decide/numbering.py`)."""
+    sagas: Mapping[OrderKey, SagaStatus] = dataclasses.field(default_factory=dict)
+    """Of a batch of effect outcomes: each saga's status, read under its order's lock (absent: compensated)."""
+    known: Mapping[OrderKey, OrderKnown] = dataclasses.field(default_factory=dict)
+    """Of a batch of plan starts: what the tenant knows of each order, read under its lock (absent: nothing)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -115,6 +124,12 @@ class BatchPlan:
     """Codes of drained steps REJECTED (metrics of blocked actions)."""
     first_verdicts: tuple[FirstVerdictRow, ...] = ()
     """The first verdicts of the steps the server numbered in this batch (`plan_steps`)."""
+    sagas: tuple[SagaRow, ...] = ()
+    """The sagas' rows after a batch's effect outcomes, one per outcome, in their order."""
+    started: tuple[PlanStart, ...] = ()
+    """The plans a batch's starts began (their rows to write)."""
+    start_refusals: tuple[ErrorCode | None, ...] = ()
+    """One per start, in their order: its refusal (ORDER_EXISTS), or None once started."""
 
 
 class _Planner:
@@ -132,6 +147,7 @@ class _Planner:
         self.woken: set[OrderKey] = set()
         self.with_actors = any(item.actor for item in items)
         self.names = {item.actor: item.actor_name for item in items if item.actor and item.actor_name}
+        self.sagas: list[SagaRow] = []
 
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
@@ -240,6 +256,35 @@ class _Planner:
         self.log += self.parts.log.entries(entries)
         self.woken.update((d.tenant_id, d.order_id) for d in deletes)
 
+    def effects(self, outcomes: Sequence[EffectOutcome], reads: BatchReads) -> None:
+        """The saga calls' outcomes (`core/decide/outcomes.py`): an effect's success applies its step for
+        good, and each saga's row follows from its outcome."""
+        for outcome in outcomes:
+            current = reads.sagas.get(outcome.key, SagaStatus.COMPENSATED)
+            terminal = self.effect_done(outcome, reads) if applies(outcome, current) else None
+            self.sagas.append(saga_row(outcome, saga_after(outcome, current, terminal)))
+            self.woken.add(outcome.key)
+
+    def effect_done(self, outcome: EffectOutcome, reads: BatchReads) -> tuple[str, bool]:
+        """An effect succeeded: its step applies for good (`order.complete_effect`) unless stale; the order's
+        status afterwards, and whether it is terminal in its process."""
+        key, event, catalog = outcome.key, outcome.envelope, self.parts.catalog
+        assert event is not None, "a success carries its step's envelope"
+        state = reads.states.get(key) or OrderState(key[1])
+        if effect_outcome_stale(state, event):
+            status = str(state.status)
+            return status, is_terminal(catalog, state.process, state.process_version, status)
+        pending = reads.pending.get(key, {})
+        limits = reads.limits.get(key[0]) or self.parts.default_limits
+        resolution = complete_effect(state, event, pending, OrderContext(catalog=catalog, limits=limits))
+        # The step's notification carries the step's traceparent (the agent's trace), as at APPLY.
+        add_rows(resolution, {event.event_id: outcome.traceparent}, self.rows)
+        self.resolutions.append(resolution)
+        # The step's own APPLY was logged when it took its seq; what it drains now is logged here.
+        self.log += self.parts.log.order_entries(resolution, pending, SYSTEM_SAGA, None)[1:]
+        after = resolution.after
+        return str(after.status), is_terminal(catalog, after.process, after.process_version, str(after.status))
+
     def decision_records(self) -> None:
         """A Kafka batch's decisions, for `nexus.decisions`, written in its transaction."""
         for item, outcome in zip(self.items, self.answers, strict=True):
@@ -260,10 +305,13 @@ def plan_batch(
     now: dt.datetime | None,
     approvals: Mapping[uuid.UUID, Verdict | None] | None = None,
     expiry: Expiry | None = None,
+    effects: Sequence[EffectOutcome] = (),
+    starts: Sequence[PlanStart] = (),
 ) -> BatchPlan:
     """Decide a batch: each order's items folded through the deciders (orders in key order, the lock
-    order), then the items that are not steps, then the buffer sweeper's `expiry` (if any); see the module
-    docstring for the extension points."""
+    order), then the items that are not steps, then the buffer sweeper's `expiry` (if any), then the saga
+    calls' outcomes `effects` and the plan starts `starts` (`plan_start.fold_starts`), if any; see the
+    module docstring for the extension points."""
     by_order: dict[OrderKey, list[int]] = defaultdict(list)
     for i, item in enumerate(items):
         if item.envelope is not None:
@@ -289,6 +337,9 @@ def plan_batch(
     planner.unparsed()
     if expiry is not None and now is not None:
         planner.expire(expiry, now)
+    if effects:
+        planner.effects(effects, reads)
+    started, refusals = fold_starts(starts, reads.known) if starts else ((), ())
     if kind is IngressKind.KAFKA:
         planner.decision_records()
     rows = planner.rows
@@ -300,6 +351,7 @@ def plan_batch(
         cancelled_approvals=tuple(rows.cancelled), decisions=tuple(rows.decisions), log=tuple(planner.log),
         wake=tuple(sorted({*by_order, *planner.woken})), resolutions=tuple(planner.resolutions), traces=planner.traces,
         drained=planner.drained, blocked=tuple(planner.blocked), first_verdicts=tuple(planner.first_verdicts),
+        sagas=tuple(planner.sagas), started=started, start_refusals=refusals,
     )  # fmt: skip
 
 

@@ -5,7 +5,9 @@ the tenant already knows of the order.
 |------------------------------------------------------------|----------------------------------------|
 | nothing: no order row, no buffered step, no started plan   | started: the plan row is written       |
 | an order row (applied, tombstoned), a buffered step, or a  | refused ORDER_EXISTS (409), nothing    |
-| started plan                                               | written                                |
+| started plan (one started earlier in the same batch too)   | written                                |
+
+`plan_batch` folds a batch's starts (`starts`) in their order with `fold_starts`.
 
 Pure: no I/O.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping, Sequence
 
 from nexus.errors import ErrorCode
 
@@ -46,3 +49,21 @@ def start_refusal(known: OrderKnown) -> ErrorCode | None:
     if known.order or known.buffered or known.plan:
         return ErrorCode.ORDER_EXISTS
     return None
+
+
+def fold_starts(
+    starts: Sequence[PlanStart], known: Mapping[tuple[str, str], OrderKnown]
+) -> tuple[tuple[PlanStart, ...], tuple[ErrorCode | None, ...]]:
+    """A batch's plan starts in their order: the plans to write, and each start's refusal (None: started);
+    a started plan is known to the starts after it."""
+    knowing = dict(known)
+    started: list[PlanStart] = []
+    refusals: list[ErrorCode | None] = []
+    for start in starts:
+        key = (start.tenant_id, start.order_id)
+        refusal = start_refusal(knowing.get(key, OrderKnown(order=False, buffered=False, plan=False)))
+        refusals.append(refusal)
+        if refusal is None:
+            started.append(start)
+            knowing[key] = dataclasses.replace(knowing.get(key, OrderKnown(False, False, False)), plan=True)
+    return tuple(started), tuple(refusals)

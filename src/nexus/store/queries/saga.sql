@@ -177,14 +177,16 @@ UPDATE sagas SET status = $3, next_attempt_at = now(), error = NULL, lease_until
 WHERE tenant_id = $1 AND order_id = $2 AND status = $4
 RETURNING status;
 
--- name: redrive_steps
--- Escalated: its failed steps are attempted again from 0 with a new budget; failed compensations likewise.
-UPDATE saga_steps SET status = CASE WHEN status = 'FAILED' AND $3 = 'RUNNING' THEN 'PENDING' ELSE status END,
-       attempts = CASE WHEN $3 = 'RUNNING' THEN 0 ELSE attempts END,
-       forward_since = CASE WHEN $3 = 'RUNNING' THEN NULL ELSE forward_since END,
-       compensation_attempts = CASE WHEN $3 = 'COMPENSATING' THEN 0 ELSE compensation_attempts END,
-       compensation_since = CASE WHEN $3 = 'COMPENSATING' THEN NULL ELSE compensation_since END,
-       updated_at = now()
+-- name: redrive_forwards
+-- An escalated saga's steps attempted again from 0 with a new budget, each with the status the core gave it
+-- (core/decide/outcomes.py `redriven`): one row per step ($3 seq, $4 status).
+UPDATE saga_steps AS st SET status = u.status, attempts = 0, forward_since = NULL, updated_at = now()
+FROM unnest($3::int[], $4::text[]) AS u(seq, status)
+WHERE st.tenant_id = $1 AND st.order_id = $2 AND st.seq = u.seq;
+
+-- name: redrive_compensations
+-- A failed saga's compensations attempted again from 0 with a new budget (no step's status changes).
+UPDATE saga_steps SET compensation_attempts = 0, compensation_since = NULL, updated_at = now()
 WHERE tenant_id = $1 AND order_id = $2;
 
 -- name: order_saga
