@@ -53,10 +53,6 @@ class OrderContext:
     effect_done: int | None = None
     now: dt.datetime | None = None
     approvals: Mapping[uuid.UUID, Verdict | None] = dataclasses.field(default_factory=dict)
-    positional: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    """Without a catalog only: the status each step type leads to (no process judges anything)."""
-    positional_terminal: frozenset[str] = DEFAULT_TERMINAL
-    """Without a catalog only: the terminal states."""
     prechecks: tuple[Precheck, ...] = ()
     """Extension point: per-step limits (e.g. `max_list_items`); the first verdict makes the step
     REJECTED with it, before its position is looked at."""
@@ -187,7 +183,7 @@ class OrderFold:
         """The terminal states of the order's process, from its definition (`aborted` included)."""
         catalog = self.ctx.catalog
         if catalog is None:
-            return self.ctx.positional_terminal
+            return DEFAULT_TERMINAL
         if state.process is not None:
             process = catalog.get(state.process, state.process_version)
         else:
@@ -301,7 +297,7 @@ class OrderFold:
         if event.is_replan:
             return current.status or "", current.facts
         if process is None:
-            return self.ctx.positional.get(event.event_type, ABORTED), current.facts
+            return ABORTED, current.facts  # no process knows the step: nothing but an abort can follow
         if event.is_abort:
             return process.status_after(event.event_type), current.facts
         return process.status_after(event.event_type), process.facts_after(current.facts, event.event_type, event.data)
@@ -312,7 +308,7 @@ class OrderFold:
         deadline_at = current.deadline_at
         if event.is_replan or current.status is None:
             deadline_at = self._set_deadline(event, process)
-        terminal = process.is_terminal(status) if process is not None else status in self.ctx.positional_terminal
+        terminal = process.is_terminal(status) if process is not None else status in DEFAULT_TERMINAL
         if event.is_abort or terminal:
             return None
         if process is not None and is_pivot(process, event):

@@ -8,14 +8,14 @@ the order is left to decide with. The table, in order:
 |-------------------------------------------------------------|-----------|---------------|
 | the order's own plan, seq_id <= last_seq                    | DUPLICATE |               |
 | the order's own plan, ABORT_PLAN                            | DUPLICATE |               |
-| any other step (later seq, REPLAN, another plan, seq 1 of a | DISCARD   | ORDER_REMOVED |
-| new OrderCreated for the same order id)                     |           |               |
+| any other step (later seq, REPLAN, another plan, a new      | DISCARD   | ORDER_REMOVED |
+| first step for the same order id)                           |           |               |
 
 Safe: a removed order was finished (completed, aborted or tombstoned), so on its row every step at or below
 last_seq of its plan was a DUPLICATE, an abort of a finished order a DUPLICATE, and no later step could apply
 (AFTER_TERMINAL or DISCARD): nothing the marker answers would have written a notification. A step that would
 have been REJECTED AFTER_TERMINAL is DISCARD ORDER_REMOVED instead (its verdict is not kept). An order id
-cannot start again while its marker lives: its OrderCreated is DUPLICATE (same plan) or DISCARD (another).
+cannot start again while its marker lives: its first step is DUPLICATE (same plan) or DISCARD (another).
 
 Pure: no I/O.
 """
