@@ -47,7 +47,8 @@ async def new_orders(client: httpx.AsyncClient, *names: str) -> int:
 
 async def store_elsewhere(db: Database, live_orders: int) -> None:
     """Count `live_orders` more of acme's orders, as another process's writes would."""
-    await db.execute("INSERT INTO tenant_usage (tenant_id, quota, used) VALUES ('acme', 'live_orders', $1)", live_orders)
+    sql = "INSERT INTO tenant_usage (tenant_id, quota, used) VALUES ('acme', 'live_orders', $1)"
+    await db.execute(sql, live_orders)
 
 
 async def test_far_from_every_limit_is_admitted_from_the_snapshot(settings: Settings) -> None:
