@@ -17,8 +17,9 @@ async def submit(gateway: Gateway, events: list[dict[str, Any]]) -> None:
 
 
 async def test_finished_at_is_set_when_an_order_finishes_and_the_live_count_follows(db: Database) -> None:
-    """A completed and an aborted order get `finished_at`, a live one does not, and the tenant's counted
-    live_orders equals its unfinished orders after each change."""
+    """A completed order, an aborted one and one inserted finished (aborted before its first step) get
+    `finished_at`, a live one does not, and the tenant's counted live_orders equals its unfinished orders
+    after each change."""
     gateway = Gateway(db)
     live_count = (
         "SELECT (SELECT coalesce(sum(used), 0) FROM tenant_usage WHERE tenant_id = 'default'"
@@ -26,6 +27,7 @@ async def test_finished_at_is_set_when_an_order_finishes_and_the_live_count_foll
         " (SELECT count(*) FROM orders WHERE tenant_id = 'default' AND finished_at IS NULL)::int AS unfinished"
     )
     await submit(gateway, [step_json("live", "p-live", 1), step_json("aborted", "p-aborted", 1)])
+    await submit(gateway, [abort_json("never", "p-never", 0)])
     assert dict(await db.fetchrow(live_count) or {}) == {"counted": 2, "unfinished": 2}
     await submit(gateway, plan_json("done", "p-done", 5))
     await submit(gateway, [abort_json("aborted", "p-aborted", 1)])
@@ -34,6 +36,7 @@ async def test_finished_at_is_set_when_an_order_finishes_and_the_live_count_foll
         ("aborted", "aborted", True),
         ("done", "completed", True),
         ("live", "created", False),
+        ("never", "aborted", True),
     ]
     assert dict(await db.fetchrow(live_count) or {}) == {"counted": 1, "unfinished": 1}
     await submit(gateway, [step_json("live", "p-live", 2)])
