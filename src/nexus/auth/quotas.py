@@ -105,12 +105,13 @@ class QuotaSnapshots:
         """A fresh read of the tenant (by the exact check or a refresh)."""
         self._tenants[state.tenant] = _Snapshot(dict(state.used), dict(state.limits), time.monotonic())
 
+    def _fresh(self, tenant: str) -> _Snapshot | None:
+        snap = self._tenants.get(tenant)
+        return snap if snap is not None and time.monotonic() - snap.read_at < self.refresh_s else None
+
     async def admits(self, db: Database, tenant: str, worth: Mapping[Quota, int]) -> bool:
         """Whether the snapshot admits `worth` in memory (it is then counted); False: run the exact check."""
-        snap = self._tenants.get(tenant)
-        if snap is None or time.monotonic() - snap.read_at >= self.refresh_s:
-            await self._refresh(db, tenant)
-            snap = self._tenants[tenant]
+        snap = self._fresh(tenant) or await self._refresh(db, tenant)
         for quota, adds in worth.items():
             limit = snap.limits.get(quota, 0)
             if adds > 0 and limit > 0 and snap.used.get(quota, 0) + 2 * adds > limit:
@@ -125,23 +126,24 @@ class QuotaSnapshots:
             for quota, adds in worth.items():
                 snap.used[quota] = snap.used.get(quota, 0) + adds
 
-    async def _refresh(self, db: Database, tenant: str) -> None:
-        """One read per tenant at a time: concurrent requests wait for the read in flight."""
+    async def _refresh(self, db: Database, tenant: str) -> _Snapshot:
+        """One read per tenant at a time: concurrent requests wait for the read in flight (and read
+        themselves if it failed)."""
         pending = self._reads.get(tenant)
         if pending is not None:
             await asyncio.shield(pending)
-            return
+            snap = self._fresh(tenant)
+            if snap is not None:
+                return snap
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._reads[tenant] = future
+        self._reads.setdefault(tenant, future)
         try:
             self.remember(await read_tenant(db, tenant))
-            future.set_result(None)
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: the waiters re-raise it, none may be waiting
-            raise
         finally:
-            del self._reads[tenant]
+            if self._reads.get(tenant) is future:
+                del self._reads[tenant]
+            future.set_result(None)
+        return self._tenants[tenant]
 
 
 _SNAPSHOTS: weakref.WeakKeyDictionary[Database, QuotaSnapshots] = weakref.WeakKeyDictionary()
