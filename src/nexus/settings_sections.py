@@ -157,6 +157,10 @@ class QuotaSettings(BaseSettings):
     """Dead letters of one tenant stored; at it, every request that could write one is refused; 0 = no quota."""
     quota_active_keys: int = Field(100, ge=0)
     """Unrevoked API keys bound to one tenant (keys spanning every tenant are not counted); 0 = no quota."""
+    quota_refresh_s: float = Field(1.0, ge=0)
+    """How old a process's snapshot of a tenant's usage and quotas may grow before it is read again; a request
+    far from every limit by the snapshot is admitted without a query, one within its own worth of a limit runs
+    the exact check; 0 = the exact check on every request."""
     metrics_max_tenants: int = Field(50, ge=1)
     """Tenants with their own `nexus_tenant_quota_*` series (the most used); the rest share the label `other`."""
 

@@ -4,6 +4,7 @@ overrides the default, and another tenant is unaffected."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,7 +19,7 @@ from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
-from tests.conftest import root_headers
+from tests.conftest import fast_settings, root_headers
 from tests.factories import abort_json, step_json
 
 COUNTS = """
@@ -30,9 +31,17 @@ SELECT (SELECT count(*) FROM orders WHERE tenant_id = $1) AS orders,
 """
 
 
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    """Quota snapshots read again after 0.2 s, so a quota changed here takes effect after a short wait."""
+    return fast_settings(database_url, quota_refresh_s=0.2)
+
+
 async def set_quotas(db: Database, tenant: str, **quotas: int) -> None:
+    """Set a tenant's quotas and wait out the refresh interval, within which a changed quota takes effect."""
     names = ("live_orders", "unstarted_plans", "buffered_steps", "dead_letters", "active_keys")
     await db.execute(query("quotas.sql", "set_tenant_quotas"), tenant, "100000", *(quotas.get(n) for n in names))
+    await asyncio.sleep(db.settings.quota_refresh_s)
 
 
 async def counts(db: Database, tenant: str) -> dict[str, int]:

@@ -41,7 +41,8 @@ async def finished_orders(db: Database, gateway: Gateway, prefix: str, n: int, *
     for order in orders:
         await submit(gateway, plan_json(order, f"p-{order}", 5))
     await db.execute(
-        "UPDATE orders SET updated_at = now() - make_interval(secs => $2) WHERE order_id = ANY($1::text[])",
+        "UPDATE orders SET updated_at = now() - make_interval(secs => $2),"
+        " finished_at = now() - make_interval(secs => $2) WHERE order_id = ANY($1::text[])",
         orders,
         age_s,
     )

@@ -6,6 +6,14 @@ names in one query, and refuses the whole request (`QuotaExceededError`: 429 QUO
 when its worth (nexus.core.quotas) would take the tenant beyond one. The Kafka ingress admits record by
 record instead (`admit_items`): a record over a quota goes to the DLQ topic and the stream goes on.
 
+Snapshots: the doors of the hot path (`check_items`, `check_numbered_step`, `check_plan`) keep, per process,
+each tenant's usage and quotas as last read (`QuotaSnapshots`), read again at most every
+NEXUS_QUOTA_REFRESH_S. A request whose worth (an upper bound without the orders' last_seq) leaves it at least
+its own worth away from every limit by the snapshot is admitted by an in-memory comparison and its worth is
+added to the snapshot; only a request within its own worth of a limit runs the exact query. So a process
+can admit at most one refresh interval's work past a limit that other processes filled, and a lowered
+quota takes effect within the interval.
+
 Races: the check and the write are separate transactions, so requests of one tenant checked at the same
 moment (by any processes) each see the usage before the others' writes; the count can overshoot its limit
 by what those concurrent requests add (at most one request's worth each), never more, and the next request
@@ -14,8 +22,11 @@ sees it and is refused. Nothing is counted twice or lost: the triggers count wha
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 
 from nexus import metrics
 from nexus.core.decide.items import Incoming
@@ -75,6 +86,94 @@ async def read_tenant(db: Database, tenant: str, order_ids: Sequence[str] = ()) 
     return TenantQuotas(tenant, used, limits, last_seqs)
 
 
+@dataclasses.dataclass(slots=True)
+class _Snapshot:
+    used: dict[Quota, int]
+    limits: dict[Quota, int]
+    read_at: float
+
+
+class QuotaSnapshots:
+    """One process's view of each tenant's usage and quotas, read again when older than `refresh_s`."""
+
+    def __init__(self, refresh_s: float) -> None:
+        self.refresh_s = refresh_s
+        self._tenants: dict[str, _Snapshot] = {}
+        self._reads: dict[str, asyncio.Future[None]] = {}
+
+    def remember(self, state: TenantQuotas) -> None:
+        """A fresh read of the tenant (by the exact check or a refresh)."""
+        self._tenants[state.tenant] = _Snapshot(dict(state.used), dict(state.limits), time.monotonic())
+
+    def _fresh(self, tenant: str) -> _Snapshot | None:
+        snap = self._tenants.get(tenant)
+        return snap if snap is not None and time.monotonic() - snap.read_at < self.refresh_s else None
+
+    async def admits(self, db: Database, tenant: str, worth: Mapping[Quota, int]) -> bool:
+        """Whether the snapshot admits `worth` in memory (it is then counted); False: run the exact check."""
+        snap = self._fresh(tenant) or await self._refresh(db, tenant)
+        for quota, adds in worth.items():
+            limit = snap.limits.get(quota, 0)
+            if adds > 0 and limit > 0 and snap.used.get(quota, 0) + 2 * adds > limit:
+                return False
+        self.count(tenant, worth)
+        return True
+
+    def count(self, tenant: str, worth: Mapping[Quota, int]) -> None:
+        """What this process admitted, added to the tenant's snapshot until it is read again."""
+        snap = self._tenants.get(tenant)
+        if snap is not None:
+            for quota, adds in worth.items():
+                snap.used[quota] = snap.used.get(quota, 0) + adds
+
+    async def _refresh(self, db: Database, tenant: str) -> _Snapshot:
+        """One read per tenant at a time: concurrent requests wait for the read in flight (and read
+        themselves if it failed)."""
+        pending = self._reads.get(tenant)
+        if pending is not None:
+            await asyncio.shield(pending)
+            snap = self._fresh(tenant)
+            if snap is not None:
+                return snap
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reads.setdefault(tenant, future)
+        try:
+            self.remember(await read_tenant(db, tenant))
+        finally:
+            if self._reads.get(tenant) is future:
+                del self._reads[tenant]
+            future.set_result(None)
+        return self._tenants[tenant]
+
+
+_SNAPSHOTS: weakref.WeakKeyDictionary[Database, QuotaSnapshots] = weakref.WeakKeyDictionary()
+
+
+def snapshots(db: Database) -> QuotaSnapshots | None:
+    """This process's snapshots for `db` (None with NEXUS_QUOTA_REFRESH_S=0: every check is exact)."""
+    if db.settings.quota_refresh_s <= 0:
+        return None
+    found = _SNAPSHOTS.get(db)
+    if found is None or found.refresh_s != db.settings.quota_refresh_s:
+        found = _SNAPSHOTS[db] = QuotaSnapshots(db.settings.quota_refresh_s)
+    return found
+
+
+async def _exact(
+    db: Database, tenant: str, worth_of: Callable[[TenantQuotas], Mapping[Quota, int]], order_ids: Sequence[str] = ()
+) -> None:
+    """Today's exact check (refusing beyond a quota), remembered by the snapshots with what it admitted;
+    `worth_of` gives the request's worth from the fresh read (a batch's depends on its orders' last_seq)."""
+    state = await read_tenant(db, tenant, order_ids)
+    snaps = snapshots(db)
+    if snaps is not None:
+        snaps.remember(state)
+    worth = worth_of(state)
+    state.refuse_beyond(worth)
+    if snaps is not None:
+        snaps.count(tenant, worth)
+
+
 def _refs(items: Sequence[Incoming]) -> tuple[list[StepRef], int]:
     refs = [StepRef(i.envelope.order_id, i.envelope.seq_id) for i in items if i.envelope is not None]
     return refs, len(items) - len(refs)
@@ -85,22 +184,30 @@ async def check_items(db: Database, items: Sequence[Incoming]) -> None:
     by_tenant: dict[str, list[Incoming]] = {}
     for item in items:
         by_tenant.setdefault(item.tenant_id, []).append(item)
+    snaps = snapshots(db)
     for tenant, own in sorted(by_tenant.items()):
         refs, bad = _refs(own)
-        state = await read_tenant(db, tenant, sorted({r.order_id for r in refs}))
-        state.refuse_beyond(steps_worth(refs, state.last_seqs, bad))
+        if snaps is not None and await snaps.admits(db, tenant, steps_worth(refs, {}, bad)):
+            continue  # far from every limit even if every order it names were new
+        orders = sorted({r.order_id for r in refs})
+        await _exact(db, tenant, lambda state: steps_worth(refs, state.last_seqs, bad), orders)  # noqa: B023
+
+
+async def _check(db: Database, tenant: str, worth: Mapping[Quota, int]) -> None:
+    snaps = snapshots(db)
+    if snaps is not None and await snaps.admits(db, tenant, worth):
+        return
+    await _exact(db, tenant, lambda _state: worth)
 
 
 async def check_numbered_step(db: Database, tenant: str, order_stored: bool) -> None:
     """A step the server numbers (steps API, MCP `propose_step`) of an order stored or only planned."""
-    state = await read_tenant(db, tenant)
-    state.refuse_beyond(numbered_step_worth(order_stored))
+    await _check(db, tenant, numbered_step_worth(order_stored))
 
 
 async def check_plan(db: Database, tenant: str) -> None:
     """A plan started (`POST /v1/plans`, MCP `start_plan`)."""
-    state = await read_tenant(db, tenant)
-    state.refuse_beyond({Quota.UNSTARTED_PLANS: 1})
+    await _check(db, tenant, {Quota.UNSTARTED_PLANS: 1})
 
 
 async def check_key(db: Database, tenant: str | None) -> None:

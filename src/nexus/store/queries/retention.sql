@@ -5,22 +5,22 @@
 
 -- name: due_orders
 -- Finished orders past their tenant's retention ($4 seconds unless tenant_limits.retention_s says otherwise),
--- oldest first (the orders_updated_at index, bounded below by the shortest period in force), with none of their
--- deliveries pending, no open saga (status not among the closed ones $5) and no approval pending; at most $3,
--- locked (SKIP LOCKED: another remover takes others).
+-- oldest first by when they finished (the partial index orders_finished_at, migration 0027, bounded below by
+-- the shortest period in force), with none of their deliveries pending, no open saga (status not among the
+-- closed ones $5) and no approval pending; at most $3, locked (SKIP LOCKED: another remover takes others).
 SELECT o.tenant_id, o.order_id
 FROM orders AS o
 JOIN unnest($1::text[], $2::text[]) AS t(process, status) ON o.process = t.process AND o.status = t.status
 LEFT JOIN tenant_limits AS l ON l.tenant_id = o.tenant_id
-WHERE o.updated_at < now() - make_interval(secs => least($4, (SELECT min(retention_s) FROM tenant_limits)))
-  AND o.updated_at < now() - make_interval(secs => coalesce(l.retention_s, $4))
+WHERE o.finished_at < now() - make_interval(secs => least($4, (SELECT min(retention_s) FROM tenant_limits)))
+  AND o.finished_at < now() - make_interval(secs => coalesce(l.retention_s, $4))
   AND NOT EXISTS (SELECT 1 FROM outbox AS x JOIN deliveries AS d ON d.outbox_id = x.id
                   WHERE x.tenant_id = o.tenant_id AND x.order_id = o.order_id AND d.state = 'pending')
   AND NOT EXISTS (SELECT 1 FROM sagas AS s WHERE s.tenant_id = o.tenant_id AND s.order_id = o.order_id
                   AND s.status <> ALL ($5::text[]))
   AND NOT EXISTS (SELECT 1 FROM approvals AS a WHERE a.tenant_id = o.tenant_id AND a.order_id = o.order_id
                   AND a.status = 'pending')
-ORDER BY o.updated_at
+ORDER BY o.finished_at
 LIMIT $3
 FOR UPDATE OF o SKIP LOCKED;
 
@@ -38,7 +38,7 @@ INSERT INTO removed_orders (tenant_id, order_id, plan_id, process, final_status,
 SELECT o.tenant_id, o.order_id, o.plan_id, o.process, o.status, o.tombstone, o.last_seq, o.outbox_count,
        CASE WHEN d.pending > 0 THEN 'open' WHEN d.dead > 0 THEN 'dead' WHEN d.delivered > 0 THEN 'delivered'
             ELSE 'none' END,
-       d.delivered, d.dead, d.pending, o.updated_at
+       d.delivered, d.dead, d.pending, coalesce(o.finished_at, o.updated_at)
 FROM orders AS o
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON o.tenant_id = u.t AND o.order_id = u.oid
 CROSS JOIN LATERAL (
@@ -128,19 +128,20 @@ DELETE FROM removed_orders WHERE (tenant_id, order_id) IN (
 -- name: oldest_finished
 -- How long ago the oldest finished order still present finished (0: none), and how far past its own period
 -- the most overdue one is (0: none is due); the pairs and $3 as in due_orders.
-SELECT coalesce((SELECT extract(epoch FROM now() - o.updated_at)
+SELECT coalesce((SELECT extract(epoch FROM now() - o.finished_at)
                  FROM orders AS o
                  JOIN unnest($1::text[], $2::text[]) AS t(process, status)
                    ON o.process = t.process AND o.status = t.status
-                 ORDER BY o.updated_at LIMIT 1), 0)::float8 AS oldest_s,
-       coalesce((SELECT max(extract(epoch FROM now() - o.updated_at) - coalesce(l.retention_s, $3))
+                 WHERE o.finished_at IS NOT NULL
+                 ORDER BY o.finished_at LIMIT 1), 0)::float8 AS oldest_s,
+       coalesce((SELECT max(extract(epoch FROM now() - o.finished_at) - coalesce(l.retention_s, $3))
                  FROM orders AS o
                  JOIN unnest($1::text[], $2::text[]) AS t(process, status)
                    ON o.process = t.process AND o.status = t.status
                  LEFT JOIN tenant_limits AS l ON l.tenant_id = o.tenant_id
-                 WHERE o.updated_at < now() - make_interval(secs => least($3, (SELECT min(retention_s)
+                 WHERE o.finished_at < now() - make_interval(secs => least($3, (SELECT min(retention_s)
                                                                                FROM tenant_limits)))
-                   AND o.updated_at < now() - make_interval(secs => coalesce(l.retention_s, $3))), 0)::float8
+                   AND o.finished_at < now() - make_interval(secs => coalesce(l.retention_s, $3))), 0)::float8
            AS overdue_s;
 
 -- name: marker_counts
