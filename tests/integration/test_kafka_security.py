@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -108,6 +109,7 @@ async def test_a_wrong_password_is_refused(
     kafka_settings: Settings, mechanism: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The SDK's producer with the right user but a wrong password never starts: the broker refuses it."""
+    caplog.set_level(logging.DEBUG, logger="aiokafka")  # a lab command run in-process may have quietened it
     s = secured(kafka_settings, mechanism, kafka_sasl_password="not-the-password")  # noqa: S106 - a wrong one
     producer = EventProducer(s.kafka_bootstrap, s.kafka_topic, security=s.kafka_security())
     with pytest.raises(KafkaError) as refused:

@@ -190,7 +190,7 @@ async def check_items(db: Database, items: Sequence[Incoming]) -> None:
         if snaps is not None and await snaps.admits(db, tenant, steps_worth(refs, {}, bad)):
             continue  # far from every limit even if every order it names were new
         orders = sorted({r.order_id for r in refs})
-        await _exact(db, tenant, lambda state: steps_worth(refs, state.last_seqs, bad), orders)  # noqa: B023
+        await _exact(db, tenant, lambda state: steps_worth(refs, state.last_seqs, bad), orders)  # noqa: B023 - awaited in this iteration
 
 
 async def _check(db: Database, tenant: str, worth: Mapping[Quota, int]) -> None:
