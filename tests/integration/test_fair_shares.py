@@ -124,6 +124,37 @@ async def test_requests_whose_key_is_being_checked_have_a_share_of_their_own(  #
         assert [s.status_code for s in await asyncio.gather(*stuck)] == [401, 401]
 
 
+async def test_a_known_key_due_for_its_next_check_is_not_held_to_the_unknown_keys_share(  # type: ignore[no-untyped-def]
+    start_gateway, settings: Settings, db: Database, database_url: str
+) -> None:
+    """A key checked before whose cache entry has lapsed (every busy tenant's keys do, once per TTL) waits for its
+    check behind the locked api_keys but is never 429 TENANT_BUSY for the unknown keys filling their share; it is
+    served once the check can run (the noisy-neighbour run found tenant C refused while A flooded new keys)."""
+    settings_ = settings.replace(max_requests_unauthenticated=2, auth_cache_ttl_s=0.3)
+    _, base = start_gateway("--no-dispatcher", settings_=settings_)
+    [known] = await agents(db, "acme", 1)
+    async with httpx.AsyncClient(base_url=base, timeout=60) as api:
+        assert (await api.get("/v1/processes", headers=bearer(known))).status_code == 200  # checked once
+        await asyncio.sleep(0.6)  # its cache entry lapses
+        conn = await asyncpg.connect(database_url)
+        try:
+            lock = conn.transaction()
+            await lock.start()
+            await conn.execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+            stuck = [
+                asyncio.create_task(api.get("/v1/processes", headers=bearer(f"nxk_unknown-{i}"))) for i in range(2)
+            ]
+            await asyncio.sleep(1.0)
+            again = asyncio.create_task(api.get("/v1/processes", headers=bearer(known)))
+            await asyncio.sleep(1.0)
+            assert not again.done(), again.result().text  # waiting for its check, not refused
+            await lock.rollback()
+        finally:
+            await conn.close()
+        assert (await again).status_code == 200
+        assert [s.status_code for s in await asyncio.gather(*stuck)] == [401, 401]
+
+
 async def test_at_the_connection_cap_the_oldest_idle_connection_is_closed(  # type: ignore[no-untyped-def]
     start_gateway, settings: Settings, db: Database
 ) -> None:

@@ -160,10 +160,12 @@ class KeyCache:
         self.max_entries = max_entries
         self._entries: dict[bytes, tuple[float, Principal | Refusal]] = {}
 
-    def cached(self, digest: bytes) -> bool:
-        """Whether the key with this SHA-256 is known to be valid without asking the database."""
+    def known_valid(self, digest: bytes) -> bool:
+        """Whether the key with this SHA-256 was valid when last checked, even if its entry is due for another
+        check: its request is a tenant's (it counts against its tenant's share while it is checked again), not
+        one of the unknown keys the unauthenticated share bounds. Checking still decides whether it is valid."""
         hit = self._entries.get(digest)
-        return hit is not None and hit[0] > time.monotonic() and isinstance(hit[1], Principal)
+        return hit is not None and isinstance(hit[1], Principal)
 
     async def lookup(self, key: str) -> Principal | None:
         return await self.lookup_hash(hash_key(key))

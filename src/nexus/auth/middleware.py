@@ -114,14 +114,15 @@ class Gatekeeper:
         await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, message, {"www-authenticate": challenge})
 
     def _known(self, scope: Scope) -> bool:
-        """Whether the request's Bearer key (or access token) is a valid one in the cache (no database round
-        trip nor signature to check)."""
+        """Whether the request's Bearer key (or access token) was valid when last seen (a key whose cache entry
+        is due for its next check included: each key of a busy tenant lapses once per TTL, and must not then
+        queue behind another tenant's flood of unknown keys)."""
         if uses_session(scope["path"]):
             return False
         _, key = _bearer(scope)
         if key is not None and self.oauth is not None and looks_like_jwt(key):
             return self.oauth.remembered(key)
-        return key is not None and self.keys.cached(hash_key(key))
+        return key is not None and self.keys.known_valid(hash_key(key))
 
     def charge(self, principal: Principal, units: int) -> float:
         """Spend `units` of work (an envelope of a batch is one) of the key's and its tenant's rates; 0.0 if
