@@ -36,22 +36,28 @@ def deadline_abort_id(order_id: str, plan_id: str) -> uuid.UUID:
     return uuid.uuid5(_DEADLINE_ABORT_NAMESPACE, f"{order_id}\x00{plan_id}")
 
 
-def deadline_abort(state: OrderState, tenant_id: str, now: dt.datetime) -> EventEnvelope:
-    """The ABORT_PLAN the gateway writes when a live plan's deadline passed (abort_code timeout)."""
+def gateway_abort(
+    state: OrderState, tenant_id: str, event_id: uuid.UUID, code: AbortCode, reason: str, now: dt.datetime
+) -> EventEnvelope:
+    """An ABORT_PLAN the gateway itself writes for the order's plan (a deadline passed, a saga's compensation
+    is over): `code` and `reason` in its data, at the order's last position."""
     assert state.plan_id is not None
     return EventEnvelope(
-        event_id=deadline_abort_id(state.order_id, state.plan_id),
+        event_id=event_id,
         event_type=ABORT_STEP,
         plan_id=state.plan_id,
         order_id=state.order_id,
         timestamp=now,
         tenant_id=tenant_id,
-        data={
-            "reason": "the plan's deadline passed",
-            "abort_code": AbortCode.TIMEOUT.value,
-            "aborted_at_seq": state.last_seq,
-        },
+        data={"reason": reason, "abort_code": code.value, "aborted_at_seq": state.last_seq},
     )
+
+
+def deadline_abort(state: OrderState, tenant_id: str, now: dt.datetime) -> EventEnvelope:
+    """The ABORT_PLAN the gateway writes when a live plan's deadline passed (abort_code timeout)."""
+    assert state.plan_id is not None
+    event_id = deadline_abort_id(state.order_id, state.plan_id)
+    return gateway_abort(state, tenant_id, event_id, AbortCode.TIMEOUT, "the plan's deadline passed", now)
 
 
 def is_deadline_abort(event: EventEnvelope) -> bool:

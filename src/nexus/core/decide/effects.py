@@ -23,9 +23,10 @@ import enum
 import uuid
 from typing import Any
 
+from nexus.core.decide.deadlines import gateway_abort
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Applied, Decision, OrderState
-from nexus.core.process_model import ABORT_STEP, ABORTED, AbortCode, CompiledProcess, Verdict
+from nexus.core.process_model import ABORTED, AbortCode, CompiledProcess, Verdict
 from nexus.errors import ErrorCode
 
 
@@ -94,16 +95,5 @@ def effect_failed_abort(state: OrderState, tenant_id: str, reason: str, now: dt.
     order and plan); None when there is nothing to abort (no order, no plan, aborted already)."""
     if state.status is None or state.status == ABORTED or state.plan_id is None:
         return None
-    return EventEnvelope(
-        event_id=uuid.uuid5(_EFFECT_ABORT_NAMESPACE, f"{tenant_id}\x1f{state.order_id}\x1f{state.plan_id}"),
-        event_type=ABORT_STEP,
-        plan_id=state.plan_id,
-        order_id=state.order_id,
-        timestamp=now,
-        tenant_id=tenant_id,
-        data={
-            "reason": reason[:MAX_ABORT_REASON],
-            "abort_code": AbortCode.EFFECT_FAILED.value,
-            "aborted_at_seq": state.last_seq,
-        },
-    )
+    event_id = uuid.uuid5(_EFFECT_ABORT_NAMESPACE, f"{tenant_id}\x1f{state.order_id}\x1f{state.plan_id}")
+    return gateway_abort(state, tenant_id, event_id, AbortCode.EFFECT_FAILED, reason[:MAX_ABORT_REASON], now)
