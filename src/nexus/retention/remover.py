@@ -34,7 +34,9 @@ from nexus.store.queries import query
 
 log = logging.getLogger(__name__)
 
-# The order's rows, children before what they reference (deliveries before outbox, everything before orders).
+# The order's rows, children before what they reference (deliveries before outbox, everything before orders):
+# the tables whose rows carry tenant_id and order_id go by one statement (`delete_order_rows`); deliveries
+# carry neither and go by their outbox.
 REMOVED_TABLES = (
     "delivery_attempts",
     "deliveries",
@@ -115,12 +117,12 @@ class RetentionRemover:
     async def _remove(self, conn: asyncpg.Connection, tenants: list[str], orders: list[str], removal: Removal) -> None:
         await conn.execute(query("retention.sql", "insert_markers"), tenants, orders)
         for table in REMOVED_TABLES:
-            removal.rows[table] = _count(await conn.execute(query("retention.sql", f"delete_{table}"), tenants, orders))
+            removal.rows[table] = await _delete(conn, table, tenants, orders)
         status = await conn.execute(
             query("retention.sql", "delete_dead_letters"), tenants, orders, self.settings.retention_s
         )
         removal.rows["dead_letters"] = _count(status)
-        removal.orders = _count(await conn.execute(query("retention.sql", "delete_orders"), tenants, orders))
+        removal.orders = await _delete(conn, "orders", tenants, orders)
         removal.rows["orders"] = removal.orders
 
     async def remove_strays(self) -> int:
@@ -187,6 +189,14 @@ class RetentionRemover:
             except Exception:
                 log.warning("retention pass failed", exc_info=True, extra={"action": "retention_remove"})
             await asyncio.sleep(self.settings.retention_sweep_s)
+
+
+async def _delete(conn: asyncpg.Connection, table: str, tenants: list[str], orders: list[str]) -> int:
+    """The orders' rows of one of REMOVED_TABLES (or orders) deleted; how many."""
+    if table == "deliveries":
+        return _count(await conn.execute(query("retention.sql", "delete_deliveries"), tenants, orders))
+    removed: int = await conn.fetchval(query("retention.sql", "delete_order_rows"), tenants, orders, table)
+    return removed
 
 
 def _count(status: str) -> int:

@@ -2,13 +2,8 @@
 
 -- name: read_heads
 -- The last (position, hash) of each chain; the caller holds each order's advisory lock.
-SELECT u.tenant_id, u.order_id, h.position, h.hash
-FROM unnest($1::text[], $2::text[]) AS u(tenant_id, order_id)
-CROSS JOIN LATERAL (
-    SELECT d.position, d.hash FROM decision_log AS d
-    WHERE d.order_id = u.order_id AND d.tenant_id = u.tenant_id
-    ORDER BY d.position DESC LIMIT 1
-) AS h;
+-- (nexus_chain_heads, migration 0031: also gateway.sql read_batch's 'head' rows).
+SELECT tenant_id, order_id, position, hash FROM nexus_chain_heads($1::text[], $2::text[]);
 
 -- name: insert_records
 -- $1: the records as one JSON array of rows (audit.log.Records: a row's columns in the order below, the

@@ -72,7 +72,7 @@ FROM unnest($1::text[], $2::text[]) AS u(t, o);
 -- rows ('order'), buffered steps ('pending'), rejected steps ('rejected'), the tenants' limits ('limit',
 -- only when $4; max_list_items NULL when the tenant has none of its own), the steps held for approval
 -- ('held': event_id and plan_id, only when $4), the removal markers of removed orders ('removed': used when
--- the order has no row, nexus.retention) and the decision log's chain heads ('head'). $1/$2 the
+-- the order has no row, nexus.retention) and the decision log's chain heads ('head', nexus_chain_heads). $1/$2 the
 -- (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL. A buffered step's `numbered`:
 -- the server numbered it (it has a first verdict in plan_steps), so a refused predecessor settles it.
 SELECT 'order' AS kind, o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count,
@@ -110,14 +110,9 @@ SELECT 'removed', m.tenant_id, m.order_id, m.plan_id, m.final_status, m.last_seq
 FROM removed_orders AS m
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON m.tenant_id = u.t AND m.order_id = u.oid
 UNION ALL
-SELECT 'head', u.tenant_id, u.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT 'head', h.tenant_id, h.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, h.position, h.hash, NULL, NULL, NULL
-FROM unnest($1::text[], $2::text[]) AS u(tenant_id, order_id)
-CROSS JOIN LATERAL (
-    SELECT d.position, d.hash FROM decision_log AS d
-    WHERE d.order_id = u.order_id AND d.tenant_id = u.tenant_id
-    ORDER BY d.position DESC LIMIT 1
-) AS h;
+FROM nexus_chain_heads($1::text[], $2::text[]) AS h;
 
 -- name: write_batch
 -- (Its decision-log part repeats audit.sql `insert_records`, kept in this one statement for the round trip.)

@@ -55,46 +55,14 @@ ON CONFLICT (tenant_id, order_id) DO UPDATE SET
     pending = EXCLUDED.pending,
     finished_at = EXCLUDED.finished_at, removed_at = now();
 
--- name: delete_delivery_attempts
-DELETE FROM delivery_attempts AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE r.tenant_id = u.t AND r.order_id = u.oid;
+-- name: delete_order_rows
+-- The orders' rows of table $3 (one of the remover's REMOVED_TABLES with tenant_id and order_id columns):
+-- how many went. A sagas' saga_steps go with them (ON DELETE CASCADE).
+SELECT nexus_delete_order_rows($3, $1::text[], $2::text[]) AS removed;
 
 -- name: delete_deliveries
 DELETE FROM deliveries AS r USING outbox AS x, unnest($1::text[], $2::text[]) AS u(t, oid)
 WHERE r.outbox_id = x.id AND x.tenant_id = u.t AND x.order_id = u.oid;
-
--- name: delete_outbox
-DELETE FROM outbox AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE r.tenant_id = u.t AND r.order_id = u.oid;
-
--- name: delete_pending_events
-DELETE FROM pending_events AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE r.tenant_id = u.t AND r.order_id = u.oid;
-
--- name: delete_rejected_events
-DELETE FROM rejected_events AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE r.tenant_id = u.t AND r.order_id = u.oid;
-
--- name: delete_approvals
-DELETE FROM approvals AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE r.tenant_id = u.t AND r.order_id = u.oid;
-
--- name: delete_decisions_outbox
-DELETE FROM decisions_outbox AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE r.tenant_id = u.t AND r.order_id = u.oid;
-
--- name: delete_sagas
--- (their saga_steps go with them: ON DELETE CASCADE)
-DELETE FROM sagas AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE r.tenant_id = u.t AND r.order_id = u.oid;
-
--- name: delete_plans
-DELETE FROM plans AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE r.tenant_id = u.t AND r.order_id = u.oid;
-
--- name: delete_plan_steps
-DELETE FROM plan_steps AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE r.tenant_id = u.t AND r.order_id = u.oid;
 
 -- name: delete_dead_letters
 -- The order's dead letters once redriven or older than $3 seconds (their redrive records cascade).
@@ -102,10 +70,6 @@ DELETE FROM dead_letters AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
 WHERE r.order_id = u.oid AND r.tenant_id = u.t
   AND (r.created_at < now() - make_interval(secs => $3)
        OR EXISTS (SELECT 1 FROM dead_letter_redrives AS x WHERE x.dead_letter_id = r.id));
-
--- name: delete_orders
-DELETE FROM orders AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE r.tenant_id = u.t AND r.order_id = u.oid;
 
 -- name: stray_dead_letters
 -- Dead letters naming an order that has no row (removed, or never started) older than $1 seconds: at most $2.
