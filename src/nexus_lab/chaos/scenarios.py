@@ -91,7 +91,23 @@ class Scenario:
     `nexus services`, judged by the saga checker (`nexus_lab.chaos.saga_load`)."""
 
 
-_OUTAGE_ENV = (("NEXUS_SAGA_BREAKER_THRESHOLD", "1000"), ("NEXUS_SAGA_MAX_ATTEMPTS", "5"))
+def _outage(kind: str, service: str, decline_rate: float, what: str, proof: str) -> Scenario:
+    """A saga scenario `saga-<kind>`: `service` answers 503 to every call for 8 s, `decline_rate` of the charges
+    declined. The breaker threshold is raised so the outage meets the retry rules, not the breaker (with the
+    default threshold every saga escalated); five attempts, the default count."""
+    env = (("NEXUS_SAGA_BREAKER_THRESHOLD", "1000"), ("NEXUS_SAGA_MAX_ATTEMPTS", "5"))
+    fault = SagaFault(kind, service=service, decline_rate=decline_rate, window_s=(8.0, 8.0), env=env)
+    return Scenario(f"saga-{kind}", what, proof, saga=fault)
+
+
+def _failover(name: str, what: str, *, sync: bool) -> Scenario:
+    """A scenario of the primary's machine lost under Kafka, MCP, saga and delivery load, its standby promoted;
+    replicated synchronously (`NEXUS_SYNC_STANDBY`) or not (then the steps the standby never received are
+    counted as lost, not failed)."""
+    env = {"NEXUS_SYNC_STANDBY": STANDBY_NAME} if sync else {}
+    return Scenario(name, what, "standby promoted", StackSpec(gateways=2, kafka=True, replicated=True, env=env),
+                    transport="kafka", hostile=all_modes(0.2), step_delay_ms=300.0, faults=(PostgresFailover(),),
+                    allow_duplicates=True, mcp_orders=4, saga_plans=6, loss_counted=not sync)  # fmt: skip
 
 
 def _kafka(name: str, what: str, proof: str, fault: Fault, *, allow_duplicates: bool = False) -> Scenario:
@@ -196,34 +212,17 @@ SCENARIOS: dict[str, Scenario] = {
             faults=(PostgresOutage(count=2),),
             allow_duplicates=True,
         ),
-        Scenario(
+        _failover(
             "postgres-failover",
             "the PostgreSQL primary's machine lost (SIGKILL, data deleted) under Kafka, MCP, saga and delivery load; "
             "its synchronous standby promoted",
-            "standby promoted",
-            StackSpec(gateways=2, kafka=True, replicated=True, env={"NEXUS_SYNC_STANDBY": STANDBY_NAME}),
-            transport="kafka",
-            hostile=all_modes(0.2),
-            step_delay_ms=300.0,
-            faults=(PostgresFailover(),),
-            allow_duplicates=True,
-            mcp_orders=4,
-            saga_plans=6,
+            sync=True,
         ),
-        Scenario(
+        _failover(
             "postgres-failover-async",
             "postgres-failover with asynchronous replication (no NEXUS_SYNC_STANDBY): the acknowledged steps the "
             "promoted standby never received are counted, not failed",
-            "standby promoted",
-            StackSpec(gateways=2, kafka=True, replicated=True),
-            transport="kafka",
-            hostile=all_modes(0.2),
-            step_delay_ms=300.0,
-            faults=(PostgresFailover(),),
-            allow_duplicates=True,
-            mcp_orders=4,
-            saga_plans=6,
-            loss_counted=True,
+            sync=False,
         ),
         _kafka(
             "kafka-restart",
@@ -334,25 +333,21 @@ SCENARIOS: dict[str, Scenario] = {
                 ),
             ),
         ),
-        Scenario(
-            "saga-post-pivot-outage",
+        _outage(
+            "post-pivot-outage",
+            "invoice",
+            0.0,
             "the invoice service (after the pivot) answers 503 to every call for 8 s: retried within the budget, "
             "every saga completes",
             "effects retried past the attempt count",
-            # the breaker threshold raised so the outage meets the retry rules, not the breaker (with the old
-            # count, every saga escalated); five attempts, the default count
-            saga=SagaFault(
-                "post-pivot-outage", service="invoice", decline_rate=0.0, window_s=(8.0, 8.0), env=_OUTAGE_ENV
-            ),
         ),
-        Scenario(
-            "saga-compensation-outage",
+        _outage(
+            "compensation-outage",
+            "inventory",
+            1.0,
             "every charge declined while the inventory service answers 503 to every release for 8 s: the "
             "compensations are retried within the budget, every saga is compensated once",
             "compensations retried past the attempt count",
-            saga=SagaFault(
-                "compensation-outage", service="inventory", decline_rate=1.0, window_s=(8.0, 8.0), env=_OUTAGE_ENV
-            ),
         ),
         Scenario(
             "saga-postgres-restart",
