@@ -21,20 +21,10 @@ import asyncpg
 import orjson
 
 from nexus.audit.log import Records, record_rows
+from nexus.core.decide import rows as decide_rows
 from nexus.core.decide.expiry import BufferedStep
 from nexus.core.decide.plan import BatchPlan, BatchReads
-from nexus.core.decide.rows import (  # the rows core/decide/plan.py builds (it imports them so): this writes them
-    ApprovalRow,
-    DeadLetterRow,
-    DecisionRecord,
-    OrderRow,
-    OutboxRow,
-    PendingDelete,
-    PendingRow,
-    RejectedRow,
-    outbox_id_for,
-    postgres_text,
-)
+from nexus.core.decide.rows import outbox_id_for, postgres_text
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.list_limits import tenant_limits
 from nexus.core.order_state import OrderState
@@ -122,17 +112,17 @@ async def read_buffered(conn: asyncpg.Connection, order_ids: list[OrderKey]) -> 
 async def write_rows(
     conn: asyncpg.Connection,
     *,
-    orders: Sequence[OrderRow] = (),
-    notifications: Sequence[OutboxRow] = (),
-    buffered: Sequence[PendingRow] = (),
-    unbuffered: Sequence[PendingDelete] = (),
-    rejected: Sequence[RejectedRow] = (),
-    dead: Sequence[DeadLetterRow] = (),
-    approvals: Sequence[ApprovalRow] = (),
+    orders: Sequence[decide_rows.OrderRow] = (),
+    notifications: Sequence[decide_rows.OutboxRow] = (),
+    buffered: Sequence[decide_rows.PendingRow] = (),
+    unbuffered: Sequence[decide_rows.PendingDelete] = (),
+    rejected: Sequence[decide_rows.RejectedRow] = (),
+    dead: Sequence[decide_rows.DeadLetterRow] = (),
+    approvals: Sequence[decide_rows.ApprovalRow] = (),
     cancelled: Sequence[uuid.UUID] = (),
     records: Records | None = None,
     wake: Sequence[OrderKey] = (),
-    decisions: Sequence[DecisionRecord] = (),
+    decisions: Sequence[decide_rows.DecisionRecord] = (),
 ) -> list[int]:
     """Write the rows; `records`: the decision log's records (audit.log.record_rows); `wake`: the orders
     whose waiters wake at commit; `decisions`: a Kafka batch's, for the decisions topic. The usual rows
