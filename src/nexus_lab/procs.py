@@ -135,6 +135,21 @@ async def new_keys(data_dir: Path, *wanted: tuple[str, Role, str | None]) -> lis
         await db.close()
 
 
+def kafka_script(command: str, env: dict[str, str], timeout_s: float, what: str = "") -> None:
+    """Run the project's `scripts/kafka.sh <command>` with `env` (its NEXUS_KAFKA_* knobs); a RuntimeError with
+    its output when it fails (`what` names the broker or cluster in the message)."""
+    done = subprocess.run(  # noqa: S603 - the project's own kafka.sh
+        [shutil.which("bash") or "/bin/bash", str(REPO_ROOT / "scripts" / "kafka.sh"), command],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"kafka.sh {command}{what} failed: {done.stdout}{done.stderr}")
+
+
 def nexus(name: str, args: Sequence[str], env: dict[str, str], log_path: Path) -> Proc:
     """A `nexus <args>` process (not started)."""
     return Proc(name, [*NEXUS_CMD, *args], env, log_path)

@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import os
 import secrets
-import subprocess
 import tempfile
 import time
 import uuid
@@ -30,7 +29,7 @@ from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
-from nexus_lab.procs import NEXUS_CMD, REPO_ROOT, Proc, free_port, wait_ready
+from nexus_lab.procs import NEXUS_CMD, REPO_ROOT, Proc, free_port, kafka_script, wait_ready
 
 if TYPE_CHECKING:
     from nexus_lab.balancer import Balancer
@@ -160,17 +159,7 @@ class ChaosSession:
         """`scripts/kafka.sh restart` on the session's broker port; returns once it answers again."""
         port = self.kafka_bootstrap.rsplit(":", 1)[-1]
         env = {**os.environ, "NEXUS_KAFKA_PORT": port}
-        done = await asyncio.to_thread(
-            subprocess.run,
-            ["bash", str(REPO_ROOT / "scripts" / "kafka.sh"), "restart"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"kafka.sh restart failed: {done.stdout}{done.stderr}")
+        await asyncio.to_thread(kafka_script, "restart", env, 180)
 
     def close(self) -> None:
         for replica in self.replicas.values():

@@ -14,17 +14,15 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import shutil
 import signal
 import socket
-import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from nexus_lab.procs import REPO_ROOT
+from nexus_lab.procs import REPO_ROOT, kafka_script
 
 if TYPE_CHECKING:
     from nexus_lab.chaos.faults import FaultContext
@@ -80,16 +78,7 @@ class KafkaCluster:
         self.started = False
 
     def _script(self, command: str) -> None:
-        done = subprocess.run(  # noqa: S603 - the project's own kafka.sh
-            [shutil.which("bash") or "/bin/bash", str(REPO_ROOT / "scripts" / "kafka.sh"), command],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"kafka.sh {command} ({self.bootstrap}) failed: {done.stdout}{done.stderr}")
+        kafka_script(command, self.env, 240, f" ({self.bootstrap})")
 
     async def up(self) -> None:
         """Start every broker that is not running (all three the first time) and wait until they answer."""
