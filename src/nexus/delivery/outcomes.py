@@ -39,24 +39,16 @@ class _Batch:
     ending: set[tuple[str, str]]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
 class OutcomeWriter:
     """Writes batches of results for `owner`: the deliveries' next states and the breakers' evidence."""
 
-    def __init__(
-        self,
-        db: Database,
-        owner: str,
-        policy: RetryPolicy,
-        breaker_config: BreakerConfig,
-        report: BreakerReport,
-        rng: random.Random,
-    ) -> None:
-        self.db = db
-        self.owner = owner
-        self.policy = policy
-        self.breaker_config = breaker_config
-        self.report = report
-        self._rng = rng
+    db: Database
+    owner: str
+    policy: RetryPolicy
+    breaker_config: BreakerConfig
+    report: BreakerReport
+    rng: random.Random
 
     def decide(self, r: Result) -> DeliveryDecision:
         return next_step(
@@ -64,7 +56,7 @@ class OutcomeWriter:
             r.outcome,
             r.claimed.attempt,
             self.policy,
-            rand=self._rng.random(),
+            rand=self.rng.random(),
             retry_after_ms=r.retry_after_ms,
             error=r.error,
         )
