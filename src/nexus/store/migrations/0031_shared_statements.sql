@@ -1,5 +1,5 @@
--- Statements two places wrote out alike, written once as functions: an order's rows of one table removed
--- (retention.sql) and the decision log's chain heads (audit.sql read_heads, gateway.sql's batch read).
+-- Statements more than one query needs, as functions: an order's rows of one table removed (retention.sql,
+-- once per table) and the decision log's chain heads (audit.sql read_heads, gateway.sql read_batch).
 
 -- The rows of `tbl` (a table with tenant_id and order_id) of the orders tenants[i]/orders[i]; how many went.
 -- The name comes from the remover's own list (nexus.retention.remover.REMOVED_TABLES), never from input.
