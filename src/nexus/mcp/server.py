@@ -186,6 +186,8 @@ def build_server(
     return server
 
 
+OldestFirst = Annotated[int, Field(description="at most this many, oldest first", ge=1, le=1000)]
+NewestFirst = Annotated[int, Field(description="at most this many, newest first", ge=1, le=1000)]
 ApprovalId = Annotated[str, Field(description="an approval_id from list_approvals")]
 
 
@@ -212,10 +214,7 @@ def _person_tools(server: MCPServer[Any], backend_of: BackendOf, read: ToolAnnot
     """The tools of the people beside the agents: approvers answer held steps, operators redrive dead letters."""
 
     @server.tool(annotations=read)
-    async def list_approvals(
-        ctx: Context[Any, Any],
-        limit: Annotated[int, Field(description="at most this many, oldest first", ge=1, le=1000)] = 100,
-    ) -> CallToolResult:
+    async def list_approvals(ctx: Context[Any, Any], limit: OldestFirst = 100) -> CallToolResult:
         """Steps held for a person's approval in this key's tenant: what each would do (its data), oldest first."""
         return await _call(_approvals(backend_of(ctx).list_approvals(limit)))
 
@@ -236,10 +235,7 @@ def _person_tools(server: MCPServer[Any], backend_of: BackendOf, read: ToolAnnot
         return await answer(ctx, approval_id, expect, approve=False)
 
     @server.tool(annotations=read)
-    async def list_dead_letters(
-        ctx: Context[Any, Any],
-        limit: Annotated[int, Field(description="at most this many, newest first", ge=1, le=1000)] = 100,
-    ) -> CallToolResult:
+    async def list_dead_letters(ctx: Context[Any, Any], limit: NewestFirst = 100) -> CallToolResult:
         """Inputs the gateway could not take (their code and error), newest first."""
         return await _call(_dead_letters(backend_of(ctx).list_dead_letters(limit)))
 
