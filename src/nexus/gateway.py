@@ -289,7 +289,7 @@ class Gateway:
             async with self.db.pool.acquire() as conn, conn.transaction():
                 await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
                 row = await conn.fetchrow(query("steps.sql", "order_known"), *key)
-                reads = BatchReads(known={key: OrderKnown(row["order"], row["buffered"], row["plan"])})
+                reads = BatchReads(known={key: OrderKnown(row["order"], row["buffered"], row["plan"], row["removed"])})
                 plan = plan_batch([], reads, self.parts, kind=IngressKind.HTTP, now=None, starts=[start])
                 for started in plan.started:
                     await conn.execute(
