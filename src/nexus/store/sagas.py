@@ -16,7 +16,7 @@ import asyncpg
 from nexus.core.decide.effects import EffectStatus, effect_view
 from nexus.core.decide.items import EffectOutcome
 from nexus.core.decide.outcomes import CompensationRow, OutboxCount, SagaRow, executed_at
-from nexus.core.decide.saga_abort import SagaGate, SagaTurn
+from nexus.core.decide.saga_abort import NEW_SAGA, SagaGate, SagaTurn
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState, Resolution
 from nexus.core.process import ProcessCatalog
@@ -124,7 +124,7 @@ async def record(
                 sagas.append((event.tenant_id, event.order_id, event.plan_id, found[0]))
                 steps.append((*found[1], *keys))
     if sagas:
-        await conn.execute(query("saga.sql", "upsert_sagas"), *_columns(sagas, 4))
+        await conn.execute(query("saga.sql", "upsert_sagas"), *_columns(sagas, 4), NEW_SAGA.value)
         await conn.execute(query("saga.sql", "insert_saga_steps"), *_columns(steps, 18))
     if turns:
         await conn.execute(

@@ -5,7 +5,7 @@ completed), then walked through the batch's resolutions in order; the saga's own
 
 | what the batch does to the order                  | saga before           | saga after                 |
 |---------------------------------------------------|-----------------------|----------------------------|
-| a step with an effect takes its seq               | none                  | PENDING (its row is new)   |
+| a step with an effect takes its seq               | none                  | PENDING (`NEW_SAGA`)       |
 |                                                   | any                   | unchanged                  |
 | ABORT_PLAN applies, the pivot not completed       | PENDING or RUNNING    | COMPENSATING, due now      |
 | ABORT_PLAN applies, the pivot completed           | any                   | unchanged (nothing undone) |
@@ -27,6 +27,8 @@ from nexus.core.order_state import Resolution
 from nexus.core.saga import SagaStatus, abort_turn
 
 OrderKey = tuple[str, str]
+NEW_SAGA = SagaStatus.PENDING
+"""The status of a saga a step with an effect begins (an order's existing saga keeps its own)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,5 +63,5 @@ def compensating(resolutions: Sequence[Resolution], gates: Mapping[OrderKey, Sag
                     turns.append(SagaTurn(key[0], key[1], turned, gate.status))
                     gates = {**gates, key: SagaGate(turned, gate.past_pivot)}
             elif applied.effect and gate is None:
-                gates = {**gates, key: SagaGate(SagaStatus.PENDING, past_pivot=False)}
+                gates = {**gates, key: SagaGate(NEW_SAGA, past_pivot=False)}
     return tuple(turns)

@@ -13,8 +13,10 @@ JOIN saga_steps AS st ON st.tenant_id = s.tenant_id AND st.order_id = s.order_id
 ORDER BY s.tenant_id, s.order_id, st.seq;
 
 -- name: upsert_sagas
+-- A step with an effect took its seq: its saga, new with status $5 (core/decide/saga_abort.py NEW_SAGA), or
+-- the order's existing one (its status kept) due now.
 INSERT INTO sagas (tenant_id, order_id, plan_id, process, status, next_attempt_at)
-SELECT tenant_id, order_id, plan_id, process, 'PENDING', now()
+SELECT tenant_id, order_id, plan_id, process, $5, now()
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(tenant_id, order_id, plan_id, process)
 ON CONFLICT (tenant_id, order_id) DO UPDATE SET
     plan_id = EXCLUDED.plan_id, next_attempt_at = now(), updated_at = now();
