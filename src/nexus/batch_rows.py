@@ -97,15 +97,17 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
     return BatchReads(states, pending, rejected, limits, heads, {k: frozenset(v) for k, v in numbered.items()})
 
 
+def _buffered_step(r: asyncpg.Record) -> BufferedStep:
+    return BufferedStep(
+        r["tenant_id"], r["order_id"], r["seq_id"], r["event_id"], r["plan_id"], r["envelope"], r["received_at"],
+        r["effect_status"], r["effect_executed_at"], r["effect_updated_at"],
+    )  # fmt: skip
+
+
 async def read_buffered(conn: asyncpg.Connection, order_ids: list[OrderKey]) -> tuple[list[BufferedStep], Any]:
     """The buffered steps of locked orders, oldest first, and the database's clock (None: no step)."""
     rows = await conn.fetch(query("gateway.sql", "read_buffered"), *pairs(order_ids))
-    steps = [
-        BufferedStep(
-            r["tenant_id"], r["order_id"], r["seq_id"], r["event_id"], r["plan_id"], r["envelope"], r["received_at"]
-        )
-        for r in rows
-    ]
+    steps = [_buffered_step(r) for r in rows]
     return steps, rows[0]["now"] if rows else None
 
 

@@ -22,16 +22,16 @@ from decimal import Decimal
 import asyncpg
 
 from nexus import metrics, plan_steps, tracing
-from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan, write_rows
+from nexus.batch_rows import pairs, read_batch, read_buffered, write_plan
 from nexus.core.actors import SYSTEM_DEADLINE, SYSTEM_SAGA
 from nexus.core.decide import isolation
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.deadlines import deadline_abort
 from nexus.core.decide.effects import effect_failed_abort
 from nexus.core.decide.expiry import Expiry
-from nexus.core.decide.items import EffectOutcome, Incoming, IngressKind, order_key
+from nexus.core.decide.items import EffectOutcome, EffectResult, Incoming, IngressKind, order_key
 from nexus.core.decide.log import DecisionLog, NoDecisionLog
-from nexus.core.decide.outcomes import settled
+from nexus.core.decide.outcomes import settled, settled_retrying
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.decide.plan_start import OrderKnown, PlanStart
 from nexus.core.decide.validation import NoChecks, StepChecks
@@ -191,8 +191,8 @@ class Gateway:
             first = {order_key(i.envelope): i.envelope.process_name for i in reversed(items) if i.envelope}
             states = dict(reads.states)
             keys = [k for k, s in states.items() if (s.process or first.get(k)) in self.effect_processes]
-            await saga_records.annotate(conn, states, keys)
-            reads = dataclasses.replace(reads, states=states)
+            gates = await saga_records.annotate(conn, states, keys)
+            reads = dataclasses.replace(reads, states=states, gates=gates)
         return reads
 
     async def _write(
@@ -201,7 +201,7 @@ class Gateway:
         dead_ids = await write_plan(conn, plan, reads.heads, order_ids)
         await plan_steps.record(conn, plan.first_verdicts)  # the numbered steps' first verdicts
         if self.effect_processes:
-            await saga_records.record(conn, plan.resolutions, self.catalog, plan.traces, self.saga_secret)
+            await saga_records.record(conn, plan.resolutions, self.catalog, plan.traces, self.saga_secret, plan.turns)
         return dead_ids
 
     @staticmethod
@@ -234,18 +234,18 @@ class Gateway:
         lock, read (the sagas, and the orders of the successes), plan (`plan_batch`, `core/decide/outcomes.py`),
         write. Returns the status and steps of the sagas the writer (`owner`) keeps leased for `lease_s`, by saga."""
         keys = sorted({o.key for o in outcomes})
+        now = dt.datetime.now(dt.UTC)  # the clock of the steps' and sagas' times the fold decides
         await conn.execute(query("gateway.sql", "lock_orders"), *pairs(keys))
-        sagas = await saga_records.finish_calls(conn, keys, outcomes)
-        done = sorted({o.key for o in outcomes if o.envelope is not None})
+        sagas, retrying = await saga_records.finish_calls(conn, keys, outcomes, now)
+        # the orders of the successes (applied) and of the compensations (notified)
+        done = sorted({o.key for o in outcomes if o.envelope is not None or o.result is EffectResult.COMPENSATED})
         reads = await read_batch(conn, done, validated=self.parts.checks.checks) if done else BatchReads()
-        reads = dataclasses.replace(reads, sagas=sagas)
-        plan = plan_batch([], reads, self.parts, kind=IngressKind.SAGA, now=None, effects=outcomes)
+        reads = dataclasses.replace(reads, sagas=sagas, retrying=retrying)
+        plan = plan_batch([], reads, self.parts, kind=IngressKind.SAGA, now=now, effects=outcomes)
         await write_plan(conn, plan, reads.heads, done)
         if plan.resolutions:
-            await saga_records.record(conn, plan.resolutions, self.catalog, {}, self.saga_secret)
-        notifications = await saga_records.finish_compensations(conn, outcomes)
-        if notifications:
-            await write_rows(conn, notifications=notifications)
+            await saga_records.record(conn, plan.resolutions, self.catalog, {}, self.saga_secret, plan.turns)
+        await saga_records.finish_compensations(conn, plan.compensated, plan.outbox_counts)
         return await saga_records.set_sagas(conn, plan.sagas, lease_s, owner)
 
     async def settle_saga(self, key: OrderKey, claimed: SagaStatus) -> None:
@@ -256,9 +256,10 @@ class Gateway:
             async with self.db.pool.acquire() as conn, conn.transaction():
                 await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
                 await lifecycle_records.notify_orders(conn, [key])
-                current, steps = await saga_records.read_settling(conn, key)
-                after = settled(claimed, current, steps)
-                await saga_records.set_saga(conn, key, after.status, after.delay_s)
+                read = await saga_records.read_settling(conn, key)
+                after = settled(claimed, read.status, read.steps)
+                retrying = settled_retrying(after.delay_s, read.retrying_since, read.retrying_service)
+                await saga_records.set_saga(conn, key, after.status, after.delay_s, retrying)
                 if after.abort_reason is not None:
                     await self.abort_for_effects(conn, key, after.abort_reason)
 
@@ -267,17 +268,18 @@ class Gateway:
         already is, folded by `plan_batch` in the caller's transaction under the order's lock; True if written."""
         await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
         reads = await read_batch(conn, [key], validated=self.parts.checks.checks)
+        gates = await saga_records.annotate(conn, {}, [key])  # the saga as it is: the fold decides its turn
         state = reads.states.get(key) or OrderState(key[1])
         abort = effect_failed_abort(state, key[0], reason, dt.datetime.now(dt.UTC))
         if abort is None:
             return False
         # the saga's compensation is over: nothing holds the order any more
         states = {key: dataclasses.replace(state, effect=None, past_pivot=False)}
-        reads = dataclasses.replace(reads, states=states)
+        reads = dataclasses.replace(reads, states=states, gates=gates)
         item = Incoming.of(abort, actor=SYSTEM_SAGA)
         plan = plan_batch([item], reads, self.parts, kind=IngressKind.SAGA, now=None)
         await write_plan(conn, plan, reads.heads, [key])
-        await saga_records.record(conn, plan.resolutions, self.catalog, {}, self.saga_secret)
+        await saga_records.record(conn, plan.resolutions, self.catalog, {}, self.saga_secret, plan.turns)
         return True
 
     async def start_plan(self, start: PlanStart) -> ErrorCode | None:
@@ -289,7 +291,7 @@ class Gateway:
             async with self.db.pool.acquire() as conn, conn.transaction():
                 await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
                 row = await conn.fetchrow(query("steps.sql", "order_known"), *key)
-                reads = BatchReads(known={key: OrderKnown(row["order"], row["buffered"], row["plan"])})
+                reads = BatchReads(known={key: OrderKnown(row["order"], row["buffered"], row["plan"], row["removed"])})
                 plan = plan_batch([], reads, self.parts, kind=IngressKind.HTTP, now=None, starts=[start])
                 for started in plan.started:
                     await conn.execute(

@@ -13,11 +13,15 @@ import pytest
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.gateway import Gateway
+from nexus.core.decide.plan_start import ORDER_EXISTS_MESSAGE
+from nexus.gateway import Gateway, Incoming
 from nexus.ingress.http import create_app
+from nexus.processes import builtin_catalog
+from nexus.retention.remover import RetentionRemover
+from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
-from tests.factories import step_json
+from tests.factories import plan_json, step_json
 
 CREATED = step_json("x", "p", 1)["data"]
 
@@ -84,3 +88,24 @@ async def test_a_plan_end_takes_the_plan_and_position_read_under_the_lock(api: h
         1,
         "manual",
     )
+
+
+async def test_a_plan_start_for_a_removed_order_is_refused_while_its_marker_lasts(
+    api: httpx.AsyncClient, db: Database, settings: Settings
+) -> None:
+    """With retention in seconds: a finished order removed, `POST /v1/plans` with its id answers 409
+    ORDER_EXISTS (same wording) and writes no plan while its marker lasts; once the marker's memory passes,
+    the id starts a new plan."""
+    events = [{**e, "tenant_id": "acme"} for e in plan_json("o-gone", "p-gone", 5)]
+    outcomes = await Gateway(db).submit([Incoming.parse(json.dumps(e)) for e in events])
+    assert [o.decision.value for o in outcomes] == ["APPLY"] * 5
+    remover = RetentionRemover(db, settings.replace(retention_s=1, removed_order_memory_s=1), builtin_catalog())
+    await asyncio.sleep(1.5)  # the order's period passes
+    assert (await remover.remove_due()).orders == 1
+    refused = await api.post("/v1/plans", json={"order_id": "o-gone"})
+    assert (refused.status_code, refused.json()["code"]) == (409, "ORDER_EXISTS")
+    assert refused.json()["message"] == ORDER_EXISTS_MESSAGE
+    assert await db.fetchval("SELECT count(*) FROM plans WHERE order_id = 'o-gone'") == 0
+    await asyncio.sleep(1.5)  # the marker's memory passes
+    assert await remover.remove_strays() >= 1
+    assert (await api.post("/v1/plans", json={"order_id": "o-gone"})).status_code == 201

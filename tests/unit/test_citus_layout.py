@@ -68,9 +68,9 @@ HOT_PATH = {
     "steps.sql": None,  # every statement: POST /v1/orders/{id}/steps and plans
     "delivery.sql": ("claim", "finish", "promote_heads", "clear_heads", "record_attempts"),
     "saga.sql": (
-        "claim_sagas", "read_saga_gates", "upsert_sagas", "insert_saga_steps", "abort_sagas", "read_steps_of",
+        "claim_sagas", "read_saga_gates", "upsert_sagas", "insert_saga_steps", "turn_sagas", "read_steps_of",
         "lock_saga", "start_forwards", "start_compensations", "finish_forwards", "set_sagas", "release_sagas",
-        "bump_outbox",
+        "finish_compensations", "set_outbox_counts", "set_saga",
     ),
 }  # fmt: skip
 """The statements of the hot path: each must route by tenant_id (filter, join or insert it)."""

@@ -4,6 +4,7 @@ saga's row after each outcome, and an effect's success applied for good by the f
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Any
 
 from hypothesis import given
@@ -11,14 +12,18 @@ from hypothesis import strategies as st
 
 from nexus.core.decide.items import EffectOutcome, EffectResult, IngressKind
 from nexus.core.decide.outcomes import (
+    CompensationRow,
+    OutboxCount,
     SagaAfter,
     Settled,
     compensation_notification,
+    executed_at,
     is_terminal,
     redriven,
     saga_after,
     saga_row,
     settled,
+    settled_retrying,
 )
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.envelope import EventEnvelope
@@ -28,6 +33,7 @@ from nexus.processes import builtin_catalog
 from tests.factories import step_json
 
 CATALOG = builtin_catalog()
+NOW = dt.datetime(2026, 12, 5, 3, 0, tzinfo=dt.UTC)
 KEY = ("default", "o")
 OPEN = (SagaStatus.PENDING, SagaStatus.RUNNING, SagaStatus.COMPENSATING)
 
@@ -89,10 +95,11 @@ def test_a_saga_is_kept_when_due_at_once_and_open_and_retrying_while_retried(
     """The row keeps the saga leased only if the writer keeps it, it is due now and open; it is retrying only
     while its call is retried and the saga open."""
     after = saga_after(outcome, current, terminal)
-    row = saga_row(outcome, after)
+    row = saga_row(outcome, after, None, NOW)
     assert row.keep == (outcome.keep and after.delay_s == 0 and after.status in OPEN)
     assert row.retrying == (outcome.retry_s is not None and after.status in OPEN)
-    assert (row.status, row.delay_s, row.service) == (after.status.value, after.delay_s, "inventory")
+    assert (row.status, row.delay_s) == (after.status.value, after.delay_s)
+    assert (row.retrying_since, row.retrying_service) == ((NOW, "inventory") if row.retrying else (None, None))
 
 
 def test_terminal_states_come_from_the_orders_process_only() -> None:
@@ -112,7 +119,7 @@ def _held() -> tuple[OrderState, dict[int, EventEnvelope]]:
 
 def _fold(outcome: EffectOutcome, state: OrderState, pending: dict[int, EventEnvelope], saga: SagaStatus) -> BatchPlan:
     reads = BatchReads(states={KEY: state}, pending={KEY: pending}, sagas={KEY: saga})
-    return plan_batch([], reads, Parts(CATALOG), kind=IngressKind.SAGA, now=None, effects=[outcome])
+    return plan_batch([], reads, Parts(CATALOG), kind=IngressKind.SAGA, now=NOW, effects=[outcome])
 
 
 def test_the_fold_applies_a_success_for_good_and_drains_its_successor() -> None:
@@ -189,3 +196,54 @@ def test_a_redrive_sets_failed_steps_pending_again_only_back_to_the_steps(
     for (_, after), before in zip(redone, statuses, strict=True):
         moved = target is SagaStatus.RUNNING and before is StepStatus.FAILED
         assert after is (StepStatus.PENDING if moved else before)
+
+
+def test_a_retrying_saga_keeps_when_it_began_retrying_and_forgets_it_once_not_retried() -> None:
+    """A retried call of a saga already retrying keeps its first failure's time; a first retried failure
+    starts it at the fold's clock; a call not retried (or a closed saga) clears both values."""
+    earlier = NOW - dt.timedelta(minutes=5)
+    retried = _outcome(EffectResult.FAILED, retry_s=2.0)
+    after = saga_after(retried, SagaStatus.RUNNING, None)
+    assert saga_row(retried, after, earlier, NOW).retrying_since == earlier
+    assert saga_row(retried, after, None, NOW).retrying_since == NOW
+    assert saga_row(retried, after, earlier, NOW).retrying_service == "inventory"
+    done = _outcome(EffectResult.DONE, envelope=_step(2), error=None)
+    cleared = saga_row(done, saga_after(done, SagaStatus.RUNNING, ("created", False)), earlier, NOW)
+    assert (cleared.retrying_since, cleared.retrying_service) == (None, None)
+
+
+def test_a_steps_execution_time_is_set_only_when_its_forward_call_completed_it() -> None:
+    """`executed_at` is the fold's clock for a COMPLETED forward call, None (kept) for anything else."""
+    assert executed_at(_outcome(EffectResult.DONE), NOW) == NOW
+    assert executed_at(_outcome(EffectResult.FAILED), NOW) is None
+    assert executed_at(_outcome(EffectResult.ESCALATED), NOW) is None
+
+
+def test_a_settled_saga_keeps_its_retrying_while_due_and_clears_it_when_not_due() -> None:
+    """Due again (a delay): retrying since and service kept as read; not due: both cleared."""
+    assert settled_retrying(0.0, NOW, "inventory") == (NOW, "inventory")
+    assert settled_retrying(None, NOW, "inventory") == (None, None)
+
+
+def test_compensations_take_the_orders_next_positions_and_stamp_their_steps() -> None:
+    """Two compensated steps of one order (outbox_count 3) take positions 4 and 5 and leave the count at 5,
+    each step COMPENSATED at the fold's clock; an order without a row gets its step row but no notification;
+    a failed compensation writes nothing here."""
+    state = dataclasses.replace(_held()[0], outbox_count=3)
+    first = _outcome(EffectResult.COMPENSATED, forward=False, step_status=StepStatus.COMPENSATED, response={"a": 1})
+    second = dataclasses.replace(first, seq=1, step_name="OrderCreated")
+    gone = dataclasses.replace(first, order_id="gone")
+    failed = _outcome(EffectResult.FAILED, forward=False)
+    plan = plan_batch(
+        [], BatchReads(states={KEY: state}, sagas={KEY: SagaStatus.COMPENSATING}), Parts(CATALOG),
+        kind=IngressKind.SAGA, now=NOW, effects=[first, second, gone, failed],
+    )  # fmt: skip
+    assert [(n.order_id, n.position, n.event_type) for n in plan.notifications] == [
+        ("o", 4, "EffectCompensated"), ("o", 5, "EffectCompensated"),
+    ]  # fmt: skip
+    assert plan.outbox_counts == (OutboxCount("default", "o", 5),)
+    assert plan.compensated == (
+        CompensationRow("default", "o", 2, "COMPENSATED", {"a": 1}, NOW),
+        CompensationRow("default", "o", 1, "COMPENSATED", {"a": 1}, NOW),
+        CompensationRow("default", "gone", 2, "COMPENSATED", {"a": 1}, NOW),
+    )

@@ -16,13 +16,19 @@ from nexus.processes import builtin_catalog
 
 
 def test_a_plan_starts_only_for_an_order_nobody_knows() -> None:
-    """Every combination of order row, buffered step and started plan: ORDER_EXISTS unless none is there."""
-    for order, buffered, plan in itertools.product((False, True), repeat=3):
-        expected = ErrorCode.ORDER_EXISTS if (order or buffered or plan) else None
-        assert start_refusal(OrderKnown(order, buffered, plan)) is expected
+    """Every combination of order row, buffered step, started plan and removal marker: ORDER_EXISTS unless
+    none is there."""
+    for order, buffered, plan, removed in itertools.product((False, True), repeat=4):
+        expected = ErrorCode.ORDER_EXISTS if (order or buffered or plan or removed) else None
+        assert start_refusal(OrderKnown(order, buffered, plan, removed)) is expected
 
 
-KNOWN = st.builds(OrderKnown, st.booleans(), st.booleans(), st.booleans())
+def test_a_removal_marker_alone_refuses_a_start() -> None:
+    """An order removed after its retention period (only its marker left) cannot start again: ORDER_EXISTS."""
+    assert start_refusal(OrderKnown(order=False, buffered=False, plan=False, removed=True)) is ErrorCode.ORDER_EXISTS
+
+
+KNOWN = st.builds(OrderKnown, st.booleans(), st.booleans(), st.booleans(), st.booleans())
 
 
 @given(st.lists(st.sampled_from(["a", "b", "c"]), max_size=6), st.dictionaries(st.sampled_from(["a", "b"]), KNOWN))
@@ -38,7 +44,7 @@ def test_plan_batch_folds_starts_in_order_the_first_start_of_an_unknown_order_wi
     expected = []
     for o in orders:
         k = known.get(o)
-        fresh = o not in seen and (k is None or not (k.order or k.buffered or k.plan))
+        fresh = o not in seen and (k is None or not (k.order or k.buffered or k.plan or k.removed))
         expected.append(None if fresh else ErrorCode.ORDER_EXISTS)
         seen.add(o)
     assert list(plan.start_refusals) == expected

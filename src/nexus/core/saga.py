@@ -285,8 +285,14 @@ def settle(status: SagaStatus, steps: Sequence[StepView]) -> SagaStatus:
 
 
 def on_abort(status: SagaStatus, steps: Sequence[StepView]) -> SagaStatus:
-    """The order's plan was aborted (agent, deadline, policy) while its saga is `status`."""
-    if past_pivot(steps) or status in (SagaStatus.COMPENSATED, SagaStatus.COMPENSATING, SagaStatus.FAILED):
+    """The order's plan was aborted (agent, deadline, policy) while its saga is `status` (`abort_turn`)."""
+    return abort_turn(status, past_pivot=past_pivot(steps))
+
+
+def abort_turn(status: SagaStatus, *, past_pivot: bool) -> SagaStatus:
+    """An abort turns a saga still running forward (PENDING, RUNNING) to COMPENSATING unless its pivot
+    completed; any other saga (settled, compensating, FAILED or ESCALATED: a person's) stays as it is."""
+    if past_pivot or status not in (SagaStatus.PENDING, SagaStatus.RUNNING):
         return status
     return SagaStatus.COMPENSATING
 

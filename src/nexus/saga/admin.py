@@ -89,7 +89,8 @@ async def redrive(db: Database, tenant_id: str, order_id: str) -> str:
         raise NotFoundError(str(exc)) from exc
     key = (tenant_id, order_id)
     async with db.pool.acquire() as conn, conn.transaction():
-        status, steps = await read_settling(conn, key)
+        settling = await read_settling(conn, key)
+        status, steps = settling.status, settling.steps
         row = None
         if status.value == current:  # the saga's row locked: its steps stay as read
             if target is SagaStatus.RUNNING:

@@ -57,7 +57,10 @@ async def write_approvals(
     if rows:
         await conn.execute(query("lifecycle.sql", "insert_approvals"), *_columns(rows, 11))
     if cancelled:
-        await conn.execute(query("lifecycle.sql", "cancel_approvals"), list(cancelled))
+        await conn.execute(
+            query("lifecycle.sql", "cancel_approvals"), list(cancelled), ApprovalStatus.CANCELLED.value, "gateway",
+            ApprovalStatus.PENDING.value,
+        )  # fmt: skip
 
 
 async def notify_orders(conn: asyncpg.Connection, keys: Iterable[tuple[str, str]]) -> None:

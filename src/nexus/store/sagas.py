@@ -5,6 +5,7 @@ batch of saga calls' outcomes writes (`Gateway.fold_effects`), the values decide
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -13,9 +14,9 @@ from typing import Any
 import asyncpg
 
 from nexus.core.decide.effects import EffectStatus, effect_view
-from nexus.core.decide.items import EffectOutcome, EffectResult
-from nexus.core.decide.outcomes import SagaRow, compensation_notification
-from nexus.core.decide.rows import OutboxRow
+from nexus.core.decide.items import EffectOutcome
+from nexus.core.decide.outcomes import CompensationRow, OutboxCount, SagaRow, executed_at
+from nexus.core.decide.saga_abort import NEW_SAGA, SagaGate, SagaTurn
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState, Resolution
 from nexus.core.process import ProcessCatalog
@@ -50,19 +51,23 @@ async def annotate(
     conn: asyncpg.Connection,
     states: dict[tuple[str, str], OrderState],
     keys: Sequence[tuple[str, str]],
-) -> None:
-    """Set `effect` (what holds the order) and `past_pivot` on the states of orders that have a saga."""
+) -> dict[tuple[str, str], SagaGate]:
+    """Set `effect` (what holds the order) and `past_pivot` on the states of orders that have a saga; each
+    such saga's status and whether its pivot completed (`core/decide/saga_abort.py`)."""
     if not keys:
-        return
+        return {}
     rows = await conn.fetch(query("saga.sql", "read_saga_gates"), [t for t, _ in keys], [o for _, o in keys])
     by_order: dict[tuple[str, str], list[asyncpg.Record]] = defaultdict(list)
     for row in rows:
         by_order[(row["tenant_id"], row["order_id"])].append(row)
+    gates = {}
     for key, steps in by_order.items():
+        past_pivot = _past_pivot(steps)
+        gates[key] = SagaGate(SagaStatus(steps[0]["status"]), past_pivot)
         state = states.get(key)
-        if state is None:
-            continue
-        states[key] = dataclasses.replace(state, effect=gate_of(steps), past_pivot=_past_pivot(steps))
+        if state is not None:
+            states[key] = dataclasses.replace(state, effect=gate_of(steps), past_pivot=past_pivot)
+    return gates
 
 
 def gate_of(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -95,25 +100,22 @@ async def record(
     catalog: ProcessCatalog | None,
     traces: Mapping[Any, str | None],
     secret: SagaSecret,
+    turns: Sequence[SagaTurn] = (),
 ) -> None:
     """Write the saga steps of the steps that took their seq waiting for an effect (with both directions'
-    Idempotency-Keys, fixed from here on), and turn the open sagas of aborted plans to compensation: in the
-    transaction of the decisions themselves."""
+    Idempotency-Keys, fixed from here on), and the open sagas the fold turned to compensation (`turns`): in
+    the transaction of the decisions themselves."""
     if catalog is None:
         return
     sagas: list[tuple[str, str, str, str]] = []
     steps: list[tuple[Any, ...]] = []
-    aborted: list[tuple[str, str]] = []
     with_effects = effect_processes(catalog)
     for resolution in resolutions:
         if (resolution.after.process or "order") not in with_effects:
             continue  # no saga can exist for an order of a process without effects
         for applied in resolution.applied:
             event = applied.event
-            if event.is_abort:
-                aborted.append((event.tenant_id, event.order_id))
-                continue
-            if not applied.effect:
+            if event.is_abort or not applied.effect:
                 continue
             found = _step_row(resolution, event, catalog, traces)
             if found is not None:
@@ -122,11 +124,14 @@ async def record(
                 sagas.append((event.tenant_id, event.order_id, event.plan_id, found[0]))
                 steps.append((*found[1], *keys))
     if sagas:
-        await conn.execute(query("saga.sql", "upsert_sagas"), *_columns(sagas, 4))
+        await conn.execute(query("saga.sql", "upsert_sagas"), *_columns(sagas, 4), NEW_SAGA.value)
         await conn.execute(query("saga.sql", "insert_saga_steps"), *_columns(steps, 18))
-    if aborted:
-        await conn.execute(query("saga.sql", "abort_sagas"), [t for t, _ in aborted], [o for _, o in aborted])
-    if sagas or aborted:
+    if turns:
+        await conn.execute(
+            query("saga.sql", "turn_sagas"), [t.tenant_id for t in turns], [t.order_id for t in turns],
+            [t.status.value for t in turns], [t.expected.value for t in turns],
+        )  # fmt: skip
+    if sagas or turns:
         await conn.execute(query("saga.sql", "notify_sagas"))  # Wake the executors
 
 
@@ -177,46 +182,53 @@ def _columns(rows: list[tuple[Any, ...]], width: int) -> list[list[Any]]:
 
 
 async def finish_calls(
-    conn: asyncpg.Connection, keys: Sequence[tuple[str, str]], outcomes: Sequence[EffectOutcome]
-) -> dict[tuple[str, str], SagaStatus]:
-    """Under the orders' locks: the forward calls' steps finished as their outcomes say, and the sagas of
-    `keys` locked and read (one round trip); each saga's status."""
+    conn: asyncpg.Connection, keys: Sequence[tuple[str, str]], outcomes: Sequence[EffectOutcome], now: dt.datetime
+) -> tuple[dict[tuple[str, str], SagaStatus], dict[tuple[str, str], dt.datetime]]:
+    """Under the orders' locks: the forward calls' steps finished as their outcomes say (`executed_at` as the
+    core decides it, at `now`), and the sagas of `keys` locked and read (one round trip); each saga's status,
+    and since when each retrying one retries."""
     forward = [o for o in outcomes if o.forward]
     rows = await conn.fetch(
         query("saga.sql", "finish_forwards"), [t for t, _ in keys], [o for _, o in keys],
         [o.tenant_id for o in forward], [o.order_id for o in forward], [o.seq for o in forward],
         [o.step_status.value for o in forward], [o.uncertain for o in forward],
-        [_text(o.response) for o in forward], [o.error for o in forward],
+        [_text(o.response) for o in forward], [o.error for o in forward], [executed_at(o, now) for o in forward],
     )  # fmt: skip
-    return {(r["tenant_id"], r["order_id"]): SagaStatus(r["status"]) for r in rows}
+    statuses = {(r["tenant_id"], r["order_id"]): SagaStatus(r["status"]) for r in rows}
+    since = {(r["tenant_id"], r["order_id"]): r["retrying_since"] for r in rows if r["retrying_since"] is not None}
+    return statuses, since
 
 
-async def finish_compensations(conn: asyncpg.Connection, outcomes: Sequence[EffectOutcome]) -> list[OutboxRow]:
-    """The compensated steps finished, each order's position taken for its compensation's notification;
-    the notifications (an order without a row gets none)."""
-    notifications = []
-    for o in outcomes:
-        if o.forward or o.result is not EffectResult.COMPENSATED:
-            continue
-        await conn.execute(query("saga.sql", "finish_compensation"), o.tenant_id, o.order_id, o.seq,
-                           o.step_status.value, _text(o.response), None)  # fmt: skip
-        row = await conn.fetchrow(query("saga.sql", "bump_outbox"), o.tenant_id, o.order_id)
-        if row is not None:
-            notifications.append(compensation_notification(o, row["outbox_count"], row["plan_id"], row["status"]))
-    return notifications
+async def finish_compensations(
+    conn: asyncpg.Connection, steps: Sequence[CompensationRow], counts: Sequence[OutboxCount]
+) -> None:
+    """The compensated steps' rows and their orders' notification counts, as the fold decided them (the
+    notifications themselves are written with the plan's)."""
+    if steps:
+        await conn.execute(
+            query("saga.sql", "finish_compensations"), [s.tenant_id for s in steps], [s.order_id for s in steps],
+            [s.seq for s in steps], [s.status for s in steps], [_text(s.response) for s in steps],
+            [s.compensated_at for s in steps],
+        )  # fmt: skip
+    if counts:
+        await conn.execute(
+            query("saga.sql", "set_outbox_counts"), [c.tenant_id for c in counts], [c.order_id for c in counts],
+            [c.outbox_count for c in counts],
+        )  # fmt: skip
 
 
 async def set_sagas(
     conn: asyncpg.Connection, rows: Sequence[SagaRow], lease_s: float, owner: str
 ) -> dict[tuple[str, str], tuple[SagaStatus, list[asyncpg.Record]]]:
-    """Write the sagas' rows the fold decided; the status and steps of those the writer keeps leased, by saga."""
+    """Write the sagas' rows the fold decided (a kept one leased to `owner` for `lease_s`, the others'
+    leases cleared); the status and steps of those the writer keeps leased, by saga."""
     kept = {(r.tenant_id, r.order_id): (SagaStatus(r.status), list[asyncpg.Record]()) for r in rows if r.keep}
     columns = [
         [r.tenant_id for r in rows], [r.order_id for r in rows], [r.status for r in rows], [r.delay_s for r in rows],
-        [r.error for r in rows], [r.keep for r in rows],
+        [r.error for r in rows], [lease_s if r.keep else None for r in rows], [owner if r.keep else None for r in rows],
+        [r.retrying_since for r in rows], [r.retrying_service for r in rows],
     ]  # fmt: skip
-    retrying, services = [r.retrying for r in rows], [r.service for r in rows]
-    for row in await conn.fetch(query("saga.sql", "set_sagas"), *columns, lease_s, owner, retrying, services):
+    for row in await conn.fetch(query("saga.sql", "set_sagas"), *columns):
         kept[(row["tenant_id"], row["order_id"])][1].append(row)
     return kept
 
@@ -225,18 +237,37 @@ def _text(response: Any) -> str | None:
     return json.dumps(response) if response is not None else None
 
 
-async def read_settling(conn: asyncpg.Connection, key: tuple[str, str]) -> tuple[SagaStatus, list[StepView]]:
-    """Under the order's lock: its saga's status (its row locked; none: compensated) and its steps."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Settling:
+    """A saga read under its order's lock: its status (none: compensated), its steps, and since when and on
+    which service it retries (None: not retrying)."""
+
+    status: SagaStatus
+    steps: list[StepView]
+    retrying_since: dt.datetime | None = None
+    retrying_service: str | None = None
+
+
+async def read_settling(conn: asyncpg.Connection, key: tuple[str, str]) -> Settling:
+    """Under the order's lock: its saga (its row locked) and its steps."""
     row = await conn.fetchrow(query("saga.sql", "lock_saga"), *key)
-    status = SagaStatus(row["status"]) if row is not None else SagaStatus.COMPENSATED
-    return status, [step_view(s) for s in await conn.fetch(query("saga.sql", "read_steps"), *key)]
+    steps = [step_view(s) for s in await conn.fetch(query("saga.sql", "read_steps"), *key)]
+    if row is None:
+        return Settling(SagaStatus.COMPENSATED, steps)
+    return Settling(SagaStatus(row["status"]), steps, row["retrying_since"], row["retrying_service"])
 
 
 async def set_saga(
-    conn: asyncpg.Connection, key: tuple[str, str], status: SagaStatus, delay_s: float | None, error: str | None = None
+    conn: asyncpg.Connection,
+    key: tuple[str, str],
+    status: SagaStatus,
+    delay_s: float | None,
+    retrying: tuple[dt.datetime | None, str | None] = (None, None),
+    error: str | None = None,
 ) -> None:
-    """One saga's status, its next attempt in `delay_s` seconds (None: not due) and its error, its lease cleared."""
-    await conn.execute(query("saga.sql", "set_saga"), *key, status.value, delay_s, error)
+    """One saga's status, its next attempt in `delay_s` seconds (None: not due), since when and on which
+    service it retries (None: not retrying) and its error (None: kept), its lease cleared."""
+    await conn.execute(query("saga.sql", "set_saga"), *key, status.value, delay_s, error, *retrying)
 
 
 def step_view(row: asyncpg.Record) -> StepView:

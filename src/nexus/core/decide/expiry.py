@@ -7,6 +7,11 @@
 
 (1) dead-lettered once, under its order's lock, in the transaction that removes it: never applied after.
 
+A step buffered behind an effect (the saga step before it, read with it) waits from the effect's end, not
+its own arrival (`waiting_since`): while the effect is performed or retried (its step PENDING or RUNNING)
+its wait starts now, so it never expires; once the effect ended, from then (its `executed_at`, else its
+last change).
+
 Decided inside the batch fold (`plan_batch(..., expiry=Expiry(...))`), so the sweeper's plan (deletes, dead
 letters, log entries, wake-ups) is a `BatchPlan` the gateway writes like any other.
 Pure: the clock is passed in (the database's, with the steps' arrival times).
@@ -23,6 +28,7 @@ from nexus.core.decide.items import IngressKind
 from nexus.core.decide.rows import DeadLetterRow, PendingDelete
 from nexus.core.envelope import parse_envelope
 from nexus.core.order_state import Decision
+from nexus.core.saga import StepStatus
 from nexus.errors import ErrorCode
 
 
@@ -37,6 +43,21 @@ class BufferedStep:
     plan_id: str
     envelope: str
     received_at: dt.datetime
+    effect_status: str | None = None
+    """The status of the saga step before it (None: none), with when it was executed and last changed."""
+    effect_executed_at: dt.datetime | None = None
+    effect_updated_at: dt.datetime | None = None
+
+
+def waiting_since(step: BufferedStep, now: dt.datetime) -> dt.datetime:
+    """Since when `step` waits (see the module docstring): its arrival, or its effect's end if later, or
+    `now` while its effect is performed."""
+    if step.effect_status is None:
+        return step.received_at
+    if step.effect_status in (StepStatus.PENDING, StepStatus.RUNNING):
+        return now
+    ended = step.effect_executed_at or step.effect_updated_at
+    return max(step.received_at, ended) if ended is not None else step.received_at
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -51,7 +72,7 @@ class Expiry:
 def expired_rows(expiry: Expiry, now: dt.datetime) -> tuple[list[PendingDelete], list[DeadLetterRow], list[Entry]]:
     """The deletes, dead letters and log entries of the steps that waited more than the timeout at `now`."""
     timeout_s = expiry.timeout_s
-    expired = [s for s in expiry.steps if s.received_at < now - dt.timedelta(seconds=timeout_s)]
+    expired = [s for s in expiry.steps if waiting_since(s, now) < now - dt.timedelta(seconds=timeout_s)]
     dead: list[DeadLetterRow] = []
     entries: list[Entry] = []
     for step in expired:

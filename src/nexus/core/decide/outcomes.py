@@ -15,19 +15,27 @@
 terminal from the order's process, never from a fixed list of states. (2) An aborted order's saga stays
 RUNNING (its compensation comes from the abort). (3) A forward call's PENDING saga turns RUNNING. (4) A
 FAILED saga stays FAILED. A saga is kept leased by the writer when it is due at once
-and still open; it is retrying while a call failed and is retried. Pure: no I/O.
+and still open; it is retrying while a call failed and is retried.
+
+Every value written is decided here, the SQL writes what it is given (`saga.sql`): a step's `executed_at`
+(a forward call COMPLETED) and `compensated_at` (its compensation COMPENSATED) are the fold's `now`, else
+kept; a retrying saga's `retrying_since` is kept from its first such failure (else the fold's `now`) and
+cleared with `retrying_service` once it is not retrying; a compensation's notification takes the order's
+next position (`outbox_count` + 1, counted on within a batch). Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nexus.core.decide.items import EffectOutcome, EffectResult
 from nexus.core.decide.rows import OutboxRow
+from nexus.core.order_state import OrderState
 from nexus.core.process_model import ABORTED, ProcessCatalog
 from nexus.core.saga import SagaStatus, StepStatus, StepView, next_work, settle
 
@@ -48,7 +56,8 @@ class SagaAfter:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SagaRow:
-    """The `sagas` row an outcome writes (`saga.sql` `set_sagas`)."""
+    """The `sagas` row an outcome writes (`saga.sql` `set_sagas`): `keep`, leased on by the writer (else its
+    lease is cleared); `retrying_since` and `retrying_service` as written (None: not retrying)."""
 
     tenant_id: str
     order_id: str
@@ -56,8 +65,33 @@ class SagaRow:
     delay_s: float | None
     error: str | None
     keep: bool
-    retrying: bool
-    service: str
+    retrying_since: dt.datetime | None
+    retrying_service: str | None
+
+    @property
+    def retrying(self) -> bool:
+        return self.retrying_since is not None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompensationRow:
+    """A compensated step's `saga_steps` row (`saga.sql` `finish_compensations`)."""
+
+    tenant_id: str
+    order_id: str
+    seq: int
+    status: str
+    response: Any
+    compensated_at: dt.datetime | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OutboxCount:
+    """An order's notification count once a batch's compensations took their positions (`set_outbox_counts`)."""
+
+    tenant_id: str
+    order_id: str
+    outbox_count: int
 
 
 def applies(outcome: EffectOutcome, current: SagaStatus) -> bool:
@@ -125,13 +159,51 @@ def redriven(target: SagaStatus, steps: Sequence[StepView]) -> tuple[tuple[int, 
     return tuple((s.seq, StepStatus.PENDING if s.status is StepStatus.FAILED else s.status) for s in steps)
 
 
-def saga_row(outcome: EffectOutcome, after: SagaAfter) -> SagaRow:
-    """The row written for `outcome`: kept leased when due at once and open; retrying while retried."""
+def saga_row(outcome: EffectOutcome, after: SagaAfter, since: dt.datetime | None, now: dt.datetime) -> SagaRow:
+    """The row written for `outcome`: kept leased when due at once and open; retrying while retried and open,
+    since `since` (when it began retrying, as read; None: it was not) or else `now`."""
     is_open = after.status in _OPEN
+    retrying = outcome.retry_s is not None and is_open
     return SagaRow(
         outcome.tenant_id, outcome.order_id, after.status.value, after.delay_s, after.error,
-        outcome.keep and after.delay_s == 0 and is_open, outcome.retry_s is not None and is_open, outcome.service,
+        outcome.keep and after.delay_s == 0 and is_open, (since or now) if retrying else None,
+        outcome.service if retrying else None,
     )  # fmt: skip
+
+
+def executed_at(outcome: EffectOutcome, now: dt.datetime) -> dt.datetime | None:
+    """When a forward call's step was executed: `now` if the call COMPLETED it; None: kept as it was."""
+    return now if outcome.forward and outcome.step_status is StepStatus.COMPLETED else None
+
+
+def settled_retrying(
+    delay_s: float | None, since: dt.datetime | None, service: str | None
+) -> tuple[dt.datetime | None, str | None]:
+    """A settled saga's `retrying_since` and `retrying_service`: kept while it is due again, cleared when it
+    waits for the agent's next step (not due)."""
+    return (since, service) if delay_s is not None else (None, None)
+
+
+def compensations(
+    outcomes: Sequence[EffectOutcome], states: Mapping[tuple[str, str], OrderState], now: dt.datetime
+) -> tuple[tuple[CompensationRow, ...], tuple[OutboxRow, ...], tuple[OutboxCount, ...]]:
+    """The compensated steps of a batch's outcomes: each step's row, and the notification of each at its
+    order's next position with the orders' counts after them (an order without a row, or removed, gets none)."""
+    steps: list[CompensationRow] = []
+    notifications: list[OutboxRow] = []
+    counts: dict[tuple[str, str], int] = {}
+    for o in outcomes:
+        if o.forward or o.result is not EffectResult.COMPENSATED:
+            continue
+        stamp = now if o.step_status is StepStatus.COMPENSATED else None
+        steps.append(CompensationRow(o.tenant_id, o.order_id, o.seq, o.step_status.value, o.response, stamp))
+        state = states.get(o.key)
+        if state is None or not state.exists or state.removed or state.plan_id is None:
+            continue
+        position = counts.get(o.key, state.outbox_count) + 1
+        counts[o.key] = position
+        notifications.append(compensation_notification(o, position, state.plan_id, str(state.status)))
+    return (tuple(steps), tuple(notifications), tuple(OutboxCount(t, oid, n) for (t, oid), n in counts.items()))
 
 
 def is_terminal(catalog: ProcessCatalog, process: str | None, version: int | None, status: str) -> bool:

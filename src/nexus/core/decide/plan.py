@@ -33,7 +33,16 @@ from nexus.core.decide.items import EffectOutcome, Incoming, IngressKind, order_
 from nexus.core.decide.log import DecisionLog, ingress_entry
 from nexus.core.decide.numbering import FirstVerdictRow, NumberingReads, OrderNumbering, Step, resolve_numbered
 from nexus.core.decide.order import OrderContext, Precheck, complete_effect, resolve
-from nexus.core.decide.outcomes import SagaRow, applies, is_terminal, saga_after, saga_row
+from nexus.core.decide.outcomes import (
+    CompensationRow,
+    OutboxCount,
+    SagaRow,
+    applies,
+    compensations,
+    is_terminal,
+    saga_after,
+    saga_row,
+)  # fmt: skip
 from nexus.core.decide.plan_end import ended_envelope
 from nexus.core.decide.plan_start import OrderKnown, PlanStart, fold_starts
 from nexus.core.decide.rows import (
@@ -50,6 +59,7 @@ from nexus.core.decide.rows import (
     approval_rows,
     postgres_text,
 )  # fmt: skip
+from nexus.core.decide.saga_abort import SagaGate, SagaTurn, compensating
 from nexus.core.decide.validation import StepChecks
 from nexus.core.envelope import EventEnvelope
 from nexus.core.numbering import DEFAULT_REPEAT_WINDOW_S
@@ -93,6 +103,10 @@ class BatchReads:
     """Of the orders with proposals: their started plan and stored first verdicts (`decide/numbering.py`)."""
     sagas: Mapping[OrderKey, SagaStatus] = dataclasses.field(default_factory=dict)
     """Of a batch of effect outcomes: each saga's status, read under its order's lock (absent: compensated)."""
+    retrying: Mapping[OrderKey, dt.datetime] = dataclasses.field(default_factory=dict)
+    """Of a batch of effect outcomes: since when each retrying saga retries (absent: not retrying)."""
+    gates: Mapping[OrderKey, SagaGate] = dataclasses.field(default_factory=dict)
+    """The sagas of the batch's orders, read with their states (`decide/saga_abort.py`; absent: none)."""
     known: Mapping[OrderKey, OrderKnown] = dataclasses.field(default_factory=dict)
     """Of a batch of plan starts: what the tenant knows of each order, read under its lock (absent: nothing)."""
 
@@ -126,6 +140,12 @@ class BatchPlan:
     """The first verdicts of the steps the server numbered in this batch (`plan_steps`)."""
     sagas: tuple[SagaRow, ...] = ()
     """The sagas' rows after a batch's effect outcomes, one per outcome, in their order."""
+    turns: tuple[SagaTurn, ...] = ()
+    """The open sagas the batch's aborts turn to compensation (`decide/saga_abort.py`)."""
+    compensated: tuple[CompensationRow, ...] = ()
+    """The steps a batch of effect outcomes compensated."""
+    outbox_counts: tuple[OutboxCount, ...] = ()
+    """The orders' notification counts after their compensations' notifications (in `notifications`)."""
     started: tuple[PlanStart, ...] = ()
     """The plans a batch's starts began (their rows to write)."""
     start_refusals: tuple[ErrorCode | None, ...] = ()
@@ -148,6 +168,8 @@ class _Planner:
         self.with_actors = any(item.actor for item in items)
         self.names = {item.actor: item.actor_name for item in items if item.actor and item.actor_name}
         self.sagas: list[SagaRow] = []
+        self.compensated: tuple[CompensationRow, ...] = ()
+        self.outbox_counts: tuple[OutboxCount, ...] = ()
 
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
@@ -258,12 +280,16 @@ class _Planner:
 
     def effects(self, outcomes: Sequence[EffectOutcome], reads: BatchReads) -> None:
         """The saga calls' outcomes (`core/decide/outcomes.py`): an effect's success applies its step for
-        good, and each saga's row follows from its outcome."""
+        good, each saga's row follows from its outcome, and each compensation takes its notification."""
+        assert self.now is not None, "the outcomes' times are the fold's clock"
         for outcome in outcomes:
             current = reads.sagas.get(outcome.key, SagaStatus.COMPENSATED)
             terminal = self.effect_done(outcome, reads) if applies(outcome, current) else None
-            self.sagas.append(saga_row(outcome, saga_after(outcome, current, terminal)))
+            after = saga_after(outcome, current, terminal)
+            self.sagas.append(saga_row(outcome, after, reads.retrying.get(outcome.key), self.now))
             self.woken.add(outcome.key)
+        self.compensated, notifications, self.outbox_counts = compensations(outcomes, reads.states, self.now)
+        self.rows.outbox += notifications
 
     def effect_done(self, outcome: EffectOutcome, reads: BatchReads) -> tuple[str, bool]:
         """An effect succeeded: its step applies for good (`order.complete_effect`) unless stale; the order's
@@ -352,6 +378,8 @@ def plan_batch(
         wake=tuple(sorted({*by_order, *planner.woken})), resolutions=tuple(planner.resolutions), traces=planner.traces,
         drained=planner.drained, blocked=tuple(planner.blocked), first_verdicts=tuple(planner.first_verdicts),
         sagas=tuple(planner.sagas), started=started, start_refusals=refusals,
+        turns=compensating(planner.resolutions, reads.gates), compensated=planner.compensated,
+        outbox_counts=planner.outbox_counts,
     )  # fmt: skip
 
 

@@ -3,9 +3,15 @@ the tenant already knows of the order.
 
 | what the tenant knows of the order (read under its lock)   | decision                               |
 |------------------------------------------------------------|----------------------------------------|
-| nothing: no order row, no buffered step, no started plan   | started: the plan row is written       |
-| an order row (applied, tombstoned), a buffered step, or a  | refused ORDER_EXISTS (409), nothing    |
-| started plan (one started earlier in the same batch too)   | written                                |
+| nothing: no order row, no buffered step, no started plan,  | started: the plan row is written       |
+| no removal marker                                          |                                        |
+| an order row (applied, tombstoned), a buffered step, a     | refused ORDER_EXISTS (409), nothing    |
+| started plan (one started earlier in the same batch too),  | written                                |
+| or a removal marker (`decide/removed.py`)                  |                                        |
+
+A removed order's marker (kept NEXUS_REMOVED_ORDER_MEMORY_S after its removal) answers as the order did:
+a plan started under its id would have no step the marker lets apply (its steps are DUPLICATE or DISCARD
+ORDER_REMOVED), so the start is refused as for an existing order. Once the marker is gone the id is free.
 
 `plan_batch` folds a batch's starts (`starts`) in their order with `fold_starts`.
 
@@ -42,11 +48,13 @@ class OrderKnown:
     order: bool
     buffered: bool
     plan: bool
+    removed: bool = False
+    """A removal marker of the order (`decide/removed.py`): it was removed after its retention period."""
 
 
 def start_refusal(known: OrderKnown) -> ErrorCode | None:
     """ORDER_EXISTS when the tenant knows the order in any way (the table above); None: start it."""
-    if known.order or known.buffered or known.plan:
+    if known.order or known.buffered or known.plan or known.removed:
         return ErrorCode.ORDER_EXISTS
     return None
 

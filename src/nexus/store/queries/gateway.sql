@@ -44,16 +44,15 @@ WHERE p.received_at < now() - make_interval(secs => $1)
 LIMIT $2;
 
 -- name: read_buffered
--- The buffered steps of orders already locked, oldest first, with the database's clock: the core decides
--- which expired (core/decide/expiry.py).
--- Sagas (issue 38): a step buffered behind an effect waits from the effect's end, not its own arrival: while
--- the effect is performed or retried its wait starts now (it never expires), and after it ended, from then.
+-- The buffered steps of orders already locked, oldest first, with the database's clock, each with the saga
+-- step before it (its status and times, NULL: none): the core decides since when each waits and which
+-- expired (core/decide/expiry.py `waiting_since`).
 SELECT p.tenant_id, p.order_id, p.seq_id, p.event_id::text AS event_id, p.plan_id, p.envelope::text AS envelope,
-       GREATEST(p.received_at, effect.ended_at) AS received_at, now() AS now
+       p.received_at, effect.status AS effect_status, effect.executed_at AS effect_executed_at,
+       effect.updated_at AS effect_updated_at, now() AS now
 FROM pending_events AS p JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid
 LEFT JOIN LATERAL (
-    SELECT CASE WHEN st.status IN ('PENDING', 'RUNNING') THEN now() ELSE COALESCE(st.executed_at, st.updated_at) END
-           AS ended_at
+    SELECT st.status, st.executed_at, st.updated_at
     FROM saga_steps AS st WHERE st.tenant_id = p.tenant_id AND st.order_id = p.order_id AND st.seq < p.seq_id
     ORDER BY st.seq DESC LIMIT 1
 ) AS effect ON true

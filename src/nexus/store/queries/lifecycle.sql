@@ -73,9 +73,10 @@ FROM unnest($1::uuid[], $2::text[], $3::text[], $4::uuid[], $5::text[], $6::int[
 ON CONFLICT (approval_id) DO NOTHING;
 
 -- name: cancel_approvals
--- Held steps dropped by an abort or a REPLAN: no longer anyone's to approve (ids derive from tenant+event).
-UPDATE approvals SET status = 'cancelled', decided_at = now(), decided_by = 'gateway'
-WHERE approval_id = ANY($1::uuid[]) AND status = 'pending';
+-- Held steps dropped by an abort or a REPLAN (the fold's `cancelled_approvals`): no longer anyone's to approve
+-- (ids derive from tenant+event). $2 the status they take, $3 by whom, each only if still $4 (pending).
+UPDATE approvals SET status = $2, decided_at = now(), decided_by = $3
+WHERE approval_id = ANY($1::uuid[]) AND status = $4;
 
 -- name: decide_approval
 -- Under the order's advisory lock: the one pending approval becomes approved/denied/expired, once.

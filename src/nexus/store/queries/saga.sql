@@ -1,4 +1,7 @@
 -- Queries of the sagas: recorded by Gateway.submit, performed by the executors (nexus.saga).
+-- No state transition here: every status, time and count a statement writes is a value the fold decided
+-- (core/decide/outcomes.py, core/decide/saga_abort.py) and passed in; now() only as the time a row changed,
+-- a due time or a lease's end. The statements that pick work (claims, leases) are not decisions of state.
 
 -- name: read_saga_gates
 -- The open sagas of a batch's orders with their steps: what holds each order (core.saga).
@@ -10,8 +13,10 @@ JOIN saga_steps AS st ON st.tenant_id = s.tenant_id AND st.order_id = s.order_id
 ORDER BY s.tenant_id, s.order_id, st.seq;
 
 -- name: upsert_sagas
+-- A step with an effect took its seq: its saga, new with status $5 (core/decide/saga_abort.py NEW_SAGA), or
+-- the order's existing one (its status kept) due now.
 INSERT INTO sagas (tenant_id, order_id, plan_id, process, status, next_attempt_at)
-SELECT tenant_id, order_id, plan_id, process, 'PENDING', now()
+SELECT tenant_id, order_id, plan_id, process, $5, now()
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(tenant_id, order_id, plan_id, process)
 ON CONFLICT (tenant_id, order_id) DO UPDATE SET
     plan_id = EXCLUDED.plan_id, next_attempt_at = now(), updated_at = now();
@@ -40,14 +45,12 @@ SELECT pg_notify('nexus_sagas', '');
 SELECT EXTRACT(EPOCH FROM min(GREATEST(next_attempt_at, COALESCE(lease_until, next_attempt_at))) - now())::float8
 FROM sagas WHERE next_attempt_at IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'COMPENSATING');
 
--- name: abort_sagas
--- A plan aborted (agent, deadline, policy) meets its open saga: compensate what completed, unless the
--- pivot completed (then nothing is undone; an agent's abort was already REJECTED PAST_PIVOT).
-UPDATE sagas AS s SET status = 'COMPENSATING', next_attempt_at = now(), updated_at = now()
-FROM unnest($1::text[], $2::text[]) AS u(t, oid)
-WHERE s.tenant_id = u.t AND s.order_id = u.oid AND s.status IN ('PENDING', 'RUNNING')
-  AND NOT EXISTS (SELECT 1 FROM saga_steps AS st WHERE st.tenant_id = s.tenant_id AND st.order_id = s.order_id
-                  AND st.pivot AND st.status = 'COMPLETED');
+-- name: turn_sagas
+-- The sagas the batch's aborts turn (core/decide/saga_abort.py): status $3, due now, each only if its status
+-- is still the one the fold read ($4; an operator's redrive holds the saga's row lock, not the order's).
+UPDATE sagas AS s SET status = u.status, next_attempt_at = now(), updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS u(t, oid, status, expected)
+WHERE s.tenant_id = u.t AND s.order_id = u.oid AND s.status = u.expected;
 
 -- name: claim_sagas
 -- Due sagas nobody holds (or whose holder's lease ran out: it died), taken with SKIP LOCKED + a lease.
@@ -69,7 +72,8 @@ FROM saga_steps AS st JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON st.ten
 ORDER BY st.tenant_id, st.order_id, st.seq;
 
 -- name: lock_saga
-SELECT status, lease_owner FROM sagas WHERE tenant_id = $1 AND order_id = $2 FOR UPDATE;
+SELECT status, lease_owner, retrying_since, retrying_service FROM sagas WHERE tenant_id = $1 AND order_id = $2
+FOR UPDATE;
 
 -- name: start_forwards
 -- Written (and committed) before the calls: a crash after it leaves each step uncertain, never forgotten.
@@ -91,54 +95,60 @@ RETURNING st.tenant_id, st.order_id, st.compensation_attempts AS attempts,
           EXTRACT(EPOCH FROM now() - st.compensation_since)::float8 AS elapsed_s;
 
 -- name: finish_forwards
--- Under a batch of outcomes' advisory locks (taken first): the forward calls' steps finished ($3-$9, one per
--- forward outcome; a data-modifying WITH runs to its end whatever the SELECT returns), and the batch's sagas
--- ($1, $2) locked and returned, in one round trip.
+-- Under a batch of outcomes' advisory locks (taken first): the forward calls' steps finished ($3-$10, one per
+-- forward outcome; a data-modifying WITH runs to its end whatever the SELECT returns; $10 when the step was
+-- executed, NULL: kept), and the batch's sagas ($1, $2) locked and returned, in one round trip.
 WITH finished AS (
     UPDATE saga_steps AS st SET status = f.status, uncertain = f.uncertain, forward_response = f.response::jsonb,
-           last_error = f.error, executed_at = CASE WHEN f.status = 'COMPLETED' THEN now() ELSE st.executed_at END,
-           updated_at = now()
-    FROM unnest($3::text[], $4::text[], $5::int[], $6::text[], $7::bool[], $8::text[], $9::text[])
-        AS f(t, oid, seq, status, uncertain, response, error)
+           last_error = f.error, executed_at = COALESCE(f.executed_at, st.executed_at), updated_at = now()
+    FROM unnest($3::text[], $4::text[], $5::int[], $6::text[], $7::bool[], $8::text[], $9::text[],
+                $10::timestamptz[])
+        AS f(t, oid, seq, status, uncertain, response, error, executed_at)
     WHERE st.tenant_id = f.t AND st.order_id = f.oid AND st.seq = f.seq
 )
-SELECT s.tenant_id, s.order_id, s.status
+SELECT s.tenant_id, s.order_id, s.status, s.retrying_since
 FROM sagas AS s JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON s.tenant_id = u.t AND s.order_id = u.oid
 ORDER BY s.tenant_id, s.order_id
 FOR UPDATE OF s;
 
--- name: finish_compensation
-UPDATE saga_steps SET status = $4, compensating_response = $5::jsonb, last_error = $6,
-       compensated_at = CASE WHEN $4 = 'COMPENSATED' THEN now() ELSE compensated_at END, updated_at = now()
-WHERE tenant_id = $1 AND order_id = $2 AND seq = $3;
+-- name: finish_compensations
+-- The compensated steps of a batch of outcomes: status $4, response $5, compensated at $6 (NULL: kept).
+UPDATE saga_steps AS st SET status = u.status, compensating_response = u.response::jsonb, last_error = NULL,
+       compensated_at = COALESCE(u.compensated_at, st.compensated_at), updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::timestamptz[])
+    AS u(t, oid, seq, status, response, compensated_at)
+WHERE st.tenant_id = u.t AND st.order_id = u.oid AND st.seq = u.seq;
+
+-- name: set_outbox_counts
+-- The orders' notification counts once their compensations' notifications took their positions (the fold's).
+UPDATE orders AS o SET outbox_count = u.n, updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::int[]) AS u(t, oid, n)
+WHERE o.tenant_id = u.t AND o.order_id = u.oid;
 
 -- name: set_saga
--- $4: seconds until the next attempt (NULL: nothing to do until the agent's next step, so not retrying).
+-- $4: seconds until the next attempt (NULL: not due, nothing to do until the agent's next step); $6, $7: since
+-- when and on which service it retries (NULL: not retrying), as the fold decided; its lease cleared.
 UPDATE sagas SET status = $3, error = COALESCE($5, error), lease_until = NULL, lease_owner = NULL,
-       next_attempt_at = CASE WHEN $4::float8 IS NULL THEN NULL ELSE now() + make_interval(secs => $4) END,
-       retrying_since = CASE WHEN $4::float8 IS NULL THEN NULL ELSE retrying_since END,
-       retrying_service = CASE WHEN $4::float8 IS NULL THEN NULL ELSE retrying_service END,
+       next_attempt_at = now() + make_interval(secs => $4::float8), retrying_since = $6, retrying_service = $7,
        updated_at = now()
 WHERE tenant_id = $1 AND order_id = $2;
 
 -- name: set_sagas
--- A batch of outcomes' sagas. $4: seconds until the next attempt (NULL: nothing to do until the agent's next
--- step); $6: the writer goes on with the saga at once (due now), so its lease is renewed ($7 s, owner $8)
--- instead of cleared: nobody else claims it in between, and no claim is needed. Returns the steps of the
--- sagas kept, as this transaction left them (its earlier statements' writes are visible here). $9: the call
--- failed and is retried (service $10): the saga is retrying since its first such failure; else it is not.
+-- A batch of outcomes' sagas, as the fold decided them. $4: seconds until the next attempt (NULL: not due,
+-- nothing to do until the agent's next step); $6, $7: the lease's seconds and owner when the writer goes on
+-- with the saga at once (due now: nobody else claims it in between, and no claim is needed), NULL: cleared;
+-- $8, $9: since when and on which service it retries (NULL: not retrying). Returns the steps of the sagas
+-- kept, as this transaction left them (its earlier statements' writes are visible here).
 WITH kept AS (
     UPDATE sagas AS s SET status = u.status, error = COALESCE(u.error, s.error),
-           lease_until = CASE WHEN u.keep THEN now() + make_interval(secs => $7) END,
-           lease_owner = CASE WHEN u.keep THEN $8 END,
-           next_attempt_at = CASE WHEN u.delay IS NULL THEN NULL ELSE now() + make_interval(secs => u.delay) END,
-           retrying_since = CASE WHEN u.retrying THEN COALESCE(s.retrying_since, now()) END,
-           retrying_service = CASE WHEN u.retrying THEN u.service END,
-           updated_at = now()
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::bool[], $9::bool[], $10::text[])
-        AS u(t, oid, status, delay, error, keep, retrying, service)
+           lease_until = now() + make_interval(secs => u.lease_s), lease_owner = u.owner,
+           next_attempt_at = now() + make_interval(secs => u.delay),
+           retrying_since = u.since, retrying_service = u.service, updated_at = now()
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::text[], $6::float8[], $7::text[],
+                $8::timestamptz[], $9::text[])
+        AS u(t, oid, status, delay, error, lease_s, owner, since, service)
     WHERE s.tenant_id = u.t AND s.order_id = u.oid
-    RETURNING s.tenant_id, s.order_id, u.keep
+    RETURNING s.tenant_id, s.order_id, u.owner IS NOT NULL AS keep
 )
 SELECT st.*, st.envelope::text AS envelope_text, st.forward_response::text AS response_text
 FROM saga_steps AS st JOIN kept ON st.tenant_id = kept.tenant_id AND st.order_id = kept.order_id AND kept.keep
@@ -156,11 +166,6 @@ UPDATE sagas AS s SET lease_until = NULL, lease_owner = NULL,
        next_attempt_at = now() + make_interval(secs => u.delay), updated_at = now()
 FROM unnest($1::text[], $2::text[], $3::float8[]) AS u(t, oid, delay)
 WHERE s.tenant_id = u.t AND s.order_id = u.oid AND s.lease_owner = $4;
-
--- name: bump_outbox
-UPDATE orders SET outbox_count = outbox_count + 1, updated_at = now()
-WHERE tenant_id = $1 AND order_id = $2
-RETURNING outbox_count, plan_id, status;
 
 -- name: list_sagas
 -- $4: only the retrying ones (an open saga whose current call failed at least once and has not succeeded).

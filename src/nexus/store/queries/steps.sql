@@ -5,7 +5,8 @@
 -- (core/decide/plan_start.py). $1 tenant, $2 order id.
 SELECT EXISTS (SELECT 1 FROM orders WHERE tenant_id = $1 AND order_id = $2) AS "order",
        EXISTS (SELECT 1 FROM pending_events WHERE tenant_id = $1 AND order_id = $2) AS buffered,
-       EXISTS (SELECT 1 FROM plans WHERE tenant_id = $1 AND order_id = $2) AS plan;
+       EXISTS (SELECT 1 FROM plans WHERE tenant_id = $1 AND order_id = $2) AS plan,
+       EXISTS (SELECT 1 FROM removed_orders WHERE tenant_id = $1 AND order_id = $2) AS removed;
 
 -- name: create_plan
 -- Under the order's lock, once the fold decided the start (nothing known of the order).
