@@ -21,8 +21,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import platform
-import re
 import tempfile
 import time
 import uuid
@@ -37,6 +35,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.bench import cpu, create_database, kafka_group
+from nexus_lab.bench.comparison import machine_line, record_section
 from nexus_lab.bench.cpu import ProducerProcess, postmaster_pid, tree_cpu_seconds
 from nexus_lab.bench.scenarios import make_plans
 from nexus_lab.kafka_admin import delete_topics, ensure_topics
@@ -194,17 +193,6 @@ async def direct_run(
     return {"seconds": elapsed, "rate": len(records) / elapsed}
 
 
-def record(lines: list[str]) -> None:
-    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
-    section = "\n".join(lines).rstrip() + "\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text).rstrip() + "\n"
-    else:
-        text = text.rstrip() + "\n\n" + section
-    RESULTS.write_text(text)
-
-
 async def main(args: argparse.Namespace) -> None:
     settings = Settings.from_env(db_pool_size=10).replace(
         kafka_bootstrap=args.bootstrap or Settings.from_env().kafka_bootstrap
@@ -227,9 +215,8 @@ async def main(args: argparse.Namespace) -> None:
     lines = [
         SECTION,
         "",
-        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores ({platform.machine()}, {platform.python_version()}), "
-        f"PostgreSQL 16 ({'embedded' if args.database_url is None else 'given URL'}) and the local Kafka broker "
-        "on the same machine. "
+        f"{machine_line()}, PostgreSQL 16 ({'embedded' if args.database_url is None else 'given URL'}) and the "
+        "local Kafka broker on the same machine. "
         f"{args.plans} plans = {n} events, {PARTITIONS} partitions, poll/batch size {args.poll}.",
         "",
         f"Command: `{cmd}`",
@@ -246,7 +233,7 @@ async def main(args: argparse.Namespace) -> None:
     ]
     print("\n".join(lines))
     if args.record:
-        record(lines)
+        record_section(RESULTS, lines)
         print(f"\nrecorded in {RESULTS}")
 
 

@@ -15,18 +15,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
-import shutil
 import statistics
-import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import asyncpg
-import kafka_ingress  # benchmarks/ is the script's directory, first on sys.path (its `record`)
 
+from nexus_lab.bench.comparison import machine_line, run_comparison, scratch
 from nexus_lab.bench.scenarios import start_server
 from nexus_lab.bench.wrk import _script, run_wrk
 from nexus_lab.chaos.failover import STANDBY_NAME, ReplicatedDatabase
@@ -34,6 +30,7 @@ from nexus_lab.chaos.harness import clean_env, register_lab_key
 from nexus_lab.procs import free_port
 
 SECTION = "## Synchronous standby vs asynchronous replication"
+RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 MODES = ("asynchronous", "synchronous")
 
 
@@ -67,29 +64,27 @@ async def _measure(url: str, mode: str, args: argparse.Namespace, lua: Path) -> 
 
 
 async def main(args: argparse.Namespace) -> list[str]:
-    scratch = Path(tempfile.mkdtemp(prefix="nexus-standby-bench-"))
-    replica = ReplicatedDatabase(scratch, clean_env())
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     lua = _script("wrk_orders.lua")
-    try:
-        url = await replica.start(register_lab_key)
-        for _ in range(args.rounds):
-            for mode in MODES:
-                runs[mode].append(await _measure(url, mode, args, lua))
-                print(
-                    f"{mode}: {runs[mode][-1]['rate']:,.0f} events/s, p99 {runs[mode][-1]['p99_ms']:.1f} ms", flush=True
-                )
-    finally:
-        replica.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+    with scratch("nexus-standby-bench-") as directory:
+        replica = ReplicatedDatabase(directory, clean_env())
+        try:
+            url = await replica.start(register_lab_key)
+            for _ in range(args.rounds):
+                for mode in MODES:
+                    runs[mode].append(await _measure(url, mode, args, lua))
+                    last = runs[mode][-1]
+                    print(f"{mode}: {last['rate']:,.0f} events/s, p99 {last['p99_ms']:.1f} ms", flush=True)
+        finally:
+            replica.close()
     rate = {m: statistics.median(r["rate"] for r in runs[m]) for m in MODES}
     p99 = {m: statistics.median(r["p99_ms"] for r in runs[m]) for m in MODES}
     return [
         SECTION,
         "",
-        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores ({platform.machine()}, {platform.python_version()}): the "
-        "primary, its standby, the gateway and wrk on this one machine, which other work was loading (the standby's "
-        "flush is a local one: across machines the synchronous cost adds a network round trip per commit). "
+        f"{machine_line()}: the primary, its standby, the gateway and wrk on this one machine, which other work "
+        "was loading (the standby's flush is a local one: across machines the synchronous cost adds a network "
+        "round trip per commit). "
         f"wrk, {args.connections} connections, one event per request, {args.seconds:g} s after a 2 s warm-up, "
         f"{args.rounds} round(s) of each mode, alternating.",
         "",
@@ -109,15 +104,4 @@ async def main(args: argparse.Namespace) -> list[str]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--record", action="store_true", help=f"write the '{SECTION}' section of RESULTS.md")
-    arguments = parser.parse_args()
-    lines = asyncio.run(main(arguments))
-    print("\n".join(lines))
-    if arguments.record:
-        kafka_ingress.SECTION = SECTION
-        kafka_ingress.record(lines)
-        print(f"\nrecorded in {kafka_ingress.RESULTS}")
+    run_comparison(__doc__, SECTION, main, RESULTS, connections=16, seconds=10.0)

@@ -15,7 +15,7 @@ labels) and says whether retrying can help::
      +-- ApprovalMismatchError    permanent  APPROVAL_MISMATCH (HTTP 409: the approval binds another step)
      +-- TooManyWaitsError        permanent  TOO_MANY_WAITS (HTTP 429: a key's open streams and long polls)
      +-- QuotaExceededError       permanent  QUOTA_EXCEEDED (HTTP 429: what a tenant stores, `quota` named)
-     +-- KeyRevokedError          permanent  UNAUTHENTICATED (HTTP 401: the key was revoked during a wait)
+     +-- KeyRevokedError          permanent  UNAUTHENTICATED (HTTP 401: key revoked or token expired in a wait)
      +-- ConfigurationError       permanent  CONFIGURATION
      |    +-- UnsafeUrlError          permanent  UNSAFE_URL (an outbound URL aimed inside)
 
@@ -174,7 +174,8 @@ class QuotaExceededError(NexusError):
 
 
 class KeyRevokedError(NexusError):
-    """The key of this request was revoked while the request waited (HTTP 401)."""
+    """The credential of this request stopped being valid while the request waited: its key was revoked, or
+    its access token expired (HTTP 401)."""
 
     code = ErrorCode.UNAUTHENTICATED
 

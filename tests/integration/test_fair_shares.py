@@ -6,7 +6,9 @@ so a new client is served; rates (over ASGI: no sockets needed) count envelopes,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
@@ -46,6 +48,24 @@ async def until_held(api: httpx.AsyncClient, key: str, status: int, code: str) -
             return answer
         assert time.monotonic() < deadline, answer.text
         await asyncio.sleep(0.2)
+
+
+@contextlib.asynccontextmanager
+async def unknown_keys_stuck(api: httpx.AsyncClient, database_url: str, n: int = 2) -> AsyncIterator[None]:
+    """api_keys locked (ACCESS EXCLUSIVE) and `n` requests with unknown keys stuck in their check, filling the
+    unchecked keys' share; on leaving, the lock goes and each stuck request is answered 401."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        lock = conn.transaction()
+        await lock.start()
+        await conn.execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
+        stuck = [asyncio.create_task(api.get("/v1/processes", headers=bearer(f"nxk_unknown-{i}"))) for i in range(n)]
+        await asyncio.sleep(1.0)
+        yield
+        await lock.rollback()
+    finally:
+        await conn.close()
+    assert [s.status_code for s in await asyncio.gather(*stuck)] == [401] * n
 
 
 async def test_a_tenant_at_its_request_share_leaves_another_served(  # type: ignore[no-untyped-def]
@@ -105,23 +125,11 @@ async def test_requests_whose_key_is_being_checked_have_a_share_of_their_own(  #
     [known] = await agents(db, "acme", 1)
     async with httpx.AsyncClient(base_url=base, timeout=60) as api:
         assert (await api.get("/v1/processes", headers=bearer(known))).status_code == 200  # now cached
-        conn = await asyncpg.connect(database_url)
-        try:
-            lock = conn.transaction()
-            await lock.start()
-            await conn.execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
-            stuck = [
-                asyncio.create_task(api.get("/v1/processes", headers=bearer(f"nxk_unknown-{i}"))) for i in range(2)
-            ]
-            await asyncio.sleep(1.0)
+        async with unknown_keys_stuck(api, database_url):
             refused = await api.get("/v1/processes", headers=bearer("nxk_unknown-third"))
             assert refused.status_code == 429 and refused.json()["code"] == "TENANT_BUSY", refused.text
             assert (await api.get("/v1/processes", headers=bearer(known))).status_code == 200
             assert (await api.get("/healthz")).status_code == 200
-            await lock.rollback()
-        finally:
-            await conn.close()
-        assert [s.status_code for s in await asyncio.gather(*stuck)] == [401, 401]
 
 
 async def test_a_known_key_due_for_its_next_check_is_not_held_to_the_unknown_keys_share(  # type: ignore[no-untyped-def]
@@ -136,23 +144,11 @@ async def test_a_known_key_due_for_its_next_check_is_not_held_to_the_unknown_key
     async with httpx.AsyncClient(base_url=base, timeout=60) as api:
         assert (await api.get("/v1/processes", headers=bearer(known))).status_code == 200  # checked once
         await asyncio.sleep(0.6)  # its cache entry lapses
-        conn = await asyncpg.connect(database_url)
-        try:
-            lock = conn.transaction()
-            await lock.start()
-            await conn.execute("LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE")
-            stuck = [
-                asyncio.create_task(api.get("/v1/processes", headers=bearer(f"nxk_unknown-{i}"))) for i in range(2)
-            ]
-            await asyncio.sleep(1.0)
+        async with unknown_keys_stuck(api, database_url):
             again = asyncio.create_task(api.get("/v1/processes", headers=bearer(known)))
             await asyncio.sleep(1.0)
             assert not again.done(), again.result().text  # waiting for its check, not refused
-            await lock.rollback()
-        finally:
-            await conn.close()
         assert (await again).status_code == 200
-        assert [s.status_code for s in await asyncio.gather(*stuck)] == [401, 401]
 
 
 async def test_at_the_connection_cap_the_oldest_idle_connection_is_closed(  # type: ignore[no-untyped-def]

@@ -20,7 +20,9 @@ answered 403 `FORBIDDEN` with `WWW-Authenticate: Bearer error="insufficient_scop
 
 The principal is the one a key produces (`nexus.auth.roles.Principal`) with `issuer` and `subject`: the
 decision log's actor is `oauth:<sub>@<issuer host>` and rates, shares and waits are kept per (issuer,
-subject). The token itself goes no further than this module: nothing downstream sees it.
+subject). Its `expires_at` is the token's `exp`: a wait the token holds (a stream, a long poll, an MCP wait) ends
+within a second of it, as a key's waits end on its revocation (nexus.lifecycle.waiting). The token itself goes
+no further than this module: nothing downstream sees it.
 """
 
 from __future__ import annotations
@@ -239,15 +241,14 @@ class OAuthVerifier:
         hit = self._seen.get(digest)
         if hit is not None and hit[0] > now:
             return hit[1]
-        found = await self._verify(token)
-        if isinstance(found, TokenRefusal):
-            return found
-        principal, expires = found
+        principal = await self._verify(token)
+        if isinstance(principal, TokenRefusal):
+            return principal
         if len(self._seen) >= _MAX_SEEN:
             self._seen = {d: e for d, e in self._seen.items() if e[0] > now}
             if len(self._seen) >= _MAX_SEEN:
                 self._seen.clear()
-        self._seen[digest] = (min(expires, now + self.ttl_s), principal)
+        self._seen[digest] = (min(principal.expires_at or now, now + self.ttl_s), principal)
         return principal
 
     def remembered(self, token: str) -> bool:
@@ -255,8 +256,9 @@ class OAuthVerifier:
         hit = self._seen.get(hashlib.sha256(token.encode()).digest())
         return hit is not None and hit[0] > time.time()
 
-    async def _verify(self, token: str) -> tuple[Principal, float] | TokenRefusal:
-        """The rules of the module's docstring, in order: the principal and the token's expiry, or a refusal."""
+    async def _verify(self, token: str) -> Principal | TokenRefusal:
+        """The rules of the module's docstring, in order: the principal (its `expires_at` the token's `exp`), or
+        a refusal."""
         parts = _unverified(token)
         if parts is None:
             return TokenRefusal.INVALID
@@ -283,8 +285,7 @@ class OAuthVerifier:
             return TokenRefusal.INVALID if missing_aud else TokenRefusal.AUDIENCE
         except jwt.PyJWTError:
             return TokenRefusal.INVALID
-        principal = self._principal(issuer, claims)
-        return principal if isinstance(principal, TokenRefusal) else (principal, float(claims["exp"]))
+        return self._principal(issuer, claims)
 
     def _principal(self, issuer: str, claims: dict[str, Any]) -> Principal | TokenRefusal:
         tenant = claims.get(self.resource.tenant_claim)
@@ -295,7 +296,7 @@ class OAuthVerifier:
             return TokenRefusal.INVALID
         roles = granted_roles(claims.get(self.resource.roles_claim), claims.get("scope", claims.get("scp")))
         holder = token_holder_id(issuer, subject)
-        return Principal(holder, tenant, roles, None, issuer=issuer, subject=subject)
+        return Principal(holder, tenant, roles, None, issuer=issuer, subject=subject, expires_at=float(claims["exp"]))
 
     async def aclose(self) -> None:
         await self.http.aclose()

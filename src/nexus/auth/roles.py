@@ -50,7 +50,8 @@ class Principal:
     """The caller behind an API key or an OAuth access token (nexus.auth.oauth): one identity model.
 
     A token's principal has `issuer` and `subject`, and a `key_id` below zero derived from the two
-    (`token_holder_id`), so every count kept per key (rates, waits) is kept per (issuer, subject)."""
+    (`token_holder_id`), so every count kept per key (rates, waits) is kept per (issuer, subject), and
+    `expires_at`, its `exp`: a wait it holds ends then (nexus.lifecycle.waiting)."""
 
     key_id: int
     tenant_id: str | None  # None: every tenant
@@ -58,6 +59,7 @@ class Principal:
     name: str | None = None
     issuer: str | None = None
     subject: str | None = None
+    expires_at: float | None = None  # seconds since the epoch when the credential stops being valid; None: a key
 
     @property
     def actor(self) -> str:

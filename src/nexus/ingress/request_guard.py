@@ -15,7 +15,8 @@ Every answer under `/console` carries a Content-Security-Policy, `X-Frame-Option
 `X-Content-Type-Options: nosniff` and a same-origin Referrer-Policy.
 
 Every request runs with its `WaitingClient` (nexus.lifecycle.waiting): the server's "connection lost"
-event and a check of the calling key, so any wait it holds ends with its client or its key.
+event and a check of the calling credential, so any wait it holds ends with its client, its key's
+revocation or its access token's expiry.
 
 `POST /v1/events` keeps its own reading (nexus.ingress.events_body): its problems are per item and
 dead-lettered, not refusals.
@@ -23,6 +24,7 @@ dead-lettered, not refusals.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from nexus.asgi import HttpMiddleware
@@ -124,13 +126,18 @@ class RequestGuard(HttpMiddleware):
         await self.app(scope, replay, send)
 
     def _client(self, scope: Any) -> WaitingClient:
-        """The request's client for its waits: gone with its connection, valid while its key is."""
+        """The request's client for its waits: gone with its connection, valid while its key is (an access
+        token: until its `exp`, the principal's `expires_at`)."""
         state = scope.get("state", {})
         session = state.get("console_session")
         digest: bytes | None = state.get("key_hash") or (session.key_hash if session is not None else None)
         keys = self.keys
+        principal = state.get("principal")
+        expires_at = principal.expires_at if principal is not None else None
 
         async def key_valid() -> bool:
+            if expires_at is not None and time.time() >= expires_at:
+                return False
             if keys is None or digest is None:
                 return True
             try:
@@ -138,7 +145,6 @@ class RequestGuard(HttpMiddleware):
             except NexusError:  # the database away: a wait is no reason to refuse; asked again shortly
                 return True
 
-        principal = state.get("principal")
         tenant = (principal.tenant_id if principal is not None else None) or EVERY_TENANT
         return WaitingClient(scope.get("extensions", {}).get(CLIENT_GONE), key_valid, tenant)
 

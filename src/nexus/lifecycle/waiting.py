@@ -10,9 +10,10 @@ listener reconnects on the core/backoff schedule.
 
 A wait ends with its client: every request runs with a `WaitingClient` (set by the request guard) that
 knows whether the client's connection is gone (the HTTP server's protocol sets an event when it is lost)
-and whether the key that called is still valid. A long poll, a stream or an MCP `wait_for_order` asks it
-at least every RECHECK_S, so it frees its slot and its task within a second of its client leaving, and
-ends within the auth cache's TTL plus a second of its key's revocation (`KeyRevokedError`, 401). When the
+and whether the credential that called is still valid. A long poll, a stream or an MCP `wait_for_order`
+asks it at least every RECHECK_S, so it frees its slot and its task within a second of its client leaving,
+ends within the auth cache's TTL plus a second of its key's revocation, and within a second of its OAuth
+access token's `exp` (`KeyRevokedError`, 401, both). When the
 process stops (`end_waits`, at the end of a drain) every wait answers what it has and ends, and a new one
 answers at once: the client asks again, through the load balancer, an instance that is not stopping.
 """
@@ -50,12 +51,14 @@ class WaitingClient:
     gone: asyncio.Event | None = None
     """Set by the HTTP server when the client's connection is lost (None: a server that cannot tell)."""
     key_valid: Callable[[], Awaitable[bool]] | None = None
-    """Whether the calling key is still valid (the auth cache: a revocation is seen within its TTL)."""
+    """Whether the calling credential is still valid (a key through the auth cache: a revocation is seen
+    within its TTL; an access token until its `exp`)."""
     tenant: str = "*"
     """The calling key's tenant (`*`: a key spanning every tenant), whose share of waits a wait takes."""
 
     async def check(self) -> bool:
-        """Whether the wait should go on: False once the client has gone; KeyRevokedError once the key is."""
+        """Whether the wait should go on: False once the client has gone; KeyRevokedError once the credential
+        is no longer valid (a key revoked, a token expired)."""
         if self.gone is not None and self.gone.is_set():
             return False
         if self.key_valid is not None and not await self.key_valid():

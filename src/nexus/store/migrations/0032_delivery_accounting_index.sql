@@ -1,0 +1,12 @@
+-- The delivery accounting (delivery.sql `accounting`: the console's subscriptions page, per subscription the
+-- deliveries delivered, dead and pending) of one tenant read every tenant's deliveries: no index led from a
+-- subscription to its deliveries in every state (the dispatcher's are partial, pending only), so the query
+-- hashed a sequential scan of the whole table. On 201,000 deliveries of two tenants, the 30,000 of one
+-- tenant's three subscriptions took 140 ms and 2,792 pages; with this index and the query counting per
+-- subscription, an index-only scan of that tenant's entries: 13 ms and 38 pages (EXPLAIN ANALYZE of the generic plan).
+--
+-- `state` is already in the partial indexes' predicates, so a delivery's change of state was not a HOT
+-- update before either: this index adds one entry per delivery written and per change of its state.
+-- Built in the migration's transaction: writes to deliveries wait while it builds (about a second per
+-- million rows).
+CREATE INDEX deliveries_subscription_state ON deliveries (subscription_id, state);
