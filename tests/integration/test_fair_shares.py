@@ -179,10 +179,11 @@ async def test_at_the_connection_cap_the_oldest_idle_connection_is_closed(  # ty
 
 
 async def test_rates_count_envelopes_and_a_tenants_keys_together(db: Database) -> None:
-    """A 150-envelope batch spends 150 of its key's 100 units/s (its next request is 429 RATE_LIMITED with
+    """A 150-envelope batch spends 150 of its key's 10 units/s (its next request is 429 RATE_LIMITED with
     Retry-After); with NEXUS_RATE_LIMIT_TENANT=5 acme's two keys share five units a second (the second key
     is refused too) while globex is served."""
-    settings = db.settings.replace(rate_limit_agent=100.0, rate_limit_tenant=0.0)
+    # 10/s: the batch leaves a debt of 14 s, so a slow machine cannot refill it before the next request.
+    settings = db.settings.replace(rate_limit_agent=10.0, rate_limit_tenant=0.0)
     async with app_client(db, settings) as api:
         [key] = await agents(db, "acme", 1)
         batch = {"events": [step_json(f"o-{i}", f"p-{i}", 1) for i in range(150)]}
