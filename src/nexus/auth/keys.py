@@ -4,6 +4,7 @@ within that time without a database read per request."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import enum
@@ -159,6 +160,7 @@ class KeyCache:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self._entries: dict[bytes, tuple[float, Principal | Refusal]] = {}
+        self._reads: dict[bytes, asyncio.Future[None]] = {}
 
     def known_valid(self, digest: bytes) -> bool:
         """Whether the key with this SHA-256 was valid when last checked, even if its entry is due for another
@@ -176,11 +178,32 @@ class KeyCache:
         return found if isinstance(found, Principal) else None
 
     async def check_hash(self, digest: bytes) -> Principal | Refusal:
-        """The principal of the key with this SHA-256, or why there is none (unknown, revoked)."""
-        now = time.monotonic()
+        """The principal of the key with this SHA-256, or why there is none (unknown, revoked).
+
+        One read per key at a time: when an entry lapses under load, the requests that arrive while it is read
+        again wait for that read (none is staler than the entry it refreshes) instead of each reading the key
+        themselves; if the read fails or is cancelled they read it themselves."""
         hit = self._entries.get(digest)
-        if hit is not None and hit[0] > now:
+        if hit is not None and hit[0] > time.monotonic():
             return hit[1]
+        pending = self._reads.get(digest)
+        if pending is not None:
+            await asyncio.shield(pending)
+            hit = self._entries.get(digest)
+            if hit is not None and hit[0] > time.monotonic():
+                return hit[1]
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._reads.setdefault(digest, future)
+        try:
+            return await self._read(digest, hit)
+        finally:
+            if self._reads.get(digest) is future:
+                del self._reads[digest]
+            future.set_result(None)
+
+    async def _read(self, digest: bytes, hit: tuple[float, Principal | Refusal] | None) -> Principal | Refusal:
+        """Read the key from the database and cache what was found."""
+        now = time.monotonic()
         try:
             row = await self.db.fetchrow(query("auth.sql", "key_by_hash"), digest)
         except NexusError:

@@ -15,6 +15,7 @@ its answer ends (`Gatekeeper.release`).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import logging
@@ -75,12 +76,13 @@ class Gatekeeper:
         """The caller's principal, holding one of its tenant's shares until `release`; None once a refusal
         (401, 403, 429, 503, or the console's sign-in redirect) has been sent."""
         shares = self.shares
-        unknown = shares is not None and not self._known(scope)
+        credential = _credential(scope)
+        unknown = shares is not None and not self._known(credential)
         if unknown and shares is not None and not shares.enter_unauthenticated():
             await _busy(scope, send, "too many requests whose key is not yet checked")
             return None
         try:
-            principal = await self._identify(scope, send)
+            principal = await self._identify(scope, send, credential)
         finally:
             if unknown and shares is not None:
                 shares.leave_unauthenticated()
@@ -113,16 +115,15 @@ class Gatekeeper:
         message = f"this token lacks the role and scope for this route ({need}: {scopes})"
         await _refuse(scope, send, 403, ErrorCode.FORBIDDEN, message, {"www-authenticate": challenge})
 
-    def _known(self, scope: Scope) -> bool:
+    def _known(self, credential: _Credential) -> bool:
         """Whether the request's Bearer key (or access token) was valid when last seen (a key whose cache entry
         is due for its next check included: each key of a busy tenant lapses once per TTL, and must not then
         queue behind another tenant's flood of unknown keys)."""
-        if uses_session(scope["path"]):
+        if credential.session or credential.key is None:
             return False
-        _, key = _bearer(scope)
-        if key is not None and self.oauth is not None and looks_like_jwt(key):
-            return self.oauth.remembered(key)
-        return key is not None and self.keys.known_valid(hash_key(key))
+        if credential.digest is None:  # an access token
+            return self.oauth is not None and self.oauth.remembered(credential.key)
+        return self.keys.known_valid(credential.digest)
 
     def charge(self, principal: Principal, units: int) -> float:
         """Spend `units` of work (an envelope of a batch is one) of the key's and its tenant's rates; 0.0 if
@@ -136,9 +137,9 @@ class Gatekeeper:
         if self.shares is not None:
             self.shares.leave(principal.tenant_id)
 
-    async def _identify(self, scope: Scope, send: Send) -> Principal | None:
+    async def _identify(self, scope: Scope, send: Send, credential: _Credential) -> Principal | None:
         """The principal of the key (or console session); None once a refusal has been sent."""
-        session_route = uses_session(scope["path"])
+        session_route = credential.session
         found: Principal | Refusal | None
         try:
             if session_route:  # The console signs in with a form; its session cookie stands for the key
@@ -149,13 +150,13 @@ class Gatekeeper:
                 scope.setdefault("state", {})["console_session"] = session
                 found = await self.keys.lookup_hash(session.key_hash)
             else:
-                reason, key = _bearer(scope)
+                key, digest = credential.key, credential.digest
                 if key is None:
-                    await self._failed(scope, send, reason)
+                    await self._failed(scope, send, credential.reason)
                     return None
-                if self.oauth is not None and looks_like_jwt(key):
+                if digest is None and self.oauth is not None:
                     return await self._token(scope, send, self.oauth, key)
-                digest = hash_key(key)
+                digest = digest or hash_key(key)
                 found = await self.keys.check_hash(digest)
                 scope.setdefault("state", {})["key_hash"] = digest
         except NexusError as exc:
@@ -262,6 +263,26 @@ class AuthFailure(enum.StrEnum):
 # RFC 6750's b64token, bounded: what a Bearer credential may be (a key is nxk_ and URL-safe base64; an
 # access token a JWT, a few hundred to a few thousand characters).
 _TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{1,8192}=*")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Credential:
+    """What a request presents, read once per request: a console route (its session cookie stands for the key),
+    or the Bearer credential (`key`, None with the `reason` it is missing) and, for an API key, its SHA-256
+    (`digest`; None for a JWT-shaped access token, which `oauth` checks when on)."""
+
+    session: bool
+    reason: AuthFailure
+    key: str | None
+    digest: bytes | None
+
+
+def _credential(scope: Scope) -> _Credential:
+    if uses_session(scope["path"]):
+        return _Credential(True, AuthFailure.MISSING, None, None)
+    reason, key = _bearer(scope)
+    digest = None if key is None or looks_like_jwt(key) else hash_key(key)
+    return _Credential(False, reason, key, digest)
 
 
 def _bearer(scope: Scope) -> tuple[AuthFailure, str | None]:

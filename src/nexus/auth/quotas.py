@@ -112,11 +112,13 @@ class QuotaSnapshots:
     async def admits(self, db: Database, tenant: str, worth: Mapping[Quota, int]) -> bool:
         """Whether the snapshot admits `worth` in memory (it is then counted); False: run the exact check."""
         snap = self._fresh(tenant) or await self._refresh(db, tenant)
+        used, limits = snap.used, snap.limits
         for quota, adds in worth.items():
-            limit = snap.limits.get(quota, 0)
-            if adds > 0 and limit > 0 and snap.used.get(quota, 0) + 2 * adds > limit:
+            if adds > 0 and (limit := limits.get(quota, 0)) > 0 and used.get(quota, 0) + 2 * adds > limit:
                 return False
-        self.count(tenant, worth)
+        for quota, adds in worth.items():
+            if adds:
+                used[quota] = used.get(quota, 0) + adds
         return True
 
     def count(self, tenant: str, worth: Mapping[Quota, int]) -> None:
@@ -181,16 +183,26 @@ def _refs(items: Sequence[Incoming]) -> tuple[list[StepRef], int]:
 
 async def check_items(db: Database, items: Sequence[Incoming]) -> None:
     """`POST /v1/events`: refuse the request if, for any of its tenants, it would go beyond a quota."""
-    by_tenant: dict[str, list[Incoming]] = {}
-    for item in items:
-        by_tenant.setdefault(item.tenant_id, []).append(item)
     snaps = snapshots(db)
-    for tenant, own in sorted(by_tenant.items()):
+    for tenant, own in _by_tenant(items):
         refs, bad = _refs(own)
         if snaps is not None and await snaps.admits(db, tenant, steps_worth(refs, {}, bad)):
             continue  # far from every limit even if every order it names were new
         orders = sorted({r.order_id for r in refs})
         await _exact(db, tenant, lambda state: steps_worth(refs, state.last_seqs, bad), orders)  # noqa: B023 - awaited in this iteration
+
+
+def _by_tenant(items: Sequence[Incoming]) -> list[tuple[str, Sequence[Incoming]]]:
+    """The items by tenant, in the tenants' order (a request's items are all its key's tenant's: the usual)."""
+    if not items:
+        return []
+    first = items[0].tenant_id
+    if all(item.tenant_id == first for item in items):
+        return [(first, items)]
+    by_tenant: dict[str, list[Incoming]] = {}
+    for item in items:
+        by_tenant.setdefault(item.tenant_id, []).append(item)
+    return sorted(by_tenant.items())
 
 
 async def _check(db: Database, tenant: str, worth: Mapping[Quota, int]) -> None:

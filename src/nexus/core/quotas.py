@@ -46,21 +46,21 @@ def steps_worth(steps: Iterable[StepRef], last_seqs: Mapping[str, int], bad_item
     """The worth of a batch of steps: `last_seqs` holds the last applied seq of each named order the tenant
     stores (absent: none stored); `bad_items` counts its items that are dead letters already."""
     seqs: dict[str, set[int]] = {}
-    named: set[str] = set()
+    any_item = bad_items > 0
     for step in steps:
-        named.add(step.order_id)
+        any_item = True
         if step.seq_id is not None:
             seqs.setdefault(step.order_id, set()).add(step.seq_id)
-    buffered = 0
+    buffered = new_orders = 0
     for order_id, numbers in seqs.items():
-        following = last_seqs.get(order_id, 0) + 1
-        for seq in sorted(numbers):
+        last = last_seqs.get(order_id)
+        new_orders += last is None
+        following = (last or 0) + 1
+        for seq in sorted(numbers) if len(numbers) > 1 else numbers:
             if seq == following:
                 following += 1
             elif seq > following:
                 buffered += 1
-    new_orders = sum(1 for order_id in seqs if order_id not in last_seqs)
-    any_item = bool(named) or bad_items > 0
     return {
         Quota.LIVE_ORDERS: new_orders,
         Quota.BUFFERED_STEPS: buffered,
