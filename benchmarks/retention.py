@@ -1,21 +1,25 @@
-"""Retention's cost (issue 35 items 1 and 5): the hot path under wrk with 0 and N retained five-step orders, the
-same with the remover working through a backlog of them vs idle, and the remover's cost per 1,000 orders.
+"""Retention's cost (issue 35 items 1 and 5): the hot path under wrk with 0, 1,000,000 and 3,000,000 retained
+five-step orders, the remover working through a backlog vs idle at the largest size, and its cost per 1,000 orders.
 
-One run, one embedded PostgreSQL, one `nexus serve --no-dispatcher` (its remover sweeping every second):
+One run, one embedded PostgreSQL, one database grown in turn, `nexus serve --no-dispatcher` (its remover sweeping
+every second):
 
-1. 0 retained orders: wrk (one event per request, five-step orders, 16 connections);
-2. N retained five-step orders generated in SQL (orders, 5 outbox rows and 5 delivered deliveries each), finished
-   31 days ago but kept by a tenant period of 90 days: wrk again (the remover idle: nothing is due);
-3. the tenant's period dropped: the whole backlog is due and the remover works through it; wrk again while it
-   does (the remover working), then the remover alone for a while: orders removed per second and CPU seconds
-   (gateway process + PostgreSQL) per 1,000 orders removed.
+1. 0 retained orders: a warm-up, then `--rounds` wrk runs (one event per request, five-step orders, `--connections`
+   connections, `--seconds` each; medians), with events/s, p99 and CPU seconds per 1,000 events of the gateway's
+   process tree and of PostgreSQL;
+2. each size of `--retained` in turn: the free disk checked and printed (the bench stops growing where it would
+   not fit), retained orders generated in SQL (`nexus_lab.bench.retained`: every row a real finished order
+   leaves, every index in place), finished 29 days ago: inside the default period, so the remover is idle; wrk
+   as in 1;
+3. at the largest size reached: wrk with the remover idle and working (a tenant period of 7 days makes the whole
+   backlog due) in turn, `--rounds` each; then, without wrk, the gateway's and PostgreSQL's CPU over `--seconds`
+   with the remover idle and working: the difference per 1,000 orders removed.
 
 With `--interleave N` instead: two databases (0 and N retained orders) and two gateways, wrk on each in turn
 for `--rounds` rounds (medians), so the machine's changing load weighs on both alike.
 
-Free disk is checked (and printed) before generating. Usage:
-``.venv/bin/python benchmarks/retention.py [--retained 1000000 ...] [--seconds 10] [--connections 16]``,
-``.venv/bin/python benchmarks/retention.py --interleave 300000 [--rounds 3]``.
+Usage: ``.venv/bin/python benchmarks/retention.py [--retained 1000000 3000000] [--seconds 10] [--connections 64]
+[--rounds 3] [--out FILE]``, ``.venv/bin/python benchmarks/retention.py --interleave 300000 [--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -36,24 +41,13 @@ import asyncpg
 
 from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.bench import create_database
+from nexus_lab.bench import retained as retained_mod
 from nexus_lab.bench.scenarios import UNLIMITED_KEY, start_server
 from nexus_lab.bench.wrk import _script, postmaster_pid, run_wrk, tree_cpu_s
 
-GENERATE = """
-WITH o AS (
-    INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, outbox_count, process, updated_at)
-    SELECT 'ret-' || i, 'default', 'p-ret-' || i, 'completed', 5, 5, 'order', now() - interval '31 days'
-    FROM generate_series($1::bigint, $2::bigint) AS i
-    RETURNING order_id, plan_id
-), x AS (
-    INSERT INTO outbox (id, order_id, position, event_id, event_type, seq_id, plan_id, payload, tenant_id)
-    SELECT gen_random_uuid(), o.order_id, s, gen_random_uuid(), 'Step' || s, s, o.plan_id, '{"event": {}}', 'default'
-    FROM o CROSS JOIN generate_series(1, 5) AS s
-    RETURNING id, order_id, position
-)
-INSERT INTO deliveries (outbox_id, subscription_id, order_id, position, state, tenant_id, delivered_at)
-SELECT x.id, $3, x.order_id, x.position, 'delivered', 'default', now() FROM x
-"""
+FREE_GB_PER_MILLION = 15.0
+"""Disk a million retained orders take (with WAL while loading), measured here: the bench refuses to grow
+the database past what the free disk allows."""
 
 
 async def sql(url: str, statement: str, *args: Any) -> Any:
@@ -64,86 +58,136 @@ async def sql(url: str, statement: str, *args: Any) -> Any:
         await conn.close()
 
 
-def measure(base: str, seconds: float, connections: int, lua: Path) -> dict[str, float]:
-    run_wrk(base, connections, 3, uuid.uuid4().hex[:8], lua)  # warm-up
+def measure(base: str, seconds: float, connections: int, lua: Path, pids: tuple[int, int]) -> dict[str, float]:
+    """One wrk run: events/s, p99 and the CPU seconds per 1,000 events of the gateway's process tree and of
+    PostgreSQL (whatever else they did meanwhile included: the remover, autovacuum)."""
+    before = [tree_cpu_s(pid) for pid in pids]
     out = run_wrk(base, connections, seconds, uuid.uuid4().hex[:8], lua)
-    return {"events_s": round(out["requests"] / (out["duration_us"] / 1e6)), "p99_ms": round(out["p99_us"] / 1e3, 1)}
+    after = [tree_cpu_s(pid) for pid in pids]
+    events = max(1, out["requests"])
+    return {
+        "events_s": round(out["requests"] / (out["duration_us"] / 1e6)),
+        "p99_ms": round(out["p99_us"] / 1e3, 1),
+        "gateway_cpu_s_per_1k": round((after[0] - before[0]) / events * 1000, 3),
+        "postgres_cpu_s_per_1k": round((after[1] - before[1]) / events * 1000, 3),
+    }
+
+
+def medians(runs: list[dict[str, float]]) -> dict[str, Any]:
+    keys = ("events_s", "p99_ms", "gateway_cpu_s_per_1k", "postgres_cpu_s_per_1k")
+    return {k: statistics.median(r[k] for r in runs) for k in keys} | {"runs": runs}
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+async def database_gb(url: str) -> float:
+    return round(float(await sql(url, "SELECT pg_database_size(current_database())")) / 1e9, 2)
 
 
 async def bench(args: argparse.Namespace, url: str, say: Any) -> dict[str, Any]:
+    """0, then each of `args.retained` (the same database grown), wrk at each with the remover idle; then, at
+    the largest size reached, the remover working vs idle and its cost per 1,000 orders."""
     lua = _script("wrk_orders.lua")
     base = f"http://127.0.0.1:{args.port}"
     postgres = await postmaster_pid(url)
-    results: dict[str, Any] = {"retained": {}}
-    await sql(url, "INSERT INTO tenant_limits (tenant_id, max_order_amount, retention_s) VALUES ('default', 100000, "
-                   "7776000)")  # fmt: skip
+    results: dict[str, Any] = {"retained": {}, "generate": {}}
+    await sql(url, IDLE)
     generated = 0
     for retained in [0, *args.retained]:
         if retained > generated:
             free = shutil.disk_usage(tempfile.gettempdir()).free / 1e9
-            say(f"free disk: {free:.1f} GB; generating {retained - generated:,} retained orders")
-            results.setdefault("generate_s", {})[retained] = round(
-                await generate_range(url, generated + 1, retained, say)
-            )
+            need = (retained - generated) / 1e6 * FREE_GB_PER_MILLION
+            say(f"free disk: {free:.1f} GB; {retained - generated:,} more retained orders need about {need:.0f} GB")
+            if free < need * 1.2:
+                say(f"not enough free disk for {retained:,} retained orders: stopping at {generated:,}")
+                break
+            seconds = await retained_mod.generate(url, generated + 1, retained, say)
             generated = retained
-        server = start_server(url, args.port)
-        try:
-            results["retained"][retained] = measure(base, args.seconds, args.connections, lua)
-            say(f"{retained:,} retained, remover idle: {results['retained'][retained]}")
-            if retained == max([0, *args.retained]) and retained:
-                results["remover"] = await working(args, url, base, server.pid, postgres, lua, say)
-        finally:
-            server.terminate()
-            server.wait(20)
+            results["generate"][retained] = {"seconds": round(seconds), "database_gb": await database_gb(url)}
+            say(f"generated {retained:,} retained orders in {seconds:.0f} s: {results['generate'][retained]}")
+        results["retained"][retained] = await one_size(args, url, base, lua, postgres, say, generated)
+    results["remover"] = await remover_phase(args, url, base, lua, postgres, say)
+    results["largest"] = generated
     return results
 
 
-async def generate_range(url: str, first: int, last: int, say: Any) -> float:
-    """Retained five-step orders ret-`first`..ret-`last`, in chunks of 50,000; the seconds it took."""
-    started = time.perf_counter()
-    conn = await asyncpg.connect(url)
-    try:
-        sub = await conn.fetchval("SELECT id FROM subscriptions WHERE name = 'bench'")
-        if sub is None:
-            sub = await conn.fetchval(
-                "INSERT INTO subscriptions (name, url, secret, tenant_id, enabled) VALUES ('bench', "
-                "'http://127.0.0.1:9/', 'whsec_eA==', NULL, false) RETURNING id"
-            )
-        for lo in range(first, last + 1, 50_000):
-            hi = min(last, lo + 49_999)
-            await conn.execute(GENERATE, lo, hi, sub)
-            say(f"  generated up to {hi:,} ({time.perf_counter() - started:.0f} s)")
-        for table in ("orders", "outbox", "deliveries"):
-            await conn.execute(f"VACUUM ANALYZE {table}")
-    finally:
-        await conn.close()
-    return time.perf_counter() - started
+IDLE = (
+    "INSERT INTO tenant_limits (tenant_id, max_order_amount, retention_s) VALUES ('default', 100000, NULL) "
+    "ON CONFLICT (tenant_id) DO UPDATE SET retention_s = NULL"
+)
+"""The remover idle: the default period (30 days) is longer than the retained orders' age (29 days). (Not a
+tenant period longer than the default: the remover's passes then scan every order between the two periods,
+benchmarks/RESULTS.md "Retained orders 0 / 1M / 3M".)"""
+WORKING = "UPDATE tenant_limits SET retention_s = 604800"
+"""The remover working: the tenant's period (7 days) makes every retained order due."""
 
 
-async def working(
-    args: argparse.Namespace, url: str, base: str, gateway: int, postgres: int, lua: Path, say: Any
+async def one_size(
+    args: argparse.Namespace, url: str, base: str, lua: Path, postgres: int, say: Any, retained: int
 ) -> dict[str, Any]:
-    """The backlog made due; wrk while the remover works; then the remover alone."""
-    await sql(url, "UPDATE tenant_limits SET retention_s = NULL")
-    await asyncio.sleep(2)  # its next pass (every second) finds the backlog
-    before = await sql(url, "SELECT count(*) FROM removed_orders")
-    loaded = measure(base, args.seconds, args.connections, lua)
-    during = await sql(url, "SELECT count(*) FROM removed_orders") - before
-    say(f"remover working: {loaded}, {during:,} orders removed meanwhile")
-    cpu0, t0 = tree_cpu_s(gateway) + tree_cpu_s(postgres), time.perf_counter()
-    n0 = await sql(url, "SELECT count(*) FROM removed_orders")
-    await asyncio.sleep(args.seconds)
-    n1 = await sql(url, "SELECT count(*) FROM removed_orders")
-    cpu1, t1 = tree_cpu_s(gateway) + tree_cpu_s(postgres), time.perf_counter()
-    alone = n1 - n0
-    per_1k = (cpu1 - cpu0) / max(1, alone) * 1000
-    say(f"remover alone: {alone / (t1 - t0):,.0f} orders/s, {per_1k:.2f} CPU s per 1,000 orders")
-    return {
-        **loaded,
-        "removed_during_wrk": during,
-        "alone_orders_s": round(alone / (t1 - t0)),
-        "cpu_s_per_1k_orders": round(per_1k, 2),
+    """A fresh gateway on the database as it is; a warm-up, then `args.rounds` wrk runs (medians)."""
+    server = start_server(url, args.port)
+    try:
+        run_wrk(base, args.connections, 3, uuid.uuid4().hex[:8], lua)  # warm-up
+        runs = []
+        for _ in range(args.rounds):
+            runs.append(measure(base, args.seconds, args.connections, lua, (server.pid, postgres)))
+            say(f"{retained:,} retained, remover idle: {runs[-1]} (load {load_average()})")
+    finally:
+        server.terminate()
+        server.wait(20)
+    return medians(runs) | {"load_average": load_average()}
+
+
+async def remover_phase(
+    args: argparse.Namespace, url: str, base: str, lua: Path, postgres: int, say: Any
+) -> dict[str, Any]:
+    """wrk with the remover idle and working in turn (`args.rounds` each); then, without wrk, the gateway's and
+    PostgreSQL's CPU over `args.seconds` idle and working: the difference per 1,000 orders removed."""
+    server = start_server(url, args.port)
+    pids = (server.pid, postgres)
+    runs: dict[str, list[dict[str, float]]] = {"idle": [], "working": []}
+    try:
+        run_wrk(base, args.connections, 3, uuid.uuid4().hex[:8], lua)  # warm-up
+        for _ in range(args.rounds):
+            for mode, statement in (("idle", IDLE), ("working", WORKING)):
+                await sql(url, statement)
+                await asyncio.sleep(2)  # the remover's next pass (every second) sees the new period
+                n0 = await sql(url, "SELECT count(*) FROM removed_orders")
+                runs[mode].append(measure(base, args.seconds, args.connections, lua, pids))
+                runs[mode][-1]["removed"] = await sql(url, "SELECT count(*) FROM removed_orders") - n0
+                say(f"remover {mode}: {runs[mode][-1]} (load {load_average()})")
+        cost = {}
+        for mode, statement in (("idle", IDLE), ("working", WORKING)):
+            cost[mode] = await alone(url, statement, pids, args.seconds)
+    finally:
+        await sql(url, IDLE)
+        server.terminate()
+        server.wait(20)
+    removed = max(1, cost["working"]["removed"])
+    per_1k = {
+        f"{part}_cpu_s_per_1k_orders": round((cost["working"][part] - cost["idle"][part]) / removed * 1000, 3)
+        for part in ("gateway", "postgres")
     }
+    say(f"remover alone: {cost}, per 1,000 orders {per_1k}")
+    return {mode: medians(rs) for mode, rs in runs.items()} | {
+        "alone": cost,
+        "alone_orders_s": round(removed / args.seconds),
+        **per_1k,
+        "load_average": load_average(),
+    }
+
+
+async def alone(url: str, statement: str, pids: tuple[int, int], seconds: float) -> dict[str, float]:
+    """The gateway's and PostgreSQL's CPU seconds over `seconds` without load, the remover set by `statement`."""
+    await sql(url, statement)
+    await asyncio.sleep(2)
+    n0, cpu0 = await sql(url, "SELECT count(*) FROM removed_orders"), [tree_cpu_s(pid) for pid in pids]
+    await asyncio.sleep(seconds)
+    n1, cpu1 = await sql(url, "SELECT count(*) FROM removed_orders"), [tree_cpu_s(pid) for pid in pids]
+    return {"removed": n1 - n0, "gateway": round(cpu1[0] - cpu0[0], 2), "postgres": round(cpu1[1] - cpu0[1], 2)}
 
 
 async def interleaved(args: argparse.Namespace, admin: str, say: Any) -> dict[str, Any]:
@@ -153,44 +197,41 @@ async def interleaved(args: argparse.Namespace, admin: str, say: Any) -> dict[st
     empty = await create_database(admin, "retention_empty", migrate=True)
     full = await create_database(admin, "retention_full", migrate=True)
     for url in (empty, full):
-        await sql(url, "INSERT INTO tenant_limits (tenant_id, max_order_amount, retention_s) VALUES ('default', "
-                       "100000, 7776000)")  # fmt: skip
+        await sql(url, IDLE)
     say(f"free disk: {shutil.disk_usage(tempfile.gettempdir()).free / 1e9:.1f} GB; generating {args.interleave:,}")
-    await generate_range(full, 1, args.interleave, say)
+    await retained_mod.generate(full, 1, args.interleave, say)
+    postgres = await postmaster_pid(empty)
     servers = [start_server(empty, args.port), start_server(full, args.port + 1)]
     runs: dict[str, list[dict[str, float]]] = {"0": [], str(args.interleave): []}
     try:
         for _ in range(args.rounds):
-            for name, port in (("0", args.port), (str(args.interleave), args.port + 1)):
-                runs[name].append(measure(f"http://127.0.0.1:{port}", args.seconds, args.connections, lua))
+            names = (("0", args.port), (str(args.interleave), args.port + 1))
+            for (name, port), server in zip(names, servers, strict=True):
+                pids = (server.pid, postgres)
+                runs[name].append(measure(f"http://127.0.0.1:{port}", args.seconds, args.connections, lua, pids))
                 say(f"{name} retained: {runs[name][-1]}")
     finally:
         for server in servers:
             server.terminate()
             server.wait(20)
-    return {
-        name: {k: statistics.median(r[k] for r in rs) for k in ("events_s", "p99_ms")} | {"runs": rs}
-        for name, rs in runs.items()
-    }
+    return {name: medians(rs) for name, rs in runs.items()} | {"load_average": load_average()}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--retained", type=int, nargs="*", default=[1_000_000])
+    parser.add_argument("--retained", type=int, nargs="*", default=[1_000_000, 3_000_000])
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--port", type=int, default=8791)
     parser.add_argument("--interleave", type=int, default=0, help="instead: 0 vs N retained, A/B/A/B, same run")
-    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds of --interleave")
+    parser.add_argument("--rounds", type=int, default=3, help="wrk runs per size (medians); A/B rounds")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here too")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         print("wrk not installed", file=sys.stderr)
         return 2
-    import os
-
     os.environ.update({**UNLIMITED_KEY, "NEXUS_RETENTION_SWEEP_S": "1"})
-    say = lambda line: print(line, flush=True)  # noqa: E731 - one line of output each
+    say = lambda line: print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)  # noqa: E731 - one line each
     data_dir = Path(tempfile.mkdtemp(prefix="nexus-retention-bench-"))
     embedded = EmbeddedPostgres(data_dir, cleanup_mode="delete")
     admin = embedded.start()
