@@ -237,8 +237,12 @@ class Soak:
 
     # -- measuring -------------------------------------------------------------------------------------------
     def _retention_env(self, directory: Path) -> dict[str, str]:
-        """Retention in seconds, and the decision log archived where the gateway knows how (issue 35)."""
-        env = {"NEXUS_RETENTION_S": str(self.config.retention_s), "NEXUS_RETENTION_SWEEP_S": "5"}
+        """Retention in seconds, and the decision log archived where the gateway knows how (issue 35). The
+        removal markers leave twice the retention after their order (7 days by default: they would grow through
+        the whole run), still long after the cycle that finished their orders was checked from them."""
+        retention = self.config.retention_s
+        env = {"NEXUS_RETENTION_S": str(retention), "NEXUS_RETENTION_SWEEP_S": "5",
+               "NEXUS_REMOVED_ORDER_MEMORY_S": str(2 * retention)}  # fmt: skip
         if ARCHIVE_SETTING in Settings.model_fields:  # the archive's setting, once the gateway has it
             env[env_name(ARCHIVE_SETTING)] = str(directory / "archive")
         return env
