@@ -148,9 +148,10 @@ chaos: $(VENV)/.lab kafka-up haproxy
 	$(BIN)/nexus chaos --plans $(CHAOS_PLANS) --seed $(CHAOS_SEED)
 
 # The whole stack (HTTP and Kafka ingress, dispatchers, sagas) under every chaos fault in a repeating cycle,
-# checked after each cycle; RSS per minute, p99 and CPU per cycle in benchmarks/results/soak/ (plot: matplotlib).
+# checked after each cycle, on a Kafka broker of its own (free ports, stopped at the end); RSS per minute, p99,
+# CPU and table rows in benchmarks/results/soak/ (plots: matplotlib).
 SOAK_MINUTES ?= 30
-soak: $(VENV)/.bench kafka-up
+soak: $(VENV)/.bench
 	$(BIN)/nexus soak --minutes $(SOAK_MINUTES)
 
 bench: $(VENV)/.bench

@@ -1,6 +1,8 @@
 """`nexus soak --minutes N`: every part of the gateway under load for N minutes, every chaos fault in turn.
 
-One stack (`chaos.harness`) runs on the embedded PostgreSQL of a `ChaosSession` and the Kafka broker: two
+One stack (`chaos.harness`) runs on the embedded PostgreSQL of a `ChaosSession` and a Kafka broker of its own
+(`scripts/kafka.sh` on free ports in the session's scratch directory, stopped at the end; `--kafka-bootstrap`
+names another, which the broker fault then restarts): two
 `nexus serve --kafka` gateways (HTTP and Kafka ingress), two `--dispatcher-only` processes, `nexus
 services` and a `nexus sink`; every gateway and dispatcher process also runs saga executors. Gateway 0
 and dispatcher 0 are never killed; the others are, with PostgreSQL, the broker, the receiver and a service.
@@ -186,6 +188,9 @@ class Soak:
     # -- processes -------------------------------------------------------------------------------------------
     async def start(self) -> None:
         await asyncio.to_thread(self.session.start)
+        if self.config.kafka_bootstrap is None:  # a broker of its own: the broker restarts touch no one else's
+            self.session.kafka_bootstrap = await self.session.new_kafka_cluster("soak", brokers=1)
+            self.say(f"soak: a Kafka broker of its own at {self.session.kafka_bootstrap}")
         url = await self.session.new_database("soak")
         port = free_port()
         self.services_url = f"http://127.0.0.1:{port}"
@@ -232,8 +237,12 @@ class Soak:
 
     # -- measuring -------------------------------------------------------------------------------------------
     def _retention_env(self, directory: Path) -> dict[str, str]:
-        """Retention in seconds, and the decision log archived where the gateway knows how (issue 35)."""
-        env = {"NEXUS_RETENTION_S": str(self.config.retention_s), "NEXUS_RETENTION_SWEEP_S": "5"}
+        """Retention in seconds, and the decision log archived where the gateway knows how (issue 35). The
+        removal markers leave twice the retention after their order (7 days by default: they would grow through
+        the whole run), still long after the cycle that finished their orders was checked from them."""
+        retention = self.config.retention_s
+        env = {"NEXUS_RETENTION_S": str(retention), "NEXUS_RETENTION_SWEEP_S": "5",
+               "NEXUS_REMOVED_ORDER_MEMORY_S": str(2 * retention)}  # fmt: skip
         if ARCHIVE_SETTING in Settings.model_fields:  # the archive's setting, once the gateway has it
             env[env_name(ARCHIVE_SETTING)] = str(directory / "archive")
         return env
@@ -421,7 +430,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plans", type=int, default=12, help="HTTP plans per round (Kafka: 2/3, sagas: 1/2)")
     parser.add_argument("--settle-timeout", type=float, default=120.0, help="seconds a cycle may take to settle")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/soak"), help="soak.json, .md, .png")
-    parser.add_argument("--kafka-bootstrap", default=None, help="the local broker (NEXUS_KAFKA_BOOTSTRAP)")
+    parser.add_argument(
+        "--kafka-bootstrap",
+        default=None,
+        help="a broker to use (and restart); default: one of its own on free ports, stopped at the end",
+    )
     parser.add_argument(
         "--retention-s",
         type=int,
@@ -449,8 +462,8 @@ def run(args: argparse.Namespace) -> int:
     for noisy in ("aiokafka", "asyncpg.pool"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
     soak = Soak(config, lambda line: print(line, flush=True))
-    if not broker_answers(soak.session.kafka_bootstrap):
-        print(f"nexus soak: no Kafka broker answers at {soak.session.kafka_bootstrap} (make kafka-up)", file=sys.stderr)
+    if config.kafka_bootstrap is not None and not broker_answers(config.kafka_bootstrap):
+        print(f"nexus soak: no Kafka broker answers at {config.kafka_bootstrap}", file=sys.stderr)
         soak.session.close()
         return 2
     return asyncio.run(soak.run())

@@ -139,6 +139,7 @@ def write_report(
     print(text)
     with contextlib.suppress(ImportError):
         plot(cycles, samples, out / "soak.png")
+        plot_tables(samples, out / "soak-tables.png")
 
 
 def render(config: SoakConfig, cycles: list[Cycle], samples: list[Sample], verdict: list[tuple[str, bool, str]]) -> str:
@@ -156,8 +157,41 @@ def render(config: SoakConfig, cycles: list[Cycle], samples: list[Sample], verdi
             for c in cycles]  # fmt: skip
     table = text_table("cycles", header, rows)
     lines = [f"nexus soak: {config.minutes:g} minutes, seed {config.seed!r}", "", minutes, "", table, ""]
+    lines += [flat_table(samples), ""]
     lines += [f"{'ok  ' if ok else 'FAIL'} {criterion}: {detail}" for criterion, ok, detail in verdict]
     return "\n".join(lines)
+
+
+def flat_table(samples: list[Sample]) -> str:
+    """Rows of each table of >= 1,000 rows at the flatness criterion's reference (the first settled sample at or
+    after minute 10) and at the last settled sample, with the change."""
+    counted = [s for s in samples if s.settled and s.tables]
+    reference = next((s for s in counted if s.minute >= FLAT_REFERENCE_MINUTE), counted[-1] if counted else None)
+    if reference is None:
+        return "table rows: no settled sample"
+    last = counted[-1]
+    big = sorted(t for t in {*reference.tables, *last.tables}
+                 if max(reference.tables.get(t, 0), last.tables.get(t, 0)) >= FLAT_ROWS)  # fmt: skip
+    rows = [(t, str(reference.tables.get(t, 0)), str(last.tables.get(t, 0)),
+             f"{last.tables.get(t, 0) - reference.tables.get(t, 0):+d}") for t in big]  # fmt: skip
+    title = f"rows of the tables of >= {FLAT_ROWS:,} rows (settled samples)"
+    return text_table(title, ("table", f"minute {reference.minute:.1f}", f"minute {last.minute:.1f}", "change"), rows)
+
+
+def plot_tables(samples: list[Sample], path: Path) -> None:
+    """soak-tables.png: rows over time of every table that reached 1,000 rows, minutes on x."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 1, figsize=(9, 5))
+    _plot_tables(axes, [s for s in samples if s.settled and s.tables])
+    axes.axvline(FLAT_REFERENCE_MINUTE, color="grey", linestyle=":", label=f"minute {FLAT_REFERENCE_MINUTE}")
+    axes.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def plot(cycles: list[Cycle], samples: list[Sample], path: Path) -> None:

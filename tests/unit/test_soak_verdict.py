@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from nexus_lab.soak import Soak, SoakConfig
-from nexus_lab.soak_report import Sample
+from nexus_lab.soak_report import Sample, write_report
 
 
 @pytest.fixture
@@ -74,3 +75,19 @@ def test_a_run_under_15_minutes_says_its_tables_are_not_judged(soak: Soak) -> No
     soak.config = SoakConfig(minutes=2)
     soak.samples = [Sample(1.0, {}, settled=True, tables={"orders": 5_000})]
     assert _flat(soak) == (True, "not judged: a run shorter than 15 minutes")
+
+
+def test_the_report_draws_and_lists_each_table_of_1000_rows(soak: Soak, tmp_path: Path) -> None:
+    """soak-tables.png is drawn beside soak.json, and soak.md lists each table of >= 1,000 rows at minute 10
+    and at the end (a smaller table is left out)."""
+    soak.config = SoakConfig(minutes=30, out=tmp_path)
+    soak.samples = [
+        Sample(10.5, {}, settled=True, tables={"orders": 20_000, "outbox": 100_000, "plans": 300}),
+        Sample(30.0, {}, settled=True, tables={"orders": 21_500, "outbox": 108_000, "plans": 400}),
+    ]
+    write_report(soak.config, [], soak.samples, [], soak.verdict())
+    assert (tmp_path / "soak-tables.png").stat().st_size > 0 and (tmp_path / "soak.json").exists()
+    text = (tmp_path / "soak.md").read_text()
+    assert "orders        20000        21500   +1500" in text, text
+    assert "outbox       100000       108000   +8000" in text, text
+    assert "plans " not in text, text

@@ -139,11 +139,12 @@ class ChaosSession:
         self.replicas[url] = replica
         return url
 
-    async def new_kafka_cluster(self, label: str) -> str:
-        """A three-broker Kafka cluster of its own for one scenario (a scratch home); returns its bootstrap."""
+    async def new_kafka_cluster(self, label: str, *, brokers: int = 3) -> str:
+        """A Kafka cluster of its own (three brokers, or `brokers`) for one scenario (a scratch home, free ports);
+        returns its bootstrap. Stopped by `close`."""
         from nexus_lab.chaos.kafka_cluster import KafkaCluster
 
-        cluster = KafkaCluster(self.tmp / f"kafka-{label}")
+        cluster = KafkaCluster(self.tmp / f"kafka-{label}", brokers=brokers)
         self.kafka_clusters[cluster.bootstrap] = cluster
         await cluster.up()
         return cluster.bootstrap
@@ -156,7 +157,12 @@ class ChaosSession:
         self.pg_restarts += 1
 
     async def restart_kafka(self) -> None:
-        """`scripts/kafka.sh restart` on the session's broker port; returns once it answers again."""
+        """`scripts/kafka.sh restart` on the session's broker (only that one: a cluster of the session's own, see
+        `new_kafka_cluster`, or the broker on its port); returns once it answers again."""
+        own = self.kafka_clusters.get(self.kafka_bootstrap)
+        if own is not None:
+            await own.restart()
+            return
         port = self.kafka_bootstrap.rsplit(":", 1)[-1]
         env = {**os.environ, "NEXUS_KAFKA_PORT": port}
         await asyncio.to_thread(kafka_script, "restart", env, 180)

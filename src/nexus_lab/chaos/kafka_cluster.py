@@ -85,6 +85,12 @@ class KafkaCluster:
         self.started = True
         await asyncio.to_thread(self._script, "up")
 
+    async def restart(self) -> None:
+        """`kafka.sh restart`: every broker of this cluster stopped and started again (data kept), and only
+        them; returns once they answer."""
+        self.started = True
+        await asyncio.to_thread(self._script, "restart")
+
     def kill(self, broker: int) -> int:
         """SIGKILL broker `broker` (0-based); returns its pid."""
         pid = int((self.directory / f"node-{self.port + 2 * broker}" / "kafka.pid").read_text())
