@@ -287,7 +287,7 @@ async def _ended(child: asyncio.subprocess.Process) -> int | None:
     """Once the child has ended: how many of A's envelopes it says were decided (None if it does not say)."""
     assert child.stdout is not None
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(90):  # A's last requests, each within its client's 60 s
             said = await child.stdout.read()
             await child.wait()
             lines = [line.split()[1] for line in said.decode().splitlines() if line.startswith("decided ")]
