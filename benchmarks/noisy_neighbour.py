@@ -3,8 +3,9 @@ legal pattern at its limits, beside C's baseline in the same run (nexus_lab.benc
 pattern does).
 
 Usage: ``.venv/bin/python benchmarks/noisy_neighbour.py [--seconds 20] [--patterns waits,batches,...]
-[--json FILE]``. PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an embedded
-pgserver. Prints a line per phase as it ends, then the table.
+[--json FILE] [--gateway-env NEXUS_X=V ...]`` (`--gateway-env` sets one of the gateway's settings, to compare
+them). PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an embedded pgserver. Prints
+a line per phase as it ends, then the table.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ async def main(args: argparse.Namespace, admin: str) -> None:
     name = f"bench_noisy_{uuid.uuid4().hex[:8]}"
     url = await create_database(admin, name, migrate=True)
     a_keys, c_key = await make_keys(url)
-    proc, base = start_gateway(url)
+    proc, base = start_gateway(url, dict(pair.split("=", 1) for pair in args.gateway_env))
     try:
         rows = await run_phases(base, a_keys, c_key, args.patterns.split(","), args.seconds)
     finally:
@@ -46,6 +47,9 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=20.0, help="each phase's length")
     parser.add_argument("--patterns", default=",".join(PATTERNS))
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--gateway-env", action="append", default=[], metavar="NEXUS_X=V", help="a setting of the gateway (repeatable)"
+    )
     arguments = parser.parse_args()
     admin_url = os.environ.get("NEXUS_DATABASE_URL") or None
     if admin_url is None:

@@ -97,6 +97,7 @@ async def serve(
         workers=settings.batch_workers,
         max_events=settings.batch_max_events,
         window_ms=settings.batch_window_ms,
+        tenant_events=settings.batch_tenant_events,
     )
     from nexus.lifecycle.waiting import DecisionListener  # One LISTEN connection per process
 

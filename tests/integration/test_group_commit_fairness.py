@@ -33,7 +33,7 @@ async def test_a_single_step_waits_one_transaction_behind_another_tenants_big_ba
     and no transaction holds more than `max_events` items."""
     gateway = CountingGateway(db)
     gateway.transactions = []
-    committer = GroupCommitter(gateway, workers=1, max_events=500)
+    committer = GroupCommitter(gateway, workers=1, max_events=500, tenant_events=250)
     committer.start()
     try:
         big = [asyncio.create_task(committer.submit(_batch("acme", f"a{b}", 1000))) for b in range(4)]
@@ -58,3 +58,42 @@ async def test_an_empty_request_is_answered_with_no_outcome(db: Database) -> Non
         assert await committer.submit([]) == []
     finally:
         await committer.stop()
+
+
+async def test_a_transaction_holds_at_most_one_share_of_a_busy_tenants_items(db: Database) -> None:
+    """With acme's batches queued, every transaction holds at most `tenant_events` of acme's items, so
+    initech's single step waits behind one share of acme's work in flight and is decided in the next transaction
+    with at most one more share (on the batcher before shares it shared a transaction with 75 of acme's items,
+    the one before it held 100)."""
+    gateway = CountingGateway(db)
+    gateway.transactions = []
+    committer = GroupCommitter(gateway, workers=1, max_events=100, tenant_events=16)
+    committer.start()
+    try:
+        big = [asyncio.create_task(committer.submit(_batch("acme", f"a{b}", 64))) for b in range(2)]
+        await asyncio.sleep(0)  # every batch queued first
+        [light] = await committer.submit(_batch("initech", "c", 1))
+        assert light.decision is Decision.APPLY
+        answers = await asyncio.gather(*big)
+    finally:
+        await committer.stop()
+    first = next(i for i, tenants in enumerate(gateway.transactions) if "initech" in tenants)
+    assert first <= 1, [len(t) for t in gateway.transactions]
+    assert max(t.count("acme") for t in gateway.transactions) <= 16, [t.count("acme") for t in gateway.transactions]
+    assert all(len(a) == 64 and {o.decision for o in a} == {Decision.APPLY} for a in answers)
+    assert sum(len(t) for t in gateway.transactions) == 129
+
+
+async def test_one_tenants_single_step_requests_still_share_a_transaction(db: Database) -> None:
+    """The share bounds a tenant's items, not its requests: 40 one-step requests of one tenant queued together
+    are decided in one transaction (the group commit of many small requests is kept)."""
+    gateway = CountingGateway(db)
+    gateway.transactions = []
+    committer = GroupCommitter(gateway, workers=1, max_events=500, tenant_events=64)
+    committer.start()
+    try:
+        answers = await asyncio.gather(*(committer.submit(_batch("acme", f"s{i}", 1)) for i in range(40)))
+    finally:
+        await committer.stop()
+    assert all(a[0].decision is Decision.APPLY for a in answers)
+    assert [len(t) for t in gateway.transactions] == [40]

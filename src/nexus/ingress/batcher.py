@@ -4,14 +4,16 @@ Orders are partitioned by hash across a few workers, so two shared transactions 
 other's advisory locks. A worker takes what is queued for its partition (up to `max_events`, optionally
 waiting `window_ms` for more), submits it as one batch and splits the outcomes back.
 
-Fair between tenants: a worker keeps one queue per tenant and fills a transaction by taking one slice from
-each tenant with work in turn (round robin, the next transaction starting after the last tenant served), and a
-request larger than a slice (`max_events // 4` items) is cut into slices that go into successive transactions,
-in order. So one tenant's 1,000-envelope batches delay another tenant's single step by about one transaction,
-not by every batch queued before it. A request's slices keep its items' order (one tenant's queue is FIFO, and a
-worker runs its transactions one after another); a request whose slices span transactions is answered once all
-of them are decided, and fails if one of them fails (a transient failure is retried whole by its caller, its
-already-decided steps answered DUPLICATE).
+Fair between tenants: a worker keeps one queue per tenant and fills a transaction by going once round the
+tenants with work waiting, taking at most a share of `tenant_events` items from each (the next transaction
+starting after the last tenant served), and a request larger than a share is cut into slices of that size that
+go into successive transactions, in order. A transaction therefore holds at most `tenant_events` items of any one
+tenant, even when that tenant alone is waiting: one tenant's 1,000-envelope batches delay another tenant's single
+step by the transaction in flight when it arrives and its own (each at most one share of the busy tenant), not by
+every batch queued before it nor by transactions of `max_events` of the busy tenant's items. A request's slices
+keep its items' order (one tenant's queue is FIFO, and a worker runs its transactions one after another); a
+request whose slices span transactions is answered once all of them are decided, and fails if one of them fails
+(a transient failure is retried whole by its caller, its already-decided steps answered DUPLICATE).
 """
 
 from __future__ import annotations
@@ -57,22 +59,35 @@ class _TenantQueues:
     def __bool__(self) -> bool:
         return bool(self._ring)
 
-    def next_size(self) -> int:
-        """How many items the next request in turn holds (the queue must not be empty)."""
-        return len(self._by_tenant[self._ring[0]][0].items)
-
-    def take(self) -> _Request:
-        """The head request of the next tenant in turn (the queue must not be empty)."""
-        tenant = self._ring.popleft()
-        queue = self._by_tenant[tenant]
-        request = queue.popleft()
-        if queue:
-            self._ring.append(tenant)
-        else:
-            del self._by_tenant[tenant]
+    def take(self, room: int, share: int, taken: dict[str, int]) -> list[_Request]:
+        """Requests for a transaction with `room` items left: once round the tenants waiting, in turn, each
+        adding requests while its items in the transaction (`taken`, updated) stay within `share` (its first
+        request always, if the transaction is empty). Tenants served go to the back of the turn; a tenant not
+        reached (the transaction full) keeps its place for the next."""
+        batch: list[_Request] = []
+        count = 0
+        for _ in range(len(self._ring)):
+            tenant = self._ring[0]
+            queue = self._by_tenant[tenant]
+            mine = taken.get(tenant, 0)
+            if count + len(queue[0].items) > room and (batch or taken):
+                break
+            self._ring.popleft()
+            while queue and (not mine or mine + len(queue[0].items) <= share):
+                if count + len(queue[0].items) > room and (batch or taken):
+                    break
+                request = queue.popleft()
+                batch.append(request)
+                count += len(request.items)
+                mine += len(request.items)
+            taken[tenant] = mine
+            if queue:
+                self._ring.append(tenant)
+            else:
+                del self._by_tenant[tenant]
         if not self._ring:
             self._arrived.clear()
-        return request
+        return batch
 
     async def wait(self) -> None:
         await self._arrived.wait()
@@ -81,11 +96,19 @@ class _TenantQueues:
 class GroupCommitter:
     """Shares `Gateway.submit` transactions between concurrent callers."""
 
-    def __init__(self, gateway: Gateway, *, workers: int = 4, max_events: int = 500, window_ms: float = 0.0):
+    def __init__(
+        self,
+        gateway: Gateway,
+        *,
+        workers: int = 4,
+        max_events: int = 500,
+        window_ms: float = 0.0,
+        tenant_events: int = 64,
+    ) -> None:
         self.gateway = gateway
         self.max_events = max_events
         self.window_s = window_ms / 1000.0
-        self.slice = max(1, max_events // 4)
+        self.slice = max(1, min(tenant_events, max_events))
         self._queues: list[_TenantQueues] = [_TenantQueues() for _ in range(max(1, workers))]
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -141,24 +164,19 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         while True:
             await queue.wait()
-            batch = [queue.take()]
-            count = len(batch[0].items)
+            taken: dict[str, int] = {}
+            batch = queue.take(self.max_events, self.slice, taken)
             deadline = loop.time() + self.window_s
-            while count < self.max_events:
-                if not queue:
-                    remaining = deadline - loop.time()
-                    if remaining <= 0:
-                        break
-                    try:
-                        async with asyncio.timeout(remaining):
-                            await queue.wait()
-                    except TimeoutError:
-                        break
-                if count + queue.next_size() > self.max_events:
+            while not queue and sum(taken.values()) < self.max_events:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
                     break
-                request = queue.take()
-                batch.append(request)
-                count += len(request.items)
+                try:
+                    async with asyncio.timeout(remaining):
+                        await queue.wait()
+                except TimeoutError:
+                    break
+                batch += queue.take(self.max_events - sum(taken.values()), self.slice, taken)
             await self._run(batch)
 
     async def _run(self, batch: list[_Request]) -> None:
