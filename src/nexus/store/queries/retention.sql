@@ -5,24 +5,43 @@
 
 -- name: due_orders
 -- Finished orders past their tenant's retention ($4 seconds unless tenant_limits.retention_s says otherwise),
--- oldest first by when they finished (the partial index orders_finished_at, migration 0027, bounded below by
--- the shortest period in force), with none of their deliveries pending, no open saga (status not among the
+-- oldest first by when they finished, with none of their deliveries pending, no open saga (status not among the
 -- closed ones $5) and no approval pending; at most $3, locked (SKIP LOCKED: another remover takes others).
-SELECT o.tenant_id, o.order_id
-FROM orders AS o
-JOIN unnest($1::text[], $2::text[]) AS t(process, status) ON o.process = t.process AND o.status = t.status
-LEFT JOIN tenant_limits AS l ON l.tenant_id = o.tenant_id
-WHERE o.finished_at < now() - make_interval(secs => least($4, (SELECT min(retention_s) FROM tenant_limits)))
-  AND o.finished_at < now() - make_interval(secs => coalesce(l.retention_s, $4))
-  AND NOT EXISTS (SELECT 1 FROM outbox AS x JOIN deliveries AS d ON d.outbox_id = x.id
-                  WHERE x.tenant_id = o.tenant_id AND x.order_id = o.order_id AND d.state = 'pending')
-  AND NOT EXISTS (SELECT 1 FROM sagas AS s WHERE s.tenant_id = o.tenant_id AND s.order_id = o.order_id
-                  AND s.status <> ALL ($5::text[]))
-  AND NOT EXISTS (SELECT 1 FROM approvals AS a WHERE a.tenant_id = o.tenant_id AND a.order_id = o.order_id
-                  AND a.status = 'pending')
-ORDER BY o.finished_at
-LIMIT $3
-FOR UPDATE OF o SKIP LOCKED;
+-- Bounded per tenant: `tenants` steps through the tenants holding finished orders (one probe each of the
+-- partial index orders_tenant_finished_at, migration 0030), and each tenant's scan reads only its orders
+-- finished before its own cutoff (a tenant period longer than $4 reads nothing until its orders are due). Each
+-- tenant locks at most $3 of its own; the oldest $3 of them all are returned, the rest stay for the next pass.
+-- orders_tenant_finished_at is the only index on finished_at (0030 dropped orders_finished_at, with which the
+-- planner read every tenant's orders past the cutoff and filtered them by tenant).
+WITH RECURSIVE tenants (tenant_id) AS (
+    (SELECT o.tenant_id FROM orders AS o WHERE o.finished_at IS NOT NULL ORDER BY o.tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.tenant_id FROM orders AS o
+            WHERE o.finished_at IS NOT NULL AND o.tenant_id > t.tenant_id ORDER BY o.tenant_id LIMIT 1)
+    FROM tenants AS t WHERE t.tenant_id IS NOT NULL
+)
+SELECT due.tenant_id, due.order_id
+FROM tenants AS t
+LEFT JOIN tenant_limits AS l ON l.tenant_id = t.tenant_id
+CROSS JOIN LATERAL (
+    SELECT o.tenant_id, o.order_id, o.finished_at
+    FROM orders AS o
+    JOIN unnest($1::text[], $2::text[]) AS p(process, status) ON o.process = p.process AND o.status = p.status
+    WHERE o.tenant_id = t.tenant_id
+      AND o.finished_at < now() - make_interval(secs => coalesce(l.retention_s, $4))
+      AND NOT EXISTS (SELECT 1 FROM outbox AS x JOIN deliveries AS d ON d.outbox_id = x.id
+                      WHERE x.tenant_id = o.tenant_id AND x.order_id = o.order_id AND d.state = 'pending')
+      AND NOT EXISTS (SELECT 1 FROM sagas AS s WHERE s.tenant_id = o.tenant_id AND s.order_id = o.order_id
+                      AND s.status <> ALL ($5::text[]))
+      AND NOT EXISTS (SELECT 1 FROM approvals AS a WHERE a.tenant_id = o.tenant_id AND a.order_id = o.order_id
+                      AND a.status = 'pending')
+    ORDER BY o.finished_at
+    LIMIT $3
+    FOR UPDATE OF o SKIP LOCKED
+) AS due
+WHERE t.tenant_id IS NOT NULL
+ORDER BY due.finished_at
+LIMIT $3;
 
 -- name: lock_removable
 -- The gateway's advisory locks of the orders (gateway.sql lock_orders' keys), taken only where free: an order
@@ -91,22 +110,39 @@ DELETE FROM removed_orders WHERE (tenant_id, order_id) IN (
 
 -- name: oldest_finished
 -- How long ago the oldest finished order still present finished (0: none), and how far past its own period
--- the most overdue one is (0: none is due); the pairs and $3 as in due_orders.
-SELECT coalesce((SELECT extract(epoch FROM now() - o.finished_at)
-                 FROM orders AS o
-                 JOIN unnest($1::text[], $2::text[]) AS t(process, status)
-                   ON o.process = t.process AND o.status = t.status
-                 WHERE o.finished_at IS NOT NULL
-                 ORDER BY o.finished_at LIMIT 1), 0)::float8 AS oldest_s,
-       coalesce((SELECT max(extract(epoch FROM now() - o.finished_at) - coalesce(l.retention_s, $3))
-                 FROM orders AS o
-                 JOIN unnest($1::text[], $2::text[]) AS t(process, status)
-                   ON o.process = t.process AND o.status = t.status
-                 LEFT JOIN tenant_limits AS l ON l.tenant_id = o.tenant_id
-                 WHERE o.finished_at < now() - make_interval(secs => least($3, (SELECT min(retention_s)
-                                                                               FROM tenant_limits)))
-                   AND o.finished_at < now() - make_interval(secs => coalesce(l.retention_s, $3))), 0)::float8
-           AS overdue_s;
+-- the most overdue one is (0: none is due); the pairs and $3 as in due_orders. Both per tenant (stepped through
+-- as in due_orders): its oldest finished order, and for the overdue only if before that tenant's cutoff.
+WITH RECURSIVE tenants (tenant_id) AS (
+    (SELECT o.tenant_id FROM orders AS o WHERE o.finished_at IS NOT NULL ORDER BY o.tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.tenant_id FROM orders AS o
+            WHERE o.finished_at IS NOT NULL AND o.tenant_id > t.tenant_id ORDER BY o.tenant_id LIMIT 1)
+    FROM tenants AS t WHERE t.tenant_id IS NOT NULL
+)
+SELECT coalesce((SELECT max(extract(epoch FROM now() - f.finished_at))
+                 FROM tenants AS t
+                 CROSS JOIN LATERAL (
+                     SELECT o.finished_at
+                     FROM orders AS o
+                     JOIN unnest($1::text[], $2::text[]) AS p(process, status)
+                       ON o.process = p.process AND o.status = p.status
+                     WHERE o.tenant_id = t.tenant_id AND o.finished_at IS NOT NULL
+                     ORDER BY o.finished_at LIMIT 1
+                 ) AS f
+                 WHERE t.tenant_id IS NOT NULL), 0)::float8 AS oldest_s,
+       coalesce((SELECT max(extract(epoch FROM now() - d.finished_at) - coalesce(l.retention_s, $3))
+                 FROM tenants AS t
+                 LEFT JOIN tenant_limits AS l ON l.tenant_id = t.tenant_id
+                 CROSS JOIN LATERAL (
+                     SELECT o.finished_at
+                     FROM orders AS o
+                     JOIN unnest($1::text[], $2::text[]) AS p(process, status)
+                       ON o.process = p.process AND o.status = p.status
+                     WHERE o.tenant_id = t.tenant_id
+                       AND o.finished_at < now() - make_interval(secs => coalesce(l.retention_s, $3))
+                     ORDER BY o.finished_at LIMIT 1
+                 ) AS d
+                 WHERE t.tenant_id IS NOT NULL), 0)::float8 AS overdue_s;
 
 -- name: marker_counts
 SELECT count(*) AS markers FROM removed_orders;
