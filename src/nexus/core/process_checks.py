@@ -32,11 +32,15 @@ def validate_step(
     seq_id: int | None,
     data: Mapping[str, Any],
     limits: Mapping[str, Any],
+    *,
+    data_checked: bool = False,
 ) -> Verdict | None:
     """Why a step that would apply to an order in `status` must be REJECTED, or None to apply it.
 
     `status` is None before the order exists. Checks run in their declared order; the first that fails
     decides. The tenant's `limits` arrive in major units and reach CEL in the step's minor unit.
+    `data_checked`: this data already passed this process's schema of the step (on arrival,
+    `validation.data_verdict`), so it is not checked again.
     """
     compiled = process.steps.get(event_type)
     if compiled is None:
@@ -54,8 +58,11 @@ def validate_step(
         )
     if (too_long := list_limit_message(data, process.definition.max_list_items, limits)) is not None:
         return Verdict(ErrorCode.LIMIT_EXCEEDED, too_long, LIST_CHECK_ID)
+    schema = None if data_checked else compiled.data_schema
+    if schema is None and not compiled.rules:
+        return None
     data = compiled.with_defaults(data)
-    if compiled.data_schema is not None and (problem := step_data.problem(compiled.data_schema, data)) is not None:
+    if schema is not None and (problem := step_data.problem(schema, data)) is not None:
         return Verdict(ErrorCode.CHECK_FAILED, problem, "data")
     if not compiled.rules:
         return None

@@ -20,11 +20,20 @@ def invalid_data(
 ) -> dict[int, Verdict]:
     """Which of one order's arriving steps (by index) carry data their order's process refuses (which process
     that is: `validation`'s docstring)."""
+    return arrival_data(catalog, state, events)[0]
+
+
+def arrival_data(
+    catalog: ProcessCatalog | None, state: OrderState, events: Sequence[EventEnvelope]
+) -> tuple[dict[int, Verdict], dict[int, CompiledProcess]]:
+    """`invalid_data`, and the steps whose data passed, each with the process that judged it (the fold does
+    not check that data against that process again: `OrderContext.data_checked`)."""
     if catalog is None:
-        return {}
+        return {}, {}
     pinned = catalog.get(state.process, state.process_version) if state.process is not None else None
     first: CompiledProcess | None = None
     found: dict[int, Verdict] = {}
+    passed: dict[int, CompiledProcess] = {}
     for i, event in enumerate(events):
         process = pinned
         if state.process is None:
@@ -35,7 +44,9 @@ def invalid_data(
         verdict = data_verdict(process, event)
         if verdict is not None:
             found[i] = verdict
-    return found
+        elif process is not None and event.seq_id is not None:  # a step without seq is not judged yet
+            passed[i] = process
+    return found, passed
 
 
 def invalid_data_entry(item: Incoming, event: EventEnvelope, verdict: Verdict) -> Entry:

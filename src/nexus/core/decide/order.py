@@ -59,6 +59,10 @@ class OrderContext:
     numbered: frozenset[uuid.UUID] = frozenset()
     """The server-numbered steps (by event_id) among the order's buffered ones and this batch's: a step
     denied, expired or refused out of the buffer settles them (`approvals.settle_numbered`)."""
+    data_checked: Mapping[uuid.UUID, tuple[EventEnvelope, CompiledProcess]] = dataclasses.field(default_factory=dict)
+    """The steps of this batch whose data passed their process's schema on arrival (`data_check`), by event_id:
+    that very envelope and that process. Judged by the same process, the same envelope's data is not checked
+    again; any other step (buffered before, numbered in the fold, or judged by another process) is."""
 
 
 class OrderFold:
@@ -198,9 +202,12 @@ class OrderFold:
     def _judge(self, current: OrderState, event: EventEnvelope) -> Verdict | None:
         if self.ctx.catalog is None:
             return None
+        process = self._process(current, event)
+        arrival = self.ctx.data_checked.get(event.event_id)
+        checked = arrival is not None and arrival[0] is event and arrival[1] is process
         return self.ctx.checks.verdict(
-            self._process(current, event), current.process or event.process_name, current.status,
-            current.facts, event.event_type, event.seq_id, event.data, self.ctx.limits,
+            process, current.process or event.process_name, current.status, current.facts, event.event_type,
+            event.seq_id, event.data, self.ctx.limits, data_checked=checked,
         )  # fmt: skip
 
     def _after_terminal(self, current: OrderState, event: EventEnvelope) -> Verdict | None:

@@ -26,7 +26,7 @@ from nexus.core import wording
 from nexus.core.actors import SYSTEM_SAGA
 from nexus.core.audit_chain import Entry
 from nexus.core.decide.answers import Outcome, answer
-from nexus.core.decide.data_check import invalid_data, invalid_data_entry
+from nexus.core.decide.data_check import arrival_data, invalid_data_entry
 from nexus.core.decide.effects import effect_outcome_stale
 from nexus.core.decide.expiry import Expiry, expired_rows
 from nexus.core.decide.items import EffectOutcome, Incoming, IngressKind, order_key
@@ -64,7 +64,7 @@ from nexus.core.decide.validation import StepChecks
 from nexus.core.envelope import EventEnvelope
 from nexus.core.numbering import DEFAULT_REPEAT_WINDOW_S
 from nexus.core.order_state import Decision, OrderState, Resolution
-from nexus.core.process_model import ProcessCatalog, Verdict
+from nexus.core.process_model import CompiledProcess, ProcessCatalog, Verdict
 from nexus.core.saga import SagaStatus
 from nexus.errors import ErrorCode
 
@@ -174,9 +174,11 @@ class _Planner:
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
         state = reads.states.get(key) or OrderState(key[1])
-        indexes = self.valid_data(indexes, state)
+        indexes, checked = self.valid_data(indexes, state)
         if not indexes:
             return
+        if checked:
+            ctx = dataclasses.replace(ctx, data_checked=checked)
         if key in reads.rejected:
             state = dataclasses.replace(state, rejections=len(reads.rejected[key]))
         pending = reads.pending.get(key, {})
@@ -237,10 +239,14 @@ class _Planner:
         assert self.now is not None, "numbering proposals needs the clock (the repeat window)"
         return OrderNumbering(reads.numbering.get(key, NumberingReads()), self.now, self.parts.repeat_window_s)
 
-    def valid_data(self, indexes: list[int], state: OrderState) -> list[int]:
-        """The items whose data their order's process accepts; the others DEAD_LETTER INVALID_EVENT."""
+    def valid_data(
+        self, indexes: list[int], state: OrderState
+    ) -> tuple[list[int], dict[uuid.UUID, tuple[EventEnvelope, CompiledProcess]]]:
+        """The items whose data their order's process accepts (the others DEAD_LETTER INVALID_EVENT), and of
+        those the steps it checked (`OrderContext.data_checked`)."""
         events = [event for i in indexes if (event := self.items[i].envelope) is not None]
-        invalid = invalid_data(self.parts.catalog, state, events)
+        invalid, passed = arrival_data(self.parts.catalog, state, events)
+        checked = {events[j].event_id: (events[j], process) for j, process in passed.items()}
         for j, verdict in invalid.items():
             i, event = indexes[j], events[j]
             self.dead_letter(i, verdict.code, verdict.message)
@@ -249,7 +255,7 @@ class _Planner:
                 state.last_seq, seq_id=event.seq_id,
             )  # fmt: skip
             self.log += self.parts.log.entries([invalid_data_entry(self.items[i], event, verdict)])
-        return [i for j, i in enumerate(indexes) if j not in invalid] if invalid else indexes
+        return ([i for j, i in enumerate(indexes) if j not in invalid] if invalid else indexes), checked
 
     def dead_letter(self, i: int, code: ErrorCode, error: str) -> None:
         item = self.items[i]

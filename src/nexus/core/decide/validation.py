@@ -57,11 +57,13 @@ def data_verdict(process: CompiledProcess | None, event: EventEnvelope) -> Verdi
 def judge(
     process: CompiledProcess | None, name: str, state_status: str | None, facts: Mapping[str, Any],
     event_type: str, seq_id: int | None, data: Mapping[str, Any], limits: Mapping[str, Any],
+    *, data_checked: bool = False,
 ) -> Verdict | None:  # fmt: skip
-    """`validate_step` against the order's process, or UNKNOWN_STEP when process `name` is not registered."""
+    """`validate_step` against the order's process, or UNKNOWN_STEP when process `name` is not registered;
+    `data_checked`: the data passed `process`'s schema on arrival (not checked again)."""
     if process is None:
         return Verdict(ErrorCode.UNKNOWN_STEP, f"unknown process {name!r}: no definition is registered")
-    return validate_step(process, state_status, facts, event_type, seq_id, data, limits)
+    return validate_step(process, state_status, facts, event_type, seq_id, data, limits, data_checked=data_checked)
 
 
 def after_terminal(
@@ -86,8 +88,9 @@ class StepChecks:
     def verdict(
         self, process: CompiledProcess | None, name: str, status: str | None, facts: Mapping[str, Any],
         event_type: str, seq_id: int | None, data: Mapping[str, Any], limits: Mapping[str, Any],
+        *, data_checked: bool = False,
     ) -> Verdict | None:  # fmt: skip
-        return judge(process, name, status, facts, event_type, seq_id, data, limits)
+        return judge(process, name, status, facts, event_type, seq_id, data, limits, data_checked=data_checked)
 
 
 class NoChecks(StepChecks):
@@ -99,5 +102,6 @@ class NoChecks(StepChecks):
     def verdict(
         self, process: CompiledProcess | None, name: str, status: str | None, facts: Mapping[str, Any],
         event_type: str, seq_id: int | None, data: Mapping[str, Any], limits: Mapping[str, Any],
+        *, data_checked: bool = False,
     ) -> Verdict | None:  # fmt: skip
         return None
