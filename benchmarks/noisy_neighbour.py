@@ -3,7 +3,7 @@ legal pattern at its limits, beside C's baseline in the same run (nexus_lab.benc
 pattern does).
 
 Usage: ``.venv/bin/python benchmarks/noisy_neighbour.py [--seconds 20] [--patterns waits,batches,...]
-[--json FILE] [--gateway-env NEXUS_X=V ...]`` (`--gateway-env` sets one of the gateway's settings, to compare
+[--json FILE] [--gateway-env NAME=VALUE ...]`` (`--gateway-env` sets one of the gateway's settings, to compare
 them). PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an embedded pgserver. Prints
 a line per phase as it ends, then the table.
 """
@@ -48,7 +48,7 @@ if __name__ == "__main__":
     parser.add_argument("--patterns", default=",".join(PATTERNS))
     parser.add_argument("--json", default=None)
     parser.add_argument(
-        "--gateway-env", action="append", default=[], metavar="NEXUS_X=V", help="a setting of the gateway (repeatable)"
+        "--gateway-env", action="append", default=[], metavar="NAME=VALUE", help="a setting of the gateway (repeatable)"
     )
     arguments = parser.parse_args()
     admin_url = os.environ.get("NEXUS_DATABASE_URL") or None
