@@ -18,15 +18,16 @@ checker (`checker.check_report`, as `nexus chaos` judges it) on every round's re
 
 Measured: per cycle the p99 of the agent's HTTP sends (retries included), CPU seconds per 1,000 events of
 the never-killed processes (gateway 0, dispatcher 0, PostgreSQL) and the sizes of the main tables; each
-minute, and after each cycle has settled, the RSS of those processes (PostgreSQL: the private memory of its
+minute, and at each cycle's settled sample, the RSS of those processes (PostgreSQL: the private memory of its
 processes). Written to `--out` (soak.json, soak.md, soak.png). Exit 1 unless: 0 invariant violations, the
-RSS of each kept process at the end within 10 % of minute 5 (runs of 5 minutes or more), the p99 of the
-last cycle within 1.5x of the first, and every table with at least 1,000 rows at minute 10 within 10 % or
-1,000 rows of that count at the end (runs of 15 minutes or more; finished orders leave `--retention-s` after
-they finished, 300 by default, and the decision log is archived where the gateway has `ARCHIVE_SETTING`; the
-rows of every table are counted after each cycle has settled). PostgreSQL is one of the faults (stopped and
-started every cycle), so its memory is judged on the settled samples only: the same phase of every cycle, all
-load stopped.
+RSS of each kept process at the end at most 10 % above minute 5 (runs of 5 minutes or more; memory that falls
+is no leak), the p99 of the last cycle within 1.5x of the first, and every table with at least 1,000 rows at
+minute 10 within 10 % or 1,000 rows of that count at the end (runs of 15 minutes or more; finished orders leave
+`--retention-s` after they finished, 300 by default, and the decision log is archived where the gateway has
+`ARCHIVE_SETTING`). The settled sample (RSS, rows of every table) is taken `--retention-s` + `PHASE_MARGIN_S`
+after each cycle's load began (the cycle waits for it): the earlier cycles' orders have left, this one's remain
+(but its first `PHASE_MARGIN_S`), the markers (kept as long) are the previous cycle's. PostgreSQL, restarted
+every cycle, has its memory judged on the settled samples only.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ from nexus_lab.checker import check_report
 from nexus_lab.procs import NEXUS_CMD, free_port, wait_ready
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES
-from nexus_lab.soak_report import TABLES, Cycle, Sample, verdict_of, write_report
+from nexus_lab.soak_report import FLAT_JUDGED_MINUTES, TABLES, Cycle, Sample, verdict_of, write_report
 
 # One pass over every chaos scenario's fault; the first gateway and the first dispatcher are spared.
 CYCLE: tuple[Fault, ...] = (
@@ -112,6 +113,10 @@ class TimedTransport:
     async def close(self) -> None:
         await self.inner.close()
 
+
+PHASE_MARGIN_S = 15.0
+"""The settled sample is taken this long after the retention has passed since the cycle's load began: the
+remover's sweep (NEXUS_RETENTION_SWEEP_S = 5) and a batch have removed every order of the earlier cycles."""
 
 ARCHIVE_SETTING = "audit_archive_dir"
 """The decision log's archive directory (issue 35 item 3): set for the soak's gateways where it exists."""
@@ -161,9 +166,7 @@ def cpu_s(pid: int) -> float:
 
 
 def p99(values: Sequence[float]) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
+    ordered = sorted(values) or [0.0]
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
@@ -220,8 +223,9 @@ class Soak:
         await asyncio.to_thread(self.session.close)
 
     def _kept(self) -> dict[str, int]:
-        """pids of the never-killed processes (PostgreSQL's may change when it is restarted)."""
-        assert self.stack is not None
+        """pids of the never-killed processes (PostgreSQL's may change when it is restarted; none before the start)."""
+        if self.stack is None:
+            return {}
         pids = {}
         for name, proc in (("gateway-0", self.stack.gateways[0]), ("dispatcher-0", self.stack.dispatchers[0])):
             if proc.proc is not None:
@@ -236,13 +240,21 @@ class Soak:
         return 0
 
     # -- measuring -------------------------------------------------------------------------------------------
+    def phase_s(self) -> float:
+        """Seconds after a cycle's load began at which its settled sample is taken (the cycle's shortest length)."""
+        return self.config.retention_s + PHASE_MARGIN_S
+
+    def marker_memory_s(self) -> int:
+        """NEXUS_REMOVED_ORDER_MEMORY_S: a cycle's shortest length, so a settled sample sees the markers of one
+        cycle (the previous). Safe for the checks: a marker lives until 2 x retention + margin after its order
+        finished; a cycle's checks have ended at most ~370 s after its load began (docs/failure-catalog.md)."""
+        return round(self.phase_s())
+
     def _retention_env(self, directory: Path) -> dict[str, str]:
-        """Retention in seconds, and the decision log archived where the gateway knows how (issue 35). The
-        removal markers leave twice the retention after their order (7 days by default: they would grow through
-        the whole run), still long after the cycle that finished their orders was checked from them."""
+        """Retention in seconds, and the decision log archived where the gateway knows how (issue 35)."""
         retention = self.config.retention_s
         env = {"NEXUS_RETENTION_S": str(retention), "NEXUS_RETENTION_SWEEP_S": "5",
-               "NEXUS_REMOVED_ORDER_MEMORY_S": str(2 * retention)}  # fmt: skip
+               "NEXUS_REMOVED_ORDER_MEMORY_S": str(self.marker_memory_s())}  # fmt: skip
         if ARCHIVE_SETTING in Settings.model_fields:  # the archive's setting, once the gateway has it
             env[env_name(ARCHIVE_SETTING)] = str(directory / "archive")
         return env
@@ -261,6 +273,17 @@ class Soak:
         rss = {name: round(rss_mb(pid, private=name == "postgres"), 1) for name, pid in self._kept().items() if pid}
         self.samples.append(Sample(round((time.monotonic() - self.started) / 60, 2), rss, settled, tables or {}))
         self.say(f"soak: minute {self.samples[-1].minute:.1f}{' (settled)' if settled else ''}: RSS MB {rss}")
+
+    async def settled_at_phase(
+        self, began: float, count: Callable[[], Awaitable[dict[str, int]]], checked: asyncio.Event
+    ) -> None:
+        """The settled sample, `phase_s` after the cycle's load `began` (runs too short to judge the tables: after
+        the checks, without waiting)."""
+        if self.config.minutes < FLAT_JUDGED_MINUTES:
+            await checked.wait()
+        else:
+            await asyncio.sleep(max(0.0, began + self.phase_s() - time.monotonic()))
+        self.sample(settled=True, tables=await count())
 
     async def _tables(self, db: Database) -> dict[str, int]:
         sizes = {t: int(await db.fetchval(f"SELECT count(*) FROM {t}")) for t in TABLES}
@@ -282,6 +305,8 @@ class Soak:
         saga_orders: list[str] = []
         watch = asyncio.create_task(BreakerWatch().run(ctx))
         started = time.monotonic()
+        checked = asyncio.Event()
+        settled = asyncio.create_task(self.settled_at_phase(started, lambda: self._all_tables(db), checked))
 
         async def faults() -> None:
             for fault in CYCLE:
@@ -308,9 +333,12 @@ class Soak:
             result.elapsed_s = round(time.monotonic() - started, 1)
             self.say(f"[cycle {n}] faults and load done at {ctx.elapsed():.1f}s; settling and checking")
             await self._check(result, db, reports, saga_orders)
+            checked.set()
+            await settled
         finally:
             watch.cancel()
-            await asyncio.gather(watch, return_exceptions=True)
+            settled.cancel()
+            await asyncio.gather(watch, settled, return_exceptions=True)
             for transport in (http, kafka):
                 with contextlib.suppress(Exception):
                     await transport.close()
@@ -399,7 +427,6 @@ class Soak:
                     n += 1
                     cycle = await self.cycle(n, db)
                     self.cycles.append(cycle)
-                    self.sample(settled=True, tables=await self._all_tables(db))
                     self.say(f"[cycle {n}] invariants {cycle.held}/{cycle.checked}, p99 {cycle.p99_ms} ms, "
                              f"CPU {cycle.cpu_s_per_1k} s/1k events, faults {cycle.faults}")  # fmt: skip
                     for line in cycle.violations[:10]:
@@ -469,4 +496,4 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(soak.run())
 
 
-__all__ = ["CYCLE", "Soak", "SoakConfig", "configure", "run"]
+__all__ = ["CYCLE", "PHASE_MARGIN_S", "Soak", "SoakConfig", "configure", "run"]

@@ -47,8 +47,8 @@ class Cycle:
 
 @dataclasses.dataclass
 class Sample:
-    """RSS (MB) of the never-killed processes at one minute; `settled`: taken after a cycle's checks, when the
-    load has stopped and every delivery and saga has settled (the same phase of every cycle)."""
+    """RSS (MB) of the never-killed processes at one minute; `settled`: taken at the same phase of every cycle
+    (`nexus_lab.soak.Soak.phase_s` after its load began, the load stopped)."""
 
     minute: float
     rss_mb: dict[str, float]
@@ -67,7 +67,7 @@ def verdict_of(
     if config.minutes >= RSS_REFERENCE_MINUTE and samples:
         out += [_rss_drift(samples, name) for name in sorted({n for s in samples for n in s.rss_mb})]
     else:
-        out.append(("RSS within 10 % of minute 5", True, "not judged: a run shorter than 5 minutes"))
+        out.append(("RSS at most 10 % above minute 5", True, "not judged: a run shorter than 5 minutes"))
     if len(cycles) >= 2:
         first, last_cycle = cycles[0].p99_ms, cycles[-1].p99_ms
         out.append((f"p99 of the last cycle within {P99_TOLERANCE}x of the first",
@@ -81,7 +81,7 @@ def verdict_of(
 def _flat_tables(config: SoakConfig, samples: list[Sample]) -> tuple[str, bool, str]:
     """Every table with at least 1,000 rows at minute 10 ends within 10 % or 1,000 rows of that count (finished
     orders leave after `--retention-s`: docs/retention.md), compared on settled samples (the same phase of each
-    cycle, all load stopped); runs under 15 minutes are not judged."""
+    cycle, so each sees one cycle's finished orders); runs under 15 minutes are not judged."""
     criterion = (f"tables with >= {FLAT_ROWS:,} rows at minute {FLAT_REFERENCE_MINUTE} end within "
                  f"{FLAT_TOLERANCE:.0%} or {FLAT_ROWS:,} rows")  # fmt: skip
     counted = [s for s in samples if s.settled and s.tables]
@@ -100,20 +100,20 @@ def _flat_tables(config: SoakConfig, samples: list[Sample]) -> tuple[str, bool, 
 
 
 def _rss_drift(samples: list[Sample], name: str) -> tuple[str, bool, str]:
-    """RSS of `name` at the end against minute 5. PostgreSQL is stopped and started in every cycle and its
-    backends come and go with the load, so its memory is compared at the same phase of each cycle: the
-    settled samples (the first at or after minute 5 against the last); the never-restarted gateway and
-    dispatcher are compared minute 5 against the last sample, whatever the phase."""
+    """RSS of `name` at the end against minute 5, growth only: memory that falls is no leak. PostgreSQL is stopped
+    and started in every cycle and its backends come and go with the load, so its memory is compared at the same
+    phase of each cycle: the settled samples (the first at or after minute 5 against the last); the never-restarted
+    gateway and dispatcher are compared minute 5 against the last sample, whatever the phase."""
     samples = [s for s in samples if name in s.rss_mb and (s.settled or name != "postgres")]
     reference = next((s for s in samples if s.minute >= RSS_REFERENCE_MINUTE - 0.05), None)
-    criterion = f"RSS of {name} within {RSS_TOLERANCE:.0%} of minute {RSS_REFERENCE_MINUTE}"
+    criterion = f"RSS of {name} at most {RSS_TOLERANCE:.0%} above minute {RSS_REFERENCE_MINUTE}"
     if name == "postgres":
         criterion += " (settled samples)"
     if reference is None or reference is samples[-1]:
         return criterion, True, "not judged: no later sample than minute 5"
     mb, now = reference.rss_mb[name], samples[-1].rss_mb[name]
     drift = (now - mb) / mb if mb else 0.0
-    return criterion, abs(drift) <= RSS_TOLERANCE, f"{mb:.1f} -> {now:.1f} MB ({drift:+.1%})"
+    return criterion, drift <= RSS_TOLERANCE, f"{mb:.1f} -> {now:.1f} MB ({drift:+.1%})"
 
 
 def write_report(
@@ -239,4 +239,4 @@ def _plot_tables(axes: Axes, counted: list[Sample]) -> None:
     axes.set_ylim(bottom=0)
     if big:
         axes.legend(loc="upper left", fontsize="small")
-    axes.set_title(f"rows of the tables of >= {FLAT_ROWS:,} rows, after each cycle settled (retention on)")
+    axes.set_title(f"rows of the tables of >= {FLAT_ROWS:,} rows, at the same phase of each cycle (retention on)")
