@@ -7,21 +7,14 @@
 -- Finished orders past their tenant's retention ($4 seconds unless tenant_limits.retention_s says otherwise),
 -- oldest first by when they finished, with none of their deliveries pending, no open saga (status not among the
 -- closed ones $5) and no approval pending; at most $3, locked (SKIP LOCKED: another remover takes others).
--- Bounded per tenant: `tenants` steps through the tenants holding finished orders (one probe each of the
--- partial index orders_tenant_finished_at, migration 0030), and each tenant's scan reads only its orders
+-- Bounded per tenant: nexus_finished_tenants() (migration 0034) steps through the tenants holding finished
+-- orders (one probe each of the partial index orders_tenant_finished_at, migration 0030), and each tenant's scan reads only its orders
 -- finished before its own cutoff (a tenant period longer than $4 reads nothing until its orders are due). Each
 -- tenant locks at most $3 of its own; the oldest $3 of them all are returned, the rest stay for the next pass.
 -- orders_tenant_finished_at is the only index on finished_at (0030 dropped orders_finished_at, with which the
 -- planner read every tenant's orders past the cutoff and filtered them by tenant).
-WITH RECURSIVE tenants (tenant_id) AS (
-    (SELECT o.tenant_id FROM orders AS o WHERE o.finished_at IS NOT NULL ORDER BY o.tenant_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT o.tenant_id FROM orders AS o
-            WHERE o.finished_at IS NOT NULL AND o.tenant_id > t.tenant_id ORDER BY o.tenant_id LIMIT 1)
-    FROM tenants AS t WHERE t.tenant_id IS NOT NULL
-)
 SELECT due.tenant_id, due.order_id
-FROM tenants AS t
+FROM nexus_finished_tenants() AS t(tenant_id)
 LEFT JOIN tenant_limits AS l ON l.tenant_id = t.tenant_id
 CROSS JOIN LATERAL (
     SELECT o.tenant_id, o.order_id, o.finished_at
@@ -39,7 +32,6 @@ CROSS JOIN LATERAL (
     LIMIT $3
     FOR UPDATE OF o SKIP LOCKED
 ) AS due
-WHERE t.tenant_id IS NOT NULL
 ORDER BY due.finished_at
 LIMIT $3;
 
@@ -111,16 +103,9 @@ DELETE FROM removed_orders WHERE (tenant_id, order_id) IN (
 -- name: oldest_finished
 -- How long ago the oldest finished order still present finished (0: none), and how far past its own period
 -- the most overdue one is (0: none is due); the pairs and $3 as in due_orders. Both per tenant (stepped through
--- as in due_orders): its oldest finished order, and for the overdue only if before that tenant's cutoff.
-WITH RECURSIVE tenants (tenant_id) AS (
-    (SELECT o.tenant_id FROM orders AS o WHERE o.finished_at IS NOT NULL ORDER BY o.tenant_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT o.tenant_id FROM orders AS o
-            WHERE o.finished_at IS NOT NULL AND o.tenant_id > t.tenant_id ORDER BY o.tenant_id LIMIT 1)
-    FROM tenants AS t WHERE t.tenant_id IS NOT NULL
-)
+-- by nexus_finished_tenants()): its oldest finished order, and for the overdue only if before that tenant's cutoff.
 SELECT coalesce((SELECT max(extract(epoch FROM now() - f.finished_at))
-                 FROM tenants AS t
+                 FROM nexus_finished_tenants() AS t(tenant_id)
                  CROSS JOIN LATERAL (
                      SELECT o.finished_at
                      FROM orders AS o
@@ -128,10 +113,9 @@ SELECT coalesce((SELECT max(extract(epoch FROM now() - f.finished_at))
                        ON o.process = p.process AND o.status = p.status
                      WHERE o.tenant_id = t.tenant_id AND o.finished_at IS NOT NULL
                      ORDER BY o.finished_at LIMIT 1
-                 ) AS f
-                 WHERE t.tenant_id IS NOT NULL), 0)::float8 AS oldest_s,
+                 ) AS f), 0)::float8 AS oldest_s,
        coalesce((SELECT max(extract(epoch FROM now() - d.finished_at) - coalesce(l.retention_s, $3))
-                 FROM tenants AS t
+                 FROM nexus_finished_tenants() AS t(tenant_id)
                  LEFT JOIN tenant_limits AS l ON l.tenant_id = t.tenant_id
                  CROSS JOIN LATERAL (
                      SELECT o.finished_at
@@ -141,8 +125,7 @@ SELECT coalesce((SELECT max(extract(epoch FROM now() - f.finished_at))
                      WHERE o.tenant_id = t.tenant_id
                        AND o.finished_at < now() - make_interval(secs => coalesce(l.retention_s, $3))
                      ORDER BY o.finished_at LIMIT 1
-                 ) AS d
-                 WHERE t.tenant_id IS NOT NULL), 0)::float8 AS overdue_s;
+                 ) AS d), 0)::float8 AS overdue_s;
 
 -- name: marker_counts
 SELECT count(*) AS markers FROM removed_orders;
