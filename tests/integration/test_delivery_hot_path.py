@@ -48,8 +48,8 @@ async def test_finish_and_promote_never_scan_the_deliveries_table(
         n = len(claimed)
         finish = await conn.fetchval(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + query("delivery.sql", "finish"),
-            "me", [r["outbox_id"] for r in claimed], [1] * n, ["delivered"] * n, [True] * n, [None] * n,
-            [200] * n, [None] * n, [None] * n, "pending", "delivered", "dead",
+            "me", [r["outbox_id"] for r in claimed], [1] * n, ["delivered"] * n, [1] * n, [1] * n, [None] * n,
+            [200] * n, [None] * n, [dt.datetime.now(dt.UTC)] * n, [None] * n, [None] * n, [False] * n,
         )  # fmt: skip
         promote = await conn.fetchval(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + query("delivery.sql", "promote_heads"),

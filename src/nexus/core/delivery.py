@@ -2,7 +2,8 @@
 
 A `deliveries` row is PENDING until its subscriber has it (DELIVERED) or never will (DEAD). The
 dispatcher claims a pending row, sends it, and asks `next_step` what the attempt's outcome makes of
-it; the adapter only writes the answer (``finish`` in delivery.sql). Every transition lives here::
+it; `written` turns that answer into every value ``finish`` (delivery.sql) writes, and the adapter only writes
+them. Every transition lives here::
 
     PENDING --(2xx)------------------------------------------------------> DELIVERED
     PENDING --(5xx, 408, 429, timeout, no connection; attempts < max)----> PENDING  (retry after a backoff)
@@ -14,11 +15,16 @@ it; the adapter only writes the answer (``finish`` in delivery.sql). Every trans
 DELIVERED is final. A delivery that leaves PENDING also stops being its order's head: the order's next
 notification for that subscription becomes the one to send (see ``promote_heads``). The schedule of
 retries is `core.backoff`'s, honouring ``Retry-After`` up to its cap.
+
+A removed order's marker keeps a summary of its deliveries (`summarise`): OPEN while one is pending, else DEAD
+if one died, else DELIVERED if one was delivered, else NONE (the order wrote no notification a subscription
+took).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 
 from nexus.core.backoff import RetryPolicy, decide
@@ -116,3 +122,77 @@ def redrive(state: DeliveryState) -> DeliveryState:
     if state is not DeliveryState.DEAD:
         raise ValueError(f"only a dead delivery is redriven, not a {state.value} one")
     return DeliveryState.PENDING
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeliveryWrite:
+    """Every value ``finish`` writes over a claimed delivery, decided here: the SQL writes them as given, only
+    over the attempts the claim left (`read_attempts`) and under this instance's lease."""
+
+    state: DeliveryState
+    read_attempts: int
+    """The attempts as the claim left them: the row is written only while it still has these."""
+    attempts: int
+    delay_ms: float | None
+    """The next attempt this long after the write; None keeps the schedule."""
+    last_status: int | None
+    last_error: str | None
+    delivered_at: dt.datetime | None
+    """None keeps the column (a pending row has none)."""
+    dead_at: dt.datetime | None
+    dead_reason: str | None
+    """None keeps the column (a pending row has none: a redrive clears it)."""
+    head: bool
+    """Whether the row may stay its order's head: only while PENDING (a redrive may have cleared it since the
+    claim, so the flag is only ever lowered by this write)."""
+
+
+def written(
+    decision: DeliveryDecision,
+    *,
+    attempt: int,
+    status: int | None,
+    error: str | None,
+    last_status: int | None,
+    last_error: str | None,
+    now: dt.datetime,
+) -> DeliveryWrite:
+    """The values `decision` writes over claimed attempt number `attempt` (the claim counted it), sent with the
+    answer `status`/`error`; `last_status`/`last_error` are the row's as the claim read them.
+
+    A counted attempt keeps its answer; a released one gives its attempt back and keeps the last answer. The
+    state reached is stamped with `now` (delivered or dead); a pending one keeps both stamps.
+    """
+    counted = decision.counted
+    return DeliveryWrite(
+        state=decision.state,
+        read_attempts=attempt,
+        attempts=attempt if counted else max(attempt - 1, 0),
+        delay_ms=decision.delay_ms,
+        last_status=status if counted else last_status,
+        last_error=error if counted else last_error,
+        delivered_at=now if decision.state is DeliveryState.DELIVERED else None,
+        dead_at=now if decision.state is DeliveryState.DEAD else None,
+        dead_reason=decision.dead_reason if decision.state is DeliveryState.DEAD else None,
+        head=decision.state is DeliveryState.PENDING,
+    )
+
+
+class DeliverySummary(enum.StrEnum):
+    """How a removed order's deliveries ended, as its marker keeps it (`removed_orders.delivery_state`)."""
+
+    OPEN = "open"
+    DEAD = "dead"
+    DELIVERED = "delivered"
+    NONE = "none"
+
+
+def summarise(*, delivered: int, dead: int, pending: int) -> DeliverySummary:
+    """The summary of an order's deliveries from how many are in each state (the docstring's order)."""
+    if pending > 0:
+        return DeliverySummary.OPEN
+    if dead > 0:
+        return DeliverySummary.DEAD
+    if delivered > 0:
+        return DeliverySummary.DELIVERED
+    return DeliverySummary.NONE

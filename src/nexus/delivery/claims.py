@@ -58,6 +58,9 @@ class Claimed:
     content_type: str = "application/json"
     bulkhead: str = EVERY_TENANT
     """The tenant of the subscription (its bulkhead): `*` for a subscription of every tenant."""
+    last_status: int | None = None
+    last_error: str | None = None
+    """The answer of the delivery's previous attempt, as claimed (a released attempt keeps it)."""
 
 
 class Claimer:
@@ -200,4 +203,6 @@ class Claimer:
             tenant_id=row["tenant_id"],
             content_type=content_type,
             bulkhead=tenant_key(row["subscription_tenant"]),
+            last_status=row["last_status"],
+            last_error=row["last_error"],
         )

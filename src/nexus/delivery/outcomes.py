@@ -1,7 +1,8 @@
 """Recording: the results of attempts written back in batches, one transaction per batch (group commit).
 
-Each result's next state is `core.delivery.next_step`'s; it is written only if this instance still holds
-the lease (``finish`` in delivery.sql), and the batch's evidence is fed to the subscriptions' circuit
+Each result's next state is `core.delivery.next_step`'s and every value it writes `core.delivery.written`'s;
+it is written only if this instance still holds the lease and the attempts its claim left (``finish`` in
+delivery.sql), and the batch's evidence is fed to the subscriptions' circuit
 breakers in the same transaction. A delivery that leaves PENDING hands its order over to the order's next
 notification, under the orders' advisory locks, as the gateway adds notifications under them.
 """
@@ -9,6 +10,7 @@ notification, under the orders' advisory locks, as the gateway adds notification
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import random
 from typing import Any
@@ -18,7 +20,7 @@ import asyncpg
 from nexus import metrics
 from nexus.core.backoff import RetryPolicy
 from nexus.core.breaker import Breaker, BreakerConfig
-from nexus.core.delivery import AttemptOutcome, DeliveryDecision, DeliveryState, next_step
+from nexus.core.delivery import AttemptOutcome, DeliveryDecision, DeliveryState, next_step, written
 from nexus.delivery.breakers import BreakerReport, breaker_of, write_breaker
 from nexus.delivery.sender import Result
 from nexus.store.database import Database
@@ -84,23 +86,25 @@ class OutcomeWriter:
                 )
 
     def _batch(self, results: list[Result]) -> _Batch:
-        batch = _Batch(([], [], [], [], [], [], [], []), [], {}, set())
+        batch = _Batch(([], [], [], [], [], [], [], [], [], [], [], []), [], {}, set())
+        now = dt.datetime.now(dt.UTC)
         for r in results:
             decision = self.decide(r)
             c = r.claimed
             if decision.leaves_pending:
                 batch.ending.add((c.tenant_id, c.order_id))
             batch.labels[(c.outbox_id, c.subscription_id)] = decision.label
-            row = (
-                c.outbox_id,
-                c.subscription_id,
-                decision.state.value,
-                decision.counted,
-                decision.delay_ms,
-                r.status,
-                r.error,
-                decision.dead_reason,
+            w = written(
+                decision,
+                attempt=c.attempt,
+                status=r.status,
+                error=r.error,
+                last_status=c.last_status,
+                last_error=c.last_error,
+                now=now,
             )
+            row = (c.outbox_id, c.subscription_id, w.state.value, w.read_attempts, w.attempts, w.delay_ms,
+                   w.last_status, w.last_error, w.delivered_at, w.dead_at, w.dead_reason, w.head)  # fmt: skip
             for column, value in zip(batch.columns, row, strict=True):
                 column.append(value)
             if decision.counted:
@@ -118,14 +122,7 @@ class OutcomeWriter:
                     await conn.execute(
                         query("gateway.sql", "lock_orders"), [t for t, _ in locked], [o for _, o in locked]
                     )
-                applied = await conn.fetch(
-                    query("delivery.sql", "finish"),
-                    self.owner,
-                    *batch.columns,
-                    DeliveryState.PENDING.value,
-                    DeliveryState.DELIVERED.value,
-                    DeliveryState.DEAD.value,
-                )
+                applied = await conn.fetch(query("delivery.sql", "finish"), self.owner, *batch.columns)
                 moved = sorted(
                     {
                         (row["subscription_id"], row["order_id"], row["tenant_id"])

@@ -3,7 +3,8 @@
 One pass (`remove_due`), in one short transaction: take at most `retention_batch` finished orders past their
 tenant's period (oldest first, FOR UPDATE SKIP LOCKED: several removers share the work), keep those whose
 advisory lock is free (the gateway's per-order lock: a step arriving meanwhile waits and is then decided from
-the marker), write their removal markers, then remove their rows table by table: delivery attempts,
+the marker), write their removal markers (how their deliveries ended summarised by `core.delivery.summarise`
+from the counts read with the locks), then remove their rows table by table: delivery attempts,
 deliveries, outbox, buffered steps, rejected steps, approvals, decisions-topic rows, sagas (and their steps),
 plans, numbered-step verdicts, dead letters once redriven or older than the period, and the order. An order
 with a pending delivery, an open saga or a pending approval is never taken. The decision log is not touched
@@ -25,6 +26,7 @@ import asyncpg
 
 from nexus import metrics
 from nexus.audit.archive import trim_log
+from nexus.core.delivery import summarise
 from nexus.core.process_model import ABORTED, ProcessCatalog
 from nexus.core.saga import SagaStatus
 from nexus.settings import Settings
@@ -110,12 +112,24 @@ class RetentionRemover:
                     [r["order_id"] for r in due],
                 )
                 if free:
-                    await self._remove(conn, [r["tenant_id"] for r in free], [r["order_id"] for r in free], removal)
+                    await self._remove(conn, free, removal)
         metrics.RETENTION_REMOVED.inc(removal.orders)
         return removal
 
-    async def _remove(self, conn: asyncpg.Connection, tenants: list[str], orders: list[str], removal: Removal) -> None:
-        await conn.execute(query("retention.sql", "insert_markers"), tenants, orders)
+    async def _remove(self, conn: asyncpg.Connection, free: list[asyncpg.Record], removal: Removal) -> None:
+        """The locked orders' markers written (their deliveries summarised by the core), then their rows removed."""
+        tenants = [r["tenant_id"] for r in free]
+        orders = [r["order_id"] for r in free]
+        counts = [(r["delivered"], r["dead"], r["pending"]) for r in free]
+        await conn.execute(
+            query("retention.sql", "insert_markers"),
+            tenants,
+            orders,
+            [summarise(delivered=d, dead=x, pending=p).value for d, x, p in counts],
+            [d for d, _, _ in counts],
+            [x for _, x, _ in counts],
+            [p for _, _, p in counts],
+        )
         for table in REMOVED_TABLES:
             removal.rows[table] = await _delete(conn, table, tenants, orders)
         status = await conn.execute(

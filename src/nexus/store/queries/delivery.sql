@@ -23,7 +23,11 @@ ORDER BY s.id;
 -- again here in case its breaker opened since `claimable_subscriptions`, unless $5 says this is the
 -- one probe a half-open breaker lets through (for the instance holding its probe slot). SKIP LOCKED lets instances
 -- claim side by side; the lease (not the row lock, released at commit) keeps a claimed row away from
--- others while its request runs.
+-- others while its request runs. The attempt is counted here, as it begins (`attempts + 1`, a counter, not
+-- a decision: a dispatcher that dies during the request has still made the attempt, and the count rises by
+-- one per claim whoever claims); what the attempt's outcome makes of the count is core/delivery.py's
+-- (`written`: a released attempt is given back by `finish`). Returns the last answer too, which a released
+-- attempt keeps.
 WITH claimable AS (
     SELECT d.outbox_id, d.subscription_id
     FROM deliveries AS d
@@ -45,17 +49,18 @@ SET lease_owner = $1, lease_until = now() + make_interval(secs => $2), attempts 
 FROM claimable AS c, outbox AS o, subscriptions AS s
 WHERE d.outbox_id = c.outbox_id AND d.subscription_id = c.subscription_id
   AND o.id = d.outbox_id AND s.id = d.subscription_id
-RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, d.position, d.attempts,
-          o.event_type, o.payload::text AS body, o.traceparent, o.created_at, s.url, s.secret, s.format,
+RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, d.position, d.attempts, d.last_status,
+          d.last_error, o.event_type, o.payload::text AS body, o.traceparent, o.created_at, s.url, s.secret, s.format,
           s.tenant_id AS subscription_tenant;
 
 -- name: finish
--- Record the results of attempts, each only if this instance still holds its lease: a dispatcher whose
--- lease expired (and whose row another instance re-claimed) cannot overwrite the newer outcome.
--- Each row's next state, whether its attempt counts and its retry delay come decided from
--- core/delivery.py (`next_step`); the state values are passed in: $10 pending, $11 delivered, $12 dead.
--- An attempt that does not count (cancelled by our shutdown) gives its attempt back and keeps the last
--- answer; a delay (NULL: none) reschedules the next attempt.
+-- Record the results of attempts, each only if this instance still holds its lease and the row still has
+-- the attempts its claim left ($5): a dispatcher whose lease expired (and whose row another instance, or
+-- this one, re-claimed) cannot overwrite the newer outcome. Every value comes decided from core/delivery.py
+-- (`next_step`, then `written`) and is written as given: the state, the attempts (a released attempt given
+-- back), the last answer, the stamps of the state reached and the dead reason (NULL: the column kept), a
+-- delay (NULL: the schedule kept), and whether the row may stay its order's head (only lowered here: a
+-- redrive may have cleared the flag since the claim).
 -- The rows are found through the primary key whatever the table's size and statistics. Written as a plain join on the unnest, with the lease test as a filter, the planner estimated
 -- one row for `lease_owner = $1` (nearly every row has none), scanned the whole table once per batch
 -- and rescanned the unnest once per row; given the ids as a constant array, it still preferred a scan
@@ -64,22 +69,21 @@ RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, d.position, d
 -- batch, so its test is a join condition and the batch is hashed.
 WITH u AS MATERIALIZED (
     SELECT u.*, $1::text AS owner
-    FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::boolean[], $6::float8[], $7::int[], $8::text[],
-                $9::text[])
-        AS u(outbox_id, subscription_id, state, counted, delay_ms, status, error, dead_reason)
+    FROM unnest($2::uuid[], $3::bigint[], $4::text[], $5::int[], $6::int[], $7::float8[], $8::int[], $9::text[],
+                $10::timestamptz[], $11::timestamptz[], $12::text[], $13::boolean[])
+        AS u(outbox_id, subscription_id, state, read_attempts, attempts, delay_ms, last_status, last_error,
+             delivered_at, dead_at, dead_reason, head)
 )
 UPDATE deliveries AS d
 SET state = u.state,
-    attempts = CASE WHEN u.counted THEN d.attempts ELSE greatest(d.attempts - 1, 0) END,
-    next_attempt_at = CASE WHEN u.delay_ms IS NOT NULL
-                           THEN now() + make_interval(secs => u.delay_ms / 1000.0)
-                           ELSE d.next_attempt_at END,
-    last_status = CASE WHEN u.counted THEN u.status ELSE d.last_status END,
-    last_error = CASE WHEN u.counted THEN u.error ELSE d.last_error END,
-    delivered_at = CASE WHEN u.state = $11 THEN now() ELSE d.delivered_at END,
-    dead_at = CASE WHEN u.state = $12 THEN now() ELSE d.dead_at END,
-    dead_reason = CASE WHEN u.state = $12 THEN u.dead_reason ELSE d.dead_reason END,
-    head = d.head AND u.state = $10,
+    attempts = u.attempts,
+    next_attempt_at = coalesce(now() + u.delay_ms * interval '1 millisecond', d.next_attempt_at),
+    last_status = u.last_status,
+    last_error = u.last_error,
+    delivered_at = coalesce(u.delivered_at, d.delivered_at),
+    dead_at = coalesce(u.dead_at, d.dead_at),
+    dead_reason = coalesce(u.dead_reason, d.dead_reason),
+    head = d.head AND u.head,
     lease_owner = NULL,
     lease_until = NULL
 FROM u
@@ -88,7 +92,7 @@ FROM u
 -- a scan of every pending row through a partial index.
 WHERE d.outbox_id = ANY (ARRAY(SELECT outbox_id FROM u))
   AND d.outbox_id = u.outbox_id AND d.subscription_id = u.subscription_id
-  AND d.lease_owner = u.owner
+  AND d.lease_owner = u.owner AND d.attempts = u.read_attempts
 RETURNING d.outbox_id, d.subscription_id, d.tenant_id, d.order_id, u.state;
 
 -- name: promote_heads

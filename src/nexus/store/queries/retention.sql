@@ -38,27 +38,34 @@ LIMIT $3;
 -- name: lock_removable
 -- The gateway's advisory locks of the orders (gateway.sql lock_orders' keys), taken only where free: an order
 -- a gateway is deciding now is left for the next pass, and a step arriving after this waits for the commit
--- and is then decided from the marker.
-SELECT t AS tenant_id, o AS order_id
-FROM unnest($1::text[], $2::text[]) AS u(t, o)
-WHERE pg_try_advisory_xact_lock(hashtextextended(t || chr(31) || o, 0));
-
--- name: insert_markers
-INSERT INTO removed_orders (tenant_id, order_id, plan_id, process, final_status, tombstone, last_seq, notifications,
-                            delivery_state, delivered, dead, pending, finished_at)
-SELECT o.tenant_id, o.order_id, o.plan_id, o.process, o.status, o.tombstone, o.last_seq, o.outbox_count,
-       CASE WHEN d.pending > 0 THEN 'open' WHEN d.dead > 0 THEN 'dead' WHEN d.delivered > 0 THEN 'delivered'
-            ELSE 'none' END,
-       d.delivered, d.dead, d.pending, coalesce(o.finished_at, o.updated_at)
-FROM orders AS o
-JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON o.tenant_id = u.t AND o.order_id = u.oid
+-- and is then decided from the marker. Each free order with how many of its deliveries are in each state,
+-- from which core/delivery.py `summarise` decides its marker's delivery state. The locks are taken first,
+-- once per order (MATERIALIZED), the counts read only for the orders locked.
+WITH free AS MATERIALIZED (
+    SELECT t AS tenant_id, o AS order_id
+    FROM unnest($1::text[], $2::text[]) AS u(t, o)
+    WHERE pg_try_advisory_xact_lock(hashtextextended(t || chr(31) || o, 0))
+)
+SELECT f.tenant_id, f.order_id, d.delivered, d.dead, d.pending
+FROM free AS f
 CROSS JOIN LATERAL (
     SELECT count(*) FILTER (WHERE dl.state = 'delivered') AS delivered,
            count(*) FILTER (WHERE dl.state = 'dead') AS dead,
            count(*) FILTER (WHERE dl.state = 'pending') AS pending
     FROM outbox AS x JOIN deliveries AS dl ON dl.outbox_id = x.id
-    WHERE x.tenant_id = o.tenant_id AND x.order_id = o.order_id
-) AS d
+    WHERE x.tenant_id = f.tenant_id AND x.order_id = f.order_id
+) AS d;
+
+-- name: insert_markers
+-- The removed orders' markers: the order's row as it is, and its deliveries' state and counts as given ($3-$6,
+-- decided from lock_removable's counts).
+INSERT INTO removed_orders (tenant_id, order_id, plan_id, process, final_status, tombstone, last_seq, notifications,
+                            delivery_state, delivered, dead, pending, finished_at)
+SELECT o.tenant_id, o.order_id, o.plan_id, o.process, o.status, o.tombstone, o.last_seq, o.outbox_count,
+       u.delivery_state, u.delivered, u.dead, u.pending, coalesce(o.finished_at, o.updated_at)
+FROM orders AS o
+JOIN unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::int[], $6::int[])
+    AS u(t, oid, delivery_state, delivered, dead, pending) ON o.tenant_id = u.t AND o.order_id = u.oid
 ON CONFLICT (tenant_id, order_id) DO UPDATE SET
     plan_id = EXCLUDED.plan_id, process = EXCLUDED.process, final_status = EXCLUDED.final_status,
     tombstone = EXCLUDED.tombstone, last_seq = EXCLUDED.last_seq, notifications = EXCLUDED.notifications,
