@@ -1,6 +1,6 @@
 """The sagas' rows written as the fold decides them, on a real PostgreSQL (no executor running): an abort's
-turn to compensation only from the status read, and a retrying saga's `retrying_since` kept from its first
-retried failure until it is no longer retrying."""
+turn to compensation only from the status read, a retrying saga's `retrying_since` kept from its first
+retried failure until it is no longer retrying, and a call's attempt marked as core/saga.py `call_mark` says."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import json
 
 from nexus.core.decide.items import EffectOutcome, EffectResult
 from nexus.core.decide.saga_abort import SagaTurn
-from nexus.core.saga import SagaStatus, StepStatus
+from nexus.core.saga import Action, SagaStatus, StepStatus, call_mark
 from nexus.gateway import Gateway, Incoming
+from nexus.saga.recording import Call, SagaRecorder
+from nexus.settings import Settings
 from nexus.store import sagas as saga_records
 from nexus.store.database import Database
 from tests.factories import abort_json, step_json
@@ -75,3 +77,24 @@ async def test_retrying_since_is_kept_across_retried_failures_and_cleared_after(
         await gateway.fold_effects(conn, [given_up], 5.0, "test")
     row = await db.fetchrow("SELECT status, retrying_since, retrying_service FROM sagas WHERE order_id = 'w-retry'")
     assert (row["status"], row["retrying_since"], row["retrying_service"]) == ("COMPENSATING", None, None)
+
+
+def _call(order: str, action: Action, status: StepStatus) -> Call:
+    """A call of the order's step 2 in `action`'s direction, marked as the core marks it from `status`."""
+    return Call("default", order, 2, action, f"key-{action.value}", None, {}, None, "no URL", call_mark(action, status))
+
+
+async def test_a_marked_call_leaves_its_step_running_uncertain_and_counted(db: Database, settings: Settings) -> None:
+    """Each forward attempt marked before its call makes the step RUNNING and uncertain (a crash after the call
+    leaves it so) and counts one attempt; a compensation's mark counts its own and keeps both."""
+    gateway = Gateway(db)
+    await _saga_of(db, gateway, "w-mark")
+    recorder = SagaRecorder(db, gateway, settings, "test")
+    read = "SELECT status, uncertain, attempts, compensation_attempts FROM saga_steps WHERE order_id = 'w-mark'"
+    assert tuple(await db.fetchrow(read)) == ("PENDING", False, 0, 0)
+    first, _ = await recorder.marks.submit(_call("w-mark", Action.FORWARD, StepStatus.PENDING))
+    assert (first, tuple(await db.fetchrow(read))) == (1, ("RUNNING", True, 1, 0))
+    second, _ = await recorder.marks.submit(_call("w-mark", Action.FORWARD, StepStatus.RUNNING))
+    assert (second, tuple(await db.fetchrow(read))) == (2, ("RUNNING", True, 2, 0))
+    back, _ = await recorder.marks.submit(_call("w-mark", Action.COMPENSATE, StepStatus.RUNNING))
+    assert (back, tuple(await db.fetchrow(read))) == (1, ("RUNNING", True, 2, 1))

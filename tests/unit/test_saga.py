@@ -13,6 +13,7 @@ from nexus.core.saga import (
     Action,
     Attempt,
     CallDecision,
+    CallMark,
     CallOutcome,
     EffectBodyError,
     Position,
@@ -24,6 +25,7 @@ from nexus.core.saga import (
     after_compensation,
     after_forward,
     build_body,
+    call_mark,
     idempotency_key,
     next_work,
     on_abort,
@@ -275,3 +277,22 @@ def test_retry_after_is_honoured_up_to_the_cap() -> None:
     short = after_forward(step, Attempt(1, CallOutcome.RETRYABLE, 0.0, 50.0), AFTER, RULES, rand=0.0)
     capped = after_forward(step, Attempt(1, CallOutcome.RETRYABLE, 0.0, 3_600_000.0), AFTER, RULES, rand=0.0)
     assert (short.delay_ms, capped.delay_ms) == (50.0, POLICY.max_ms)
+
+
+@pytest.mark.parametrize("status", [StepStatus.PENDING, StepStatus.RUNNING])
+def test_a_forward_calls_mark_makes_its_step_running_and_uncertain(status: StepStatus) -> None:
+    """Before a forward call (first or retried), its step is RUNNING and uncertain until the outcome is written."""
+    assert call_mark(Action.FORWARD, status) == CallMark(StepStatus.RUNNING, True)
+
+
+@pytest.mark.parametrize("status", list(StepStatus))
+def test_a_compensations_mark_keeps_the_steps_status_and_uncertainty(status: StepStatus) -> None:
+    """Before a compensation, the step keeps what its forward call left (needs_compensation reads it)."""
+    assert call_mark(Action.COMPENSATE, status) == CallMark(None, None)
+
+
+@pytest.mark.parametrize("status", [StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.COMPENSATED])
+def test_no_forward_call_is_marked_for_a_settled_step(status: StepStatus) -> None:
+    """Marking a forward call of a step whose call is over is a bug, refused."""
+    with pytest.raises(ValueError, match="pending or running"):
+        call_mark(Action.FORWARD, status)

@@ -28,6 +28,12 @@ Step states (`saga_steps` rows)::
     RUNNING --(refused: other 4xx, or its retries given up)--------> FAILED
     FAILED (outcome unknown: a timeout was among its attempts) --(compensation 2xx)--> COMPENSATED
 
+Each attempt is marked before its call (`call_mark`: a forward call's step RUNNING and uncertain until its
+outcome is written; a compensation changes neither). The attempt's number is the one value the database
+computes (``attempts + 1`` in ``start_forwards``/``start_compensations``): a counter of calls begun, not a
+decision. Two executors overlapping after a lease lapsed each make a call, and each call counts; the count
+comes back as `Attempt.number`, from which everything else is decided here.
+
 How a call's outcome is retried (`after_forward`, `after_compensation`); "transient" is a 5xx, 408, 429, a
 timeout (outcome unknown), a refused or reset connection; "budget" is `NEXUS_SAGA_RETRY_BUDGET_S` (86,400)
 counted from the step's first attempt (time held by an open breaker counts against it, not against the
@@ -138,6 +144,26 @@ class StepView:
     pivot: bool = False
     uncertain: bool = False
     """An attempt timed out: the service may have acted, so giving up means compensating."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallMark:
+    """What marking a call's attempt writes over its step before the call is made; None keeps the column."""
+
+    status: StepStatus | None
+    uncertain: bool | None
+    """Whether the service may have acted: true from the forward call's mark until its outcome is written."""
+
+
+def call_mark(action: Action, status: StepStatus) -> CallMark:
+    """The mark of an attempt of `action` on a step in `status`: a forward call (of a PENDING step, or a RUNNING
+    one retried) makes it RUNNING and uncertain, so a crash after the call leaves it uncertain, never
+    forgotten; a compensation keeps what its forward call left (`needs_compensation` read it)."""
+    if action is Action.COMPENSATE:
+        return CallMark(None, None)
+    if status not in (StepStatus.PENDING, StepStatus.RUNNING):
+        raise ValueError(f"a forward call is made for a pending or running step, not a {status.value} one")
+    return CallMark(StepStatus.RUNNING, True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -34,9 +34,11 @@ from nexus.core.saga import (
     Position,
     RetryRules,
     SagaStatus,
+    StepStatus,
     after_compensation,
     after_forward,
     build_body,
+    call_mark,
     idempotency_key,
     next_work,
     position_of,
@@ -260,6 +262,7 @@ class SagaExecutor:
             body=body,
             compensates=compensates,
             refusal=refusal,
+            mark=call_mark(action, StepStatus(step["status"])),
         )
 
     def _key(self, step: asyncpg.Record, action: Action) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from nexus.core.saga import Action, SagaStatus
+from nexus.core.saga import Action, CallMark, SagaStatus, StepStatus
 from nexus.errors import NexusError
 from nexus.gateway import Gateway
 from nexus.saga import outcomes
@@ -45,6 +45,8 @@ class Call:
     compensates: str | None
     refusal: str | None
     """Why the call is refused without being made (no URL, a body that could not be built), or None."""
+    mark: CallMark
+    """What marking its attempt writes over the step (core/saga.py `call_mark`)."""
 
 
 class SagaRecorder:
@@ -77,6 +79,7 @@ class SagaRecorder:
                                              [c.seq for c in group], [c.key for c in group]]  # fmt: skip
                     if name == "start_compensations":
                         args.append([json.dumps(c.body) for c in group])
+                    args += [[_text(c.mark.status) for c in group], [c.mark.uncertain for c in group]]
                     rows = await conn.fetch(query("saga.sql", name), *args)
                     attempts.update({(r["tenant_id"], r["order_id"]): (r["attempts"], r["elapsed_s"]) for r in rows})
         return [attempts[(c.tenant_id, c.order_id)] for c in calls]
@@ -114,6 +117,10 @@ class SagaRecorder:
         """Give a claimed saga back without a call, due again after `delay_s`."""
         with wrap_db_errors(), contextlib.suppress(asyncpg.PostgresError):
             await self.db.execute(query("saga.sql", "release_saga"), *key, delay_s, owner)
+
+
+def _text(status: StepStatus | None) -> str | None:
+    return None if status is None else status.value
 
 
 @contextlib.asynccontextmanager

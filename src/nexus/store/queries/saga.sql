@@ -77,19 +77,27 @@ FOR UPDATE;
 
 -- name: start_forwards
 -- Written (and committed) before the calls: a crash after it leaves each step uncertain, never forgotten.
--- One row per (tenant, order, seq): the attempts marked by several sagas' tasks at once.
+-- One row per (tenant, order, seq): the attempts marked by several sagas' tasks at once. The status and
+-- uncertainty are core/saga.py `call_mark`'s ($5, $6; NULL: kept). The attempt is counted here
+-- (`attempts + 1`): a counter of calls begun, not a decision (two executors overlapping after a lease lapsed
+-- each make a call and each counts; the number returned is what core/saga.py decides from).
 -- elapsed_s: seconds since the first attempt of the call's budget (core/saga.py), by the database's clock.
-UPDATE saga_steps AS st SET status = 'RUNNING', attempts = st.attempts + 1, uncertain = true, forward_key = u.k,
+UPDATE saga_steps AS st SET status = COALESCE(u.status, st.status), attempts = st.attempts + 1,
+       uncertain = COALESCE(u.uncertain, st.uncertain), forward_key = u.k,
        forward_since = COALESCE(st.forward_since, now()), updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::int[], $4::text[]) AS u(t, oid, seq, k)
+FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::bool[])
+    AS u(t, oid, seq, k, status, uncertain)
 WHERE st.tenant_id = u.t AND st.order_id = u.oid AND st.seq = u.seq
 RETURNING st.tenant_id, st.order_id, st.attempts, EXTRACT(EPOCH FROM now() - st.forward_since)::float8 AS elapsed_s;
 
 -- name: start_compensations
+-- As start_forwards, for compensations ($6, $7 the mark's status and uncertainty; NULL: kept), counted in
+-- compensation_attempts.
 UPDATE saga_steps AS st SET compensation_attempts = st.compensation_attempts + 1, compensation_key = u.k,
        compensating_payload = u.body::jsonb, compensation_since = COALESCE(st.compensation_since, now()),
-       updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[]) AS u(t, oid, seq, k, body)
+       status = COALESCE(u.status, st.status), uncertain = COALESCE(u.uncertain, st.uncertain), updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::bool[])
+    AS u(t, oid, seq, k, body, status, uncertain)
 WHERE st.tenant_id = u.t AND st.order_id = u.oid AND st.seq = u.seq
 RETURNING st.tenant_id, st.order_id, st.compensation_attempts AS attempts,
           EXTRACT(EPOCH FROM now() - st.compensation_since)::float8 AS elapsed_s;
