@@ -1,7 +1,8 @@
 -- Queries of the sagas: recorded by Gateway.submit, performed by the executors (nexus.saga).
 -- No state transition here: every status, time and count a statement writes is a value the fold decided
--- (core/decide/outcomes.py, core/decide/saga_abort.py) and passed in; now() only as the time a row changed,
--- a due time or a lease's end. The statements that pick work (claims, leases) are not decisions of state.
+-- (core/decide/outcomes.py, core/decide/saga_abort.py, core/saga.py `call_mark`) and passed in; now() only as
+-- the time a row changed, a due time or a lease's end. The statements that pick work (claims, leases) are not
+-- decisions of state; the one value computed here is the count of calls begun (start_forwards, below).
 
 -- name: read_saga_gates
 -- The open sagas of a batch's orders with their steps: what holds each order (core.saga).
