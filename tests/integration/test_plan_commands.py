@@ -13,7 +13,7 @@ import pytest
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.core.decide.plan_start import ORDER_EXISTS_MESSAGE
+from nexus.core import wording
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.http import create_app
 from nexus.processes import builtin_catalog
@@ -104,7 +104,7 @@ async def test_a_plan_start_for_a_removed_order_is_refused_while_its_marker_last
     assert (await remover.remove_due()).orders == 1
     refused = await api.post("/v1/plans", json={"order_id": "o-gone"})
     assert (refused.status_code, refused.json()["code"]) == (409, "ORDER_EXISTS")
-    assert refused.json()["message"] == ORDER_EXISTS_MESSAGE
+    assert refused.json()["message"] == wording.order_exists()
     assert await db.fetchval("SELECT count(*) FROM plans WHERE order_id = 'o-gone'") == 0
     await asyncio.sleep(1.5)  # the marker's memory passes
     assert await remover.remove_strays() >= 1

@@ -173,6 +173,16 @@ def test_max_rejections_and_the_policy_abort() -> None:
     assert first.event_id == again.event_id and first.data["abort_code"] == "policy_violation"
 
 
+def test_the_policy_abort_is_the_step_s_plan_at_its_last_seq() -> None:
+    """The gateway's policy abort names the rejected step's order, plan, tenant, time and correlation id, and
+    aborts at the order's last applied seq."""
+    rejected = step(O, P, 4).model_copy(update={"tenant_id": "acme", "correlation_id": "corr-7"})
+    abort_step = policy_abort(rejected, 2, 3)
+    assert (abort_step.order_id, abort_step.plan_id, abort_step.tenant_id) == (O, P, "acme")
+    assert (abort_step.timestamp, abort_step.correlation_id) == (rejected.timestamp, "corr-7")
+    assert abort_step.is_abort and abort_step.data["aborted_at_seq"] == 2
+
+
 def test_after_terminal_and_unknown_process() -> None:
     """A later step to a paid refund is AFTER_TERMINAL (terminal states from its definition); an order of an
     unregistered process is UNKNOWN_STEP."""

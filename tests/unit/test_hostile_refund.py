@@ -72,7 +72,7 @@ def test_refund_plans_end_as_honest_whatever_the_modes(rates: dict[Mode, float])
         decisions, state = fold_messages("o-1", sent)
         assert decisions == [m.expected for m in sent]
         replans = sum(m.event_type == "REPLAN" for m in sent)
-        expected = (plan.status, plan.last_seq, plan.notifications + replans)
+        expected = (plan.expected.status, plan.expected.last_seq, plan.expected.notifications + replans)
         assert (state.status, state.last_seq, state.outbox_count) == expected
         used |= {m.mode for m in sent if m.mode is not None}
     if rates is HALLUCINATIONS:  # each hallucination acts on some refund (two at most per plan)

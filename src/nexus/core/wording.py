@@ -19,3 +19,8 @@ def tenant_mismatch(tenant: str) -> str:
 def body_too_large(limit: int) -> str:
     """PAYLOAD_TOO_LARGE: a request body beyond `NEXUS_MAX_BODY_BYTES`."""
     return f"body exceeds {limit} bytes"
+
+
+def order_exists() -> str:
+    """ORDER_EXISTS: a plan's start naming an order id the tenant knows already (`decide/plan_start.py`)."""
+    return "this order id exists already; start another order id"

@@ -29,9 +29,9 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TypeVar
 
-T = TypeVar("T")
+from nexus.auth.roles import ALL_TENANTS
 
-EVERY_TENANT = "*"
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -55,7 +55,7 @@ class BulkheadConfig:
 
 def tenant_key(tenant_id: str | None) -> str:
     """The bulkhead of a subscription's tenant (None: every tenant's subscription, a bulkhead of its own)."""
-    return EVERY_TENANT if tenant_id is None else tenant_id
+    return ALL_TENANTS if tenant_id is None else tenant_id
 
 
 class Bulkheads:

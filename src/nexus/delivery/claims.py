@@ -27,9 +27,10 @@ from typing import Any
 
 import asyncpg
 
+from nexus.auth.roles import ALL_TENANTS
 from nexus.core.breaker import BreakerConfig
 from nexus.delivery.breakers import BreakerReport, breaker_of, write_breaker
-from nexus.delivery.bulkheads import EVERY_TENANT, Bulkheads, in_turn, share, tenant_key
+from nexus.delivery.bulkheads import Bulkheads, in_turn, share, tenant_key
 from nexus.delivery.formats import render_body
 from nexus.delivery.signing import parse_secret
 from nexus.store.database import Database
@@ -56,7 +57,7 @@ class Claimed:
     probe: bool = False
     tenant_id: str = "default"
     content_type: str = "application/json"
-    bulkhead: str = EVERY_TENANT
+    bulkhead: str = ALL_TENANTS
     """The tenant of the subscription (its bulkhead): `*` for a subscription of every tenant."""
     last_status: int | None = None
     last_error: str | None = None

@@ -16,6 +16,7 @@ its request id, and a 500 logged with a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any
@@ -38,6 +39,7 @@ from nexus.store.database import Database
 log = logging.getLogger(__name__)
 
 PATH = "/v1/events"
+_ROLES = required_roles("POST", PATH)
 
 
 async def answer_events(
@@ -108,24 +110,22 @@ def render(content: dict[str, Any]) -> bytes:
     return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
 
 
+@dataclasses.dataclass(slots=True)
 class EventsFastPath:
     """Pure ASGI middleware answering `POST /v1/events`; everything else goes to `app`."""
 
-    def __init__(
-        self, app: Any, *, gate: Gatekeeper, submitter: GroupCommitter, settings: Settings, db: Database | None = None
-    ) -> None:
-        self.app = app
-        self.gate = gate
-        self.submitter = submitter
-        self.settings = settings
-        self.db = db
-        self.roles = required_roles("POST", PATH)
+    app: Any
+    _: dataclasses.KW_ONLY
+    gate: Gatekeeper
+    submitter: GroupCommitter
+    settings: Settings
+    db: Database | None = None
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST" or tracing.active():
             await self.app(scope, receive, send)
             return
-        principal = await self.gate.admit(scope, send, self.roles)
+        principal = await self.gate.admit(scope, send, _ROLES)
         if principal is None:
             return
         try:

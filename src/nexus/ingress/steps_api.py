@@ -27,8 +27,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from nexus import metrics
 from nexus.auth import quotas
 from nexus.auth.roles import Principal, Role, read_tenant
+from nexus.core import wording
 from nexus.core.decide.plan_end import PlanEnd
-from nexus.core.decide.plan_start import ORDER_EXISTS_MESSAGE, PlanStart
+from nexus.core.decide.plan_start import PlanStart
 from nexus.core.definitions import DEFAULT_PROCESS
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
@@ -125,7 +126,7 @@ async def start_plan(caller: StepCaller, request: StartPlan) -> dict[str, Any]:
     )
     start = PlanStart(tenant, order_id, plan_id, request.process, deadline, caller.principal.actor)
     if await caller.gateway.start_plan(start) is ErrorCode.ORDER_EXISTS:
-        raise StepsApiError(409, ErrorCode.ORDER_EXISTS, ORDER_EXISTS_MESSAGE)
+        raise StepsApiError(409, ErrorCode.ORDER_EXISTS, wording.order_exists())
     body: dict[str, Any] = {"order_id": order_id, "plan_id": plan_id, "process": request.process}
     if deadline is not None:
         body["deadline"] = deadline.isoformat()

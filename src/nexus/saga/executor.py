@@ -73,8 +73,6 @@ class SagaExecutor:
         *,
         key_function: KeyFunction | None = None,
     ) -> None:
-        self.db = db
-        self.gateway = gateway
         self.settings = settings
         self.owner = owner
         # Each call's key is read from its step's row, fixed when the step was recorded (store/saga_keys); the

@@ -36,6 +36,7 @@ from nexus.core import definitions, step_data
 from nexus.core.envelope import AbortPlanData, EventEnvelope
 from nexus.core.process import ABORT_STEP, ABORTED, AbortCode
 from nexus.processes import shipped
+from nexus_lab.agent.paths import Expected
 
 # The order process as its definition says (processes/order.yaml): the graph has one node per step of its
 # plan, and the statuses it expects are the states those steps lead to.
@@ -59,15 +60,6 @@ class Outcome(enum.StrEnum):
     INVENTORY_FAILED = "inventory_failed"
     PAYMENT_REJECTED = "payment_rejected"
     INVALID_PLAN = "invalid_plan"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Expected:
-    """What the gateway must end up with for a plan: order status, last_seq and notifications."""
-
-    status: str
-    last_seq: int
-    notifications: int
 
 
 EXPECTED: dict[Outcome, Expected] = {

@@ -35,17 +35,24 @@ INVENTORY_FAILED, PAYMENT_REJECTED = "inventory_failed", "payment_rejected"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Expected:
+    """What the gateway must end up with for a plan: order status, last_seq and notifications."""
+
+    status: str
+    last_seq: int
+    notifications: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class PathPlan:
     """One plan of a process: the honest steps it sends (ABORT_PLAN last if it gives up), their data, and
-    what the gateway must end with (status, last_seq, notifications)."""
+    what the gateway must end with."""
 
     process: LabProcess
     outcome: str
     shape: tuple[str, ...]
     data: tuple[dict[str, Any], ...]
-    status: str
-    last_seq: int
-    notifications: int
+    expected: Expected
     failure: str | None = None
     """The simulated failure the plan took, named as the order's (`inventory_failed`: the first roll, here a
     withdrawal; `payment_rejected`: the second, here a rejection), so a run's failure rates are checkable."""
@@ -74,9 +81,10 @@ def refund_plan(seed: str, inventory_failure_rate: float = 0.0, payment_rejectio
     data = tuple(_refund_data(name, facts) for name in shape)
     steps = sum(1 for name in shape if name != ABORT_STEP)
     if shape[-1] == ABORT_STEP:
-        return PathPlan(REFUND, outcome, shape, data, ABORTED, steps, len(shape), INVENTORY_FAILED)
+        return PathPlan(REFUND, outcome, shape, data, Expected(ABORTED, steps, len(shape)), INVENTORY_FAILED)
     failure = None if outcome == COMPLETED else PAYMENT_REJECTED
-    return PathPlan(REFUND, outcome, shape, data, str(REFUND.status_after(shape)), steps, steps, failure)
+    end = Expected(str(REFUND.status_after(shape)), steps, steps)
+    return PathPlan(REFUND, outcome, shape, data, end, failure)
 
 
 def _refund_data(step: str, facts: dict[str, str]) -> dict[str, Any]:

@@ -67,7 +67,6 @@ from nexus_lab.agent.approver import ApprovalError, LabApprover
 from nexus_lab.agent.graph import (
     EXPECTED,
     AgentContext,
-    Expected,
     Simulation,
     graph,
     initial_state,
@@ -153,7 +152,7 @@ class PlanRun:
             rates = (config.inventory_failure_rate, config.payment_rejection_rate)
             self.path = paths.PLANNERS[self.lab.name](self.seed, *rates)
             self.outcome, self.shape = self.path.outcome, self.path.shape
-            self.expected = Expected(self.path.status, self.path.last_seq, self.path.notifications)
+            self.expected = self.path.expected
         self.actions = hostile.choose(self.seed, config.hostile, self.shape, self.lab)
         self.stalled = any(a.mode is Mode.STALL for a in self.actions)
         deadline = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=config.stall_deadline_s) if self.stalled else None

@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 import asyncpg
 
 from nexus.delivery.signing import generate_secret
-from nexus.settings import Settings
+from nexus.settings import Settings, env_name
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.procs import NEXUS_CMD, REPO_ROOT, Proc, free_port, kafka_script, wait_ready
@@ -235,26 +235,26 @@ class Stack:
         self.signing_key = base64.b64encode(secrets.token_bytes(32)).decode()  # the instances' shared one
         self._out: IO[str] | None = None
 
+    def _own(self) -> dict[str, str]:
+        """The settings that make the stack its own: its database, broker, topics and consumer group."""
+        return {
+            "database_url": self.database_url,
+            "kafka_bootstrap": self.kafka_bootstrap,
+            "kafka_topic": self.kafka_topic,
+            "kafka_dlq_topic": self.kafka_dlq_topic,
+            "kafka_group": self.kafka_group,
+        }
+
     def settings(self) -> Settings:
-        return Settings(
-            database_url=self.database_url,
-            kafka_bootstrap=self.kafka_bootstrap,
-            kafka_topic=self.kafka_topic,
-            kafka_dlq_topic=self.kafka_dlq_topic,
-            kafka_group=self.kafka_group,
-        )
+        return Settings.model_validate(self._own())
 
     def env(self, **extra: str) -> dict[str, str]:
         return {
             **clean_env(),
             **FAST_ENV,
-            "NEXUS_DATABASE_URL": self.database_url,
+            **{env_name(field): value for field, value in self._own().items()},
             "NEXUS_WEBHOOK_URL": f"http://127.0.0.1:{self.sink_port}/hook",
             "NEXUS_WEBHOOK_SECRET": self.secret,
-            "NEXUS_KAFKA_BOOTSTRAP": self.kafka_bootstrap,
-            "NEXUS_KAFKA_TOPIC": self.kafka_topic,
-            "NEXUS_KAFKA_DLQ_TOPIC": self.kafka_dlq_topic,
-            "NEXUS_KAFKA_GROUP": self.kafka_group,
             **({"NEXUS_LOG_LEVEL": "INFO"} if self.spec.kafka else {}),
             **self.spec.env,
             **extra,

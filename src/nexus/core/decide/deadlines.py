@@ -37,10 +37,17 @@ def deadline_abort_id(order_id: str, plan_id: str) -> uuid.UUID:
 
 
 def gateway_abort(
-    state: OrderState, tenant_id: str, event_id: uuid.UUID, code: AbortCode, reason: str, now: dt.datetime
+    state: OrderState,
+    tenant_id: str,
+    event_id: uuid.UUID,
+    code: AbortCode,
+    reason: str,
+    now: dt.datetime,
+    correlation_id: str | None = None,
 ) -> EventEnvelope:
     """An ABORT_PLAN the gateway itself writes for the order's plan (a deadline passed, a saga's compensation
-    is over): `code` and `reason` in its data, at the order's last position."""
+    is over, the plan reached `max_rejections`): `code` and `reason` in its data, at the order's last
+    position."""
     assert state.plan_id is not None
     return EventEnvelope(
         event_id=event_id,
@@ -49,6 +56,7 @@ def gateway_abort(
         order_id=state.order_id,
         timestamp=now,
         tenant_id=tenant_id,
+        correlation_id=correlation_id,
         data={"reason": reason, "abort_code": code.value, "aborted_at_seq": state.last_seq},
     )
 

@@ -26,8 +26,6 @@ from collections.abc import Mapping, Sequence
 
 from nexus.errors import ErrorCode
 
-ORDER_EXISTS_MESSAGE = "this order id exists already; start another order id"
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PlanStart:

@@ -14,28 +14,21 @@ from __future__ import annotations
 
 import uuid
 
+from nexus.core.decide.deadlines import gateway_abort
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process_model import ABORT_STEP, AbortCode, CompiledProcess
+from nexus.core.order_state import OrderState
+from nexus.core.process_model import AbortCode, CompiledProcess
 
 _POLICY_ABORT_NAMESPACE = uuid.UUID("0b6f2a4e-7c59-4e8e-9a3d-706f6c696379")
 
 
 def policy_abort(event: EventEnvelope, last_seq: int, limit: int) -> EventEnvelope:
     """The ABORT_PLAN the gateway writes when a plan reaches its process's `max_rejections`."""
-    return EventEnvelope(
-        event_id=uuid.uuid5(_POLICY_ABORT_NAMESPACE, f"{event.order_id}\x00{event.plan_id}"),
-        event_type=ABORT_STEP,
-        plan_id=event.plan_id,
-        order_id=event.order_id,
-        timestamp=event.timestamp,
-        tenant_id=event.tenant_id,
-        correlation_id=event.correlation_id,
-        data={
-            "reason": f"{limit} steps of this plan were rejected (max_rejections)",
-            "abort_code": AbortCode.POLICY_VIOLATION.value,
-            "aborted_at_seq": last_seq,
-        },
-    )
+    event_id = uuid.uuid5(_POLICY_ABORT_NAMESPACE, f"{event.order_id}\x00{event.plan_id}")
+    state = OrderState(event.order_id, plan_id=event.plan_id, last_seq=last_seq)
+    reason = f"{limit} steps of this plan were rejected (max_rejections)"
+    code = AbortCode.POLICY_VIOLATION
+    return gateway_abort(state, event.tenant_id, event_id, code, reason, event.timestamp, event.correlation_id)
 
 
 def limit_reached(process: CompiledProcess | None, rejections: int) -> int | None:
