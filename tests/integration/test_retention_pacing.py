@@ -3,6 +3,7 @@ it does not pause."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from nexus.gateway import Gateway
@@ -40,3 +41,15 @@ async def test_at_duty_1_the_remover_does_not_pause(db: Database, settings: Sett
     batches = await worker.drain()
     assert [(b.removed, b.pause_s) for b in batches] == [(10, 0.0), (10, 0.0), (10, 0.0)]
     assert await db.fetchval("SELECT count(*) FROM orders") == 0
+
+
+async def test_two_paced_removers_share_the_backlog(db: Database, settings: Settings) -> None:
+    """Two removers draining 40 due orders at once at duty 0.5 (batches of 5) remove each order once: the pause
+    falls between transactions, so the work is still shared."""
+    orders = await finished_orders(db, Gateway(db), "o-pace-two", 40)
+    paced = settings.replace(retention_s=3600, retention_batch=5, retention_duty=0.5)
+    workers = [RetentionRemover(db, paced, builtin_catalog()) for _ in range(2)]
+    drained = await asyncio.gather(*(w.drain() for w in workers))
+    assert sum(b.removed for batches in drained for b in batches) == 40
+    assert all(b.pause_s >= PAUSE_MIN_S for batches in drained for b in batches)
+    assert await db.fetchval("SELECT count(*) FROM removed_orders WHERE order_id = ANY($1::text[])", orders) == 40
