@@ -12,14 +12,17 @@ every second):
    leaves, every index in place), finished 29 days ago: inside the default period, so the remover is idle; wrk
    as in 1;
 3. at the largest size reached: wrk with the remover idle and working (a tenant period of 7 days makes the whole
-   backlog due) in turn, `--rounds` each; then, without wrk, the gateway's and PostgreSQL's CPU over `--seconds`
-   with the remover idle and working: the difference per 1,000 orders removed.
+   backlog due) in turn on the same gateway, `--rounds` pairs; with `--duty D1 D2 ...` a gateway per duty
+   (NEXUS_RETENTION_DUTY, e.g. 0.2 and 1: paced and full speed) in turn within each round; then, per duty,
+   without wrk, the gateway's and PostgreSQL's CPU over `--seconds` with the remover idle and working: the
+   removal rate alone and the difference per 1,000 orders removed. `--remover-only` skips step 1 and 2's wrk.
 
 With `--interleave N` instead: two databases (0 and N retained orders) and two gateways, wrk on each in turn
 for `--rounds` rounds (medians), so the machine's changing load weighs on both alike.
 
 Usage: ``.venv/bin/python benchmarks/retention.py [--retained 1000000 3000000] [--seconds 10] [--connections 64]
-[--rounds 3] [--out FILE]``, ``.venv/bin/python benchmarks/retention.py --interleave 300000 [--rounds 3]``.
+[--rounds 3] [--duty 0.2 1] [--remover-only] [--out FILE]``,
+``.venv/bin/python benchmarks/retention.py --interleave 300000 [--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -107,7 +110,8 @@ async def bench(args: argparse.Namespace, url: str, say: Any) -> dict[str, Any]:
             generated = retained
             results["generate"][retained] = {"seconds": round(seconds), "database_gb": await database_gb(url)}
             say(f"generated {retained:,} retained orders in {seconds:.0f} s: {results['generate'][retained]}")
-        results["retained"][retained] = await one_size(args, url, base, lua, postgres, say, generated)
+        if not args.remover_only:
+            results["retained"][retained] = await one_size(args, url, base, lua, postgres, say, generated)
     results["remover"] = await remover_phase(args, url, base, lua, postgres, say)
     results["largest"] = generated
     return results
@@ -122,6 +126,7 @@ tenant period longer than the default: the remover's passes then scan every orde
 benchmarks/RESULTS.md "Retained orders 0 / 1M / 3M".)"""
 WORKING = "UPDATE tenant_limits SET retention_s = 604800"
 """The remover working: the tenant's period (7 days) makes every retained order due."""
+ALONE = (("idle", IDLE), ("working", WORKING))
 
 
 async def one_size(
@@ -144,24 +149,57 @@ async def one_size(
 async def remover_phase(
     args: argparse.Namespace, url: str, base: str, lua: Path, postgres: int, say: Any
 ) -> dict[str, Any]:
-    """wrk with the remover idle and working in turn (`args.rounds` each); then, without wrk, the gateway's and
-    PostgreSQL's CPU over `args.seconds` idle and working: the difference per 1,000 orders removed."""
-    server = start_server(url, args.port)
+    """For each duty of `args.duty` (NEXUS_RETENTION_DUTY; none given: the gateway's default), in turn each
+    round: a gateway with that duty, wrk with its remover idle and working (a pair on the same gateway);
+    `args.rounds` rounds. Then, per duty, without wrk, the gateway's and PostgreSQL's CPU over `args.seconds`
+    idle and working: the removal rate alone and its cost per 1,000 orders removed."""
+    duties = args.duty or [None]
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {_label(d): {"idle": [], "working": []} for d in duties}
+    for _ in range(args.rounds):
+        for duty in duties:
+            server = start_gateway(url, args.port, duty)
+            try:
+                run_wrk(base, args.connections, 3, uuid.uuid4().hex[:8], lua)  # warm-up
+                for mode, statement in (("idle", IDLE), ("working", WORKING)):
+                    await sql(url, statement)
+                    await asyncio.sleep(2)  # the remover's next pass (every second) sees the new period
+                    n0 = await sql(url, "SELECT count(*) FROM removed_orders")
+                    run = measure(base, args.seconds, args.connections, lua, (server.pid, postgres))
+                    run["removed"] = await sql(url, "SELECT count(*) FROM removed_orders") - n0
+                    runs[_label(duty)][mode].append(run)
+                    say(f"duty {_label(duty)}, remover {mode}: {run} (load {load_average()})")
+            finally:
+                await sql(url, IDLE)
+                server.terminate()
+                server.wait(20)
+    results: dict[str, Any] = {}
+    for duty in duties:
+        results[_label(duty)] = {mode: medians(rs) for mode, rs in runs[_label(duty)].items()}
+        results[_label(duty)] |= await remover_alone(args, url, postgres, duty, say)
+    return results | {"load_average": load_average()}
+
+
+def _label(duty: float | None) -> str:
+    return "default" if duty is None else f"{duty:g}"
+
+
+def start_gateway(url: str, port: int, duty: float | None) -> Any:
+    """`nexus serve` with the remover's duty set (None: the gateway's default)."""
+    os.environ.pop("NEXUS_RETENTION_DUTY", None)
+    if duty is not None:
+        os.environ["NEXUS_RETENTION_DUTY"] = str(duty)
+    return start_server(url, port)
+
+
+async def remover_alone(
+    args: argparse.Namespace, url: str, postgres: int, duty: float | None, say: Any
+) -> dict[str, Any]:
+    """Without wrk: the CPU over `args.seconds` with the remover idle and working; the rate and the cost per
+    1,000 orders removed (working minus idle)."""
+    server = start_gateway(url, args.port, duty)
     pids = (server.pid, postgres)
-    runs: dict[str, list[dict[str, float]]] = {"idle": [], "working": []}
     try:
-        run_wrk(base, args.connections, 3, uuid.uuid4().hex[:8], lua)  # warm-up
-        for _ in range(args.rounds):
-            for mode, statement in (("idle", IDLE), ("working", WORKING)):
-                await sql(url, statement)
-                await asyncio.sleep(2)  # the remover's next pass (every second) sees the new period
-                n0 = await sql(url, "SELECT count(*) FROM removed_orders")
-                runs[mode].append(measure(base, args.seconds, args.connections, lua, pids))
-                runs[mode][-1]["removed"] = await sql(url, "SELECT count(*) FROM removed_orders") - n0
-                say(f"remover {mode}: {runs[mode][-1]} (load {load_average()})")
-        cost = {}
-        for mode, statement in (("idle", IDLE), ("working", WORKING)):
-            cost[mode] = await alone(url, statement, pids, args.seconds)
+        cost = {mode: await alone(url, statement, pids, args.seconds) for mode, statement in ALONE}
     finally:
         await sql(url, IDLE)
         server.terminate()
@@ -171,13 +209,8 @@ async def remover_phase(
         f"{part}_cpu_s_per_1k_orders": round((cost["working"][part] - cost["idle"][part]) / removed * 1000, 3)
         for part in ("gateway", "postgres")
     }
-    say(f"remover alone: {cost}, per 1,000 orders {per_1k}")
-    return {mode: medians(rs) for mode, rs in runs.items()} | {
-        "alone": cost,
-        "alone_orders_s": round(removed / args.seconds),
-        **per_1k,
-        "load_average": load_average(),
-    }
+    say(f"duty {_label(duty)}, remover alone: {cost}, per 1,000 orders {per_1k}")
+    return {"alone": cost, "alone_orders_s": round(removed / args.seconds), **per_1k}
 
 
 async def alone(url: str, statement: str, pids: tuple[int, int], seconds: float) -> dict[str, float]:
@@ -225,6 +258,10 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=8791)
     parser.add_argument("--interleave", type=int, default=0, help="instead: 0 vs N retained, A/B/A/B, same run")
     parser.add_argument("--rounds", type=int, default=3, help="wrk runs per size (medians); A/B rounds")
+    parser.add_argument(
+        "--duty", type=float, nargs="*", default=[], help="the remover's NEXUS_RETENTION_DUTY per gateway, in turn"
+    )
+    parser.add_argument("--remover-only", action="store_true", help="skip wrk at each size: the remover only")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here too")
     args = parser.parse_args()
     if shutil.which("wrk") is None:

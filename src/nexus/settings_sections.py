@@ -181,3 +181,6 @@ class RetentionSettings(BaseSettings):
     """Orders one remover transaction takes away at most (short transactions, bounded locks)."""
     retention_sweep_s: float = Field(60.0, gt=0)
     """How often the remover looks for orders due for removal once it has removed every due one."""
+    retention_duty: float = Field(0.2, gt=0, le=1)
+    """The share of its time the remover works through a backlog: after a batch that took t seconds it pauses
+    t*(1-d)/d (at least 0.05 s, at most 10 s), so the hot path keeps the machine; 1 = no pause (full speed)."""
