@@ -137,6 +137,10 @@ class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, Retent
     max_requests_per_tenant: int | None = Field(None, ge=1)
     """Requests of one tenant in flight in one process (a key spanning every tenant counts as one tenant);
     beyond: 429 TENANT_BUSY. None: a quarter of `http_limit_concurrency`. Per process, not divided."""
+    processing_slots: int = Field(4, ge=0)
+    """Requests one process works on at once (their key checked and body read); the others wait for a slot in
+    a queue per tenant, granted round robin weighted by body size, and a wait (long poll, stream, shared
+    transaction) gives its slot back. 0: no slots, every admitted request runs at once."""
     max_requests_unauthenticated: int | None = Field(None, ge=1)
     """Requests whose key is still being checked (or has none) in one process; beyond: 429 TENANT_BUSY.
     None: a sixteenth of `http_limit_concurrency`. Per process, not divided."""

@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from nexus import metrics
+from nexus.auth.slots import give_back_slot
 from nexus.gateway import Gateway, Incoming, Outcome
 
 
@@ -138,6 +139,7 @@ class GroupCommitter:
         for i, item in enumerate(items):
             parts[self._partition(item)].append(i)
         tenant = tenant_of(items[0])
+        give_back_slot()  # the request waits for its transaction now: its processing slot serves another
         if len(parts) == 1 and len(items) <= self.slice:  # one event per request, the usual case: no gather
             (partition,) = parts
             single: asyncio.Future[list[Outcome]] = loop.create_future()
