@@ -105,8 +105,9 @@ class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, Retent
     batch_workers: int = 2
     """Concurrent shared transactions; orders are partitioned across them by hash."""
     batch_tenant_events: int = Field(64, ge=1)
-    """Most events of one tenant in one shared transaction; a larger request is split across transactions, so
-    another tenant's step waits behind at most this many of a busy tenant's events per transaction."""
+    """Most events of one tenant in one shared transaction, by weight (an event weighs one, plus one per 16
+    elements of its data's lists); a larger request is split across transactions, so another tenant's step
+    waits behind at most this much of a busy tenant's work per transaction."""
     db_pool_size: int = 10
     """PostgreSQL connections of one gateway process at most."""
     # -- logging -----------------------------------------------------------------------------------------
