@@ -101,3 +101,19 @@ async def test_waits_and_shared_transactions_hold_no_slot(  # type: ignore[no-un
 
 def order_data() -> dict[str, object]:
     return {"items": [{"product_id": "p", "quantity": 1, "unit_price": 10}], "total_amount": 10}
+
+
+async def test_an_open_stream_holds_no_slot(  # type: ignore[no-untyped-def]
+    start_gateway, settings: Settings, db: Database
+) -> None:
+    """One slot: while acme's SSE stream of an order is open, globex's read is answered (the stream gave its slot
+    back when it took its wait slot)."""
+    _, base = start_gateway("--no-dispatcher", settings_=settings.replace(processing_slots=1))
+    acme, globex = await agent(db, "acme"), await agent(db, "globex")
+    async with httpx.AsyncClient(base_url=base, timeout=30) as api:
+        plan = await api.post("/v1/plans", json={"order_id": "a-1", "process": "order"}, headers=bearer(acme))
+        assert plan.status_code in (200, 201), plan.text
+        async with api.stream("GET", "/v1/orders/a-1/stream", headers=bearer(acme)) as stream:
+            assert stream.status_code == 200
+            read = await asyncio.wait_for(api.get("/v1/processes", headers=bearer(globex)), 10)
+            assert read.status_code == 200, read.text
