@@ -105,8 +105,9 @@ class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, Retent
     batch_workers: int = 2
     """Concurrent shared transactions; orders are partitioned across them by hash."""
     batch_tenant_events: int = Field(64, ge=1)
-    """Most events of one tenant in one shared transaction; a larger request is split across transactions, so
-    another tenant's step waits behind at most this many of a busy tenant's events per transaction."""
+    """Most events of one tenant in one shared transaction, by weight (an event weighs one, plus one per 16
+    elements of its data's lists); a larger request is split across transactions, so another tenant's step
+    waits behind at most this much of a busy tenant's work per transaction."""
     db_pool_size: int = 10
     """PostgreSQL connections of one gateway process at most."""
     # -- logging -----------------------------------------------------------------------------------------
@@ -137,6 +138,10 @@ class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, Retent
     max_requests_per_tenant: int | None = Field(None, ge=1)
     """Requests of one tenant in flight in one process (a key spanning every tenant counts as one tenant);
     beyond: 429 TENANT_BUSY. None: a quarter of `http_limit_concurrency`. Per process, not divided."""
+    processing_slots: int = Field(4, ge=0)
+    """Requests one process works on at once (their key checked and body read); the others wait for a slot in
+    a queue per tenant, granted round robin weighted by body size, and a wait (long poll, stream, shared
+    transaction) gives its slot back. 0: no slots, every admitted request runs at once."""
     max_requests_unauthenticated: int | None = Field(None, ge=1)
     """Requests whose key is still being checked (or has none) in one process; beyond: 429 TENANT_BUSY.
     None: a sixteenth of `http_limit_concurrency`. Per process, not divided."""

@@ -97,3 +97,33 @@ async def test_one_tenants_single_step_requests_still_share_a_transaction(db: Da
         await committer.stop()
     assert all(a[0].decision is Decision.APPLY for a in answers)
     assert [len(t) for t in gateway.transactions] == [40]
+
+
+def _heavy(tenant: str, prefix: str, n: int, lines: int) -> list[Incoming]:
+    """`n` single-step requests of `tenant`, each an OrderCreated of `lines` order lines (its total wrong: the
+    process rejects it after checking every line)."""
+    items = [{"product_id": f"p{i}", "quantity": 1, "unit_price": 1} for i in range(lines)]
+    data = {"user_id": "u1", "items": items, "total_amount": 1, "currency": "USD"}
+    return [
+        Incoming.parse(step_json(f"{prefix}-{i}", f"p-{prefix}-{i}", 1, tenant_id=tenant, data=data)) for i in range(n)
+    ]
+
+
+async def test_a_share_counts_an_items_weight_not_only_its_count(db: Database) -> None:
+    """Eight of acme's 1,000-line steps queued before initech's one step (a share of 64): each transaction holds
+    one of them (each weighs 63), so initech's step shares its transaction with at most one (on the batcher
+    counting items, all eight and initech's step shared one transaction)."""
+    gateway = CountingGateway(db)
+    gateway.transactions = []
+    committer = GroupCommitter(gateway, workers=1, max_events=500, tenant_events=64)
+    committer.start()
+    try:
+        heavy = [asyncio.create_task(committer.submit(_heavy("acme", f"h{i}", 1, 1000))) for i in range(8)]
+        await asyncio.sleep(0)  # every heavy step queued first
+        [light] = await committer.submit(_batch("initech", "c", 1))
+        assert light.decision is Decision.APPLY
+        await asyncio.gather(*heavy)
+    finally:
+        await committer.stop()
+    assert max(t.count("acme") for t in gateway.transactions) == 1, gateway.transactions
+    assert next(t for t in gateway.transactions if "initech" in t).count("acme") <= 1

@@ -10,7 +10,8 @@ one error shape `{"code", "message", "request_id"}` and write nothing: 401 UNAUT
 key), 403 FORBIDDEN (no role for the route), 429 RATE_LIMITED with Retry-After, 429 TENANT_BUSY with
 Retry-After (the caller's tenant, or the requests still without a known key, at their share of the
 process's requests in flight: `nexus.auth.shares`). An admitted request holds its tenant's share until
-its answer ends (`Gatekeeper.release`).
+its answer ends (`Gatekeeper.release`); once its body is read it waits for one of the process's processing
+slots (`Gatekeeper.slots`, `nexus.auth.slots`: the request guard and the events fast path take it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from nexus.auth.ratelimit import FailureThrottle, RateLimiter, retry_after_heade
 from nexus.auth.roles import Principal, Role, allowed, required_roles, uses_session
 from nexus.auth.sessions import COOKIE, SessionStore, cookie_of
 from nexus.auth.shares import RequestShares
+from nexus.auth.slots import ProcessingSlots
 from nexus.error_shape import request_id_for
 from nexus.errors import ErrorCode, NexusError
 
@@ -64,8 +66,10 @@ class Gatekeeper:
         failures: FailureThrottle | None = None,
         shares: RequestShares | None = None,
         oauth: OAuthVerifier | None = None,
+        slots: ProcessingSlots | None = None,
     ) -> None:
         self.keys = keys
+        self.slots = slots
         self.oauth = oauth
         self.limiter = limiter
         self.sessions = sessions

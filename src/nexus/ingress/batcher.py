@@ -10,7 +10,9 @@ starting after the last tenant served), and a request larger than a share is cut
 go into successive transactions, in order. A transaction therefore holds at most `tenant_events` items of any one
 tenant, even when that tenant alone is waiting: one tenant's 1,000-envelope batches delay another tenant's single
 step by the transaction in flight when it arrives and its own (each at most one share of the busy tenant), not by
-every batch queued before it nor by transactions of `max_events` of the busy tenant's items. A request's slices
+every batch queued before it nor by transactions of `max_events` of the busy tenant's items. A share counts
+items by their weight (`weight_of`: one, plus one per 16 elements of their lists), so a transaction holds at
+most one of a tenant's 1,000-line steps, not 64, and another tenant's step shares its fold with one. A request's slices
 keep its items' order (one tenant's queue is FIFO, and a worker runs its transactions one after another); a
 request whose slices span transactions is answered once all of them are decided, and fails if one of them fails
 (a transient failure is retried whole by its caller, its already-decided steps answered DUPLICATE).
@@ -24,16 +26,44 @@ import contextlib
 import dataclasses
 import zlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from nexus import metrics
+from nexus.auth.slots import give_back_slot
 from nexus.gateway import Gateway, Incoming, Outcome
+
+ELEMENTS_PER_UNIT = 16
+"""An item weighs one unit, plus one per this many elements of the lists in its data (`weight_of`)."""
+
+
+def weight_of(item: Incoming) -> int:
+    """An item's share of a transaction's work: one unit, plus one per `ELEMENTS_PER_UNIT` elements of the
+    lists in it (a process's checks run over every element: a step of 1,000 order lines weighs 63 single
+    steps); an item kept as text, one per KiB."""
+    raw = item.raw
+    if isinstance(raw, str):
+        return 1 + len(raw) // 1024
+    elements = 0
+    stack: list[Any] = [raw]
+    while stack:
+        node = stack.pop()
+        if type(node) is list:
+            elements += len(node)
+            stack.extend(x for x in node if type(x) is list or type(x) is dict)
+        elif isinstance(node, Mapping):
+            stack.extend(x for x in node.values() if type(x) is list or type(x) is dict)
+    return 1 + elements // ELEMENTS_PER_UNIT
 
 
 @dataclasses.dataclass(slots=True)
 class _Request:
     items: list[Incoming]
     future: asyncio.Future[list[Outcome]]
+    weight: int = 0
+
+    def __post_init__(self) -> None:
+        self.weight = sum(weight_of(item) for item in self.items)
 
 
 def tenant_of(item: Incoming) -> str:
@@ -61,9 +91,9 @@ class _TenantQueues:
 
     def take(self, room: int, share: int, taken: dict[str, int]) -> list[_Request]:
         """Requests for a transaction with `room` items left: once round the tenants waiting, in turn, each
-        adding requests while its items in the transaction (`taken`, updated) stay within `share` (its first
-        request always, if the transaction is empty). Tenants served go to the back of the turn; a tenant not
-        reached (the transaction full) keeps its place for the next."""
+        adding requests while the weight of its items in the transaction (`taken`, updated; `weight_of`) stays
+        within `share` (its first request always, if the transaction is empty). Tenants served go to the back of
+        the turn; a tenant not reached (the transaction full) keeps its place for the next."""
         batch: list[_Request] = []
         count = 0
         for _ in range(len(self._ring)):
@@ -73,13 +103,13 @@ class _TenantQueues:
             if count + len(queue[0].items) > room and (batch or taken):
                 break
             self._ring.popleft()
-            while queue and (not mine or mine + len(queue[0].items) <= share):
+            while queue and (not mine or mine + queue[0].weight <= share):
                 if count + len(queue[0].items) > room and (batch or taken):
                     break
                 request = queue.popleft()
                 batch.append(request)
                 count += len(request.items)
-                mine += len(request.items)
+                mine += request.weight
             taken[tenant] = mine
             if queue:
                 self._ring.append(tenant)
@@ -138,6 +168,7 @@ class GroupCommitter:
         for i, item in enumerate(items):
             parts[self._partition(item)].append(i)
         tenant = tenant_of(items[0])
+        give_back_slot()  # the request waits for its transaction now: its processing slot serves another
         if len(parts) == 1 and len(items) <= self.slice:  # one event per request, the usual case: no gather
             (partition,) = parts
             single: asyncio.Future[list[Outcome]] = loop.create_future()
@@ -167,7 +198,7 @@ class GroupCommitter:
             taken: dict[str, int] = {}
             batch = queue.take(self.max_events, self.slice, taken)
             deadline = loop.time() + self.window_s
-            while not queue and sum(taken.values()) < self.max_events:
+            while not queue and (events := sum(len(r.items) for r in batch)) < self.max_events:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
@@ -176,7 +207,7 @@ class GroupCommitter:
                         await queue.wait()
                 except TimeoutError:
                     break
-                batch += queue.take(self.max_events - sum(taken.values()), self.slice, taken)
+                batch += queue.take(self.max_events - events, self.slice, taken)
             await self._run(batch)
 
     async def _run(self, batch: list[_Request]) -> None:

@@ -26,6 +26,8 @@ from nexus.auth import quotas
 from nexus.auth.middleware import Gatekeeper
 from nexus.auth.ratelimit import retry_after_header
 from nexus.auth.roles import Principal, required_roles
+from nexus.auth.shares import EVERY_TENANT
+from nexus.auth.slots import cost_of, processing
 from nexus.core import wording
 from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, NexusError, QuotaExceededError
@@ -185,7 +187,8 @@ class EventsFastPath:
         body = refusal or await self._body(receive, declared)
         if isinstance(body, Refusal):
             return body.status, http_errors.error_body(body.code, body.message), []
-        return await answer_events(body, traceparent, principal, self.settings, self.submitter, self.gate, self.db)
+        async with processing(self.gate.slots, principal.tenant_id or EVERY_TENANT, cost_of(len(body))):
+            return await answer_events(body, traceparent, principal, self.settings, self.submitter, self.gate, self.db)
 
     async def _body(self, receive: Any, declared: str | None) -> bytes | Refusal:
         """The body, or a refusal once it exceeds the limit (declared or streamed), as `events_body.read_body`."""

@@ -19,6 +19,7 @@ from nexus.auth.ratelimit import FailureThrottle, RateLimiter
 from nexus.auth.roles import read_tenant
 from nexus.auth.sessions import SessionStore
 from nexus.auth.shares import RequestShares
+from nexus.auth.slots import ProcessingSlots
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.errors import ErrorCode, NexusError, NotFoundError
 from nexus.gateway import Gateway
@@ -135,9 +136,12 @@ def _install_layers(
     limiter = RateLimiter(rate_limits(limits), tenant_rate=limits.rate_limit_tenant)
     failures = FailureThrottle(limits.auth_failures_per_minute, processes_of(limits))
     oauth = OAuthVerifier.of(limits)  # access tokens beside keys while NEXUS_PUBLIC_URL is set
-    gate = Gatekeeper(keys, limiter, sessions, failures, RequestShares.of(limits), oauth)  # fair shares of requests
+    slots = ProcessingSlots(limits.processing_slots)  # the requests worked on at once, granted fairly
+    gate = Gatekeeper(keys, limiter, sessions, failures, RequestShares.of(limits), oauth, slots)  # fair shares
     app.state.oauth = oauth
-    app.add_middleware(RequestGuard, settings=settings, keys=keys)  # inside the key check: no body read for a stranger
+    app.state.processing_slots = slots
+    # Inside the key check: no body read for a stranger; a processing slot once the body is read
+    app.add_middleware(RequestGuard, settings=settings, keys=keys, slots=slots)
     app.add_middleware(AuthMiddleware, gate=gate)
     app.add_middleware(http_errors.RequestContext)  # outermost: the request id is set before anything answers
     if tracing.active():  # The maintained ASGI instrumentation, outermost; absent when tracing is off

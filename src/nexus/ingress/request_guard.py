@@ -24,12 +24,14 @@ dead-lettered, not refusals.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any
 
 from nexus.asgi import HttpMiddleware
 from nexus.auth.keys import KeyCache
 from nexus.auth.shares import EVERY_TENANT
+from nexus.auth.slots import ProcessingSlots, cost_of, processing
 from nexus.core import strict_json, wording
 from nexus.errors import ErrorCode, InvalidEventError, NexusError
 from nexus.ingress.events_body import Disconnected, has_nul, limits_of, receive_body
@@ -87,10 +89,13 @@ def _with_console_headers(send: Any) -> Any:
 class RequestGuard(HttpMiddleware):
     """Pure ASGI middleware: the checks above, then the route."""
 
-    def __init__(self, app: Any, settings: Settings, keys: KeyCache | None = None) -> None:
+    def __init__(
+        self, app: Any, settings: Settings, keys: KeyCache | None = None, slots: ProcessingSlots | None = None
+    ) -> None:
         self.app = app
         self.settings = settings
         self.keys = keys
+        self.slots = slots
 
     async def handle(self, scope: Any, receive: Any, send: Any) -> None:
         token = CLIENT.set(self._client(scope))
@@ -106,8 +111,12 @@ class RequestGuard(HttpMiddleware):
             return
         if scope["path"].startswith("/console"):
             send = _with_console_headers(send)
-        if scope["method"] not in _BODY_METHODS or scope["path"] in _OWN_READER:
+        if scope["path"] in _OWN_READER:  # its own reader (and its slot: nexus.ingress.fast_events)
             await self.app(scope, receive, send)
+            return
+        if scope["method"] not in _BODY_METHODS:
+            async with self._slot(scope, 0):
+                await self.app(scope, receive, send)
             return
         body = await self._read(scope, receive, send)
         if body is None:
@@ -123,7 +132,16 @@ class RequestGuard(HttpMiddleware):
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()  # after the body: only the disconnect is left to wait for
 
-        await self.app(scope, replay, send)
+        async with self._slot(scope, len(body)):
+            await self.app(scope, replay, send)
+
+    def _slot(self, scope: Any, body_bytes: int) -> contextlib.AbstractAsyncContextManager[None]:
+        """One of the process's processing slots for an authenticated request, its body read (none for a
+        request without a principal: the probes, the console's sign-in)."""
+        principal = scope.get("state", {}).get("principal")
+        if principal is None:
+            return contextlib.nullcontext()
+        return processing(self.slots, principal.tenant_id or EVERY_TENANT, cost_of(body_bytes))
 
     def _client(self, scope: Any) -> WaitingClient:
         """The request's client for its waits: gone with its connection, valid while its key is (an access

@@ -31,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from nexus.auth.slots import give_back_slot
 from nexus.core.backoff import RetryPolicy
 from nexus.errors import KeyRevokedError, TooManyWaitsError
 from nexus.retrying import Retrying, sleep_until_set
@@ -159,7 +160,8 @@ class WaitSlots:
     """Open SSE streams, waiting long polls and MCP waits in this process: at most `per_key` per key
     (`NEXUS_MAX_WAITS_PER_KEY`) and `per_tenant` per tenant (`NEXUS_MAX_WAITS_PER_TENANT`; the tenant of
     the current request's key). A wait holds a connection for as long as it lasts, so the caps are what
-    keep one key, or one tenant's many keys, from taking every connection the process has."""
+    keep one key, or one tenant's many keys, from taking every connection the process has. Taking one gives
+    the request's processing slot back (`nexus.auth.slots`): the wait goes on without one."""
 
     def __init__(self, per_key: int, per_tenant: int | None = None) -> None:
         self.per_key = per_key
@@ -187,6 +189,7 @@ class WaitSlots:
         self._held[key_id] = held + 1
         self._tenant_of[key_id] = tenant
         self._tenants[tenant] = in_tenant + 1
+        give_back_slot()  # a wait holds a connection, not one of the process's processing slots
 
     def give_back(self, key_id: int) -> None:
         tenant = self._tenant_of.get(key_id)
