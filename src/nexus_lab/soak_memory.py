@@ -18,7 +18,7 @@ import statistics
 
 import psutil
 
-SHARED_SEGMENTS = ("/dev/zero", "/SYSV", "/dev/shm/")  # noqa: S108 (mapped paths of /proc/PID/smaps, not files)
+SHARED_SEGMENTS = ("/dev/zero", "/SYSV", "/dev/shm/")  # noqa: S108 - paths in a memory map, not files
 """Mappings of PostgreSQL's shared memory (main segment, System V header, dynamic segments): not a process's own."""
 
 SERVER_PROCESSES = (
