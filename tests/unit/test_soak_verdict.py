@@ -108,14 +108,16 @@ def test_a_small_figure_may_grow_by_the_floor(soak: Soak) -> None:
 
 
 def test_postgres_memory_counts_its_own_processes_outside_shared_memory() -> None:
-    """The judged figure sums the postmaster's and its server processes' own memory with the median backend's:
-    a third backend or an autovacuum worker does not move it, a backend's growth in every connection does."""
+    """The judged figure sums the postmaster's and its server processes' own memory with the median worked
+    backend's: another backend, unused pool connections (~1 MB) or an autovacuum worker do not move it, a growth
+    of every worked connection does."""
     by_kind = {"postmaster": [0.3], "checkpointer": [0.6], "walwriter": [0.4], "client backend": [7.0, 8.0, 9.0]}
     assert steady_mb(by_kind) == pytest.approx(9.3)
-    assert steady_mb({**by_kind, "client backend": [7.0, 8.0, 8.0, 9.0], "autovacuum worker": [30.0]}) == pytest.approx(
-        9.3
-    )
-    assert steady_mb({**by_kind, "client backend": [12.0, 13.0, 14.0]}) == pytest.approx(14.3)
+    unused = [1.1] * 6
+    more = {**by_kind, "client backend": [7.0, 8.0, 8.0, 9.0, *unused], "autovacuum worker": [30.0]}
+    assert steady_mb(more) == pytest.approx(9.3)
+    assert steady_mb({**by_kind, "client backend": [12.0, 13.0, 14.0, *unused]}) == pytest.approx(14.3)
+    assert steady_mb({"postmaster": [0.3]}) == pytest.approx(0.3)
 
 
 def test_markers_are_kept_one_cycle_and_the_sample_waits_for_the_retention(soak: Soak) -> None:
