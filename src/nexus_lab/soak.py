@@ -16,18 +16,18 @@ are submitted; when the cycle's faults are done, the load stops, everything sett
 checker (`checker.check_report`, as `nexus chaos` judges it) on every round's report, the saga invariants
 (`saga_checker`) and each completed saga's four effects standing once. Then the next cycle.
 
-Measured: per cycle the p99 of the agent's HTTP sends (retries included), CPU seconds per 1,000 events of
-the never-killed processes (gateway 0, dispatcher 0, PostgreSQL) and the sizes of the main tables; each
-minute, and at each cycle's settled sample, the RSS of those processes (PostgreSQL: the private memory of its
-processes). Written to `--out` (soak.json, soak.md, soak.png). Exit 1 unless: 0 invariant violations, the
-RSS of each kept process at the end at most 10 % above minute 5 (runs of 5 minutes or more; memory that falls
-is no leak), the p99 of the last cycle within 1.5x of the first, and every table with at least 1,000 rows at
-minute 10 within 10 % or 1,000 rows of that count at the end (runs of 15 minutes or more; finished orders leave
-`--retention-s` after they finished, 300 by default, and the decision log is archived where the gateway has
-`ARCHIVE_SETTING`). The settled sample (RSS, rows of every table) is taken `--retention-s` + `PHASE_MARGIN_S`
-after each cycle's load began (the cycle waits for it): the earlier cycles' orders have left, this one's remain
-(but its first `PHASE_MARGIN_S`), the markers (kept as long) are the previous cycle's. PostgreSQL, restarted
-every cycle, has its memory judged on the settled samples only.
+Measured: per cycle the p99 of the agent's HTTP sends (retries included), CPU seconds per 1,000 events of the
+never-killed processes (gateway 0, dispatcher 0, PostgreSQL) and the sizes of the main tables; each minute, and at
+each cycle's settled sample, the RSS of those processes (PostgreSQL: its processes' own memory, `soak_memory`).
+Written to `--out` (soak.json, soak.md, soak.png). Exit 1 unless: 0 invariant violations, the RSS of each kept
+process at the end at most 10 % above minute 5 (runs of 5 minutes or more; memory that falls is no leak;
+PostgreSQL's by its trend), the p99 of the last cycle within 1.5x of the first, and every table with at least
+1,000 rows at minute 10 within 10 % or 1,000 rows of that count at the end (runs of 15 minutes or more; finished
+orders leave `--retention-s` after they finished, 300 by default, and the decision log is archived where the
+gateway has `ARCHIVE_SETTING`). The settled sample (RSS, rows of every table) is taken `--retention-s` +
+`PHASE_MARGIN_S` after each cycle's load began (the cycle waits for it): the earlier cycles' orders have left,
+this one's remain (but its first `PHASE_MARGIN_S`), the markers (kept as long) are the previous cycle's.
+PostgreSQL, restarted every cycle, has its memory judged on the settled samples only, by their Theil-Sen trend.
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ from nexus_lab.checker import check_report
 from nexus_lab.procs import NEXUS_CMD, free_port, wait_ready
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES
+from nexus_lab.soak_memory import postgres_memory
 from nexus_lab.soak_report import FLAT_JUDGED_MINUTES, TABLES, Cycle, Sample, verdict_of, write_report
 
 # One pass over every chaos scenario's fault; the first gateway and the first dispatcher are spared.
@@ -145,14 +146,12 @@ def _tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def rss_mb(pid: int, *, private: bool = False) -> float:
-    """RSS of `pid` and its descendants in MB; `private`: only their private memory (PostgreSQL's backends
-    all map its shared buffers, which RSS would count once per backend)."""
+def rss_mb(pid: int) -> float:
+    """RSS of `pid` and its descendants in MB (PostgreSQL's memory: `soak_memory.postgres_memory`)."""
     total = 0
     for proc in _tree(pid):
         with contextlib.suppress(psutil.Error):
-            info = proc.memory_full_info() if private else proc.memory_info()
-            total += info.uss if private else info.rss
+            total += proc.memory_info().rss
     return total / 1e6
 
 
@@ -270,8 +269,10 @@ class Soak:
             await asyncio.sleep(60.0)
 
     def sample(self, *, settled: bool = False, tables: dict[str, int] | None = None) -> None:
-        rss = {name: round(rss_mb(pid, private=name == "postgres"), 1) for name, pid in self._kept().items() if pid}
-        self.samples.append(Sample(round((time.monotonic() - self.started) / 60, 2), rss, settled, tables or {}))
+        figures, postgres = postgres_memory(self._postmaster())
+        rss = {n: round(rss_mb(pid), 1) for n, pid in self._kept().items() if pid and n != "postgres"} | figures
+        minute = round((time.monotonic() - self.started) / 60, 2)
+        self.samples.append(Sample(minute, rss, settled, tables or {}, postgres))
         self.say(f"soak: minute {self.samples[-1].minute:.1f}{' (settled)' if settled else ''}: RSS MB {rss}")
 
     async def settled_at_phase(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from nexus_lab.soak import PHASE_MARGIN_S, Soak, SoakConfig
+from nexus_lab.soak_memory import steady_mb
 from nexus_lab.soak_report import Sample, write_report
 
 
@@ -21,7 +22,14 @@ def soak() -> Iterator[Soak]:
 
 
 def _verdict(soak: Soak) -> dict[str, tuple[bool, str]]:
-    return {criterion: (held, detail) for criterion, held, detail in soak.verdict() if criterion.startswith("RSS")}
+    return {
+        criterion: (held, detail)
+        for criterion, held, detail in soak.verdict()
+        if criterion.startswith(("RSS", "PostgreSQL"))
+    }
+
+
+POSTGRES = "PostgreSQL's own memory at most 10% or 5 MB above minute 5 (trend of the settled samples)"
 
 
 def test_postgres_between_cycles_is_not_judged_but_its_settled_memory_is(soak: Soak) -> None:
@@ -35,14 +43,11 @@ def test_postgres_between_cycles_is_not_judged_but_its_settled_memory_is(soak: S
         Sample(30.0, {"gateway-0": 132.0, "postgres": 125.0}, settled=True),
     ]
     verdict = _verdict(soak)
-    assert verdict["RSS of postgres at most 10% above minute 5 (settled samples)"] == (
-        True,
-        "120.0 -> 125.0 MB (+4.2%)",
-    )
+    assert verdict[POSTGRES] == (True, "120.0 -> 125.0 MB (+4.2%), trend of 2 settled samples (120.0, 125.0)")
     assert verdict["RSS of gateway-0 at most 10% above minute 5"][0]
 
     soak.samples[-1] = Sample(30.0, {"gateway-0": 132.0, "postgres": 140.0}, settled=True)
-    assert not _verdict(soak)["RSS of postgres at most 10% above minute 5 (settled samples)"][0]
+    assert not _verdict(soak)[POSTGRES][0]
 
 
 def test_a_growing_gateway_fails_whatever_the_phase(soak: Soak) -> None:
@@ -66,13 +71,53 @@ def test_memory_that_falls_is_not_a_leak(soak: Soak) -> None:
         Sample(30.0, {"gateway-0": 100.0, "postgres": 120.0}, settled=True),
     ]
     verdict = _verdict(soak)
-    assert verdict["RSS of postgres at most 10% above minute 5 (settled samples)"] == (
-        True,
-        "149.2 -> 120.0 MB (-19.6%)",
-    )
+    assert verdict[POSTGRES] == (True, "149.2 -> 120.0 MB (-19.6%), trend of 2 settled samples (149.2, 120.0)")
     assert verdict["RSS of gateway-0 at most 10% above minute 5"] == (True, "130.0 -> 100.0 MB (-23.1%)")
     soak.samples[-1] = Sample(30.0, {"gateway-0": 144.0, "postgres": 120.0}, settled=True)
     assert not _verdict(soak)["RSS of gateway-0 at most 10% above minute 5"][0]
+
+
+RUN3_MINUTES = (5.3, 10.5, 15.8, 21.0, 26.3, 31.9)
+
+
+def _settled(values: tuple[float, ...]) -> list[Sample]:
+    return [Sample(m, {"postgres": mb}, settled=True) for m, mb in zip(RUN3_MINUTES, values, strict=True)]
+
+
+def test_postgres_is_judged_by_the_trend_of_its_settled_samples(soak: Soak) -> None:
+    """Round 14 run 3's swing (105.7, 130.1, 103.5, 105.4, 112.3, 120.8 MB: last vs first +14.3 %) passes on its
+    trend; a steady climb between the same first and last figures fails, and so does one of 10 MB on ~10 MB."""
+    soak.samples = _settled((105.7, 130.1, 103.5, 105.4, 112.3, 120.8))
+    held, detail = _verdict(soak)[POSTGRES]
+    assert held, detail
+    assert detail.startswith("105.2 -> 114.9 MB (+9.2%), trend of 6 settled samples")
+    soak.samples = _settled((105.7, 108.7, 111.7, 114.7, 117.7, 120.8))
+    held, detail = _verdict(soak)[POSTGRES]
+    assert not held
+    assert detail.startswith("105.7 -> 120.9 MB (+14.3%)")
+    soak.samples = _settled((10.0, 12.0, 14.0, 16.0, 18.0, 20.0))
+    assert not _verdict(soak)[POSTGRES][0]
+
+
+def test_a_small_figure_may_grow_by_the_floor(soak: Soak) -> None:
+    """The judged figure of ~10 MB may grow 3 MB (a backend's caches filling), not 6 MB."""
+    soak.samples = _settled((10.0, 10.6, 11.2, 11.8, 12.4, 13.0))
+    assert _verdict(soak)[POSTGRES][0]
+    soak.samples = _settled((10.0, 11.2, 12.4, 13.6, 14.8, 16.0))
+    assert not _verdict(soak)[POSTGRES][0]
+
+
+def test_postgres_memory_counts_its_own_processes_outside_shared_memory() -> None:
+    """The judged figure sums the postmaster's and its server processes' own memory with the median worked
+    backend's: another backend, unused pool connections (~1 MB) or an autovacuum worker do not move it, a growth
+    of every worked connection does."""
+    by_kind = {"postmaster": [0.3], "checkpointer": [0.6], "walwriter": [0.4], "client backend": [7.0, 8.0, 9.0]}
+    assert steady_mb(by_kind) == pytest.approx(9.3)
+    unused = [1.1] * 6
+    more = {**by_kind, "client backend": [7.0, 8.0, 8.0, 9.0, *unused], "autovacuum worker": [30.0]}
+    assert steady_mb(more) == pytest.approx(9.3)
+    assert steady_mb({**by_kind, "client backend": [12.0, 13.0, 14.0, *unused]}) == pytest.approx(14.3)
+    assert steady_mb({"postmaster": [0.3]}) == pytest.approx(0.3)
 
 
 def test_markers_are_kept_one_cycle_and_the_sample_waits_for_the_retention(soak: Soak) -> None:

@@ -83,20 +83,48 @@ DELETE FROM deliveries AS r USING outbox AS x, unnest($1::text[], $2::text[]) AS
 WHERE r.outbox_id = x.id AND x.tenant_id = u.t AND x.order_id = u.oid;
 
 -- name: delete_dead_letters
--- The order's dead letters once redriven or older than $3 seconds (their redrive records cascade).
-DELETE FROM dead_letters AS r USING unnest($1::text[], $2::text[]) AS u(t, oid)
+-- The order's dead letters once redriven or older than its tenant's period ($3 seconds unless
+-- tenant_limits.retention_s says otherwise); their redrive records cascade.
+DELETE FROM dead_letters AS r
+USING unnest($1::text[], $2::text[]) AS u(t, oid) LEFT JOIN tenant_limits AS l ON l.tenant_id = u.t
 WHERE r.order_id = u.oid AND r.tenant_id = u.t
-  AND (r.created_at < now() - make_interval(secs => $3)
+  AND (r.created_at < now() - make_interval(secs => coalesce(l.retention_s, $3))
        OR EXISTS (SELECT 1 FROM dead_letter_redrives AS x WHERE x.dead_letter_id = r.id));
 
 -- name: stray_dead_letters
--- Dead letters naming an order that has no row (removed, or never started) older than $1 seconds: at most $2.
+-- Dead letters no order row names, older than their tenant's period ($1 seconds unless
+-- tenant_limits.retention_s says otherwise), oldest first: at most $2, locked (SKIP LOCKED: another remover
+-- takes others). That is those without an order id (parse errors, invalid envelopes, quota refusals), those
+-- naming an order that never started or was removed; an order's own dead letters go with it (delete_dead_letters).
+-- Per tenant, as due_orders: nexus_dead_letter_tenants() (migration 0035) steps through the tenants holding
+-- dead letters, and each tenant's scan of dead_letters_tenant_created_at stops at its own cutoff. A dead letter
+-- of no known tenant (tenant_id NULL) has the default period and is checked against the default tenant's orders.
 DELETE FROM dead_letters WHERE id IN (
-    SELECT d.id FROM dead_letters AS d
-    WHERE d.created_at < now() - make_interval(secs => $1) AND d.order_id IS NOT NULL
-      AND NOT EXISTS (SELECT 1 FROM orders AS o WHERE o.order_id = d.order_id
-                      AND o.tenant_id = coalesce(d.tenant_id, 'default'))
-    ORDER BY d.created_at LIMIT $2
+    SELECT c.id FROM (
+        SELECT s.id, s.created_at
+        FROM nexus_dead_letter_tenants() AS t(tenant_id)
+        LEFT JOIN tenant_limits AS l ON l.tenant_id = t.tenant_id
+        CROSS JOIN LATERAL (
+            SELECT d.id, d.created_at FROM dead_letters AS d
+            WHERE d.tenant_id = t.tenant_id
+              AND d.created_at < now() - make_interval(secs => coalesce(l.retention_s, $1))
+              AND NOT EXISTS (SELECT 1 FROM orders AS o WHERE o.tenant_id = d.tenant_id AND o.order_id = d.order_id)
+            ORDER BY d.created_at
+            LIMIT $2
+            FOR UPDATE OF d SKIP LOCKED
+        ) AS s
+        UNION ALL
+        SELECT n.id, n.created_at FROM (
+            SELECT d.id, d.created_at FROM dead_letters AS d
+            WHERE d.tenant_id IS NULL AND d.created_at < now() - make_interval(secs => $1)
+              AND NOT EXISTS (SELECT 1 FROM orders AS o WHERE o.tenant_id = 'default' AND o.order_id = d.order_id)
+            ORDER BY d.created_at
+            LIMIT $2
+            FOR UPDATE OF d SKIP LOCKED
+        ) AS n
+    ) AS c
+    ORDER BY c.created_at
+    LIMIT $2
 );
 
 -- name: expire_markers
