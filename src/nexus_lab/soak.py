@@ -11,8 +11,13 @@ A cycle is one pass over the faults of the chaos scenarios (`CYCLE`, from `chaos
 order, `--phase-seconds` apart: the second gateway SIGKILLed (HTTP ingress and Kafka consumer), the second
 dispatcher SIGKILLed while it holds delivery leases (and its saga executors with it), PostgreSQL stopped
 and started, the broker restarted, the receiver down, the payment service down. Meanwhile the agent runs
-rounds of plans over HTTP (every hostile mode but the timed ones) and over Kafka, and `fulfilment` sagas
-are submitted; when the cycle's faults are done, the load stops, everything settles and is checked: the
+`--rounds-per-cycle` rounds of plans over HTTP (every hostile mode but the timed ones) and over Kafka, with
+`fulfilment` sagas submitted beside them: the same work every cycle, so the tables are judged on growth, not on
+the machine's speed. Round k starts no earlier than k x `schedule_s` / rounds after the cycle's load began
+(`round_starts`, paced over the faults' nominal schedule so every fault meets load), and its agent seeds are
+the same in every cycle (`round_seed`: same plans, outcomes and hostile modes; order ids are fresh, saga
+orders carry the cycle's number). A cycle whose rounds lag past its faults waits for them (`lagged_s` in its
+record). When the cycle's faults and rounds are done, everything settles and is checked: the
 checker (`checker.check_report`, as `nexus chaos` judges it) on every round's report, the saga invariants
 (`saga_checker`) and each completed saga's four effects standing once. Then the next cycle.
 
@@ -43,20 +48,18 @@ import os
 import random
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from nexus.settings import Settings, env_name
 from nexus.store.database import Database
 from nexus.store.queries import query
 from nexus_lab.agent import runner as agent
-from nexus_lab.agent.hostile_messages import Message
 from nexus_lab.agent.reactive import step_envelope
-from nexus_lab.agent.transport import Ack, KafkaTransport, Transport
+from nexus_lab.agent.transport import KafkaTransport
 from nexus_lab.chaos.faults import (
     BreakerWatch,
     Fault,
@@ -76,6 +79,7 @@ from nexus_lab.checker import check_report
 from nexus_lab.procs import NEXUS_CMD, free_port, wait_ready
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES
+from nexus_lab.soak_measure import TimedTransport, cpu_s, p99, rss_mb
 from nexus_lab.soak_memory import postgres_memory
 from nexus_lab.soak_report import FLAT_JUDGED_MINUTES, TABLES, Cycle, Sample, verdict_of, write_report
 
@@ -96,24 +100,13 @@ WHERE o.order_id = ANY($1::text[])
 """
 
 
-class TimedTransport:
-    """The agent's transport, timing every send (retries included) for the cycle's p99."""
+FAULT_NOMINAL_S = 5.0
+"""A fault's own nominal time beside its `--phase-seconds` pause (first strike 0.5-1.5 s, outages 1-3 s, a broker
+restart longer): `schedule_s` is the cycle's faults' nominal length, over which the rounds are paced."""
 
-    def __init__(self, inner: Transport) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.durations: list[float] = []
-
-    async def send(self, message: Message) -> Ack:
-        started = time.perf_counter()
-        try:
-            return await self.inner.send(message)
-        finally:
-            self.durations.append(time.perf_counter() - started)
-
-    async def close(self) -> None:
-        await self.inner.close()
-
+ROUNDS_PER_CYCLE = 36
+"""Run 4 (round 15) ran ~44 rounds a cycle back to back in ~100 s of faults on a loaded 2-core machine; 36
+paced over the 90 s schedule leave room for a slower moment."""
 
 PHASE_MARGIN_S = 15.0
 """The settled sample is taken this long after the retention has passed since the cycle's load began: the
@@ -136,37 +129,19 @@ class SoakConfig:
     kafka_bootstrap: str | None = None
     retention_s: int = 300
     """NEXUS_RETENTION_S of the gateways: finished orders leave this long after they finished."""
+    rounds_per_cycle: int = ROUNDS_PER_CYCLE
+    """Rounds of plans every cycle runs (the same in each), paced over `Soak.schedule_s`."""
 
 
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
+def round_starts(rounds: int, schedule_s: float) -> list[float]:
+    """Seconds after a cycle's load began before which round k may not start: k x schedule / rounds."""
+    return [k * schedule_s / rounds for k in range(rounds)]
 
 
-def rss_mb(pid: int) -> float:
-    """RSS of `pid` and its descendants in MB (PostgreSQL's memory: `soak_memory.postgres_memory`)."""
-    total = 0
-    for proc in _tree(pid):
-        with contextlib.suppress(psutil.Error):
-            total += proc.memory_info().rss
-    return total / 1e6
-
-
-def cpu_s(pid: int) -> float:
-    total = 0.0
-    for proc in _tree(pid):
-        with contextlib.suppress(psutil.Error):
-            times = proc.cpu_times()
-            total += times.user + times.system + times.children_user + times.children_system
-    return total
-
-
-def p99(values: Sequence[float]) -> float:
-    ordered = sorted(values) or [0.0]
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+def round_seed(seed: str, k: int, transport: str) -> str:
+    """The agent seed of round k's plans over `transport`: without the cycle's number, so every cycle sends the
+    same plans with the same outcomes and hostile modes (the agent draws fresh order ids itself)."""
+    return f"{seed}:{k}:{transport}"
 
 
 class Soak:
@@ -243,6 +218,16 @@ class Soak:
         """Seconds after a cycle's load began at which its settled sample is taken (the cycle's shortest length)."""
         return self.config.retention_s + PHASE_MARGIN_S
 
+    def schedule_s(self) -> float:
+        """The faults' nominal length: each fault's own time and its pause after it."""
+        return len(CYCLE) * (FAULT_NOMINAL_S + self.config.phase_s)
+
+    def round_work(self, n: int, k: int) -> tuple[agent.AgentConfig, agent.AgentConfig, str]:
+        """Cycle n's round k: its HTTP and Kafka agents (the same in every cycle) and its saga orders' prefix."""
+        seed = self.config.seed
+        return (self._agent(round_seed(seed, k, "http"), self.config.http_plans),
+                self._agent(round_seed(seed, k, "kafka"), self.config.kafka_plans), f"c{n}r{k}")  # fmt: skip
+
     def marker_memory_s(self) -> int:
         """NEXUS_REMOVED_ORDER_MEMORY_S: a cycle's shortest length, so a settled sample sees the markers of one
         cycle (the previous). Safe for the checks: a marker lives until 2 x retention + margin after its order
@@ -298,8 +283,7 @@ class Soak:
         result = Cycle(n, round(time.monotonic() - self.started, 1))
         ctx = FaultContext(self.session, stack, random.Random(f"{self.config.seed}:{n}"), asyncio.Event(),
                            lambda line: self.say(f"[cycle {n}] {line}"), services_url=self.services_url)  # fmt: skip
-        kept = self._kept()
-        cpu_before = {name: cpu_s(pid) for name, pid in kept.items() if pid}
+        cpu_before = {name: cpu_s(pid) for name, pid in self._kept().items() if pid}
         http = TimedTransport(SpreadTransport(http_transports(stack.gateway_urls)))
         kafka = PatientTransport(await KafkaTransport(self.session.kafka_bootstrap, stack.kafka_topic).start())
         reports: list[dict[str, Any]] = []
@@ -308,31 +292,34 @@ class Soak:
         started = time.monotonic()
         checked = asyncio.Event()
         settled = asyncio.create_task(self.settled_at_phase(started, lambda: self._all_tables(db), checked))
+        ended: dict[str, float] = {}
 
         async def faults() -> None:
             for fault in CYCLE:
                 await fault.run(ctx)
                 await asyncio.sleep(self.config.phase_s)
+            ended["faults"] = time.monotonic()
             ctx.agent_done.set()
 
         async def load() -> None:
-            rounds = 0
-            while not ctx.agent_done.is_set():
-                rounds += 1
-                tag = f"{self.config.seed}:{n}:{rounds}"
+            for k, at in enumerate(round_starts(self.config.rounds_per_cycle, self.schedule_s())):
+                await asyncio.sleep(max(0.0, started + at - time.monotonic()))
+                http_agent, kafka_agent, saga_prefix = self.round_work(n, k)
                 http_report, kafka_report, _ = await asyncio.gather(
-                    agent.run_agent(self._agent(f"{tag}:http", self.config.http_plans), http,
-                                    target=stack.gateway_urls[0]),
-                    agent.run_agent(self._agent(f"{tag}:kafka", self.config.kafka_plans), kafka,
+                    agent.run_agent(http_agent, http, target=stack.gateway_urls[0]),
+                    agent.run_agent(kafka_agent, kafka,
                                     target=f"kafka://{self.session.kafka_bootstrap}/{stack.kafka_topic}"),
-                    self._sagas(f"c{n}r{rounds}", saga_orders),
+                    self._sagas(saga_prefix, saga_orders),
                 )  # fmt: skip
                 reports.extend((http_report, kafka_report))
+                result.rounds += 1
+            ended["load"] = time.monotonic()
 
         try:
             await asyncio.gather(faults(), load())
             result.elapsed_s = round(time.monotonic() - started, 1)
-            self.say(f"[cycle {n}] faults and load done at {ctx.elapsed():.1f}s; settling and checking")
+            result.lagged_s = round(max(0.0, ended["load"] - ended["faults"]), 1)
+            self.say(f"[cycle {n}] {result.rounds} rounds done {result.lagged_s:.1f}s past the faults; checking")
             await self._check(result, db, reports, saga_orders)
             checked.set()
             await settled
@@ -343,8 +330,7 @@ class Soak:
             for transport in (http, kafka):
                 with contextlib.suppress(Exception):
                     await transport.close()
-        kept = self._kept()
-        spent = sum(cpu_s(pid) - cpu_before.get(name, 0.0) for name, pid in kept.items() if pid)
+        spent = sum(cpu_s(pid) - cpu_before.get(name, 0.0) for name, pid in self._kept().items() if pid)
         result.events = sum(r["summary"]["messages"] for r in reports) + 5 * len(saga_orders)
         result.cpu_s_per_1k = round(spent * 1000 / max(result.events, 1), 3)
         result.p99_ms = round(p99(http.durations) * 1000, 1)
@@ -456,6 +442,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", default="soak", help="schedules the faults and the agent's plans")
     parser.add_argument("--phase-seconds", type=float, default=10.0, help="pause after each fault of a cycle")
     parser.add_argument("--plans", type=int, default=12, help="HTTP plans per round (Kafka: 2/3, sagas: 1/2)")
+    parser.add_argument(
+        "--rounds-per-cycle",
+        type=int,
+        default=ROUNDS_PER_CYCLE,
+        help="rounds of plans every cycle runs, paced over its faults (the same work each cycle)",
+    )
     parser.add_argument("--settle-timeout", type=float, default=120.0, help="seconds a cycle may take to settle")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/soak"), help="soak.json, .md, .png")
     parser.add_argument(
@@ -485,6 +477,7 @@ def run(args: argparse.Namespace) -> int:
         out=args.out,
         kafka_bootstrap=args.kafka_bootstrap,
         retention_s=args.retention_s,
+        rounds_per_cycle=args.rounds_per_cycle,
     )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     for noisy in ("aiokafka", "asyncpg.pool"):
@@ -497,4 +490,5 @@ def run(args: argparse.Namespace) -> int:
     return asyncio.run(soak.run())
 
 
-__all__ = ["CYCLE", "PHASE_MARGIN_S", "Soak", "SoakConfig", "configure", "run"]
+__all__ = ["CYCLE", "PHASE_MARGIN_S", "ROUNDS_PER_CYCLE", "Soak", "SoakConfig", "configure", "round_seed",
+           "round_starts", "run"]  # fmt: skip

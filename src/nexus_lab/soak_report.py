@@ -41,6 +41,10 @@ class Cycle:
     n: int
     started_s: float
     elapsed_s: float = 0.0
+    rounds: int = 0
+    """Rounds of plans run (`SoakConfig.rounds_per_cycle` unless the run broke off)."""
+    lagged_s: float = 0.0
+    """How long the rounds ran on after the faults ended (the cycle waited for them); 0: within the schedule."""
     faults: dict[str, int] = dataclasses.field(default_factory=dict)
     events: int = 0
     p99_ms: float = 0.0
@@ -167,8 +171,21 @@ def render(config: SoakConfig, cycles: list[Cycle], samples: list[Sample], verdi
     ]
     minutes = text_table("RSS of the kept processes (MB; postgres: own memory, judged when settled)",
                          ("minute", *names), per_minute)  # fmt: skip
-    header = ("cycle", "at s", "events", "p99 ms", "CPU s/1k ev", "faults", "invariants", *TABLES, "db MB")
-    rows = [(str(c.n), f"{c.started_s:.0f}", str(c.events), f"{c.p99_ms:.0f}", f"{c.cpu_s_per_1k:.3f}",
+    header = (
+        "cycle",
+        "at s",
+        "rounds",
+        "lag s",
+        "events",
+        "p99 ms",
+        "CPU s/1k ev",
+        "faults",
+        "invariants",
+        *TABLES,
+        "db MB",
+    )
+    rows = [(str(c.n), f"{c.started_s:.0f}", str(c.rounds), f"{c.lagged_s:.0f}", str(c.events), f"{c.p99_ms:.0f}",
+             f"{c.cpu_s_per_1k:.3f}",
              str(sum(c.faults.values())), f"{c.held}/{c.checked}",
              *(str(c.tables.get(t, 0)) for t in TABLES), str(c.tables.get("database_mb", 0)))
             for c in cycles]  # fmt: skip
