@@ -25,12 +25,10 @@ from nexus.errors import ConfigurationError
 # name -> (module, one-line help)
 Commands = Mapping[str, tuple[str, str]]
 
-GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("nexus.commands", "run the gateway: HTTP API, dispatcher, optional Kafka consumer"),
-    "migrate": ("nexus.commands", "apply the database migrations and exit"),
+# Commands that read or administer the rows of a database that must exist already (a server made it).
+_ADMIN_COMMANDS: dict[str, tuple[str, str]] = {
     "dlq": ("nexus.dlq", "list and redrive dead letters"),
     "subscriptions": ("nexus.delivery.cli", "manage webhook subscriptions"),
-    "processes": ("nexus.processes.cli", "list, show and check process definitions"),
     "tenants": ("nexus.tenants_cli", "per-tenant limits (set-limit, list) and erasure (erase)"),
     "audit": ("nexus.audit.cli", "verify, checkpoint and export the hash-chained decision log"),
     "report": ("nexus.audit.cli", "reports from the decision log: `nexus report blocked`"),
@@ -38,14 +36,18 @@ GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
     "sagas": ("nexus.saga.cli", "list sagas by status, show one, redrive an escalated or failed one"),
     "orders": ("nexus.lifecycle.cli", "an order's timeline from the decision log: `nexus orders show ID`"),
     "approvals": ("nexus.lifecycle.cli", "steps held for approval: list, approve, deny"),
-    "db": ("nexus.db_cli", "the database: stats per table, a streaming standby, its promotion"),
 }
 
+GATEWAY_COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("nexus.commands", "run the gateway: HTTP API, dispatcher, optional Kafka consumer"),
+    "migrate": ("nexus.commands", "apply the database migrations and exit"),
+    "processes": ("nexus.processes.cli", "list, show and check process definitions"),
+    "db": ("nexus.db_cli", "the database: stats per table, a streaming standby, its promotion"),
+    **_ADMIN_COMMANDS,
+}
 
-# Commands that read or administer the rows of a database that must exist already (a server made it).
-READS_DATABASE = frozenset(
-    {"dlq", "subscriptions", "tenants", "audit", "report", "keys", "sagas", "orders", "approvals", "check"}
-)
+# The administering commands, and the lab's `check` (it reads what a run left in the database).
+READS_DATABASE = frozenset({*_ADMIN_COMMANDS, "check"})
 
 
 def split_common_flags(argv: list[str]) -> tuple[list[str], dict[str, str]]:

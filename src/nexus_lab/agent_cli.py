@@ -69,20 +69,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--inventory-failure-rate",
         type=_rate,
-        default=None,
         help="fraction of plans whose inventory fails (SIM_INVENTORY_FAILURE_RATE, 0)",
     )
     parser.add_argument(
         "--payment-rejection-rate",
         type=_rate,
-        default=None,
         help="fraction of plans reaching payment whose payment is refused (SIM_PAYMENT_REJECTION_RATE, 0)",
     )
     parser.add_argument(
-        "--step-delay-ms", type=float, default=None, help="pause between the steps of one plan (SIM_STEP_DELAY_MS, 0)"
+        "--step-delay-ms", type=float, help="pause between the steps of one plan (SIM_STEP_DELAY_MS, 0)"
     )
-    parser.add_argument("--seed", default=None, help="decides every plan's path: plan i uses <seed>:<i> (random)")
-    parser.add_argument("--report", type=Path, default=None, help="write the report (JSON) here")
+    parser.add_argument("--seed", help="decides every plan's path: plan i uses <seed>:<i> (random)")
+    parser.add_argument("--report", type=Path, help="write the report (JSON) here")
     _transport_flags(parser)
     _hostile_flags(parser)
     from nexus_lab.llm import cli as llm_cli
@@ -93,9 +91,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _transport_flags(parser: argparse.ArgumentParser) -> None:
     """Where the agent sends, how many plans at once, how it retries, and who answers its approvals."""
     parser.add_argument("--transport", choices=["http", "kafka"], default="http")
-    parser.add_argument("--gateway-url", default=None, help="HTTP gateway (NEXUS_GATEWAY_URL, http://127.0.0.1:8080)")
-    parser.add_argument("--kafka-bootstrap", default=None, help="Kafka bootstrap (NEXUS_KAFKA_BOOTSTRAP)")
-    parser.add_argument("--kafka-topic", default=None, help="events topic (NEXUS_KAFKA_TOPIC, nexus.events)")
+    parser.add_argument("--gateway-url", help="HTTP gateway (NEXUS_GATEWAY_URL, http://127.0.0.1:8080)")
+    parser.add_argument("--kafka-bootstrap", help="Kafka bootstrap (NEXUS_KAFKA_BOOTSTRAP)")
+    parser.add_argument("--kafka-topic", help="events topic (NEXUS_KAFKA_TOPIC, nexus.events)")
     parser.add_argument("--concurrency", type=int, default=8, help="plans in flight at once")
     parser.add_argument(
         "--publish-retries",
@@ -111,12 +109,10 @@ def _transport_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--processes",
-        default=None,
         help="the processes plan i follows, in turn, comma-separated: order, refund (SIM_PROCESSES, order)",
     )
     parser.add_argument(
         "--approver-key",
-        default=None,
         help="the approver-role key answering approval plans' held steps (the agent's NEXUS_API_KEY)",
     )
 
@@ -125,9 +121,7 @@ def _hostile_flags(parser: argparse.ArgumentParser) -> None:
     hostile = parser.add_argument_group(
         "hostile modes (fraction of plans that misbehave so; --hostile-rate leaves replan, stall, approval off)"
     )
-    hostile.add_argument(
-        "--hostile-rate", type=_rate, default=None, help="default for every mode below (SIM_HOSTILE_RATE, 0)"
-    )
+    hostile.add_argument("--hostile-rate", type=_rate, help="default for every mode below (SIM_HOSTILE_RATE, 0)")
     for mode in Mode:
         flag = mode.value.replace("_", "-")
         what = MODE_HELP[mode]
@@ -135,7 +129,6 @@ def _hostile_flags(parser: argparse.ArgumentParser) -> None:
             f"--{flag}-rate",
             dest=f"{mode.value}_rate",
             type=_rate,
-            default=None,
             help=f"{what} (SIM_{mode.value.upper()}_RATE)",
         )
 

@@ -53,9 +53,7 @@ class OutboxDispatcher:
         *,
         rng: random.Random | None = None,
     ) -> None:
-        self.db = db
-        self.settings = settings
-        self.owner = owner
+        self.db, self.settings, self.owner = db, settings, owner
         self.workers = max(1, settings.webhook_workers)
         self.policy = RetryPolicy(
             base_ms=settings.retry_base_ms, max_ms=settings.retry_max_ms, max_attempts=settings.max_attempts

@@ -43,9 +43,7 @@ class SagaWakeups:
         check_s: float,
         rng: random.Random | None = None,
     ) -> None:
-        self.url = url
-        self.wake = wake
-        self.check_s = check_s
+        self.url, self.wake, self.check_s = url, wake, check_s
         self.connected = asyncio.Event()
         """Set while the LISTEN connection is up (tests wait for it before they count on a NOTIFY)."""
         policy = RetryPolicy(base_ms=min(_RECONNECT_BASE_MS, reconnect_max_s * 1000.0), max_ms=reconnect_max_s * 1000.0)
