@@ -12,6 +12,7 @@ and `get_task`.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
@@ -35,8 +36,8 @@ class TaskInfo(BaseModel):
     task_id: str
     status: str
     status_message: str | None = None
-    created_at: str | None = None
-    last_updated_at: str | None = None
+    created_at: dt.datetime | None = None
+    last_updated_at: dt.datetime | None = None
     ttl: int | None = None
     poll_interval: int | None = None
 

@@ -97,9 +97,9 @@ def test_a_saga_is_kept_when_due_at_once_and_open_and_retrying_while_retried(
     after = saga_after(outcome, current, terminal)
     row = saga_row(outcome, after, None, NOW)
     assert row.keep == (outcome.keep and after.delay_s == 0 and after.status in OPEN)
-    assert row.retrying == (outcome.retry_s is not None and after.status in OPEN)
+    retrying = outcome.retry_s is not None and after.status in OPEN
     assert (row.status, row.delay_s) == (after.status.value, after.delay_s)
-    assert (row.retrying_since, row.retrying_service) == ((NOW, "inventory") if row.retrying else (None, None))
+    assert (row.retrying_since, row.retrying_service) == ((NOW, "inventory") if retrying else (None, None))
 
 
 def test_terminal_states_come_from_the_orders_process_only() -> None:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import html
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from nexus.store.database import Database
 from nexus.store.queries import query
@@ -16,22 +15,18 @@ DIMENSIONS = {7: "by_code", 11: "by_check", 13: "by_step_type", 14: "by_actor"}
 UNKNOWN_ACTOR = "unknown"
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Filters:
+class Filters(NamedTuple):
+    """What the report keeps (None: any), in the order the `blocked` queries take them as arguments."""
+
     tenant: str | None = None
     order: str | None = None
     plan: str | None = None
     code: str | None = None
     since: dt.datetime | None = None
 
-    def args(self) -> tuple[Any, ...]:
-        return (self.tenant, self.order, self.plan, self.code, self.since)
-
     def as_json(self) -> dict[str, Any]:
         return {
-            k: (v.isoformat() if isinstance(v, dt.datetime) else v)
-            for k, v in dataclasses.asdict(self).items()
-            if v is not None
+            k: (v.isoformat() if isinstance(v, dt.datetime) else v) for k, v in self._asdict().items() if v is not None
         }
 
 
@@ -57,7 +52,7 @@ async def blocked_actions(
     db: Database, filters: Filters, *, limit: int = 100, offset: int = 0, cursor: int | None = None
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first. `next_cursor` (the last id, as a string) fetches the next page; None at the end."""
-    rows = await db.fetch(query("audit.sql", "blocked"), *filters.args(), cursor, limit + 1, offset)
+    rows = await db.fetch(query("audit.sql", "blocked"), *filters, cursor, limit + 1, offset)
     items = [item_json(r) for r in rows[:limit]]
     next_cursor = str(items[-1]["id"]) if len(rows) > limit and items else None
     return items, next_cursor
@@ -65,7 +60,7 @@ async def blocked_actions(
 
 async def blocked_summary(db: Database, filters: Filters) -> dict[str, Any]:
     """Counts of blocked actions: total, and by code, check, step type and agent (actor)."""
-    rows = await db.fetch(query("audit.sql", "blocked_summary"), *filters.args())
+    rows = await db.fetch(query("audit.sql", "blocked_summary"), *filters)
     summary: dict[str, Any] = {"total": 0, **{name: {} for name in DIMENSIONS.values()}}
     for r in rows:
         if r["g"] == 15:

@@ -19,10 +19,11 @@ from typing import Any
 from nexus.auth import quotas
 from nexus.auth.roles import ALL_TENANTS, Principal, Role, check_key_name, check_key_scope
 from nexus.core.envelope import is_safe_identifier
-from nexus.errors import NexusError, NotFoundError
+from nexus.errors import NexusError
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
+from nexus.store.found import require_row
 from nexus.store.queries import query
 
 log = logging.getLogger(__name__)
@@ -101,9 +102,7 @@ async def list_keys(db: Database, tenant: str | None = None) -> list[KeyRecord]:
 
 async def revoke_key(db: Database, key_id: int, tenant: str | None = None) -> KeyRecord:
     """Revoke a key of `tenant` (any key when None); NotFoundError for another tenant's key."""
-    row = await db.fetchrow(query("auth.sql", "revoke_key"), key_id, tenant)
-    if row is None:
-        raise NotFoundError(f"no key {key_id}")
+    row = await require_row(db, query("auth.sql", "revoke_key"), key_id, tenant, missing=f"no key {key_id}")
     log.info("api key revoked", extra={"action": "key_revoke", "key_id": key_id})
     return KeyRecord.of(row)
 

@@ -170,11 +170,11 @@ async def home() -> Response:
 @router.get("/orders")
 async def orders(
     request: Request,
-    status: str | None = None,
-    tenant: str | None = None,
-    process: str | None = None,
-    q: str | None = None,
-    after: str | None = None,
+    status: str = "",
+    tenant: str = "",
+    process: str = "",
+    q: str = "",
+    after: str = "",
 ) -> Response:
     viewer = principal_of(request).tenant_id
     after_at, after_tenant, after_order = _after(after)
@@ -185,7 +185,7 @@ async def orders(
         status or None,
         tenant or None,
         process or None,
-        (q or "").strip()[:200] or None,
+        q.strip()[:200] or None,
         after_at,
         after_tenant,
         after_order,
@@ -193,7 +193,7 @@ async def orders(
     )
     more = len(rows) > size
     rows = rows[:size]
-    filters = {"status": status or "", "tenant": tenant or "", "process": process or "", "q": q or ""}
+    filters = {"status": status, "tenant": tenant, "process": process, "q": q}
     next_url = None
     if more and rows:
         last = rows[-1]
@@ -203,15 +203,13 @@ async def orders(
                 "after": f"{last['created_at'].isoformat()}|{last['tenant_id']}/{last['order_id']}",
             }
         )
-    return _page(
-        request, "orders.html", rows=rows, filters=filters, statuses=STATUSES, next_url=next_url, after=after or ""
-    )
+    return _page(request, "orders.html", rows=rows, filters=filters, statuses=STATUSES, next_url=next_url, after=after)
 
 
-def _after(after: str | None) -> tuple[dt.datetime | None, str, str]:
+def _after(after: str) -> tuple[dt.datetime | None, str, str]:
     """The previous page's last order (`<created_at ISO>|<tenant>/<order_id>`); (None, "", "") for the
     first page or a value that does not parse."""
-    at, _, key = (after or "").partition("|")
+    at, _, key = after.partition("|")
     tenant, _, order_id = key.partition("/")
     try:
         when = dt.datetime.fromisoformat(at)

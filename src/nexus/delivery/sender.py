@@ -30,11 +30,13 @@ from nexus.settings import Settings
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Result:
-    """How one claimed attempt ended."""
+    """How one claimed attempt ended: the subscriber's HTTP status (None: it gave none), then by name why it
+    failed, when to retry, and the attempt's record."""
 
     claimed: Claimed
     outcome: AttemptOutcome
     status: int | None = None
+    _: dataclasses.KW_ONLY
     error: str | None = None
     retry_after_ms: float | None = None
     # The attempt's record (delivery_attempts): when it was sent, how long it took, and
@@ -122,16 +124,16 @@ class Sender:
             status, retry_after_header = answer.status, answer.retry_after
         except TimeoutError as exc:
             reason = f"timeout after {self.request_timeout_s:g}s"
-            return Result(c, AttemptOutcome.RETRYABLE, None, reason, None, sent_at, _ms(started), type(exc).__name__)
+            return _unanswered(c, AttemptOutcome.RETRYABLE, reason, exc, sent_at, _ms(started))
         except UnsafeUrlError as exc:
             reason = str(exc)[:500]
-            return Result(c, AttemptOutcome.UNSENDABLE, None, reason, None, sent_at, None, type(exc).__name__)
+            return _unanswered(c, AttemptOutcome.UNSENDABLE, reason, exc, sent_at, None)
         except (UnicodeError, ValueError) as exc:  # a URL or header HTTP/1.1 cannot carry
             reason = f"request cannot be built: {type(exc).__name__}"
-            return Result(c, AttemptOutcome.UNSENDABLE, None, reason, None, sent_at, None, type(exc).__name__)
+            return _unanswered(c, AttemptOutcome.UNSENDABLE, reason, exc, sent_at, None)
         except OSError as exc:
             reason = f"{type(exc).__name__}: {exc}"[:500]
-            return Result(c, AttemptOutcome.RETRYABLE, None, reason, None, sent_at, _ms(started), type(exc).__name__)
+            return _unanswered(c, AttemptOutcome.RETRYABLE, reason, exc, sent_at, _ms(started))
         finally:
             metrics.WEBHOOK_REQUEST_SECONDS.observe(time.perf_counter() - started)
         outcome = outcome_of_status(status)
@@ -139,11 +141,20 @@ class Sender:
         if outcome is AttemptOutcome.RETRYABLE:
             retry_after = parse_retry_after(retry_after_header, dt.datetime.now(dt.UTC))
         error = None if outcome is AttemptOutcome.DELIVERED else f"HTTP {status}"
-        return Result(c, outcome, status, error, retry_after, sent_at, _ms(started))
+        return Result(
+            c, outcome, status, error=error, retry_after_ms=retry_after, sent_at=sent_at, duration_ms=_ms(started)
+        )
 
 
 def _ms(started: float) -> float:
     return (time.perf_counter() - started) * 1000
+
+
+def _unanswered(
+    c: Claimed, outcome: AttemptOutcome, reason: str, exc: Exception, sent_at: float, duration_ms: float | None
+) -> Result:
+    """An attempt the subscriber gave no status to: why, and the exception's class for the attempt's record."""
+    return Result(c, outcome, error=reason, sent_at=sent_at, duration_ms=duration_ms, error_class=type(exc).__name__)
 
 
 class UnsendableRequest(ValueError):

@@ -26,6 +26,7 @@ from nexus.errors import ConfigurationError, NotFoundError
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
+from nexus.store.found import require_row
 from nexus.store.queries import query
 from nexus.store.rows import row_json
 
@@ -123,10 +124,8 @@ async def list_subscriptions(db: Database, tenant_id: str | None = None) -> list
 
 async def disable_subscription(db: Database, id_or_name: str, tenant_id: str | None = None) -> Subscription:
     """Stop claiming for a subscription; its pending deliveries stay pending."""
-    row = await db.fetchrow(query("delivery.sql", "disable_subscription"), id_or_name, tenant_id)
-    if row is None:
-        raise NotFoundError(f"no subscription {id_or_name!r}")
-    return Subscription.of(row)
+    sql = query("delivery.sql", "disable_subscription")
+    return Subscription.of(await require_row(db, sql, id_or_name, tenant_id, missing=f"no subscription {id_or_name!r}"))
 
 
 async def ensure_default_subscription(db: Database, settings: Settings) -> Subscription | None:

@@ -27,6 +27,7 @@ class Outcome:
     error: str | None = None
     status: str | None = None
     last_seq: int | None = None
+    _: dataclasses.KW_ONLY
     dead_letter_id: int | None = None
     check: str | None = None
     """REJECTED: the id of the failed check (CHECK_FAILED, LIMIT_EXCEEDED)."""

@@ -68,10 +68,6 @@ class SagaRow:
     retrying_since: dt.datetime | None
     retrying_service: str | None
 
-    @property
-    def retrying(self) -> bool:
-        return self.retrying_since is not None
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CompensationRow:
