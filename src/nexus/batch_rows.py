@@ -177,18 +177,13 @@ def _facts(text: str) -> dict[str, Any]:
     return facts
 
 
+_MARKER_COLUMNS = ("order_id", "plan_id", "status", "last_seq", "tombstone", "outbox_count", "process")
+"""The columns of read_batch's 'removed' row that a removed order's state keeps, named as its fields."""
+
+
 def removed_state(row: Any) -> OrderState:
     """A removed order's state from its removal marker (read_batch's 'removed' row)."""
-    return OrderState(
-        order_id=row["order_id"],
-        plan_id=row["plan_id"],
-        status=row["status"],
-        last_seq=row["last_seq"],
-        tombstone=row["tombstone"],
-        outbox_count=row["outbox_count"],
-        process=row["process"],
-        removed=True,
-    )
+    return OrderState(**{name: row[name] for name in _MARKER_COLUMNS}, removed=True)
 
 
 def state_of(row: Any, pending: Mapping[OrderKey, Mapping[int, EventEnvelope]]) -> OrderState:

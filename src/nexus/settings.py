@@ -194,7 +194,7 @@ class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, Retent
     """Gateway processes sharing the load: each enforces limit / processes (limits are divided, not shared);
     None: this serve's own processes (`workers`)."""
     # The web console
-    console_session_ttl_s: float = 28800.0
+    console_session_ttl_s: float = 8 * 3600.0
     """How long a console sign-in lasts (a session is a row in PostgreSQL keyed by a hash of its cookie)."""
     console_page_size: int = 50
     """Rows per page of the console's lists."""

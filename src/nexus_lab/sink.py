@@ -303,18 +303,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fault-event-type", action="append", default=None, help="faults only for these types")
 
 
+_READ_APART = ("fail_status", "event_types")
+
+
 def faults_from(args: argparse.Namespace) -> Faults:
+    """The faults the flags ask for: each field from the flag of its name, but the status list and the types."""
     statuses = tuple(int(s) for item in (args.fail_status or ["500,503"]) for s in item.split(",") if s.strip())
-    return Faults(
-        seed=args.seed,
-        fail_rate=args.fail_rate,
-        fail_status=statuses,
-        hang_rate=args.hang_rate,
-        fail_first=args.fail_first,
-        latency_ms=args.latency_ms,
-        retry_after=args.retry_after,
-        event_types=frozenset(args.fault_event_type) if args.fault_event_type else None,
-    )
+    event_types = frozenset(args.fault_event_type) if args.fault_event_type else None
+    named = {f.name: getattr(args, f.name) for f in dataclasses.fields(Faults) if f.name not in _READ_APART}
+    return Faults(**named, fail_status=statuses, event_types=event_types)
 
 
 def run(args: argparse.Namespace) -> int:

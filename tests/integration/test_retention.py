@@ -161,6 +161,19 @@ async def test_steps_of_a_removed_order_are_answered_from_its_marker(db: Databas
     assert set((await rows_of(db, order)).values()) == {0}
 
 
+async def test_steps_of_a_removed_order_answer_the_order_its_marker_keeps(db: Database, settings: Settings) -> None:
+    """After removal, a replayed step and a later one are answered with the order as its marker keeps it: its
+    final status and last_seq."""
+    gateway = Gateway(db)
+    [order] = await finished_orders(db, gateway, "o-ret-state", 1)
+    assert (await remover(db, settings).remove_due()).orders == 1
+    outcomes = await submit(gateway, [step_json(order, f"p-{order}", 3), step_json(order, f"p-{order}", 6)])
+    assert [(o.decision, o.status, o.last_seq) for o in outcomes] == [
+        (Decision.DUPLICATE, "completed", 5),
+        (Decision.DISCARD, "completed", 5),
+    ]
+
+
 async def test_markers_expire_and_the_order_id_is_free_again(db: Database, settings: Settings) -> None:
     """A marker older than NEXUS_REMOVED_ORDER_MEMORY_S leaves; the order id then starts a new order."""
     gateway = Gateway(db)

@@ -135,13 +135,13 @@ def write_export(
 class ExportFile:
     """What an export or an archive segment holds."""
 
+    segment: bool = False
+    checkpoint_start: bytes = GENESIS
     records: list[Record] = dataclasses.field(default_factory=list)
     checkpoints: list[Checkpoint] = dataclasses.field(default_factory=list)
     keys: set[bytes] = dataclasses.field(default_factory=set)
     erasures: list[Erasure] = dataclasses.field(default_factory=list)
     anchors: list[ChainAnchor] = dataclasses.field(default_factory=list)
-    checkpoint_start: bytes = GENESIS
-    segment: bool = False
 
     def verify(self, trusted: set[bytes] | None = None, order_id: str | None = None) -> Verification:
         records = [r for r in self.records if r.order_id == order_id] if order_id else self.records

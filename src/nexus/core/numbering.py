@@ -77,14 +77,6 @@ class FirstVerdict:
         return {"decision": self.decision, "code": self.code, "check": self.check, "message": self.message}
 
 
-class Kind(enum.StrEnum):
-    """What a proposal is: a NEW step, a REPEAT of a stored verdict, or the SAME_AS an earlier proposal."""
-
-    NEW = "NEW"
-    REPEAT = "REPEAT"
-    SAME_AS = "SAME_AS"
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Assignment:
     """What `number` decided for one proposal: a NEW number, a REPEAT of a stored verdict, or the SAME_AS
@@ -94,6 +86,14 @@ class Assignment:
     seq_id: int | None = None
     first: FirstVerdict | None = None
     same_as: int | None = None
+
+
+class Kind(enum.StrEnum):
+    """What a proposal is: a NEW step, a REPEAT of a stored verdict, or the SAME_AS an earlier proposal."""
+
+    NEW = "NEW"
+    REPEAT = "REPEAT"
+    SAME_AS = "SAME_AS"
 
 
 def number(

@@ -115,15 +115,6 @@ class DefinitionError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Verdict:
-    """Why a step is REJECTED: its code, the failed check's id (for CHECK_FAILED/LIMIT_EXCEEDED), a message."""
-
-    code: ErrorCode
-    message: str
-    check: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class CompiledStep:
     name: str
     step: Step
@@ -184,6 +175,15 @@ class CompiledProcess:
             return dict(data)
         field = self.definition.currency_field
         return convert_money(data, step.money, exponent_of(data.get(field, facts.get(field))))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    """Why a step is REJECTED: its code, the failed check's id (for CHECK_FAILED/LIMIT_EXCEEDED), a message."""
+
+    code: ErrorCode
+    message: str
+    check: str | None = None
 
 
 def content_hash(text: str) -> str:

@@ -23,6 +23,15 @@ import enum
 from collections.abc import Iterable, Mapping
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepRef:
+    """What a request's item says of its order: its id, and its seq_id (None: ABORT_PLAN, REPLAN, or a step
+    the server numbers)."""
+
+    order_id: str
+    seq_id: int | None
+
+
 class Quota(enum.StrEnum):
     """The quotas, by their public names (the error body's `quota`, the gauges' label)."""
 
@@ -31,15 +40,6 @@ class Quota(enum.StrEnum):
     BUFFERED_STEPS = "buffered_steps"
     DEAD_LETTERS = "dead_letters"
     ACTIVE_KEYS = "active_keys"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StepRef:
-    """What a request's item says of its order: its id, and its seq_id (None: ABORT_PLAN, REPLAN, or a step
-    the server numbers)."""
-
-    order_id: str
-    seq_id: int | None
 
 
 def steps_worth(steps: Iterable[StepRef], last_seqs: Mapping[str, int], bad_items: int) -> dict[Quota, int]:

@@ -202,6 +202,16 @@ def parse(source: str) -> Node:
 
 
 WALKS_ONCE = "walks its list once"
+"""A `Walk`'s `why` unless it says another."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Bounds:
+    """What bounds a rule's lists: the limit, the step's data schema, the facts' schemas by name."""
+
+    limit: int
+    data: Mapping[str, Any] | None = None
+    facts: Mapping[str, Mapping[str, Any] | None] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -213,15 +223,6 @@ class Walk:
     depth: int
     """How many walks it sits inside (0: at the top of the rule)."""
     why: str = WALKS_ONCE
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Bounds:
-    """What bounds a rule's lists: the limit, the step's data schema, the facts' schemas by name."""
-
-    limit: int
-    data: Mapping[str, Any] | None = None
-    facts: Mapping[str, Mapping[str, Any] | None] = dataclasses.field(default_factory=dict)
 
 
 _SCALARS = frozenset({"string", "number", "integer", "boolean", "null"})

@@ -134,19 +134,6 @@ def idempotency_key(secret: bytes, tenant_id: str, order_id: str, plan_id: str, 
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class StepView:
-    """What the state machines need of one `saga_steps` row."""
-
-    seq: int
-    step: str
-    status: StepStatus
-    compensable: bool
-    pivot: bool = False
-    uncertain: bool = False
-    """An attempt timed out: the service may have acted, so giving up means compensating."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class CallMark:
     """What marking a call's attempt writes over its step before the call is made; None keeps the column."""
 
@@ -187,6 +174,19 @@ def next_work(status: SagaStatus, steps: Sequence[StepView]) -> Work | None:
             if needs_compensation(step):
                 return Work(Action.COMPENSATE, step.seq)
     return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepView:
+    """What the state machines need of one `saga_steps` row."""
+
+    seq: int
+    step: str
+    status: StepStatus
+    compensable: bool
+    pivot: bool = False
+    uncertain: bool = False
+    """An attempt timed out: the service may have acted, so giving up means compensating."""
 
 
 def needs_compensation(step: StepView) -> bool:

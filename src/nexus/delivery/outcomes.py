@@ -94,15 +94,8 @@ class OutcomeWriter:
             if decision.leaves_pending:
                 batch.ending.add((c.tenant_id, c.order_id))
             batch.labels[(c.outbox_id, c.subscription_id)] = decision.label
-            w = written(
-                decision,
-                attempt=c.attempt,
-                status=r.status,
-                error=r.error,
-                last_status=c.last_status,
-                last_error=c.last_error,
-                now=now,
-            )
+            w = written(decision, attempt=c.attempt, status=r.status, error=r.error, now=now,
+                        last_status=c.last_status, last_error=c.last_error)  # fmt: skip
             row = (c.outbox_id, c.subscription_id, w.state.value, w.read_attempts, w.attempts, w.delay_ms,
                    w.last_status, w.last_error, w.delivered_at, w.dead_at, w.dead_reason, w.head)  # fmt: skip
             for column, value in zip(batch.columns, row, strict=True):

@@ -23,18 +23,20 @@ from nexus.settings import Settings
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Parsed:
+    """A request's items; `single`: the body was one envelope (or unreadable), answered with that item's status."""
+
+    items: list[Incoming]
+    single: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Refusal:
     """The request as a whole is refused; nothing is written."""
 
     status: int
     code: ErrorCode
     message: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Parsed:
-    items: list[Incoming]
-    single: bool
 
 
 def limits_of(settings: Settings) -> InputLimits:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import sys
 from collections.abc import Mapping
@@ -112,25 +113,20 @@ def configure_tenants(parser: argparse.ArgumentParser) -> argparse._SubParsersAc
     add_common(set_limit)
     set_limit.add_argument("tenant")
     set_limit.add_argument("amount", nargs="?", default=None)
-    set_limit.add_argument(
+    number = functools.partial(set_limit.add_argument, type=int, default=None)
+    number(
         "--max-list-items",
-        type=int,
-        default=None,
         help="the most items any list of a step's data may hold for this tenant (it lowers its process's "
         "max_list_items, never raises it); 0 removes the tenant's own",
     )
     for quota in Quota:
-        set_limit.add_argument(
+        number(
             f"--{quota.value.replace('_', '-')}",
             dest=f"quota_{quota.value}",
-            type=int,
-            default=None,
             help=f"this tenant's {quota.value} quota (NEXUS_QUOTA_{quota.value.upper()} otherwise); 0: no quota",
         )
-    set_limit.add_argument(
+    number(
         "--retention-s",
-        type=int,
-        default=None,
         help="how long this tenant's finished orders are kept, in seconds (docs/retention.md); 0 removes the "
         "tenant's own (NEXUS_RETENTION_S applies)",
     )

@@ -79,6 +79,6 @@ def command_of(o: Outcome) -> EffectOutcome:
     return EffectOutcome(
         step["tenant_id"], step["order_id"], step["seq"], step["step_name"], step["service"], forward, result,
         decision.step, parse_envelope(step["envelope_text"]) if result is EffectResult.DONE else None,
-        step["traceparent"], o.response, o.error, decision.uncertain,
+        o.response, o.error, step["traceparent"], decision.uncertain,
         decision.delay_ms / 1000 if decision.delay_ms is not None else None, o.keep,
     )  # fmt: skip

@@ -35,15 +35,6 @@ INVENTORY_FAILED, PAYMENT_REJECTED = "inventory_failed", "payment_rejected"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Expected:
-    """What the gateway must end up with for a plan: order status, last_seq and notifications."""
-
-    status: str
-    last_seq: int
-    notifications: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class PathPlan:
     """One plan of a process: the honest steps it sends (ABORT_PLAN last if it gives up), their data, and
     what the gateway must end with."""
@@ -56,6 +47,15 @@ class PathPlan:
     failure: str | None = None
     """The simulated failure the plan took, named as the order's (`inventory_failed`: the first roll, here a
     withdrawal; `payment_rejected`: the second, here a rejection), so a run's failure rates are checkable."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Expected:
+    """What the gateway must end up with for a plan: order status, last_seq and notifications."""
+
+    status: str
+    last_seq: int
+    notifications: int
 
 
 def refund_plan(seed: str, inventory_failure_rate: float = 0.0, payment_rejection_rate: float = 0.0) -> PathPlan:

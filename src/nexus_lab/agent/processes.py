@@ -31,10 +31,10 @@ class LabProcess:
     """The step whose amount and currency the wrong_amount and wrong_currency modes falsify."""
     source_amount_field: str
     """The first step's field the money step's amount must equal."""
-    amount_field: str = "amount"
-    currency_field: str = "currency"
     approval_process: str | None = None
     """The variant of this process whose money step waits for a person (the approval mode), if any."""
+    amount_field: str = "amount"
+    currency_field: str = "currency"
 
     @property
     def definition(self) -> CompiledProcess:

@@ -57,16 +57,15 @@ def tree_cpu_s(root: int) -> float:
     (cutime + cstime: PostgreSQL's backends that ended, the gateway's finished children)."""
     tree = _children()
     total = 0.0
-    stack = [root]
-    while stack:
-        pid = stack.pop()
+    pids = [root]
+    for pid in pids:  # breadth first: each live process adds its children to the list being read
         fields = _stat(pid)
         if fields is None:
             continue
         total += int(fields[11]) + int(fields[12])  # utime, stime
         if pid == root:
             total += int(fields[13]) + int(fields[14])  # cutime, cstime
-        stack.extend(tree.get(pid, []))
+        pids.extend(tree.get(pid, []))
     return total / _TICKS
 
 

@@ -52,6 +52,8 @@ MODEL = "nexus-fake-1"
 class Faults:
     """Which requests fail, and how."""
 
+    no_tools: bool = False
+    """Answer 400 to any request that offers tools."""
     storms: tuple[tuple[int, int], ...] = ()
     """(status, count) runs from the first request on."""
     rate_limit_every: int = 0
@@ -60,7 +62,6 @@ class Faults:
     hang_every: int = 0
     hang_s: float = 0.0
     delay_ms: float = 0.0
-    no_tools: bool = False
 
     def status_for(self, n: int) -> int | None:
         start = 1

@@ -17,22 +17,6 @@ from nexus.core.strict_json import InputLimits
 from nexus.errors import InvalidEventError
 
 
-class IngressKind(enum.StrEnum):
-    """How a batch reached the gateway: its dead letters' `source`, its log lines' `source`, and whether its
-    decisions are also written for the `nexus.decisions` topic (Kafka)."""
-
-    HTTP = "http"
-    KAFKA = "kafka"
-    APPROVAL = "approval"
-    """A person's answer to a held step (nexus.lifecycle.approvals)."""
-    DEADLINE = "deadline"
-    """The deadline sweeper's timeout aborts."""
-    BUFFER = "buffer"
-    """The buffer sweeper's expiries (dead letters BUFFER_TIMEOUT)."""
-    SAGA = "saga"
-    """The saga executors' effect outcomes (`EffectOutcome`, `Gateway.fold_effects`)."""
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Incoming:
     """One item handed to the gateway: a parsed envelope, or the raw input and why it failed to parse."""
@@ -92,19 +76,6 @@ class Incoming:
         return str(value) if value is not None else None
 
 
-class EffectResult(enum.StrEnum):
-    """What a saga call's outcome is, as a command of the fold (`core/decide/outcomes.py`)."""
-
-    DONE = "done"
-    """The effect succeeded: its step applies for good (unless stale), its successors drain."""
-    FAILED = "failed"
-    """The call failed: retried after `retry_s`, else the saga compensates (a compensation: the saga fails)."""
-    COMPENSATED = "compensated"
-    """The compensation succeeded: its notification, at the order's next position."""
-    ESCALATED = "escalated"
-    """The effect failed past its pivot: the saga waits for a person (`nexus saga redrive`)."""
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class EffectOutcome:
     """One saga call's outcome handed to the gateway (`Gateway.fold_effects`): folded under its order's lock
@@ -122,9 +93,9 @@ class EffectOutcome:
     """The saga step's status the call leaves (written as it is)."""
     envelope: EventEnvelope | None = None
     """The step's envelope (a DONE forward call's, to apply it); None otherwise."""
-    traceparent: str | None = None
     response: Any = None
     error: str | None = None
+    traceparent: str | None = None
     uncertain: bool = False
     retry_s: float | None = None
     """The same call is retried after this many seconds; None: not retried."""
@@ -139,3 +110,32 @@ class EffectOutcome:
 def order_key(envelope: EventEnvelope) -> tuple[str, str]:
     """An order's identity: (tenant, order_id)."""
     return (envelope.tenant_id, envelope.order_id)
+
+
+class IngressKind(enum.StrEnum):
+    """How a batch reached the gateway: its dead letters' `source`, its log lines' `source`, and whether its
+    decisions are also written for the `nexus.decisions` topic (Kafka)."""
+
+    HTTP = "http"
+    KAFKA = "kafka"
+    APPROVAL = "approval"
+    """A person's answer to a held step (nexus.lifecycle.approvals)."""
+    DEADLINE = "deadline"
+    """The deadline sweeper's timeout aborts."""
+    BUFFER = "buffer"
+    """The buffer sweeper's expiries (dead letters BUFFER_TIMEOUT)."""
+    SAGA = "saga"
+    """The saga executors' effect outcomes (`EffectOutcome`, `Gateway.fold_effects`)."""
+
+
+class EffectResult(enum.StrEnum):
+    """What a saga call's outcome is, as a command of the fold (`core/decide/outcomes.py`)."""
+
+    DONE = "done"
+    """The effect succeeded: its step applies for good (unless stale), its successors drain."""
+    FAILED = "failed"
+    """The call failed: retried after `retry_s`, else the saga compensates (a compensation: the saga fails)."""
+    COMPENSATED = "compensated"
+    """The compensation succeeded: its notification, at the order's next position."""
+    ESCALATED = "escalated"
+    """The effect failed past its pivot: the saga waits for a person (`nexus saga redrive`)."""

@@ -41,11 +41,11 @@ class PlanStart:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class OrderKnown:
-    """What the tenant knows of the order, read under its lock."""
+    """What the tenant knows of the order, read under its lock (by default: nothing)."""
 
-    order: bool
-    buffered: bool
-    plan: bool
+    order: bool = False
+    buffered: bool = False
+    plan: bool = False
     removed: bool = False
     """A removal marker of the order (`decide/removed.py`): it was removed after its retention period."""
 
@@ -67,9 +67,9 @@ def fold_starts(
     refusals: list[ErrorCode | None] = []
     for start in starts:
         key = (start.tenant_id, start.order_id)
-        refusal = start_refusal(knowing.get(key, OrderKnown(order=False, buffered=False, plan=False)))
+        refusal = start_refusal(knowing.get(key, OrderKnown()))
         refusals.append(refusal)
         if refusal is None:
             started.append(start)
-            knowing[key] = dataclasses.replace(knowing.get(key, OrderKnown(False, False, False)), plan=True)
+            knowing[key] = dataclasses.replace(knowing.get(key, OrderKnown()), plan=True)
     return tuple(started), tuple(refusals)
