@@ -107,9 +107,13 @@ def single_status(outcome: Outcome) -> int:
     return 200
 
 
+# One encoder for every answer: `json.dumps` with these options would build one per call.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode
+
+
 def render(content: dict[str, Any]) -> bytes:
     """JSON as the framework's JSONResponse renders it."""
-    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
+    return _ENCODE(content).encode()
 
 
 @dataclasses.dataclass(slots=True)
