@@ -1,30 +1,39 @@
--- The orders' insert trigger without a SQL function call per inserted order (benchmarks/RESULTS.md, "Round 16:
--- gateway CPU per event against the base").
+-- The orders' insert trigger in one pass over the inserted orders, without a SQL function call per order
+-- (benchmarks/RESULTS.md, "Round 16: gateway CPU per event against the base").
 --
--- Migration 0028's statement trigger picked the orders inserted finished with `nexus_order_finished(...)` on
--- each row of the transition table. That function holds a sub-select, so PostgreSQL cannot inline it: every
--- inserted order ran it as a function call of its own (its own executor for the catalog look-up), about half
--- of the trigger's time in a group commit that inserts a few orders. The same test is now written in the
--- statement, the process's terminal states joined by its key: finished when tombstoned, aborted, or in its
--- process's terminal states (`completed` when the process is unknown), as before.
+-- Migration 0028's statement trigger ran two statements over the transition table (the counts, then the orders
+-- inserted finished) and picked the finished ones with `nexus_order_finished(...)` on each row. That function
+-- holds a sub-select, so PostgreSQL cannot inline it: every inserted order ran it as a call of its own (its own
+-- executor for the catalog look-up), about half of the trigger's time in a group commit inserting a few orders.
+-- Now one statement reads each inserted order once, with its plan row and its process's terminal states joined
+-- by their keys (at most one of each), and both counts and the finished orders come from that reading. What is
+-- counted is unchanged: live_orders +1 per inserted order and unstarted_plans -1 per one that had a plan row,
+-- per tenant; finished when tombstoned, aborted, or in its process's terminal states (`completed` when the
+-- process is unknown), those getting finished_at by their key.
 
 CREATE OR REPLACE FUNCTION nexus_usage_orders_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     finished_tenants text[];
     finished_orders text[];
 BEGIN
-    INSERT INTO tenant_usage (tenant_id, quota, used)
-    SELECT tenant_id, 'live_orders', count(*) FROM new_rows GROUP BY tenant_id
-    UNION ALL
-    SELECT n.tenant_id, 'unstarted_plans', -count(*) FROM new_rows n
-    JOIN plans p ON p.tenant_id = n.tenant_id AND p.order_id = n.order_id GROUP BY n.tenant_id;
-    SELECT array_agg(n.tenant_id), array_agg(n.order_id) INTO finished_tenants, finished_orders
-    FROM new_rows n LEFT JOIN processes p ON p.name = n.process AND p.version = n.process_version
-    WHERE n.tombstone OR n.status = 'aborted' OR n.status = ANY(coalesce(p.terminal, ARRAY['completed']));
-    IF finished_orders IS NOT NULL THEN
-        UPDATE orders o SET finished_at = now()
-        FROM unnest(finished_tenants, finished_orders) AS f(tenant_id, order_id)
-        WHERE o.tenant_id = f.tenant_id AND o.order_id = f.order_id AND o.finished_at IS NULL;
+    WITH inserted AS (
+        SELECT n.tenant_id, n.order_id, pl.order_id IS NOT NULL AS planned,
+               n.tombstone OR n.status = 'aborted' OR n.status = ANY(coalesce(pr.terminal, ARRAY['completed'])) AS done
+        FROM new_rows AS n
+        LEFT JOIN plans AS pl ON pl.tenant_id = n.tenant_id AND pl.order_id = n.order_id
+        LEFT JOIN processes AS pr ON pr.name = n.process AND pr.version = n.process_version
+    ), counted AS (
+        INSERT INTO tenant_usage (tenant_id, quota, used)
+        SELECT c.tenant_id, q.quota, q.used
+        FROM (SELECT tenant_id, count(*) AS live, count(*) FILTER (WHERE planned) AS planned
+              FROM inserted GROUP BY tenant_id) AS c
+        CROSS JOIN LATERAL (VALUES ('live_orders', c.live), ('unstarted_plans', -c.planned)) AS q(quota, used)
+        WHERE q.quota = 'live_orders' OR q.used <> 0
+    )
+    SELECT array_agg(tenant_id), array_agg(order_id) INTO finished_tenants, finished_orders FROM inserted WHERE done;
+    IF finished_orders IS NOT NULL THEN  -- seldom (a one-step process's order, one inserted aborted): by key
+        UPDATE orders SET finished_at = now()
+        WHERE (tenant_id, order_id) IN (SELECT * FROM unnest(finished_tenants, finished_orders)) AND finished_at IS NULL;
     END IF;
     RETURN NULL;
 END $$;
