@@ -123,12 +123,25 @@ for _reason in ("missing", "malformed", "unknown", "revoked", "invalid_token"):
     AUTH_FAILURES.labels(reason=_reason)
 
 
+# The counters' children by (kind, decision), looked up once each (children are never removed).
+_PROCESSED_CHILDREN: dict[tuple[str, Decision], Counter] = {}
+
+
+def _processed(kind: str, decision: Decision) -> Counter:
+    child = _PROCESSED_CHILDREN.get((kind, decision))
+    if child is None:
+        child = _PROCESSED_CHILDREN[(kind, decision)] = EVENTS_PROCESSED.labels(
+            kind=kind, outcome=decision.value.lower()
+        )
+    return child
+
+
 def record_outcomes(items: Sequence[_Item], outcomes: Sequence[_Outcome], drained: int) -> None:
     for item, outcome in zip(items, outcomes, strict=True):
         kind = str(item.envelope.event_type) if item.envelope is not None else "unknown"
         if kind not in _KNOWN_KINDS:
             kind = "other"  # an invented step type must not grow the label set without bound
-        EVENTS_PROCESSED.labels(kind=kind, outcome=outcome.decision.value.lower()).inc()
+        _processed(kind, outcome.decision).inc()
         if outcome.decision is Decision.REJECTED and outcome.code is not None:
             BLOCKED_ACTIONS.labels(code=outcome.code.value).inc()
         if outcome.dead_letter_id is not None and outcome.code is not None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from nexus.auth.quotas import _refs, upper_worth
+from nexus.core.decide.items import Incoming
 from nexus.core.quotas import Quota, StepRef, beyond, numbered_step_worth, steps_worth
+from tests.factories import abort, step
 
 
 def test_new_orders_count_once_and_stored_ones_not_at_all() -> None:
@@ -58,3 +61,11 @@ def test_quota_gauges_keep_a_bounded_tenant_label_set() -> None:
     assert limit == 20
     metrics.set_tenant_quotas({"t-b": reading(1)}, 1)
     assert (used("t-a"), used("t-b"), used("other")) == (0, 1, 0)
+
+
+def test_one_items_snapshot_worth_is_steps_worth_of_a_new_order() -> None:
+    """The snapshot's bound of a one-item request (precomputed) equals `steps_worth` as if its order were new."""
+    envelopes = [step("o", "p", seq) for seq in (1, 2, 3, 5)] + [abort("o", "p")]
+    for items in [[Incoming({}, envelope=e)] for e in envelopes] + [[Incoming("{")]]:
+        refs, bad = _refs(items)
+        assert dict(upper_worth(items)) == steps_worth(refs, {}, bad)

@@ -27,6 +27,7 @@ import dataclasses
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 from nexus import metrics
 from nexus.core.decide.items import Incoming
@@ -181,13 +182,33 @@ def _refs(items: Sequence[Incoming]) -> tuple[list[StepRef], int]:
     return refs, len(items) - len(refs)
 
 
+# The worth of one item if its order were new (`upper_worth`'s usual case): unparsed, unnumbered, seq 1, beyond 1.
+_ONE_BAD = MappingProxyType(steps_worth([], {}, 1))
+_ONE_UNNUMBERED = MappingProxyType(steps_worth([StepRef("", None)], {}, 0))
+_ONE_FIRST = MappingProxyType(steps_worth([StepRef("", 1)], {}, 0))
+_ONE_BEYOND = MappingProxyType(steps_worth([StepRef("", 2)], {}, 0))
+
+
+def upper_worth(items: Sequence[Incoming]) -> Mapping[Quota, int]:
+    """`steps_worth` of `items` as if every order they name were new (the snapshot's bound), one item's
+    without building its refs."""
+    if len(items) == 1:
+        envelope = items[0].envelope
+        if envelope is None:
+            return _ONE_BAD
+        seq = envelope.seq_id
+        return _ONE_UNNUMBERED if seq is None else _ONE_BEYOND if seq > 1 else _ONE_FIRST
+    refs, bad = _refs(items)
+    return steps_worth(refs, {}, bad)
+
+
 async def check_items(db: Database, items: Sequence[Incoming]) -> None:
     """`POST /v1/events`: refuse the request if, for any of its tenants, it would go beyond a quota."""
     snaps = snapshots(db)
     for tenant, own in _by_tenant(items):
-        refs, bad = _refs(own)
-        if snaps is not None and await snaps.admits(db, tenant, steps_worth(refs, {}, bad)):
+        if snaps is not None and await snaps.admits(db, tenant, upper_worth(own)):
             continue  # far from every limit even if every order it names were new
+        refs, bad = _refs(own)
         orders = sorted({r.order_id for r in refs})
         await _exact(db, tenant, lambda state: steps_worth(refs, state.last_seqs, bad), orders)  # noqa: B023 - awaited in this iteration
 

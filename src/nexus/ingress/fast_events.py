@@ -17,6 +17,7 @@ its request id, and a 500 logged with a traceback.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from typing import Any
@@ -107,9 +108,13 @@ def single_status(outcome: Outcome) -> int:
     return 200
 
 
+# One encoder for every answer: `json.dumps` with these options would build one per call.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode
+
+
 def render(content: dict[str, Any]) -> bytes:
     """JSON as the framework's JSONResponse renders it."""
-    return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode()
+    return _ENCODE(content).encode()
 
 
 @dataclasses.dataclass(slots=True)
@@ -193,8 +198,13 @@ class EventsFastPath:
     async def _body(self, receive: Any, declared: str | None) -> bytes | Refusal:
         """The body, or a refusal once it exceeds the limit (declared or streamed), as `events_body.read_body`."""
         limit = self.settings.max_body_bytes
-        too_large = Refusal(413, ErrorCode.PAYLOAD_TOO_LARGE, wording.body_too_large(limit))
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            return too_large
+            return _too_large(limit)
         body = await receive_body(receive, limit)
-        return too_large if body is None else body
+        return _too_large(limit) if body is None else body
+
+
+@functools.lru_cache(maxsize=8)
+def _too_large(limit: int) -> Refusal:
+    """The refusal of a body beyond `limit` bytes (built when one is refused, not for every request)."""
+    return Refusal(413, ErrorCode.PAYLOAD_TOO_LARGE, wording.body_too_large(limit))

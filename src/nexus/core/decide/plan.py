@@ -166,19 +166,21 @@ class _Planner:
         self.blocked: list[ErrorCode] = []
         self.woken: set[OrderKey] = set()
         self.with_actors = any(item.actor for item in items)
+        self.with_proposals = any(item.proposal is not None for item in items)
+        self.with_endings = any(item.ending for item in items)
         self.names = {item.actor: item.actor_name for item in items if item.actor and item.actor_name}
         self.sagas: list[SagaRow] = []
         self.compensated: tuple[CompensationRow, ...] = ()
         self.outbox_counts: tuple[OutboxCount, ...] = ()
+        self.checked: dict[uuid.UUID, tuple[EventEnvelope, CompiledProcess]] = {}
+        """`OrderContext.data_checked` of every order of the batch: `valid_data` adds each order's before its fold."""
 
     def order(self, key: OrderKey, indexes: list[int], reads: BatchReads, ctx: OrderContext) -> None:
         items = self.items
         state = reads.states.get(key) or OrderState(key[1])
-        indexes, checked = self.valid_data(indexes, state)
+        indexes = self.valid_data(indexes, state)
         if not indexes:
             return
-        if checked:
-            ctx = dataclasses.replace(ctx, data_checked=checked)
         if key in reads.rejected:
             state = dataclasses.replace(state, rejections=len(reads.rejected[key]))
         pending = reads.pending.get(key, {})
@@ -223,6 +225,8 @@ class _Planner:
         self, key: OrderKey, indexes: list[int], state: OrderState, reads: BatchReads
     ) -> dict[int, EventEnvelope | None]:
         """The order's items' envelopes; a plan's end completed from the state read under the lock."""
+        if not self.with_endings:  # the usual batch: no plan's end
+            return {i: self.items[i].envelope for i in indexes}
         started = reads.numbering.get(key)
         started_plan = started.plan.plan_id if started is not None and started.plan is not None else None
         out: dict[int, EventEnvelope | None] = {}
@@ -234,19 +238,19 @@ class _Planner:
 
     def numbering(self, key: OrderKey, indexes: list[int], reads: BatchReads) -> OrderNumbering | None:
         """The numbering of the order's proposals (None: it has none, the usual)."""
-        if not any(self.items[i].proposal is not None for i in indexes):
+        if not self.with_proposals or not any(self.items[i].proposal is not None for i in indexes):
             return None
         assert self.now is not None, "numbering proposals needs the clock (the repeat window)"
         return OrderNumbering(reads.numbering.get(key, NumberingReads()), self.now, self.parts.repeat_window_s)
 
-    def valid_data(
-        self, indexes: list[int], state: OrderState
-    ) -> tuple[list[int], dict[uuid.UUID, tuple[EventEnvelope, CompiledProcess]]]:
-        """The items whose data their order's process accepts (the others DEAD_LETTER INVALID_EVENT), and of
-        those the steps it checked (`OrderContext.data_checked`)."""
+    def valid_data(self, indexes: list[int], state: OrderState) -> list[int]:
+        """The items whose data their order's process accepts (the others DEAD_LETTER INVALID_EVENT); of those,
+        the steps it checked go into `checked` (`OrderContext.data_checked`, one mapping for the whole batch:
+        an entry counts only for that very envelope judged by that very process)."""
         events = [event for i in indexes if (event := self.items[i].envelope) is not None]
         invalid, passed = arrival_data(self.parts.catalog, state, events)
-        checked = {events[j].event_id: (events[j], process) for j, process in passed.items()}
+        for j, process in passed.items():
+            self.checked[events[j].event_id] = (events[j], process)
         for j, verdict in invalid.items():
             i, event = indexes[j], events[j]
             self.dead_letter(i, verdict.code, verdict.message)
@@ -255,7 +259,7 @@ class _Planner:
                 state.last_seq, seq_id=event.seq_id,
             )  # fmt: skip
             self.log += self.parts.log.entries([invalid_data_entry(self.items[i], event, verdict)])
-        return ([i for j, i in enumerate(indexes) if j not in invalid] if invalid else indexes), checked
+        return [i for j, i in enumerate(indexes) if j not in invalid] if invalid else indexes
 
     def dead_letter(self, i: int, code: ErrorCode, error: str) -> None:
         item = self.items[i]
@@ -351,7 +355,7 @@ def plan_batch(
     planner = _Planner(items, parts, kind, now)
     base = OrderContext(
         catalog=parts.catalog, checks=parts.checks, now=now, approvals=approvals or {},
-        prechecks=parts.prechecks,
+        prechecks=parts.prechecks, data_checked=planner.checked,
     )  # fmt: skip
     contexts: dict[str, OrderContext] = {}  # per tenant, for orders without rejected steps (the usual)
     for key in sorted(by_order):

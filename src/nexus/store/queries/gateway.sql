@@ -74,12 +74,16 @@ FROM unnest($1::text[], $2::text[]) AS u(t, o);
 -- the order has no row, nexus.retention) and the decision log's chain heads ('head', nexus_chain_heads). $1/$2 the
 -- (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL. A buffered step's `numbered`:
 -- the server numbered it (it has a first verdict in plan_steps), so a refused predecessor settles it.
+-- Each order is read by its key (a lateral look-up, LIMIT 1 on the primary key): a join the planner may turn into
+-- a hash join over every order when its statistics still say the table is small (a busy new table between two
+-- autoanalyze runs), the plan then kept by the prepared statement while orders grows.
 SELECT 'order' AS kind, o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count,
        o.process, o.process_version, o.facts::text AS facts, NULL::int AS seq_id, NULL::text AS envelope,
        NULL::uuid AS event_id, NULL::text AS code, NULL::text AS check_id, NULL::text AS message,
        NULL::text AS max_order_amount, NULL::int AS max_list_items, NULL::int AS position, NULL::bytea AS hash,
        o.superseded_plans, o.deadline_at, NULL::bool AS numbered
-FROM orders AS o JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON o.tenant_id = u.t AND o.order_id = u.oid
+FROM unnest($1::text[], $2::text[]) AS u(t, oid)
+CROSS JOIN LATERAL (SELECT * FROM orders WHERE tenant_id = u.t AND order_id = u.oid LIMIT 1) AS o
 UNION ALL
 SELECT 'pending', p.tenant_id, p.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, p.seq_id,
        p.envelope::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
