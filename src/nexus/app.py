@@ -19,6 +19,7 @@ import uvicorn
 from nexus import metrics, tracing
 from nexus.audit.signing import checkpoint_loop, load_signing_key
 from nexus.core.process import ProcessCatalog
+from nexus.fold_thread import FoldThread
 from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.drain import Drain
@@ -91,7 +92,8 @@ async def serve(
     db = await Database(settings).open()
     catalog = await _register_processes(db, settings, background)
     limit = settings.default_max_order_amount
-    gateway = Gateway(db, record_plan_mismatch=True, catalog=catalog, default_max_order_amount=limit)
+    folds = FoldThread(settings.fold_thread_weight, settings.fold_thread_switch_ms)  # heavy folds off the loop
+    gateway = Gateway(db, record_plan_mismatch=True, catalog=catalog, default_max_order_amount=limit, folds=folds)
     committer = GroupCommitter(
         gateway,
         workers=settings.batch_workers,
@@ -108,6 +110,7 @@ async def serve(
     supervisor = _Supervisor()
     supervisor.start(services, listener)
     committer.start()
+    folds.start()
     try:
         if http:
             drain = Drain(settings.drain_grace_s, settings.drain_timeout_s)  # SIGTERM: nexus.ingress.drain
@@ -121,6 +124,7 @@ async def serve(
     finally:
         await supervisor.cancel()
         await committer.stop()
+        folds.close()
         await db.close()
         tracing.shutdown()  # the spans still batched are exported
     if supervisor.failures:
@@ -240,7 +244,9 @@ async def _background_services(
         from nexus.ingress.kafka import KafkaIngress
 
         limit = settings.default_max_order_amount
-        kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit)
+        kafka_gateway = Gateway(
+            db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit, folds=gateway.folds
+        )
         services.append(("kafka-consumer", KafkaIngress(kafka_gateway, settings).run()))
         from nexus.lifecycle.relay import DecisionsRelay  # Decisions back to Kafka agents
 

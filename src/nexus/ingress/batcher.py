@@ -26,34 +26,12 @@ import contextlib
 import dataclasses
 import zlib
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from nexus import metrics
 from nexus.auth.slots import give_back_slot
+from nexus.fold_thread import weight_of
 from nexus.gateway import Gateway, Incoming, Outcome
-
-ELEMENTS_PER_UNIT = 16
-"""An item weighs one unit, plus one per this many elements of the lists in its data (`weight_of`)."""
-
-
-def weight_of(item: Incoming) -> int:
-    """An item's share of a transaction's work: one unit, plus one per `ELEMENTS_PER_UNIT` elements of the
-    lists in it (a process's checks run over every element: a step of 1,000 order lines weighs 63 single
-    steps); an item kept as text, one per KiB."""
-    raw = item.raw
-    if isinstance(raw, str):
-        return 1 + len(raw) // 1024
-    elements = 0
-    stack: list[Any] = [raw]
-    while stack:
-        node = stack.pop()
-        if type(node) is list:
-            elements += len(node)
-            stack.extend(x for x in node if type(x) is list or type(x) is dict)
-        elif isinstance(node, Mapping):
-            stack.extend(x for x in node.values() if type(x) is list or type(x) is dict)
-    return 1 + elements // ELEMENTS_PER_UNIT
 
 
 @dataclasses.dataclass(slots=True)
