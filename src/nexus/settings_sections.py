@@ -194,6 +194,6 @@ class FoldThreadSettings(BaseSettings):
     fold_thread_weight: int = Field(32, ge=0)
     """A shared transaction weighing at least this much (one per event, plus one per 16 elements of its data's
     lists) is folded on one worker thread, so the event loop serves other requests meanwhile. 0: always inline."""
-    fold_thread_switch_ms: float = Field(1.0, ge=0)
-    """The interpreter's switch interval while the fold thread is on: the longest the event loop waits for
-    the GIL behind a fold. 0: Python's own (5 ms)."""
+    fold_thread_switch_ms: float = Field(0.1, ge=0)
+    """The interpreter's switch interval while the fold thread is on: about the longest the event loop waits
+    for the GIL behind a fold, at each of its awaits. 0: Python's own (5 ms)."""
