@@ -245,9 +245,7 @@ async def _background_services(
         from nexus.ingress.kafka import KafkaIngress
 
         limit = settings.default_max_order_amount
-        kafka_gateway = Gateway(
-            db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit, folds=gateway.folds
-        )
+        kafka_gateway = Gateway(db, record_plan_mismatch=False, catalog=catalog, default_max_order_amount=limit)
         services.append(("kafka-consumer", KafkaIngress(kafka_gateway, settings).run()))
         from nexus.lifecycle.relay import DecisionsRelay  # Decisions back to Kafka agents
 
