@@ -19,6 +19,7 @@ import uvicorn
 from nexus import metrics, tracing
 from nexus.audit.signing import checkpoint_loop, load_signing_key
 from nexus.core.process import ProcessCatalog
+from nexus.fold_thread import FoldThread
 from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.drain import Drain
@@ -91,13 +92,15 @@ async def serve(
     db = await Database(settings).open()
     catalog = await _register_processes(db, settings, background)
     limit = settings.default_max_order_amount
-    gateway = Gateway(db, record_plan_mismatch=True, catalog=catalog, default_max_order_amount=limit)
+    folds = FoldThread(settings.fold_thread_weight, settings.fold_thread_switch_ms)  # heavy folds off the loop
+    gateway = Gateway(db, record_plan_mismatch=True, catalog=catalog, default_max_order_amount=limit, folds=folds)
     committer = GroupCommitter(
         gateway,
         workers=settings.batch_workers,
         max_events=settings.batch_max_events,
         window_ms=settings.batch_window_ms,
         tenant_events=settings.batch_tenant_events,
+        heavy_weight=settings.fold_thread_weight,
     )
     from nexus.lifecycle.waiting import DecisionListener  # One LISTEN connection per process
 
@@ -108,6 +111,7 @@ async def serve(
     supervisor = _Supervisor()
     supervisor.start(services, listener)
     committer.start()
+    folds.start()
     try:
         if http:
             drain = Drain(settings.drain_grace_s, settings.drain_timeout_s)  # SIGTERM: nexus.ingress.drain
@@ -121,6 +125,7 @@ async def serve(
     finally:
         await supervisor.cancel()
         await committer.stop()
+        folds.close()
         await db.close()
         tracing.shutdown()  # the spans still batched are exported
     if supervisor.failures:

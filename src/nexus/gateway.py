@@ -39,6 +39,7 @@ from nexus.core.order_state import Decision, OrderState
 from nexus.core.process_model import ProcessCatalog
 from nexus.core.saga import SagaStatus
 from nexus.errors import ErrorCode, TransientDatabaseError
+from nexus.fold_thread import FoldThread
 from nexus.store import lifecycle as lifecycle_records
 from nexus.store import sagas as saga_records
 from nexus.store.database import Database
@@ -59,7 +60,7 @@ class Gateway:
 
     Injected parts: `catalog` (the processes; default: the shipped ones), `checks` (`NoChecks()`: steps
     apply by position, judged by nothing: the validation benchmark's baseline), `log` (`NoDecisionLog()`:
-    the decision log records nothing: its cost benchmark's baseline).
+    the decision log records nothing: its cost benchmark's baseline), `folds` (heavy folds' thread; default none).
     """
 
     def __init__(
@@ -71,8 +72,9 @@ class Gateway:
         checks: StepChecks | None = None,
         log: DecisionLog | None = None,
         default_max_order_amount: Decimal | str = Decimal(100000),
+        folds: FoldThread | None = None,
     ) -> None:
-        self.db = db
+        self.db, self.folds = db, folds or FoldThread()
         from nexus.processes import builtin_catalog, shipped_kinds
 
         metrics.born_event_kinds(shipped_kinds())
@@ -174,7 +176,7 @@ class Gateway:
                     if decided:  # an approval is answered once, under its order's lock
                         await lifecycle_records.decide_approvals(conn, decided)
                 answers = {k: v.verdict for k, v in decided.items()} if decided else None
-                plan = plan_batch(items, reads, self.parts, kind=kind, now=now, approvals=answers)
+                plan = await self.folds.plan(items, reads, self.parts, kind=kind, now=now, approvals=answers)
                 dead_ids = await self._write(conn, plan, reads, order_ids)
         return self._answered(items, plan, dead_ids, kind)
 

@@ -30,13 +30,20 @@ from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from nexus.errors import ConfigurationError
-from nexus.settings_sections import KafkaSettings, OAuthSettings, QuotaSettings, RetentionSettings, SagaSettings
+from nexus.settings_sections import (
+    FoldThreadSettings,
+    KafkaSettings,
+    OAuthSettings,
+    QuotaSettings,
+    RetentionSettings,
+    SagaSettings,
+)
 from nexus_wire.kafka_security import KafkaSecurity
 
 ENV_PREFIX = "NEXUS_"
 
 
-class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, RetentionSettings, BaseSettings):
+class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, RetentionSettings, FoldThreadSettings):
     """Configuration of one gateway process."""
 
     model_config = SettingsConfigDict(

@@ -184,3 +184,16 @@ class RetentionSettings(BaseSettings):
     retention_duty: float = Field(0.2, gt=0, le=1)
     """The share of its time the remover works through a backlog: after a batch that took t seconds it pauses
     t*(1-d)/d (at least 0.05 s, at most 10 s), so the hot path keeps the machine; 1 = no pause (full speed)."""
+
+
+class FoldThreadSettings(BaseSettings):
+    """Where a shared transaction's fold runs (`nexus.fold_thread`)."""
+
+    model_config = SettingsConfigDict(use_attribute_docstrings=True)
+
+    fold_thread_weight: int = Field(32, ge=0)
+    """A shared transaction weighing at least this much (one per event, plus one per 16 elements of its data's
+    lists) is folded on one worker thread, so the event loop serves other requests meanwhile. 0: always inline."""
+    fold_thread_switch_ms: float = Field(0.1, ge=0)
+    """The interpreter's switch interval while the fold thread is on: about the longest the event loop waits
+    for the GIL behind a fold, at each of its awaits. 0: Python's own (5 ms)."""

@@ -16,6 +16,14 @@ most one of a tenant's 1,000-line steps, not 64, and another tenant's step share
 keep its items' order (one tenant's queue is FIFO, and a worker runs its transactions one after another); a
 request whose slices span transactions is answered once all of them are decided, and fails if one of them fails
 (a transient failure is retried whole by its caller, its already-decided steps answered DUPLICATE).
+
+Heavy requests in lanes of their own: with `heavy_weight` > 0 (`NEXUS_FOLD_THREAD_WEIGHT`), a request weighing at
+least that much (a slice of a large batch, a 1,000-line step) goes to a second set of workers, partitioned alike,
+whose transactions are folded on the fold thread (`nexus.fold_thread`). Light requests (single steps) never share
+a transaction with a heavy one nor wait for a heavy transaction in flight: their own transactions go on in the
+event loop while the heavy fold runs on the thread. All of one request's slices take the same lane, so its
+items keep their order. Two lanes may hold the same order at once: its advisory lock serializes them (both
+lock in key order, so they never deadlock), and the fold orders its steps by sequence whatever arrives first.
 """
 
 from __future__ import annotations
@@ -26,34 +34,12 @@ import contextlib
 import dataclasses
 import zlib
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from nexus import metrics
 from nexus.auth.slots import give_back_slot
+from nexus.fold_thread import weight_of
 from nexus.gateway import Gateway, Incoming, Outcome
-
-ELEMENTS_PER_UNIT = 16
-"""An item weighs one unit, plus one per this many elements of the lists in its data (`weight_of`)."""
-
-
-def weight_of(item: Incoming) -> int:
-    """An item's share of a transaction's work: one unit, plus one per `ELEMENTS_PER_UNIT` elements of the
-    lists in it (a process's checks run over every element: a step of 1,000 order lines weighs 63 single
-    steps); an item kept as text, one per KiB."""
-    raw = item.raw
-    if isinstance(raw, str):
-        return 1 + len(raw) // 1024
-    elements = 0
-    stack: list[Any] = [raw]
-    while stack:
-        node = stack.pop()
-        if type(node) is list:
-            elements += len(node)
-            stack.extend(x for x in node if type(x) is list or type(x) is dict)
-        elif isinstance(node, Mapping):
-            stack.extend(x for x in node.values() if type(x) is list or type(x) is dict)
-    return 1 + elements // ELEMENTS_PER_UNIT
 
 
 @dataclasses.dataclass(slots=True)
@@ -134,16 +120,21 @@ class GroupCommitter:
         max_events: int = 500,
         window_ms: float = 0.0,
         tenant_events: int = 64,
+        heavy_weight: int = 0,
     ) -> None:
         self.gateway = gateway
         self.max_events = max_events
         self.window_s = window_ms / 1000.0
         self.slice = max(1, min(tenant_events, max_events))
+        self.heavy_weight = heavy_weight
         self._queues: list[_TenantQueues] = [_TenantQueues() for _ in range(max(1, workers))]
+        self._heavy: list[_TenantQueues] = [_TenantQueues() for _ in self._queues] if heavy_weight > 0 else []
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._work(q), name=f"group-commit-{i}") for i, q in enumerate(self._queues)]
+        lanes = [(f"group-commit-{i}", q) for i, q in enumerate(self._queues)]
+        lanes += [(f"group-commit-heavy-{i}", q) for i, q in enumerate(self._heavy)]
+        self._tasks = [asyncio.create_task(self._work(q), name=name) for name, q in lanes]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -172,15 +163,20 @@ class GroupCommitter:
         if len(parts) == 1 and len(items) <= self.slice:  # one event per request, the usual case: no gather
             (partition,) = parts
             single: asyncio.Future[list[Outcome]] = loop.create_future()
-            self._queues[partition].put(tenant, _Request(list(items), single))
+            request = _Request(list(items), single)
+            lanes = self._heavy if self._heavy and request.weight >= self.heavy_weight else self._queues
+            lanes[partition].put(tenant, request)
             return await single
+        requests: list[_Request] = []
         futures: list[tuple[list[int], asyncio.Future[list[Outcome]]]] = []
-        for partition, indexes in parts.items():
+        for indexes in parts.values():
             for start in range(0, len(indexes), self.slice):
                 part = indexes[start : start + self.slice]
-                future: asyncio.Future[list[Outcome]] = loop.create_future()
-                self._queues[partition].put(tenant, _Request([items[i] for i in part], future))
-                futures.append((part, future))
+                requests.append(_Request([items[i] for i in part], loop.create_future()))
+                futures.append((part, requests[-1].future))
+        heavy = self._heavy and sum(r.weight for r in requests) >= self.heavy_weight  # one lane for every slice
+        for request in requests:
+            (self._heavy if heavy else self._queues)[self._partition(request.items[0])].put(tenant, request)
         results: list[Outcome | None] = [None] * len(items)
         # Wait for every partition even if one fails, so no shared batch is left half-answered.
         done = await asyncio.gather(*(f for _, f in futures), return_exceptions=True)

@@ -35,6 +35,7 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
+import nexus.fold_thread
 import nexus.gateway
 from nexus.app import event_loop_factory
 from nexus.gateway import Gateway
@@ -169,6 +170,7 @@ def _time_fold_and_statements() -> None:
                 times["fold"] = times.get("fold", 0.0) + time.perf_counter() - started
 
     nexus.gateway.plan_batch = timed_plan_batch  # type: ignore[attr-defined]  # a probe wraps the gateway's import for the run
+    nexus.fold_thread.plan_batch = timed_plan_batch  # type: ignore[attr-defined]  # and the fold thread's (`submit`'s fold)
     for name in ("execute", "fetch", "fetchval", "fetchrow"):
         setattr(asyncpg.Connection, name, _timed("statements", getattr(asyncpg.Connection, name)))
     asyncpg.pool.Pool._acquire = _timed("acquire", asyncpg.pool.Pool._acquire)
