@@ -48,10 +48,18 @@ def timed(function: Callable[[], object], repeat: int) -> dict[str, float]:
 
 def body(items: int) -> str:
     data = {"items": [{"product_id": f"p{i}", "quantity": 1, "unit_price": 1} for i in range(items)], "total_amount": 1}
-    return json.dumps({
-        "event_id": str(uuid.uuid4()), "event_type": STEP, "plan_id": "p", "order_id": f"a-rej-{uuid.uuid4().hex[:12]}",
-        "seq_id": 1, "timestamp": "2026-01-01T00:00:00Z", "schema_version": "1.0", "data": data,
-    })  # fmt: skip  (the total is wrong: REJECTED, as the noisy neighbour's `rejected` pattern sends it)
+    return json.dumps(
+        {
+            "event_id": str(uuid.uuid4()),
+            "event_type": STEP,
+            "plan_id": "p",
+            "order_id": f"a-rej-{uuid.uuid4().hex[:12]}",
+            "seq_id": 1,
+            "timestamp": "2026-01-01T00:00:00Z",
+            "schema_version": "1.0",
+            "data": data,
+        }
+    )  # fmt: skip  (the total is wrong: REJECTED, as the noisy neighbour's `rejected` pattern sends it)
 
 
 def phases(items: int, repeat: int) -> dict[str, dict[str, float]]:
@@ -124,8 +132,9 @@ def main() -> None:
     args = parser.parse_args()
     import nexus
 
-    result = {"tree": nexus.__file__, "items": args.items, "repeat": args.repeat, "phases": phases(args.items, args.repeat)}
-    for name, figures in result["phases"].items():  # type: ignore[attr-defined]
+    figures_by_phase = phases(args.items, args.repeat)
+    result = {"tree": nexus.__file__, "items": args.items, "repeat": args.repeat, "phases": figures_by_phase}
+    for name, figures in figures_by_phase.items():
         print(f"{name:45} median {figures['median_us']:9.1f} us   p90 {figures['p90_us']:9.1f} us")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
