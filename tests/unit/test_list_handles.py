@@ -3,12 +3,16 @@ the CEL engine, and every verdict is the one the engine gives with the lists con
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from nexus.core import process_checks
+from nexus.core import cel_functions, process_checks
 from nexus.core.cel_engine import cel
+from nexus.core.cel_functions import same_items
 from nexus.core.checks import convert_money, pick
 from nexus.core.list_handles import ListHandles, engine_keeps
 from nexus.core.process import validate_step
@@ -168,3 +172,38 @@ def test_held_and_converted_lists_give_the_same_verdicts(
     monkeypatch.setattr(process_checks, "pick_money", _as_before)
     before = [_decide(held, state, known, step, data) for state, known, step, data in cases]
     assert now == before
+
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=3), st.binary(max_size=2))
+values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=6,
+)
+items = st.lists(st.dictionaries(st.sampled_from(["a", "b", "c"]), values, max_size=3), max_size=6)
+
+
+@settings(max_examples=500)
+@given(values)
+def test_an_item_field_keys_as_the_canonical_form_does(value: object) -> None:
+    """`same_items`' shortcut for an item's strings and numbers gives the key `_canonical` gives (1 and 1.0
+    alike, true not 1), for every value."""
+    assert cel_functions._key(value) == cel_functions._canonical(value)
+
+
+@settings(max_examples=500)
+@given(items, st.data(), st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3))
+def test_same_items_counts_by_fields_as_the_canonical_form_does(
+    first: list[Any], data: st.DataObject, fields: list[str]
+) -> None:
+    """`same_items(a, b, fields...)` answers as comparing the counts of each item's canonical fields, with
+    one, two (the shortcut) or three fields: for a list against itself reordered, with one field of one item changed."""
+    second = data.draw(st.permutations(first))
+    if second and data.draw(st.booleans()):  # one field of one item changed
+        changed = data.draw(st.integers(0, len(second) - 1))
+        second[changed] = {**second[changed], data.draw(st.sampled_from(fields)): data.draw(values)}
+
+    def counted(some: list[Any]) -> Counter[Any]:
+        return Counter(tuple(cel_functions._canonical(i.get(f)) for f in fields) for i in some)
+
+    assert same_items(first, second, *fields) is (len(first) == len(second) and counted(first) == counted(second))

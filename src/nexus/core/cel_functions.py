@@ -44,9 +44,22 @@ def same_items(first: object, second: object, *fields: object) -> bool:
 def _counted(items: list[Any], fields: tuple[object, ...]) -> Counter[Any]:
     if not fields:
         return Counter(map(_canonical, items))
-    if not all(isinstance(i, Mapping) for i in items):
+    if not all(type(i) is dict or isinstance(i, Mapping) for i in items):
         raise TypeError("same_items() with fields compares maps")
-    return Counter(tuple(_canonical(i.get(f)) for f in fields) for i in items)
+    if len(fields) == 2:  # the usual comparison (product and quantity), without a generator per item
+        first, second = fields
+        return Counter((_key(i.get(first)), _key(i.get(second))) for i in items)
+    return Counter(tuple(_key(i.get(f)) for f in fields) for i in items)
+
+
+def _key(value: Any) -> Any:
+    """`_canonical`, with the exact types of an item's fields (str, int, float) taken without its tests."""
+    kind = type(value)
+    if kind is str:
+        return ("str", value)
+    if kind is int or kind is float:
+        return ("n", value)
+    return _canonical(value)
 
 
 def list_sum(values: object, *fields: object) -> object:
