@@ -6,8 +6,9 @@ In process, single-threaded: each phase is timed alone `--repeat` times (process
 limit, the data schema (checked on arrival, `validation.data_verdict`), the CEL variables (picked, money in
 minor units), lists held by handle where the tree has them (core/list_handles.py), the engine's context
 (`Context.update` converting the variables), and each rule; then the whole `validate_step` with and without
-the schema, and the whole fold of the step (`plan_batch`, what the gateway computes between its read and its
-write) with and without its parse (`Incoming.parse` of the JSON body).
+the schema, the next step's check (`InventoryValidated`: 1,000 reserved items against the order's, by
+`same_items`), and the whole fold of the step (`plan_batch`, what the gateway computes between its read and its
+write), and its parse (`Incoming.parse` of the JSON body).
 
 Run with a tree's sources first on the path, to compare trees: ``PYTHONPATH=<tree>/src .venv/bin/python
 benchmarks/check_cost.py [--items 1000] [--repeat 200] [--json out.json]``.
@@ -100,8 +101,22 @@ def phases(items: int, repeat: int) -> dict[str, dict[str, float]]:
     out["validate_step (with the schema)"] = timed(
         lambda: process_checks.validate_step(process, None, {}, STEP, 1, data, LIMITS), repeat
     )
+    out["validate_step InventoryValidated (same_items of 1,000 against the order's)"] = inventory(process, repeat)
     out.update(fold(items, repeat))
     return out
+
+
+def inventory(process: Any, repeat: int) -> dict[str, float]:
+    """The next step's check: its reserved items (the order's, reversed) compared with the order's items."""
+    items = json.loads(body(1000))["data"]["items"]
+    facts = process.facts_after({}, STEP, {"items": items, "total_amount": 1000, "currency": "USD"})
+    status = process.status_after(STEP)
+    data = {"warehouse_id": "w", "reserved_items": items[::-1]}
+    step = "InventoryValidated"
+    assert process_checks.validate_step(process, status, facts, step, 2, data, LIMITS, data_checked=True) is None
+    return timed(
+        lambda: process_checks.validate_step(process, status, facts, step, 2, data, LIMITS, data_checked=True), repeat
+    )
 
 
 def fold(items: int, repeat: int) -> dict[str, dict[str, float]]:
@@ -135,7 +150,7 @@ def main() -> None:
     figures_by_phase = phases(args.items, args.repeat)
     result = {"tree": nexus.__file__, "items": args.items, "repeat": args.repeat, "phases": figures_by_phase}
     for name, figures in figures_by_phase.items():
-        print(f"{name:45} median {figures['median_us']:9.1f} us   p90 {figures['p90_us']:9.1f} us")
+        print(f"{name:76} median {figures['median_us']:9.1f} us   p90 {figures['p90_us']:9.1f} us")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as out:
             json.dump(result, out, indent=2)
