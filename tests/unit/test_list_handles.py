@@ -207,3 +207,11 @@ def test_same_items_counts_by_fields_as_the_canonical_form_does(
         return Counter(tuple(cel_functions._canonical(i.get(f)) for f in fields) for i in some)
 
     assert same_items(first, second, *fields) is (len(first) == len(second) and counted(first) == counted(second))
+
+
+def test_a_list_nested_past_the_recursion_limit_is_left_to_the_engine() -> None:
+    """A list too deep to walk in Python is not held (the engine converts it, or refuses, as before)."""
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    assert ListHandles().hold(deep) is deep

@@ -1,10 +1,10 @@
 """Lists a step's checks read only through `sum`, `same_items` or `has`, kept on the Python side of the engine.
 
-Converting a list of maps into CEL values is most of a check's cost (a 1,000-item step: ~2.7 ms in
+Converting a list of maps into CEL values is most of a check's cost (a 1,000-item step: ~2.6 ms in
 `Context.update`, holding the GIL), and for a list read only by the core's own functions it buys nothing: the
-engine converts it back into Python to call them (~1.9 ms more). Such a list (`checks.element_fields_used`
-finds them) reaches the engine as a handle, a short `bytes` value, and the functions registered for the step
-look the list up by its handle. A JSON body holds no bytes, so a handle is never a value of the step.
+engine converts it back into Python to call them (~1 ms more; benchmarks/check_cost.py). Such a list
+(`checks.element_fields_used` finds them) reaches the engine as a handle, a short `bytes` value, and the
+functions registered for the step look the list up by its handle. A JSON body holds no bytes, so a handle is never a value of the step.
 
 Every verdict stays the one the engine gives with the list converted: a list is held only when the engine
 would hand every value of it back unchanged (`engine_keeps`); any other list (an integer beyond 64 bits,
@@ -75,7 +75,13 @@ class ListHandles:
     def hold(self, value: object) -> object:
         """A handle standing for the list `value` in the engine, or `value` itself when it is not a list
         the engine would hand back unchanged (it is then converted, as without handles)."""
-        if type(value) is not list or not engine_keeps(value):
+        if type(value) is not list:
+            return value
+        try:
+            kept = engine_keeps(value)
+        except RecursionError:  # nested deeper than any parser here accepts: left to the engine
+            kept = False
+        if not kept:
             return value
         handle = _PREFIX + str(len(self._lists)).encode()
         self._lists[handle] = value
