@@ -4,7 +4,8 @@ Converting a list of maps into CEL values is most of a check's cost (a 1,000-ite
 `Context.update`, holding the GIL), and for a list read only by the core's own functions it buys nothing: the
 engine converts it back into Python to call them (~1 ms more; benchmarks/check_cost.py). Such a list
 (`checks.element_fields_used` finds them) reaches the engine as a handle, a short `bytes` value, and the
-functions registered for the step look the list up by its handle. A JSON body holds no bytes, so a handle is never a value of the step.
+functions registered for the step look the list up by its handle. A JSON body holds no bytes, so a handle is
+never a value of the step.
 
 Every verdict stays the one the engine gives with the list converted: a list is held only when the engine
 would hand every value of it back unchanged (`engine_keeps`); any other list (an integer beyond 64 bits,
