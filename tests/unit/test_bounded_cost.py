@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from nexus.core import rule_cost
-from nexus.core.cel_functions import same_items
-from nexus.core.checks import _sum
+from nexus.core.cel_functions import list_sum, same_items
 from nexus.core.process import CompiledProcess, DefinitionError, compile_definition, validate_step
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog, builtin_sources
@@ -189,7 +188,7 @@ def test_same_items_is_multiset_equality() -> None:
 def test_sum_with_fields_is_the_sum_of_their_products() -> None:
     """`sum(items, "quantity", "unit_price")` is the order's total; a missing or non-number field is an error."""
     items = [{"quantity": 2, "unit_price": 150}, {"quantity": 1, "unit_price": 5}]
-    assert _sum(items, "quantity", "unit_price") == 305 and _sum([1, 2.5]) == 3.5
+    assert list_sum(items, "quantity", "unit_price") == 305 and list_sum([1, 2.5]) == 3.5
     for bad in ([{"quantity": 2}], [{"quantity": True, "unit_price": 1}], [3]):
         with pytest.raises(TypeError):
-            _sum(bad, "quantity", "unit_price")
+            list_sum(bad, "quantity", "unit_price")

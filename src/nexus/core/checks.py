@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Any
 
 from nexus.core.cel_engine import cel
-from nexus.core.cel_functions import same_items
+from nexus.core.cel_functions import list_sum, same_items
+from nexus.core.list_handles import ListHandles
 
 # ISO 4217 currencies whose minor unit is not the cent; every other code has two decimals.
 _EXPONENTS: dict[str, int] = {
@@ -92,43 +93,18 @@ def _convert_path(node: dict[str, Any], parts: list[str], exponent: int) -> None
         node[key] = copies
 
 
-def _sum(values: object, *fields: object) -> object:
-    """`sum(list)`: the sum of the numbers; `sum(list, "a", "b")`: the sum over the list's maps of the
-    product of their fields a and b (an order's total: ``sum(data.items, "quantity", "unit_price")``)."""
-    if not isinstance(values, list):
-        raise TypeError("sum() takes a list")
-    if not all(isinstance(f, str) for f in fields):
-        raise TypeError("sum() takes field names after its list")
-    total: int | float = 0
-    for v in values:
-        if fields:
-            if not isinstance(v, Mapping):
-                raise TypeError("sum() with fields takes a list of maps")
-            product: int | float = 1
-            for field in fields:
-                product *= _number(v.get(field))
-            total += product
-        else:
-            total += _number(v)
-    return total
-
-
-def _number(v: object) -> int | float:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise TypeError("sum() takes numbers")
-    return v
-
-
-def build_context(variables: Mapping[str, Any], *, with_sum: bool) -> cel.Context:
+def build_context(variables: Mapping[str, Any], *, with_sum: bool, handles: ListHandles | None = None) -> cel.Context:
     """One evaluation context, shared by every rule of a step: converting Python values into CEL values
-    costs more than evaluating a rule, so it is done once per step, for the variables its rules name."""
+    costs more than evaluating a rule, so it is done once per step, for the variables its rules name.
+    `handles`: the lists of `variables` held by handle (core/list_handles.py), read by the functions."""
     context = cel.Context()
     if with_sum:
         # CEL has no fold over a list, and this engine's `map`/`filter` copy their result once per item
         # (quadratic): `sum(list[, fields])` and `same_items(a, b[, fields])` (core/cel_functions.py) are the
         # functions checks need beyond the standard library, each one pass; registered for rules that call them.
-        context.add_function("sum", _sum)
-        context.add_function("same_items", same_items)
+        functions: dict[str, Callable[..., object]] = {"sum": list_sum, "same_items": same_items}
+        for name, function in (functions if handles is None else handles.functions()).items():
+            context.add_function(name, function)
     context.update(dict(variables))  # one conversion call: about half the cost of one add_variable per name
     return context
 
@@ -214,6 +190,49 @@ def _elements(value: Any, fields: frozenset[str] | None) -> Any:
     if fields is None or type(value) is not list:
         return value
     return [{f: e[f] for f in fields if f in e} if type(e) is dict else e for e in value]
+
+
+def pick_money(
+    value: Mapping[str, Any],
+    fields: frozenset[str] | None,
+    elements: Mapping[str, frozenset[str]] | None,
+    money: Sequence[str],
+    exponent: int,
+) -> Mapping[str, Any]:
+    """`convert_money(pick(value, fields, elements), money, exponent)`, with each map of a pruned list
+    copied once: the money fields of its maps (paths `list.field`) are converted as the map is picked."""
+    if fields is None or not elements or not money:
+        chosen = pick(value, fields, elements)
+        return convert_money(chosen, money, exponent) if money else chosen
+    inner: dict[str, list[str]] = {}
+    rest: list[str] = []
+    for path in money:
+        head, _, tail = path.partition(".")
+        if tail and "." not in tail and elements.get(head) is not None:
+            inner.setdefault(head, []).append(tail)
+        else:
+            rest.append(path)
+    picked: dict[str, Any] = {}
+    for k in fields:
+        if k in value:
+            picked[k] = _money_elements(value[k], k, elements[k], inner[k], exponent) if k in inner else (
+                _elements(value[k], elements.get(k))
+            )  # fmt: skip
+    return convert_money(picked, rest, exponent) if rest else picked
+
+
+def _money_elements(value: Any, key: str, fields: frozenset[str], money: list[str], exponent: int) -> Any:
+    if type(value) is not list:  # not a list of maps: as `convert_money` treats it
+        return convert_money({key: value}, [f"{key}.{m}" for m in money], exponent)[key]
+    out = []
+    for element in value:
+        if isinstance(element, dict):
+            element = {f: element[f] for f in fields if f in element} if type(element) is dict else dict(element)
+            for field in money:
+                if field in element:
+                    element[field] = to_minor(element[field], exponent)
+        out.append(element)
+    return out
 
 
 _SUM = re.compile(r"\b(sum|same_items)\s*\(")

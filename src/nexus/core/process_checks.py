@@ -11,13 +11,14 @@ from typing import Any
 from nexus.core import step_data
 from nexus.core.checks import (
     build_context,
-    convert_money,
     element_fields_used,
     exponent_of,
     fields_used,
     pick,
+    pick_money,
     to_minor,
 )
+from nexus.core.list_handles import ListHandles
 from nexus.core.list_limits import CHECK_ID as LIST_CHECK_ID
 from nexus.core.list_limits import list_limit_message
 from nexus.core.process_model import ABORT_STEP, CompiledProcess, CompiledStep, Verdict
@@ -69,12 +70,25 @@ def validate_step(
     variables = _variables(
         process, compiled, compiled.fields, compiled.elements, facts, event_type, seq_id, data, limits
     )
-    context = build_context(variables, with_sum=compiled.uses_sum)
+    handles = _hold_lists(compiled, variables)
+    context = build_context(variables, with_sum=compiled.uses_sum, handles=handles)
     for check, rule in compiled.rules:
         if not rule.passes(context):
             code = ErrorCode(check.code)
             return Verdict(code, check.message or f"check {check.id} failed: {check.rule}", check.id)
     return None
+
+
+def _hold_lists(compiled: CompiledStep, variables: dict[str, Any]) -> ListHandles | None:
+    """Hold by handle (core/list_handles.py) the lists the step's rules read only through `sum`,
+    `same_items` or `has`, in the variables read by field (a variable read whole keeps its lists)."""
+    held = [name for name in compiled.elements if name in variables and compiled.fields.get(name) is not None]
+    if not held:
+        return None
+    handles = ListHandles()
+    for name in held:
+        variables[name] = handles.hold_fields(variables[name], compiled.elements[name])
+    return handles
 
 
 def needs_approval(
@@ -115,8 +129,7 @@ def _variables(
     exponent = exponent_of(data.get(process.definition.currency_field, facts.get(process.definition.currency_field)))
     variables: dict[str, Any] = {}
     if "data" in used:
-        picked = pick(data, used["data"], elements.get("data"))
-        variables["data"] = convert_money(picked, compiled.step.money, exponent) if compiled.step.money else picked
+        variables["data"] = pick_money(data, used["data"], elements.get("data"), compiled.step.money, exponent)
     if "order" in used:
         variables["order"] = pick(facts, used["order"], elements.get("order"))
     if "step" in used:
