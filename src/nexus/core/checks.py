@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from decimal import ROUND_HALF_EVEN, Context, Decimal, DecimalException, DivisionByZero, InvalidOperation, Overflow
 from typing import Any
 
 from nexus.core.cel_engine import cel
@@ -51,17 +51,65 @@ def to_minor(value: object, exponent: int) -> object:
     return minor_by_decimal(value, exponent)
 
 
+MAX_MINOR_DIGITS = 28
+"""An amount holds at most this many digits in its currency's minor unit (Decimal's default precision); more
+is refused on arrival as invalid data (`money_problem`)."""
+MAX_EXPONENT = max(_EXPONENTS.values())
+"""The most decimals a minor unit has: an amount that fits with it fits in every currency."""
+_MINOR = Context(prec=MAX_MINOR_DIGITS, traps=[InvalidOperation, Overflow, DivisionByZero])
+_NUMERAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_TOO_LONG = f"Input should be an amount of at most {MAX_MINOR_DIGITS} digits in the currency's minor unit"
+
+
 def minor_by_decimal(value: object, exponent: int) -> object:
-    """`to_minor` for every value, through Decimal: the definition the shortcut above must agree with."""
+    """`to_minor` for every value, through Decimal: the definition the shortcut above must agree with. A value
+    that is no amount, or one too long for a minor unit (`money_problem`), is returned unchanged."""
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
         return value
+    minor = _minor(value, exponent)
+    return value if minor is None else minor
+
+
+def _minor(value: int | float | str | Decimal, exponent: int) -> int | None:
     try:
         amount = Decimal(str(value))
-    except InvalidOperation:
-        return value
-    if not amount.is_finite():
-        return value
-    return int((amount.scaleb(exponent)).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+        if not amount.is_finite():
+            return None
+        return int(amount.scaleb(exponent, _MINOR).quantize(Decimal(1), ROUND_HALF_EVEN, _MINOR))
+    except DecimalException:  # not a numeral, or more digits than MAX_MINOR_DIGITS
+        return None
+
+
+def money_problem(data: Mapping[str, Any], paths: Sequence[str], exponent: int) -> str | None:
+    """`data.<path>: <words>` for the first money field at `paths` (dotted; lists walked through) holding a
+    number or numeral that no minor unit of `exponent` decimals holds; None when every one converts."""
+    for where, value in _money_values(data, paths):
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            continue
+        if type(to_minor(value, exponent)) is int:
+            continue
+        if isinstance(value, str) and _NUMERAL.fullmatch(value) is None:
+            continue  # not an amount at all: the step's schema (or its checks) judge it
+        return f"{'.'.join(['data', *where])}: {_TOO_LONG}"
+    return None
+
+
+def _money_values(data: Mapping[str, Any], paths: Sequence[str]) -> Iterator[tuple[list[str], object]]:
+    """Each value at `paths` with its path from `data` (list elements by index, as a schema's error names them)."""
+    for path in paths:
+        nodes: list[tuple[list[str], object]] = [([], data)]
+        for key in path.split("."):
+            deeper: list[tuple[list[str], object]] = []
+            for where, node in nodes:
+                if isinstance(node, list):
+                    items = [([*where, str(i)], e) for i, e in enumerate(node)]
+                else:
+                    items = [(where, node)]
+                for at, element in items:
+                    if isinstance(element, Mapping) and key in element:
+                        deeper.append(([*at, key], element[key]))
+            nodes = deeper
+        yield from nodes
 
 
 def convert_money(data: Mapping[str, Any], paths: Sequence[str], exponent: int) -> dict[str, Any]:
