@@ -7,7 +7,7 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import pytest
@@ -62,7 +62,7 @@ def _items(prefix: str, n: int) -> list[Incoming]:
 
 
 async def _light_while_heavy_spins(
-    checks: SpinningChecks, submit: Callable[[list[Incoming]], Awaitable[list[Outcome]]], name: str
+    checks: SpinningChecks, submit: Callable[[list[Incoming]], Coroutine[Any, Any, list[Outcome]]], name: str
 ) -> tuple[Outcome, bool, list[Outcome]]:
     """Submits 40 items of orders `heavy-<name>N`, waits until their fold spins, submits one of `light-<name>0`,
     then releases the spin: the light outcome, whether the heavy request had ended first, the heavy outcomes."""
