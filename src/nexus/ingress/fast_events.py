@@ -26,8 +26,7 @@ from nexus import metrics, tracing
 from nexus.auth import quotas
 from nexus.auth.middleware import Gatekeeper
 from nexus.auth.ratelimit import retry_after_header
-from nexus.auth.roles import Principal, required_roles
-from nexus.auth.shares import EVERY_TENANT
+from nexus.auth.roles import ALL_TENANTS, Principal, required_roles
 from nexus.auth.slots import cost_of, processing
 from nexus.core import wording
 from nexus.core.sequencing import Decision
@@ -192,7 +191,7 @@ class EventsFastPath:
         body = refusal or await self._body(receive, declared)
         if isinstance(body, Refusal):
             return body.status, http_errors.error_body(body.code, body.message), []
-        async with processing(self.gate.slots, principal.tenant_id or EVERY_TENANT, cost_of(len(body))):
+        async with processing(self.gate.slots, principal.tenant_id or ALL_TENANTS, cost_of(len(body))):
             return await answer_events(body, traceparent, principal, self.settings, self.submitter, self.gate, self.db)
 
     async def _body(self, receive: Any, declared: str | None) -> bytes | Refusal:
