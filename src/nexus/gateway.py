@@ -35,7 +35,7 @@ from nexus.core.decide.outcomes import settled, settled_retrying
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.decide.plan_start import OrderKnown, PlanStart
 from nexus.core.decide.validation import NoChecks, StepChecks
-from nexus.core.order_state import Decision, OrderState
+from nexus.core.order_state import OrderState
 from nexus.core.process_model import ProcessCatalog
 from nexus.core.saga import SagaStatus
 from nexus.errors import ErrorCode, TransientDatabaseError
@@ -47,6 +47,7 @@ from nexus.store.errors import wrap_db_errors
 from nexus.store.lifecycle import ApprovalDecision
 from nexus.store.queries import query
 from nexus.store.saga_keys import SagaSecret
+from nexus_wire.codes import Decision
 
 __all__ = ["DecisionLog", "Gateway", "Incoming", "IngressKind", "NoChecks", "NoDecisionLog", "Outcome", "trace_id_of"]
 

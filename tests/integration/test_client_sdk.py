@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from nexus.core.sequencing import Decision
 from nexus_client import (
     ApiError,
     AsyncNexusClient,
@@ -21,6 +20,7 @@ from nexus_client import (
     WaitTimeout,
 )
 from nexus_client.config import DEFAULT_GATEWAY_URL
+from nexus_wire.codes import Decision
 from tests.conftest import api_headers, free_port
 from tests.factories import step
 

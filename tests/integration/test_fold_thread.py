@@ -15,13 +15,13 @@ import pytest
 from nexus import app
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.validation import StepChecks
-from nexus.core.order_state import Decision
 from nexus.core.process_model import CompiledProcess, Verdict
 from nexus.fold_thread import FoldThread
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.batcher import GroupCommitter
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_wire.codes import Decision
 from tests.conftest import free_port
 from tests.factories import step_json
 

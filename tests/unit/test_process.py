@@ -12,9 +12,10 @@ import pytest
 from nexus.core.checks import to_minor
 from nexus.core.envelope import parse_envelope
 from nexus.core.process import DefinitionError, compile_definition, validate_step
-from nexus.core.sequencing import Decision, OrderState, resolve
+from nexus.core.sequencing import OrderState, resolve
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog, schema_text
+from nexus_wire.codes import Decision
 from tests.factories import step_json
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,12 +21,12 @@ from nexus.core.decide.deadlines import deadline_abort, deadline_abort_id, is_de
 from nexus.core.decide.rejections import policy_abort
 from nexus.core.decide.replan import code_of
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Resolution
+from nexus.core.order_state import Applied, OrderState, Rejection, Resolution
 from nexus.core.process_model import CompiledProcess, ProcessCatalog, Verdict
+from nexus_wire.codes import Decision
 
 __all__ = [
     "Applied",
-    "Decision",
     "OrderState",
     "Rejection",
     "Resolution",

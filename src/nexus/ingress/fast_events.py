@@ -29,7 +29,6 @@ from nexus.auth.ratelimit import retry_after_header
 from nexus.auth.roles import ALL_TENANTS, Principal, required_roles
 from nexus.auth.slots import cost_of, processing
 from nexus.core import wording
-from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, NexusError, QuotaExceededError
 from nexus.gateway import Outcome
 from nexus.ingress import http_errors, tenants
@@ -37,6 +36,7 @@ from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Disconnected, Refusal, media_type_refusal, parse, receive_body
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_wire.codes import Decision
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,6 @@ from aiokafka.errors import IllegalStateError, KafkaError
 from nexus import metrics, tracing
 from nexus.auth import quotas
 from nexus.core.actors import kafka_actor
-from nexus.core.sequencing import Decision
 from nexus.errors import QuotaExceededError, TransientDatabaseError
 from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
 from nexus.ingress.kafka_commits import OffsetCommits
@@ -59,6 +58,7 @@ from nexus.ingress.kafka_dlq import dead_letter
 from nexus.ingress.kafka_lanes import Lane, retry_policy
 from nexus.retrying import Retrying, sleep_until_set
 from nexus.settings import Settings
+from nexus_wire.codes import Decision
 
 log = logging.getLogger(__name__)
 

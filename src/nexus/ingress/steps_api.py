@@ -34,13 +34,13 @@ from nexus.core.definitions import DEFAULT_PROCESS
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
 from nexus.core.process import ABORT_STEP, REPLAN_STEP
-from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode, InvalidEventError, NexusError
 from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.ingress import http_errors
 from nexus.ingress.fast_events import single_status
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus_wire.codes import Decision
 
 router = APIRouter()
 

@@ -61,8 +61,8 @@ from decimal import Decimal
 from typing import Any
 
 from nexus.core.process import ABORT_STEP
-from nexus.core.sequencing import Decision
 from nexus_lab.agent.processes import ORDER, LabProcess
+from nexus_wire.codes import Decision
 
 
 class Mode(enum.StrEnum):

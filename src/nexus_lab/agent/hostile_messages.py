@@ -13,7 +13,6 @@ from typing import Any
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process import ABORT_STEP
-from nexus.core.sequencing import Decision
 from nexus_client import envelope_json
 from nexus_lab.agent.hostile import (
     DENY,
@@ -26,6 +25,7 @@ from nexus_lab.agent.hostile import (
     SendSpec,
 )
 from nexus_lab.agent.processes import ORDER, LabProcess
+from nexus_wire.codes import Decision
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
