@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
+from nexus.core.decide.items import IngressKind
+from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.ingress.batcher import GroupCommitter
 from nexus.store.database import Database
 from nexus_wire.codes import Decision

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from nexus.core.decide.deadlines import deadline_abort
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.sequencing import OrderState, deadline_abort, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.sequencing import resolve
 from nexus.processes import builtin_catalog
 from nexus_lab import agent_cli
 from nexus_lab.agent.graph import AgentContext, Outcome, Simulation, graph, initial_state

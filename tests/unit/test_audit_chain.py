@@ -23,7 +23,8 @@ from nexus.core.audit import (
     verify_checkpoints,
     verify_records,
 )
-from nexus.core.sequencing import OrderState, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.sequencing import resolve
 from nexus.processes import builtin_catalog
 from tests.factories import abort, step
 

@@ -12,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.decide.data_check import invalid_data
+from nexus.core.decide.deadlines import deadline_abort
 from nexus.core.envelope import EventEnvelope, parse_envelope
+from nexus.core.order_state import OrderState
 from nexus.core.process import ABORT_STEP, ABORTED, Verdict
-from nexus.core.sequencing import OrderState, deadline_abort, resolve
+from nexus.core.sequencing import resolve
 from nexus.errors import ErrorCode, InvalidEventError
 from nexus.processes import builtin_catalog
 from nexus_lab.agent import hostile

@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.checks import minor_by_decimal, money_problem, to_minor
-from nexus.core.decide.validation import data_verdict, validate_step
+from nexus.core.decide.validation import data_verdict
 from nexus.core.envelope import parse_envelope
+from nexus.core.process_checks import validate_step
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog
 from tests.factories import step_json

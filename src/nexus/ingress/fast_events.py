@@ -29,6 +29,7 @@ from nexus.auth.ratelimit import retry_after_header
 from nexus.auth.roles import ALL_TENANTS, Principal, required_roles
 from nexus.auth.slots import cost_of, processing
 from nexus.core import wording
+from nexus.error_shape import request_id_for
 from nexus.errors import ErrorCode, NexusError, QuotaExceededError
 from nexus.gateway import Outcome
 from nexus.ingress import http_errors, tenants
@@ -140,7 +141,7 @@ class EventsFastPath:
             self.gate.release(principal)
 
     async def _serve(self, scope: Any, receive: Any, send: Any, principal: Principal) -> None:
-        rid = http_errors.request_id_for(scope)
+        rid = request_id_for(scope)
         token = http_errors.use_request_id(rid)
         try:
             status, content, headers = await self._answer(scope, receive, principal)

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from nexus.auth.middleware import principal_of
 from nexus.auth.roles import read_tenant
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
+from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, KeyRevokedError, NexusError
-from nexus.ingress.http_errors import error_response
 from nexus.lifecycle.approvals import ApproverRefused, answer, approver_of, pending
 from nexus.lifecycle.history import history_item, order_history, plan_history
 from nexus.lifecycle.waiting import RECHECK_S, DecisionListener, WaitSlots, current_client

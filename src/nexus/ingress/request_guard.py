@@ -33,9 +33,9 @@ from nexus.auth.keys import KeyCache
 from nexus.auth.roles import ALL_TENANTS
 from nexus.auth.slots import ProcessingSlots, cost_of, processing
 from nexus.core import strict_json, wording
+from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, InvalidEventError, NexusError
 from nexus.ingress.events_body import Disconnected, has_nul, limits_of, receive_body
-from nexus.ingress.http_errors import error_response
 from nexus.ingress.http_server import CLIENT_GONE
 from nexus.lifecycle.waiting import CLIENT, WaitingClient
 from nexus.settings import Settings

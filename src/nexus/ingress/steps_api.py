@@ -34,6 +34,7 @@ from nexus.core.definitions import DEFAULT_PROCESS
 from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
 from nexus.core.process import ABORT_STEP, REPLAN_STEP
+from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, InvalidEventError, NexusError
 from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.ingress import http_errors
@@ -259,7 +260,7 @@ def result_json(outcome: Outcome) -> dict[str, Any]:
 
 
 def _error(exc: StepsApiError) -> JSONResponse:
-    return http_errors.error_response(exc.status, exc.code, exc.message)
+    return error_response(exc.status, exc.code, exc.message)
 
 
 def _caller(request: Request) -> StepCaller:

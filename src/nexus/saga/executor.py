@@ -48,11 +48,12 @@ from nexus.saga.calling import CallResult, ServiceCaller
 from nexus.saga.claiming import CallSlots, SagaClaimer
 from nexus.saga.grouped import Grouped
 from nexus.saga.outcomes import Continued, OrderKey, Outcome
-from nexus.saga.recording import Call, SagaRecorder, step_view
+from nexus.saga.recording import Call, SagaRecorder
 from nexus.saga.wakeups import SagaWakeups
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.saga_keys import legacy_secret
+from nexus.store.sagas import step_view
 
 __all__ = ["CallResult", "KeyFunction", "SagaExecutor"]
 

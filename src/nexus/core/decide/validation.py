@@ -33,14 +33,11 @@ from typing import Any
 from nexus.core import step_data
 from nexus.core.checks import MAX_EXPONENT, exponent_of, money_problem
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process_checks import approval_expires_s, needs_approval, validate_step
+from nexus.core.process_checks import validate_step
 from nexus.core.process_model import ABORTED, CompiledProcess, Verdict
 from nexus.errors import ErrorCode
 
-__all__ = [
-    "NoChecks", "StepChecks", "after_terminal", "approval_expires_s", "data_verdict", "judge", "needs_approval",
-    "validate_step",
-]  # fmt: skip
+__all__ = ["NoChecks", "StepChecks", "after_terminal", "data_verdict", "judge"]
 
 
 def data_verdict(process: CompiledProcess | None, event: EventEnvelope) -> Verdict | None:
