@@ -10,7 +10,7 @@ from typing import Any
 from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.order_state import OrderState
-from nexus.core.process import Verdict
+from nexus.core.process_model import Verdict
 from nexus.core.sequencing import resolve
 from nexus.errors import InvalidEventError
 from nexus.processes import shipped

@@ -17,7 +17,8 @@ from typing import Any
 
 from nexus.auth.roles import Principal, Role
 from nexus.core.decide.approvals import approval_id_for
-from nexus.core.process import ProcessCatalog, compile_definition
+from nexus.core.process_compile import compile_definition
+from nexus.core.process_model import ProcessCatalog
 from nexus.core.saga import Action, CallDecision, SagaStatus, StepStatus
 from nexus.errors import NexusError
 from nexus.gateway import Gateway, Incoming, Outcome

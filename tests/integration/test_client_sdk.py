@@ -99,7 +99,7 @@ def test_errors_carry_the_api_code_and_message(base: str) -> None:
 
 def test_unreachable_gateway_is_retried_then_typed() -> None:
     """Nothing listening: the submission is retried on the config's schedule, then GatewayUnreachable."""
-    from nexus.core.backoff import Jitter, RetryPolicy
+    from nexus_wire.backoff import Jitter, RetryPolicy
 
     retry = RetryPolicy(base_ms=10, max_ms=10, max_attempts=3, jitter=Jitter.NONE)
     with (

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from nexus.core.backoff import Jitter, RetryPolicy
 from nexus_client import ApiError, GatewayUnreachable, NotFound, Order, Unavailable
 from nexus_client import _operations as ops
 from nexus_client import _protocol as proto
+from nexus_wire.backoff import Jitter, RetryPolicy
 from nexus_wire.codes import Decision
 from tests.factories import step
 

@@ -16,7 +16,8 @@ from nexus.core import step_data
 from nexus.core.decide.items import Incoming, IngressKind
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.envelope import parse_envelope
-from nexus.core.process import ProcessCatalog, compile_definition
+from nexus.core.process_compile import compile_definition
+from nexus.core.process_model import ProcessCatalog
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog
 from nexus_wire.codes import Decision

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState
-from nexus.core.process import ProcessCatalog
+from nexus.core.process_model import ProcessCatalog
 from nexus.core.sequencing import resolve
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog

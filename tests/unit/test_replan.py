@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexus.core.audit import resolution_entries
+from nexus.core.decide.log import resolution_entries
 from nexus.core.decide.replan import code_of
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.order_state import OrderState

@@ -13,7 +13,7 @@ import enum
 import re
 
 from nexus.core.actors import key_actor, oauth_actor, reserved_name
-from nexus.core.envelope import is_safe_identifier
+from nexus_wire.envelope import is_safe_identifier
 
 ALL_TENANTS = "*"
 """Every tenant: the tenant of a key or subscription spanning them all (operators, the bootstrap admin), and the

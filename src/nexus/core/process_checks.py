@@ -21,8 +21,9 @@ from nexus.core.checks import (
 )
 from nexus.core.list_limits import CHECK_ID as LIST_CHECK_ID
 from nexus.core.list_limits import list_limit_message
-from nexus.core.process_model import ABORT_STEP, CompiledProcess, CompiledStep, Verdict
+from nexus.core.process_model import CompiledProcess, CompiledStep, Verdict
 from nexus.errors import ErrorCode
+from nexus_wire.codes import ABORT_STEP
 
 
 def validate_step(

@@ -20,7 +20,6 @@ from nexus.auth.roles import read_tenant
 from nexus.auth.sessions import SessionStore
 from nexus.auth.shares import RequestShares
 from nexus.auth.slots import ProcessingSlots
-from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, NexusError, NotFoundError
 from nexus.gateway import Gateway
@@ -36,6 +35,7 @@ from nexus.saga.admin import effect_of, order_saga
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus_wire.envelope import SAFE_IDENTIFIER_PATTERN
 
 if TYPE_CHECKING:
     from nexus.ingress.drain import Drain

@@ -24,7 +24,6 @@ from typing import Any
 import asyncpg
 
 from nexus import metrics
-from nexus.core.backoff import RetryPolicy
 from nexus.core.breaker import Breaker
 from nexus.core.saga import (
     Action,
@@ -54,8 +53,9 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.saga_keys import legacy_secret
 from nexus.store.sagas import step_view
+from nexus_wire.backoff import RetryPolicy
 
-__all__ = ["CallResult", "KeyFunction", "SagaExecutor"]
+__all__ = ["KeyFunction", "SagaExecutor"]
 
 log = logging.getLogger(__name__)
 

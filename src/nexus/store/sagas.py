@@ -20,7 +20,7 @@ from nexus.core.decide.saga_abort import NEW_SAGA, SagaGate, SagaTurn
 from nexus.core.definitions import DEFAULT_PROCESS
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState, Resolution
-from nexus.core.process import ProcessCatalog
+from nexus.core.process_model import ProcessCatalog
 from nexus.core.saga import EffectBodyError, SagaStatus, StepStatus, StepView, build_body
 from nexus.store.queries import query
 from nexus.store.saga_keys import SagaSecret, call_keys
