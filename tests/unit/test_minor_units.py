@@ -3,6 +3,8 @@ amount too long for a minor unit is invalid data, never an exception."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,3 +87,11 @@ def test_a_too_long_amount_is_invalid_data_on_arrival_and_when_it_would_apply() 
     assert late is not None and (late.code, late.check) == (ErrorCode.CHECK_FAILED, "data")
     assert late.message == verdict.message
     assert order.facts_after({}, "OrderCreated", body["data"])["total_amount"] == "1e26"
+
+
+def test_a_tenant_limit_too_long_for_minor_units_judges_steps_without_raising() -> None:
+    """A tenant's `max_order_amount` of 1e30 (the CLI takes any non-negative amount) reaches CEL unconverted:
+    a step under it applies, where the conversion raised and failed every batch of the tenant."""
+    order = builtin_catalog().latest["order"]
+    data = step_json("o-1", "p-1", 1)["data"]
+    assert validate_step(order, None, {}, "OrderCreated", 1, data, {"max_order_amount": Decimal("1e30")}) is None
