@@ -3,6 +3,7 @@ amount too long for a minor unit is invalid data, never an exception."""
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from hypothesis import given, settings
@@ -57,6 +58,17 @@ def test_no_amount_makes_the_conversion_raise(value: object, exponent: int) -> N
     unchanged; it never raises (a raise in `validate_step` failed the whole batch)."""
     out = to_minor(value, exponent)
     assert type(out) is int or out is value
+
+
+@settings(max_examples=1500)
+@given(st.one_of(numerals, amounts), st.sampled_from([0, 2, 3]))
+def test_the_shortcut_for_usual_amounts_agrees_with_converting_them(value: object, exponent: int) -> None:
+    """`money_problem` skips converting short amounts; it refuses exactly the numbers and numerals the
+    conversion cannot hold (booleans and words are no amounts: the schema judges them)."""
+    numeral = isinstance(value, str) and re.fullmatch(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?", value)
+    amount = type(value) in (int, float) or bool(numeral)
+    refused = amount and type(to_minor(value, exponent)) is not int
+    assert (money_problem({"a": value}, ["a"], exponent) is not None) == refused
 
 
 def test_an_amount_too_long_is_named_by_its_path_never_its_value() -> None:

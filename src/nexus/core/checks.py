@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_EVEN, Context, Decimal, DecimalException, DivisionByZero, InvalidOperation, Overflow
 from typing import Any
 
@@ -83,33 +83,47 @@ def _minor(value: int | float | str | Decimal, exponent: int) -> int | None:
 def money_problem(data: Mapping[str, Any], paths: Sequence[str], exponent: int) -> str | None:
     """`data.<path>: <words>` for the first money field at `paths` (dotted; lists walked through) holding a
     number or numeral that no minor unit of `exponent` decimals holds; None when every one converts."""
-    for where, value in _money_values(data, paths):
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            continue
-        if type(to_minor(value, exponent)) is int:
-            continue
-        if isinstance(value, str) and _NUMERAL.fullmatch(value) is None:
-            continue  # not an amount at all: the step's schema (or its checks) judge it
-        return f"{'.'.join(['data', *where])}: {_TOO_LONG}"
+    for path in paths:
+        found = _too_long_at(data, path.split("."), exponent)
+        if found is not None:
+            return f"{'.'.join(['data', *reversed(found)])}: {_TOO_LONG}"
     return None
 
 
-def _money_values(data: Mapping[str, Any], paths: Sequence[str]) -> Iterator[tuple[list[str], object]]:
-    """Each value at `paths` with its path from `data` (list elements by index, as a schema's error names them)."""
-    for path in paths:
-        nodes: list[tuple[list[str], object]] = [([], data)]
-        for key in path.split("."):
-            deeper: list[tuple[list[str], object]] = []
-            for where, node in nodes:
-                if isinstance(node, list):
-                    items = [([*where, str(i)], e) for i, e in enumerate(node)]
-                else:
-                    items = [(where, node)]
-                for at, element in items:
-                    if isinstance(element, Mapping) and key in element:
-                        deeper.append(([*at, key], element[key]))
-            nodes = deeper
-        yield from nodes
+def _too_long_at(node: object, parts: list[str], exponent: int) -> list[str] | None:
+    """The path (innermost first) of the first value at `parts` below `node` too long for a minor unit."""
+    if not isinstance(node, Mapping) or (key := parts[0]) not in node:
+        return None
+    value = node[key]
+    if len(parts) == 1:
+        return None if _fits(value, exponent) else [key]
+    if type(value) is list:
+        rest = parts[1:]
+        for i, element in enumerate(value):
+            if (found := _too_long_at(element, rest, exponent)) is not None:
+                return [*found, str(i), key]
+        return None
+    found = _too_long_at(value, parts[1:], exponent)
+    return None if found is None else [*found, key]
+
+
+def _fits(value: object, exponent: int) -> bool:
+    """Whether `value` converts to minor units, or is no amount at all (the step's schema judges that); the
+    usual amounts are answered without converting them."""
+    kind = type(value)
+    if kind is int and isinstance(value, int):
+        if -_EXACT < value < _EXACT:
+            return True
+    elif kind is str and isinstance(value, str):
+        short = len(value) <= MAX_MINOR_DIGITS - MAX_EXPONENT and "e" not in value and "E" not in value
+        if short or _NUMERAL.fullmatch(value) is None:
+            return True
+    elif kind is float and isinstance(value, float):
+        if -_EXACT < value < _EXACT:
+            return True
+    else:
+        return True
+    return type(to_minor(value, exponent)) is int
 
 
 def convert_money(data: Mapping[str, Any], paths: Sequence[str], exponent: int) -> dict[str, Any]:
