@@ -65,10 +65,13 @@ def run_new(work: list[list[Any]], now: dt.datetime) -> float:
 
 def run_old(work: list[list[Any]], now: dt.datetime) -> float:
     from nexus.batch_rows import Writes, plan_writes  # type: ignore[attr-defined]
-    from nexus.core.audit import resolution_entries
-    from nexus.core.sequencing import Decision, OrderState, code_of, resolve
+    from nexus.core.decide.log import resolution_entries
+    from nexus.core.decide.replan import code_of
+    from nexus.core.order_state import OrderState
+    from nexus.core.sequencing import resolve
     from nexus.gateway import Outcome
     from nexus.store import lifecycle
+    from nexus_wire.codes import Decision
 
     catalog = builtin_catalog()
     limits = {"max_order_amount": 100000}

@@ -45,7 +45,8 @@ from delivery import free_port, plan  # benchmarks/ is the script's directory, f
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.core.list_limits import DEFAULT_MAX_LIST_ITEMS
-from nexus.core.process import compile_definition, needs_approval, validate_step
+from nexus.core.process_checks import needs_approval, validate_step
+from nexus.core.process_compile import compile_definition
 from nexus.processes import builtin_sources
 from nexus.settings import Settings
 from nexus.store.database import Database

@@ -77,8 +77,8 @@ async def one(db: Database, ratio: float | None, prefix: str, plans: int, chunk:
 def micro(batches: int = 200, size: int = 200) -> None:
     """The tracing work alone, per event, without the database: what `submit` adds around its transaction
     (batch span with links, one decision span per event), off / 100 % / 1 %."""
-    from nexus.core.sequencing import Decision
     from nexus.gateway import Outcome
+    from nexus_wire.codes import Decision
 
     rng = random.Random(1)
     plans = make_plans("micro", size // len(STEPS) + 1)

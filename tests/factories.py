@@ -9,10 +9,12 @@ from typing import Any
 
 from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import Verdict
-from nexus.core.sequencing import Decision, OrderState, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.process_model import Verdict
+from nexus.core.sequencing import resolve
 from nexus.errors import InvalidEventError
 from nexus.processes import shipped
+from nexus_wire.codes import Decision
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 # The order process's steps (processes/order.yaml), in order.

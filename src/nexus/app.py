@@ -18,7 +18,7 @@ import uvicorn
 
 from nexus import metrics, tracing
 from nexus.audit.signing import checkpoint_loop, load_signing_key
-from nexus.core.process import ProcessCatalog
+from nexus.core.process_model import ProcessCatalog
 from nexus.fold_thread import FoldThread
 from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter

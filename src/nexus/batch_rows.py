@@ -24,7 +24,6 @@ from nexus.audit.log import Records, record_rows
 from nexus.core.decide import rows as decide_rows
 from nexus.core.decide.expiry import BufferedStep
 from nexus.core.decide.plan import BatchPlan, BatchReads
-from nexus.core.decide.rows import outbox_id_for, postgres_text
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.list_limits import tenant_limits
 from nexus.core.order_state import OrderState
@@ -34,7 +33,7 @@ from nexus.store import lifecycle as lifecycle_records
 from nexus.store.queries import query
 from nexus.store.rows import json_rows
 
-__all__ = ["outbox_id_for", "pairs", "postgres_text", "read_batch", "read_buffered", "write_plan", "write_rows"]
+__all__ = ["pairs", "read_batch", "read_buffered", "write_plan", "write_rows"]
 
 OrderKey = tuple[str, str]
 

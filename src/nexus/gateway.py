@@ -30,12 +30,12 @@ from nexus.core.decide.deadlines import deadline_abort
 from nexus.core.decide.effects import effect_failed_abort
 from nexus.core.decide.expiry import Expiry
 from nexus.core.decide.items import EffectOutcome, EffectResult, Incoming, IngressKind, order_key
-from nexus.core.decide.log import DecisionLog, NoDecisionLog
+from nexus.core.decide.log import DecisionLog
 from nexus.core.decide.outcomes import settled, settled_retrying
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.decide.plan_start import OrderKnown, PlanStart
-from nexus.core.decide.validation import NoChecks, StepChecks
-from nexus.core.order_state import Decision, OrderState
+from nexus.core.decide.validation import StepChecks
+from nexus.core.order_state import OrderState
 from nexus.core.process_model import ProcessCatalog
 from nexus.core.saga import SagaStatus
 from nexus.errors import ErrorCode, TransientDatabaseError
@@ -47,8 +47,9 @@ from nexus.store.errors import wrap_db_errors
 from nexus.store.lifecycle import ApprovalDecision
 from nexus.store.queries import query
 from nexus.store.saga_keys import SagaSecret
+from nexus_wire.codes import Decision
 
-__all__ = ["DecisionLog", "Gateway", "Incoming", "IngressKind", "NoChecks", "NoDecisionLog", "Outcome", "trace_id_of"]
+__all__ = ["Gateway", "Incoming", "Outcome", "trace_id_of"]
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from nexus.settings import Settings
 from nexus_wire.envelope import EventEnvelope
-from nexus_wire.kafka import BATCH_BYTES as BATCH_BYTES
-from nexus_wire.kafka import Delivered as Delivered
-from nexus_wire.kafka import Headers as Headers
-from nexus_wire.kafka import KafkaSecurity, Producer, Record, client_kwargs
+from nexus_wire.kafka import Delivered, Headers, KafkaSecurity, Producer, Record, client_kwargs
 
 Event = EventEnvelope | bytes | str | Mapping[str, Any]
 

@@ -20,8 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.quotas import Quota
-from nexus.core.sequencing import Decision
 from nexus.errors import ErrorCode
+from nexus_wire.codes import Decision
 
 
 # What `record_outcomes` reads of the gateway's `Incoming` and `Outcome`, as protocols: metrics is imported

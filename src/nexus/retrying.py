@@ -1,4 +1,4 @@
-"""Sleeping a retry-in-place loop's waits: the schedule is core/backoff.py's `Backoff`, the clock asyncio's.
+"""Sleeping a retry-in-place loop's waits: the schedule is nexus_wire/backoff.py's `Backoff`, the clock asyncio's.
 
 One object per loop: `wait()` after a failure sleeps the next delay of the schedule, `reset()` after a
 success starts it over. `sleep_until_set` is the sleep of every loop that waits to be woken or timed out.
@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import random
 
-from nexus.core.backoff import Backoff, RetryPolicy
+from nexus_wire.backoff import Backoff, RetryPolicy
 
 
 class Retrying:

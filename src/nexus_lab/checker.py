@@ -38,7 +38,7 @@ from typing import Any
 
 from asyncpg import Connection
 
-from nexus.core.sequencing import deadline_abort_id
+from nexus.core.decide.deadlines import deadline_abort_id
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query

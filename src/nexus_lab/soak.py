@@ -70,13 +70,13 @@ from nexus_lab.chaos.faults import (
     ReceiverOutage,
     ServiceOutage,
 )
-from nexus_lab.chaos.harness import ChaosSession, Proc, Stack, StackSpec, clean_env
+from nexus_lab.chaos.harness import ChaosSession, Stack, StackSpec, clean_env
 from nexus_lab.chaos.runner import judge
 from nexus_lab.chaos.sagas import SAGA_ENV, submit_batch
 from nexus_lab.chaos.scenarios import all_modes
 from nexus_lab.chaos.transports import PatientTransport, SpreadTransport, http_transports
 from nexus_lab.checker import check_report
-from nexus_lab.procs import NEXUS_CMD, free_port, wait_ready
+from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_ready
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES
 from nexus_lab.soak_measure import TimedTransport, cpu_s, p99, rss_mb

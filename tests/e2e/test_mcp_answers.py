@@ -11,9 +11,9 @@ from tests.e2e.test_mcp import CREATED, agent_key, call
 async def test_invalid_data_through_propose_step_is_a_dead_letter_naming_the_field(
     start_gateway, settings: Settings
 ) -> None:  # type: ignore[no-untyped-def]
-    """A proposal whose data the order's process refuses: structuredContent DEAD_LETTER INVALID_EVENT, its
-    message naming `data.currency`, never the value, `isError`; the order is untouched and the corrected
-    step then applies at seq 1."""
+    """A proposal whose data the order's process refuses (a bad currency, an amount too long for cents):
+    structuredContent DEAD_LETTER INVALID_EVENT, its message naming the field, never the value, `isError`;
+    the order is untouched and the corrected step then applies at seq 1."""
     _, base = start_gateway()
     async with mcp_client(base, await agent_key(settings, "acme")) as session:
         await call(session, "start_plan", process="order", order_id="mcp-bad-data")
@@ -24,6 +24,13 @@ async def test_invalid_data_through_propose_step_is_a_dead_letter_naming_the_fie
         assert (answer["decision"], answer["code"], error) == ("DEAD_LETTER", "INVALID_EVENT", True), text
         assert answer["message"] == "data.currency: String should match pattern '^[A-Z]{3}$'"
         assert "SECRET-VALUE" not in text and (answer["status"], answer["last_seq"]) == (None, 0)
+        huge = {**CREATED, "total_amount": "1" * 30}
+        answer, text, error = await call(
+            session, "propose_step", order_id="mcp-bad-data", step="OrderCreated", data=huge
+        )
+        assert (answer["decision"], answer["code"], error) == ("DEAD_LETTER", "INVALID_EVENT", True), text
+        assert answer["message"].startswith("data.total_amount: Input should be an amount of at most 28 digits")
+        assert "1" * 30 not in text and (answer["status"], answer["last_seq"]) == (None, 0)
         fixed, text, error = await call(
             session, "propose_step", order_id="mcp-bad-data", step="OrderCreated", data=CREATED
         )

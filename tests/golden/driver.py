@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from nexus.auth.roles import Principal, Role
-from nexus.core.process import ProcessCatalog, compile_definition
+from nexus.core.decide.approvals import approval_id_for
+from nexus.core.process_compile import compile_definition
+from nexus.core.process_model import ProcessCatalog
 from nexus.core.saga import Action, CallDecision, SagaStatus, StepStatus
 from nexus.errors import NexusError
 from nexus.gateway import Gateway, Incoming, Outcome
@@ -25,7 +27,6 @@ from nexus.processes import builtin_catalog
 from nexus.saga import outcomes
 from nexus.store import sagas as saga_records
 from nexus.store.database import Database
-from nexus.store.lifecycle import approval_id_for
 from nexus.store.queries import query
 from tests.unit.test_deadlines import timed_yaml
 

@@ -16,8 +16,7 @@ import pytest
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.core.audit import place
-from nexus.core.audit_chain import Entry
+from nexus.core.audit_chain import Entry, place
 from nexus.gateway import Gateway, Incoming
 from nexus.settings import Settings
 from nexus.store.database import Database

@@ -19,7 +19,7 @@ from nexus.audit.erase import erase_tenant
 from nexus.audit.log import record_entries
 from nexus.audit.signing import parse_signing_key, write_checkpoint
 from nexus.audit.verify import load, read_file, verify
-from nexus.core.audit import Entry
+from nexus.core.audit_chain import Entry
 from nexus.gateway import Gateway, Incoming
 from nexus.settings import Settings
 from nexus.store.database import Database

@@ -10,9 +10,9 @@ import asyncpg
 import pytest
 
 from nexus.core.decide.items import IngressKind
-from nexus.core.sequencing import Decision
 from nexus.gateway import Gateway, Incoming
 from nexus.store.database import Database
+from nexus_wire.codes import Decision
 from tests.factories import step_json
 
 

@@ -20,7 +20,7 @@ from nexus.audit.log import record_entries
 from nexus.audit.signing import KEY_FILE, load_signing_key, public_bytes
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.core.audit import Entry
+from nexus.core.audit_chain import Entry
 from nexus.settings import Settings
 from nexus.store.database import Database
 from tests.conftest import ROOT, api_headers, root_headers, settings_env

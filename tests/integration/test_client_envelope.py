@@ -14,10 +14,10 @@ import pytest
 import nexus_client
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.core.sequencing import Decision
 from nexus.store.database import Database
 from nexus_client import ClientConfig, EventEnvelope, NexusClient, StepResult
 from nexus_client._protocol import encode_steps
+from nexus_wire.codes import Decision
 from tests.factories import step
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from nexus.core.sequencing import Decision
 from nexus_client import (
     ApiError,
     AsyncNexusClient,
@@ -21,6 +20,7 @@ from nexus_client import (
     WaitTimeout,
 )
 from nexus_client.config import DEFAULT_GATEWAY_URL
+from nexus_wire.codes import Decision
 from tests.conftest import api_headers, free_port
 from tests.factories import step
 
@@ -99,7 +99,7 @@ def test_errors_carry_the_api_code_and_message(base: str) -> None:
 
 def test_unreachable_gateway_is_retried_then_typed() -> None:
     """Nothing listening: the submission is retried on the config's schedule, then GatewayUnreachable."""
-    from nexus.core.backoff import Jitter, RetryPolicy
+    from nexus_wire.backoff import Jitter, RetryPolicy
 
     retry = RetryPolicy(base_ms=10, max_ms=10, max_attempts=3, jitter=Jitter.NONE)
     with (

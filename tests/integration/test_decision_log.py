@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from nexus.audit.signing import write_checkpoint
-from nexus.core.audit import chain_hash
+from nexus.core.audit_chain import chain_hash
 from nexus.errors import PermanentDatabaseError
 from nexus.gateway import Gateway, Incoming
 from nexus.settings import Settings
@@ -262,7 +262,7 @@ async def test_checkpoint_signature_verifies_and_a_forged_one_fails(
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from nexus.audit.signing import sign
-    from nexus.core.audit import Head
+    from nexus.core.audit_verify import Head
 
     mallory = Ed25519PrivateKey.generate()
     fake = sign(mallory, _at(second.at), second.prev_digest, [Head("default", "w", 2, second.heads[0].hash)])

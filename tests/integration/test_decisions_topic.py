@@ -92,9 +92,9 @@ async def test_decisions_survive_a_kill_between_commit_and_produce(
 async def test_the_agents_kafka_transport_learns_each_decision(decisions_settings: Settings, start_gateway) -> None:  # type: ignore[no-untyped-def]
     """The lab's KafkaTransport, reading nexus.decisions through the SDK, acks each step with its decision."""
     from nexus.core.envelope import parse_envelope
-    from nexus.core.sequencing import Decision
     from nexus_lab.agent.hostile_messages import Message
     from nexus_lab.agent.transport import KafkaTransport
+    from nexus_wire.codes import Decision
 
     start_gateway("--kafka", "--no-dispatcher", settings_=decisions_settings)
     order = f"o-agent-{uuid.uuid4().hex[:6]}"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import random
 
-from nexus.core.backoff import Jitter, RetryPolicy
 from nexus.core.breaker import BreakerConfig
 from nexus.core.delivery import AttemptOutcome
 from nexus.delivery.breakers import BreakerReport
@@ -19,6 +18,7 @@ from nexus.delivery.sender import Result
 from nexus.delivery.subscriptions import ensure_default_subscription
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_wire.backoff import Jitter, RetryPolicy
 from tests.integration.test_delivery import SECRET, submit_plans
 
 BREAKERS = BreakerConfig(threshold=5, cooldown_s=30, probe_ttl_s=60)

@@ -7,20 +7,21 @@ import asyncio
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import pytest
 
 from nexus import app
+from nexus.core.decide.answers import Outcome
 from nexus.core.decide.validation import StepChecks
-from nexus.core.order_state import Decision
 from nexus.core.process_model import CompiledProcess, Verdict
 from nexus.fold_thread import FoldThread
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.batcher import GroupCommitter
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_wire.codes import Decision
 from tests.conftest import free_port
 from tests.factories import step_json
 
@@ -60,6 +61,22 @@ def _items(prefix: str, n: int) -> list[Incoming]:
     return [Incoming.parse(step) for step in steps]
 
 
+async def _light_while_heavy_spins(
+    checks: SpinningChecks, submit: Callable[[list[Incoming]], Coroutine[Any, Any, list[Outcome]]], name: str
+) -> tuple[Outcome, bool, list[Outcome]]:
+    """Submits 40 items of orders `heavy-<name>N`, waits until their fold spins, submits one of `light-<name>0`,
+    then releases the spin: the light outcome, whether the heavy request had ended first, the heavy outcomes."""
+    heavy = asyncio.create_task(submit(_items(f"heavy-{name}", 40)))
+    try:
+        while not checks.spinning.is_set() and not heavy.done():
+            await asyncio.sleep(0.01)
+        [light] = await submit(_items(f"light-{name}", 1))
+        heavy_done_first = heavy.done()
+    finally:
+        checks.release.set()
+    return light, heavy_done_first, await heavy
+
+
 async def test_a_heavy_fold_runs_on_the_worker_thread_while_the_loop_answers_a_light_transaction(db: Database) -> None:
     """A 40-item transaction (weight 40 >= 32) is folded on the `nexus-fold` thread; while it spins, a one-item
     transaction is locked, read, folded inline on the loop's thread and written, and answered first (on the
@@ -69,15 +86,8 @@ async def test_a_heavy_fold_runs_on_the_worker_thread_while_the_loop_answers_a_l
     folds.start()
     gateway = Gateway(db, checks=checks, folds=folds)
     try:
-        heavy = asyncio.create_task(gateway.submit(_items("heavy-", 40)))
-        while not checks.spinning.is_set() and not heavy.done():
-            await asyncio.sleep(0.01)
-        [light] = await gateway.submit(_items("light-", 1))
-        heavy_done_first = heavy.done()
-        checks.release.set()
-        outcomes = await heavy
+        light, heavy_done_first, outcomes = await _light_while_heavy_spins(checks, gateway.submit, "")
     finally:
-        checks.release.set()
         folds.close()
     assert light.decision is Decision.APPLY
     assert not heavy_done_first
@@ -152,15 +162,8 @@ async def test_a_light_request_is_answered_while_a_heavy_request_of_the_group_co
     committer = GroupCommitter(Gateway(db, checks=checks, folds=folds), workers=1, heavy_weight=32)
     committer.start()
     try:
-        heavy = asyncio.create_task(committer.submit(_items("heavy-lane-", 40)))
-        while not checks.spinning.is_set() and not heavy.done():
-            await asyncio.sleep(0.01)
-        [light] = await committer.submit(_items("light-lane-", 1))
-        heavy_done_first = heavy.done()
-        checks.release.set()
-        outcomes = await heavy
+        light, heavy_done_first, outcomes = await _light_while_heavy_spins(checks, committer.submit, "lane-")
     finally:
-        checks.release.set()
         await committer.stop()
         folds.close()
     assert light.decision is Decision.APPLY

@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from nexus.core.order_state import Decision
-from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
+from nexus.core.decide.items import IngressKind
+from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.ingress.batcher import GroupCommitter
 from nexus.store.database import Database
+from nexus_wire.codes import Decision
 from tests.factories import step_json
 
 

@@ -23,7 +23,8 @@ from aiokafka.errors import KafkaError
 
 from nexus import metrics
 from nexus.app import sweep_buffer
-from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
+from nexus.core.decide.items import IngressKind
+from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.ingress.kafka_lanes import Lane
 from nexus.kafka_io import read_topic
 from nexus.settings import Settings

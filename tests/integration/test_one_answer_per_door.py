@@ -35,8 +35,12 @@ SECRET = "SECRET-VALUE"  # noqa: S105 - not a password: a value no answer may re
 """A value a message must never repeat."""
 CREATED = step_json("x", "p-1", 1)["data"]
 BAD_DATA = {**CREATED, "currency": SECRET}
+HUGE = "99999999999999999999999999999.99"
+"""An amount the schema's pattern takes but no minor unit holds (over 28 digits in cents)."""
+HUGE_DATA = {**CREATED, "total_amount": HUGE}
 TENANT = "acme"
 DATA_WORDS = "data.currency: String should match pattern '^[A-Z]{3}$'"
+HUGE_WORDS = "data.total_amount: Input should be an amount of at most 28 digits in the currency's minor unit"
 TENANT_WORDS = f"tenant_id: the envelope names another tenant than this caller's ({TENANT})"
 
 # situation -> (decision, code, the words its message holds); None: refused as a whole, nothing decided.
@@ -44,6 +48,7 @@ TABLE: dict[str, tuple[str | None, str, str]] = {
     "invalid_json": ("DEAD_LETTER", "PARSE_ERROR", "not JSON"),
     "invalid_envelope": ("DEAD_LETTER", "INVALID_EVENT", "plan_id: Field required"),
     "invalid_data": ("DEAD_LETTER", "INVALID_EVENT", DATA_WORDS),
+    "huge_amount": ("DEAD_LETTER", "INVALID_EVENT", HUGE_WORDS),
     "unknown_step": ("REJECTED", "UNKNOWN_STEP", "Teleported is not a step of process order"),
     "plan_mismatch": ("PLAN_MISMATCH", "PLAN_MISMATCH", "follows plan p-1, not p-2"),
     "tenant_mismatch": (None, "TENANT_MISMATCH", TENANT_WORDS),
@@ -56,9 +61,11 @@ STEPS_API: dict[str, tuple[str | None, str, str]] = {
     "invalid_json": (None, "PARSE_ERROR", "not JSON"),
     "invalid_envelope": (None, "INVALID_REQUEST", "body.data: Input should be a valid dictionary"),
 }
-STEPS_SITUATIONS = ("invalid_json", "invalid_envelope", "invalid_data", "unknown_step", "oversize")
+STEPS_SITUATIONS = ("invalid_json", "invalid_envelope", "invalid_data", "huge_amount", "unknown_step", "oversize")
 # One envelope of a batch is an item: a whole-body problem (not JSON, too large) is the single door's.
-BATCH_SITUATIONS = ("invalid_envelope", "invalid_data", "unknown_step", "plan_mismatch", "tenant_mismatch")
+BATCH_SITUATIONS = (
+    "invalid_envelope", "invalid_data", "huge_amount", "unknown_step", "plan_mismatch", "tenant_mismatch",
+)  # fmt: skip
 
 
 def envelope(order_id: str, situation: str) -> dict[str, Any]:
@@ -68,6 +75,8 @@ def envelope(order_id: str, situation: str) -> dict[str, Any]:
         del body["plan_id"]
     elif situation == "invalid_data":
         body.update(seq_id=1, event_type="OrderCreated", data=BAD_DATA)
+    elif situation == "huge_amount":
+        body.update(seq_id=1, event_type="OrderCreated", data=HUGE_DATA)
     elif situation == "unknown_step":
         body["event_type"] = "Teleported"
     elif situation == "plan_mismatch":
@@ -132,6 +141,8 @@ async def numbered(api: httpx.AsyncClient, db: Database, situation: str) -> tupl
     proposal: Any = {"step": "OrderCreated", "data": BAD_DATA}
     if situation == "unknown_step":
         proposal = {"step": "Teleported", "data": {}}
+    elif situation == "huge_amount":
+        proposal = {"step": "OrderCreated", "data": HUGE_DATA}
     elif situation == "invalid_envelope":
         proposal = {"step": "OrderCreated", "data": SECRET}
     elif situation == "oversize":
@@ -148,7 +159,7 @@ async def test_one_envelope_answers_as_the_table_says(api: httpx.AsyncClient, db
     """`POST /v1/events` with one envelope: the table's decision, code and words; never the value."""
     decision, code, message = await single(api, db, situation)
     assert (decision, code) == TABLE[situation][:2] and TABLE[situation][2] in message
-    assert SECRET not in message
+    assert SECRET not in message and HUGE not in message
 
 
 @pytest.mark.parametrize("situation", BATCH_SITUATIONS)
@@ -156,7 +167,7 @@ async def test_a_batch_item_answers_as_the_table_says(api: httpx.AsyncClient, si
     """`POST /v1/events` with `{"events": [...]}`: each item as one envelope is answered."""
     decision, code, message = await batch(api, situation)
     assert (decision, code) == TABLE[situation][:2] and TABLE[situation][2] in message
-    assert SECRET not in message
+    assert SECRET not in message and HUGE not in message
 
 
 @pytest.mark.parametrize("situation", STEPS_SITUATIONS)
@@ -165,7 +176,7 @@ async def test_a_numbered_step_answers_as_the_table_says(api: httpx.AsyncClient,
     the field's path, as an envelope's; only what makes the request itself malformed differs (STEPS_API)."""
     decision, code, message = await numbered(api, db, situation)
     assert (decision, code) == STEPS_API[situation][:2] and STEPS_API[situation][2] in message
-    assert SECRET not in message
+    assert SECRET not in message and HUGE not in message
 
 
 @pytest.mark.kafka
@@ -198,4 +209,4 @@ async def test_kafka_answers_as_the_table_says(kafka_settings: Settings) -> None
             answers[situation] = (TABLE[situation][0], headers["x-dlq-code"], headers["x-dlq-error"])
     for situation, (decision, code, message) in answers.items():
         assert (decision, code) == TABLE[situation][:2], situation
-        assert TABLE[situation][2] in message and SECRET not in message, situation
+        assert TABLE[situation][2] in message and SECRET not in message and HUGE not in message, situation

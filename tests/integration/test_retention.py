@@ -13,12 +13,12 @@ import pytest
 
 from nexus.audit.archive import load_trimmed, verify_trimmed
 from nexus.audit.signing import parse_signing_key, write_checkpoint
-from nexus.core.order_state import Decision
 from nexus.gateway import Gateway, Incoming
 from nexus.processes import builtin_catalog
 from nexus.retention.remover import REMOVED_TABLES, RetentionRemover
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_wire.codes import Decision
 from tests.conftest import settings_env
 from tests.factories import abort_json, plan_json, step_json
 from tests.helpers import nexus_command

@@ -7,12 +7,12 @@ import asyncio
 import json
 from typing import Any
 
-from nexus.core.order_state import Decision
 from nexus.gateway import Gateway, Incoming
 from nexus.processes import builtin_catalog
 from nexus.retention.remover import RetentionRemover
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_wire.codes import Decision
 from tests.factories import step_json
 
 

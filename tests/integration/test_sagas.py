@@ -11,7 +11,6 @@ import httpx
 import pytest
 
 from nexus import metrics
-from nexus.core.sequencing import Decision
 from nexus.gateway import Gateway, Incoming
 from nexus.ingress.http import refresh_db_gauges
 from nexus.processes import builtin_catalog
@@ -20,6 +19,7 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import SERVICES, RunningServices, start_services
+from nexus_wire.codes import Decision
 from tests.conftest import fast_settings, free_port
 from tests.factories import abort_json, step_json
 

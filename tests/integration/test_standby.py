@@ -17,11 +17,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from nexus.core.order_state import Decision
 from nexus.gateway import Gateway, Incoming
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
+from nexus_wire.codes import Decision
 from tests.factories import step_json
 from tests.helpers import wait_until
 

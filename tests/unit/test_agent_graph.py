@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from nexus.core.decide.deadlines import deadline_abort
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.sequencing import resolve
 from nexus.processes import builtin_catalog
 from nexus_lab import agent_cli
 from nexus_lab.agent.graph import AgentContext, Outcome, Simulation, graph, initial_state
@@ -21,6 +23,7 @@ from nexus_lab.agent.hostile import Mode
 from nexus_lab.agent.hostile_messages import Message
 from nexus_lab.agent.runner import AgentConfig, run_agent, write_report
 from nexus_lab.agent.transport import Ack, PublishError
+from nexus_wire.codes import Decision
 from tests.factories import fold_messages
 
 

@@ -8,12 +8,15 @@ from typing import Any
 
 import yaml
 
-from nexus.core.audit import resolution_entries
+from nexus.core.decide.log import resolution_entries
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import ProcessCatalog, Verdict, compile_definition
-from nexus.core.sequencing import Decision, OrderState, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.process_compile import compile_definition
+from nexus.core.process_model import ProcessCatalog, Verdict
+from nexus.core.sequencing import resolve
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog
+from nexus_wire.codes import Decision
 from tests.factories import abort, step_json
 
 O, P = "order-a", "plan-a"  # noqa: E741

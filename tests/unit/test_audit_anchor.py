@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from nexus.core.audit import GENESIS, Checkpoint, Entry, Head, append, verify_records
 from nexus.core.audit_anchor import ChainAnchor, anchor_finding, chain_starts, stale_anchors, trimmable_checkpoints
+from nexus.core.audit_chain import GENESIS, Entry, append
+from nexus.core.audit_verify import Checkpoint, Head, verify_records
 
 AT = dt.datetime(2026, 12, 4, tzinfo=dt.UTC)
 

@@ -11,19 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.audit.signing import sign, signature_checker
-from nexus.core.audit import (
-    GENESIS,
-    Entry,
-    Fault,
-    Head,
-    Record,
-    append,
-    canonical_bytes,
-    resolution_entries,
-    verify_checkpoints,
-    verify_records,
-)
-from nexus.core.sequencing import OrderState, resolve
+from nexus.core.audit_chain import GENESIS, Entry, Record, append, canonical_bytes
+from nexus.core.audit_verify import Fault, Head, verify_checkpoints, verify_records
+from nexus.core.decide.log import resolution_entries
+from nexus.core.order_state import OrderState
+from nexus.core.sequencing import resolve
 from nexus.processes import builtin_catalog
 from tests.factories import abort, step
 

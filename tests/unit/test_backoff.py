@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nexus.core.backoff import Backoff, Jitter, RetryPolicy, decide, exponential_ms, jittered_ms, parse_retry_after
+from nexus_wire.backoff import Backoff, Jitter, RetryPolicy, decide, exponential_ms, jittered_ms, parse_retry_after
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
 

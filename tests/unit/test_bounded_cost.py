@@ -11,7 +11,9 @@ import pytest
 
 from nexus.core import rule_cost
 from nexus.core.cel_functions import list_sum, same_items
-from nexus.core.process import CompiledProcess, DefinitionError, compile_definition, validate_step
+from nexus.core.process_checks import validate_step
+from nexus.core.process_compile import compile_definition
+from nexus.core.process_model import CompiledProcess, DefinitionError
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog, builtin_sources
 

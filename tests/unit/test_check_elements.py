@@ -9,7 +9,7 @@ import pytest
 
 from nexus.core import process_checks
 from nexus.core.checks import element_fields_used
-from nexus.core.process import validate_step
+from nexus.core.process_checks import validate_step
 from nexus.core.process_model import CompiledProcess
 from nexus.processes import builtin_catalog
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nexus.core.sequencing import deadline_abort_id
+from nexus.core.decide.deadlines import deadline_abort_id
 from nexus_lab.checker import check_approvals, check_order, check_outbox, check_rejected
 
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from nexus.core.backoff import Jitter, RetryPolicy
-from nexus.core.sequencing import Decision
 from nexus_client import ApiError, GatewayUnreachable, NotFound, Order, Unavailable
 from nexus_client import _operations as ops
 from nexus_client import _protocol as proto
+from nexus_wire.backoff import Jitter, RetryPolicy
+from nexus_wire.codes import Decision
 from tests.factories import step
 
 POLICY = RetryPolicy(base_ms=100, max_ms=1_000, max_attempts=3, jitter=Jitter.NONE)

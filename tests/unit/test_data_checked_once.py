@@ -16,10 +16,11 @@ from nexus.core import step_data
 from nexus.core.decide.items import Incoming, IngressKind
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.envelope import parse_envelope
-from nexus.core.order_state import Decision
-from nexus.core.process import ProcessCatalog, compile_definition
+from nexus.core.process_compile import compile_definition
+from nexus.core.process_model import ProcessCatalog
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog
+from nexus_wire.codes import Decision
 from tests.factories import step_json
 
 NOW = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)

@@ -8,12 +8,15 @@ from decimal import Decimal
 
 import yaml
 
-from nexus.core.audit import resolution_entries
-from nexus.core.decide.deadlines import unstarted_overdue
+from nexus.core.decide.deadlines import deadline_abort, unstarted_overdue
+from nexus.core.decide.log import resolution_entries
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import ProcessCatalog, compile_definition
-from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.process_compile import compile_definition
+from nexus.core.process_model import ProcessCatalog
+from nexus.core.sequencing import resolve
 from nexus.processes import builtin_catalog
+from nexus_wire.codes import Decision
 from tests.factories import step, step_json
 
 O, P = "order-d", "plan-d"  # noqa: E741

@@ -26,10 +26,11 @@ from nexus.core.decide.replan import code_of, decide_replan, foreign_plan
 from nexus.core.decide.rows import OrderRow, OutboxRow, PendingRow
 from nexus.core.decide.validation import NoChecks, after_terminal, judge
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Decision, OrderState
+from nexus.core.order_state import OrderState
 from nexus.core.process_model import CompiledProcess, Verdict
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog
+from nexus_wire.codes import Decision
 from tests.factories import T0, abort, replan_json, step, step_json
 from tests.unit.test_deadlines import timed_catalog
 

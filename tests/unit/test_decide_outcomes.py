@@ -27,8 +27,9 @@ from nexus.core.decide.outcomes import (
 )
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.envelope import EventEnvelope
+from nexus.core.order_state import OrderState
 from nexus.core.saga import SagaStatus, StepStatus, StepView
-from nexus.core.sequencing import OrderState, resolve
+from nexus.core.sequencing import resolve
 from nexus.processes import builtin_catalog
 from tests.factories import step_json
 

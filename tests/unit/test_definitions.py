@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from nexus import metrics
 from nexus.core import definitions
-from nexus.core.envelope import Int64, Timestamp, json_schemas
+from nexus.core.envelope import json_schemas
 from nexus.core.step_data import problem
 from nexus.processes import builtin_catalog, compile_sources, dir_sources, shipped, shipped_kinds
 from nexus_lab.agent import paths
+from nexus_wire.envelope import Int64, Timestamp
 
 # The pydantic models order.yaml's data schemas replace, as they were: the YAML must refuse all they refused.
 Amount = Annotated[Decimal, Field(ge=0)]

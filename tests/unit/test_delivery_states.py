@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nexus.core.backoff import Jitter, RetryPolicy
 from nexus.core.delivery import (
     AttemptOutcome,
     DeliveryDecision,
@@ -25,6 +24,7 @@ from nexus.core.delivery import (
     summarise,
     written,
 )
+from nexus_wire.backoff import Jitter, RetryPolicy
 
 POLICY = RetryPolicy(base_ms=100, max_ms=1000, max_attempts=3, jitter=Jitter.NONE)
 P, OK, DEAD = DeliveryState.PENDING, DeliveryState.DELIVERED, DeliveryState.DEAD

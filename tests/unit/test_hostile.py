@@ -12,15 +12,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.decide.data_check import invalid_data
+from nexus.core.decide.deadlines import deadline_abort
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.process import ABORT_STEP, ABORTED, Verdict
-from nexus.core.sequencing import Decision, OrderState, deadline_abort, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.process_model import ABORTED, Verdict
+from nexus.core.sequencing import resolve
 from nexus.errors import ErrorCode, InvalidEventError
 from nexus.processes import builtin_catalog
 from nexus_lab.agent import hostile
 from nexus_lab.agent.graph import EXPECTED, STEPS, Outcome, seq_of, shape_of
 from nexus_lab.agent.hostile import Mode
 from nexus_lab.agent.hostile_messages import HostileStream, Message, denied_abort, malformed_body
+from nexus_wire.codes import ABORT_STEP, Decision
 from tests.factories import Answer, fold_messages
 
 PLANNED = (Outcome.COMPLETED, Outcome.INVENTORY_FAILED, Outcome.PAYMENT_REJECTED)

@@ -11,12 +11,12 @@ import pytest
 
 from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import ABORT_STEP
 from nexus.processes import shipped
 from nexus_lab.agent import hostile, paths
 from nexus_lab.agent.hostile import Mode
 from nexus_lab.agent.hostile_messages import HostileStream, Message
 from nexus_lab.agent.processes import REFUND
+from nexus_wire.codes import ABORT_STEP
 from tests.factories import fold_messages
 
 HALLUCINATIONS = {mode: 1.0 for mode in hostile.REJECTED_MODES}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from nexus.core.decide.isolation import MAX_LOGGED_TEXT, isolated, isolation_line, order_groups, unstored
 from nexus.core.decide.items import Incoming
-from nexus.core.order_state import Decision
 from nexus.errors import ErrorCode, PermanentDatabaseError
+from nexus_wire.codes import Decision
 from tests.factories import step_json
 
 

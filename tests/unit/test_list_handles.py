@@ -15,7 +15,7 @@ from nexus.core.cel_engine import cel
 from nexus.core.cel_functions import same_items
 from nexus.core.checks import convert_money, pick
 from nexus.core.list_handles import ListHandles, engine_keeps
-from nexus.core.process import validate_step
+from nexus.core.process_checks import validate_step
 from nexus.core.process_model import CompiledProcess
 from nexus.processes import builtin_catalog
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from nexus.core.process import AbortCode
 from nexus.processes import builtin_catalog, describe
 from nexus_lab.llm import behaviours as bh
 from nexus_lab.llm import tools
 from nexus_lab.llm.settings import LlmSettings, from_env
+from nexus_wire.codes import AbortCode
 
 PROCESS: dict[str, Any] = describe(builtin_catalog().get("order"))  # type: ignore[arg-type]
 

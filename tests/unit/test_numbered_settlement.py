@@ -17,10 +17,11 @@ from nexus.core.decide.numbering import NumberingReads, StartedPlan
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.envelope import EventEnvelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
-from nexus.core.order_state import Decision, OrderState
+from nexus.core.order_state import OrderState
 from nexus.core.process_model import Verdict
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog
+from nexus_wire.codes import Decision
 from tests.factories import abort_json, replan_json
 
 NOW = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)

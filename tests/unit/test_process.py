@@ -11,10 +11,14 @@ import pytest
 
 from nexus.core.checks import to_minor
 from nexus.core.envelope import parse_envelope
-from nexus.core.process import DefinitionError, compile_definition, validate_step
-from nexus.core.sequencing import Decision, OrderState, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.process_checks import validate_step
+from nexus.core.process_compile import compile_definition
+from nexus.core.process_model import DefinitionError
+from nexus.core.sequencing import resolve
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog, schema_text
+from nexus_wire.codes import Decision
 from tests.factories import step_json
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,10 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import ProcessCatalog
-from nexus.core.sequencing import Decision, OrderState, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.process_model import ProcessCatalog
+from nexus.core.sequencing import resolve
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog
+from nexus_wire.codes import Decision
 from tests.factories import step
 
 O, P = "order-r", "plan-r"  # noqa: E741

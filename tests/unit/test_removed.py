@@ -5,8 +5,9 @@ from __future__ import annotations
 from nexus.core.decide.order import OrderContext, OrderFold
 from nexus.core.decide.removed import decide_removed
 from nexus.core.decide.replan import code_of
-from nexus.core.order_state import Decision, OrderState
+from nexus.core.order_state import OrderState
 from nexus.errors import ErrorCode
+from nexus_wire.codes import Decision
 from tests.factories import abort, replan, step
 
 COMPLETED = OrderState("o-1", plan_id="p-1", status="completed", last_seq=5, outbox_count=5, removed=True)

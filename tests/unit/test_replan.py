@@ -9,11 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexus.core.audit import resolution_entries
+from nexus.core.decide.log import resolution_entries
+from nexus.core.decide.replan import code_of
 from nexus.core.envelope import EventEnvelope, parse_envelope
-from nexus.core.sequencing import Decision, OrderState, code_of, decide, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.sequencing import decide, resolve
 from nexus.errors import ErrorCode, InvalidEventError
 from nexus.processes import builtin_catalog, shipped
+from nexus_wire.codes import Decision
 from tests.factories import abort, replan, replan_json, step
 
 ORDER = shipped("order")

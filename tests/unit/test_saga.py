@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nexus.core.backoff import RetryPolicy
 from nexus.core.saga import (
     Action,
     Attempt,
@@ -35,6 +34,7 @@ from nexus.core.saga import (
     redrive,
     settle,
 )
+from nexus_wire.backoff import RetryPolicy
 
 POLICY = RetryPolicy(base_ms=10, max_ms=100, max_attempts=3)
 RULES = RetryRules(POLICY, budget_s=60.0)

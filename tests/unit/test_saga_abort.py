@@ -9,8 +9,9 @@ from nexus.core.decide.items import Incoming, IngressKind
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
 from nexus.core.decide.saga_abort import SagaGate, SagaTurn, compensating
 from nexus.core.envelope import EventEnvelope
+from nexus.core.order_state import OrderState
 from nexus.core.saga import SagaStatus
-from nexus.core.sequencing import OrderState, resolve
+from nexus.core.sequencing import resolve
 from nexus.processes import builtin_catalog
 from tests.factories import abort_json, step_json
 

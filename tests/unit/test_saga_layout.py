@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from nexus.core.process import DefinitionError, compile_definition
+from nexus.core.process_compile import compile_definition
+from nexus.core.process_model import DefinitionError
 from nexus.processes import builtin_sources
 
 _HEAD = """name: shop

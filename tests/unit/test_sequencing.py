@@ -8,8 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.sequencing import Decision, OrderState, decide, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.sequencing import decide, resolve
 from nexus.processes import builtin_catalog, shipped
+from nexus_wire.codes import Decision
 from tests.factories import abort, step
 
 CATALOG = builtin_catalog()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.sequencing import Decision, OrderState, complete_effect, resolve
+from nexus.core.order_state import OrderState
+from nexus.core.sequencing import complete_effect, resolve
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog
+from nexus_wire.codes import Decision
 from tests.factories import abort, step_json
 
 CATALOG = builtin_catalog()

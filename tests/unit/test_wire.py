@@ -1,6 +1,6 @@
 """The shared package (nexus_wire) is the envelope's shape and the values both sides use; the gateway's envelope
-is the same model (a step's data is judged later, by the order's own process), and the gateway's old names are
-the shared objects."""
+is the same model (a step's data is judged later, by the order's own process). The gateway imports the shared
+names from nexus_wire itself: no module of src/ re-exports them (tests/unit/test_code_size.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pydantic
 import pytest
 
 import nexus_wire
-from nexus.core import backoff, order_state, process
 from nexus.core import envelope as gateway
 from nexus.core.decide.validation import data_verdict
 from nexus.errors import ErrorCode, InvalidEventError
@@ -47,12 +46,3 @@ def test_a_gateway_envelope_is_a_wire_envelope() -> None:
     parsed = gateway.parse_envelope(body)
     assert isinstance(parsed, nexus_wire.EventEnvelope)
     assert envelope_json(parsed) == envelope_json(nexus_wire.EventEnvelope.model_validate(body))
-
-
-def test_the_gateways_names_are_the_shared_objects() -> None:
-    """`Decision`, `AbortCode`, the built-in steps and the retry schedule imported from the gateway's core are
-    nexus_wire's own (one enum, not two equal ones)."""
-    assert order_state.Decision is nexus_wire.Decision
-    assert process.AbortCode is nexus_wire.AbortCode
-    assert (process.ABORT_STEP, process.REPLAN_STEP) == (nexus_wire.ABORT_STEP, nexus_wire.REPLAN_STEP)
-    assert backoff.RetryPolicy is nexus_wire.RetryPolicy

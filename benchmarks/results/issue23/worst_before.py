@@ -4,7 +4,7 @@ import statistics
 import time
 from decimal import Decimal
 
-from nexus.core.process import validate_step
+from nexus.core.process_checks import validate_step
 from nexus.processes import builtin_catalog
 
 items = [{"product_id": f"p{i}", "quantity": 1 + i % 3, "unit_price": "1.25"} for i in range(1000)]

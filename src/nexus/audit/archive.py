@@ -34,7 +34,6 @@ import asyncpg
 
 from nexus.audit.signing import signature_checker
 from nexus.audit.verify import FORMAT, ExportFile, checkpoint_of, erasure_of, load, read_file, record_of, verify
-from nexus.core.audit import GENESIS, Checkpoint, Fault, Finding, Record, Verification, format_at
 from nexus.core.audit_anchor import (
     ArchivedHashes,
     ChainAnchor,
@@ -44,7 +43,9 @@ from nexus.core.audit_anchor import (
     stale_anchors,
     trimmable_checkpoints,
 )
+from nexus.core.audit_chain import GENESIS, Record, format_at
 from nexus.core.audit_erasure import Erasure, erased_heads
+from nexus.core.audit_verify import Checkpoint, Fault, Finding, Verification
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query

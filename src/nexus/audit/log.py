@@ -9,7 +9,7 @@ from typing import Any
 
 import asyncpg
 
-from nexus.core.audit import INGRESS_ORDER, Entry, place
+from nexus.core.audit_chain import INGRESS_ORDER, Entry, place
 from nexus.store.queries import query
 from nexus.store.rows import json_rows
 

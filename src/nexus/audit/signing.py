@@ -21,7 +21,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from nexus.core.audit import GENESIS, Checkpoint, Head, checkpoint_digest, format_at, key_id
+from nexus.core.audit_chain import GENESIS, format_at
+from nexus.core.audit_verify import Checkpoint, Head, checkpoint_digest, key_id
 from nexus.errors import ConfigurationError
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -83,7 +84,7 @@ def public_bytes(key: Ed25519PrivateKey | Ed25519PublicKey) -> bytes:
 
 
 def signature_checker(trusted: set[bytes] | None = None) -> Callable[[Checkpoint], bool]:
-    """`signature_ok(checkpoint)` for core.audit.verify_checkpoints: the signature verifies with the
+    """`signature_ok(checkpoint)` for core.audit_verify.verify_checkpoints: the signature verifies with the
     checkpoint's public key, and (given `trusted` raw public keys) that key is trusted."""
 
     def signature_ok(c: Checkpoint) -> bool:

@@ -21,18 +21,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from nexus.audit.signing import signature_checker
-from nexus.core.audit import (
-    GENESIS,
-    Checkpoint,
-    Head,
-    Record,
-    Verification,
-    format_at,
-    verify_checkpoints,
-    verify_records,
-)
 from nexus.core.audit_anchor import ArchivedHashes, ChainAnchor, anchor_finding, chain_starts
+from nexus.core.audit_chain import GENESIS, Record, format_at
 from nexus.core.audit_erasure import Erasure, erased_heads
+from nexus.core.audit_verify import Checkpoint, Head, Verification, verify_checkpoints, verify_records
 from nexus.errors import ConfigurationError
 from nexus.store.database import Database
 from nexus.store.queries import query

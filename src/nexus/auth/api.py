@@ -15,10 +15,10 @@ from nexus.auth import keys
 from nexus.auth.middleware import principal_of
 from nexus.auth.oauth import OAuthVerifier
 from nexus.auth.roles import InvalidKeyNameError, InvalidTenantError, parse_roles
-from nexus.core.strict_json import INT64_MAX
 from nexus.error_shape import error_response
 from nexus.errors import ErrorCode
 from nexus.store.database import Database
+from nexus_wire.envelope import INT64_MAX
 
 router = APIRouter(tags=["keys"])
 

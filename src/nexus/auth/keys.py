@@ -18,13 +18,13 @@ from typing import Any
 
 from nexus.auth import quotas
 from nexus.auth.roles import ALL_TENANTS, Principal, Role, check_key_name, check_key_scope
-from nexus.core.envelope import is_safe_identifier
 from nexus.errors import NexusError
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.found import require_row
 from nexus.store.queries import query
+from nexus_wire.envelope import is_safe_identifier
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,9 @@ import httpx
 import jwt
 
 from nexus.auth.roles import Principal, Role
-from nexus.core.envelope import is_safe_identifier
 from nexus.errors import ErrorCode, NexusError
 from nexus.settings import Settings
+from nexus_wire.envelope import is_safe_identifier
 
 SCOPES: dict[Role, str] = {role: f"nexus:{role.value}" for role in Role}
 """The scope that must accompany each role claim: `nexus:agent`, `nexus:operator`, `nexus:approver`,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from nexus.auth.roles import Role
+from nexus.auth.roles import ALL_TENANTS, Role
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,7 +86,7 @@ class RateLimiter:
         wait = self._keys.take(key_id, self.limits.rate_for(roles), now, units)
         if wait > 0:
             return wait
-        wait = self._tenants.take(tenant or "*", self.tenant_rate, now, units)
+        wait = self._tenants.take(tenant or ALL_TENANTS, self.tenant_rate, now, units)
         if wait > 0:
             self._keys.refund(key_id, units)  # the tenant's limit refused the work: the key did nothing
         return wait

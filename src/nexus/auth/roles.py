@@ -13,9 +13,11 @@ import enum
 import re
 
 from nexus.core.actors import key_actor, oauth_actor, reserved_name
-from nexus.core.envelope import is_safe_identifier
+from nexus_wire.envelope import is_safe_identifier
 
 ALL_TENANTS = "*"
+"""Every tenant: the tenant of a key or subscription spanning them all (operators, the bootstrap admin), and the
+one name such keys share in per-tenant counts (request shares, processing slots, the tenant rate limit)."""
 TENANT_PATTERN = r"^(\*|[A-Za-z0-9][A-Za-z0-9._:@-]{0,199})$"
 """A tenant as a key or subscription names it: an identifier (the envelope's rule), or `*` for every tenant."""
 

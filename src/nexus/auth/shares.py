@@ -10,10 +10,8 @@ with Retry-After. Counts per process (requests in flight are a process's own), n
 
 from __future__ import annotations
 
+from nexus.auth.roles import ALL_TENANTS
 from nexus.settings import Settings
-
-EVERY_TENANT = "*"
-"""The share of the keys spanning every tenant (operators, the bootstrap admin): one tenant among others."""
 
 
 class RequestShares:
@@ -32,11 +30,11 @@ class RequestShares:
         return cls(per_tenant, settings.max_requests_unauthenticated or max(1, cap // 16))
 
     def in_flight(self, tenant: str | None) -> int:
-        return self._tenants.get(tenant or EVERY_TENANT, 0)
+        return self._tenants.get(tenant or ALL_TENANTS, 0)
 
     def enter(self, tenant: str | None) -> bool:
         """Count one request of `tenant` (None: every tenant); False, counting nothing, at its share."""
-        name = tenant or EVERY_TENANT
+        name = tenant or ALL_TENANTS
         held = self._tenants.get(name, 0)
         if held >= self.per_tenant:
             return False
@@ -44,7 +42,7 @@ class RequestShares:
         return True
 
     def leave(self, tenant: str | None) -> None:
-        name = tenant or EVERY_TENANT
+        name = tenant or ALL_TENANTS
         held = self._tenants.get(name, 0) - 1
         if held > 0:
             self._tenants[name] = held

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Context, Decimal, DecimalException, DivisionByZero, InvalidOperation, Overflow
 from typing import Any
 
 from nexus.core.cel_engine import cel
@@ -52,17 +52,79 @@ def to_minor(value: object, exponent: int) -> object:
     return minor_by_decimal(value, exponent)
 
 
+MAX_MINOR_DIGITS = 28
+"""An amount holds at most this many digits in its currency's minor unit (Decimal's default precision); more
+is refused on arrival as invalid data (`money_problem`)."""
+MAX_EXPONENT = max(_EXPONENTS.values())
+"""The most decimals a minor unit has: an amount that fits with it fits in every currency."""
+_MINOR = Context(prec=MAX_MINOR_DIGITS, traps=[InvalidOperation, Overflow, DivisionByZero])
+_NUMERAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_TOO_LONG = f"Input should be an amount of at most {MAX_MINOR_DIGITS} digits in the currency's minor unit"
+
+
 def minor_by_decimal(value: object, exponent: int) -> object:
-    """`to_minor` for every value, through Decimal: the definition the shortcut above must agree with."""
+    """`to_minor` for every value, through Decimal: the definition the shortcut above must agree with. A value
+    that is no amount, or one too long for a minor unit (`money_problem`), is returned unchanged."""
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
         return value
+    minor = _minor(value, exponent)
+    return value if minor is None else minor
+
+
+def _minor(value: int | float | str | Decimal, exponent: int) -> int | None:
     try:
         amount = Decimal(str(value))
-    except InvalidOperation:
-        return value
-    if not amount.is_finite():
-        return value
-    return int((amount.scaleb(exponent)).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+        if not amount.is_finite():
+            return None
+        return int(amount.scaleb(exponent, _MINOR).quantize(Decimal(1), ROUND_HALF_EVEN, _MINOR))
+    except DecimalException:  # not a numeral, or more digits than MAX_MINOR_DIGITS
+        return None
+
+
+def money_problem(data: Mapping[str, Any], paths: Sequence[str], exponent: int) -> str | None:
+    """`data.<path>: <words>` for the first money field at `paths` (dotted; lists walked through) holding a
+    number or numeral that no minor unit of `exponent` decimals holds; None when every one converts."""
+    for path in paths:
+        found = _too_long_at(data, path.split("."), exponent)
+        if found is not None:
+            return f"{'.'.join(['data', *reversed(found)])}: {_TOO_LONG}"
+    return None
+
+
+def _too_long_at(node: object, parts: list[str], exponent: int) -> list[str] | None:
+    """The path (innermost first) of the first value at `parts` below `node` too long for a minor unit."""
+    if not isinstance(node, Mapping) or (key := parts[0]) not in node:
+        return None
+    value = node[key]
+    if len(parts) == 1:
+        return None if _fits(value, exponent) else [key]
+    if type(value) is list:
+        rest = parts[1:]
+        for i, element in enumerate(value):
+            if (found := _too_long_at(element, rest, exponent)) is not None:
+                return [*found, str(i), key]
+        return None
+    found = _too_long_at(value, parts[1:], exponent)
+    return None if found is None else [*found, key]
+
+
+def _fits(value: object, exponent: int) -> bool:
+    """Whether `value` converts to minor units, or is no amount at all (the step's schema judges that); the
+    usual amounts are answered without converting them."""
+    kind = type(value)
+    if kind is int and isinstance(value, int):
+        if -_EXACT < value < _EXACT:
+            return True
+    elif kind is str and isinstance(value, str):
+        short = len(value) <= MAX_MINOR_DIGITS - MAX_EXPONENT and "e" not in value and "E" not in value
+        if short or _NUMERAL.fullmatch(value) is None:
+            return True
+    elif kind is float and isinstance(value, float):
+        if -_EXACT < value < _EXACT:
+            return True
+    else:
+        return True
+    return type(to_minor(value, exponent)) is int
 
 
 def convert_money(data: Mapping[str, Any], paths: Sequence[str], exponent: int) -> dict[str, Any]:

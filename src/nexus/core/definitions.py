@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from nexus.core.process import ABORT_STEP, ABORTED, REPLAN_STEP, CompiledProcess, ProcessCatalog
+from nexus.core.process_model import ABORTED, CompiledProcess, ProcessCatalog
+from nexus_wire.codes import ABORT_STEP, REPLAN_STEP
 
 DEFAULT_PROCESS = "order"
 """The process of an order whose first step names none."""

@@ -14,7 +14,7 @@ them. Every transition lives here::
 
 DELIVERED is final. A delivery that leaves PENDING also stops being its order's head: the order's next
 notification for that subscription becomes the one to send (see ``promote_heads``). The schedule of
-retries is `core.backoff`'s, honouring ``Retry-After`` up to its cap.
+retries is `nexus_wire.backoff`'s, honouring ``Retry-After`` up to its cap.
 
 A removed order's marker keeps a summary of its deliveries (`summarise`): OPEN while one is pending, else DEAD
 if one died, else DELIVERED if one was delivered, else NONE (the order wrote no notification a subscription
@@ -27,7 +27,7 @@ import dataclasses
 import datetime as dt
 import enum
 
-from nexus.core.backoff import RetryPolicy, decide
+from nexus_wire.backoff import RetryPolicy, decide
 
 
 class DeliveryState(enum.StrEnum):

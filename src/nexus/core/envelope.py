@@ -15,18 +15,15 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from nexus.core import definitions, strict_json
-from nexus.core.process import ABORT_STEP, REPLAN_STEP, ProcessCatalog
+from nexus.core.process_model import ProcessCatalog
 from nexus.core.strict_json import InputLimits
 from nexus.errors import ErrorCode, InvalidEventError
 from nexus_wire import envelope as wire
-from nexus_wire.envelope import SAFE_IDENTIFIER_PATTERN as SAFE_IDENTIFIER_PATTERN
-from nexus_wire.envelope import SCHEMA_VERSION as SCHEMA_VERSION
-from nexus_wire.envelope import AbortPlanData as AbortPlanData
-from nexus_wire.envelope import Int64 as Int64
-from nexus_wire.envelope import ReplanData as ReplanData
-from nexus_wire.envelope import SafeIdentifier as SafeIdentifier
-from nexus_wire.envelope import Timestamp as Timestamp
-from nexus_wire.envelope import is_safe_identifier as is_safe_identifier
+from nexus_wire.codes import ABORT_STEP, REPLAN_STEP
+from nexus_wire.envelope import (
+    AbortPlanData,
+    ReplanData,
+)
 
 _IDENTIFIER_FIELDS = frozenset({"plan_id", "order_id", "tenant_id", "correlation_id"})
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.process_model import Verdict
-from nexus_wire.codes import Decision as Decision
+from nexus_wire.codes import Decision
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from nexus.core.checks import (
     element_fields_used,
     exponent_of,
     fields_used,
+    money_problem,
     pick,
     pick_money,
     to_minor,
@@ -21,8 +22,9 @@ from nexus.core.checks import (
 from nexus.core.list_handles import ListHandles
 from nexus.core.list_limits import CHECK_ID as LIST_CHECK_ID
 from nexus.core.list_limits import list_limit_message
-from nexus.core.process_model import ABORT_STEP, CompiledProcess, CompiledStep, Verdict
+from nexus.core.process_model import CompiledProcess, CompiledStep, Verdict
 from nexus.errors import ErrorCode
+from nexus_wire.codes import ABORT_STEP
 
 
 def validate_step(
@@ -59,11 +61,13 @@ def validate_step(
         )
     if (too_long := list_limit_message(data, process.definition.max_list_items, limits)) is not None:
         return Verdict(ErrorCode.LIMIT_EXCEEDED, too_long, LIST_CHECK_ID)
-    schema = None if data_checked else compiled.data_schema
-    if schema is None and not compiled.rules:
+    schema, money = (None, ()) if data_checked else (compiled.data_schema, compiled.step.money)
+    if schema is None and not money and not compiled.rules:
         return None
     data = compiled.with_defaults(data)
     if schema is not None and (problem := step_data.problem(schema, data)) is not None:
+        return Verdict(ErrorCode.CHECK_FAILED, problem, "data")
+    if money and (problem := money_problem(data, money, _exponent(process, data, facts))) is not None:
         return Verdict(ErrorCode.CHECK_FAILED, problem, "data")
     if not compiled.rules:
         return None
@@ -126,7 +130,7 @@ def _variables(
     """The CEL variables `used` names, each with only the fields read (None: whole; of the lists in
     `elements`, their maps' fields read), money in minor units: converting into CEL is what costs (tens
     of us for a list of items), evaluating a compiled rule a few."""
-    exponent = exponent_of(data.get(process.definition.currency_field, facts.get(process.definition.currency_field)))
+    exponent = _exponent(process, data, facts)
     variables: dict[str, Any] = {}
     if "data" in used:
         variables["data"] = pick_money(data, used["data"], elements.get("data"), compiled.step.money, exponent)
@@ -146,6 +150,12 @@ def _fields_of(
     """The variables a condition mentions and their fields read (`checks.fields_used`,
     `checks.element_fields_used`), once per source."""
     return fields_used([source]), element_fields_used([source])
+
+
+def _exponent(process: CompiledProcess, data: Mapping[str, Any], facts: Mapping[str, Any]) -> int:
+    """The decimals of the step's currency: its data's, else the order's."""
+    field = process.definition.currency_field
+    return exponent_of(data.get(field, facts.get(field)))
 
 
 def approval_expires_s(process: CompiledProcess, event_type: str) -> float | None:

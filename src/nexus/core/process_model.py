@@ -3,7 +3,8 @@
 A definition (DESIGN.md section 4, "Process definitions") names its states, the terminal ones, and for
 each step type the states it may follow (`from`, where `null` is "before the order exists"), the state it
 leads to, a JSON Schema of its data and its CEL checks. `core/process_compile.py` turns YAML text into a
-`CompiledProcess`; `core/decide/validation.py` judges steps against one. `core/process.py` re-exports all.
+`CompiledProcess`; `core/process_checks.py` judges a step against one (its place in the decision table:
+`core/decide/validation.py`).
 
 No process is special here: the shipped definitions (src/nexus/processes/*.yaml) reach the core as a user's
 do, compiled into the catalog by the registry (`nexus.processes`); the core names none of their steps or states.
@@ -20,9 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.core.checks import CompiledRule, convert_money, exponent_of
 from nexus.errors import ErrorCode
-from nexus_wire.codes import ABORT_STEP as ABORT_STEP
-from nexus_wire.codes import REPLAN_STEP as REPLAN_STEP
-from nexus_wire.codes import AbortCode as AbortCode
+from nexus_wire.codes import ABORT_STEP, REPLAN_STEP
 
 BUILTIN_STEPS = frozenset({ABORT_STEP, REPLAN_STEP})
 ABORTED = "aborted"

@@ -418,7 +418,7 @@ def _facts_schemas(definition: Any) -> dict[str, Mapping[str, Any] | None]:
 
 
 def costly_rules(definition: Any) -> Iterator[tuple[list[Any], str]]:
-    """Each rule of a definition (a `core.process.ProcessDefinition`, which imports this module) whose cost
+    """Each rule of a definition (a `core.process_model.ProcessDefinition`, which imports this module) whose cost
     is refused: (its path in the YAML, the reason)."""
     limit = definition.max_list_items or DEFAULT_MAX_LIST_ITEMS
     facts = _facts_schemas(definition)

@@ -38,7 +38,7 @@ How a call's outcome is retried (`after_forward`, `after_compensation`); "transi
 timeout (outcome unknown), a refused or reset connection; "budget" is `NEXUS_SAGA_RETRY_BUDGET_S` (86,400)
 counted from the step's first attempt (time held by an open breaker counts against it, not against the
 attempts; a redrive starts a new one); every retry sends the same key after the capped exponential backoff
-with jitter of `core/backoff.py`, `Retry-After` honoured up to `NEXUS_SAGA_RETRY_MAX_MS`::
+with jitter of `nexus_wire/backoff.py`, `Retry-After` honoured up to `NEXUS_SAGA_RETRY_MAX_MS`::
 
     | position                            | 2xx       | transient                           | other 4xx            |
     |-------------------------------------|-----------|-------------------------------------|----------------------|
@@ -71,11 +71,11 @@ import hmac
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nexus.core.backoff import RetryPolicy, decide
 from nexus.core.checks import CheckSyntaxError, CompiledRule
 from nexus.core.delivery import AttemptOutcome
 from nexus.core.delivery import outcome_of_status as delivery_outcome_of_status
 from nexus.core.process_model import Step
+from nexus_wire.backoff import RetryPolicy, decide
 
 
 class SagaStatus(enum.StrEnum):

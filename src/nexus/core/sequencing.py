@@ -17,28 +17,12 @@ from typing import Any
 
 from nexus.core.decide import order as _order
 from nexus.core.decide import position as _position
-from nexus.core.decide.deadlines import deadline_abort, deadline_abort_id, is_deadline_abort
-from nexus.core.decide.rejections import policy_abort
-from nexus.core.decide.replan import code_of
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Resolution
+from nexus.core.order_state import OrderState, Resolution
 from nexus.core.process_model import CompiledProcess, ProcessCatalog, Verdict
+from nexus_wire.codes import Decision
 
-__all__ = [
-    "Applied",
-    "Decision",
-    "OrderState",
-    "Rejection",
-    "Resolution",
-    "code_of",
-    "complete_effect",
-    "deadline_abort",
-    "deadline_abort_id",
-    "decide",
-    "is_deadline_abort",
-    "policy_abort",
-    "resolve",
-]
+__all__ = ["complete_effect", "decide", "resolve"]
 
 
 def decide(state: OrderState | None, event: EventEnvelope, process: CompiledProcess) -> Decision:

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from nexus.errors import ErrorCode, InvalidEventError
-from nexus_wire.envelope import INT64_MAX as INT64_MAX
+from nexus_wire.envelope import INT64_MAX
 
 INT64_MIN = -(2**63)
 

@@ -23,7 +23,6 @@ import random
 import time
 from typing import Any
 
-from nexus.core.backoff import RetryPolicy
 from nexus.core.breaker import BreakerConfig
 from nexus.core.delivery import AttemptOutcome
 from nexus.delivery.breakers import BreakerReport
@@ -36,6 +35,7 @@ from nexus.retrying import Retrying, sleep_until_set
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.listen import listen_forever
+from nexus_wire.backoff import RetryPolicy
 
 log = logging.getLogger(__name__)
 

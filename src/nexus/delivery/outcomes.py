@@ -18,7 +18,6 @@ from typing import Any
 import asyncpg
 
 from nexus import metrics
-from nexus.core.backoff import RetryPolicy
 from nexus.core.breaker import Breaker, BreakerConfig
 from nexus.core.delivery import AttemptOutcome, DeliveryDecision, DeliveryState, next_step, written
 from nexus.delivery.breakers import BreakerReport, breaker_of, write_breaker
@@ -26,6 +25,7 @@ from nexus.delivery.sender import Result
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
+from nexus_wire.backoff import RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,6 @@ import time
 from yarl import URL
 
 from nexus import metrics, tracing
-from nexus.core.backoff import parse_retry_after
 from nexus.core.delivery import AttemptOutcome, outcome_of_status
 from nexus.delivery.claims import Claimed
 from nexus.delivery.signing import delivery_headers
@@ -26,6 +25,7 @@ from nexus.errors import UnsafeUrlError
 from nexus.outbound.http1 import Http1Client
 from nexus.outbound.policy import OutboundPolicy
 from nexus.settings import Settings
+from nexus_wire.backoff import parse_retry_after
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

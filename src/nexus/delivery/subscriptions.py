@@ -19,7 +19,6 @@ from typing import Any
 from nexus.auth.urlguard import PrivateAllowance, check_url, redact
 from nexus.core.breaker import BreakerState
 from nexus.core.delivery import DeliveryState, redrive
-from nexus.core.envelope import is_safe_identifier
 from nexus.delivery.formats import FORMATS, NATIVE
 from nexus.delivery.signing import parse_secret
 from nexus.errors import ConfigurationError, NotFoundError
@@ -29,6 +28,7 @@ from nexus.store.errors import wrap_db_errors
 from nexus.store.found import require_row
 from nexus.store.queries import query
 from nexus.store.rows import row_json
+from nexus_wire.envelope import is_safe_identifier
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from nexus.auth.roles import Principal
+from nexus.core.decide.items import IngressKind
 from nexus.errors import AlreadyRedrivenError, NotFoundError
-from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
+from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.ingress import tenants
 from nexus.store.database import Database
 from nexus.store.queries import query

@@ -15,12 +15,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.auth.middleware import principal_of
 from nexus.auth.roles import ALL_TENANTS, TENANT_PATTERN
-from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
 from nexus.delivery import subscriptions as subs
 from nexus.delivery.signing import generate_secret
+from nexus.error_shape import error_response
 from nexus.errors import ConfigurationError, PermanentDatabaseError
-from nexus.ingress.http_errors import error_response
 from nexus.store.database import Database
+from nexus_wire.envelope import SAFE_IDENTIFIER_PATTERN
 
 router = APIRouter(tags=["delivery"])
 

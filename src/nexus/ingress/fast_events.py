@@ -26,11 +26,10 @@ from nexus import metrics, tracing
 from nexus.auth import quotas
 from nexus.auth.middleware import Gatekeeper
 from nexus.auth.ratelimit import retry_after_header
-from nexus.auth.roles import Principal, required_roles
-from nexus.auth.shares import EVERY_TENANT
+from nexus.auth.roles import ALL_TENANTS, Principal, required_roles
 from nexus.auth.slots import cost_of, processing
 from nexus.core import wording
-from nexus.core.sequencing import Decision
+from nexus.error_shape import error_body, request_id_for, reset_request_id, use_request_id
 from nexus.errors import ErrorCode, NexusError, QuotaExceededError
 from nexus.gateway import Outcome
 from nexus.ingress import http_errors, tenants
@@ -38,6 +37,7 @@ from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Disconnected, Refusal, media_type_refusal, parse, receive_body
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_wire.codes import Decision
 
 log = logging.getLogger(__name__)
 
@@ -59,13 +59,13 @@ async def answer_events(
     with `db`, a request that would take its tenant beyond a quota (nexus.auth.quotas) is refused 429."""
     parsed = await parse(body, traceparent, settings)
     if isinstance(parsed, Refusal):
-        return parsed.status, http_errors.error_body(parsed.code, parsed.message), []
+        return parsed.status, error_body(parsed.code, parsed.message), []
     wait = gate.charge(principal, len(parsed.items) - 1) if gate is not None else 0.0
     if wait > 0:  # refused as a whole, nothing written
         message = "rate limit of this key or its tenant exceeded (each envelope counts)"
         return (
             429,
-            http_errors.error_body(ErrorCode.RATE_LIMITED, message),
+            error_body(ErrorCode.RATE_LIMITED, message),
             [(b"retry-after", retry_after_header(wait).encode())],
         )
     actor = principal.actor
@@ -73,13 +73,13 @@ async def answer_events(
     if any(b is None for b in bound):
         # Refused as a whole, before anything is decided or written (no dead letter either).
         message = wording.tenant_mismatch(str(principal.tenant_id))
-        return 403, http_errors.error_body(ErrorCode.TENANT_MISMATCH, message), []
+        return 403, error_body(ErrorCode.TENANT_MISMATCH, message), []
     admitted = [b for b in bound if b is not None]
     if db is not None:
         try:  # refused as a whole, nothing written
             await quotas.check_items(db, admitted)
         except QuotaExceededError as exc:
-            return 429, http_errors.error_body(exc.code, exc.message, quota=exc.quota), [(b"retry-after", b"1")]
+            return 429, error_body(exc.code, exc.message, quota=exc.quota), [(b"retry-after", b"1")]
     outcomes = await submitter.submit(admitted)
     results = [o.as_json() for o in outcomes]
     status = single_status(outcomes[0]) if parsed.single and outcomes else 200
@@ -89,7 +89,7 @@ async def answer_events(
         code = first.code or ErrorCode.INVALID_EVENT
         extra = {"check": first.check} if first.decision is Decision.REJECTED else {}
         content = {
-            **http_errors.error_body(code, first.message or first.error or code.value, **extra),
+            **error_body(code, first.message or first.error or code.value, **extra),
             "results": results,
         }
     return status, content, []
@@ -141,8 +141,8 @@ class EventsFastPath:
             self.gate.release(principal)
 
     async def _serve(self, scope: Any, receive: Any, send: Any, principal: Principal) -> None:
-        rid = http_errors.request_id_for(scope)
-        token = http_errors.use_request_id(rid)
+        rid = request_id_for(scope)
+        token = use_request_id(rid)
         try:
             status, content, headers = await self._answer(scope, receive, principal)
         except Disconnected:
@@ -156,7 +156,7 @@ class EventsFastPath:
                     exc_info=exc,
                     extra={"action": "http_5xx", "request_id": rid, "path": PATH, "status": status},
                 )
-            content = http_errors.error_body(exc.code, http_errors.public_message(exc, status), retryable=exc.transient)
+            content = error_body(exc.code, http_errors.public_message(exc, status), retryable=exc.transient)
             headers = [(b"retry-after", b"1")] if status == 503 else []
         except Exception:
             log.exception(
@@ -165,7 +165,7 @@ class EventsFastPath:
             status, headers = 500, []
             content = {"code": ErrorCode.INTERNAL_ERROR.value, "message": "internal error", "request_id": rid}
         finally:
-            http_errors.reset_request_id(token)
+            reset_request_id(token)
         if status >= 400 and "code" in content:
             metrics.record_http_error(content["code"])
         body = render(content)
@@ -191,8 +191,8 @@ class EventsFastPath:
         refusal = media_type_refusal(content_type)
         body = refusal or await self._body(receive, declared)
         if isinstance(body, Refusal):
-            return body.status, http_errors.error_body(body.code, body.message), []
-        async with processing(self.gate.slots, principal.tenant_id or EVERY_TENANT, cost_of(len(body))):
+            return body.status, error_body(body.code, body.message), []
+        async with processing(self.gate.slots, principal.tenant_id or ALL_TENANTS, cost_of(len(body))):
             return await answer_events(body, traceparent, principal, self.settings, self.submitter, self.gate, self.db)
 
     async def _body(self, receive: Any, declared: str | None) -> bytes | Refusal:

@@ -20,7 +20,7 @@ from nexus.auth.roles import read_tenant
 from nexus.auth.sessions import SessionStore
 from nexus.auth.shares import RequestShares
 from nexus.auth.slots import ProcessingSlots
-from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
+from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, NexusError, NotFoundError
 from nexus.gateway import Gateway
 from nexus.ingress import http_errors, openapi
@@ -28,13 +28,14 @@ from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.dead_letters import list_dead_letters, redrive_dead_letter
 from nexus.ingress.events_body import Refusal, media_type_refusal, read_body
 from nexus.ingress.fast_events import EventsFastPath, answer_events
-from nexus.ingress.http_errors import ERROR_RESPONSES, error_response
+from nexus.ingress.http_errors import ERROR_RESPONSES
 from nexus.ingress.request_guard import RequestGuard
 from nexus.lifecycle.waiting import WaitSlots
 from nexus.saga.admin import effect_of, order_saga
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus_wire.envelope import SAFE_IDENTIFIER_PATTERN
 
 if TYPE_CHECKING:
     from nexus.ingress.drain import Drain

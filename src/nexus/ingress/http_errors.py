@@ -26,13 +26,10 @@ from nexus.asgi import HttpMiddleware
 from nexus.error_shape import (
     REQUEST_ID_HEADER,
     _request_id,
-    error_body,
     error_response,
     new_request_id,
     request_id,
     request_id_for,
-    reset_request_id,
-    use_request_id,
 )
 from nexus.errors import (
     AlreadyRedrivenError,
@@ -48,16 +45,7 @@ from nexus.errors import (
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "REQUEST_ID_HEADER",
-    "error_body",
-    "error_response",
-    "new_request_id",
-    "request_id",
-    "request_id_for",
-    "reset_request_id",
-    "use_request_id",
-]
+__all__ = ["new_request_id"]
 
 
 # Parameters that name things: a malformed one is INVALID_IDENTIFIER, not a generic INVALID_REQUEST.

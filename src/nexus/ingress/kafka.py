@@ -50,15 +50,16 @@ from aiokafka.errors import IllegalStateError, KafkaError
 from nexus import metrics, tracing
 from nexus.auth import quotas
 from nexus.core.actors import kafka_actor
-from nexus.core.sequencing import Decision
+from nexus.core.decide.items import IngressKind
 from nexus.errors import QuotaExceededError, TransientDatabaseError
-from nexus.gateway import Gateway, Incoming, IngressKind, Outcome
+from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.ingress.kafka_commits import OffsetCommits
 from nexus.ingress.kafka_decode import decode_record
 from nexus.ingress.kafka_dlq import dead_letter
 from nexus.ingress.kafka_lanes import Lane, retry_policy
 from nexus.retrying import Retrying, sleep_until_set
 from nexus.settings import Settings
+from nexus_wire.codes import Decision
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from aiokafka import TopicPartition
 from aiokafka.errors import IllegalStateError
 
 from nexus import metrics
-from nexus.core.backoff import RetryPolicy
 from nexus.retrying import Retrying
 from nexus.settings import Settings
+from nexus_wire.backoff import RetryPolicy
 
 if TYPE_CHECKING:
     from nexus.ingress.kafka import KafkaIngress
@@ -33,7 +33,7 @@ _SMOOTHING = 0.3
 
 
 def retry_policy(settings: Settings, *, max_ms: float | None = None) -> RetryPolicy:
-    """The schedule of the consumer's retry-in-place loops (`core.backoff`; a `Backoff` never gives up:
+    """The schedule of the consumer's retry-in-place loops (`nexus_wire.backoff`; a `Backoff` never gives up:
     skipping would lose records). `max_ms` caps it below `retry_max_ms` where a loop must come back fast."""
     cap = settings.retry_max_ms if max_ms is None else max_ms
     return RetryPolicy(base_ms=settings.retry_base_ms, max_ms=cap)

@@ -15,9 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nexus.auth.middleware import principal_of
 from nexus.auth.roles import read_tenant
-from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN
+from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, KeyRevokedError, NexusError
-from nexus.ingress.http_errors import error_response
 from nexus.lifecycle.approvals import ApproverRefused, answer, approver_of, pending
 from nexus.lifecycle.history import history_item, order_history, plan_history
 from nexus.lifecycle.waiting import RECHECK_S, DecisionListener, WaitSlots, current_client
@@ -25,6 +24,7 @@ from nexus.retrying import sleep_until_set
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus_wire.envelope import SAFE_IDENTIFIER_PATTERN
 
 router = APIRouter(tags=["lifecycle"])
 OrderId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.routing import Route
 
 from nexus.auth.roles import Principal, Role, read_tenant
-from nexus.core.process import CompiledProcess
+from nexus.core.process_model import CompiledProcess
 from nexus.errors import NexusError, QuotaExceededError
 from nexus.gateway import Gateway
 from nexus.ingress import steps_api

@@ -30,12 +30,12 @@ from typing import Any
 
 from nexus.asgi import HttpMiddleware
 from nexus.auth.keys import KeyCache
-from nexus.auth.shares import EVERY_TENANT
+from nexus.auth.roles import ALL_TENANTS
 from nexus.auth.slots import ProcessingSlots, cost_of, processing
 from nexus.core import strict_json, wording
+from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, InvalidEventError, NexusError
 from nexus.ingress.events_body import Disconnected, has_nul, limits_of, receive_body
-from nexus.ingress.http_errors import error_response
 from nexus.ingress.http_server import CLIENT_GONE
 from nexus.lifecycle.waiting import CLIENT, WaitingClient
 from nexus.settings import Settings
@@ -141,7 +141,7 @@ class RequestGuard(HttpMiddleware):
         principal = scope.get("state", {}).get("principal")
         if principal is None:
             return contextlib.nullcontext()
-        return processing(self.slots, principal.tenant_id or EVERY_TENANT, cost_of(body_bytes))
+        return processing(self.slots, principal.tenant_id or ALL_TENANTS, cost_of(body_bytes))
 
     def _client(self, scope: Any) -> WaitingClient:
         """The request's client for its waits: gone with its connection, valid while its key is (an access
@@ -163,7 +163,7 @@ class RequestGuard(HttpMiddleware):
             except NexusError:  # the database away: a wait is no reason to refuse; asked again shortly
                 return True
 
-        tenant = (principal.tenant_id if principal is not None else None) or EVERY_TENANT
+        tenant = (principal.tenant_id if principal is not None else None) or ALL_TENANTS
         return WaitingClient(scope.get("extensions", {}).get(CLIENT_GONE), key_valid, tenant)
 
     async def _read(self, scope: Any, receive: Any, send: Any) -> bytes | None:

@@ -31,16 +31,16 @@ from nexus.core import wording
 from nexus.core.decide.plan_end import PlanEnd
 from nexus.core.decide.plan_start import PlanStart
 from nexus.core.definitions import DEFAULT_PROCESS
-from nexus.core.envelope import SAFE_IDENTIFIER_PATTERN, parse_envelope
+from nexus.core.envelope import parse_envelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
-from nexus.core.process import ABORT_STEP, REPLAN_STEP
-from nexus.core.sequencing import Decision
+from nexus.error_shape import error_body, error_response
 from nexus.errors import ErrorCode, InvalidEventError, NexusError
 from nexus.gateway import Gateway, Incoming, Outcome
-from nexus.ingress import http_errors
 from nexus.ingress.fast_events import single_status
 from nexus.store.database import Database
 from nexus.store.queries import query
+from nexus_wire.codes import ABORT_STEP, REPLAN_STEP, Decision
+from nexus_wire.envelope import SAFE_IDENTIFIER_PATTERN
 
 router = APIRouter()
 
@@ -254,12 +254,12 @@ def result_json(outcome: Outcome) -> dict[str, Any]:
         body["effect"] = dict(outcome.effect)
     if single_status(outcome) >= 400:
         code = outcome.code or ErrorCode.INVALID_EVENT
-        body |= http_errors.error_body(code, body["message"] or code.value)
+        body |= error_body(code, body["message"] or code.value)
     return body
 
 
 def _error(exc: StepsApiError) -> JSONResponse:
-    return http_errors.error_response(exc.status, exc.code, exc.message)
+    return error_response(exc.status, exc.code, exc.message)
 
 
 def _caller(request: Request) -> StepCaller:

@@ -30,7 +30,7 @@ from nexus.auth.roles import Principal, Role
 from nexus.core.actors import SYSTEM_EXPIRY
 from nexus.core.decide.approvals import ApprovalBinding, ApprovalStatus, binding_mismatch
 from nexus.core.envelope import parse_envelope
-from nexus.core.process import Verdict
+from nexus.core.process_model import Verdict
 from nexus.errors import ApprovalMismatchError, ApprovalNotPendingError, ErrorCode, NotFoundError
 from nexus.gateway import Gateway, Incoming, Outcome
 from nexus.store.database import Database

@@ -14,13 +14,13 @@ import asyncio
 import logging
 import random
 
-from nexus.core.backoff import RetryPolicy
 from nexus.kafka_io import EventProducer
 from nexus.retrying import Retrying
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
+from nexus_wire.backoff import RetryPolicy
 
 log = logging.getLogger(__name__)
 

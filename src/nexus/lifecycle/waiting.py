@@ -32,11 +32,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from nexus.auth.slots import give_back_slot
-from nexus.core.backoff import RetryPolicy
 from nexus.errors import KeyRevokedError, TooManyWaitsError
 from nexus.retrying import Retrying, sleep_until_set
 from nexus.settings import Settings
 from nexus.store.listen import listen_forever
+from nexus_wire.backoff import RetryPolicy
 
 log = logging.getLogger(__name__)
 

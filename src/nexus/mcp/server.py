@@ -104,6 +104,16 @@ def build_server(
     read = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
     write = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
 
+    _plan_tools(server, backend_of, read, write)
+    _order_tools(server, backend_of, read, write)
+    _person_tools(server, backend_of, read, write)
+    _resources(server, backend_of)
+    return server
+
+
+def _plan_tools(server: MCPServer[Any], backend_of: BackendOf, read: ToolAnnotations, write: ToolAnnotations) -> None:
+    """The agent's tools to learn the processes, open an order and propose its steps."""
+
     @server.tool(annotations=read)
     async def list_processes(ctx: Context[Any, Any]) -> CallToolResult:
         """The processes this gateway knows: their names, steps and states."""
@@ -142,6 +152,10 @@ def build_server(
         applies it once, or says why not."""
         return await _call(_step(backend_of(ctx).propose_step(order_id, step, data or {}, idempotency_key)))
 
+
+def _order_tools(server: MCPServer[Any], backend_of: BackendOf, read: ToolAnnotations, write: ToolAnnotations) -> None:
+    """The agent's tools on an order under way: read it, abort or replace its plan, wait for it to change."""
+
     @server.tool(annotations=read)
     async def get_order(order_id: str, ctx: Context[Any, Any]) -> CallToolResult:
         """The order's state: status, last applied sequence number, buffered steps."""
@@ -167,7 +181,9 @@ def build_server(
         """Wait until the order changes (e.g. a HELD step approved or denied), then answer its state."""
         return await _call(_order(backend_of(ctx).wait_for_order(order_id, after_seq, timeout_s)))
 
-    _person_tools(server, backend_of, read, write)
+
+def _resources(server: MCPServer[Any], backend_of: BackendOf) -> None:
+    """The resources: a process definition as YAML, an order with its history as JSON."""
 
     @server.resource("nexus://processes/{name}", mime_type="application/yaml")
     async def process_resource(name: str, ctx: Context[Any, Any]) -> str:
@@ -182,8 +198,6 @@ def build_server(
         order = await backend.get_order(order_id)
         history = await backend.order_history(order_id)
         return json.dumps({"order": order, "history": history.get("items", [])}, default=str)
-
-    return server
 
 
 OldestFirst = Annotated[int, Field(description="at most this many, oldest first", ge=1, le=1000)]

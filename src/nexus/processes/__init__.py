@@ -12,14 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from nexus.core.definitions import DEFAULT_PROCESS, catalog_kinds
-from nexus.core.process import (
-    CompiledProcess,
-    DefinitionError,
-    ProcessCatalog,
-    compile_definition,
-    content_hash,
-    definition_schema,
-)
+from nexus.core.process_compile import compile_definition, definition_schema
+from nexus.core.process_model import CompiledProcess, DefinitionError, ProcessCatalog, content_hash
 from nexus.errors import ConfigurationError
 from nexus.store.database import Database
 from nexus.store.queries import query

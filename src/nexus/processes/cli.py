@@ -15,7 +15,8 @@ from typing import Any
 from nexus.auth.quotas import default_limits
 from nexus.cli_common import add_common, missing_database, settings_from
 from nexus.core.list_limits import DEFAULT_MAX_LIST_ITEMS
-from nexus.core.process import CompiledProcess, DefinitionError, compile_definition
+from nexus.core.process_compile import compile_definition
+from nexus.core.process_model import CompiledProcess, DefinitionError
 from nexus.core.quotas import Quota
 from nexus.errors import ConfigurationError
 from nexus.processes import builtin_sources, compile_sources, describe, dir_sources, mermaid

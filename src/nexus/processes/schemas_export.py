@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from nexus.core.envelope import json_schemas
-from nexus.core.process import ProcessCatalog
+from nexus.core.process_model import ProcessCatalog
 from nexus.processes import builtin_catalog
 
 

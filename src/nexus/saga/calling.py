@@ -17,13 +17,13 @@ from typing import Any, NamedTuple
 from yarl import URL
 
 from nexus import tracing
-from nexus.core.backoff import parse_retry_after
 from nexus.core.breaker import Breaker, BreakerConfig, BreakerState
 from nexus.core.saga import CallOutcome, outcome_of_status
 from nexus.errors import UnsafeUrlError
 from nexus.outbound.http1 import ConnectFailedError, ConnectTimeoutError, Http1Client
 from nexus.outbound.policy import OutboundPolicy
 from nexus.settings import Settings
+from nexus_wire.backoff import parse_retry_after
 from nexus_wire.trace import new_traceparent
 
 log = logging.getLogger("nexus.saga.executor")

@@ -23,12 +23,12 @@ from nexus.errors import NexusError
 from nexus.retrying import sleep_until_set
 from nexus.saga import outcomes
 from nexus.saga.outcomes import Continued, OrderKey
-from nexus.saga.recording import step_view
 from nexus.saga.wakeups import SagaWakeups
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
+from nexus.store.sagas import step_view
 
 log = logging.getLogger("nexus.saga.executor")
 

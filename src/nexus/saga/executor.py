@@ -24,7 +24,6 @@ from typing import Any
 import asyncpg
 
 from nexus import metrics
-from nexus.core.backoff import RetryPolicy
 from nexus.core.breaker import Breaker
 from nexus.core.saga import (
     Action,
@@ -48,13 +47,15 @@ from nexus.saga.calling import CallResult, ServiceCaller
 from nexus.saga.claiming import CallSlots, SagaClaimer
 from nexus.saga.grouped import Grouped
 from nexus.saga.outcomes import Continued, OrderKey, Outcome
-from nexus.saga.recording import Call, SagaRecorder, step_view
+from nexus.saga.recording import Call, SagaRecorder
 from nexus.saga.wakeups import SagaWakeups
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.saga_keys import legacy_secret
+from nexus.store.sagas import step_view
+from nexus_wire.backoff import RetryPolicy
 
-__all__ = ["CallResult", "KeyFunction", "SagaExecutor"]
+__all__ = ["KeyFunction", "SagaExecutor"]
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,8 @@ from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.queries import query
-from nexus.store.sagas import step_view
 
-__all__ = ["Call", "SagaRecorder", "step_view"]
+__all__ = ["Call", "SagaRecorder"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ claim, never a herd of loops each claiming for work one of them will take.
 
 Only a latency shortcut: an idle claimer still looks every `saga_poll_s` and at the next time a saga it
 knows of falls due (a retry's backoff, a lease running out), so a lost connection (PostgreSQL restarting)
-costs latency, never work. The connection is opened again on the schedule of `core/backoff.py`, and a
+costs latency, never work. The connection is opened again on the schedule of `nexus_wire/backoff.py`, and a
 (re)connection wakes the claimer, since a notification may have been missed while it was away.
 """
 
@@ -21,9 +21,9 @@ import logging
 import random
 from collections.abc import Callable
 
-from nexus.core.backoff import RetryPolicy
 from nexus.retrying import Retrying
 from nexus.store.listen import listen_forever
+from nexus_wire.backoff import RetryPolicy
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import asyncpg
 
-from nexus.core.decide.approvals import ApprovalStatus, approval_id_for
+from nexus.core.decide.approvals import ApprovalStatus
 from nexus.core.decide.plan import BatchReads
 from nexus.core.decide.rows import ApprovalRow
 from nexus.core.order_state import OrderState
@@ -19,14 +19,7 @@ from nexus.core.process_model import Verdict
 from nexus.errors import ApprovalNotPendingError
 from nexus.store.queries import query
 
-__all__ = [
-    "ApprovalDecision",
-    "approval_id_for",
-    "decide_approvals",
-    "notify_orders",
-    "with_unstarted_plans",
-    "write_approvals",
-]
+__all__ = ["ApprovalDecision", "decide_approvals", "notify_orders", "with_unstarted_plans", "write_approvals"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

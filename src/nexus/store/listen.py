@@ -3,7 +3,7 @@
 
 Each is only a shortcut: its user also polls (or re-reads on every reconnection), so a lost connection
 (PostgreSQL restarting) costs latency, never work. The connection is opened again on the schedule its
-caller gives (core/backoff.py through `Retrying`), and a dead connection is noticed by its termination
+caller gives (nexus_wire/backoff.py through `Retrying`), and a dead connection is noticed by its termination
 callback or, at the latest, every `check_s`.
 """
 

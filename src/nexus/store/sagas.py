@@ -17,9 +17,10 @@ from nexus.core.decide.effects import EffectStatus, effect_view
 from nexus.core.decide.items import EffectOutcome
 from nexus.core.decide.outcomes import CompensationRow, OutboxCount, SagaRow, executed_at
 from nexus.core.decide.saga_abort import NEW_SAGA, SagaGate, SagaTurn
+from nexus.core.definitions import DEFAULT_PROCESS
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState, Resolution
-from nexus.core.process import ProcessCatalog
+from nexus.core.process_model import ProcessCatalog
 from nexus.core.saga import EffectBodyError, SagaStatus, StepStatus, StepView, build_body
 from nexus.store.queries import query
 from nexus.store.saga_keys import SagaSecret, call_keys
@@ -111,7 +112,7 @@ async def record(
     steps: list[tuple[Any, ...]] = []
     with_effects = effect_processes(catalog)
     for resolution in resolutions:
-        if (resolution.after.process or "order") not in with_effects:
+        if (resolution.after.process or DEFAULT_PROCESS) not in with_effects:
             continue  # no saga can exist for an order of a process without effects
         for applied in resolution.applied:
             event = applied.event

@@ -33,10 +33,12 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
 from nexus.core import definitions, step_data
-from nexus.core.envelope import AbortPlanData, EventEnvelope
-from nexus.core.process import ABORT_STEP, ABORTED, AbortCode
+from nexus.core.envelope import EventEnvelope
+from nexus.core.process_model import ABORTED
 from nexus.processes import shipped
 from nexus_lab.agent.paths import Expected
+from nexus_wire.codes import ABORT_STEP, AbortCode
+from nexus_wire.envelope import AbortPlanData
 
 # The order process as its definition says (processes/order.yaml): the graph has one node per step of its
 # plan, and the statuses it expects are the states those steps lead to.

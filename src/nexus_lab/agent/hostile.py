@@ -60,9 +60,8 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from nexus.core.process import ABORT_STEP
-from nexus.core.sequencing import Decision
 from nexus_lab.agent.processes import ORDER, LabProcess
+from nexus_wire.codes import ABORT_STEP, Decision
 
 
 class Mode(enum.StrEnum):

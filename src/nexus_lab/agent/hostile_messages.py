@@ -12,8 +12,6 @@ from decimal import Decimal
 from typing import Any
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import ABORT_STEP
-from nexus.core.sequencing import Decision
 from nexus_client import envelope_json
 from nexus_lab.agent.hostile import (
     DENY,
@@ -26,6 +24,7 @@ from nexus_lab.agent.hostile import (
     SendSpec,
 )
 from nexus_lab.agent.processes import ORDER, LabProcess
+from nexus_wire.codes import ABORT_STEP, Decision
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -24,8 +24,9 @@ from decimal import Decimal
 from typing import Any
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import ABORT_STEP, ABORTED, AbortCode
+from nexus.core.process_model import ABORTED
 from nexus_lab.agent.processes import REFUND, LabProcess
+from nexus_wire.codes import ABORT_STEP, AbortCode
 
 REFUND_AUTO_LIMIT = Decimal(100)
 """refund.yaml's automatic approval threshold, in major units (its checks say 10000 in minor units)."""

@@ -18,8 +18,9 @@ import dataclasses
 from collections.abc import Sequence
 
 from nexus.core import definitions
-from nexus.core.process import ABORT_STEP, CompiledProcess
+from nexus.core.process_model import CompiledProcess
 from nexus.processes import shipped
+from nexus_wire.codes import ABORT_STEP
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

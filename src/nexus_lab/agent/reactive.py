@@ -24,10 +24,10 @@ from langgraph.graph import END, START, StateGraph
 
 from nexus.core import definitions
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process import AbortCode
 from nexus.processes import shipped
 from nexus_client import AsyncNexusClient
 from nexus_client.errors import WaitTimeout
+from nexus_wire.codes import AbortCode
 
 PROCESS = "fulfilment"
 _FULFILMENT = shipped(PROCESS)

@@ -18,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
-from nexus.core.backoff import Jitter, RetryPolicy
 from nexus_client import AsyncNexusClient, ClientConfig, ClientError
 from nexus_lab.agent.hostile_messages import Message
+from nexus_wire.backoff import Jitter, RetryPolicy
 
 
 class PublishError(Exception):

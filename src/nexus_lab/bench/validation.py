@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nexus.core.process import validate_step
+from nexus.core.process_checks import validate_step
 from nexus.processes import builtin_catalog
 from nexus.store.database import Database
 from nexus_lab.bench.scenarios import Row, bench_submit, make_plans, percentile

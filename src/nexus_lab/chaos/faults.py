@@ -21,9 +21,10 @@ from typing import ClassVar
 
 from nexus.settings import Settings
 from nexus.store.database import Database
-from nexus_lab.chaos.harness import ChaosSession, Proc, Stack
+from nexus_lab.chaos.harness import ChaosSession, Stack
 from nexus_lab.chaos.instances import InstanceKill
 from nexus_lab.chaos.kafka_cluster import BrokerKill
+from nexus_lab.procs import Proc
 
 Range = tuple[float, float]
 

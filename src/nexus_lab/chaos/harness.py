@@ -29,14 +29,14 @@ from nexus.delivery.signing import generate_secret
 from nexus.settings import Settings, env_name
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
-from nexus_lab.procs import NEXUS_CMD, REPO_ROOT, Proc, free_port, kafka_script, wait_ready
+from nexus_lab.procs import NEXUS_CMD, Proc, free_port, kafka_script, wait_ready
 
 if TYPE_CHECKING:
     from nexus_lab.balancer import Balancer
     from nexus_lab.chaos.failover import ReplicatedDatabase
     from nexus_lab.chaos.kafka_cluster import KafkaCluster
 
-__all__ = ["NEXUS_CMD", "REPO_ROOT", "ChaosSession", "Proc", "Stack", "StackSpec", "free_port", "wait_ready"]
+__all__ = ["ChaosSession", "Stack", "StackSpec"]
 
 
 # Every interval shrunk so a scenario settles in seconds; the values a scenario may override.

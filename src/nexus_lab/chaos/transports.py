@@ -11,10 +11,10 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-from nexus.core.sequencing import Decision
 from nexus_lab.agent.hostile import Mode
 from nexus_lab.agent.hostile_messages import Message
 from nexus_lab.agent.transport import Ack, HttpTransport, PublishError, Transport
+from nexus_wire.codes import Decision
 
 # A gateway SIGKILLed and restarted, or PostgreSQL down for a few seconds, answers nothing or 503 for a
 # while: the agent retries (doubling from 0.1 s) for up to ~50 s before it gives up.

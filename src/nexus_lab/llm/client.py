@@ -1,5 +1,5 @@
 """The planner's model client: the official `openai` client against any Chat Completions server, with the
-run's budgets and the one retry mechanism (`nexus.core.backoff`).
+run's budgets and the one retry mechanism (`nexus_wire.backoff`).
 
     LlmError                 the model cannot be asked any more for this plan (the plan gives up)
      +-- BudgetExhausted     the run's request or token budget is spent
@@ -28,9 +28,9 @@ from typing import Any
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from nexus.core.backoff import decide, parse_retry_after
 from nexus_lab.llm.settings import LlmSettings
 from nexus_lab.llm.tools import redact
+from nexus_wire.backoff import decide, parse_retry_after
 
 
 class LlmError(Exception):

@@ -34,11 +34,11 @@ from typing import Any, TypedDict
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 
-from nexus.core.process import ABORT_STEP, AbortCode
 from nexus_client import AsyncNexusClient
 from nexus_lab.llm import tools
 from nexus_lab.llm.client import LlmClient, LlmError, SwitchedToJsonMode
 from nexus_lab.llm.settings import LlmSettings
+from nexus_wire.codes import ABORT_STEP, AbortCode
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nexus.core.backoff import Jitter, RetryPolicy
+from nexus_wire.backoff import Jitter, RetryPolicy
 
 TOOL_MODES = ("auto", "tools", "json")
 

@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nexus.core import definitions
-from nexus.core.process import ABORT_STEP, AbortCode
 from nexus.processes import shipped, shipped_names
+from nexus_wire.codes import ABORT_STEP, AbortCode
 
 # Codes of proposals the planner refuses itself, before the gateway sees anything.
 MALFORMED_PROPOSAL = "MALFORMED_PROPOSAL"

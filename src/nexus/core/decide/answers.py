@@ -12,9 +12,10 @@ from typing import Any
 from nexus.core.decide.approvals import approval_id_for
 from nexus.core.decide.replan import code_of
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Decision, OrderState
+from nexus.core.order_state import OrderState
 from nexus.core.process_model import Verdict
 from nexus.errors import ErrorCode
+from nexus_wire.codes import Decision
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

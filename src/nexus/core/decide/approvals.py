@@ -36,8 +36,8 @@ from typing import Any
 
 from nexus.core.audit_chain import canonical_json
 from nexus.core.decide.position import ReorderBuffer
-from nexus.core.decide.validation import needs_approval
 from nexus.core.envelope import EventEnvelope
+from nexus.core.process_checks import needs_approval
 from nexus.core.process_model import CompiledProcess, Verdict
 
 _APPROVAL_NAMESPACE = uuid.UUID("a9f0c2d4-1b3e-4f5a-8c7d-617070726f76")

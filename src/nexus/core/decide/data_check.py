@@ -11,8 +11,9 @@ from nexus.core.decide.items import Incoming
 from nexus.core.decide.rows import postgres_text
 from nexus.core.decide.validation import data_verdict
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Decision, OrderState
+from nexus.core.order_state import OrderState
 from nexus.core.process_model import CompiledProcess, ProcessCatalog, Verdict
+from nexus_wire.codes import Decision
 
 
 def invalid_data(

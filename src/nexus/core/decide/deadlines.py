@@ -26,7 +26,8 @@ from collections.abc import Collection
 
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState
-from nexus.core.process_model import ABORT_STEP, ABORTED, AbortCode, CompiledProcess
+from nexus.core.process_model import ABORTED, CompiledProcess
+from nexus_wire.codes import ABORT_STEP, AbortCode
 
 _DEADLINE_ABORT_NAMESPACE = uuid.UUID("5c1d7e0a-3b8f-4d52-a1e6-646561646c6e")
 

@@ -25,9 +25,10 @@ from typing import Any
 
 from nexus.core.decide.deadlines import gateway_abort
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Applied, Decision, OrderState
-from nexus.core.process_model import ABORTED, AbortCode, CompiledProcess, Verdict
+from nexus.core.order_state import Applied, OrderState
+from nexus.core.process_model import ABORTED, CompiledProcess, Verdict
 from nexus.errors import ErrorCode
+from nexus_wire.codes import AbortCode, Decision
 
 
 class EffectStatus(enum.StrEnum):

@@ -27,9 +27,9 @@ from nexus.core.audit_chain import Entry
 from nexus.core.decide.items import IngressKind
 from nexus.core.decide.rows import DeadLetterRow, PendingDelete
 from nexus.core.envelope import parse_envelope
-from nexus.core.order_state import Decision
 from nexus.core.saga import StepStatus
 from nexus.errors import ErrorCode
+from nexus_wire.codes import Decision
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -26,8 +26,8 @@ from typing import Any
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.items import Incoming, order_key
 from nexus.core.decide.refusals import refusal
-from nexus.core.order_state import Decision
 from nexus.errors import ErrorCode, InvalidEventError
+from nexus_wire.codes import Decision
 
 MAX_LOGGED_TEXT = 200
 """The most characters of an error's text (or its cause's) a log line of the isolation carries."""

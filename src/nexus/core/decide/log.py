@@ -16,8 +16,9 @@ from nexus.core.decide.items import Incoming
 from nexus.core.decide.replan import code_of
 from nexus.core.decide.rows import postgres_text
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Resolution
+from nexus.core.order_state import Applied, OrderState, Rejection, Resolution
 from nexus.errors import ErrorCode
+from nexus_wire.codes import Decision
 
 UNSTARTED_TIMEOUT = "abort_code timeout: no step before the plan's deadline (NEXUS_PLAN_START_TIMEOUT_S)"
 """The decision log's words for the deadline sweeper's TOMBSTONE of a plan that never had a step (it writes no

@@ -28,7 +28,8 @@ from nexus.core.decide.order import OrderContext, OrderFold
 from nexus.core.envelope import EventEnvelope
 from nexus.core.numbering import DEFAULT_REPEAT_WINDOW_S, FirstVerdict, Kind, Proposal, next_seq
 from nexus.core.numbering import number_one as assign
-from nexus.core.order_state import Decision, OrderState, Resolution
+from nexus.core.order_state import OrderState, Resolution
+from nexus_wire.codes import Decision
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

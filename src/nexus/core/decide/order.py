@@ -32,8 +32,9 @@ from nexus.core.decide.rejections import limit_reached, policy_abort
 from nexus.core.decide.removed import decide_removed
 from nexus.core.decide.validation import StepChecks, after_terminal
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Applied, Decision, OrderState, Rejection, Resolution
+from nexus.core.order_state import Applied, OrderState, Rejection, Resolution
 from nexus.core.process_model import ABORTED, CompiledProcess, ProcessCatalog, Verdict
+from nexus_wire.codes import Decision
 
 _CHECKED = StepChecks()
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from nexus.core.decide.items import EffectOutcome, EffectResult
 from nexus.core.decide.rows import OutboxRow
+from nexus.core.definitions import DEFAULT_PROCESS
 from nexus.core.order_state import OrderState
 from nexus.core.process_model import ABORTED, ProcessCatalog
 from nexus.core.saga import SagaStatus, StepStatus, StepView, next_work, settle
@@ -204,7 +205,7 @@ def compensations(
 
 def is_terminal(catalog: ProcessCatalog, process: str | None, version: int | None, status: str) -> bool:
     """Whether `status` is terminal in the order's process (its definition's terminal states)."""
-    compiled = catalog.get(process or "order", version)
+    compiled = catalog.get(process or DEFAULT_PROCESS, version)
     return compiled is not None and compiled.is_terminal(status)
 
 

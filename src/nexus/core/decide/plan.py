@@ -63,10 +63,11 @@ from nexus.core.decide.saga_abort import SagaGate, SagaTurn, compensating
 from nexus.core.decide.validation import StepChecks
 from nexus.core.envelope import EventEnvelope
 from nexus.core.numbering import DEFAULT_REPEAT_WINDOW_S
-from nexus.core.order_state import Decision, OrderState, Resolution
+from nexus.core.order_state import OrderState, Resolution
 from nexus.core.process_model import CompiledProcess, ProcessCatalog, Verdict
 from nexus.core.saga import SagaStatus
 from nexus.errors import ErrorCode
+from nexus_wire.codes import Decision
 
 OrderKey = tuple[str, str]
 

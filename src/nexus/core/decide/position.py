@@ -23,8 +23,9 @@ from collections.abc import Collection, Mapping
 
 from nexus.core.decide.replan import decide_replan, foreign_plan
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Decision, OrderState
+from nexus.core.order_state import OrderState
 from nexus.core.process_model import ABORTED
+from nexus_wire.codes import Decision
 
 DEFAULT_TERMINAL: frozenset[str] = frozenset({ABORTED})
 """Terminal states when the order's process is not known: only the built-in `aborted`."""

@@ -17,7 +17,8 @@ import uuid
 from nexus.core.decide.deadlines import gateway_abort
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState
-from nexus.core.process_model import AbortCode, CompiledProcess
+from nexus.core.process_model import CompiledProcess
+from nexus_wire.codes import AbortCode
 
 _POLICY_ABORT_NAMESPACE = uuid.UUID("0b6f2a4e-7c59-4e8e-9a3d-706f6c696379")
 

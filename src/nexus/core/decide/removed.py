@@ -23,8 +23,9 @@ Pure: no I/O.
 from __future__ import annotations
 
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Decision, OrderState
+from nexus.core.order_state import OrderState
 from nexus.errors import ErrorCode
+from nexus_wire.codes import Decision
 
 
 def decide_removed(state: OrderState, event: EventEnvelope) -> Decision:

@@ -20,8 +20,9 @@ from collections.abc import Collection
 
 from nexus.core.decide.removed import removed_code
 from nexus.core.envelope import EventEnvelope
-from nexus.core.order_state import Decision, OrderState
+from nexus.core.order_state import OrderState
 from nexus.errors import ErrorCode
+from nexus_wire.codes import Decision
 
 
 def foreign_plan(state: OrderState, event: EventEnvelope) -> Decision | None:

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from nexus.core.decide.approvals import approval_id_for
+from nexus.core.definitions import DEFAULT_PROCESS
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Resolution
 from nexus.core.process_checks import approval_expires_s
@@ -188,7 +189,7 @@ def order_row(resolution: Resolution, tenant: str) -> OrderRow | None:
         after.last_seq,
         after.tombstone,
         after.outbox_count,
-        after.process or "order",
+        after.process or DEFAULT_PROCESS,
         after.process_version or 1,
         dumps(dict(after.facts)),
         "\x1f".join(sorted(after.superseded)),

@@ -3,6 +3,7 @@
 | situation (on arrival, before its position is looked at)              | decision    | code          |
 |-----------------------------------------------------------------------|-------------|---------------|
 | data fails its step's JSON Schema in the order's process (`data_check`)   | DEAD_LETTER | INVALID_EVENT |
+| a money field's amount has more than 28 digits in minor units         | DEAD_LETTER | INVALID_EVENT |
 
 | situation (the step would apply: in turn, drained, or approved)       | decision | code               |
 |-----------------------------------------------------------------------|----------|--------------------|
@@ -30,28 +31,37 @@ from collections.abc import Mapping
 from typing import Any
 
 from nexus.core import step_data
+from nexus.core.checks import MAX_EXPONENT, exponent_of, money_problem
 from nexus.core.envelope import EventEnvelope
-from nexus.core.process_checks import approval_expires_s, needs_approval, validate_step
+from nexus.core.process_checks import validate_step
 from nexus.core.process_model import ABORTED, CompiledProcess, Verdict
 from nexus.errors import ErrorCode
 
-__all__ = [
-    "NoChecks", "StepChecks", "after_terminal", "approval_expires_s", "data_verdict", "judge", "needs_approval",
-    "validate_step",
-]  # fmt: skip
+__all__ = ["NoChecks", "StepChecks", "after_terminal", "data_verdict", "judge"]
 
 
 def data_verdict(process: CompiledProcess | None, event: EventEnvelope) -> Verdict | None:
     """INVALID_EVENT (the fields' paths, never their values) when the step's data fails the JSON Schema of its
-    step in `process`; None when it passes, or when there is nothing to judge it by (no process, a step
-    type the process lacks: UNKNOWN_STEP later, a step without a schema, a built-in step)."""
+    step in `process`, or a money field holds an amount too long for a minor unit (`checks.money_problem`);
+    None when it passes, or when there is nothing to judge it by (no process, a step type the process lacks:
+    UNKNOWN_STEP later, a step with neither a schema nor money fields, a built-in step)."""
     if process is None or event.seq_id is None:
         return None
     compiled = process.steps.get(event.event_type)
-    if compiled is None or compiled.data_schema is None:
+    if compiled is None or (compiled.data_schema is None and not compiled.step.money):
         return None
-    problem = step_data.problem(compiled.data_schema, compiled.with_defaults(event.data))
+    data = compiled.with_defaults(event.data)
+    problem = None if compiled.data_schema is None else step_data.problem(compiled.data_schema, data)
+    if problem is None and compiled.step.money:
+        problem = money_problem(data, compiled.step.money, _arrival_exponent(process, data))
     return None if problem is None else Verdict(ErrorCode.INVALID_EVENT, problem)
+
+
+def _arrival_exponent(process: CompiledProcess, data: Mapping[str, Any]) -> int:
+    """The decimals of the step's currency when its data names one; else (the order's currency is not read on
+    arrival) the most any currency has, so an amount let in converts whichever the order's is."""
+    field = process.definition.currency_field
+    return exponent_of(data[field]) if field in data else MAX_EXPONENT
 
 
 def judge(
