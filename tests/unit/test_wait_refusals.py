@@ -4,11 +4,13 @@ every other request, and every wait the route must judge itself, goes on to the 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
 import pytest
 
+from nexus.auth.keys import hash_key
 from nexus.auth.roles import Principal, Role
 from nexus.error_shape import reset_request_id, use_request_id
 from nexus.errors import ErrorCode
@@ -147,3 +149,42 @@ def test_asking_takes_nothing() -> None:
     assert slots.held(5) == 1
     slots.give_back(5)
     assert slots.refusal(5, "acme") is None
+
+
+def _gateway_app(**overrides: Any) -> Any:
+    """The whole app (`create_app`) over a database that cannot be reached, with one key of acme's known to
+    the auth cache (as a key checked a moment ago is)."""
+    from nexus.gateway import Gateway
+    from nexus.ingress.http import create_app
+    from nexus.settings import Settings
+    from nexus.store.database import Database
+
+    settings = Settings(database_url="postgresql://nexus@127.0.0.1:9/unreachable", **overrides)
+    db = Database(settings)
+    app = create_app(db, Gateway(db), settings=settings)
+    app.state.keys._entries[hash_key(_KEY)] = (float("inf"), ACME_1)
+    return app
+
+
+_KEY = "nxk_wait-refusals-test-key"
+
+
+async def test_refused_waits_take_no_processing_slot_and_no_database() -> None:
+    """Through the whole app, with the database unreachable and every processing slot held by acme's other
+    work, a wait over acme's share is still answered 429 TOO_MANY_WAITS (it used to queue for a slot)."""
+    app = _gateway_app(processing_slots=1, max_waits_per_tenant=1)
+    token = CLIENT.set(WaitingClient(tenant="acme"))
+    try:
+        app.state.wait_slots.take(ACME_2.key_id)  # acme's one wait, held by its other key
+    finally:
+        CLIENT.reset(token)
+    held = await app.state.processing_slots.acquire("acme")  # acme's work holds the one slot
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway", timeout=5) as api:
+        async with asyncio.timeout(5):  # generous: the old path waited for the slot forever
+            refused = await api.get("/v1/orders/o-1?wait=60&after_seq=5", headers={"Authorization": f"Bearer {_KEY}"})
+    held.release()
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    body = refused.json()
+    assert (body["code"], body["retryable"]) == ("TOO_MANY_WAITS", False)
+    assert body["request_id"] == refused.headers["x-request-id"]
