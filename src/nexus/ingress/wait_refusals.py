@@ -113,9 +113,10 @@ class WaitRefusals(HttpMiddleware):
 
     async def handle(self, scope: Any, receive: Any, send: Any) -> None:
         principal = scope.get("state", {}).get("principal")
-        if principal is not None and is_plain_wait(scope):
+        # The share first (two dict reads): a request within it, the usual case, parses nothing here
+        if principal is not None and scope["path"].startswith(_PREFIX):
             message = self.slots.refusal(principal.key_id, principal.tenant_id or EVERY_TENANT)
-            if message is not None:
+            if message is not None and is_plain_wait(scope):
                 await self._refusals[message].send(scope, send)
                 return
         await self.app(scope, receive, send)
