@@ -221,7 +221,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _admit(self, entry: _Entry, app: Any, tasks: int) -> None:
         """Count the request whose head is complete in its share (`Gatekeeper.share_of`) and set what `entry`
-        runs: the app, or a refusal (429 TENANT_BUSY at its share, 503 SERVER_BUSY at the cap). Probes are
+        runs: the app, or a refusal (503 SERVER_BUSY at the cap, else 429 TENANT_BUSY at its share). Probes are
         neither counted nor refused. Without a gate (an app other than the gateway's) the cap counts tasks."""
         entry.app = app
         scope: Any = self.scope
@@ -235,11 +235,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 entry.app = _busy
             return
         share = gate.share_of(scope)
-        if shares.full(share):
-            entry.app = _unchecked_busy if share is None else _tenant_busy
-        elif cap is not None and shares.total >= cap:
+        if cap is not None and shares.total >= cap:  # the cap first: the last word, as before
             log.warning("request cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
             entry.app = _busy
+        elif shares.full(share):
+            entry.app = _unchecked_busy if share is None else _tenant_busy
         else:
             ticket = shares.take(share)
             entry.ticket = ticket
