@@ -138,18 +138,26 @@ class TenantC:
 WAITS_LUA = """
 local keys = {}
 local counter = 0
+local first = 0
+local delays = 0
 function init(args)
-  for i = 1, #args do keys[i] = args[i] end
+  first = tonumber(args[1])
+  for i = 2, #args do keys[i - 1] = args[i] end
 end
 function request()
   counter = counter + 1
   local headers = {Authorization = "Bearer " .. keys[(counter - 1) % #keys + 1]}
   return wrk.format("GET", "/v1/orders/a-wait?wait=60&after_seq=5", headers)
 end
-function delay() return 60000 end
+function delay()
+  delays = delays + 1
+  if delays <= first then return 0 end
+  return 60000
+end
 """
-"""Each connection's one long poll (a key per connection in turn, so each key holds its share); after an answer
-(a refusal) the connection sends nothing more until wrk's run ends and closes it."""
+"""Each connection's one long poll (a key per connection in turn, so each key holds its share): wrk asks `delay`
+before every request, the first included, so the thread's first `args[1]` requests (one per connection) go at
+once and any later one (after a refusal) waits past the run's end, when wrk closes the connection."""
 
 
 def pattern_waits(base: str, keys: Sequence[str], seconds: float) -> None:
@@ -159,8 +167,9 @@ def pattern_waits(base: str, keys: Sequence[str], seconds: float) -> None:
     script.write_text(WAITS_LUA)
     until = time.monotonic() + seconds
     while time.monotonic() < until:
-        command = ["wrk", "-t", "2", "-c", str(len(keys) * WAITS_PER_KEY), "-d", "1s", "--timeout", "60s",
-                   "-s", str(script), base, "--", *keys]  # fmt: skip
+        connections = len(keys) * WAITS_PER_KEY
+        command = ["wrk", "-t", "2", "-c", str(connections), "-d", "1s", "--timeout", "60s", "-s", str(script),
+                   base, "--", str(connections // 2), *keys]  # fmt: skip
         subprocess.run(command, capture_output=True, timeout=60, check=False)  # noqa: S603 - our own wrk run
 
 
