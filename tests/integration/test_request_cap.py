@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
+import struct
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -153,5 +155,26 @@ async def test_a_burst_of_unknown_keys_is_bounded_by_the_unauthenticated_share(
             w.close()
         deadline = time.monotonic() + DEADLINE_S
         while shares.total:
+            assert time.monotonic() < deadline, f"still counted: {shares.total}"
+            await asyncio.sleep(0.1)
+
+
+async def test_a_pipelined_request_that_never_runs_is_counted_out(db: Database, settings: Settings) -> None:
+    """A request pipelined behind a long poll is counted at its head while it waits its turn; the client resets
+    the connection, so when the poll's answer cannot be written the pipelined request never runs: its count is
+    released with the connection (the tenant's share and the total back to 0)."""
+    acme = await agent(db, "acme")
+    async with serving(db, settings) as (port, shares):
+        await served(port, acme)
+        [(_, writer)] = await connect(port, 1)
+        writer.write(get("/v1/orders/o-1?wait=2", acme) + get("/v1/processes", acme))
+        deadline = time.monotonic() + DEADLINE_S
+        while shares.in_flight("acme") < 2:  # both heads counted (the second waits behind the first)
+            assert time.monotonic() < deadline, f"counted: {shares.in_flight('acme')}"
+            await asyncio.sleep(0.05)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # closed with a reset
+        writer.close()
+        while shares.total or shares.in_flight("acme"):
             assert time.monotonic() < deadline, f"still counted: {shares.total}"
             await asyncio.sleep(0.1)

@@ -6,7 +6,9 @@ plain text. `GuardedHttpToolsProtocol` adds a read deadline per request (from it
 body has fully arrived), a shorter head deadline (`NEXUS_HTTP_HEAD_TIMEOUT_S`: from a request's first
 byte, or a connection's opening, until the end of its headers: a slowloris holds a socket that long at
 most), a cap on the bytes of a request head, the cap on requests in flight answered with the API's one
-error shape (`/healthz` and `/readyz` are answered even then), and a cap on connections at which the
+error shape (`/healthz` and `/readyz` are answered even then), the fair shares of those requests counted as
+soon as a request's head is complete (`nexus.auth.shares`: a tenant's burst is refused 429 TENANT_BUSY at its
+share, before its tasks run, and never fills the cap for another tenant), and a cap on connections at which the
 oldest idle or head-incomplete connection is closed to make room: a new client is served, and whoever
 holds many idle sockets loses the oldest of them. It also sends each
 response's head and body in one write (uvicorn writes them separately: two system calls and two TCP
