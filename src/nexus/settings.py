@@ -139,7 +139,7 @@ class Settings(KafkaSettings, SagaSettings, OAuthSettings, QuotaSettings, Retent
     parse_in_thread_bytes: int = 64 * 1024
     """Bodies at least this large are decoded and validated in a worker thread, off the event loop."""
     http_limit_concurrency: int = 1000
-    """Requests in flight in one process beyond which a new one is answered 503 SERVER_BUSY at once."""
+    """Requests in flight in one process (counted in a share) beyond which a new one is 503 SERVER_BUSY at once."""
     http_max_connections: int = Field(4096, ge=1)
     """Open connections of one process; a new one beyond closes the oldest idle or head-incomplete one."""
     max_requests_per_tenant: int | None = Field(None, ge=1)

@@ -29,7 +29,6 @@ RE_EXPORTS = {
     "nexus_client.kafka": "the SDK's Kafka producer, its documented module, over the shared nexus_wire.kafka",
     "nexus_wire.kafka": "the shared package's Kafka module, its documented surface (its security settings)",
     "nexus.gateway": "Incoming and Outcome: ingress/batcher.py imports them from here and is changed elsewhere",
-    "nexus.ingress.http_errors": "new_request_id: ingress/http_server.py imports it from here and is changed elsewhere",
 }
 
 

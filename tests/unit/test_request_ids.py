@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 
-from nexus.error_shape import request_id_for
-from nexus.ingress.http_errors import new_request_id
+from nexus.error_shape import new_request_id, request_id_for
 
 
 def test_fresh_request_ids_are_distinct_hex_and_a_forked_child_does_not_repeat_its_parent() -> None:

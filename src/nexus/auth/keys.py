@@ -165,8 +165,16 @@ class KeyCache:
         """Whether the key with this SHA-256 was valid when last checked, even if its entry is due for another
         check: its request is a tenant's (it counts against its tenant's share while it is checked again), not
         one of the unknown keys the unauthenticated share bounds. Checking still decides whether it is valid."""
+        return self.known_tenant(digest) is not None
+
+    def known_tenant(self, digest: bytes) -> str | None:
+        """The tenant whose share a request with this key counts in before it is checked (nothing awaited): the
+        tenant of the key as last checked valid (`ALL_TENANTS` for a key spanning every tenant, a lapsed entry
+        included, as `known_valid`); None for a key the cache does not know valid."""
         hit = self._entries.get(digest)
-        return hit is not None and isinstance(hit[1], Principal)
+        if hit is None or not isinstance(hit[1], Principal):
+            return None
+        return hit[1].tenant_id or ALL_TENANTS
 
     async def lookup(self, key: str) -> Principal | None:
         return await self.lookup_hash(hash_key(key))

@@ -30,14 +30,23 @@ from nexus.asgi import HttpMiddleware
 from nexus.auth.keys import KeyCache, Refusal, hash_key
 from nexus.auth.oauth import SCOPES, OAuthVerifier, TokenRefusal, looks_like_jwt
 from nexus.auth.ratelimit import FailureThrottle, RateLimiter, retry_after_header
-from nexus.auth.roles import Principal, Role, allowed, required_roles, uses_session
+from nexus.auth.roles import ALL_TENANTS, Principal, Role, allowed, required_roles, uses_session
 from nexus.auth.sessions import COOKIE, SessionStore, cookie_of
-from nexus.auth.shares import RequestShares
+from nexus.auth.shares import (
+    TENANT_BUSY_MESSAGE,
+    TICKET,
+    UNCHECKED_BUSY_MESSAGE,
+    RequestShares,
+    Ticket,
+)
 from nexus.auth.slots import ProcessingSlots
 from nexus.error_shape import request_id_for
 from nexus.errors import ErrorCode, NexusError
 
 log = logging.getLogger(__name__)
+
+_CREDENTIAL = "nexus.credential"
+"""The scope extension holding the request's `_Credential` once `Gatekeeper.share_of` has read it."""
 
 Scope = MutableMapping[str, Any]
 Receive = Any
@@ -78,12 +87,15 @@ class Gatekeeper:
 
     async def admit(self, scope: Scope, send: Send, roles: frozenset[Role]) -> Principal | None:
         """The caller's principal, holding one of its tenant's shares until `release`; None once a refusal
-        (401, 403, 429, 503, or the console's sign-in redirect) has been sent."""
+        (401, 403, 429, 503, or the console's sign-in redirect) has been sent. A request the server counted at
+        its head (a `Ticket` in the scope, `share_of`) is moved to its key's tenant; any other is counted here."""
         shares = self.shares
-        credential = _credential(scope)
-        unknown = shares is not None and not self._known(credential)
+        extensions = scope.get("extensions") or {}
+        credential: _Credential = extensions.get(_CREDENTIAL) or _credential(scope)
+        ticket: Ticket | None = extensions.get(TICKET) if shares is not None else None
+        unknown = shares is not None and ticket is None and not self._known(credential)
         if unknown and shares is not None and not shares.enter_unauthenticated():
-            await _busy(scope, send, "too many requests whose key is not yet checked")
+            await _busy(scope, send, UNCHECKED_BUSY_MESSAGE)
             return None
         try:
             principal = await self._identify(scope, send, credential)
@@ -103,10 +115,26 @@ class Gatekeeper:
                     scope, send, 429, ErrorCode.RATE_LIMITED, message, {"retry-after": retry_after_header(wait)}
                 )
                 return None
-        if shares is not None and not shares.enter(principal.tenant_id):
-            await _busy(scope, send, "this tenant has as many requests in flight as it may")
+        counted = ticket.move(principal.tenant_id) if ticket is not None else True
+        if not counted or (shares is not None and ticket is None and not shares.enter(principal.tenant_id)):
+            await _busy(scope, send, TENANT_BUSY_MESSAGE)
             return None
         return principal
+
+    def share_of(self, scope: Scope) -> str | None:
+        """The share a request counts in from the moment its head is complete, from what is remembered (nothing
+        awaited): its Bearer key's tenant when the cache knows the key valid (ALL_TENANTS for a key spanning
+        every tenant), a remembered access token's tenant alike; None (the unauthenticated share) for any other
+        key or token, a console session, or no credential. The credential read (the key's SHA-256) is kept in
+        the scope for `admit`: a key is hashed once per request."""
+        credential = _credential(scope)
+        scope.setdefault("extensions", {})[_CREDENTIAL] = credential
+        if credential.session or credential.key is None:
+            return None
+        if credential.digest is not None:
+            return self.keys.known_tenant(credential.digest)
+        principal = self.oauth.remembered_principal(credential.key) if self.oauth is not None else None
+        return None if principal is None else principal.tenant_id or ALL_TENANTS
 
     async def _forbidden(self, scope: Scope, send: Send, principal: Principal, roles: frozenset[Role]) -> None:
         """403 FORBIDDEN: the key lacks the route's role, or the token its scope (RFC 6750 insufficient_scope)."""
@@ -136,9 +164,13 @@ class Gatekeeper:
             return 0.0
         return self.limiter.take(principal.key_id, principal.roles, time.monotonic(), units, principal.tenant_id)
 
-    def release(self, principal: Principal) -> None:
-        """The admitted request of `principal` has ended: its tenant's share is free again."""
-        if self.shares is not None:
+    def release(self, scope: Scope, principal: Principal) -> None:
+        """The admitted request of `principal` has ended: its tenant's share is free again (its ticket's, once,
+        when the server counted it)."""
+        ticket: Ticket | None = (scope.get("extensions") or {}).get(TICKET)
+        if ticket is not None:
+            ticket.release()
+        elif self.shares is not None:
             self.shares.leave(principal.tenant_id)
 
     async def _identify(self, scope: Scope, send: Send, credential: _Credential) -> Principal | None:
@@ -240,7 +272,7 @@ class AuthMiddleware(HttpMiddleware):
             try:
                 await self.app(scope, receive, send)
             finally:
-                self.gate.release(principal)
+                self.gate.release(scope, principal)
 
 
 async def _busy(scope: Scope, send: Send, message: str) -> None:

@@ -253,8 +253,12 @@ class OAuthVerifier:
 
     def remembered(self, token: str) -> bool:
         """Whether `token` was accepted and has not expired (no verification, no fetch to answer it)."""
+        return self.remembered_principal(token) is not None
+
+    def remembered_principal(self, token: str) -> Principal | None:
+        """The principal of `token` if it was accepted and has not expired (no verification, no fetch)."""
         hit = self._seen.get(hashlib.sha256(token.encode()).digest())
-        return hit is not None and hit[0] > time.time()
+        return hit[1] if hit is not None and hit[0] > time.time() else None
 
     async def _verify(self, token: str) -> Principal | TokenRefusal:
         """The rules of the module's docstring, in order: the principal (its `expires_at` the token's `exp`), or

@@ -138,7 +138,7 @@ class EventsFastPath:
         try:
             await self._serve(scope, receive, send, principal)
         finally:
-            self.gate.release(principal)
+            self.gate.release(scope, principal)
 
     async def _serve(self, scope: Any, receive: Any, send: Any, principal: Principal) -> None:
         rid = request_id_for(scope)

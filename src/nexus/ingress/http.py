@@ -30,6 +30,7 @@ from nexus.ingress.events_body import Refusal, media_type_refusal, read_body
 from nexus.ingress.fast_events import EventsFastPath, answer_events
 from nexus.ingress.http_errors import ERROR_RESPONSES
 from nexus.ingress.request_guard import RequestGuard
+from nexus.ingress.wait_refusals import WaitRefusals
 from nexus.lifecycle.waiting import WaitSlots
 from nexus.saga.admin import effect_of, order_saga
 from nexus.settings import Settings
@@ -114,7 +115,6 @@ def create_app(
 
         decision_listener = DecisionListener(db.url, settings)
     app.state.decision_listener = decision_listener
-    app.state.wait_slots = WaitSlots(settings.max_waits_per_key, settings.max_waits_per_tenant)
     app.state.keys = keys
     app.state.gate = gate  # the console's sign-in form records its failed attempts through it
     app.state.console_sessions = sessions
@@ -143,6 +143,9 @@ def _install_layers(
     app.state.processing_slots = slots
     # Inside the key check: no body read for a stranger; a processing slot once the body is read
     app.add_middleware(RequestGuard, settings=settings, keys=keys, slots=slots)
+    # Right behind the key check: a wait over its share is refused before a slot, routing or validation
+    app.state.wait_slots = WaitSlots(settings.max_waits_per_key, settings.max_waits_per_tenant)
+    app.add_middleware(WaitRefusals, slots=app.state.wait_slots)
     app.add_middleware(AuthMiddleware, gate=gate)
     app.add_middleware(http_errors.RequestContext)  # outermost: the request id is set before anything answers
     if tracing.active():  # The maintained ASGI instrumentation, outermost; absent when tracing is off

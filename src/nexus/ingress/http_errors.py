@@ -27,7 +27,6 @@ from nexus.error_shape import (
     REQUEST_ID_HEADER,
     _request_id,
     error_response,
-    new_request_id,
     request_id,
     request_id_for,
 )
@@ -44,9 +43,6 @@ from nexus.errors import (
 )
 
 log = logging.getLogger(__name__)
-
-__all__ = ["new_request_id"]
-
 
 # Parameters that name things: a malformed one is INVALID_IDENTIFIER, not a generic INVALID_REQUEST.
 IDENTIFIER_PARAMS = frozenset({"order_id", "plan_id", "tenant_id", "correlation_id", "name", "id_or_name"})

@@ -6,7 +6,9 @@ plain text. `GuardedHttpToolsProtocol` adds a read deadline per request (from it
 body has fully arrived), a shorter head deadline (`NEXUS_HTTP_HEAD_TIMEOUT_S`: from a request's first
 byte, or a connection's opening, until the end of its headers: a slowloris holds a socket that long at
 most), a cap on the bytes of a request head, the cap on requests in flight answered with the API's one
-error shape (`/healthz` and `/readyz` are answered even then), and a cap on connections at which the
+error shape (`/healthz` and `/readyz` are answered even then), the fair shares of those requests counted as
+soon as a request's head is complete (`nexus.auth.shares`: a tenant's burst is refused 429 TENANT_BUSY at its
+share, before its tasks run, and never fills the cap for another tenant), and a cap on connections at which the
 oldest idle or head-incomplete connection is closed to make room: a new client is served, and whoever
 holds many idle sockets loses the oldest of them. It also sends each
 response's head and body in one write (uvicorn writes them separately: two system calls and two TCP
@@ -23,8 +25,11 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from nexus import metrics
+from nexus.auth.middleware import Gatekeeper
+from nexus.auth.shares import TENANT_BUSY_MESSAGE, TICKET, UNCHECKED_BUSY_MESSAGE, Ticket
+from nexus.error_shape import new_request_id, request_id_for
 from nexus.errors import ErrorCode
-from nexus.ingress.http_errors import new_request_id
 from nexus.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -55,8 +60,33 @@ CLIENT_GONE = "nexus.client_gone"
 _HEAD_TOO_LARGE = "request line and headers too large"
 _busy = _refusal(503, ErrorCode.SERVER_BUSY, "too many requests in flight; retry later")
 _head_too_large = _refusal(431, ErrorCode.INVALID_REQUEST, _HEAD_TOO_LARGE)
-# Answered even at the connection cap: a balancer's probes must not read a busy gateway as a dead one.
-_PROBES = frozenset({b"/healthz", b"/readyz"})
+# Answered even at the request cap: a balancer's probes must not read a busy gateway as a dead one.
+_PROBES = frozenset({"/healthz", "/readyz"})
+
+
+def _share_refusal(message: str) -> Any:
+    """An ASGI app answering 429 TENANT_BUSY as `AuthMiddleware` does (the same body and headers): a share of
+    the process's requests in flight is full; the connection stays open."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        rid = request_id_for(scope)
+        content = {"code": ErrorCode.TENANT_BUSY.value, "message": message, "request_id": rid, "retryable": True}
+        body = json.dumps(content).encode()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"x-request-id", rid.encode()),
+            (b"retry-after", b"1"),
+        ]
+        metrics.record_http_error(ErrorCode.TENANT_BUSY.value)
+        await send({"type": "http.response.start", "status": 429, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+_tenant_busy = _share_refusal(TENANT_BUSY_MESSAGE)
+_unchecked_busy = _share_refusal(UNCHECKED_BUSY_MESSAGE)
 
 
 def _raw_refusal(status: int, reason: str, message: str) -> bytes:
@@ -115,6 +145,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_head_bytes: int = 65_536
     max_concurrency: int | None = None
     max_connections: int | None = None
+    gate: Gatekeeper | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn types its transport as BaseTransport; it is always a Transport here
         self._gone = asyncio.Event()  # every request of the connection sees it (nexus.lifecycle.waiting)
@@ -142,6 +173,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._gone.set()
+        for _, queued in self.pipeline:  # requests queued behind one in flight never run now: not in flight
+            if isinstance(queued, _Entry) and queued.ticket is not None:
+                queued.ticket.release()
         self._read.disarm()
         self._head.disarm()
         super().connection_lost(exc)
@@ -168,31 +202,71 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._head_bytes = 0
         self._head.disarm()
-        cap = self.max_concurrency
-        refusal = None
-        if len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers) > self.max_head_bytes:
-            refusal = _head_too_large
-        elif cap is not None and len(self.tasks) >= cap and self.url.split(b"?", 1)[0] not in _PROBES:
-            log.warning("request cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
-            refusal = _busy
+        too_large = len(self.url) + sum(len(n) + len(v) + 4 for n, v in self.headers) > self.max_head_bytes
         extensions: Any = self.scope.setdefault("extensions", {})
         extensions[CLIENT_GONE] = self._gone
-        before = self.cycle
-        if refusal is None:
+        before, tasks = self.cycle, len(self.tasks)
+        entry = _Entry()  # the request's task calls it; what it runs is chosen below, before the task starts
+        app, self.app = self.app, entry
+        try:
             super().on_headers_complete()
-        else:
-            app, self.app = self.app, refusal
-            try:
-                super().on_headers_complete()
-            finally:
-                self.app = app
+        finally:
+            self.app = app
         if self.cycle is not None and self.cycle is not before:  # a new request (not an upgrade)
+            if too_large:
+                entry.app = _head_too_large
+            else:
+                self._admit(entry, app, tasks)
             # Its task has not run yet: it starts on the next turn of the loop.
             self.cycle.transport = _OneWritePerResponse(self.transport, self.loop)  # type: ignore[assignment]  # a Transport wrapper where uvicorn declares the concrete class
+
+    def _admit(self, entry: _Entry, app: Any, tasks: int) -> None:
+        """Count the request whose head is complete in its share (`Gatekeeper.share_of`) and set what `entry`
+        runs: the app, or a refusal (503 SERVER_BUSY at the cap, else 429 TENANT_BUSY at its share). Probes are
+        neither counted nor refused. Without a gate (an app other than the gateway's) the cap counts tasks."""
+        entry.app = app
+        scope: Any = self.scope
+        if scope["path"] in _PROBES:
+            return
+        cap, gate = self.max_concurrency, self.gate
+        shares = gate.shares if gate is not None else None
+        if gate is None or shares is None:
+            if cap is not None and tasks >= cap:
+                log.warning("request cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
+                entry.app = _busy
+            return
+        share = gate.share_of(scope)
+        if cap is not None and shares.total >= cap:  # the cap first: the last word, as before
+            log.warning("request cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
+            entry.app = _busy
+        elif shares.full(share):
+            entry.app = _unchecked_busy if share is None else _tenant_busy
+        else:
+            ticket = shares.take(share)
+            entry.ticket = ticket
+            scope["extensions"][TICKET] = ticket
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
         self._read.disarm()
+
+
+class _Entry:
+    """The ASGI app of one request's task: `app`, chosen once the request's head is parsed (before the task
+    runs), and the release of the request's `ticket` (its count in a share) when it ends, however it ends."""
+
+    __slots__ = ("app", "ticket")
+
+    def __init__(self) -> None:
+        self.app: Any = None
+        self.ticket: Ticket | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            if self.ticket is not None:
+                self.ticket.release()
 
 
 class _Deadline:
@@ -227,8 +301,11 @@ class _Deadline:
             transport.close()
 
 
-def server_config(app: Any, settings: Settings) -> uvicorn.Config:
-    """uvicorn's configuration for the gateway's API, every limit from `settings`."""
+def server_config(app: Any, settings: Settings, gate: Gatekeeper | None = None) -> uvicorn.Config:
+    """uvicorn's configuration for the gateway's API, every limit from `settings`; requests are counted in the
+    shares of `gate` (by default the app's own, `app.state.gate`) as soon as their heads are complete."""
+    if gate is None:
+        gate = getattr(getattr(app, "state", None), "gate", None)
     protocol = type(
         "NexusHttpProtocol",
         (GuardedHttpToolsProtocol,),
@@ -238,6 +315,7 @@ def server_config(app: Any, settings: Settings) -> uvicorn.Config:
             "max_head_bytes": settings.http_max_head_bytes,
             "max_concurrency": settings.http_limit_concurrency,
             "max_connections": settings.http_max_connections,
+            "gate": gate,
         },
     )
     return uvicorn.Config(

@@ -46,7 +46,7 @@ _OWN_READER = frozenset({"/v1/events"})
 _STEP_PATHS = ("/v1/orders/", "/v1/plans", "/mcp")
 
 
-def _nul_in_parameters(scope: Any) -> bool:
+def nul_in_parameters(scope: Any) -> bool:
     query = scope.get("query_string", b"")
     # The API's path parameters have patterns of their own (a NUL there is INVALID_IDENTIFIER); the
     # console's pages take theirs as they are.
@@ -105,7 +105,7 @@ class RequestGuard(HttpMiddleware):
             CLIENT.reset(token)
 
     async def _guarded(self, scope: Any, receive: Any, send: Any) -> None:
-        if _nul_in_parameters(scope):
+        if nul_in_parameters(scope):
             message = "a parameter (path, query or header) contains a NUL character"
             await error_response(422, ErrorCode.INVALID_PARAMETER, message)(scope, receive, send)
             return

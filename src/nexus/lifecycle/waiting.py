@@ -176,19 +176,32 @@ class WaitSlots:
     def held_by_tenant(self, tenant: str) -> int:
         return self._tenants.get(tenant, 0)
 
+    def refusal_messages(self) -> tuple[str, str]:
+        """What a refused wait is told: its key's cap reached, or its tenant's."""
+        return (
+            f"this key already holds {self.per_key} open streams and long polls",
+            f"this tenant's keys already hold {self.per_tenant} open streams and long polls",
+        )
+
+    def refusal(self, key_id: int, tenant: str) -> str | None:
+        """Why a new wait of the key (of `tenant`, unless it already holds waits) would be refused; None if
+        it would be taken. Reads only: the early refusal (nexus.ingress.wait_refusals) asks before routing."""
+        if self._held.get(key_id, 0) >= self.per_key:
+            return self.refusal_messages()[0]
+        tenant = self._tenant_of.get(key_id, tenant)
+        if self.per_tenant is not None and self._tenants.get(tenant, 0) >= self.per_tenant:
+            return self.refusal_messages()[1]
+        return None
+
     def take(self, key_id: int) -> None:
         """Hold one slot of the key's (and its tenant's); raise TooManyWaitsError when all are held."""
-        held = self._held.get(key_id, 0)
-        if held >= self.per_key:
-            raise TooManyWaitsError(f"this key already holds {self.per_key} open streams and long polls")
-        tenant = self._tenant_of.get(key_id) if held else None
-        tenant = tenant or current_client().tenant
-        in_tenant = self._tenants.get(tenant, 0)
-        if self.per_tenant is not None and in_tenant >= self.per_tenant:
-            raise TooManyWaitsError(f"this tenant's keys already hold {self.per_tenant} open streams and long polls")
-        self._held[key_id] = held + 1
+        tenant = self._tenant_of.get(key_id) or current_client().tenant
+        refused = self.refusal(key_id, tenant)
+        if refused is not None:
+            raise TooManyWaitsError(refused)
+        self._held[key_id] = self._held.get(key_id, 0) + 1
         self._tenant_of[key_id] = tenant
-        self._tenants[tenant] = in_tenant + 1
+        self._tenants[tenant] = self._tenants.get(tenant, 0) + 1
         give_back_slot()  # a wait holds a connection, not one of the process's processing slots
 
     def give_back(self, key_id: int) -> None:

@@ -6,11 +6,17 @@ tenant `acme` (A) runs, one after another, each worst legal pattern at its limit
 that A's client does not take C's client's CPU:
 
 - ``waits``: every key it holds (70) opens every wait a key may hold (16 long polls), drops them after a
-  second and reopens them (the per-tenant share of waits, 64, admits some; the rest are refused at once);
-- ``batches``: 1,000-envelope batches of new orders, from two loops (A's tenant rate counts envelopes);
-- ``plans``: a `POST /v1/plans` flood under wrk (each request a new plan that never gets a step);
-- ``rejected``: a 1,000-item step that its process rejects, sent again and again from eight loops;
-- ``sockets``: idle and half-open connections (1,500 of each), held for the phase.
+  second and reopens them (the per-tenant share of waits, 64, admits some; the rest are refused at once).
+  Generator: wrk (native), one run of one second after another, 1,120 connections each sending one long poll
+  (`WAITS_LUA`); a run's end closes every connection under its wait;
+- ``batches``: 1,000-envelope batches of new orders, from two loops (A's tenant rate counts envelopes).
+  Generator: httpx, two asyncio loops posting prepared bodies (the client's cost is building the JSON);
+- ``plans``: a `POST /v1/plans` flood (each request a new plan that never gets a step). Generator: wrk, 32
+  connections;
+- ``rejected``: a 1,000-item step that its process rejects, sent again and again from eight loops. Generator:
+  httpx, as batches;
+- ``sockets``: idle and half-open connections (1,500 of each), held for the phase. Generator: asyncio streams
+  (the sockets are opened once; nothing is sent after).
 
 Reported per phase: C's requests, p50 and p99 (ms) and its refusals (429, 5xx or a transport error),
 beside the same run's baseline phase (A idle). A request counts in the phase it started in, answered however
@@ -129,18 +135,42 @@ class TenantC:
 # --- A's patterns (run in a child process: `python -m nexus_lab.bench.noisy --pattern P ...`) -----------
 
 
-async def pattern_waits(base: str, keys: Sequence[str], until: float) -> None:
-    async def holder(key: str) -> None:
-        async with httpx.AsyncClient(base_url=base, timeout=70, headers={"Authorization": f"Bearer {key}"}) as api:
-            while time.monotonic() < until:
-                polls = [asyncio.create_task(api.get("/v1/orders/a-wait?wait=60&after_seq=5"))
-                         for _ in range(WAITS_PER_KEY)]  # fmt: skip
-                await asyncio.sleep(1.0)
-                for poll in polls:
-                    poll.cancel()  # the client goes: its connection closes under the wait
-                await asyncio.gather(*polls, return_exceptions=True)
+WAITS_LUA = """
+local keys = {}
+local counter = 0
+local first = 0
+local delays = 0
+function init(args)
+  first = tonumber(args[1])
+  for i = 2, #args do keys[i - 1] = args[i] end
+end
+function request()
+  counter = counter + 1
+  local headers = {Authorization = "Bearer " .. keys[(counter - 1) % #keys + 1]}
+  return wrk.format("GET", "/v1/orders/a-wait?wait=60&after_seq=5", headers)
+end
+function delay()
+  delays = delays + 1
+  if delays <= first then return 0 end
+  return 60000
+end
+"""
+"""Each connection's one long poll (a key per connection in turn, so each key holds its share): wrk asks `delay`
+before every request, the first included, so the thread's first `args[1]` requests (one per connection) go at
+once and any later one (after a refusal) waits past the run's end, when wrk closes the connection."""
 
-    await asyncio.gather(*(holder(key) for key in keys))
+
+def pattern_waits(base: str, keys: Sequence[str], seconds: float) -> None:
+    """Every key's every wait (`A_KEYS` x `WAITS_PER_KEY` connections, one long poll each) from wrk runs of one
+    second: each run's end closes every connection under its wait (the client goes), the next reopens them."""
+    script = Path(tempfile.mkdtemp(prefix="nexus-noisy-")) / "waits.lua"
+    script.write_text(WAITS_LUA)
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        connections = len(keys) * WAITS_PER_KEY
+        command = ["wrk", "-t", "2", "-c", str(connections), "-d", "1s", "--timeout", "60s", "-s", str(script),
+                   base, "--", str(connections // 2), *keys]  # fmt: skip
+        subprocess.run(command, capture_output=True, timeout=60, check=False)  # noqa: S603 - our own wrk run
 
 
 def _batch(size: int) -> bytes:
@@ -237,11 +267,10 @@ def pattern_plans(base: str, keys: Sequence[str], seconds: float) -> None:
 def run_pattern(name: str, base: str, keys: Sequence[str], seconds: float) -> int | None:
     """A's pattern `name` against `base` for `seconds` (the child process's job): how many of A's envelopes
     were decided, for the patterns that post envelopes."""
-    if name == "plans":
-        pattern_plans(base, keys, seconds)
+    if name in ("plans", "waits"):
+        (pattern_plans if name == "plans" else pattern_waits)(base, keys, seconds)
         return None
-    runner = {"waits": pattern_waits, "batches": pattern_batches, "rejected": pattern_rejected,
-              "sockets": pattern_sockets}[name]  # fmt: skip
+    runner = {"batches": pattern_batches, "rejected": pattern_rejected, "sockets": pattern_sockets}[name]
     result: int | None = asyncio.run(runner(base, keys, time.monotonic() + seconds))
     return result
 
