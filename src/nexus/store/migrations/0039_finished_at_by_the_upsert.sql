@@ -21,30 +21,28 @@ CREATE TRIGGER orders_finished_at_update BEFORE UPDATE ON orders
                        AND current_setting('nexus.orders_stamped', true) IS DISTINCT FROM statement_timestamp()::text)
     EXECUTE FUNCTION nexus_order_set_finished_at();
 
+-- The orders inserted unstamped that are finished (their process joined by key), then the counts (live: the
+-- orders inserted without finished_at), in a second reading of the transition table.
 CREATE OR REPLACE FUNCTION nexus_usage_orders_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    finished_tenants text[];
-    finished_orders text[];
+    unstamped_tenants text[];
+    unstamped_orders text[];
 BEGIN
-    WITH inserted AS (
-        SELECT n.tenant_id, n.order_id, pl.order_id IS NOT NULL AS planned, n.finished_at IS NOT NULL AS stamped,
-               n.finished_at IS NULL AND (n.tombstone OR n.status = 'aborted'
-                   OR n.status = ANY(coalesce(pr.terminal, ARRAY['completed']))) AS done
-        FROM new_rows AS n
-        LEFT JOIN plans AS pl ON pl.tenant_id = n.tenant_id AND pl.order_id = n.order_id
-        LEFT JOIN processes AS pr ON n.finished_at IS NULL AND pr.name = n.process AND pr.version = n.process_version
-    ), counted AS (
-        INSERT INTO tenant_usage (tenant_id, quota, used)
-        SELECT c.tenant_id, q.quota, q.used
-        FROM (SELECT tenant_id, count(*) FILTER (WHERE NOT stamped) AS live, count(*) FILTER (WHERE planned) AS planned
-              FROM inserted GROUP BY tenant_id) AS c
-        CROSS JOIN LATERAL (VALUES ('live_orders', c.live), ('unstarted_plans', -c.planned)) AS q(quota, used)
-        WHERE q.used <> 0
-    )
-    SELECT array_agg(tenant_id), array_agg(order_id) INTO finished_tenants, finished_orders FROM inserted WHERE done;
-    IF finished_orders IS NOT NULL THEN  -- another writer's order inserted finished: by key, as in 0038
+    SELECT array_agg(n.tenant_id), array_agg(n.order_id) INTO unstamped_tenants, unstamped_orders
+    FROM new_rows AS n LEFT JOIN processes AS pr ON pr.name = n.process AND pr.version = n.process_version
+    WHERE n.finished_at IS NULL
+      AND (n.tombstone OR n.status = 'aborted' OR n.status = ANY(coalesce(pr.terminal, ARRAY['completed'])));
+    INSERT INTO tenant_usage (tenant_id, quota, used)
+    SELECT c.tenant_id, q.quota, q.used
+    FROM (SELECT n.tenant_id, count(*) FILTER (WHERE n.finished_at IS NULL) AS live, count(pl.order_id) AS planned
+          FROM new_rows AS n LEFT JOIN plans AS pl ON pl.tenant_id = n.tenant_id AND pl.order_id = n.order_id
+          GROUP BY n.tenant_id) AS c
+    CROSS JOIN LATERAL (VALUES ('live_orders', c.live), ('unstarted_plans', -c.planned)) AS q(quota, used)
+    WHERE q.used <> 0;
+    -- seldom (another writer's order inserted finished): stamped by key, which counts it out of live_orders
+    IF unstamped_orders IS NOT NULL THEN
         UPDATE orders SET finished_at = now()
-        WHERE (tenant_id, order_id) IN (SELECT * FROM unnest(finished_tenants, finished_orders)) AND finished_at IS NULL;
+        WHERE finished_at IS NULL AND (tenant_id, order_id) IN (SELECT * FROM unnest(unstamped_tenants, unstamped_orders));
     END IF;
     RETURN NULL;
 END $$;
