@@ -1,7 +1,7 @@
 -- The group commit's upsert of orders writes finished_at itself (benchmarks/RESULTS.md, "Round 17, perf17").
 --
 -- Migration 0027's BEFORE UPDATE trigger `orders_finished_at_update` ran a PL/pgSQL call for every step that
--- changed its order's status (every step of the shipped processes does): about 9 ms of PostgreSQL per 1,000
+-- changed its order's status (every step of the shipped processes does): 9.4-10.8 ms of PostgreSQL per 1,000
 -- events under wrk, the largest cost the base lacks. gateway.sql `write_batch` now computes finished_at in its
 -- upsert, joining each row's process by its key (what finishes an order is unchanged: tombstoned, aborted, or a
 -- status among its process's terminal states, `completed` when the process or its terminal states are unknown;
@@ -13,7 +13,7 @@
 -- An order the upsert inserts finished now carries finished_at from its insert, so the insert's statement
 -- trigger counts live only the orders inserted without it (before: +1 for each, then -1 by the row trigger
 -- orders_usage_finished when the statement trigger stamped it: the same count). Orders inserted unfinished but
--- done (another writer) are stamped by key as in 0038.
+-- done (another writer) are stamped by key as in 0038 (the pairs in one two-dimensional array).
 
 DROP TRIGGER orders_finished_at_update ON orders;
 CREATE TRIGGER orders_finished_at_update BEFORE UPDATE ON orders
@@ -21,28 +21,33 @@ CREATE TRIGGER orders_finished_at_update BEFORE UPDATE ON orders
                        AND current_setting('nexus.orders_stamped', true) IS DISTINCT FROM statement_timestamp()::text)
     EXECUTE FUNCTION nexus_order_set_finished_at();
 
--- The orders inserted unstamped that are finished (their process joined by key), then the counts (live: the
--- orders inserted without finished_at), in a second reading of the transition table.
+-- One reading of the inserted orders (their plan row and process joined by key, as 0038): the counts (live: the
+-- orders inserted without finished_at) and the orders inserted unstamped that are finished.
 CREATE OR REPLACE FUNCTION nexus_usage_orders_insert() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    unstamped_tenants text[];
-    unstamped_orders text[];
+    unstamped text[][];
 BEGIN
-    SELECT array_agg(n.tenant_id), array_agg(n.order_id) INTO unstamped_tenants, unstamped_orders
-    FROM new_rows AS n LEFT JOIN processes AS pr ON pr.name = n.process AND pr.version = n.process_version
-    WHERE n.finished_at IS NULL
-      AND (n.tombstone OR n.status = 'aborted' OR n.status = ANY(coalesce(pr.terminal, ARRAY['completed'])));
-    INSERT INTO tenant_usage (tenant_id, quota, used)
-    SELECT c.tenant_id, q.quota, q.used
-    FROM (SELECT n.tenant_id, count(*) FILTER (WHERE n.finished_at IS NULL) AS live, count(pl.order_id) AS planned
-          FROM new_rows AS n LEFT JOIN plans AS pl ON pl.tenant_id = n.tenant_id AND pl.order_id = n.order_id
-          GROUP BY n.tenant_id) AS c
-    CROSS JOIN LATERAL (VALUES ('live_orders', c.live), ('unstarted_plans', -c.planned)) AS q(quota, used)
-    WHERE q.used <> 0;
+    WITH inserted AS (
+        SELECT n.tenant_id, n.order_id, pl.order_id IS NOT NULL AS planned, n.finished_at IS NULL AS live,
+               n.finished_at IS NULL AND (n.tombstone OR n.status = 'aborted'
+                   OR n.status = ANY(coalesce(pr.terminal, ARRAY['completed']))) AS done
+        FROM new_rows AS n
+        LEFT JOIN plans AS pl ON pl.tenant_id = n.tenant_id AND pl.order_id = n.order_id
+        LEFT JOIN processes AS pr ON n.finished_at IS NULL AND pr.name = n.process AND pr.version = n.process_version
+    ), counted AS (
+        INSERT INTO tenant_usage (tenant_id, quota, used)
+        SELECT c.tenant_id, q.quota, q.used
+        FROM (SELECT tenant_id, count(*) FILTER (WHERE live) AS live, count(*) FILTER (WHERE planned) AS planned
+              FROM inserted GROUP BY tenant_id) AS c
+        CROSS JOIN LATERAL (VALUES ('live_orders', c.live), ('unstarted_plans', -c.planned)) AS q(quota, used)
+        WHERE q.used <> 0
+    )
+    SELECT array_agg(ARRAY[tenant_id, order_id]) INTO unstamped FROM inserted WHERE done;
     -- seldom (another writer's order inserted finished): stamped by key, which counts it out of live_orders
-    IF unstamped_orders IS NOT NULL THEN
+    IF unstamped IS NOT NULL THEN
         UPDATE orders SET finished_at = now()
-        WHERE finished_at IS NULL AND (tenant_id, order_id) IN (SELECT * FROM unnest(unstamped_tenants, unstamped_orders));
+        WHERE finished_at IS NULL
+          AND (tenant_id, order_id) IN (SELECT * FROM unnest(unstamped[:][1:1], unstamped[:][2:2]));
     END IF;
     RETURN NULL;
 END $$;
