@@ -112,3 +112,19 @@ async def test_no_slots_means_every_request_runs_at_once() -> None:
 def test_a_requests_cost_grows_with_its_body() -> None:
     """One unit, plus one per COST_BYTES of body."""
     assert [cost_of(0), cost_of(COST_BYTES - 1), cost_of(COST_BYTES), cost_of(10 * COST_BYTES)] == [1, 1, 2, 11]
+
+
+async def test_at_once_grants_only_a_free_slot_nobody_waits_for() -> None:
+    """`at_once` holds a free slot while nobody waits, and gives None (taking nothing) at the cap or while
+    another request waits, even once a slot is free again: the waiting one is served first."""
+    slots = ProcessingSlots(1)
+    held = slots.at_once("acme")
+    assert held is not None and held.held and slots.free == 0
+    assert slots.at_once("acme") is None
+    waiter = asyncio.create_task(slots.acquire("other"))
+    await asyncio.sleep(0)
+    slots._free += 1  # a slot free while "other" still waits (as between a release and its dispatch)
+    assert slots.at_once("acme") is None and slots.free == 1
+    slots._free -= 1
+    held.release()
+    assert (await waiter).held and slots.free == 0

@@ -112,7 +112,20 @@ class QuotaSnapshots:
 
     async def admits(self, db: Database, tenant: str, worth: Mapping[Quota, int]) -> bool:
         """Whether the snapshot admits `worth` in memory (it is then counted); False: run the exact check."""
-        snap = self._fresh(tenant) or await self._refresh(db, tenant)
+        admitted = self.admits_now(tenant, worth)
+        if admitted is None:
+            admitted = self._admit(await self._refresh(db, tenant), worth)
+        return admitted
+
+    def admits_now(self, tenant: str, worth: Mapping[Quota, int]) -> bool | None:
+        """`admits` without waiting: None when the tenant's snapshot is missing or stale (a read is due)."""
+        snap = self._tenants.get(tenant)
+        if snap is None or time.monotonic() - snap.read_at >= self.refresh_s:
+            return None
+        return self._admit(snap, worth)
+
+    @staticmethod
+    def _admit(snap: _Snapshot, worth: Mapping[Quota, int]) -> bool:
         used, limits = snap.used, snap.limits
         for quota, adds in worth.items():
             if adds > 0 and (limit := limits.get(quota, 0)) > 0 and used.get(quota, 0) + 2 * adds > limit:
@@ -150,15 +163,20 @@ class QuotaSnapshots:
 
 
 _SNAPSHOTS: weakref.WeakKeyDictionary[Database, QuotaSnapshots] = weakref.WeakKeyDictionary()
+_LAST: list[tuple[weakref.ref[Database], QuotaSnapshots]] = []
+"""The database last asked about and its snapshots (one process serves one database: no look-up by key)."""
 
 
 def snapshots(db: Database) -> QuotaSnapshots | None:
     """This process's snapshots for `db` (None with NEXUS_QUOTA_REFRESH_S=0: every check is exact)."""
     if db.settings.quota_refresh_s <= 0:
         return None
+    if _LAST and _LAST[0][0]() is db and _LAST[0][1].refresh_s == db.settings.quota_refresh_s:
+        return _LAST[0][1]
     found = _SNAPSHOTS.get(db)
     if found is None or found.refresh_s != db.settings.quota_refresh_s:
         found = _SNAPSHOTS[db] = QuotaSnapshots(db.settings.quota_refresh_s)
+    _LAST[:] = [(weakref.ref(db), found)]
     return found
 
 
@@ -206,8 +224,11 @@ async def check_items(db: Database, items: Sequence[Incoming]) -> None:
     """`POST /v1/events`: refuse the request if, for any of its tenants, it would go beyond a quota."""
     snaps = snapshots(db)
     for tenant, own in _by_tenant(items):
-        if snaps is not None and await snaps.admits(db, tenant, upper_worth(own)):
-            continue  # far from every limit even if every order it names were new
+        if snaps is not None:
+            worth = upper_worth(own)
+            admitted = snaps.admits_now(tenant, worth)
+            if admitted or (admitted is None and await snaps.admits(db, tenant, worth)):
+                continue  # far from every limit even if every order it names were new
         refs, bad = _refs(own)
         orders = sorted({r.order_id for r in refs})
         await _exact(db, tenant, lambda state: steps_worth(refs, state.last_seqs, bad), orders)  # noqa: B023 - awaited in this iteration
@@ -215,8 +236,8 @@ async def check_items(db: Database, items: Sequence[Incoming]) -> None:
 
 def _by_tenant(items: Sequence[Incoming]) -> list[tuple[str, Sequence[Incoming]]]:
     """The items by tenant, in the tenants' order (a request's items are all its key's tenant's: the usual)."""
-    if not items:
-        return []
+    if len(items) <= 1:
+        return [(items[0].tenant_id, items)] if items else []
     first = items[0].tenant_id
     if all(item.tenant_id == first for item in items):
         return [(first, items)]

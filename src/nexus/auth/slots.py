@@ -25,7 +25,7 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 
 COST_BYTES = 16384
 """A request's cost is one unit plus one per this many bytes of its body."""
@@ -74,13 +74,20 @@ class ProcessingSlots:
             return len(self._waiting.get(tenant, ()))
         return sum(len(q) for q in self._waiting.values())
 
+    def at_once(self, tenant: str, cost: int = 1) -> Grant | None:
+        """A held slot for a request of `tenant` if one is free and nobody waits (`acquire`'s first case), else
+        None (without waiting)."""
+        if self._free > 0 and not self._ring:
+            self._free -= 1
+            return Grant(self, tenant, max(1, cost), held=True)
+        return None
+
     async def acquire(self, tenant: str, cost: int = 1) -> Grant:
         """A held slot for a request of `tenant` costing `cost` units, once deficit round robin grants it."""
+        granted = self.at_once(tenant, cost)
+        if granted is not None:  # nobody waiting: at once
+            return granted
         grant = Grant(self, tenant, max(1, cost))
-        if self._free > 0 and not self._ring:  # nobody waiting: at once
-            self._free -= 1
-            grant.held = True
-            return grant
         grant.future = asyncio.get_running_loop().create_future()
         queue = self._waiting.get(tenant)
         if queue is None:
@@ -145,20 +152,44 @@ _HELD: contextvars.ContextVar[Grant | None] = contextvars.ContextVar("nexus_proc
 """The slot the current request holds (tasks it starts see the same grant)."""
 
 
-@contextlib.asynccontextmanager
-async def processing(slots: ProcessingSlots | None, tenant: str, cost: int = 1) -> AsyncIterator[None]:
+class _Holding:
+    """`processing`'s block holding a slot: acquired on entry, released on exit (a class, not a generator-based
+    context manager: no generator and no wrapper frames per request)."""
+
+    __slots__ = ("_cost", "_grant", "_slots", "_tenant", "_token")
+
+    def __init__(self, slots: ProcessingSlots, tenant: str, cost: int) -> None:
+        self._slots, self._tenant, self._cost = slots, tenant, cost
+
+    async def __aenter__(self) -> None:
+        grant = self._slots.at_once(self._tenant, self._cost) or await self._slots.acquire(self._tenant, self._cost)
+        self._grant = grant
+        self._token = _HELD.set(grant)
+
+    async def __aexit__(self, *exc: object) -> None:
+        _HELD.reset(self._token)
+        self._grant.release()
+
+
+class _AtOnce:
+    """`processing`'s block without slots: nothing held."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+_AT_ONCE = _AtOnce()
+
+
+def processing(slots: ProcessingSlots | None, tenant: str, cost: int = 1) -> AbstractAsyncContextManager[None]:
     """Run the block holding one of `slots` for a request of `tenant` (None or 0 slots: at once, holding none);
     the slot is free again when the block ends, or earlier through `give_back_slot`."""
     if slots is None or slots.slots <= 0:
-        yield
-        return
-    grant = await slots.acquire(tenant, cost)
-    token = _HELD.set(grant)
-    try:
-        yield
-    finally:
-        _HELD.reset(token)
-        grant.release()
+        return _AT_ONCE
+    return _Holding(slots, tenant, cost)
 
 
 def give_back_slot() -> None:

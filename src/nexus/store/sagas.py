@@ -41,6 +41,19 @@ def effect_processes(catalog: ProcessCatalog | None) -> frozenset[str]:
     )
 
 
+_LAST_EFFECTS: list[tuple[ProcessCatalog, frozenset[str]]] = []
+"""`record`'s `effect_processes` of the last catalog it saw (a catalog is immutable; one is in use at a time)."""
+
+
+def _effect_processes_of(catalog: ProcessCatalog) -> frozenset[str]:
+    """`effect_processes(catalog)`, computed once per catalog rather than once per transaction."""
+    if _LAST_EFFECTS and _LAST_EFFECTS[0][0] is catalog:
+        return _LAST_EFFECTS[0][1]
+    found = effect_processes(catalog)
+    _LAST_EFFECTS[:] = [(catalog, found)]
+    return found
+
+
 def effect_services(catalog: ProcessCatalog) -> frozenset[str]:
     """The services the effects of the catalog's processes call."""
     return frozenset(
@@ -110,7 +123,7 @@ async def record(
         return
     sagas: list[tuple[str, str, str, str]] = []
     steps: list[tuple[Any, ...]] = []
-    with_effects = effect_processes(catalog)
+    with_effects = _effect_processes_of(catalog)
     for resolution in resolutions:
         if (resolution.after.process or DEFAULT_PROCESS) not in with_effects:
             continue  # no saga can exist for an order of a process without effects
