@@ -197,3 +197,9 @@ class FoldThreadSettings(BaseSettings):
     fold_thread_switch_ms: float = Field(0.1, ge=0)
     """The interpreter's switch interval while the fold thread is on: about the longest the event loop waits
     for the GIL behind a fold, at each of its awaits. 0: Python's own (5 ms)."""
+    heavy_db_connections: int = Field(1, ge=0)
+    """PostgreSQL connections of the heavy lanes, a pool of their own beside `NEXUS_DB_POOL_SIZE`: at most this
+    many heavy transactions in PostgreSQL at once. 0: the heavy lanes share the main pool."""
+    heavy_backend_nice: int = Field(10, ge=0, le=19)
+    """The OS niceness of the heavy pool's PostgreSQL backends, set as each connects, where the backend is a
+    process of this host the gateway may renice (the embedded server; a remote one is never touched). 0: off."""

@@ -40,6 +40,7 @@ from nexus import metrics
 from nexus.auth.slots import give_back_slot
 from nexus.fold_thread import weight_of
 from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.store.lanes import HEAVY_LANE
 
 
 @dataclasses.dataclass(slots=True)
@@ -132,9 +133,9 @@ class GroupCommitter:
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        lanes = [(f"group-commit-{i}", q) for i, q in enumerate(self._queues)]
-        lanes += [(f"group-commit-heavy-{i}", q) for i, q in enumerate(self._heavy)]
-        self._tasks = [asyncio.create_task(self._work(q), name=name) for name, q in lanes]
+        lanes = [(f"group-commit-{i}", q, False) for i, q in enumerate(self._queues)]
+        lanes += [(f"group-commit-heavy-{i}", q, True) for i, q in enumerate(self._heavy)]
+        self._tasks = [asyncio.create_task(self._work(q, heavy), name=name) for name, q, heavy in lanes]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -187,7 +188,8 @@ class GroupCommitter:
                 results[i] = o
         return [r for r in results if r is not None]
 
-    async def _work(self, queue: _TenantQueues) -> None:
+    async def _work(self, queue: _TenantQueues, heavy: bool = False) -> None:
+        HEAVY_LANE.set(heavy)  # this task's transactions take the heavy pool's connections (nexus.store.lanes)
         loop = asyncio.get_running_loop()
         while True:
             await queue.wait()

@@ -20,3 +20,8 @@ SELECT EXISTS (
 
 -- name: replication
 SELECT application_name, state, sync_state, replay_lag FROM pg_stat_replication ORDER BY application_name;
+
+-- name: backend_process
+-- This connection's backend process and the server's data directory (the heavy lanes' renice,
+-- nexus.store.lanes; reading data_directory needs a superuser or pg_read_all_settings, else it raises).
+SELECT pg_backend_pid() AS pid, current_setting('data_directory') AS data_directory;
