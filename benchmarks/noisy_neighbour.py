@@ -5,8 +5,8 @@ pattern does).
 Usage: ``.venv/bin/python benchmarks/noisy_neighbour.py [--seconds 20] [--patterns waits,batches,...]
 [--json FILE] [--gateway-env NAME=VALUE ...] [--probes]`` (`--gateway-env` sets one of the gateway's settings, to
 compare them; `--probes` adds where C's time goes: the loop's lag, PostgreSQL's backends by state, CPU, see
-nexus_lab.bench.noisy_probes). PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an embedded pgserver. Prints
-a line per phase as it ends, then the table.
+nexus_lab.bench.noisy_probes). PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an
+embedded pgserver. Prints a line per phase as it ends, then the table.
 """
 
 from __future__ import annotations

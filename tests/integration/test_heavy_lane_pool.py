@@ -114,7 +114,9 @@ async def test_at_most_one_heavy_transaction_is_in_postgresql_while_a_light_one_
     assert [o.decision for o in outcomes] == [Decision.APPLY] * 80
 
 
-async def test_the_heavy_lanes_backend_is_reniced_and_the_main_pools_are_not(lanes_db: Database) -> None:
+async def test_the_heavy_lanes_backend_is_reniced_and_the_main_pools_are_not(
+    lanes_db: Database, database_url: str
+) -> None:
     """After a heavy and a light request, exactly one backend (the heavy pool's one connection) runs at
     niceness 7 and the main pool's run as the server started them (the code before it reniced none)."""
     folds = FoldThread(weight=32)
@@ -124,7 +126,11 @@ async def test_the_heavy_lanes_backend_is_reniced_and_the_main_pools_are_not(lan
     try:
         heavy = await committer.submit(_items("nice-heavy-", 40, partition=0, workers=1))
         [light] = await committer.submit(_items("nice-light-", 1, partition=0, workers=1))
-        pids = [row["pid"] for row in await lanes_db.fetch(BACKENDS)]
+        watcher = await asyncpg.connect(database_url)
+        try:
+            pids = [row["pid"] for row in await watcher.fetch(BACKENDS)]
+        finally:
+            await watcher.close()
     finally:
         await committer.stop()
         folds.close()
