@@ -27,7 +27,7 @@ import httpx
 import psutil
 
 SAMPLE_PG = """
-SELECT pid, state, wait_event_type, coalesce(extract(epoch FROM now() - xact_start), 0) AS age
+SELECT pid, state, wait_event_type, wait_event, coalesce(extract(epoch FROM now() - xact_start), 0) AS age
 FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
 """
@@ -60,13 +60,14 @@ class Probes:
         self._tasks: list[asyncio.Task[None]] = []
         self._lags: list[float] = []
         self._counts: dict[str, int] = {}
+        self._events: dict[str, int] = {}
         self._samples = 0
         self._backends: dict[int, float] = {}  # pid -> its CPU when first seen in the phase
         self._start = 0.0
         self._gateway_cpu = 0.0
 
     def begin(self) -> None:
-        self._lags, self._counts, self._samples, self._backends = [], {}, 0, {}
+        self._lags, self._counts, self._events, self._samples, self._backends = [], {}, {}, 0, {}
         self._start, self._gateway_cpu = time.monotonic(), _cpu(self.gateway_pid)
         self._tasks = [asyncio.create_task(self._loop_lag()), asyncio.create_task(self._pg())]
 
@@ -81,6 +82,7 @@ class Probes:
         return {
             "loop": {"p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1), "samples": len(self._lags)},
             "pg": {k: round(self._counts.get(k, 0) / max(1, self._samples), 2) for k in (*CLASSES, "other")},
+            "pg_waits": {k: round(n / max(1, self._samples), 3) for k, n in sorted(self._events.items())},
             "cpu": {
                 "gateway": round((_cpu(self.gateway_pid) - self._gateway_cpu) / seconds, 2),
                 "backends": round(backends / seconds, 2),
@@ -110,6 +112,9 @@ class Probes:
                     kind = classify(row["state"], row["wait_event_type"])
                     if kind is not None:
                         self._counts[kind] = self._counts.get(kind, 0) + 1
+                        if kind not in ("cpu", "in_tx"):  # which lock or I/O it waits for
+                            event = f"{row['wait_event_type']}:{row['wait_event']}"
+                            self._events[event] = self._events.get(event, 0) + 1
                         if float(row["age"]) > 0.05:
                             self._counts["long_tx"] = self._counts.get("long_tx", 0) + 1
                 await asyncio.sleep(0.05)
