@@ -200,6 +200,7 @@ class FoldThreadSettings(BaseSettings):
     heavy_db_connections: int = Field(1, ge=0)
     """PostgreSQL connections of the heavy lanes, a pool of their own beside `NEXUS_DB_POOL_SIZE`: at most this
     many heavy transactions in PostgreSQL at once. 0: the heavy lanes share the main pool."""
-    heavy_backend_nice: int = Field(10, ge=0, le=19)
+    heavy_backend_nice: int = Field(0, ge=0, le=19)
     """The OS niceness of the heavy pool's PostgreSQL backends, set as each connects, where the backend is a
-    process of this host the gateway may renice (the embedded server; a remote one is never touched). 0: off."""
+    process of this host the gateway may renice (the embedded server; a remote one is never touched). 0: off (the
+    default: measured, it did not lower another tenant's p99)."""

@@ -1,17 +1,18 @@
-"""The heavy lanes' PostgreSQL connections: a pool of their own, its backends at a lower OS priority.
+"""The heavy lanes' PostgreSQL connections: a pool of their own, its backends optionally at a lower OS priority.
 
 The group commit's heavy lanes (`nexus.ingress.batcher`: slices of 1,000-envelope batches, 1,000-line steps)
 run their transactions in a task that sets `HEAVY_LANE`; `Database.lane_pool` then hands them connections of
 the heavy pool (`NEXUS_HEAVY_DB_CONNECTIONS` at most: so at most that many heavy transactions are in
 PostgreSQL at once, whatever the number of heavy lanes), and every other transaction the main pool's.
 
-Each backend of the heavy pool is reniced to `NEXUS_HEAVY_BACKEND_NICE` when it connects (`lower_priority`),
-so that on a host short of cores another tenant's light transaction gets a core before a heavy one's backend
-does. Only where the backend is a process of this host that this process may renice: its pid
-(`pg_backend_pid()`) names a process whose working directory is the server's `data_directory` (as every
-PostgreSQL backend's is), and `setpriority` is allowed (the same user: the embedded server, or a local one
-run as the gateway's user). A remote server, one in a container of its own, one of another user, or a role
-that may not read `data_directory`: nothing is changed. Niceness is only ever raised (never a higher priority).
+Each backend of the heavy pool may be reniced to `NEXUS_HEAVY_BACKEND_NICE` when it connects (`lower_priority`;
+0, the default, off), so that on a host short of cores another tenant's light transaction would get a core
+before a heavy one's backend (measured, it did not help: a niced backend descheduled while it holds a lock, or
+the WAL's, makes the light transaction wait for it too). Only where the backend is a process of this host that
+this process may renice: its pid (`pg_backend_pid()`) names a process whose working directory is the server's
+`data_directory` (as every PostgreSQL backend's is), and `setpriority` is allowed (the same user: the embedded
+server, or a local one run as the gateway's user). A remote server, one in a container of its own, one of
+another user, or a role that may not read `data_directory`: nothing is changed. Niceness is only ever raised.
 """
 
 from __future__ import annotations
