@@ -27,9 +27,10 @@ import httpx
 import psutil
 
 SAMPLE_PG = """
-SELECT pid, state, wait_event_type, wait_event, coalesce(extract(epoch FROM now() - xact_start), 0) AS age
-FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+SELECT a.pid, a.state, a.wait_event_type, a.wait_event, coalesce(extract(epoch FROM now() - a.xact_start), 0) AS age,
+       (SELECT l.classid::regclass::text FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted LIMIT 1) AS waits_on
+FROM pg_stat_activity a
+WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'
 """
 CLASSES = ("cpu", "lock", "lwlock", "io", "ipc", "client", "in_tx", "long_tx")
 
@@ -114,6 +115,8 @@ class Probes:
                         self._counts[kind] = self._counts.get(kind, 0) + 1
                         if kind not in ("cpu", "in_tx"):  # which lock or I/O it waits for
                             event = f"{row['wait_event_type']}:{row['wait_event']}"
+                            if row["waits_on"]:  # an object lock's class: pg_database is the notify queue's
+                                event += f"({row['waits_on']})"
                             self._events[event] = self._events.get(event, 0) + 1
                         if float(row["age"]) > 0.05:
                             self._counts["long_tx"] = self._counts.get("long_tx", 0) + 1
