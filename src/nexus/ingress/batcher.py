@@ -24,6 +24,8 @@ a transaction with a heavy one nor wait for a heavy transaction in flight: their
 event loop while the heavy fold runs on the thread. All of one request's slices take the same lane, so its
 items keep their order. Two lanes may hold the same order at once: its advisory lock serializes them (both
 lock in key order, so they never deadlock), and the fold orders its steps by sequence whatever arrives first.
+A heavy lane's transactions take their connections from the heavy pool (`nexus.store.lanes`,
+`NEXUS_HEAVY_DB_CONNECTIONS`): at most that many heavy transactions are open in PostgreSQL at once.
 """
 
 from __future__ import annotations
