@@ -131,7 +131,8 @@ async def middleware_us(url: str, key: str, n: int = 20000) -> dict[str, float]:
 async def prepare(url: str) -> str:
     from nexus.auth.keys import create_key
     from nexus.auth.roles import Role
-    from nexus.gateway import Gateway, Incoming
+    from nexus.core.decide.items import Incoming
+    from nexus.gateway import Gateway
     from nexus.settings import Settings
     from nexus.store.database import Database
 

@@ -121,9 +121,8 @@ def inventory(process: Any, repeat: int) -> dict[str, float]:
 
 def fold(items: int, repeat: int) -> dict[str, dict[str, float]]:
     """The gateway's pure work for the step: its parse, and its fold in a batch of its own (REJECTED)."""
-    from nexus.core.decide.items import IngressKind
+    from nexus.core.decide.items import Incoming, IngressKind
     from nexus.core.decide.plan import BatchReads, Parts, plan_batch
-    from nexus.gateway import Incoming
 
     text = body(items)
     parts = Parts(catalog=builtin_catalog(), default_limits=LIMITS)

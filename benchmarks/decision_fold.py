@@ -40,7 +40,7 @@ def body(order: str, seq: int) -> str:
 
 
 def batches(orders: int, size: int) -> list[list[Any]]:
-    from nexus.gateway import Incoming
+    from nexus.core.decide.items import Incoming
 
     out = []
     for seq in range(1, 6):
@@ -65,11 +65,11 @@ def run_new(work: list[list[Any]], now: dt.datetime) -> float:
 
 def run_old(work: list[list[Any]], now: dt.datetime) -> float:
     from nexus.batch_rows import Writes, plan_writes  # type: ignore[attr-defined]
+    from nexus.core.decide.answers import Outcome
     from nexus.core.decide.log import resolution_entries
     from nexus.core.decide.replan import code_of
     from nexus.core.order_state import OrderState
     from nexus.core.sequencing import resolve
-    from nexus.gateway import Outcome
     from nexus.store import lifecycle
     from nexus_wire.codes import Decision
 

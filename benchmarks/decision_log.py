@@ -15,9 +15,10 @@ import asyncio
 import statistics
 import time
 
+from nexus.core.decide.items import Incoming
 from nexus.core.decide.log import NoDecisionLog
 from nexus.core.envelope import EventEnvelope
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.store.database import Database
 from nexus_lab.bench import admin_postgres, scratch_database
 from nexus_lab.bench.scenarios import STEPS, backend_pids, cpu_seconds, make_plans, split, timed

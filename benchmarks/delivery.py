@@ -30,9 +30,10 @@ from typing import Any
 import asyncpg
 
 from nexus.core import definitions
+from nexus.core.decide.items import Incoming
 from nexus.delivery.signing import generate_secret
 from nexus.delivery.subscriptions import add_subscription
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.processes import shipped
 from nexus.settings import Settings
 from nexus.store.database import Database

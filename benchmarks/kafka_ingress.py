@@ -29,7 +29,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.kafka import KafkaIngress
 from nexus.settings import Settings
 from nexus.store.database import Database

@@ -3,9 +3,10 @@ legal pattern at its limits, beside C's baseline in the same run (nexus_lab.benc
 pattern does).
 
 Usage: ``.venv/bin/python benchmarks/noisy_neighbour.py [--seconds 20] [--patterns waits,batches,...]
-[--json FILE] [--gateway-env NAME=VALUE ...]`` (`--gateway-env` sets one of the gateway's settings, to compare
-them). PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an embedded pgserver. Prints
-a line per phase as it ends, then the table.
+[--json FILE] [--gateway-env NAME=VALUE ...] [--probes]`` (`--gateway-env` sets one of the gateway's settings, to
+compare them; `--probes` adds where C's time goes: the loop's lag, PostgreSQL's backends by state, CPU, see
+nexus_lab.bench.noisy_probes). PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an
+embedded pgserver. Prints a line per phase as it ends, then the table.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from nexus_lab.bench import create_database, drop_database, start_embedded
 from nexus_lab.bench.noisy import PATTERNS, make_keys, run_phases, start_gateway, table
+from nexus_lab.bench.noisy_probes import Probes
 
 
 async def main(args: argparse.Namespace, admin: str) -> None:
@@ -28,7 +30,9 @@ async def main(args: argparse.Namespace, admin: str) -> None:
     a_keys, c_key = await make_keys(url)
     proc, base = start_gateway(url, dict(pair.split("=", 1) for pair in args.gateway_env))
     try:
-        rows = await run_phases(base, a_keys, c_key, args.patterns.split(","), args.seconds)
+        assert proc.proc is not None
+        probes = Probes(base, url, proc.proc.pid) if args.probes else None
+        rows = await run_phases(base, a_keys, c_key, args.patterns.split(","), args.seconds, probes=probes)
     finally:
         proc.stop(15.0)
         await drop_database(admin, name)
@@ -50,6 +54,7 @@ if __name__ == "__main__":
     parser.add_argument(
         "--gateway-env", action="append", default=[], metavar="NAME=VALUE", help="a setting of the gateway (repeatable)"
     )
+    parser.add_argument("--probes", action="store_true", help="where C's time goes (loop lag, backends, CPU)")
     arguments = parser.parse_args()
     admin_url = os.environ.get("NEXUS_DATABASE_URL") or None
     if admin_url is None:

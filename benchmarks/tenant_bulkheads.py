@@ -27,9 +27,10 @@ from typing import Any
 
 from delivery import new_database, plan, start, stop  # benchmarks/ is the script's directory, first on sys.path
 
+from nexus.core.decide.items import Incoming
 from nexus.delivery.signing import generate_secret
 from nexus.delivery.subscriptions import add_subscription
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.tenants import bind
 from nexus.settings import Settings
 from nexus.store.database import Database

@@ -25,8 +25,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from nexus import tracing
+from nexus.core.decide.items import Incoming
 from nexus.core.envelope import EventEnvelope
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.store.database import Database
 from nexus_lab.bench import admin_postgres, scratch_database
 from nexus_lab.bench.scenarios import STEPS, make_plans, split, timed
@@ -77,7 +78,7 @@ async def one(db: Database, ratio: float | None, prefix: str, plans: int, chunk:
 def micro(batches: int = 200, size: int = 200) -> None:
     """The tracing work alone, per event, without the database: what `submit` adds around its transaction
     (batch span with links, one decision span per event), off / 100 % / 1 %."""
-    from nexus.gateway import Outcome
+    from nexus.core.decide.answers import Outcome
     from nexus_wire.codes import Decision
 
     rng = random.Random(1)

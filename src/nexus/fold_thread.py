@@ -9,8 +9,10 @@ hands the GIL to a waiting thread after `sys.getswitchinterval()`), so the loop 
 the fold's slices of time. A native call that holds the GIL (the CEL engine loading a context) is not cut.
 
 A transaction weighing at least `NEXUS_FOLD_THREAD_WEIGHT` (`weight_of` summed over its items: one per item, plus
-one per `ELEMENTS_PER_UNIT` list elements) is folded on the thread; lighter ones (a single step, what one-event
-requests make together) stay inline, so they pay no hand-off. 0: every fold inline (no thread, the switch
+one per `ELEMENTS_PER_UNIT` list elements) is folded on the thread; lighter ones (a single step) stay inline, so
+they pay no hand-off. The group commit has weighed its requests already (`nexus.ingress.batcher`): a transaction
+of its heavy lanes folds on the thread, one of its light lanes (what one-event requests make together) inline,
+without walking the items again (`nexus.store.lanes.HEAVY_LANE`). 0: every fold inline (no thread, the switch
 interval untouched). While the thread is on, the process's switch interval is `NEXUS_FOLD_THREAD_SWITCH_MS`.
 
 Why a thread may fold: `plan_batch` is pure (`core-no-io`): it reads its arguments and builds a new plan; the
@@ -32,6 +34,7 @@ from typing import Any
 
 from nexus.core.decide.items import Incoming
 from nexus.core.decide.plan import BatchPlan, BatchReads, Parts, plan_batch
+from nexus.store.lanes import HEAVY_LANE
 
 ELEMENTS_PER_UNIT = 16
 """An item weighs one unit, plus one per this many elements of the lists in its data (`weight_of`)."""
@@ -105,7 +108,8 @@ class FoldThread:
     async def plan(self, items: Sequence[Incoming], reads: BatchReads, parts: Parts, **kwargs: Any) -> BatchPlan:
         """`plan_batch(items, reads, parts, **kwargs)`: on the worker thread if the items are heavy, else inline."""
         executor = self._executor
-        if executor is None or not heavy(items, self.weight):
+        lane = HEAVY_LANE.get()  # the group commit's lanes are already weighed: their items need no second walk
+        if executor is None or not (heavy(items, self.weight) if lane is None else lane):
             return plan_batch(items, reads, parts, **kwargs)
         # the caller's context goes along (a probe or a span reading a context variable sees the same)
         fold = functools.partial(contextvars.copy_context().run, plan_batch, items, reads, parts, **kwargs)

@@ -49,7 +49,7 @@ from nexus.store.queries import query
 from nexus.store.saga_keys import SagaSecret
 from nexus_wire.codes import Decision
 
-__all__ = ["Gateway", "Incoming", "Outcome", "trace_id_of"]
+__all__ = ["Gateway", "trace_id_of"]
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class Gateway:
         order_ids = sorted({order_key(item.envelope) for item in items if item.envelope is not None})
         now = dt.datetime.now(dt.UTC)  # the clock of deadlines and of the repeat window
         with wrap_db_errors():
-            async with self.db.pool.acquire() as conn, conn.transaction():
+            async with self.db.lane_pool.acquire() as conn, conn.transaction():  # a heavy lane's: its own pool
                 reads = BatchReads()
                 if order_ids:
                     await conn.execute(query("gateway.sql", "lock_orders"), *pairs(order_ids))

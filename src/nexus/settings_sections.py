@@ -197,3 +197,6 @@ class FoldThreadSettings(BaseSettings):
     fold_thread_switch_ms: float = Field(0.1, ge=0)
     """The interpreter's switch interval while the fold thread is on: about the longest the event loop waits
     for the GIL behind a fold, at each of its awaits. 0: Python's own (5 ms)."""
+    heavy_db_connections: int = Field(1, ge=0)
+    """PostgreSQL connections of the heavy lanes, a pool of their own beside `NEXUS_DB_POOL_SIZE`: at most this
+    many heavy transactions in PostgreSQL at once. 0: the heavy lanes share the main pool."""

@@ -6,7 +6,8 @@ import json
 import subprocess
 import sys
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.settings import Settings
 from nexus.store.database import Database
 from tests.conftest import ROOT, settings_env

@@ -30,7 +30,8 @@ from typing import Any
 
 import pytest
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.tenants import bind
 from nexus.processes import register
 from nexus.settings import Settings

@@ -16,12 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from nexus.auth.roles import Principal, Role
+from nexus.core.decide.answers import Outcome
 from nexus.core.decide.approvals import approval_id_for
+from nexus.core.decide.items import Incoming
 from nexus.core.process_compile import compile_definition
 from nexus.core.process_model import ProcessCatalog
 from nexus.core.saga import Action, CallDecision, SagaStatus, StepStatus
 from nexus.errors import NexusError
-from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.gateway import Gateway
 from nexus.lifecycle.approvals import answer, approver_of
 from nexus.processes import builtin_catalog
 from nexus.saga import outcomes

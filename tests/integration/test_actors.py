@@ -17,7 +17,8 @@ import pytest
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.core.audit_chain import Entry, place
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.settings import Settings
 from nexus.store.database import Database
 from tests.conftest import ROOT, api_headers, root_headers, settings_env

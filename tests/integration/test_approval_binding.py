@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.processes import register
 from nexus.settings import Settings
 from nexus.store.database import Database

@@ -20,7 +20,8 @@ from nexus.audit.log import record_entries
 from nexus.audit.signing import parse_signing_key, write_checkpoint
 from nexus.audit.verify import load, read_file, verify
 from nexus.core.audit_chain import Entry
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.queries import query

@@ -9,8 +9,8 @@ import json
 import asyncpg
 import pytest
 
-from nexus.core.decide.items import IngressKind
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming, IngressKind
+from nexus.gateway import Gateway
 from nexus.store.database import Database
 from nexus_wire.codes import Decision
 from tests.factories import step_json

@@ -13,9 +13,10 @@ import pytest
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
+from nexus.core.decide.items import Incoming
 from nexus.delivery.formats import CLOUDEVENTS, render_body
 from nexus.delivery.subscriptions import add_subscription
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.tenants import bind
 from nexus.settings import Settings
 from nexus.store.database import Database

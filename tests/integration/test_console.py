@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from nexus.auth.keys import hash_key
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database

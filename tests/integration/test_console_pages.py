@@ -10,7 +10,8 @@ import re
 import httpx
 
 from nexus.auth.roles import Principal, Role
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.lifecycle.approvals import answer, approver_of
 from nexus.processes import register
 from nexus.store.database import Database

@@ -15,8 +15,9 @@ import pytest
 
 from nexus.audit.signing import write_checkpoint
 from nexus.core.audit_chain import chain_hash
+from nexus.core.decide.items import Incoming
 from nexus.errors import PermanentDatabaseError
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.settings import Settings
 from nexus.store.database import Database
 from tests.conftest import ROOT, settings_env

@@ -18,10 +18,11 @@ from typing import Any
 import httpx
 import pytest
 
+from nexus.core.decide.items import Incoming
 from nexus.delivery.dispatcher import OutboxDispatcher
 from nexus.delivery.signing import generate_secret
 from nexus.delivery.subscriptions import Subscription, accounting, add_subscription
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.delivery_api import router
 from nexus.ingress.http import create_app
 from nexus.settings import Settings

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import re
 
+from nexus.core.decide.items import Incoming
 from nexus.delivery.subscriptions import add_subscription
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.tenants import bind
 from nexus.settings import Settings
 from nexus.store.database import Database

@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
+from nexus.core.decide.items import Incoming
 from nexus.delivery.dispatcher import OutboxDispatcher
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.sink import start_sink

@@ -14,10 +14,11 @@ import pytest
 
 from nexus import app
 from nexus.core.decide.answers import Outcome
+from nexus.core.decide.items import Incoming
 from nexus.core.decide.validation import StepChecks
 from nexus.core.process_model import CompiledProcess, Verdict
 from nexus.fold_thread import FoldThread
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
 from nexus.settings import Settings
 from nexus.store.database import Database
@@ -169,3 +170,20 @@ async def test_a_light_request_is_answered_while_a_heavy_request_of_the_group_co
     assert light.decision is Decision.APPLY
     assert not heavy_done_first
     assert [o.decision for o in outcomes] == [Decision.APPLY] * 40
+
+
+async def test_one_event_requests_pooled_in_a_light_lane_fold_inline_however_many(db: Database) -> None:
+    """Forty one-item requests pooled by the group commit make one light-lane transaction of 40 items: the lane
+    has weighed them, so it folds on the loop's thread (weighed again by item count it went to the fold thread)."""
+    checks = SpinningChecks()
+    folds = FoldThread(weight=32)
+    folds.start()
+    committer = GroupCommitter(Gateway(db, checks=checks, folds=folds), workers=1, heavy_weight=32)
+    committer.start()
+    try:
+        outcomes = await asyncio.gather(*(committer.submit([item]) for item in _items("pooled-", 40)))
+    finally:
+        await committer.stop()
+        folds.close()
+    assert [o.decision for [o] in outcomes] == [Decision.APPLY] * 40
+    assert {checks.threads[f"pooled-{i}"] for i in range(40)} == {threading.main_thread().name}

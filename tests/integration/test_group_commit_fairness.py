@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from nexus.core.decide.items import IngressKind
-from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.core.decide.answers import Outcome
+from nexus.core.decide.items import Incoming, IngressKind
+from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
 from nexus.store.database import Database
 from nexus_wire.codes import Decision

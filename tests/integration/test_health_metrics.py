@@ -12,8 +12,9 @@ from collections.abc import AsyncIterator
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from nexus.core.decide.items import Incoming
 from nexus.delivery.subscriptions import add_subscription
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database

@@ -9,9 +9,10 @@ import re
 import pytest
 
 from nexus import metrics
+from nexus.core.decide.items import Incoming
 from nexus.delivery.dispatcher import OutboxDispatcher
 from nexus.delivery.subscriptions import disable_subscription
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.sink import start_sink

@@ -23,8 +23,9 @@ from aiokafka.errors import KafkaError
 
 from nexus import metrics
 from nexus.app import sweep_buffer
-from nexus.core.decide.items import IngressKind
-from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.core.decide.answers import Outcome
+from nexus.core.decide.items import Incoming, IngressKind
+from nexus.gateway import Gateway
 from nexus.ingress.kafka_lanes import Lane
 from nexus.kafka_io import read_topic
 from nexus.settings import Settings

@@ -8,7 +8,7 @@ import contextlib
 import datetime as dt
 from typing import Any
 
-from nexus.gateway import Incoming
+from nexus.core.decide.items import Incoming
 from nexus.store.database import Database
 from nexus_lab.saga_checker import check_sagas_live
 from nexus_lab.services import RunningServices

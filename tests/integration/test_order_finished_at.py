@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.store.database import Database
 from tests.factories import abort_json, plan_json, step_json
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.store.database import Database
 from tests.factories import step_json
 

@@ -12,8 +12,9 @@ import pytest
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
+from nexus.core.decide.items import Incoming
 from nexus.delivery.subscriptions import add_subscription
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.http import create_app
 from nexus.ingress.tenants import bind
 from nexus.settings import Settings

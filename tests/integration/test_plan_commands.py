@@ -14,7 +14,8 @@ import pytest
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
 from nexus.core import wording
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.http import create_app
 from nexus.processes import builtin_catalog
 from nexus.retention.remover import RetentionRemover

@@ -111,7 +111,8 @@ async def test_history_lists_every_decision_with_its_notification(start_gateway)
 @pytest.mark.processes
 async def test_orders_show_prints_the_timeline(settings: Settings, db: Database) -> None:
     """`nexus orders show ID` prints the order and one line per decision, and --json the history items."""
-    from nexus.gateway import Gateway, Incoming
+    from nexus.core.decide.items import Incoming
+    from nexus.gateway import Gateway
 
     order = "o-show"
     await Gateway(db).submit(

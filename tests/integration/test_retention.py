@@ -13,7 +13,8 @@ import pytest
 
 from nexus.audit.archive import load_trimmed, verify_trimmed
 from nexus.audit.signing import parse_signing_key, write_checkpoint
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.processes import builtin_catalog
 from nexus.retention.remover import REMOVED_TABLES, RetentionRemover
 from nexus.settings import Settings

@@ -7,7 +7,8 @@ import asyncio
 import json
 from typing import Any
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.processes import builtin_catalog
 from nexus.retention.remover import RetentionRemover
 from nexus.settings import Settings

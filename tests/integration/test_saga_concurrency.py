@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from nexus.audit.verify import load, verify
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.processes import builtin_catalog
 from nexus.saga.executor import SagaExecutor
 from nexus.store.database import Database

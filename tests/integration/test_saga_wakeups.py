@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.processes import builtin_catalog
 from nexus.saga.executor import SagaExecutor
 from nexus.store.database import Database

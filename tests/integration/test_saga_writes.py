@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from nexus.core.decide.items import EffectOutcome, EffectResult
+from nexus.core.decide.items import EffectOutcome, EffectResult, Incoming
 from nexus.core.decide.saga_abort import SagaTurn
 from nexus.core.saga import Action, SagaStatus, StepStatus, call_mark
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.saga.recording import Call, SagaRecorder
 from nexus.settings import Settings
 from nexus.store import sagas as saga_records

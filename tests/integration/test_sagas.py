@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from nexus import metrics
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.http import refresh_db_gauges
 from nexus.processes import builtin_catalog
 from nexus.saga.executor import SagaExecutor

@@ -17,7 +17,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres

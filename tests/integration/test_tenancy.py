@@ -9,7 +9,8 @@ import pytest
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.ingress.http import create_app
 from nexus.ingress.tenants import bind_or_dead_letter
 from nexus.store.database import Database

@@ -28,7 +28,6 @@ RE_EXPORTS = {
     "nexus_client": "the SDK's documented import surface (README: `from nexus_client import ... EventEnvelope`)",
     "nexus_client.kafka": "the SDK's Kafka producer, its documented module, over the shared nexus_wire.kafka",
     "nexus_wire.kafka": "the shared package's Kafka module, its documented surface (its security settings)",
-    "nexus.gateway": "Incoming and Outcome: ingress/batcher.py imports them from here and is changed elsewhere",
 }
 
 

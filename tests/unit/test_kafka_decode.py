@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nexus.gateway import Incoming
+from nexus.core.decide.items import Incoming
 from nexus.ingress.kafka_decode import decode_record
 from nexus.ingress.tenants import bind_or_dead_letter
 

@@ -24,6 +24,8 @@ a transaction with a heavy one nor wait for a heavy transaction in flight: their
 event loop while the heavy fold runs on the thread. All of one request's slices take the same lane, so its
 items keep their order. Two lanes may hold the same order at once: its advisory lock serializes them (both
 lock in key order, so they never deadlock), and the fold orders its steps by sequence whatever arrives first.
+A heavy lane's transactions take their connections from the heavy pool (`nexus.store.lanes`,
+`NEXUS_HEAVY_DB_CONNECTIONS`): at most that many heavy transactions are open in PostgreSQL at once.
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ from collections.abc import Sequence
 
 from nexus import metrics
 from nexus.auth.slots import give_back_slot
+from nexus.core.decide.answers import Outcome
+from nexus.core.decide.items import Incoming
 from nexus.fold_thread import weight_of
-from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.gateway import Gateway
+from nexus.store.lanes import HEAVY_LANE
 
 
 @dataclasses.dataclass(slots=True)
@@ -132,9 +137,9 @@ class GroupCommitter:
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        lanes = [(f"group-commit-{i}", q) for i, q in enumerate(self._queues)]
-        lanes += [(f"group-commit-heavy-{i}", q) for i, q in enumerate(self._heavy)]
-        self._tasks = [asyncio.create_task(self._work(q), name=name) for name, q in lanes]
+        lanes = [(f"group-commit-{i}", q, False) for i, q in enumerate(self._queues)]
+        lanes += [(f"group-commit-heavy-{i}", q, True) for i, q in enumerate(self._heavy)]
+        self._tasks = [asyncio.create_task(self._work(q, heavy), name=name) for name, q, heavy in lanes]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -187,7 +192,8 @@ class GroupCommitter:
                 results[i] = o
         return [r for r in results if r is not None]
 
-    async def _work(self, queue: _TenantQueues) -> None:
+    async def _work(self, queue: _TenantQueues, heavy: bool = False) -> None:
+        HEAVY_LANE.set(heavy)  # this task's transactions take the heavy pool's connections (nexus.store.lanes)
         loop = asyncio.get_running_loop()
         while True:
             await queue.wait()

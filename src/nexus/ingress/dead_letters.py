@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from nexus.auth.roles import Principal
-from nexus.core.decide.items import IngressKind
+from nexus.core.decide.answers import Outcome
+from nexus.core.decide.items import Incoming, IngressKind
 from nexus.errors import AlreadyRedrivenError, NotFoundError
-from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.gateway import Gateway
 from nexus.ingress import tenants
 from nexus.store.database import Database
 from nexus.store.queries import query

@@ -16,9 +16,9 @@ from typing import Any
 from fastapi import Request
 
 from nexus.core import strict_json, wording
+from nexus.core.decide.items import Incoming
 from nexus.core.strict_json import InputLimits
 from nexus.errors import ErrorCode, InvalidEventError
-from nexus.gateway import Incoming
 from nexus.settings import Settings
 
 

@@ -29,9 +29,9 @@ from nexus.auth.ratelimit import retry_after_header
 from nexus.auth.roles import ALL_TENANTS, Principal, required_roles
 from nexus.auth.slots import cost_of, processing
 from nexus.core import wording
+from nexus.core.decide.answers import Outcome
 from nexus.error_shape import error_body, request_id_for, reset_request_id, use_request_id
 from nexus.errors import ErrorCode, NexusError, QuotaExceededError
-from nexus.gateway import Outcome
 from nexus.ingress import http_errors, tenants
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import Disconnected, Refusal, media_type_refusal, parse, receive_body

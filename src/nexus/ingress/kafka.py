@@ -50,9 +50,10 @@ from aiokafka.errors import IllegalStateError, KafkaError
 from nexus import metrics, tracing
 from nexus.auth import quotas
 from nexus.core.actors import kafka_actor
-from nexus.core.decide.items import IngressKind
+from nexus.core.decide.answers import Outcome
+from nexus.core.decide.items import Incoming, IngressKind
 from nexus.errors import QuotaExceededError, TransientDatabaseError
-from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.gateway import Gateway
 from nexus.ingress.kafka_commits import OffsetCommits
 from nexus.ingress.kafka_decode import decode_record
 from nexus.ingress.kafka_dlq import dead_letter

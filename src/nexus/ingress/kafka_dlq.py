@@ -10,8 +10,9 @@ from typing import Any
 from aiokafka.errors import KafkaError
 
 from nexus import metrics
+from nexus.core.decide.answers import Outcome
+from nexus.core.decide.items import Incoming
 from nexus.errors import ErrorCode
-from nexus.gateway import Incoming, Outcome
 from nexus.ingress.kafka_lanes import retry_policy
 from nexus.retrying import Retrying
 from nexus.settings import Settings

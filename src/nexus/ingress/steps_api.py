@@ -28,6 +28,8 @@ from nexus import metrics
 from nexus.auth import quotas
 from nexus.auth.roles import Principal, Role, read_tenant
 from nexus.core import wording
+from nexus.core.decide.answers import Outcome
+from nexus.core.decide.items import Incoming
 from nexus.core.decide.plan_end import PlanEnd
 from nexus.core.decide.plan_start import PlanStart
 from nexus.core.definitions import DEFAULT_PROCESS
@@ -35,7 +37,7 @@ from nexus.core.envelope import parse_envelope
 from nexus.core.numbering import Proposal, data_digest, event_id_for
 from nexus.error_shape import error_body, error_response
 from nexus.errors import ErrorCode, InvalidEventError, NexusError
-from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.gateway import Gateway
 from nexus.ingress.fast_events import single_status
 from nexus.store.database import Database
 from nexus.store.queries import query

@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 
 from nexus.core import wording
+from nexus.core.decide.items import Incoming
 from nexus.errors import ErrorCode, InvalidEventError
-from nexus.gateway import Incoming
 
 
 def bind(

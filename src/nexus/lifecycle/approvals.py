@@ -28,11 +28,13 @@ from typing import Any
 
 from nexus.auth.roles import Principal, Role
 from nexus.core.actors import SYSTEM_EXPIRY
+from nexus.core.decide.answers import Outcome
 from nexus.core.decide.approvals import ApprovalBinding, ApprovalStatus, binding_mismatch
+from nexus.core.decide.items import Incoming
 from nexus.core.envelope import parse_envelope
 from nexus.core.process_model import Verdict
 from nexus.errors import ApprovalMismatchError, ApprovalNotPendingError, ErrorCode, NotFoundError
-from nexus.gateway import Gateway, Incoming, Outcome
+from nexus.gateway import Gateway
 from nexus.store.database import Database
 from nexus.store.lifecycle import ApprovalDecision
 from nexus.store.queries import query

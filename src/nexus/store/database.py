@@ -12,6 +12,7 @@ from nexus.settings import Settings
 from nexus.store import saga_keys
 from nexus.store.embedded import EmbeddedPostgres
 from nexus.store.errors import wrap_db_errors
+from nexus.store.lanes import HEAVY_LANE
 from nexus.store.migrate import apply_migrations
 from nexus.store.queries import query
 
@@ -39,6 +40,7 @@ class Database:
         self.embedded: EmbeddedPostgres | None = None
         self.url = settings.database_url
         self._pool: asyncpg.Pool | None = None
+        self._heavy_pool: asyncpg.Pool | None = None
 
     def resolve_url(self) -> str:
         """The server URL, starting the embedded server first if no URL was given."""
@@ -75,7 +77,24 @@ class Database:
                 max_inactive_connection_lifetime=60,
                 reset=keep_session,
             )
+            self._heavy_pool = await self._open_heavy_pool(url)
         return self
+
+    async def _open_heavy_pool(self, url: str) -> asyncpg.Pool | None:
+        """The heavy lanes' pool (`nexus.store.lanes`), if there are heavy lanes and it is asked for; it
+        connects only when a heavy transaction first needs it."""
+        size = self.settings.heavy_db_connections
+        if self.settings.fold_thread_weight <= 0 or size <= 0:
+            return None
+
+        return await asyncpg.create_pool(
+            url,
+            min_size=0,
+            max_size=size,
+            command_timeout=30,
+            max_inactive_connection_lifetime=60,
+            reset=keep_session,
+        )
 
     async def not_ready(self) -> str | None:
         """Why this database cannot take commits now (None: it can): unreachable, or its synchronous standby
@@ -92,7 +111,18 @@ class Database:
             raise RuntimeError("Database.open() first")
         return self._pool
 
+    @property
+    def lane_pool(self) -> asyncpg.Pool:
+        """The pool of the transaction lane this task runs in: the heavy pool in a heavy lane (if there is
+        one), else the main pool."""
+        if self._heavy_pool is not None and HEAVY_LANE.get():
+            return self._heavy_pool
+        return self.pool
+
     async def close(self) -> None:
+        if self._heavy_pool is not None:
+            await self._heavy_pool.close()
+            self._heavy_pool = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -102,8 +132,9 @@ class Database:
 
     async def expire_connections(self) -> None:
         """After an outage pooled connections may be half-dead: have the pool replace them all."""
-        if self._pool is not None:
-            await self._pool.expire_connections()
+        for pool in (self._pool, self._heavy_pool):
+            if pool is not None:
+                await pool.expire_connections()
 
     async def fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
         try:

@@ -20,7 +20,8 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.bench.cpu import ProducerProcess, postmaster_pid, tree_cpu_seconds

@@ -51,6 +51,7 @@ from nexus.core import definitions
 from nexus.processes import shipped
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus_lab.bench.noisy_probes import Probes
 from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_http
 
 PATTERNS = ("waits", "batches", "plans", "rejected", "sockets")
@@ -73,6 +74,7 @@ class Sample:
     """C's requests over one phase: latencies in seconds and the refusals, by status."""
 
     latencies: list[float] = dataclasses.field(default_factory=list)
+    by_kind: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     refusals: dict[str, int] = dataclasses.field(default_factory=dict)
     in_flight: int = 0
     idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
@@ -82,7 +84,15 @@ class Sample:
         q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0] if lat else 0.0] * 99
         return {"phase": phase, "requests": len(lat) + sum(self.refusals.values()),
                 "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1),
-                "refused": sum(self.refusals.values()), "refusals": dict(self.refusals)}  # fmt: skip
+                "refused": sum(self.refusals.values()), "refusals": dict(self.refusals),
+                "by_kind": {kind: _quantiles(lats) for kind, lats in sorted(self.by_kind.items())}}  # fmt: skip
+
+
+def _quantiles(latencies: list[float]) -> dict[str, float]:
+    """p50 and p99 (ms) of one kind of C's requests."""
+    lat = sorted(latencies)
+    q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0] if lat else 0.0] * 99
+    return {"n": len(lat), "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1)}
 
 
 class TenantC:
@@ -111,7 +121,10 @@ class TenantC:
             code = f"{answer.status_code} {answer.json().get('code', '') if answer.content else ''}".strip()
             sample.refusals[code] = sample.refusals.get(code, 0) + 1
             return
-        sample.latencies.append(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        sample.latencies.append(elapsed)
+        kind = "read" if method == "GET" else "step" if path.endswith("/steps") else "plan"
+        sample.by_kind.setdefault(kind, []).append(elapsed)
 
     async def ended(self, sample: Sample) -> None:
         """Once every request `sample` counts has been answered (or 60 s)."""
@@ -328,10 +341,10 @@ async def _ended(child: asyncio.subprocess.Process) -> int | None:
 
 async def run_phases(
     base: str, a_keys: Sequence[str], c_key: str, patterns: Sequence[str], seconds: float,
-    progress: Any = print,
+    progress: Any = print, probes: Probes | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """C's load through a baseline phase and one phase per A pattern (A from a child process each);
-    a row per phase."""
+    a row per phase (with `probes`, each row has their figures too: `nexus_lab.bench.noisy_probes`)."""
     c = TenantC(base, c_key)
     agents = [asyncio.create_task(c.agent()) for _ in range(2)]
     keys_file = Path(tempfile.mkdtemp(prefix="nexus-noisy-")) / "keys.json"
@@ -345,12 +358,17 @@ async def run_phases(
         for phase in ("baseline", *patterns):
             child = None if phase == "baseline" else await _pattern(base, keys_file, phase, seconds)
             sample = c.sample = Sample()
+            if probes is not None:
+                probes.begin()
             await asyncio.sleep(seconds)
             c.sample = Sample()  # requests between phases are not counted
+            probed = {} if probes is None else await probes.end()
             decided = None if child is None else await _ended(child)
             await c.ended(sample)  # a request slow at the phase's end counts in its phase
             rows.append(
-                sample.row(phase) | ({} if decided is None else {"a_envelopes_per_s": round(decided / seconds)})
+                sample.row(phase)
+                | ({} if decided is None else {"a_envelopes_per_s": round(decided / seconds)})
+                | probed
             )
             progress(f"noisy: {phase}: {rows[-1]}")
             await asyncio.sleep(1.0)  # the pattern's sockets close before the next phase

@@ -34,7 +34,8 @@ from typing import Any
 
 import httpx
 
-from nexus.gateway import Gateway, Incoming
+from nexus.core.decide.items import Incoming
+from nexus.gateway import Gateway
 from nexus.processes import builtin_catalog
 from nexus.settings import Settings
 from nexus.store.database import Database

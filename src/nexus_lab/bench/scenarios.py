@@ -21,9 +21,10 @@ from typing import Any
 import asyncpg
 
 from nexus.core import definitions
+from nexus.core.decide.items import Incoming
 from nexus.core.decide.validation import NoChecks
 from nexus.core.envelope import EventEnvelope
-from nexus.gateway import Gateway, Incoming
+from nexus.gateway import Gateway
 from nexus.processes import shipped
 from nexus.store.database import Database
 from nexus_lab.procs import NEXUS_CMD, wait_http
