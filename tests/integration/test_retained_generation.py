@@ -48,7 +48,7 @@ async def test_a_generated_order_has_the_rows_of_a_real_one(db: Database, settin
     real_rows = await rows_of(db, real) | {"log": await log_rows(db, real)}
     assert await rows_of(db, "ret-7") | {"log": await log_rows(db, "ret-7")} == real_rows
     assert real_rows["outbox"] == real_rows["deliveries"] == real_rows["log"] == 5
-    assert await db.fetchval("SELECT sum(used) FROM tenant_usage WHERE quota = 'live_orders'") == usage
+    assert await db.fetchval("SELECT coalesce(sum(used), 0) FROM tenant_usage WHERE quota = 'live_orders'") == usage
     outcomes = await submit(Gateway(db), [step_json("ret-3", "ret-3-plan", 3)])
     assert outcomes[0].decision.value == "DUPLICATE"  # the generated order answers as a finished one
     remover = RetentionRemover(db, settings.replace(retention_s=86400, retention_batch=200), builtin_catalog())
