@@ -4,10 +4,11 @@ requests; light transactions fold inline; `serve` lowers the switch interval and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
 import pytest
@@ -153,20 +154,28 @@ async def test_serve_lowers_the_switch_interval_while_it_runs_and_restores_it(
     assert sys.getswitchinterval() == pytest.approx(before)
 
 
-async def test_a_light_request_is_answered_while_a_heavy_request_of_the_group_commit_is_folded(db: Database) -> None:
-    """Through the group commit (one worker per lane): a 40-item request goes to the heavy lane and spins on the
-    fold thread; a one-item request queued after it is decided in the light lane and answered first (in one lane
-    it waited for the heavy transaction to end)."""
-    checks = SpinningChecks()
+@contextlib.asynccontextmanager
+async def _group_commit(db: Database, checks: SpinningChecks) -> AsyncIterator[GroupCommitter]:
+    """A started group commit (one worker per lane, heavy lanes from weight 32) over a gateway with a started fold
+    thread; both stopped on leaving."""
     folds = FoldThread(weight=32)
     folds.start()
     committer = GroupCommitter(Gateway(db, checks=checks, folds=folds), workers=1, heavy_weight=32)
     committer.start()
     try:
-        light, heavy_done_first, outcomes = await _light_while_heavy_spins(checks, committer.submit, "lane-")
+        yield committer
     finally:
         await committer.stop()
         folds.close()
+
+
+async def test_a_light_request_is_answered_while_a_heavy_request_of_the_group_commit_is_folded(db: Database) -> None:
+    """Through the group commit (one worker per lane): a 40-item request goes to the heavy lane and spins on the
+    fold thread; a one-item request queued after it is decided in the light lane and answered first (in one lane
+    it waited for the heavy transaction to end)."""
+    checks = SpinningChecks()
+    async with _group_commit(db, checks) as committer:
+        light, heavy_done_first, outcomes = await _light_while_heavy_spins(checks, committer.submit, "lane-")
     assert light.decision is Decision.APPLY
     assert not heavy_done_first
     assert [o.decision for o in outcomes] == [Decision.APPLY] * 40
@@ -176,14 +185,7 @@ async def test_one_event_requests_pooled_in_a_light_lane_fold_inline_however_man
     """Forty one-item requests pooled by the group commit make one light-lane transaction of 40 items: the lane
     has weighed them, so it folds on the loop's thread (weighed again by item count it went to the fold thread)."""
     checks = SpinningChecks()
-    folds = FoldThread(weight=32)
-    folds.start()
-    committer = GroupCommitter(Gateway(db, checks=checks, folds=folds), workers=1, heavy_weight=32)
-    committer.start()
-    try:
+    async with _group_commit(db, checks) as committer:
         outcomes = await asyncio.gather(*(committer.submit([item]) for item in _items("pooled-", 40)))
-    finally:
-        await committer.stop()
-        folds.close()
     assert [o.decision for [o] in outcomes] == [Decision.APPLY] * 40
     assert {checks.threads[f"pooled-{i}"] for i in range(40)} == {threading.main_thread().name}
