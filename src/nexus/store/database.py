@@ -120,12 +120,10 @@ class Database:
         return self.pool
 
     async def close(self) -> None:
-        if self._heavy_pool is not None:
-            await self._heavy_pool.close()
-            self._heavy_pool = None
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        pools, self._heavy_pool, self._pool = (self._heavy_pool, self._pool), None, None
+        for pool in pools:
+            if pool is not None:
+                await pool.close()
         if self.embedded is not None:
             self.embedded.close()
             self.embedded = None
