@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import uvicorn
 
 from nexus.auth.keys import create_key
@@ -160,13 +161,28 @@ def _ready(proc: Proc | None) -> None:
         raise RuntimeError(f"{proc.name} exited early:\n{proc.tail()}")
 
 
+def _serves(proc: Proc | None, url: str) -> bool:
+    """Whether `url`'s port is listened on by `proc` or one of its children (True without a process): a port
+    `free_port` handed out may be taken by another test worker's server, which would answer in its place."""
+    if proc is None or proc.proc is None:
+        return True
+    port = httpx.URL(url).port
+    with contextlib.suppress(psutil.Error):
+        root = psutil.Process(proc.proc.pid)
+        for member in (root, *root.children(recursive=True)):
+            with contextlib.suppress(psutil.Error):
+                if any(c.status == psutil.CONN_LISTEN and c.laddr.port == port for c in member.net_connections("tcp")):
+                    return True
+    return False
+
+
 def wait_http(url: str, timeout: float = 30.0, proc: Proc | None = None) -> None:
-    """Block until `url` answers below 500; fail at once if `proc` exits first."""
+    """Block until `url` answers below 500 from `proc`; fail at once if `proc` exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _ready(proc)
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1.0).status_code < 500:
+            if httpx.get(url, timeout=1.0).status_code < 500 and _serves(proc, url):
                 return
         time.sleep(0.1)
     raise TimeoutError(f"{url} did not answer in {timeout:g}s" + (f"\n{proc.tail()}" if proc else ""))
@@ -184,7 +200,7 @@ async def wait_ready(proc: Proc, url: str | None, timeout_s: float = 60.0) -> No
                     return
             else:
                 with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(url)).status_code < 500:
+                    if (await client.get(url)).status_code < 500 and _serves(proc, url):
                         return
             await asyncio.sleep(0.1)
     raise TimeoutError(f"{proc.name} not ready within {timeout_s:g}s:\n{proc.tail()}")
