@@ -55,7 +55,7 @@ def test_wrk_suite_reports_rate_cpu_and_the_floor(tmp_path: Path) -> None:
 
 
 def test_wrk_keeps_each_orders_steps_in_order_through_the_rate_limit(tmp_path: Path) -> None:
-    """Under the key's rate limit (set low here; the bench turns it off by default), a 429 leaves wrk's
+    """Under the tenant's rate limit (set low here; the bench turns it off by default), a 429 leaves wrk's
     connection on the same step, sent again after Retry-After: every answer that is not a refusal is an
     applied step. (Advancing past a 429 sent the order's next step ahead of a gap: BUFFERed, never applied.)"""
     out = tmp_path / "wrk.json"
@@ -72,11 +72,13 @@ def test_wrk_keeps_each_orders_steps_in_order_through_the_rate_limit(tmp_path: P
         str(out),
         "--plot",
         "",
-        env={"NEXUS_RATE_LIMIT_AGENT": "5"},
+        env={"NEXUS_RATE_LIMIT_TENANT": "1"},
     )
     assert done.returncode == 0, done.stdout + done.stderr
     [row] = json.loads(out.read_text())["results"]
-    assert row["errors"] > 0  # the limit was reached: 5 tokens, then 5 per second (20 in all), for 4 connections
+    # One token, then one a second, for the bench's key whatever its roles (a per-role limit was not enough: the
+    # bench's key holds several roles, whose highest limit applies, and a loaded machine stayed under it).
+    assert row["errors"] > 0
     assert row["events"] - row["errors"] <= row["applied"] <= row["events"] - row["errors"] + 4
 
 
