@@ -43,7 +43,11 @@ async def test_a_fresh_embedded_server_runs_with_the_wal_settings_and_stays_dura
 ) -> None:
     """A newly initialised embedded server shows every WAL setting, and fsync, synchronous commits and full pages on."""
     url = embedded.start()
-    assert await shown(url, list(WAL_SETTINGS)) == WAL_SETTINGS
+
+    async def configured() -> bool:
+        return await shown(url, list(WAL_SETTINGS)) == WAL_SETTINGS
+
+    await wait_until(configured, 10, f"SHOW to say {WAL_SETTINGS} (the start's reload is asynchronous)")
     assert await shown(url, list(DURABLE)) == DURABLE
 
 
