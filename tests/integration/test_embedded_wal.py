@@ -3,6 +3,7 @@ segment zero-filled inside a commit) and keeps PostgreSQL's durability: every co
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from nexus.store.embedded import WAL_SETTINGS, EmbeddedPostgres
+from nexus.store.embedded import WAL_SETTINGS, EmbeddedPostgres, configure_wal
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.processes, pytest.mark.timeout(120)]
@@ -67,3 +68,11 @@ async def test_a_start_gives_back_a_wal_setting_the_server_lost(embedded: Embedd
     await wait_until(lambda: compression(url, "off"), 10, "the reset to take effect (a reload is asynchronous)")
     joined = EmbeddedPostgres(embedded.pgdata.parent, cleanup_mode=None).start()
     await wait_until(lambda: compression(joined, "pglz"), 10, "the joining start to set it again")
+
+
+def test_settings_that_cannot_be_applied_are_logged_and_the_start_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    """A server psql cannot reach leaves a WARNING naming the error, and `configure_wal` returns."""
+    with caplog.at_level(logging.WARNING, logger="nexus.store.embedded"):
+        configure_wal("postgresql:///nexus?host=/nonexistent-socket-dir")
+    [record] = [r for r in caplog.records if getattr(r, "action", None) == "embedded_pg_wal_settings"]
+    assert "nonexistent-socket-dir" in record.error  # type: ignore[attr-defined]

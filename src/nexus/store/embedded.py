@@ -105,18 +105,23 @@ class EmbeddedPostgres:
 
 
 def configure_wal(url: str) -> None:
-    """Give the server at `url` the `WAL_SETTINGS` that it does not have yet (each takes effect on reload)."""
+    """Give the server at `url` the `WAL_SETTINGS` that it does not have yet (each takes effect on reload).
+
+    A failure is logged, not raised: the server works without them, only slower under heavy writers."""
     from pgserver._commands import POSTGRES_BIN_PATH
 
     psql = [str(POSTGRES_BIN_PATH / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-o", "/dev/null"]
-    subprocess.run(  # noqa: S603 - pgserver's own psql, our own script
-        [*psql, "-v", f"wanted={json.dumps(WAL_SETTINGS)}", "-d", url],
-        input=query("embedded.sql", "configure_wal"),
-        text=True,
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
+    try:
+        subprocess.run(  # noqa: S603 - pgserver's own psql, our own script
+            [*psql, "-v", f"wanted={json.dumps(WAL_SETTINGS)}", "-d", url],
+            input=query("embedded.sql", "configure_wal"), text=True, check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        stderr = getattr(exc, "stderr", None) or ""
+        log.warning(
+            "embedded postgres WAL settings not applied",
+            extra={"action": "embedded_pg_wal_settings", "error": f"{exc} {stderr}".strip()},
+        )
 
 
 def forget_dead_users(pgdata: Path) -> list[int]:
