@@ -130,8 +130,9 @@ class PostgresForTests:
         self._tmp = tempfile.mkdtemp(prefix="nexus-test-pg-")
         self.embedded = EmbeddedPostgres(Path(self._tmp), cleanup_mode="delete")
         # Nothing written to disk waits for it: this server's data dies with the session (the product's
-        # embedded server keeps PostgreSQL's defaults). A clean stop (`stop_server`, as the outage tests do)
-        # still writes everything, so no test that restarts the server loses a commit.
+        # embedded server keeps PostgreSQL's durability; tests/integration/test_embedded_wal.py). A clean stop
+        # (`stop_server`, as the outage tests do) still writes everything, so no test that restarts the server
+        # loses a commit.
         self.admin_url = self.embedded.start()
         asyncio.run(durability_off(self.admin_url))
 

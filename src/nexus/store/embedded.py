@@ -8,18 +8,40 @@ A user that died without leaving (SIGKILL, OOM) stays on that list, and the serv
 would never be stopped: the next process would join it, count the dead user as still there, and leave
 it running at its own clean stop. So before joining, users that no longer exist are struck off (under
 pgserver's lock): whoever adopts a server left by a crash owns it, and stops it when it stops.
+
+The server writes its WAL with `WAL_SETTINGS` (set at each start with ALTER SYSTEM where they differ, then a
+reload; docs/deploy.md says why and what to set on a PostgreSQL of your own). Durability is PostgreSQL's
+default: every commit is flushed before it is acknowledged, and full-page writes stay on.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from nexus.store.queries import query
+
 log = logging.getLogger(__name__)
+
+# How the embedded server writes its WAL (issue 34: a tenant's 1,000-envelope batches fill ~2 KB of WAL per
+# new order, and every other tenant's commit waits for that WAL's flush). None of them trades durability.
+WAL_SETTINGS: dict[str, str] = {
+    # a new 16 MB segment is not zero-filled first (`IO:WALInitWrite` inside a commit's flush) ...
+    "wal_init_zero": "off",
+    # ... and one of 256 MB of old segments is usually there to recycle instead
+    "min_wal_size": "256MB",
+    # fewer checkpoints under a heavy writer (each one restarts the full-page images: a page's first change
+    # after it writes the whole 8 KB page) ...
+    "max_wal_size": "2GB",
+    "checkpoint_timeout": "15min",
+    # ... and those images compressed (the pgserver build has pglz only, no lz4 nor zstd)
+    "wal_compression": "pglz",
+}
 
 
 class EmbeddedPostgres:
@@ -52,6 +74,7 @@ class EmbeddedPostgres:
         get_server = pgserver.get_server  # type: ignore[attr-defined]  # pgserver does not export its names in __all__
         self._server = get_server(self.pgdata, cleanup_mode=self._cleanup_mode)
         url: str = self._server.get_uri()
+        configure_wal(url)
         log.info("embedded postgres ready", extra={"action": "embedded_pg_start", "pgdata": str(self.pgdata)})
         return url
 
@@ -79,6 +102,26 @@ class EmbeddedPostgres:
         if self._server is not None:
             self._server.cleanup()
             self._server = None
+
+
+def configure_wal(url: str) -> None:
+    """Give the server at `url` the `WAL_SETTINGS` that it does not have yet (each takes effect on reload).
+
+    A failure is logged, not raised: the server works without them, only slower under heavy writers."""
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    psql = [str(POSTGRES_BIN_PATH / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-o", "/dev/null"]
+    try:
+        subprocess.run(  # noqa: S603 - pgserver's own psql, our own script
+            [*psql, "-v", f"wanted={json.dumps(WAL_SETTINGS)}", "-d", url],
+            input=query("embedded.sql", "configure_wal"), text=True, check=True, capture_output=True, timeout=30,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        stderr = getattr(exc, "stderr", None) or ""
+        log.warning(
+            "embedded postgres WAL settings not applied",
+            extra={"action": "embedded_pg_wal_settings", "error": f"{exc} {stderr}".strip()},
+        )
 
 
 def forget_dead_users(pgdata: Path) -> list[int]:
