@@ -34,7 +34,16 @@ from nexus.error_shape import error_body, request_id_for, reset_request_id, use_
 from nexus.errors import ErrorCode, NexusError, QuotaExceededError
 from nexus.ingress import http_errors, tenants
 from nexus.ingress.batcher import GroupCommitter
-from nexus.ingress.events_body import Disconnected, Refusal, media_type_refusal, parse, receive_body
+from nexus.ingress.events_body import (
+    Disconnected,
+    Refusal,
+    in_thread,
+    limits_of,
+    media_type_refusal,
+    parse,
+    parse_body,
+    receive_body,
+)
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_wire.codes import Decision
@@ -57,7 +66,10 @@ async def answer_events(
     """Decide a request's events: its status, JSON body (the results, or the error shape) and extra headers.
     Each envelope is a unit of the key's and tenant's rates: the request paid one, `gate` charges the rest;
     with `db`, a request that would take its tenant beyond a quota (nexus.auth.quotas) is refused 429."""
-    parsed = await parse(body, traceparent, settings)
+    if in_thread(body, settings):
+        parsed = await parse(body, traceparent, settings)
+    else:  # a small body (a step): decoded at once, no coroutine
+        parsed = parse_body(body, traceparent, limits_of(settings))
     if isinstance(parsed, Refusal):
         return parsed.status, error_body(parsed.code, parsed.message), []
     wait = gate.charge(principal, len(parsed.items) - 1) if gate is not None else 0.0
@@ -75,7 +87,7 @@ async def answer_events(
         message = wording.tenant_mismatch(str(principal.tenant_id))
         return 403, error_body(ErrorCode.TENANT_MISMATCH, message), []
     admitted = [b for b in bound if b is not None]
-    if db is not None:
+    if db is not None and not quotas.admitted_now(db, admitted):
         try:  # refused as a whole, nothing written
             await quotas.check_items(db, admitted)
         except QuotaExceededError as exc:
