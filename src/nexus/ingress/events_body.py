@@ -61,6 +61,8 @@ def limits_of(settings: Settings) -> InputLimits:
 
 def media_type_refusal(content_type: str | None) -> Refusal | None:
     """None when the Content-Type is application/json (optionally `; charset=utf-8`)."""
+    if content_type == "application/json":  # what nearly every client sends: no parsing
+        return None
     if content_type is not None:
         media, _, params = content_type.partition(";")
         charset = params.strip().lower()
