@@ -189,20 +189,15 @@ class EventsFastPath:
                 declared = value.decode("latin-1")
             elif name == b"traceparent" and traceparent is None:
                 traceparent = value.decode("latin-1")
-        refusal = media_type_refusal(content_type)
-        body = refusal or await self._body(receive, declared)
+        limit = self.settings.max_body_bytes  # declared or streamed beyond it: refused, as `events_body.read_body`
+        refusal = media_type_refusal(content_type) or _declared_too_large(declared, limit)
+        body = refusal or await receive_body(receive, limit)
+        if body is None:
+            body = _too_large(limit)
         if isinstance(body, Refusal):
             return body.status, error_body(body.code, body.message), []
         async with processing(self.gate.slots, principal.tenant_id or ALL_TENANTS, cost_of(len(body))):
             return await answer_events(body, traceparent, principal, self.settings, self.submitter, self.gate, self.db)
-
-    async def _body(self, receive: Any, declared: str | None) -> bytes | Refusal:
-        """The body, or a refusal once it exceeds the limit (declared or streamed), as `events_body.read_body`."""
-        limit = self.settings.max_body_bytes
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            return _too_large(limit)
-        body = await receive_body(receive, limit)
-        return _too_large(limit) if body is None else body
 
 
 def _error_answer(exc: NexusError, rid: str) -> tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]:
@@ -216,6 +211,11 @@ def _error_answer(exc: NexusError, rid: str) -> tuple[int, dict[str, Any], list[
         )
     content = error_body(exc.code, http_errors.public_message(exc, status), retryable=exc.transient)
     return status, content, [(b"retry-after", b"1")] if status == 503 else []
+
+
+def _declared_too_large(declared: str | None, limit: int) -> Refusal | None:
+    """The refusal of a request whose Content-Length is beyond `limit` bytes (its body is then never read)."""
+    return _too_large(limit) if declared is not None and declared.isdigit() and int(declared) > limit else None
 
 
 @functools.lru_cache(maxsize=8)
