@@ -27,8 +27,13 @@ def run(name: str, cwd: Path, nexus: Path, env: dict[str, str], args: argparse.N
     out = args.out / f"{name}.json"
     command = [str(nexus), "bench", "--suite", "wrk", "--connections", str(args.connections), "--duration",
                str(args.duration), "--warmup", str(args.warmup), "--json", str(out), "--plot", ""]  # fmt: skip
-    subprocess.run(command, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
-    row = json.loads(out.read_text())["results"][0]
+    for attempt in (1, 2):  # a run that measured nothing (its gateway did not come up on a loaded machine) once more
+        subprocess.run(command, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+        results = json.loads(out.read_text())["results"]
+        if results or attempt == 2:
+            break
+        print(f"{name}: no result; running it again", flush=True)
+    row = results[0]
     cpu = row["cpu_s_per_1k_events"]
     return {"events_per_s": row["events_per_s"], "gateway": cpu["gateway"], "postgres": cpu["postgres"]}
 

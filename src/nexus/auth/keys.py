@@ -176,6 +176,15 @@ class KeyCache:
             return None
         return hit[1].tenant_id or ALL_TENANTS
 
+    def fresh(self, digest: bytes) -> Principal | None:
+        """The principal of the key with this SHA-256 while its entry is within its TTL (nothing awaited); None
+        for any other key (unknown, revoked, or due for its next check: `check_hash` decides)."""
+        hit = self._entries.get(digest)
+        if hit is not None and hit[0] > time.monotonic():
+            found = hit[1]
+            return found if isinstance(found, Principal) else None
+        return None
+
     async def lookup(self, key: str) -> Principal | None:
         return await self.lookup_hash(hash_key(key))
 

@@ -93,17 +93,22 @@ class Gatekeeper:
         extensions = scope.get("extensions") or {}
         credential: _Credential = extensions.get(_CREDENTIAL) or _credential(scope)
         ticket: Ticket | None = extensions.get(TICKET) if shares is not None else None
-        unknown = shares is not None and ticket is None and not self._known(credential)
-        if unknown and shares is not None and not shares.enter_unauthenticated():
-            await _busy(scope, send, UNCHECKED_BUSY_MESSAGE)
-            return None
-        try:
-            principal = await self._identify(scope, send, credential)
-        finally:
-            if unknown and shares is not None:
-                shares.leave_unauthenticated()
-        if principal is None:
-            return None
+        digest = credential.digest
+        principal = self.keys.fresh(digest) if digest is not None and not credential.session else None
+        if principal is not None:  # a key checked valid within the cache's TTL: no coroutine, no share to enter
+            scope.setdefault("state", {})["key_hash"] = digest
+        else:
+            unknown = shares is not None and ticket is None and not self._known(credential)
+            if unknown and shares is not None and not shares.enter_unauthenticated():
+                await _busy(scope, send, UNCHECKED_BUSY_MESSAGE)
+                return None
+            try:
+                principal = await self._identify(scope, send, credential)
+            finally:
+                if unknown and shares is not None:
+                    shares.leave_unauthenticated()
+            if principal is None:
+                return None
         if not allowed(principal, roles):
             await self._forbidden(scope, send, principal, roles)
             return None

@@ -220,6 +220,18 @@ def upper_worth(items: Sequence[Incoming]) -> Mapping[Quota, int]:
     return steps_worth(refs, {}, bad)
 
 
+def admitted_now(db: Database, items: Sequence[Incoming]) -> bool:
+    """`check_items` without waiting, for a request of one tenant: True when the tenant's fresh snapshot admits
+    it (then counted, as `check_items` would); False, counting nothing, when `check_items` must decide."""
+    snaps = snapshots(db)
+    if snaps is None or not items:
+        return False
+    tenant = items[0].tenant_id
+    if len(items) > 1 and any(item.tenant_id != tenant for item in items):
+        return False
+    return snaps.admits_now(tenant, upper_worth(items)) is True
+
+
 async def check_items(db: Database, items: Sequence[Incoming]) -> None:
     """`POST /v1/events`: refuse the request if, for any of its tenants, it would go beyond a quota."""
     snaps = snapshots(db)

@@ -78,12 +78,17 @@ class RateLimiter:
         self.tenant_rate = tenant_rate / max(1, limits.processes)
         self._keys = _Buckets(max_keys)
         self._tenants = _Buckets(max_keys)
+        self._rates: dict[frozenset[Role], float] = {}
+        """`limits.rate_for` of each set of roles seen (a handful: the limits never change)."""
 
     def take(
         self, key_id: int, roles: frozenset[Role], now: float, units: float = 1.0, tenant: str | None = None
     ) -> float:
         """Spend `units` of the key's and its tenant's; return 0.0 if allowed, else the seconds to wait."""
-        wait = self._keys.take(key_id, self.limits.rate_for(roles), now, units)
+        rate = self._rates.get(roles)
+        if rate is None:
+            rate = self._rates[roles] = self.limits.rate_for(roles)
+        wait = self._keys.take(key_id, rate, now, units)
         if wait > 0:
             return wait
         wait = self._tenants.take(tenant or ALL_TENANTS, self.tenant_rate, now, units)

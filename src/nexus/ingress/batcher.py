@@ -54,7 +54,8 @@ class _Request:
     weight: int = 0
 
     def __post_init__(self) -> None:
-        self.weight = sum(weight_of(item) for item in self.items)
+        items = self.items
+        self.weight = weight_of(items[0]) if len(items) == 1 else sum(weight_of(item) for item in items)
 
 
 def tenant_of(item: Incoming) -> str:
@@ -160,18 +161,17 @@ class GroupCommitter:
         if not self._tasks:
             return await self.gateway.submit(items)
         loop = asyncio.get_running_loop()
+        tenant = tenant_of(items[0])
+        if len(items) == 1:  # one event per request, the usual case: one partition, no gather
+            give_back_slot()  # the request waits for its transaction now: its processing slot serves another
+            return await self._put_one(loop, tenant, self._partition(items[0]), list(items))
         parts: dict[int, list[int]] = defaultdict(list)
         for i, item in enumerate(items):
             parts[self._partition(item)].append(i)
-        tenant = tenant_of(items[0])
-        give_back_slot()  # the request waits for its transaction now: its processing slot serves another
-        if len(parts) == 1 and len(items) <= self.slice:  # one event per request, the usual case: no gather
+        give_back_slot()
+        if len(parts) == 1 and len(items) <= self.slice:  # one order's events, within one share: no gather
             (partition,) = parts
-            single: asyncio.Future[list[Outcome]] = loop.create_future()
-            request = _Request(list(items), single)
-            lanes = self._heavy if self._heavy and request.weight >= self.heavy_weight else self._queues
-            lanes[partition].put(tenant, request)
-            return await single
+            return await self._put_one(loop, tenant, partition, list(items))
         requests: list[_Request] = []
         futures: list[tuple[list[int], asyncio.Future[list[Outcome]]]] = []
         for indexes in parts.values():
@@ -191,6 +191,16 @@ class GroupCommitter:
             for i, o in zip(indexes, outcome, strict=True):
                 results[i] = o
         return [r for r in results if r is not None]
+
+    def _put_one(
+        self, loop: asyncio.AbstractEventLoop, tenant: str, partition: int, items: list[Incoming]
+    ) -> asyncio.Future[list[Outcome]]:
+        """Queue `items` (one partition's, within one share) as one request in its lane; its outcomes' future."""
+        single: asyncio.Future[list[Outcome]] = loop.create_future()
+        request = _Request(items, single)
+        lanes = self._heavy if self._heavy and request.weight >= self.heavy_weight else self._queues
+        lanes[partition].put(tenant, request)
+        return single
 
     async def _work(self, queue: _TenantQueues, heavy: bool = False) -> None:
         HEAVY_LANE.set(heavy)  # this task's transactions take the heavy pool's connections (nexus.store.lanes)

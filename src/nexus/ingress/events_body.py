@@ -39,16 +39,30 @@ class Refusal:
     message: str
 
 
+_LIMITS: dict[int, tuple[Settings, InputLimits]] = {}
+"""`limits_of` by the id of its (frozen) settings, the settings kept so that the id stays theirs."""
+
+
 def limits_of(settings: Settings) -> InputLimits:
-    return InputLimits(
+    """The input limits of `settings` (built once per settings object: they are frozen)."""
+    known = _LIMITS.get(id(settings))
+    if known is not None and known[0] is settings:
+        return known[1]
+    limits = InputLimits(
         max_depth=settings.max_nesting_depth,
         max_string_length=settings.max_string_length,
         max_events=settings.max_events_per_request,
     )
+    if len(_LIMITS) >= 16:
+        _LIMITS.clear()
+    _LIMITS[id(settings)] = (settings, limits)
+    return limits
 
 
 def media_type_refusal(content_type: str | None) -> Refusal | None:
     """None when the Content-Type is application/json (optionally `; charset=utf-8`)."""
+    if content_type == "application/json":  # what nearly every client sends: no parsing
+        return None
     if content_type is not None:
         media, _, params = content_type.partition(";")
         charset = params.strip().lower()
@@ -142,9 +156,14 @@ def _item(event: Any, traceparent: str | None, limits: InputLimits, nul: bool) -
     return Incoming(json.dumps(event), None, InvalidEventError("an envelope is a JSON object"), traceparent)
 
 
+def in_thread(body: bytes, settings: Settings) -> bool:
+    """Whether `parse` decodes `body` in a worker thread (a large one): a smaller one is decoded at once."""
+    return len(body) >= settings.parse_in_thread_bytes
+
+
 async def parse(body: bytes, traceparent: str | None, settings: Settings) -> Parsed | Refusal:
     limits = limits_of(settings)
-    if len(body) >= settings.parse_in_thread_bytes:
+    if in_thread(body, settings):
         # The GIL is handed back every few milliseconds, so the event loop (health checks, other
         # requests) keeps answering while a large body is decoded and validated.
         return await asyncio.to_thread(parse_body, body, traceparent, limits)

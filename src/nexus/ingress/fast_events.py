@@ -34,7 +34,16 @@ from nexus.error_shape import error_body, request_id_for, reset_request_id, use_
 from nexus.errors import ErrorCode, NexusError, QuotaExceededError
 from nexus.ingress import http_errors, tenants
 from nexus.ingress.batcher import GroupCommitter
-from nexus.ingress.events_body import Disconnected, Refusal, media_type_refusal, parse, receive_body
+from nexus.ingress.events_body import (
+    Disconnected,
+    Refusal,
+    in_thread,
+    limits_of,
+    media_type_refusal,
+    parse,
+    parse_body,
+    receive_body,
+)
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_wire.codes import Decision
@@ -57,7 +66,10 @@ async def answer_events(
     """Decide a request's events: its status, JSON body (the results, or the error shape) and extra headers.
     Each envelope is a unit of the key's and tenant's rates: the request paid one, `gate` charges the rest;
     with `db`, a request that would take its tenant beyond a quota (nexus.auth.quotas) is refused 429."""
-    parsed = await parse(body, traceparent, settings)
+    if in_thread(body, settings):
+        parsed = await parse(body, traceparent, settings)
+    else:  # a small body (a step): decoded at once, no coroutine
+        parsed = parse_body(body, traceparent, limits_of(settings))
     if isinstance(parsed, Refusal):
         return parsed.status, error_body(parsed.code, parsed.message), []
     wait = gate.charge(principal, len(parsed.items) - 1) if gate is not None else 0.0
@@ -75,7 +87,7 @@ async def answer_events(
         message = wording.tenant_mismatch(str(principal.tenant_id))
         return 403, error_body(ErrorCode.TENANT_MISMATCH, message), []
     admitted = [b for b in bound if b is not None]
-    if db is not None:
+    if db is not None and not quotas.admitted_now(db, admitted):
         try:  # refused as a whole, nothing written
             await quotas.check_items(db, admitted)
         except QuotaExceededError as exc:
@@ -135,47 +147,36 @@ class EventsFastPath:
         principal = await self.gate.admit(scope, send, _ROLES)
         if principal is None:
             return
-        try:
-            await self._serve(scope, receive, send, principal)
+        try:  # the answer in this frame, not a coroutine of its own: one frame less on every turn of the request
+            rid = request_id_for(scope)
+            token = use_request_id(rid)
+            try:
+                status, content, headers = await self._answer(scope, receive, principal)
+            except Disconnected:
+                log.debug("client disconnected", extra={"action": "client_disconnect", "request_id": rid, "path": PATH})
+                return
+            except NexusError as exc:  # as the app's exception handler answers it
+                status, content, headers = _error_answer(exc, rid)
+            except Exception:
+                log.exception(
+                    "request failed", extra={"action": "http_5xx", "request_id": rid, "path": PATH, "status": 500}
+                )
+                status, headers = 500, []
+                content = {"code": ErrorCode.INTERNAL_ERROR.value, "message": "internal error", "request_id": rid}
+            finally:
+                reset_request_id(token)
+            if status >= 400 and "code" in content:
+                metrics.record_http_error(content["code"])
+            body = render(content)
+            headers += [
+                (b"content-length", str(len(body)).encode()),
+                (b"content-type", b"application/json"),
+                (b"x-request-id", rid.encode()),
+            ]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
         finally:
             self.gate.release(scope, principal)
-
-    async def _serve(self, scope: Any, receive: Any, send: Any, principal: Principal) -> None:
-        rid = request_id_for(scope)
-        token = use_request_id(rid)
-        try:
-            status, content, headers = await self._answer(scope, receive, principal)
-        except Disconnected:
-            log.debug("client disconnected", extra={"action": "client_disconnect", "request_id": rid, "path": PATH})
-            return
-        except NexusError as exc:  # as the app's exception handler answers it
-            status = http_errors.status_of(exc)
-            if status >= 500:
-                log.error(  # noqa: TRY400 - as the app's handler: the NexusError itself is the record
-                    "request failed",
-                    exc_info=exc,
-                    extra={"action": "http_5xx", "request_id": rid, "path": PATH, "status": status},
-                )
-            content = error_body(exc.code, http_errors.public_message(exc, status), retryable=exc.transient)
-            headers = [(b"retry-after", b"1")] if status == 503 else []
-        except Exception:
-            log.exception(
-                "request failed", extra={"action": "http_5xx", "request_id": rid, "path": PATH, "status": 500}
-            )
-            status, headers = 500, []
-            content = {"code": ErrorCode.INTERNAL_ERROR.value, "message": "internal error", "request_id": rid}
-        finally:
-            reset_request_id(token)
-        if status >= 400 and "code" in content:
-            metrics.record_http_error(content["code"])
-        body = render(content)
-        headers += [
-            (b"content-length", str(len(body)).encode()),
-            (b"content-type", b"application/json"),
-            (b"x-request-id", rid.encode()),
-        ]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
 
     async def _answer(
         self, scope: Any, receive: Any, principal: Principal
@@ -188,20 +189,33 @@ class EventsFastPath:
                 declared = value.decode("latin-1")
             elif name == b"traceparent" and traceparent is None:
                 traceparent = value.decode("latin-1")
-        refusal = media_type_refusal(content_type)
-        body = refusal or await self._body(receive, declared)
+        limit = self.settings.max_body_bytes  # declared or streamed beyond it: refused, as `events_body.read_body`
+        refusal = media_type_refusal(content_type) or _declared_too_large(declared, limit)
+        body = refusal or await receive_body(receive, limit)
+        if body is None:
+            body = _too_large(limit)
         if isinstance(body, Refusal):
             return body.status, error_body(body.code, body.message), []
         async with processing(self.gate.slots, principal.tenant_id or ALL_TENANTS, cost_of(len(body))):
             return await answer_events(body, traceparent, principal, self.settings, self.submitter, self.gate, self.db)
 
-    async def _body(self, receive: Any, declared: str | None) -> bytes | Refusal:
-        """The body, or a refusal once it exceeds the limit (declared or streamed), as `events_body.read_body`."""
-        limit = self.settings.max_body_bytes
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            return _too_large(limit)
-        body = await receive_body(receive, limit)
-        return _too_large(limit) if body is None else body
+
+def _error_answer(exc: NexusError, rid: str) -> tuple[int, dict[str, Any], list[tuple[bytes, bytes]]]:
+    """A NexusError answered as the app's exception handler answers it (a 5xx logged with its traceback)."""
+    status = http_errors.status_of(exc)
+    if status >= 500:
+        log.error(  # as the app's handler: the NexusError itself is the record
+            "request failed",
+            exc_info=exc,
+            extra={"action": "http_5xx", "request_id": rid, "path": PATH, "status": status},
+        )
+    content = error_body(exc.code, http_errors.public_message(exc, status), retryable=exc.transient)
+    return status, content, [(b"retry-after", b"1")] if status == 503 else []
+
+
+def _declared_too_large(declared: str | None, limit: int) -> Refusal | None:
+    """The refusal of a request whose Content-Length is beyond `limit` bytes (its body is then never read)."""
+    return _too_large(limit) if declared is not None and declared.isdigit() and int(declared) > limit else None
 
 
 @functools.lru_cache(maxsize=8)
