@@ -129,9 +129,9 @@ def main() -> int:
     args = parser.parse_args()
     with admin_postgres() as admin:
         figures = asyncio.run(run(args, admin))
-    print(json.dumps(figures, indent=2))
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    print(json.dumps(figures, indent=2))
     return 0
 
 
