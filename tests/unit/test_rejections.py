@@ -9,6 +9,7 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nexus.core.decide.log import resolution_entries
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import OrderState
 from nexus.core.process_model import ProcessCatalog
@@ -16,7 +17,7 @@ from nexus.core.sequencing import resolve
 from nexus.errors import ErrorCode
 from nexus.processes import builtin_catalog
 from nexus_wire.codes import Decision
-from tests.factories import step
+from tests.factories import abort, step
 
 O, P = "order-r", "plan-r"  # noqa: E741
 LIMITS = {"max_order_amount": 100000}
@@ -103,6 +104,21 @@ def test_max_rejections_aborts_the_plan_once() -> None:
     decisions, state = run(bad)
     assert decisions == [Decision.REJECTED] * 3
     assert state.status == "aborted" and state.outbox_count == 1
+
+
+def test_a_rejected_step_then_the_agents_abort_in_one_batch_are_logged_as_such() -> None:
+    """A step REJECTED and the agent's own ABORT_PLAN in one batch (no max_rejections reached): the decision log
+    has the rejection, then the agent's abort with its actor, not a `max_rejections` abort (the walk once took the
+    agent's abort for the gateway's and then failed on it, IndexError)."""
+    created = resolve(OrderState(O), [step(O, P, 1), step(O, P, 2)], {}, catalog=builtin_catalog(), limits=LIMITS)
+    batch = [bad_payment(), abort(O, P, 2)]
+    res = resolve(created.after, batch, {}, catalog=builtin_catalog(), limits=LIMITS)
+    assert [d for _, d, _ in res.decisions] == [Decision.REJECTED, Decision.APPLY]
+    entries = resolution_entries(res, {}, actor="key:1")
+    assert [(e.decision, e.event_type, e.actor) for e in entries] == [
+        ("REJECTED", "PaymentProcessed", "key:1"),
+        ("APPLY", "ABORT_PLAN", "key:1"),
+    ]
 
 
 # --- the property -------------------------------------------------------------------------------------

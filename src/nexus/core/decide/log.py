@@ -13,6 +13,7 @@ from nexus.core.actors import SYSTEM_DEADLINE, SYSTEM_MAX_REJECTIONS
 from nexus.core.audit_chain import INGRESS_ORDER, Entry
 from nexus.core.decide.deadlines import is_deadline_abort
 from nexus.core.decide.items import Incoming
+from nexus.core.decide.rejections import is_policy_abort
 from nexus.core.decide.replan import code_of
 from nexus.core.decide.rows import postgres_text
 from nexus.core.envelope import EventEnvelope
@@ -84,8 +85,9 @@ class _OrderEntries:
             self.add(step, Decision.DISCARD.value, verdict.code.value, why)
 
     def policy_abort(self) -> None:
-        # Only a rejection applies an abort of the gateway's own: it follows the rejection at once.
-        if self.applied and self.applied[0].event.is_abort and not self.applied[0].drained:
+        # Only a rejection applies an abort of the gateway's own: it follows the rejection at once (an agent's
+        # ABORT_PLAN next in the batch is logged at its own decision).
+        if self.applied and is_policy_abort(self.applied[0].event):
             message = "plan aborted: max_rejections reached"
             self.add(self.applied.pop(0).event, Decision.APPLY.value, None, message, None, SYSTEM_MAX_REJECTIONS)
             self.drop_waiting(actor=SYSTEM_MAX_REJECTIONS)

@@ -197,7 +197,7 @@ class _Planner:
             actors_of = {i: (items[i].actor, items[i].actor_name) for i in indexes}
             self.log += self.parts.log.entries(numbering.entries(actors_of))
         traces = {items[i].envelope.event_id: items[i].traceparent for i in indexes}  # type: ignore[union-attr]  # an item past validation carries its envelope
-        self.drained += add_rows(resolution, traces, self.rows)
+        self.drained += add_rows(resolution, traces, self.rows, self.parts.catalog)
         self.resolutions.append(resolution)
         self.traces.update(traces)
         self.blocked.extend(r.verdict.code for r in resolution.rejections if r.drained)
@@ -315,7 +315,7 @@ class _Planner:
         limits = reads.limits.get(key[0]) or self.parts.default_limits
         resolution = complete_effect(state, event, pending, OrderContext(catalog=catalog, limits=limits))
         # The step's notification carries the step's traceparent (the agent's trace), as at APPLY.
-        add_rows(resolution, {event.event_id: outcome.traceparent}, self.rows)
+        add_rows(resolution, {event.event_id: outcome.traceparent}, self.rows, catalog)
         self.resolutions.append(resolution)
         # The step's own APPLY was logged when it took its seq; what it drains now is logged here.
         self.log += self.parts.log.order_entries(resolution, pending, SYSTEM_SAGA, None)[1:]

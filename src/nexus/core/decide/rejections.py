@@ -23,9 +23,19 @@ from nexus_wire.codes import AbortCode
 _POLICY_ABORT_NAMESPACE = uuid.UUID("0b6f2a4e-7c59-4e8e-9a3d-706f6c696379")
 
 
+def policy_abort_id(order_id: str, plan_id: str) -> uuid.UUID:
+    """The one event_id of a plan's `max_rejections` abort."""
+    return uuid.uuid5(_POLICY_ABORT_NAMESPACE, f"{order_id}\x00{plan_id}")
+
+
+def is_policy_abort(event: EventEnvelope) -> bool:
+    """Whether `event` is the gateway's `max_rejections` abort (not an agent's ABORT_PLAN)."""
+    return event.is_abort and event.event_id == policy_abort_id(event.order_id, event.plan_id)
+
+
 def policy_abort(event: EventEnvelope, last_seq: int, limit: int) -> EventEnvelope:
     """The ABORT_PLAN the gateway writes when a plan reaches its process's `max_rejections`."""
-    event_id = uuid.uuid5(_POLICY_ABORT_NAMESPACE, f"{event.order_id}\x00{event.plan_id}")
+    event_id = policy_abort_id(event.order_id, event.plan_id)
     state = OrderState(event.order_id, plan_id=event.plan_id, last_seq=last_seq)
     reason = f"{limit} steps of this plan were rejected (max_rejections)"
     code = AbortCode.POLICY_VIOLATION

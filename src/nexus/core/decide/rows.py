@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from nexus.core.decide.approvals import approval_id_for
+from nexus.core.decide.finished import finished
 from nexus.core.definitions import DEFAULT_PROCESS
 from nexus.core.envelope import EventEnvelope
 from nexus.core.order_state import Resolution
@@ -74,6 +75,8 @@ class OrderRow(NamedTuple):
     superseded: str
     """The superseded plans joined by U+001F (identifiers never contain it)."""
     deadline_at: dt.datetime | None
+    finished: bool
+    """Whether the order is finished (`decide/finished.py`): write_batch stamps its finished_at from this."""
 
 
 class OutboxRow(NamedTuple):
@@ -176,8 +179,8 @@ def tenant_of(resolution: Resolution) -> str:
     return "default"
 
 
-def order_row(resolution: Resolution, tenant: str) -> OrderRow | None:
-    """The order's row when the batch changed it."""
+def order_row(resolution: Resolution, tenant: str, catalog: ProcessCatalog | None) -> OrderRow | None:
+    """The order's row when the batch changed it; finished by its process in `catalog`."""
     after = resolution.after
     if after.status is None or after == resolution.before:
         return None
@@ -194,13 +197,17 @@ def order_row(resolution: Resolution, tenant: str) -> OrderRow | None:
         dumps(dict(after.facts)),
         "\x1f".join(sorted(after.superseded)),
         after.deadline_at,
+        finished(resolution, catalog),
     )
 
 
-def add_rows(resolution: Resolution, traces: Mapping[uuid.UUID, str | None], rows: RowsBuilder) -> int:
-    """One order's resolution as rows; return how many buffered steps it drained."""
+def add_rows(
+    resolution: Resolution, traces: Mapping[uuid.UUID, str | None], rows: RowsBuilder, catalog: ProcessCatalog | None
+) -> int:
+    """One order's resolution as rows (finished by its process in `catalog`); return how many buffered steps it
+    drained."""
     tenant = tenant_of(resolution)
-    order = order_row(resolution, tenant)
+    order = order_row(resolution, tenant, catalog)
     if order is not None:
         rows.orders.append(order)
     for rejection in resolution.rejections:

@@ -126,20 +126,15 @@ FROM nexus_chain_heads($1::text[], $2::text[]) AS h;
 -- Kafka batch's decisions for the `nexus.decisions` topic ($7, in order: the relay sends them by id).
 -- $1-$3 and $7 are each one JSON array of rows, a row an array of its columns in the order below (the hashes
 -- of $3 in hex): one parameter per table rather than one array per column, which cost the gateway more to
--- encode (per element) than everything else it sends. The orders' finished_at is computed here (migration 0039:
--- tombstoned, aborted, or a status among the process's terminal states, `completed` when unknown; an order
--- finished keeps its first), this statement named in `nexus.orders_stamped` so the row trigger skips its rows.
+-- encode (per element) than everything else it sends. An order's finished_at follows its row's `finished` (the
+-- fold decides it, core/decide/finished.py; migration 0043): stamped now() the first time, kept afterwards.
 WITH upserted AS (
     INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
                         process_version, facts, superseded_plans, deadline_at, finished_at)
     SELECT r->>0, r->>1, r->>2, r->>3, (r->>4)::int, (r->>5)::bool, (r->>6)::int, r->>7, (r->>8)::int,
            (r->>9)::jsonb, string_to_array(r->>10, chr(31)), (r->>11)::timestamptz,
-           CASE WHEN (r->>5)::bool OR r->>3 = 'aborted'
-                     OR coalesce(r->>3 = ANY(coalesce(pr.terminal, ARRAY['completed'])), r->>3 = 'completed')
-                THEN now() END
+           CASE WHEN (r->>12)::bool THEN now() END
     FROM jsonb_array_elements($1::jsonb) AS r
-    LEFT JOIN processes AS pr ON pr.name = r->>7 AND pr.version = (r->>8)::int
-    WHERE (SELECT set_config('nexus.orders_stamped', statement_timestamp()::text, true)) IS NOT NULL  -- once, first
     ON CONFLICT (tenant_id, order_id) DO UPDATE SET
         plan_id = EXCLUDED.plan_id,
         status = EXCLUDED.status,
