@@ -3,8 +3,9 @@ legal pattern at its limits, beside C's baseline in the same run (nexus_lab.benc
 pattern does).
 
 Usage: ``.venv/bin/python benchmarks/noisy_neighbour.py [--seconds 20] [--patterns waits,batches,...]
-[--json FILE] [--gateway-env NAME=VALUE ...] [--probes]`` (`--gateway-env` sets one of the gateway's settings, to
-compare them; `--probes` adds where C's time goes: the loop's lag, PostgreSQL's backends by state, CPU, see
+[--json FILE] [--gateway-env NAME=VALUE ...] [--probes] [--a-nice 0,10]`` (`--gateway-env` sets one of the
+gateway's settings, to compare them; `--a-nice` runs each pattern once per niceness of A's generator, 0 its
+default; `--probes` adds where C's time goes: the loop's lag, PostgreSQL's backends by state, CPU, see
 nexus_lab.bench.noisy_probes). PostgreSQL: NEXUS_DATABASE_URL (an admin URL able to CREATE DATABASE), else an
 embedded pgserver. Prints a line per phase as it ends, then the table.
 """
@@ -32,7 +33,9 @@ async def main(args: argparse.Namespace, admin: str) -> None:
     try:
         assert proc.proc is not None
         probes = Probes(base, url, proc.proc.pid) if args.probes else None
-        rows = await run_phases(base, a_keys, c_key, args.patterns.split(","), args.seconds, probes=probes)
+        a_nice = [int(n) for n in args.a_nice.split(",")]
+        patterns = args.patterns.split(",")
+        rows = await run_phases(base, a_keys, c_key, patterns, args.seconds, probes=probes, a_nice=a_nice)
     finally:
         proc.stop(15.0)
         await drop_database(admin, name)
@@ -55,6 +58,9 @@ if __name__ == "__main__":
         "--gateway-env", action="append", default=[], metavar="NAME=VALUE", help="a setting of the gateway (repeatable)"
     )
     parser.add_argument("--probes", action="store_true", help="where C's time goes (loop lag, backends, CPU)")
+    parser.add_argument(
+        "--a-nice", default="0", help="A's generator under `nice -n N`: each pattern once per N of this list (0,10)"
+    )
     arguments = parser.parse_args()
     admin_url = os.environ.get("NEXUS_DATABASE_URL") or None
     if admin_url is None:

@@ -149,12 +149,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn types its transport as BaseTransport; it is always a Transport here
         self._gone = asyncio.Event()  # every request of the connection sees it (nexus.lifecycle.waiting)
-        self._read = _Deadline(self, self.read_timeout_s, "request", "http_read_timeout")
-        self._head = _Deadline(self, self.head_timeout_s, "request head", "http_head_timeout")
         self._head_bytes = 0
         self._in_head = False
         self._opened = self.loop.time()
         super().connection_made(transport)
+        self._read = _Deadline(transport, self.loop, self.read_timeout_s, "request", "http_read_timeout")
+        self._head = _Deadline(transport, self.loop, self.head_timeout_s, "request head", "http_head_timeout")
         self._read.arm()
         self._head.arm()  # a new connection owes its first request head within the head timeout
         if self.max_connections is not None and len(self.connections) > self.max_connections:
@@ -271,10 +271,18 @@ class _Entry:
 
 class _Deadline:
     """One deadline of a connection (the request's, the request head's): armed again from now, disarmed, or
-    past it the connection is closed."""
+    past it the connection is closed. It holds the connection's transport, not its protocol: the protocol
+    holds it, and a reference back would make every closed connection a cycle that only the garbage collector
+    frees (a burst of a thousand connections closing became tens of thousands of objects for one collection,
+    a pause of the whole loop)."""
 
-    def __init__(self, protocol: GuardedHttpToolsProtocol, seconds: float, what: str, action: str) -> None:
-        self._protocol = protocol
+    __slots__ = ("_action", "_handle", "_loop", "_seconds", "_transport", "_what")
+
+    def __init__(
+        self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, seconds: float, what: str, action: str
+    ) -> None:
+        self._transport = transport
+        self._loop = loop
         self._seconds = seconds
         self._what = what
         self._action = action
@@ -286,7 +294,7 @@ class _Deadline:
 
     def arm(self) -> None:
         self.disarm()
-        self._handle = self._protocol.loop.call_later(self._seconds, self._passed)
+        self._handle = self._loop.call_later(self._seconds, self._passed)
 
     def disarm(self) -> None:
         if self._handle is not None:
@@ -295,10 +303,9 @@ class _Deadline:
 
     def _passed(self) -> None:
         self._handle = None
-        transport = self._protocol.transport
-        if not transport.is_closing():
+        if not self._transport.is_closing():
             log.debug("%s not received in time; closing", self._what, extra={"action": self._action})
-            transport.close()
+            self._transport.close()
 
 
 def server_config(app: Any, settings: Settings, gate: Gatekeeper | None = None) -> uvicorn.Config:

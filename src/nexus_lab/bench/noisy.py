@@ -1,9 +1,11 @@
 """The noisy neighbour: tenant C's latency and refusals while tenant A runs its worst legal patterns.
 
 One `nexus serve --no-dispatcher` process (default limits) on a fresh database. Tenant `initech` (C) runs a
-light steady load the whole time (two agents, each: a plan, its five numbered steps, a read, 50 ms apart);
-tenant `acme` (A) runs, one after another, each worst legal pattern at its limits, from a child process so
-that A's client does not take C's client's CPU:
+light steady load the whole time from a process of its own (`nexus_lab.bench.noisy_tenant_c`: two agents, each
+a plan, its five numbered steps, a read, 50 ms apart); tenant `acme` (A) runs, one after another, each worst
+legal pattern at its limits, from a child process so that A's client does not take C's client's CPU. All run on
+the gateway's cores; `a_nice` also runs each pattern with A's generator under `nice -n N` (an attacker's
+generator runs on a machine of its own, not on the gateway's cores):
 
 - ``waits``: every key it holds (70) opens every wait a key may hold (16 long polls), drops them after a
   second and reopens them (the per-tenant share of waits, 64, admits some; the rest are refused at once).
@@ -19,7 +21,8 @@ that A's client does not take C's client's CPU:
   (the sockets are opened once; nothing is sent after).
 
 Reported per phase: C's requests, p50 and p99 (ms) and its refusals (429, 5xx or a transport error),
-beside the same run's baseline phase (A idle). A request counts in the phase it started in, answered however
+beside the same run's baseline phase (A idle), and where C's slowest requests spent their time (the gateway or
+C's own client: `nexus_lab.bench.noisy_tenant_c`). A request counts in the phase it started in, answered however
 late (a request still waiting when the phase ends is not dropped). The target: C's p99 within 2x of its
 baseline, C never refused. `benchmarks/noisy_neighbour.py` runs it and prints the table; the short test
 asserts only that C is never refused.
@@ -30,10 +33,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,102 +48,15 @@ import httpx
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
-from nexus.core import definitions
-from nexus.processes import shipped
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.bench.noisy_probes import Probes
+from nexus_lab.bench.noisy_tenant_c import STEPS, TenantCProcess, step_data
 from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_http
 
 PATTERNS = ("waits", "batches", "plans", "rejected", "sockets")
-STEPS = definitions.main_plan(shipped("order"))
 A_KEYS = 70
 WAITS_PER_KEY = 16
-
-
-def step_data(step: str) -> dict[str, Any]:
-    """The order process's data for `step` (a small order of 10.00)."""
-    if step == STEPS[0]:
-        return {"items": [{"product_id": "p", "quantity": 1, "unit_price": 10}], "total_amount": 10}
-    if step == STEPS[2]:
-        return {"amount": 10}
-    return {}
-
-
-@dataclasses.dataclass
-class Sample:
-    """C's requests over one phase: latencies in seconds and the refusals, by status."""
-
-    latencies: list[float] = dataclasses.field(default_factory=list)
-    by_kind: dict[str, list[float]] = dataclasses.field(default_factory=dict)
-    refusals: dict[str, int] = dataclasses.field(default_factory=dict)
-    in_flight: int = 0
-    idle: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-
-    def row(self, phase: str) -> dict[str, Any]:
-        lat = sorted(self.latencies)
-        q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0] if lat else 0.0] * 99
-        return {"phase": phase, "requests": len(lat) + sum(self.refusals.values()),
-                "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1),
-                "refused": sum(self.refusals.values()), "refusals": dict(self.refusals),
-                "by_kind": {kind: _quantiles(lats) for kind, lats in sorted(self.by_kind.items())}}  # fmt: skip
-
-
-def _quantiles(latencies: list[float]) -> dict[str, float]:
-    """p50 and p99 (ms) of one kind of C's requests."""
-    lat = sorted(latencies)
-    q = statistics.quantiles(lat, n=100) if len(lat) >= 2 else [lat[0] if lat else 0.0] * 99
-    return {"n": len(lat), "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1)}
-
-
-class TenantC:
-    """C's steady load; `sample` is the phase now being recorded."""
-
-    def __init__(self, base: str, key: str) -> None:
-        self.client = httpx.AsyncClient(base_url=base, timeout=30, headers={"Authorization": f"Bearer {key}"})
-        self.sample = Sample()
-        self.stopping = False
-
-    async def _call(self, method: str, path: str, body: Any = None) -> None:
-        sample = self.sample  # a request counts in the phase it started in, however long it takes
-        sample.in_flight += 1
-        sample.idle.clear()
-        started = time.perf_counter()
-        try:
-            answer = await self.client.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            sample.refusals[type(exc).__name__] = sample.refusals.get(type(exc).__name__, 0) + 1
-            return
-        finally:
-            sample.in_flight -= 1
-            if not sample.in_flight:
-                sample.idle.set()
-        if answer.status_code == 429 or answer.status_code >= 500:
-            code = f"{answer.status_code} {answer.json().get('code', '') if answer.content else ''}".strip()
-            sample.refusals[code] = sample.refusals.get(code, 0) + 1
-            return
-        elapsed = time.perf_counter() - started
-        sample.latencies.append(elapsed)
-        kind = "read" if method == "GET" else "step" if path.endswith("/steps") else "plan"
-        sample.by_kind.setdefault(kind, []).append(elapsed)
-
-    async def ended(self, sample: Sample) -> None:
-        """Once every request `sample` counts has been answered (or 60 s)."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(60):
-                if sample.in_flight:
-                    await sample.idle.wait()
-
-    async def agent(self) -> None:
-        while not self.stopping:
-            order = f"c-{uuid.uuid4().hex[:12]}"
-            await self._call("POST", "/v1/plans", {"order_id": order, "process": "order"})
-            for step in STEPS:
-                await asyncio.sleep(0.05)
-                await self._call("POST", f"/v1/orders/{order}/steps", {"step": step, "data": step_data(step)})
-            await asyncio.sleep(0.05)
-            await self._call("GET", f"/v1/orders/{order}")
-            await asyncio.sleep(0.05)
 
 
 # --- A's patterns (run in a child process: `python -m nexus_lab.bench.noisy --pattern P ...`) -----------
@@ -313,10 +227,12 @@ def start_gateway(url: str, extra_env: dict[str, str] | None = None) -> tuple[Pr
     return proc, base
 
 
-async def _pattern(base: str, keys_file: Path, phase: str, seconds: float) -> asyncio.subprocess.Process:
-    """A's pattern `phase` in a child process, returned once it says it is starting (imports done)."""
+async def _pattern(base: str, keys_file: Path, phase: str, seconds: float, nice: int) -> asyncio.subprocess.Process:
+    """A's pattern `phase` in a child process (under `nice -n nice` unless 0: its generator too), returned once
+    it says it is starting (imports done)."""
+    niced = ("nice", "-n", str(nice)) if nice else ()
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "nexus_lab.bench.noisy", "--pattern", phase, "--base", base,
+        *niced, sys.executable, "-m", "nexus_lab.bench.noisy", "--pattern", phase, "--base", base,
         "--keys-file", str(keys_file), "--seconds", str(seconds), stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert child.stdout is not None
@@ -339,14 +255,22 @@ async def _ended(child: asyncio.subprocess.Process) -> int | None:
     return None
 
 
+def phases(patterns: Sequence[str], a_nice: Sequence[int]) -> list[tuple[str, str | None, int]]:
+    """(the row's name, A's pattern or None for the baseline, A's niceness): each pattern once per niceness,
+    a niceness other than 0 named in the row (`waits (nice 10)`)."""
+    return [("baseline", None, 0)] + [
+        (pattern if nice == 0 else f"{pattern} (nice {nice})", pattern, nice) for pattern in patterns for nice in a_nice
+    ]
+
+
 async def run_phases(
     base: str, a_keys: Sequence[str], c_key: str, patterns: Sequence[str], seconds: float,
-    progress: Any = print, probes: Probes | None = None,
+    progress: Any = print, probes: Probes | None = None, a_nice: Sequence[int] = (0,),
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """C's load through a baseline phase and one phase per A pattern (A from a child process each);
-    a row per phase (with `probes`, each row has their figures too: `nexus_lab.bench.noisy_probes`)."""
-    c = TenantC(base, c_key)
-    agents = [asyncio.create_task(c.agent()) for _ in range(2)]
+    """C's load (a process of its own: `nexus_lab.bench.noisy_tenant_c`) through a baseline phase and one phase
+    per A pattern and niceness of A's generator (A from a child process each); a row per phase (with `probes`,
+    each row has their figures too: `nexus_lab.bench.noisy_probes`)."""
+    c = TenantCProcess(base, c_key)
     keys_file = Path(tempfile.mkdtemp(prefix="nexus-noisy-")) / "keys.json"
     keys_file.write_text(json.dumps(list(a_keys)))
     rows = []
@@ -354,40 +278,44 @@ async def run_phases(
         async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {a_keys[0]}"}) as api:
             await api.post("/v1/plans", json={"order_id": "a-wait", "process": "order"})  # the order A waits on
             await api.post("/v1/orders/a-wait/steps", json={"step": STEPS[0], "data": step_data(STEPS[0])})
+        await c.start()
         await asyncio.sleep(1.0)  # warm up
-        for phase in ("baseline", *patterns):
-            child = None if phase == "baseline" else await _pattern(base, keys_file, phase, seconds)
-            sample = c.sample = Sample()
+        for name, pattern, nice in phases(patterns, a_nice):
+            child = None if pattern is None else await _pattern(base, keys_file, pattern, seconds, nice)
+            await c.begin()
             if probes is not None:
                 probes.begin()
             await asyncio.sleep(seconds)
-            c.sample = Sample()  # requests between phases are not counted
+            await c.cut()  # requests between phases are not counted
             probed = {} if probes is None else await probes.end()
             decided = None if child is None else await _ended(child)
-            await c.ended(sample)  # a request slow at the phase's end counts in its phase
             rows.append(
-                sample.row(phase)
+                await c.row(name)
+                | {"a_nice": nice}
                 | ({} if decided is None else {"a_envelopes_per_s": round(decided / seconds)})
                 | probed
             )
-            progress(f"noisy: {phase}: {rows[-1]}")
+            progress(f"noisy: {name}: {rows[-1]}")
             await asyncio.sleep(1.0)  # the pattern's sockets close before the next phase
     finally:
-        c.stopping = True
-        await asyncio.gather(*agents, return_exceptions=True)
-        await c.client.aclose()
+        await c.stop()
     return rows
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
+    """The run's table; the last columns say where C's slowest 1 % of requests spent their time (ms): in the
+    gateway (request sent to answer received) or in C's own client (before sending, after the answer came)."""
     base = rows[0]
-    lines = ["| A's pattern | C requests | C p50 ms | C p99 ms | p99 vs baseline | C refused | A envelopes/s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = ["| A's pattern | C requests | C p50 ms | C p99 ms | p99 vs baseline | C refused | A envelopes/s "
+             "| C's slowest 1 %: server / C's client ms |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for row in rows:
         ratio = row["p99_ms"] / base["p99_ms"] if base["p99_ms"] else float("nan")
         a_rate = row.get("a_envelopes_per_s", "")
+        tail = row["tail"]
         lines.append(f"| {row['phase']} | {row['requests']:,} | {row['p50_ms']} | {row['p99_ms']} | "
-                     f"{ratio:.2f}x | {row['refused']} {row['refusals'] or ''} | {a_rate} |")  # fmt: skip
+                     f"{ratio:.2f}x | {row['refused']} {row['refusals'] or ''} | {a_rate} | "
+                     f"{tail['server']} / {round(tail['before_send'] + tail['after_receipt'], 1)} |")  # fmt: skip
     return "\n".join(lines)
 
 
