@@ -15,9 +15,11 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
 
-from nexus.auth.keys import hash_key
+from nexus.auth.keys import create_key, hash_key
+from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus.store.embedded import EmbeddedPostgres
@@ -229,6 +231,20 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
     database = await Database(settings).open(migrate=False)
     yield database
     await database.close()
+
+
+@pytest.fixture
+async def api(db: Database) -> AsyncIterator[httpx.AsyncClient]:
+    """The API in process (no server), with an agent key of tenant acme; a module needing another client
+    defines its own `api`."""
+    from nexus.ingress.http import create_app
+    from nexus.gateway import Gateway
+
+    _, key = await create_key(db, "acme", frozenset({Role.AGENT}))
+    app = create_app(db, Gateway(db))
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", headers=headers) as c:
+        yield c
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

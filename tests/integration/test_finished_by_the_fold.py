@@ -6,31 +6,16 @@ finished order counts out of `live_orders` and each live one stays in."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 
-from nexus.auth.keys import create_key
-from nexus.auth.roles import Role
 from nexus.core.decide.items import Incoming
 from nexus.gateway import Gateway
-from nexus.ingress.http import create_app
 from nexus.store.database import Database
 from tests.factories import STEPS, plan_json, step_json
 
 LIVE = "SELECT tenant_id, coalesce(sum(used), 0)::int AS n FROM tenant_usage WHERE quota = 'live_orders' GROUP BY 1"
 UNFINISHED = "SELECT tenant_id, count(*)::int AS n FROM orders WHERE finished_at IS NULL GROUP BY 1"
-
-
-@pytest.fixture
-async def api(db: Database) -> AsyncIterator[httpx.AsyncClient]:
-    """The API in process, with an agent key of tenant acme."""
-    _, key = await create_key(db, "acme", frozenset({Role.AGENT}))
-    app = create_app(db, Gateway(db))
-    headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", headers=headers) as c:
-        yield c
 
 
 async def steps(api: httpx.AsyncClient, order_id: str, n: int) -> None:

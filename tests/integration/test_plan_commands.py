@@ -5,18 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import asyncpg
 import httpx
-import pytest
 
-from nexus.auth.keys import create_key
-from nexus.auth.roles import Role
 from nexus.core import wording
 from nexus.core.decide.items import Incoming
 from nexus.gateway import Gateway
-from nexus.ingress.http import create_app
 from nexus.processes import builtin_catalog
 from nexus.retention.remover import RetentionRemover
 from nexus.settings import Settings
@@ -25,16 +20,6 @@ from nexus.store.queries import query
 from tests.factories import plan_json, step_json
 
 CREATED = step_json("x", "p", 1)["data"]
-
-
-@pytest.fixture
-async def api(db: Database) -> AsyncIterator[httpx.AsyncClient]:
-    """The API in process, with an agent key of tenant acme."""
-    _, key = await create_key(db, "acme", frozenset({Role.AGENT}))
-    app = create_app(db, Gateway(db))
-    headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", headers=headers) as c:
-        yield c
 
 
 async def test_a_plan_start_waits_for_the_orders_lock_and_sees_what_it_guarded(

@@ -5,15 +5,11 @@ notification, once; a plan that had its first step is not touched."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from nexus.auth.keys import create_key
-from nexus.auth.roles import Role
 from nexus.gateway import Gateway
-from nexus.ingress.http import create_app
 from nexus.settings import Settings
 from nexus.store.database import Database
 from tests.conftest import fast_settings
@@ -26,16 +22,6 @@ CREATED = step_json("x", "p", 1)["data"]
 def settings(database_url: str) -> Settings:
     """Plans with no step expire after a second."""
     return fast_settings(database_url, plan_start_timeout_s=1.0)
-
-
-@pytest.fixture
-async def api(db: Database) -> AsyncIterator[httpx.AsyncClient]:
-    """The API in process, with an agent key of tenant acme."""
-    _, key = await create_key(db, "acme", frozenset({Role.AGENT}))
-    app = create_app(db, Gateway(db))
-    headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://api", headers=headers) as c:
-        yield c
 
 
 async def test_an_unstarted_plan_ends_as_a_silent_timeout_tombstone(api: httpx.AsyncClient, db: Database) -> None:
