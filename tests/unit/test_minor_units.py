@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from types import MappingProxyType
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -84,6 +85,15 @@ def test_an_amount_too_long_is_named_by_its_path_never_its_value() -> None:
     assert money_problem({"total_amount": "1e26"}, ["total_amount"], 2) is not None
     assert money_problem({"total_amount": "1e25"}, ["total_amount"], 2) is None
     assert money_problem({"total_amount": 10**30, "x": "abc"}, ["x", "missing.y"], 2) is None
+
+
+def test_an_amount_too_long_is_found_in_mappings_that_are_not_dicts() -> None:
+    """`money_problem` walks any mapping (a read-only view, a nested one, one inside a list) as it walks a dict."""
+    huge = "99999999999999999999999999999.99"
+    data = MappingProxyType({"items": [MappingProxyType({"unit_price": huge})], "fee": MappingProxyType({"v": huge})})
+    too_long = ": Input should be an amount of at most 28 digits in the currency's minor unit"
+    assert money_problem(data, ["items.unit_price"], 2) == "data.items.0.unit_price" + too_long
+    assert money_problem(data, ["fee.v"], 2) == "data.fee.v" + too_long
 
 
 def test_a_too_long_amount_is_invalid_data_on_arrival_and_when_it_would_apply() -> None:
