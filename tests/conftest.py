@@ -237,8 +237,8 @@ async def db(settings: Settings) -> AsyncIterator[Database]:
 async def api(db: Database) -> AsyncIterator[httpx.AsyncClient]:
     """The API in process (no server), with an agent key of tenant acme; a module needing another client
     defines its own `api`."""
-    from nexus.ingress.http import create_app
     from nexus.gateway import Gateway
+    from nexus.ingress.http import create_app
 
     _, key = await create_key(db, "acme", frozenset({Role.AGENT}))
     app = create_app(db, Gateway(db))
