@@ -187,7 +187,7 @@ class RetentionSettings(BaseSettings):
 
 
 class FoldThreadSettings(BaseSettings):
-    """Where a shared transaction's fold runs (`nexus.fold_thread`)."""
+    """Where a shared transaction's fold runs (`nexus.fold_thread`), and who gets the pool's connections."""
 
     model_config = SettingsConfigDict(use_attribute_docstrings=True)
 
@@ -200,3 +200,7 @@ class FoldThreadSettings(BaseSettings):
     heavy_db_connections: int = Field(1, ge=0)
     """PostgreSQL connections of the heavy lanes, a pool of their own beside `NEXUS_DB_POOL_SIZE`: at most this
     many heavy transactions in PostgreSQL at once. 0: the heavy lanes share the main pool."""
+    db_connections_per_tenant: int = Field(0, ge=0)
+    """Most of the pool's connections one tenant's requests hold at once while another tenant used the pool
+    within the last second (a tenant alone keeps the whole pool); 0: a quarter of NEXUS_DB_POOL_SIZE, at least
+    one. The pool's connections go round the tenants waiting for one. The group commit is not a tenant's."""

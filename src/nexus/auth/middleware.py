@@ -42,6 +42,7 @@ from nexus.auth.shares import (
 from nexus.auth.slots import ProcessingSlots
 from nexus.error_shape import request_id_for
 from nexus.errors import ErrorCode, NexusError
+from nexus.store.fair_pool import DB_SHARE, UNCHECKED
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,8 @@ class Gatekeeper:
             if unknown and shares is not None and not shares.enter_unauthenticated():
                 await _busy(scope, send, UNCHECKED_BUSY_MESSAGE)
                 return None
+            known = self.keys.known_tenant(digest) if digest is not None else None
+            DB_SHARE.set(known or UNCHECKED)  # the lookup's connection, in the share of the key's last tenant
             try:
                 principal = await self._identify(scope, send, credential)
             finally:
@@ -124,6 +127,7 @@ class Gatekeeper:
         if not counted or (shares is not None and ticket is None and not shares.enter(principal.tenant_id)):
             await _busy(scope, send, TENANT_BUSY_MESSAGE)
             return None
+        DB_SHARE.set(principal.tenant_id or ALL_TENANTS)  # the request's queries: its tenant's share of the pool
         return principal
 
     def share_of(self, scope: Scope) -> str | None:

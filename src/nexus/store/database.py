@@ -12,6 +12,7 @@ from nexus.settings import Settings
 from nexus.store import saga_keys
 from nexus.store.embedded import EmbeddedPostgres
 from nexus.store.errors import wrap_db_errors
+from nexus.store.fair_pool import create_fair_pool
 from nexus.store.lanes import HEAVY_LANE
 from nexus.store.migrate import apply_migrations
 from nexus.store.queries import query
@@ -69,8 +70,9 @@ class Database:
                     log.info("migration applied", extra={"action": "migrate", "version": m.version})
                 if filled:
                     log.info("saga keys of older steps filled in", extra={"action": "migrate", "count": filled})
-            self._pool = await asyncpg.create_pool(
+            self._pool = await create_fair_pool(
                 url,
+                per_tenant=self.settings.db_connections_per_tenant or max(1, self.settings.db_pool_size // 4),
                 min_size=1,
                 max_size=self.settings.db_pool_size,
                 command_timeout=30,
