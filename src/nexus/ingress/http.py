@@ -343,18 +343,19 @@ def processes_of(settings: Any) -> int:
 async def read_order(db: Database, tenant_id: str, order_id: str) -> dict[str, Any] | None:
     """The tenant's order as `GET /v1/orders/{order_id}` shows it (the long poll too); None when nothing
     is known of it."""
-    row = await db.fetchrow(query("api.sql", "order"), order_id, tenant_id)
-    buffered = await db.fetch(query("api.sql", "order_buffered"), order_id, tenant_id)
-    if row is None and not buffered:
+    view = await db.fetchrow(query("api.sql", "order_view"), order_id, tenant_id)
+    known = view is not None and view["last_seq"] is not None  # an order row (its last_seq is never NULL)
+    buffered: list[int] = list(view["buffered"] or ()) if view is not None else []
+    if view is None or (not known and not buffered):
         return None
     body: dict[str, Any] = {
         "order_id": order_id,
-        "plan_id": row["plan_id"] if row else buffered[0]["plan_id"],
-        "status": row["status"] if row else None,
-        "last_seq": row["last_seq"] if row else 0,
-        "buffered": [r["seq_id"] for r in buffered],
-        "notifications": row["outbox_count"] if row else 0,
-        "tombstone": row["tombstone"] if row else False,
+        "plan_id": view["plan_id"] if known else view["buffered_plan_id"],
+        "status": view["status"],
+        "last_seq": view["last_seq"] if known else 0,
+        "buffered": buffered,
+        "notifications": view["outbox_count"] if known else 0,
+        "tombstone": view["tombstone"] if known else False,
     }
     saga = await order_saga(db, tenant_id, order_id)  # The saga and what holds the order
     if saga is not None:

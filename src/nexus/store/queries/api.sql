@@ -4,8 +4,14 @@
 SELECT order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, created_at, updated_at
 FROM orders WHERE tenant_id = $2 AND order_id = $1;
 
--- name: order_buffered
-SELECT seq_id, plan_id FROM pending_events WHERE tenant_id = $2 AND order_id = $1 ORDER BY seq_id;
+-- name: order_view
+-- What GET /v1/orders/{id} and its long poll show of an order, in one round trip: always one row, the
+-- order's columns NULL when there is no order yet, `buffered` NULL when nothing waits for its turn.
+SELECT o.plan_id, o.status, o.last_seq, o.tombstone, o.outbox_count,
+       b.buffered, b.buffered_plan_id
+FROM (SELECT array_agg(seq_id ORDER BY seq_id) AS buffered, (array_agg(plan_id ORDER BY seq_id))[1] AS buffered_plan_id
+      FROM pending_events WHERE tenant_id = $2 AND order_id = $1) b
+LEFT JOIN orders o ON o.tenant_id = $2 AND o.order_id = $1;
 
 -- name: plan_orders
 -- $2: a tenant, or NULL for a caller spanning every tenant.
