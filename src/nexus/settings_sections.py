@@ -187,7 +187,8 @@ class RetentionSettings(BaseSettings):
 
 
 class FoldThreadSettings(BaseSettings):
-    """Where a shared transaction's fold runs (`nexus.fold_thread`)."""
+    """What keeps the event loop's turns short: where a shared transaction's fold runs (`nexus.fold_thread`), and
+    how many request heads and closes the HTTP server handles in one turn (`nexus.ingress.turns`)."""
 
     model_config = SettingsConfigDict(use_attribute_docstrings=True)
 
@@ -200,3 +201,6 @@ class FoldThreadSettings(BaseSettings):
     heavy_db_connections: int = Field(1, ge=0)
     """PostgreSQL connections of the heavy lanes, a pool of their own beside `NEXUS_DB_POOL_SIZE`: at most this
     many heavy transactions in PostgreSQL at once. 0: the heavy lanes share the main pool."""
+    http_heads_per_turn: int = Field(8, ge=0)
+    """New request heads and connection closes handled in one turn of the event loop while another tenant has
+    requests in flight; the rest wait in a queue per tenant, taken round robin on the next turns. 0: off."""
