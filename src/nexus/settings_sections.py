@@ -203,4 +203,5 @@ class FoldThreadSettings(BaseSettings):
     many heavy transactions in PostgreSQL at once. 0: the heavy lanes share the main pool."""
     http_heads_per_turn: int = Field(8, ge=0)
     """New request heads and connection closes handled in one turn of the event loop while another tenant has
-    requests in flight; the rest wait in a queue per tenant, taken round robin on the next turns. 0: off."""
+    requests in flight or a connection open; the rest wait in a queue per tenant, taken round robin on the next
+    turns. 0: off."""

@@ -107,6 +107,49 @@ async def test_another_tenants_request_is_answered_before_most_of_a_burst(db: Da
             w.close()
 
 
+async def test_another_tenants_open_connection_is_enough_to_spread_a_burst(db: Database, settings: Settings) -> None:
+    """With globex holding only an idle keep-alive connection (nothing in flight), acme's 200 reads and then
+    globex's read on that connection, written in one turn, leave globex's read answered among the first quarter
+    (counting requests in flight alone, nothing was deferred and it was answered after nearly all of acme's)."""
+    acme, globex = await agent(db, "acme"), await agent(db, "globex")
+    async with serving(db, settings) as (port, _, shares):
+        await served(port, acme)
+        await served(port, globex)
+        [(reader, writer)] = await connect(port, 1)
+        writer.write(get("/v1/processes", globex))
+        assert (await answer(reader))[0] == 200  # the connection now holds globex's share, idle
+        assert shares.total == 0
+        conns = await connect(port, BURST)
+        for _, w in conns:
+            w.write(get("/v1/processes", acme))
+        writer.write(get("/v1/processes", globex))
+        order = await answers_in_order({**{f"acme-{i}": r for i, (r, _) in enumerate(conns)}, "globex": reader})
+        position = [name for name, _ in order].index("globex")
+        assert position < BURST // 4, f"globex's read answered {position}th of {len(order)}"
+        for _, w in [*conns, (reader, writer)]:
+            w.close()
+
+
+async def test_probes_are_never_put_off(db: Database, settings: Settings) -> None:
+    """With globex's long poll in flight, 200 `/healthz` and `/readyz` requests written in one turn are all
+    answered 200 and none is deferred (a balancer's probe never waits behind a burst)."""
+    globex = await agent(db, "globex")
+    async with serving(db, settings) as (port, _, shares):
+        await served(port, globex)
+        [(_, poll)] = await connect(port, 1)
+        poll.write(long_poll(globex))
+        await in_flight(shares, "globex")
+        before = deferred("head")
+        conns = await connect(port, BURST)
+        for i, (_, w) in enumerate(conns):
+            w.write(f"GET /{'healthz' if i % 2 else 'readyz'} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        order = await answers_in_order({f"probe-{i}": r for i, (r, _) in enumerate(conns)})
+        assert [status for _, status in order] == [200] * BURST
+        assert deferred("head") == before
+        for _, w in [*conns, (None, poll)]:
+            w.close()
+
+
 async def test_one_tenant_alone_is_never_put_off(db: Database, settings: Settings) -> None:
     """acme alone (no other tenant in flight) sending 200 reads in one turn has none deferred, and every read
     is answered 200."""

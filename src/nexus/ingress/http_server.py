@@ -185,6 +185,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 queued.ticket.release()
         self._read.disarm()
         self._head.disarm()
+        if self.turns is not None:
+            self.turns.holds(self._share, None)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -290,7 +292,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 log.warning("request cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
                 entry.app = _busy
             return
-        share = self._share = gate.share_of(scope)
+        share = gate.share_of(scope)
+        if self.turns is not None:
+            self.turns.holds(self._share, share)
+        self._share = share
         if cap is not None and shares.total >= cap:  # the cap first: the last word, as before
             log.warning("request cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
             entry.app = _busy

@@ -6,7 +6,8 @@ them closed at once) arrives in one turn of the loop: uvicorn then parses every 
 (about 60 us each), or loses every connection (about 30 us each), before anything else runs, and another
 tenant's request, which needs several turns (its head, its task, each database round trip, its answer),
 waits behind each such turn. With `NEXUS_HTTP_HEADS_PER_TURN` = N (default 8) a turn handles at most N new
-heads and closes while a share other than theirs has requests in flight (`RequestShares`); beyond, each
+heads and closes while a share other than theirs has requests in flight (`RequestShares`) or holds a
+connection open (a tenant's keep-alive connection: its next request may come any moment); beyond, each
 connection's bytes (or its close) wait in a queue of their share (`Gatekeeper.share_of`, read from the
 head's bytes), and the queues are taken round robin on the next turns, N a turn. A tenant's burst is then
 spread over turns, and another tenant's request is handled on the next one. One share alone is never put
@@ -73,6 +74,7 @@ class TurnBudget:
         self._shares = shares
         self._spent = 0
         self._queues: OrderedDict[str | None, deque[Work]] = OrderedDict()
+        self._connections: dict[str, int] = {}
         self._draining = False
 
     @property
@@ -86,11 +88,27 @@ class TurnBudget:
 
     def contended(self, share: str | None) -> bool:
         """Whether a unit of `share` must wait once `spent`: work is queued (it goes behind, in its share's
-        queue), or another share than `share` has requests in flight."""
+        queue), or another share than `share` has requests in flight or holds a connection open."""
         if self._queues:
             return True
         own = self._shares.unchecked if share is None else self._shares.in_flight(share)
-        return self._shares.total > own
+        held = self._connections
+        return self._shares.total > own or len(held) > 1 or (len(held) == 1 and share not in held)
+
+    def holds(self, before: str | None, after: str | None) -> None:
+        """A connection's last request moved it from share `before` to `after` (None: no tenant's, not counted;
+        `after` None also when the connection is lost)."""
+        if before == after:
+            return
+        held = self._connections
+        if before is not None:
+            left = held[before] - 1
+            if left:
+                held[before] = left
+            else:
+                del held[before]
+        if after is not None:
+            held[after] = held.get(after, 0) + 1
 
     def charge(self, loop: asyncio.AbstractEventLoop) -> None:
         """Count one unit handled in this turn."""
