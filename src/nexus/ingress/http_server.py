@@ -157,6 +157,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._in_head = False
         self._between = True  # the parser is between requests: what arrives now starts a new head
         self._share: str | None = None  # the share of the connection's last request (its close counts there)
+        self._holds = False  # whether the connection is counted in `_share` (`turns`): once it had a request
         self._closes_later = False
         self._opened = self.loop.time()
         super().connection_made(transport)
@@ -185,13 +186,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 queued.ticket.release()
         self._read.disarm()
         self._head.disarm()
-        if self.turns is not None:
-            self.turns.holds(self._share, None)
+        if self.turns is not None and self._holds:
+            self._holds = False
+            self.turns.release(self._share)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         turns = self.turns
-        if turns is not None and self._between and (self.cycle is None or self.cycle.response_complete):
+        between = self._between and (self.cycle is None or self.cycle.response_complete)
+        if turns is not None and between and not turns.quiet():
             if turns.spent() and not is_probe(data) and self.gate is not None:
                 share = share_of_head(data, self.gate)
                 if turns.contended(share):
@@ -221,7 +224,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         """The client closed its side: the connection is closed now, or on a later turn while the turn's budget
         is spent and another share has requests in flight (the half-closed transport is kept until then)."""
         turns = self.turns
-        if turns is None or self._closes_later:
+        if turns is None or self._closes_later or turns.quiet():
             return self._closes_later or None
         if turns.spent() and turns.contended(self._share):
             self._closes_later = True
@@ -293,8 +296,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 entry.app = _busy
             return
         share = gate.share_of(scope)
-        if self.turns is not None:
-            self.turns.holds(self._share, share)
+        if self.turns is not None and not (self._holds and share == self._share):
+            if self._holds:
+                self.turns.release(self._share)
+            self.turns.hold(share)
+            self._holds = True
         self._share = share
         if cap is not None and shares.total >= cap:  # the cap first: the last word, as before
             log.warning("request cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
