@@ -84,8 +84,8 @@ class TurnBudget:
 
     def quiet(self) -> bool:
         """Whether at most one share holds connections and nothing is queued: then nothing is put off, and
-        nothing is counted either (a count schedules its reset on the next turn, and a callback waiting makes
-        the loop poll where it would wait for I/O: under wrk alone that cost 3-7 % of the events/s)."""
+        nothing is counted either (a count schedules its reset for the next turn: a callback a turn for
+        nothing under one tenant's load)."""
         return len(self._connections) <= 1 and not self._queues
 
     def spent(self) -> bool:
