@@ -222,7 +222,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def eof_received(self) -> bool | None:  # type: ignore[override]  # uvicorn declares None; asyncio keeps a half-closed transport on True
         """The client closed its side: the connection is closed now, or on a later turn while the turn's budget
-        is spent and another share has requests in flight (the half-closed transport is kept until then)."""
+        is spent and another share is there (`TurnBudget.contended`; the half-closed transport is kept until then)."""
         turns = self.turns
         if turns is None or self._closes_later or turns.quiet():
             return self._closes_later or None
