@@ -195,6 +195,15 @@ def record_http_error(code: str) -> None:
 
 _ERROR_CODES = frozenset(code.value for code in ErrorCode)
 
+# The HTTP server's turn budget (nexus.ingress.turns).
+HTTP_DEFERRED = _counter(
+    "nexus_http_deferred_total",
+    "Request heads and connection closes the HTTP server put off to a later turn of its event loop, by what.",
+    ["what"],
+)
+HTTP_DEFERRED_BY_WHAT = {what: HTTP_DEFERRED.labels(what=what) for what in ("head", "close")}
+"""Its series (born at zero), by what is put off."""
+
 # Webhook delivery (nexus.delivery.dispatcher).
 DELIVERY_RESULTS = ("delivered", "retry_scheduled", "dead_max_attempts", "dead_rejected", "released")
 WEBHOOK_DELIVERIES = _counter(

@@ -187,7 +187,9 @@ class RetentionSettings(BaseSettings):
 
 
 class FoldThreadSettings(BaseSettings):
-    """Where a shared transaction's fold runs (`nexus.fold_thread`), and who gets the pool's connections."""
+    """What keeps one tenant's work from delaying another's: where a shared transaction's fold runs
+    (`nexus.fold_thread`), how many request heads and closes the HTTP server handles in one turn of the loop
+    (`nexus.ingress.turns`), and who gets the pool's connections (`nexus.store.fair_pool`)."""
 
     model_config = SettingsConfigDict(use_attribute_docstrings=True)
 
@@ -204,3 +206,7 @@ class FoldThreadSettings(BaseSettings):
     """Most of the pool's connections one tenant's requests hold at once while another tenant used the pool
     within the last second (a tenant alone keeps the whole pool); 0: a quarter of NEXUS_DB_POOL_SIZE, at least
     one. The pool's connections go round the tenants waiting for one. The group commit is not a tenant's."""
+    http_heads_per_turn: int = Field(8, ge=0)
+    """New request heads and connection closes handled in one turn of the event loop while another tenant has
+    requests in flight or a connection open; the rest wait in a queue per tenant, taken round robin on the next
+    turns. 0: off."""

@@ -10,7 +10,9 @@ error shape (`/healthz` and `/readyz` are answered even then), the fair shares o
 soon as a request's head is complete (`nexus.auth.shares`: a tenant's burst is refused 429 TENANT_BUSY at its
 share, before its tasks run, and never fills the cap for another tenant), and a cap on connections at which the
 oldest idle or head-incomplete connection is closed to make room: a new client is served, and whoever
-holds many idle sockets loses the oldest of them. It also sends each
+holds many idle sockets loses the oldest of them. While tenants compete, it handles at most
+`NEXUS_HTTP_HEADS_PER_TURN` new request heads and closes a turn of the loop, the rest put off to later turns
+round robin over their shares (`nexus.ingress.turns`). It also sends each
 response's head and body in one write (uvicorn writes them separately: two system calls and two TCP
 segments per answer).
 """
@@ -30,6 +32,7 @@ from nexus.auth.middleware import Gatekeeper
 from nexus.auth.shares import TENANT_BUSY_MESSAGE, TICKET, UNCHECKED_BUSY_MESSAGE, Ticket
 from nexus.error_shape import new_request_id, request_id_for
 from nexus.errors import ErrorCode
+from nexus.ingress.turns import TurnBudget, is_probe, share_of_head
 from nexus.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -146,11 +149,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     max_concurrency: int | None = None
     max_connections: int | None = None
     gate: Gatekeeper | None = None
+    turns: TurnBudget | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn types its transport as BaseTransport; it is always a Transport here
         self._gone = asyncio.Event()  # every request of the connection sees it (nexus.lifecycle.waiting)
         self._head_bytes = 0
         self._in_head = False
+        self._between = True  # the parser is between requests: what arrives now starts a new head
+        self._share: str | None = None  # the share of the connection's last request (its close counts there)
+        self._holds = False  # whether the connection is counted in `_share` (`turns`): once it had a request
+        self._closes_later = False
         self._opened = self.loop.time()
         super().connection_made(transport)
         self._read = _Deadline(transport, self.loop, self.read_timeout_s, "request", "http_read_timeout")
@@ -178,9 +186,60 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 queued.ticket.release()
         self._read.disarm()
         self._head.disarm()
+        if self.turns is not None and self._holds:
+            self._holds = False
+            self.turns.release(self._share)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        turns = self.turns
+        between = self._between and (self.cycle is None or self.cycle.response_complete)
+        if turns is not None and between and not turns.quiet():
+            if turns.spent() and not is_probe(data) and self.gate is not None:
+                share = share_of_head(data, self.gate)
+                if turns.contended(share):
+                    self._defer_head(turns, share, data)
+                    return
+            turns.charge(self.loop)
+        self._parse(data)
+
+    def _defer_head(self, turns: TurnBudget, share: str | None, data: bytes) -> None:
+        """Hold a new head's bytes for a later turn (`nexus.ingress.turns`), reading nothing more meanwhile; the
+        head deadline runs from now (the keep-alive timeout no longer applies: a request has begun)."""
+        self.flow.pause_reading()
+        self._unset_keepalive_if_required()
+        if not self._head.armed:
+            self._head.arm()
+
+        def parse() -> bool:
+            if self.transport.is_closing():
+                return False
+            self.flow.resume_reading()
+            self._parse(data)
+            return True
+
+        turns.defer(self.loop, share, "head", parse)
+
+    def eof_received(self) -> bool | None:  # type: ignore[override]  # uvicorn declares None; asyncio keeps a half-closed transport on True
+        """The client closed its side: the connection is closed now, or on a later turn while the turn's budget
+        is spent and another share is there (`TurnBudget.contended`; the half-closed transport is kept until then)."""
+        turns = self.turns
+        if turns is None or self._closes_later or turns.quiet():
+            return self._closes_later or None
+        if turns.spent() and turns.contended(self._share):
+            self._closes_later = True
+            turns.defer(self.loop, self._share, "close", self._close_later)
+            return True
+        turns.charge(self.loop)
+        return None
+
+    def _close_later(self) -> bool:
+        if self.transport.is_closing():
+            return False
+        self.transport.close()
+        return True
+
+    def _parse(self, data: bytes) -> None:
         super().data_received(data)
         # Counted after parsing: a chunk that completes the head (and carries body bytes) is not head.
         if self._in_head and not self.transport.is_closing():
@@ -192,6 +251,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._between = False
         self._in_head = True
         self._head_bytes = 0
         self._read.arm()
@@ -236,6 +296,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 entry.app = _busy
             return
         share = gate.share_of(scope)
+        if self.turns is not None and not (self._holds and share == self._share):
+            if self._holds:
+                self.turns.release(self._share)
+            self.turns.hold(share)
+            self._holds = True
+        self._share = share
         if cap is not None and shares.total >= cap:  # the cap first: the last word, as before
             log.warning("request cap reached; answering 503", extra={"action": "http_busy", "cap": cap})
             entry.app = _busy
@@ -248,6 +314,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
+        self._between = True
         self._read.disarm()
 
 
@@ -313,6 +380,9 @@ def server_config(app: Any, settings: Settings, gate: Gatekeeper | None = None) 
     shares of `gate` (by default the app's own, `app.state.gate`) as soon as their heads are complete."""
     if gate is None:
         gate = getattr(getattr(app, "state", None), "gate", None)
+    shares = gate.shares if gate is not None else None
+    per_turn = settings.http_heads_per_turn
+    turns = TurnBudget(per_turn, shares) if per_turn > 0 and shares is not None else None
     protocol = type(
         "NexusHttpProtocol",
         (GuardedHttpToolsProtocol,),
@@ -323,6 +393,7 @@ def server_config(app: Any, settings: Settings, gate: Gatekeeper | None = None) 
             "max_concurrency": settings.http_limit_concurrency,
             "max_connections": settings.http_max_connections,
             "gate": gate,
+            "turns": turns,
         },
     )
     return uvicorn.Config(
