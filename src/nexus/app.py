@@ -100,6 +100,7 @@ async def serve(
         max_events=settings.batch_max_events,
         window_ms=settings.batch_window_ms,
         tenant_events=settings.batch_tenant_events,
+        contended_events=settings.batch_tenant_events_contended,
         heavy_weight=settings.fold_thread_weight,
     )
     from nexus.lifecycle.waiting import DecisionListener  # One LISTEN connection per process

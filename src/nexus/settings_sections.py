@@ -206,6 +206,10 @@ class FoldThreadSettings(BaseSettings):
     """Most of the pool's connections one tenant's requests hold at once while another tenant used the pool
     within the last second (a tenant alone keeps the whole pool); 0: a quarter of NEXUS_DB_POOL_SIZE, at least
     one. The pool's connections go round the tenants waiting for one. The group commit is not a tenant's."""
+    batch_tenant_events_contended: int = Field(16, ge=1)
+    """NEXUS_BATCH_TENANT_EVENTS while two or more tenants submitted to the group commit within the last second
+    (a tenant alone keeps the larger share): a busy tenant's large requests are cut into slices this small and a
+    shared transaction holds at most this much of its work, so another tenant's commit follows less of its WAL."""
     http_heads_per_turn: int = Field(8, ge=0)
     """New request heads and connection closes handled in one turn of the event loop while another tenant has
     requests in flight or a connection open; the rest wait in a queue per tenant, taken round robin on the next

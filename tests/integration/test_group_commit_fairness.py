@@ -129,3 +129,23 @@ async def test_a_share_counts_an_items_weight_not_only_its_count(db: Database) -
         await committer.stop()
     assert max(t.count("acme") for t in gateway.transactions) == 1, gateway.transactions
     assert next(t for t in gateway.transactions if "initech" in t).count("acme") <= 1
+
+
+async def test_a_busy_tenants_share_shrinks_while_another_tenant_submits(db: Database) -> None:
+    """A share of 64, 16 while contended: acme's 64-envelope batch alone is one transaction of 64; the same batch
+    a moment after initech's one step is cut into transactions of at most 16 of acme's items (with one share
+    throughout, as before, it was one transaction of 64 again)."""
+    gateway = CountingGateway(db)
+    gateway.transactions = []
+    committer = GroupCommitter(gateway, workers=1, max_events=500, tenant_events=64, contended_events=16)
+    committer.start()
+    try:
+        alone = await committer.submit(_batch("acme", "alone", 64))
+        assert [t.count("acme") for t in gateway.transactions] == [64]
+        gateway.transactions.clear()
+        await committer.submit(_batch("initech", "c", 1))
+        shared = await committer.submit(_batch("acme", "shared", 64))
+    finally:
+        await committer.stop()
+    assert all(o.decision is Decision.APPLY for o in [*alone, *shared])
+    assert [t.count("acme") for t in gateway.transactions if "acme" in t] == [16, 16, 16, 16], gateway.transactions

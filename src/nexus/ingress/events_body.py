@@ -8,7 +8,6 @@ every other problem stays with its item (a NUL character in any of its strings: 
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from typing import Any
@@ -110,7 +109,7 @@ async def receive_body(receive: Any, limit: int) -> bytes | None:
 
 
 def parse_body(body: bytes, traceparent: str | None, limits: InputLimits) -> Parsed | Refusal:
-    """Decode and validate a body: CPU-bound, so large ones run in a worker thread (see `parse`)."""
+    """Decode and validate a body: CPU-bound, so large ones run in a worker thread (`fast_events.answer_events`)."""
     try:
         obj = strict_json.loads(body, limits)
     except InvalidEventError as exc:
@@ -157,14 +156,6 @@ def _item(event: Any, traceparent: str | None, limits: InputLimits, nul: bool) -
 
 
 def in_thread(body: bytes, settings: Settings) -> bool:
-    """Whether `parse` decodes `body` in a worker thread (a large one): a smaller one is decoded at once."""
+    """Whether `body` is decoded in a worker thread (a large one: the GIL is handed back every few milliseconds,
+    so the event loop keeps answering meanwhile); a smaller one is decoded at once."""
     return len(body) >= settings.parse_in_thread_bytes
-
-
-async def parse(body: bytes, traceparent: str | None, settings: Settings) -> Parsed | Refusal:
-    limits = limits_of(settings)
-    if in_thread(body, settings):
-        # The GIL is handed back every few milliseconds, so the event loop (health checks, other
-        # requests) keeps answering while a large body is decoded and validated.
-        return await asyncio.to_thread(parse_body, body, traceparent, limits)
-    return parse_body(body, traceparent, limits)

@@ -16,6 +16,7 @@ its request id, and a 500 logged with a traceback.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import json
@@ -30,17 +31,19 @@ from nexus.auth.roles import ALL_TENANTS, Principal, required_roles
 from nexus.auth.slots import cost_of, processing
 from nexus.core import wording
 from nexus.core.decide.answers import Outcome
+from nexus.core.decide.items import Incoming
+from nexus.core.strict_json import InputLimits
 from nexus.error_shape import error_body, request_id_for, reset_request_id, use_request_id
 from nexus.errors import ErrorCode, NexusError, QuotaExceededError
 from nexus.ingress import http_errors, tenants
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import (
     Disconnected,
+    Parsed,
     Refusal,
     in_thread,
     limits_of,
     media_type_refusal,
-    parse,
     parse_body,
     receive_body,
 )
@@ -66,10 +69,11 @@ async def answer_events(
     """Decide a request's events: its status, JSON body (the results, or the error shape) and extra headers.
     Each envelope is a unit of the key's and tenant's rates: the request paid one, `gate` charges the rest;
     with `db`, a request that would take its tenant beyond a quota (nexus.auth.quotas) is refused 429."""
-    if in_thread(body, settings):
-        parsed = await parse(body, traceparent, settings)
+    limits = limits_of(settings)
+    if in_thread(body, settings):  # a large body: decoded and bound in a worker thread, the loop goes on
+        parsed, bound = await asyncio.to_thread(_parse_bound, body, traceparent, limits, principal)
     else:  # a small body (a step): decoded at once, no coroutine
-        parsed = parse_body(body, traceparent, limits_of(settings))
+        parsed, bound = _parse_bound(body, traceparent, limits, principal)
     if isinstance(parsed, Refusal):
         return parsed.status, error_body(parsed.code, parsed.message), []
     wait = gate.charge(principal, len(parsed.items) - 1) if gate is not None else 0.0
@@ -80,8 +84,6 @@ async def answer_events(
             error_body(ErrorCode.RATE_LIMITED, message),
             [(b"retry-after", retry_after_header(wait).encode())],
         )
-    actor = principal.actor
-    bound = [tenants.bind(item, principal.tenant_id, actor, principal.name) for item in parsed.items]
     if any(b is None for b in bound):
         # Refused as a whole, before anything is decided or written (no dead letter either).
         message = wording.tenant_mismatch(str(principal.tenant_id))
@@ -93,7 +95,10 @@ async def answer_events(
         except QuotaExceededError as exc:
             return 429, error_body(exc.code, exc.message, quota=exc.quota), [(b"retry-after", b"1")]
     outcomes = await submitter.submit(admitted)
-    results = [o.as_json() for o in outcomes]
+    if len(outcomes) >= IN_THREAD_RESULTS:
+        results = await asyncio.to_thread(_as_json, outcomes)
+    else:
+        results = [o.as_json() for o in outcomes]
     status = single_status(outcomes[0]) if parsed.single and outcomes else 200
     content: dict[str, Any] = {"results": results}
     if status >= 400:
@@ -105,6 +110,27 @@ async def answer_events(
             "results": results,
         }
     return status, content, []
+
+
+IN_THREAD_RESULTS = 64
+"""An answer of at least this many results is built and rendered in a worker thread: a 1,000-envelope batch's
+took several milliseconds of the event loop in one piece, which every other tenant's requests waited behind."""
+
+
+def _parse_bound(
+    body: bytes, traceparent: str | None, limits: InputLimits, principal: Principal
+) -> tuple[Parsed | Refusal, list[Incoming | None]]:
+    """The body decoded (`parse_body`) and its items bound to the principal's tenant and actor (`tenants.bind`:
+    None for an envelope naming another tenant): pure, so a large body's run in a worker thread."""
+    parsed = parse_body(body, traceparent, limits)
+    if isinstance(parsed, Refusal):
+        return parsed, []
+    tenant, actor, name = principal.tenant_id, principal.actor, principal.name
+    return parsed, [tenants.bind(item, tenant, actor, name) for item in parsed.items]
+
+
+def _as_json(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+    return [o.as_json() for o in outcomes]
 
 
 def single_status(outcome: Outcome) -> int:
@@ -167,7 +193,12 @@ class EventsFastPath:
                 reset_request_id(token)
             if status >= 400 and "code" in content:
                 metrics.record_http_error(content["code"])
-            body = render(content)
+            results = content.get("results")
+            body = (
+                await asyncio.to_thread(render, content)
+                if results and len(results) >= IN_THREAD_RESULTS
+                else render(content)
+            )
             headers += [
                 (b"content-length", str(len(body)).encode()),
                 (b"content-type", b"application/json"),
