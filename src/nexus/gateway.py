@@ -286,23 +286,31 @@ class Gateway:
         return True
 
     async def start_plan(self, start: PlanStart) -> ErrorCode | None:
-        """Start a plan before its first step: lock, read, plan (`plan_batch`'s `starts`, decided by
-        `core/decide/plan_start.py`), write, in one transaction. Returns the refusal's code (ORDER_EXISTS:
-        nothing written), or None once started."""
-        key = (start.tenant_id, start.order_id)
+        """Start one plan before its first step (`start_plans`): its refusal (ORDER_EXISTS), or None once started."""
+        [refusal] = await self.start_plans([start])
+        return refusal
+
+    async def start_plans(self, starts: Sequence[PlanStart]) -> list[ErrorCode | None]:
+        """Start plans before their first step, in one transaction (the group commit's plan starts share one):
+        lock, read, plan (`plan_batch`'s `starts`, decided in their order by `core/decide/plan_start.py`), write.
+        Returns each start's refusal (ORDER_EXISTS: nothing written for it), or None once started."""
+        keys = sorted({(s.tenant_id, s.order_id) for s in starts})
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
-                await conn.execute(query("gateway.sql", "lock_orders"), *pairs([key]))
-                row = await conn.fetchrow(query("steps.sql", "order_known"), *key)
-                reads = BatchReads(known={key: OrderKnown(row["order"], row["buffered"], row["plan"], row["removed"])})
-                plan = plan_batch([], reads, self.parts, kind=IngressKind.HTTP, now=None, starts=[start])
-                for started in plan.started:
-                    await conn.execute(
+                await conn.execute(query("gateway.sql", "lock_orders"), *pairs(keys))
+                rows = await conn.fetch(query("steps.sql", "orders_known"), *pairs(keys))
+                known = {
+                    (r["tenant_id"], r["order_id"]): OrderKnown(r["order"], r["buffered"], r["plan"], r["removed"])
+                    for r in rows
+                }
+                reads = BatchReads(known=known)
+                plan = plan_batch([], reads, self.parts, kind=IngressKind.HTTP, now=None, starts=starts)
+                if plan.started:
+                    await conn.executemany(
                         query("steps.sql", "create_plan"),
-                        started.tenant_id, started.order_id, started.plan_id, started.process, started.deadline_at,
-                        started.actor,
-                    )  # fmt: skip
-        return plan.start_refusals[0]
+                        [(s.tenant_id, s.order_id, s.plan_id, s.process, s.deadline_at, s.actor) for s in plan.started],
+                    )
+        return list(plan.start_refusals)
 
     async def abort_overdue(self, *, limit: int = 500) -> int:
         """Abort live plans past their deadline (abort_code timeout), and end plans started with no step yet

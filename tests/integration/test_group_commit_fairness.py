@@ -8,6 +8,8 @@ from collections.abc import Sequence
 
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.items import Incoming, IngressKind
+from nexus.core.decide.plan_start import PlanStart
+from nexus.errors import ErrorCode
 from nexus.gateway import Gateway
 from nexus.ingress.batcher import GroupCommitter
 from nexus.store.database import Database
@@ -149,3 +151,42 @@ async def test_a_busy_tenants_share_shrinks_while_another_tenant_submits(db: Dat
         await committer.stop()
     assert all(o.decision is Decision.APPLY for o in [*alone, *shared])
     assert [t.count("acme") for t in gateway.transactions if "acme" in t] == [16, 16, 16, 16], gateway.transactions
+
+
+class CountingStarts(Gateway):
+    """A real gateway that remembers the tenants of each plan-start transaction it ran, in order."""
+
+    starts: list[list[str]]
+
+    async def start_plans(self, starts: Sequence[PlanStart]) -> list[ErrorCode | None]:
+        self.starts.append([s.tenant_id for s in starts])
+        return await super().start_plans(starts)
+
+
+def _start(tenant: str, order_id: str) -> PlanStart:
+    return PlanStart(tenant, order_id, f"plan-{order_id}", "order", None, None)
+
+
+async def test_concurrent_plan_starts_share_transactions_fairly(db: Database) -> None:
+    """Plan starts have a group commit of their own: 40 concurrent starts of one tenant take a few transactions,
+    not 40 (one each before); the same order started twice at once is started once (the second ORDER_EXISTS, as
+    in two transactions); with initech starting plans too, a transaction holds at most 16 of acme's."""
+    gateway = CountingStarts(db)
+    gateway.starts = []
+    committer = GroupCommitter(gateway, workers=1, max_events=500, tenant_events=64, contended_events=16)
+    committer.start()
+    try:
+        alone = await asyncio.gather(*(committer.start_plan(_start("acme", f"s{i}")) for i in range(40)))
+        assert alone == [None] * 40
+        assert len(gateway.starts) <= 3, [len(t) for t in gateway.starts]
+        twice = await asyncio.gather(*(committer.start_plan(_start("acme", "same")) for _ in range(2)))
+        assert len(twice) == 2 and set(twice) == {None, ErrorCode.ORDER_EXISTS}, twice
+        gateway.starts.clear()
+        both = [committer.start_plan(_start("acme", f"b{i}")) for i in range(48)]
+        both += [committer.start_plan(_start("initech", f"c{i}")) for i in range(4)]
+        assert await asyncio.gather(*both) == [None] * 52
+    finally:
+        await committer.stop()
+    assert max(t.count("acme") for t in gateway.starts) <= 16, gateway.starts
+    assert db.pool is not None
+    assert await db.pool.fetchval("SELECT count(*) FROM plans WHERE order_id = 'same'") == 1

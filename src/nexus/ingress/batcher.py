@@ -43,12 +43,15 @@ import contextlib
 import dataclasses
 import zlib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from nexus import metrics
 from nexus.auth.slots import give_back_slot
 from nexus.core.decide.answers import Outcome
 from nexus.core.decide.items import Incoming
+from nexus.core.decide.plan_start import PlanStart
+from nexus.errors import ErrorCode
 from nexus.fold_thread import weight_of
 from nexus.gateway import Gateway
 from nexus.store.lanes import HEAVY_LANE
@@ -59,17 +62,23 @@ CONTENDED_S = 1.0
 
 @dataclasses.dataclass(slots=True)
 class _Request:
-    items: list[Incoming]
-    future: asyncio.Future[list[Outcome]]
+    items: list[Any]
+    """Incoming items (a step's, a batch's slice), or one PlanStart."""
+    future: asyncio.Future[list[Any]]
     weight: int = 0
 
     def __post_init__(self) -> None:
         items = self.items
-        self.weight = weight_of(items[0]) if len(items) == 1 else sum(weight_of(item) for item in items)
+        if not self.weight:
+            self.weight = weight_of(items[0]) if len(items) == 1 else sum(weight_of(item) for item in items)
 
 
 def tenant_of(item: Incoming) -> str:
     return item.envelope.tenant_id if item.envelope is not None else item.tenant_id
+
+
+_Decide = Callable[[list[Any]], Awaitable[list[Any]]]
+"""What a lane runs over a transaction's items: `Gateway.submit` (steps) or `Gateway.start_plans`."""
 
 
 class _TenantQueues:
@@ -148,12 +157,16 @@ class GroupCommitter:
         self.heavy_weight = heavy_weight
         self._queues: list[_TenantQueues] = [_TenantQueues() for _ in range(max(1, workers))]
         self._heavy: list[_TenantQueues] = [_TenantQueues() for _ in self._queues] if heavy_weight > 0 else []
+        self._starts: list[_TenantQueues] = [_TenantQueues() for _ in self._queues]
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
-        lanes = [(f"group-commit-{i}", q, False) for i, q in enumerate(self._queues)]
-        lanes += [(f"group-commit-heavy-{i}", q, True) for i, q in enumerate(self._heavy)]
-        self._tasks = [asyncio.create_task(self._work(q, heavy), name=name) for name, q, heavy in lanes]
+        submit: _Decide = self.gateway.submit
+        starts: _Decide = self.gateway.start_plans
+        lanes = [(f"group-commit-{i}", q, False, submit) for i, q in enumerate(self._queues)]
+        lanes += [(f"group-commit-heavy-{i}", q, True, submit) for i, q in enumerate(self._heavy)]
+        lanes += [(f"group-commit-plans-{i}", q, False, starts) for i, q in enumerate(self._starts)]
+        self._tasks = [asyncio.create_task(self._work(q, heavy, run), name=name) for name, q, heavy, run in lanes]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -207,6 +220,20 @@ class GroupCommitter:
                 results[i] = o
         return [r for r in results if r is not None]
 
+    async def start_plan(self, start: PlanStart) -> ErrorCode | None:
+        """Start a plan in a shared transaction (`Gateway.start_plans`, the plan starts' lanes, fair between
+        tenants as the steps' are): its refusal (ORDER_EXISTS), or None once started."""
+        if not self._tasks:
+            return await self.gateway.start_plan(start)
+        loop = asyncio.get_running_loop()
+        self._seen[start.tenant_id] = loop.time()
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        partition = zlib.crc32(start.order_id.encode()) % len(self._starts)
+        self._starts[partition].put(start.tenant_id, _Request([start], future, weight=1))
+        give_back_slot()  # the request waits for its transaction now: its processing slot serves another
+        [refusal] = await future
+        return refusal  # type: ignore[no-any-return]
+
     def _share(self, now: float) -> int:
         """A tenant's share of a transaction at `now`: `contended` while two or more tenants submitted within the
         last `CONTENDED_S`, else `slice` (the tenants not seen since are forgotten)."""
@@ -227,7 +254,7 @@ class GroupCommitter:
         lanes[partition].put(tenant, request)
         return single
 
-    async def _work(self, queue: _TenantQueues, heavy: bool = False) -> None:
+    async def _work(self, queue: _TenantQueues, heavy: bool, run: _Decide) -> None:
         HEAVY_LANE.set(heavy)  # this task's transactions take the heavy pool's connections (nexus.store.lanes)
         loop = asyncio.get_running_loop()
         while True:
@@ -246,13 +273,14 @@ class GroupCommitter:
                 except TimeoutError:
                     break
                 batch += queue.take(self.max_events - events, share, taken)
-            await self._run(batch)
+            await self._run(batch, run)
 
-    async def _run(self, batch: list[_Request]) -> None:
+    async def _run(self, batch: list[_Request], run: _Decide) -> None:
+        """`run` (`Gateway.submit`, or `start_plans`) over the batch's items; each request answered its part."""
         items = [item for request in batch for item in request.items]
         metrics.HTTP_BATCH_SIZE.observe(len(items))
         try:
-            outcomes = await self.gateway.submit(items)
+            outcomes = await run(items)
         except Exception as exc:  # noqa: BLE001 - every caller of the shared batch must hear of it
             for request in batch:
                 if not request.future.done():

@@ -51,9 +51,11 @@ OrderId = Annotated[str, Path(pattern=SAFE_IDENTIFIER_PATTERN, max_length=200)]
 
 
 class Submitter(Protocol):
-    """What decides steps: the gateway, or the app's group committer in front of it."""
+    """What decides steps and starts plans: the gateway, or the app's group committer in front of it."""
 
     async def submit(self, items: Sequence[Incoming]) -> list[Outcome]: ...
+
+    async def start_plan(self, start: PlanStart) -> ErrorCode | None: ...
 
 
 class StepsApiError(NexusError):
@@ -127,7 +129,7 @@ async def start_plan(caller: StepCaller, request: StartPlan) -> dict[str, Any]:
         dt.datetime.now(dt.UTC) + dt.timedelta(seconds=request.deadline_s) if request.deadline_s is not None else None
     )
     start = PlanStart(tenant, order_id, plan_id, request.process, deadline, caller.principal.actor)
-    if await caller.gateway.start_plan(start) is ErrorCode.ORDER_EXISTS:
+    if await caller.decider.start_plan(start) is ErrorCode.ORDER_EXISTS:
         raise StepsApiError(409, ErrorCode.ORDER_EXISTS, wording.order_exists())
     body: dict[str, Any] = {"order_id": order_id, "plan_id": plan_id, "process": request.process}
     if deadline is not None:

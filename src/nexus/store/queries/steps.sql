@@ -1,12 +1,14 @@
 -- Server-numbered steps: plans and the first verdicts of numbered steps (nexus.plan_steps, ingress/steps_api).
 
--- name: order_known
--- Under the order's lock (Gateway.start_plan): what the tenant knows of the order, for the fold's decision
--- (core/decide/plan_start.py). $1 tenant, $2 order id.
-SELECT EXISTS (SELECT 1 FROM orders WHERE tenant_id = $1 AND order_id = $2) AS "order",
-       EXISTS (SELECT 1 FROM pending_events WHERE tenant_id = $1 AND order_id = $2) AS buffered,
-       EXISTS (SELECT 1 FROM plans WHERE tenant_id = $1 AND order_id = $2) AS plan,
-       EXISTS (SELECT 1 FROM removed_orders WHERE tenant_id = $1 AND order_id = $2) AS removed;
+-- name: orders_known
+-- Under the orders' locks (Gateway.start_plans): what the tenant knows of each order, for the fold's decision
+-- (core/decide/plan_start.py). $1 tenants, $2 order ids (pairs).
+SELECT u.t AS tenant_id, u.o AS order_id,
+       EXISTS (SELECT 1 FROM orders WHERE tenant_id = u.t AND order_id = u.o) AS "order",
+       EXISTS (SELECT 1 FROM pending_events WHERE tenant_id = u.t AND order_id = u.o) AS buffered,
+       EXISTS (SELECT 1 FROM plans WHERE tenant_id = u.t AND order_id = u.o) AS plan,
+       EXISTS (SELECT 1 FROM removed_orders WHERE tenant_id = u.t AND order_id = u.o) AS removed
+FROM unnest($1::text[], $2::text[]) AS u(t, o);
 
 -- name: create_plan
 -- Under the order's lock, once the fold decided the start (nothing known of the order).
