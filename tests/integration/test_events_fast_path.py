@@ -96,6 +96,37 @@ async def test_fast_path_answers_as_the_framework_route(db: Any, settings: Setti
     assert record.tenant_id == "other"
 
 
+async def test_bodies_bound_and_answers_rendered_in_a_thread_answer_as_the_framework_route(
+    db: Any, settings: Settings
+) -> None:
+    """Every body decoded and bound in a worker thread (`parse_in_thread_bytes` 1) and answers of 64 results or more
+    built and rendered in one: a 70-envelope batch, one naming another tenant (403, nothing written) and one with a
+    malformed envelope get the framework route's answers, and the batch's 70 orders are applied."""
+    threaded = settings.replace(parse_in_thread_bytes=1)
+    fast = httpx.ASGITransport(app=create_app(db, Gateway(db), settings=threaded))
+    slow = httpx.ASGITransport(app=_framework_only(create_app(db, Gateway(db), settings=threaded)))
+    answers: dict[str, list[Any]] = {}
+    for name, transport in (("fast", fast), ("slow", slow)):
+        tag = uuid.uuid4().hex[:8]
+        batch = [step_json(f"o-{tag}-{i}", f"p-{tag}-{i}", 1) for i in range(70)]
+        bodies = {
+            "batch": batch,
+            "tenant": [*batch[:3], step_json(f"t-{tag}", f"pt-{tag}", 1, tenant_id="someone-else")],
+            "malformed": [step_json(f"m-{tag}", f"pm-{tag}", 1), {"event_id": "not a uuid"}],
+        }
+        async with httpx.AsyncClient(transport=transport, base_url="http://api", headers=api_headers()) as api:
+            answers[name] = []
+            for label, body in bodies.items():
+                response = await api.post("/v1/events", json=body)
+                shape = _UUID.sub("UUID", json.dumps(_comparable(response)).replace(tag, "TAG"))
+                answers[name].append((label, json.loads(shape)))
+    assert answers["fast"] == answers["slow"]
+    (_, (status, _, body)), (_, (tenant_status, _, _)), _ = answers["fast"]
+    assert status == 200 and len(body["results"]) == 70
+    assert {r["decision"] for r in body["results"]} == {"APPLY"}
+    assert tenant_status == 403
+
+
 async def test_one_write_per_response_sends_head_and_body_together() -> None:
     """A response head is held until its body is written (one write); a head alone goes out on the next turn
     of the loop, and close() writes it first."""
