@@ -229,8 +229,9 @@ class GroupCommitter:
         self._seen[start.tenant_id] = loop.time()
         future: asyncio.Future[list[Any]] = loop.create_future()
         partition = zlib.crc32(start.order_id.encode()) % len(self._starts)
+        # The request keeps its processing slot while it waits (a step's gives it back): a plan start is cheap, so
+        # the slots are what paces a tenant's flood of them (measured: RESULTS.md "Round 20").
         self._starts[partition].put(start.tenant_id, _Request([start], future, weight=1))
-        give_back_slot()  # the request waits for its transaction now: its processing slot serves another
         [refusal] = await future
         return refusal  # type: ignore[no-any-return]
 
