@@ -102,6 +102,7 @@ async def serve(
         tenant_events=settings.batch_tenant_events,
         contended_events=settings.batch_tenant_events_contended,
         heavy_weight=settings.fold_thread_weight,
+        heavy_duty=settings.heavy_duty,
     )
     from nexus.lifecycle.waiting import DecisionListener  # One LISTEN connection per process
 

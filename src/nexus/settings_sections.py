@@ -202,6 +202,11 @@ class FoldThreadSettings(BaseSettings):
     heavy_db_connections: int = Field(1, ge=0)
     """PostgreSQL connections of the heavy lanes, a pool of their own beside `NEXUS_DB_POOL_SIZE`: at most this
     many heavy transactions in PostgreSQL at once. 0: the heavy lanes share the main pool."""
+    heavy_duty: float = Field(0.5, gt=0.0, le=1.0)
+    """While two or more tenants submitted to the group commit within the last second, the heavy lanes work at most
+    this share of the time: after a heavy transaction of t seconds the next starts t*(1-d)/d later (at most 1 s),
+    and the event loop and the light lanes have the interpreter meanwhile. 1: no pause; a tenant alone is never
+    paused."""
     db_connections_per_tenant: int = Field(0, ge=0)
     """Most of the pool's connections one tenant's requests hold at once while another tenant used the pool
     within the last second (a tenant alone keeps the whole pool); 0: a quarter of NEXUS_DB_POOL_SIZE, at least

@@ -4,6 +4,7 @@ tenant's single step by about one transaction (counted in transactions, not time
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Sequence
 
 from nexus.core.decide.answers import Outcome
@@ -190,3 +191,47 @@ async def test_concurrent_plan_starts_share_transactions_fairly(db: Database) ->
     assert max(t.count("acme") for t in gateway.starts) <= 16, gateway.starts
     assert db.pool is not None
     assert await db.pool.fetchval("SELECT count(*) FROM plans WHERE order_id = 'same'") == 1
+
+
+class TimingGateway(Gateway):
+    """A real gateway that remembers when each transaction it ran started and ended, and whose tenants."""
+
+    spans: list[tuple[float, float, list[str]]]
+
+    async def submit(self, items: Sequence[Incoming], *, source: IngressKind | str = IngressKind.HTTP) -> list[Outcome]:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            return await super().submit(items, source=source)
+        finally:
+            self.spans.append((started, loop.time(), [i.envelope.tenant_id for i in items if i.envelope is not None]))
+
+
+def _gaps(spans: list[tuple[float, float, list[str]]]) -> list[tuple[float, float]]:
+    """(the transaction's time, the pause after it before the next) for consecutive transactions."""
+    return [(end - start, after - end) for (start, end, _), (after, _, _) in itertools.pairwise(spans)]
+
+
+async def test_heavy_lanes_pause_while_contended_and_not_alone(db: Database) -> None:
+    """Heavy lanes at a duty of 0.5: acme's 24-envelope batch alone (heavy: weight >= 2, slices of 4) runs its six
+    transactions back to back; the same batch while initech submits too pauses after each heavy transaction at least
+    about as long as it took (without the duty, as before, the pauses were as short as alone)."""
+    gateway = TimingGateway(db)
+    gateway.spans = []
+    committer = GroupCommitter(
+        gateway, workers=1, max_events=500, tenant_events=4, contended_events=4, heavy_weight=2, heavy_duty=0.5
+    )
+    committer.start()
+    try:
+        await committer.submit(_batch("acme", "alone", 24))
+        alone = _gaps(gateway.spans)
+        gateway.spans.clear()
+        await committer.submit(_batch("initech", "c", 1))
+        gateway.spans.clear()
+        await committer.submit(_batch("acme", "shared", 24))
+        shared = _gaps(gateway.spans)
+    finally:
+        await committer.stop()
+    assert len(alone) == len(shared) == 5
+    assert all(pause >= 0.8 * took for took, pause in shared), shared
+    assert sum(p for _, p in alone) < sum(p for _, p in shared), (alone, shared)

@@ -57,7 +57,9 @@ from nexus.gateway import Gateway
 from nexus.store.lanes import HEAVY_LANE
 
 CONTENDED_S = 1.0
-"""How recently a second tenant must have submitted for the group commit to use the contended share."""
+"""How recently a second tenant must have submitted for the group commit to count as contended."""
+MAX_PAUSE_S = 1.0
+"""The longest pause of the heavy lanes after one transaction while contended."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -147,6 +149,7 @@ class GroupCommitter:
         tenant_events: int = 64,
         contended_events: int = 16,
         heavy_weight: int = 0,
+        heavy_duty: float = 1.0,
     ) -> None:
         self.gateway = gateway
         self.max_events = max_events
@@ -155,6 +158,8 @@ class GroupCommitter:
         self.contended = max(1, min(contended_events, self.slice))
         self._seen: dict[str, float] = {}  # tenant -> when it last submitted (the loop's clock)
         self.heavy_weight = heavy_weight
+        self.heavy_duty = min(1.0, max(0.05, heavy_duty))
+        self._heavy_resume = 0.0  # the heavy lanes' next transaction starts no sooner (the loop's clock)
         self._queues: list[_TenantQueues] = [_TenantQueues() for _ in range(max(1, workers))]
         self._heavy: list[_TenantQueues] = [_TenantQueues() for _ in self._queues] if heavy_weight > 0 else []
         self._starts: list[_TenantQueues] = [_TenantQueues() for _ in self._queues]
@@ -236,14 +241,17 @@ class GroupCommitter:
         return refusal  # type: ignore[no-any-return]
 
     def _share(self, now: float) -> int:
-        """A tenant's share of a transaction at `now`: `contended` while two or more tenants submitted within the
-        last `CONTENDED_S`, else `slice` (the tenants not seen since are forgotten)."""
+        """A tenant's share of a transaction at `now`: `contended` while contended (`_contended`), else `slice`."""
+        return self.contended if self._contended(now) else self.slice
+
+    def _contended(self, now: float) -> bool:
+        """Whether two or more tenants submitted within the last `CONTENDED_S` (the others are forgotten)."""
         seen = self._seen
         if len(seen) > 1:
             for tenant, at in list(seen.items()):
                 if now - at > CONTENDED_S:
                     del seen[tenant]
-        return self.contended if len(seen) > 1 else self.slice
+        return len(seen) > 1
 
     def _put_one(
         self, loop: asyncio.AbstractEventLoop, tenant: str, partition: int, items: list[Incoming]
@@ -260,6 +268,8 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         while True:
             await queue.wait()
+            if heavy and self._heavy_resume > loop.time():  # paced while contended: the loop's turn first
+                await asyncio.sleep(self._heavy_resume - loop.time())
             taken: dict[str, int] = {}
             share = self._share(loop.time())
             batch = queue.take(self.max_events, share, taken)
@@ -274,7 +284,11 @@ class GroupCommitter:
                 except TimeoutError:
                     break
                 batch += queue.take(self.max_events - events, share, taken)
+            started = loop.time()
             await self._run(batch, run)
+            if heavy and self.heavy_duty < 1.0 and self._contended(now := loop.time()):
+                pause = min(MAX_PAUSE_S, (now - started) * (1.0 - self.heavy_duty) / self.heavy_duty)
+                self._heavy_resume = max(self._heavy_resume, now + pause)
 
     async def _run(self, batch: list[_Request], run: _Decide) -> None:
         """`run` (`Gateway.submit`, or `start_plans`) over the batch's items; each request answered its part."""
