@@ -286,30 +286,22 @@ class Gateway:
         return True
 
     async def start_plan(self, start: PlanStart) -> ErrorCode | None:
-        """Start one plan before its first step (`start_plans`): its refusal (ORDER_EXISTS), or None once started."""
-        [refusal] = await self.start_plans([start])
-        return refusal
+        """One plan started (`start_plans`): its refusal (ORDER_EXISTS), or None once started."""
+        return (await self.start_plans([start]))[0]
 
     async def start_plans(self, starts: Sequence[PlanStart]) -> list[ErrorCode | None]:
-        """Start plans before their first step, in one transaction (the group commit's plan starts share one):
-        lock, read, plan (`plan_batch`'s `starts`, decided in their order by `core/decide/plan_start.py`), write.
-        Returns each start's refusal (ORDER_EXISTS: nothing written for it), or None once started."""
+        """Start plans before their first step in one transaction (the group commit's plan-start lanes): lock, read,
+        plan (`plan_batch`'s `starts`: `core/decide/plan_start.py`, in their order), write. Each start's refusal
+        (ORDER_EXISTS: nothing written for it), or None once started."""
         keys = sorted({(s.tenant_id, s.order_id) for s in starts})
         with wrap_db_errors():
             async with self.db.pool.acquire() as conn, conn.transaction():
                 await conn.execute(query("gateway.sql", "lock_orders"), *pairs(keys))
                 rows = await conn.fetch(query("steps.sql", "orders_known"), *pairs(keys))
-                known = {
-                    (r["tenant_id"], r["order_id"]): OrderKnown(r["order"], r["buffered"], r["plan"], r["removed"])
-                    for r in rows
-                }
-                reads = BatchReads(known=known)
+                reads = BatchReads(known={(r[0], r[1]): OrderKnown(*tuple(r)[2:]) for r in rows})
                 plan = plan_batch([], reads, self.parts, kind=IngressKind.HTTP, now=None, starts=starts)
-                if plan.started:
-                    await conn.executemany(
-                        query("steps.sql", "create_plan"),
-                        [(s.tenant_id, s.order_id, s.plan_id, s.process, s.deadline_at, s.actor) for s in plan.started],
-                    )
+                if plan.started:  # a PlanStart's fields are the plans row's columns, in order
+                    await conn.executemany(query("steps.sql", "create_plan"), map(dataclasses.astuple, plan.started))
         return list(plan.start_refusals)
 
     async def abort_overdue(self, *, limit: int = 500) -> int:

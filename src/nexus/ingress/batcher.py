@@ -237,8 +237,8 @@ class GroupCommitter:
         # The request keeps its processing slot while it waits (a step's gives it back): a plan start is cheap, so
         # the slots are what paces a tenant's flood of them (measured: RESULTS.md "Round 20").
         self._starts[partition].put(start.tenant_id, _Request([start], future, weight=1))
-        [refusal] = await future
-        return refusal  # type: ignore[no-any-return]
+        refusal: ErrorCode | None = (await future)[0]
+        return refusal
 
     def _share(self, now: float) -> int:
         """A tenant's share of a transaction at `now`: `contended` while contended (`_contended`), else `slice`."""
