@@ -68,16 +68,22 @@ async def test_a_tenant_alone_keeps_the_whole_pool(small: Database) -> None:
     await asyncio.gather(*holders)
 
 
+async def _no_tenant_takes_every_connection(db: Database) -> None:
+    """Four holders of no tenant (the gateway's own work) get the pool's four connections at once, then give them
+    back."""
+    got = [asyncio.Event() for _ in range(4)]
+    release = asyncio.Event()
+    holders = [asyncio.create_task(_hold(db, None, g, release)) for g in got]
+    await asyncio.wait_for(asyncio.gather(*(g.wait() for g in got)), 10)
+    release.set()
+    await asyncio.gather(*holders)
+
+
 async def test_the_gateways_own_work_is_never_held_to_a_share(small: Database) -> None:
     """Work of no tenant (the group commit, the sweepers) takes every connection while tenants are active."""
     await asyncio.create_task(_use(small, "acme"))
     await asyncio.create_task(_use(small, "initech"))
-    got = [asyncio.Event() for _ in range(4)]
-    release = asyncio.Event()
-    holders = [asyncio.create_task(_hold(small, None, g, release)) for g in got]
-    await asyncio.wait_for(asyncio.gather(*(g.wait() for g in got)), 10)
-    release.set()
-    await asyncio.gather(*holders)
+    await _no_tenant_takes_every_connection(small)
 
 
 async def test_the_connections_go_round_the_tenants_waiting(database_url: str) -> None:
@@ -115,12 +121,7 @@ async def test_a_cancelled_wait_leaves_no_connection_behind(small: Database) -> 
         await waiting
     release.set()
     await holder
-    got = [asyncio.Event() for _ in range(4)]
-    again = asyncio.Event()
-    holders = [asyncio.create_task(_hold(small, None, g, again)) for g in got]
-    await asyncio.wait_for(asyncio.gather(*(g.wait() for g in got)), 10)
-    again.set()
-    await asyncio.gather(*holders)
+    await _no_tenant_takes_every_connection(small)
 
 
 async def test_a_requests_queries_run_in_its_tenants_share(db: Database, api) -> None:  # type: ignore[no-untyped-def]

@@ -50,6 +50,14 @@ async def serving(db: Database, settings: Settings) -> AsyncIterator[tuple[int, 
         max_requests_unauthenticated=UNCHECKED,
         auth_cache_ttl_s=300.0,  # the keys checked once stay known to the head's count
     )
+    async with uvicorn_app(db, settings) as (_, app):
+        yield port, app.state.gate.shares
+
+
+@contextlib.asynccontextmanager
+async def uvicorn_app(db: Database, settings: Settings) -> AsyncIterator[tuple[uvicorn.Server, Any]]:
+    """The gateway's app under uvicorn (`server_config`, on `settings`' host and port) in this loop, once started:
+    the server and the app; stopped on the way out."""
     app: Any = create_app(db, Gateway(db), settings=settings)
     server = uvicorn.Server(server_config(app, settings))
     task = asyncio.create_task(server.serve())
@@ -58,7 +66,7 @@ async def serving(db: Database, settings: Settings) -> AsyncIterator[tuple[int, 
         assert time.monotonic() < deadline and not task.done(), "the server did not start"
         await asyncio.sleep(0.05)
     try:
-        yield port, app.state.gate.shares
+        yield server, app
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, timeout=30)

@@ -9,20 +9,16 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 import uvicorn
 
 from nexus.auth.shares import RequestShares
-from nexus.gateway import Gateway
-from nexus.ingress.http import create_app
-from nexus.ingress.http_server import server_config
 from nexus.metrics import REGISTRY
 from nexus.settings import Settings
 from nexus.store.database import Database
 from tests.conftest import free_port
-from tests.integration.test_request_cap import DEADLINE_S, agent, answer, connect, get, long_poll, served
+from tests.integration.test_request_cap import DEADLINE_S, agent, answer, connect, get, long_poll, served, uvicorn_app
 
 pytestmark = pytest.mark.slow
 
@@ -42,18 +38,21 @@ async def serving(db: Database, settings: Settings) -> AsyncIterator[tuple[int, 
         max_requests_per_tenant=2 * BURST,
         auth_cache_ttl_s=300.0,  # the keys checked once stay known to the head's count
     )
-    app: Any = create_app(db, Gateway(db), settings=settings)
-    server = uvicorn.Server(server_config(app, settings))
-    task = asyncio.create_task(server.serve())
-    deadline = time.monotonic() + DEADLINE_S
-    while not server.started:
-        assert time.monotonic() < deadline and not task.done(), "the server did not start"
-        await asyncio.sleep(0.05)
-    try:
+    async with uvicorn_app(db, settings) as (server, app):
         yield port, server, app.state.gate.shares
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(task, timeout=30)
+
+
+async def polling_then_burst(
+    port: int, globex: str, shares: RequestShares
+) -> tuple[asyncio.StreamWriter, float, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]:
+    """globex served once, then its long poll in flight on a connection of its own, then `BURST` new connections:
+    the poll's writer, the deferred heads counted before the burst, and the burst's connections."""
+    await served(port, globex)
+    [(_, poll)] = await connect(port, 1)
+    poll.write(long_poll(globex))
+    await in_flight(shares, "globex")
+    before = deferred("head")
+    return poll, before, await connect(port, BURST)
 
 
 def deferred(what: str) -> float:
@@ -88,12 +87,7 @@ async def test_another_tenants_request_is_answered_before_most_of_a_burst(db: Da
     acme, globex = await agent(db, "acme"), await agent(db, "globex")
     async with serving(db, settings) as (port, _, shares):
         await served(port, acme)
-        await served(port, globex)
-        [(_, poll)] = await connect(port, 1)
-        poll.write(long_poll(globex))
-        await in_flight(shares, "globex")
-        before = deferred("head")
-        conns = await connect(port, BURST)
+        poll, before, conns = await polling_then_burst(port, globex, shares)
         [(reader, writer)] = await connect(port, 1)
         for _, w in conns:
             w.write(get("/v1/processes", acme))
@@ -135,12 +129,7 @@ async def test_probes_are_never_put_off(db: Database, settings: Settings) -> Non
     answered 200 and none is deferred (a balancer's probe never waits behind a burst)."""
     globex = await agent(db, "globex")
     async with serving(db, settings) as (port, _, shares):
-        await served(port, globex)
-        [(_, poll)] = await connect(port, 1)
-        poll.write(long_poll(globex))
-        await in_flight(shares, "globex")
-        before = deferred("head")
-        conns = await connect(port, BURST)
+        poll, before, conns = await polling_then_burst(port, globex, shares)
         for i, (_, w) in enumerate(conns):
             w.write(f"GET /{'healthz' if i % 2 else 'readyz'} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
         order = await answers_in_order({f"probe-{i}": r for i, (r, _) in enumerate(conns)})
