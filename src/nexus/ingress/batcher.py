@@ -17,7 +17,7 @@ keep its items' order (one tenant's queue is FIFO, and a worker runs its transac
 request whose slices span transactions is answered once all of them are decided, and fails if one of them fails
 (a transient failure is retried whole by its caller, its already-decided steps answered DUPLICATE).
 
-A smaller share while shared: while two or more tenants submitted within the last second (`CONTENDED_S`), the
+A smaller share while shared: while two or more tenants submitted within the last second (`RecentTenants`), the
 share is `contended_events` (`NEXUS_BATCH_TENANT_EVENTS_CONTENDED`, 16) instead of `tenant_events`, for the
 slices of a large request and for what a transaction takes of each tenant. Another tenant's commit then waits for
 the WAL of at most that much of the busy tenant's work, and the busy tenant's folds hold the interpreter in shorter
@@ -55,9 +55,8 @@ from nexus.errors import ErrorCode
 from nexus.fold_thread import weight_of
 from nexus.gateway import Gateway
 from nexus.store.lanes import HEAVY_LANE
+from nexus.store.recent import RecentTenants
 
-CONTENDED_S = 1.0
-"""How recently a second tenant must have submitted for the group commit to count as contended."""
 MAX_PAUSE_S = 1.0
 """The longest pause of the heavy lanes after one transaction while contended."""
 
@@ -156,7 +155,7 @@ class GroupCommitter:
         self.window_s = window_ms / 1000.0
         self.slice = max(1, min(tenant_events, max_events))
         self.contended = max(1, min(contended_events, self.slice))
-        self._seen: dict[str, float] = {}  # tenant -> when it last submitted (the loop's clock)
+        self._seen = RecentTenants()  # the tenants that submitted: two or more within a second, contended
         self.heavy_weight = heavy_weight
         self.heavy_duty = min(1.0, max(0.05, heavy_duty))
         self._heavy_resume = 0.0  # the heavy lanes' next transaction starts no sooner (the loop's clock)
@@ -182,8 +181,11 @@ class GroupCommitter:
         self._tasks = []
 
     def _partition(self, item: Incoming) -> int:
-        key = item.envelope.order_id if item.envelope is not None else ""
-        return zlib.crc32(key.encode()) % len(self._queues)
+        return self._partition_of(item.envelope.order_id if item.envelope is not None else "")
+
+    def _partition_of(self, order_id: str) -> int:
+        """The worker (of each set of lanes) an order's work goes to: two transactions never share an order."""
+        return zlib.crc32(order_id.encode()) % len(self._queues)
 
     async def submit(self, items: Sequence[Incoming]) -> list[Outcome]:
         """Decide `items` in shared transactions; outcomes in the items' order."""
@@ -193,7 +195,7 @@ class GroupCommitter:
             return await self.gateway.submit(items)
         loop = asyncio.get_running_loop()
         tenant = tenant_of(items[0])
-        now = self._seen[tenant] = loop.time()
+        self._seen.saw(tenant)
         if len(items) == 1:  # one event per request, the usual case: one partition, no gather
             give_back_slot()  # the request waits for its transaction now: its processing slot serves another
             return await self._put_one(loop, tenant, self._partition(items[0]), list(items))
@@ -201,7 +203,7 @@ class GroupCommitter:
         for i, item in enumerate(items):
             parts[self._partition(item)].append(i)
         give_back_slot()
-        share = self._share(now)
+        share = self._share()
         if len(parts) == 1 and len(items) <= share:  # one order's events, within one share: no gather
             (partition,) = parts
             return await self._put_one(loop, tenant, partition, list(items))
@@ -231,27 +233,19 @@ class GroupCommitter:
         if not self._tasks:
             return await self.gateway.start_plan(start)
         loop = asyncio.get_running_loop()
-        self._seen[start.tenant_id] = loop.time()
+        self._seen.saw(start.tenant_id)
         future: asyncio.Future[list[Any]] = loop.create_future()
-        partition = zlib.crc32(start.order_id.encode()) % len(self._starts)
+        partition = self._partition_of(start.order_id)
         # The request keeps its processing slot while it waits (a step's gives it back): a plan start is cheap, so
         # the slots are what paces a tenant's flood of them (measured: RESULTS.md "Round 20").
         self._starts[partition].put(start.tenant_id, _Request([start], future, weight=1))
         refusal: ErrorCode | None = (await future)[0]
         return refusal
 
-    def _share(self, now: float) -> int:
-        """A tenant's share of a transaction at `now`: `contended` while contended (`_contended`), else `slice`."""
-        return self.contended if self._contended(now) else self.slice
-
-    def _contended(self, now: float) -> bool:
-        """Whether two or more tenants submitted within the last `CONTENDED_S` (the others are forgotten)."""
-        seen = self._seen
-        if len(seen) > 1:
-            for tenant, at in list(seen.items()):
-                if now - at > CONTENDED_S:
-                    del seen[tenant]
-        return len(seen) > 1
+    def _share(self) -> int:
+        """A tenant's share of a transaction now: `contended` while two or more tenants submitted within the last
+        second, else `slice`."""
+        return self.contended if self._seen.several() else self.slice
 
     def _put_one(
         self, loop: asyncio.AbstractEventLoop, tenant: str, partition: int, items: list[Incoming]
@@ -271,7 +265,7 @@ class GroupCommitter:
             if heavy and self._heavy_resume > loop.time():  # paced while contended: the loop's turn first
                 await asyncio.sleep(self._heavy_resume - loop.time())
             taken: dict[str, int] = {}
-            share = self._share(loop.time())
+            share = self._share()
             batch = queue.take(self.max_events, share, taken)
             deadline = loop.time() + self.window_s
             while not queue and (events := sum(len(r.items) for r in batch)) < self.max_events:
@@ -286,7 +280,8 @@ class GroupCommitter:
                 batch += queue.take(self.max_events - events, share, taken)
             started = loop.time()
             await self._run(batch, run)
-            if heavy and self.heavy_duty < 1.0 and self._contended(now := loop.time()):
+            if heavy and self.heavy_duty < 1.0 and self._seen.several():
+                now = loop.time()
                 pause = min(MAX_PAUSE_S, (now - started) * (1.0 - self.heavy_duty) / self.heavy_duty)
                 self._heavy_resume = max(self._heavy_resume, now + pause)
 

@@ -33,14 +33,13 @@ from typing import Any
 import asyncpg
 import asyncpg.pool
 
+from nexus.store.recent import ACTIVE_WINDOW_S, RecentTenants
+
 DB_SHARE: contextvars.ContextVar[str | None] = contextvars.ContextVar("nexus_db_share", default=None)
 """The tenant whose work the running task does (`UNCHECKED`: a key being looked up); None: the gateway's own."""
 
 UNCHECKED = ""
 """The share of the lookups of keys the cache does not know (a flood of unknown keys is one share)."""
-
-ACTIVE_WINDOW_S = 1.0
-"""How long after its last use of the pool a tenant counts as another one, holding each to its share."""
 
 
 class ConnectionShares:
@@ -57,12 +56,10 @@ class ConnectionShares:
     ) -> None:
         self.size = size
         self.per_tenant = max(1, per_tenant)
-        self.window_s = window_s
-        self._clock = clock
         self._free = size
         self._held: dict[str | None, int] = {}
         self._waiting: OrderedDict[str | None, deque[asyncio.Future[None]]] = OrderedDict()
-        self._seen: dict[str, float] = {}
+        self._seen = RecentTenants(window_s, clock)  # the tenants that asked for a connection
 
     def held(self, share: str | None) -> int:
         return self._held.get(share, 0)
@@ -72,13 +69,12 @@ class ConnectionShares:
 
     def last_seen(self, tenant: str) -> float | None:
         """When `tenant` last asked for a connection (the clock's seconds), if it still counts as active."""
-        seen = self._seen.get(tenant)
-        return seen if seen is not None and seen > self._clock() - self.window_s else None
+        return self._seen.last_seen(tenant)
 
     async def take(self, share: str | None) -> None:
         """Wait for a permit for `share`; it is `give`n back once the connection is released."""
         if share is not None:
-            self._seen[share] = self._clock()
+            self._seen.saw(share)
         if self._free > 0 and not self._waiting and not self._capped(share):
             self._grant(share)
             return
@@ -112,8 +108,7 @@ class ConnectionShares:
         work; never a tenant alone)."""
         if share is None or self._held.get(share, 0) < self.per_tenant:
             return False
-        since = self._clock() - self.window_s
-        return any(other != share and seen > since for other, seen in self._seen.items())
+        return self._seen.other_than(share)
 
     def _dispatch(self) -> None:
         """Hand free permits to the waiting shares in turn, skipping a share at its part of the pool."""
@@ -129,7 +124,6 @@ class ConnectionShares:
                     queue.popleft().set_result(None)
             if queue:
                 self._waiting[share] = queue  # the share's next waiter comes after every other share's
-        self._prune()
 
     def _forget(self, share: str | None, future: asyncio.Future[None]) -> None:
         queue = self._waiting.get(share)
@@ -137,11 +131,6 @@ class ConnectionShares:
             queue.remove(future)
             if not queue:
                 del self._waiting[share]
-
-    def _prune(self) -> None:
-        if len(self._seen) > 64:  # tenants not seen within the window count no more
-            since = self._clock() - self.window_s
-            self._seen = {share: seen for share, seen in self._seen.items() if seen > since}
 
 
 class FairPool(asyncpg.pool.Pool):  # type: ignore[misc]  # asyncpg ships no types here (pyproject: asyncpg.*)
