@@ -5,7 +5,7 @@ One event loop serves every connection. A tenant's burst (a thousand long polls 
 them closed at once) arrives in one turn of the loop: uvicorn then parses every head and starts every task
 (about 60 us each), or loses every connection (about 30 us each), before anything else runs, and another
 tenant's request, which needs several turns (its head, its task, each database round trip, its answer),
-waits behind each such turn. With `NEXUS_HTTP_HEADS_PER_TURN` = N (default 8) a turn handles at most N new
+waits behind each such turn. With `NEXUS_HTTP_HEADS_PER_TURN` = N (default 1) a turn handles at most N new
 heads and closes while a share other than theirs has requests in flight (`RequestShares`) or holds a
 connection open (a tenant's keep-alive connection: its next request may come any moment); beyond, each
 connection's bytes (or its close) wait in a queue of their share (`Gatekeeper.share_of`, read from the
