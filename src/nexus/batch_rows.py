@@ -23,6 +23,7 @@ import orjson
 from nexus.audit.log import Records, record_rows
 from nexus.core.decide import rows as decide_rows
 from nexus.core.decide.expiry import BufferedStep
+from nexus.core.decide.numbering import FirstVerdictRow
 from nexus.core.decide.plan import BatchPlan, BatchReads
 from nexus.core.envelope import EventEnvelope, parse_envelope
 from nexus.core.list_limits import tenant_limits
@@ -124,11 +125,13 @@ async def write_rows(
     records: Records | None = None,
     wake: Sequence[OrderKey] = (),
     decisions: Sequence[decide_rows.DecisionRecord] = (),
+    first_verdicts: Sequence[FirstVerdictRow] = (),
 ) -> list[int]:
     """Write the rows; `records`: the decision log's records (audit.log.record_rows); `wake`: the orders
-    whose waiters wake at commit; `decisions`: a Kafka batch's, for the decisions topic. The usual rows
-    (orders, notifications and their deliveries, decision log, decisions) and the wake-ups go in one
-    statement. Returns the dead letters' ids, in order."""
+    whose waiters wake at commit; `decisions`: a Kafka batch's, for the decisions topic; `first_verdicts`: the
+    newly numbered steps' (`plan_steps`). The usual rows (orders, notifications and their deliveries, decision
+    log, decisions, first verdicts) and the wake-ups go in one statement. Returns the dead letters' ids, in
+    order."""
     await lifecycle_records.write_approvals(conn, list(approvals), list(cancelled))
     if rejected:
         await conn.execute(query("gateway.sql", "insert_rejected"), *columns(rejected, 11))
@@ -136,13 +139,13 @@ async def write_rows(
         await conn.execute(query("gateway.sql", "delete_pending"), *columns(unbuffered, 3))
     if buffered:
         await conn.execute(query("gateway.sql", "insert_pending"), *columns(buffered, 7))
-    if orders or notifications or decisions or (records is not None and records.rows):
+    if orders or notifications or decisions or first_verdicts or (records is not None and records.rows):
         # Notifications wake the dispatchers at commit, and only then, without waiting for their poll.
         logged = records or Records([])
         await conn.execute(
             query("gateway.sql", "write_batch"),
             json_rows(orders), json_rows(notifications), json_rows(logged.rows), logged.at, *pairs(sorted(set(wake))),
-            json_rows(decisions),
+            json_rows(decisions), json_rows(_verdict_columns(v) for v in first_verdicts),
         )  # fmt: skip
     elif wake:
         await lifecycle_records.notify_orders(conn, wake)
@@ -150,6 +153,14 @@ async def write_rows(
         rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *columns(dead, 8))
         return [r["id"] for r in rows]
     return []
+
+
+def _verdict_columns(v: FirstVerdictRow) -> tuple[Any, ...]:
+    """A first verdict as write_batch's `plan_steps` row (its columns in order)."""
+    return (
+        v.tenant_id, v.order_id, v.event_id, v.seq_id, v.keyed, v.digest, v.decision, v.code, v.check, v.message,
+        v.decided_at,
+    )  # fmt: skip
 
 
 async def write_plan(
@@ -162,6 +173,7 @@ async def write_plan(
         conn, orders=plan.orders, notifications=plan.notifications, buffered=plan.buffered,
         unbuffered=plan.unbuffered, rejected=plan.rejected, dead=plan.dead_letters, approvals=plan.approvals,
         cancelled=plan.cancelled_approvals, records=records, wake=plan.wake, decisions=plan.decisions,
+        first_verdicts=plan.first_verdicts,
     )  # fmt: skip
 
 

@@ -201,8 +201,7 @@ class Gateway:
     async def _write(
         self, conn: asyncpg.Connection, plan: BatchPlan, reads: BatchReads, order_ids: list[OrderKey]
     ) -> list[int]:
-        dead_ids = await write_plan(conn, plan, reads.heads, order_ids)
-        await plan_steps.record(conn, plan.first_verdicts)  # the numbered steps' first verdicts
+        dead_ids = await write_plan(conn, plan, reads.heads, order_ids)  # the numbered steps' first verdicts too
         if self.effect_processes:
             await saga_records.record(conn, plan.resolutions, self.catalog, plan.traces, self.saga_secret, plan.turns)
         return dead_ids

@@ -1,6 +1,6 @@
 """Server-numbered steps, the adapter: what the fold's numbering needs of the batch's orders, read under
-their locks, and the first verdicts it decided, written in the batch's transaction (`plan_steps`, migration
-0016). The rules are in `nexus.core.numbering`, the decider in `nexus.core.decide.numbering`; nothing here
+their locks (the first verdicts it decided are written with the batch's other rows, in its one write statement:
+`batch_rows.write_rows`, `plan_steps`, migration 0016). The rules are in `nexus.core.numbering`, the decider in `nexus.core.decide.numbering`; nothing here
 decides.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from nexus.batch_rows import columns, pairs
+from nexus.batch_rows import pairs
 from nexus.core.decide.items import Incoming, order_key
-from nexus.core.decide.numbering import FirstVerdictRow, NumberingReads, StartedPlan
+from nexus.core.decide.numbering import NumberingReads, StartedPlan
 from nexus.core.numbering import FirstVerdict
 from nexus.store.queries import query
 
@@ -40,19 +40,6 @@ async def read(conn: asyncpg.Connection, items: Sequence[Incoming]) -> dict[Orde
         else:
             last[key] = _verdict(row)
     return {key: NumberingReads(plans.get(key), known.get(key, {}), last.get(key)) for key in keys}
-
-
-async def record(conn: asyncpg.Connection, verdicts: Sequence[FirstVerdictRow]) -> None:
-    """Store the first verdict of each newly numbered step, in the batch's transaction."""
-    if verdicts:
-        rows = [
-            (
-                v.tenant_id, v.order_id, v.event_id, v.seq_id, v.keyed, v.digest, v.decision, v.code, v.check,
-                v.message, v.decided_at,
-            )
-            for v in verdicts
-        ]  # fmt: skip
-        await conn.execute(query("steps.sql", "record_first_verdicts"), *columns(rows, 11))
 
 
 def _verdict(row: asyncpg.Record) -> FirstVerdict:

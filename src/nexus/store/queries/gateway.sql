@@ -123,8 +123,9 @@ FROM nexus_chain_heads($1::text[], $2::text[]) AS h;
 -- deliveries (one per matching subscription, from the rows just inserted; a delivery is its pair's head
 -- when no earlier one is pending) and the dispatchers' wake-up, the decision log's records ($3, as
 -- audit.sql insert_records, all at $4), the wake-up of the waiters of orders $5/$6 (as notify_orders), and a
--- Kafka batch's decisions for the `nexus.decisions` topic ($7, in order: the relay sends them by id).
--- $1-$3 and $7 are each one JSON array of rows, a row an array of its columns in the order below (the hashes
+-- Kafka batch's decisions for the `nexus.decisions` topic ($7, in order: the relay sends them by id), and
+-- the first verdicts of newly numbered steps ($8, `plan_steps`: a second first verdict is never written).
+-- $1-$3, $7 and $8 are each one JSON array of rows, a row an array of its columns in the order below (the hashes
 -- of $3 in hex): one parameter per table rather than one array per column, which cost the gateway more to
 -- encode (per element) than everything else it sends. An order's finished_at follows its row's `finished` (the
 -- fold decides it, core/decide/finished.py; migration 0043): stamped now() the first time, kept afterwards.
@@ -182,9 +183,17 @@ WITH upserted AS (
     FROM jsonb_array_elements($7::jsonb) WITH ORDINALITY AS u(r, n)
     ORDER BY n
     RETURNING 1
+), numbered AS (
+    INSERT INTO plan_steps (tenant_id, order_id, event_id, seq_id, keyed, digest, decision, code, "check", message,
+                            decided_at)
+    SELECT r->>0, r->>1, (r->>2)::uuid, (r->>3)::int, (r->>4)::bool, r->>5, r->>6, r->>7, r->>8, r->>9,
+           (r->>10)::timestamptz
+    FROM jsonb_array_elements($8::jsonb) AS r
+    ON CONFLICT DO NOTHING
+    RETURNING 1
 )
 SELECT CASE WHEN EXISTS (SELECT 1 FROM outboxed) THEN pg_notify('nexus_outbox', '') END AS notified,
        (SELECT count(*) FROM upserted) + (SELECT count(*) FROM delivered) + (SELECT count(*) FROM logged)
-           + (SELECT count(*) FROM decided) AS rows,
+           + (SELECT count(*) FROM decided) + (SELECT count(*) FROM numbered) AS rows,
        (SELECT count(pg_notify('nexus_orders', json_build_object('tenant', t, 'order_id', o)::text))
         FROM unnest($5::text[], $6::text[]) AS w(t, o)) AS woken;

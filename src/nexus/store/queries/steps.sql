@@ -45,10 +45,3 @@ CROSS JOIN LATERAL (
     WHERE s.tenant_id = k.tenant_id AND s.order_id = k.order_id AND s.decision = 'APPLY'
     ORDER BY s.seq_id DESC LIMIT 1
 ) l;
-
--- name: record_first_verdicts
-INSERT INTO plan_steps (tenant_id, order_id, event_id, seq_id, keyed, digest, decision, code, "check", message,
-                        decided_at)
-SELECT * FROM unnest($1::text[], $2::text[], $3::uuid[], $4::integer[], $5::boolean[], $6::text[], $7::text[],
-                     $8::text[], $9::text[], $10::text[], $11::timestamptz[])
-ON CONFLICT DO NOTHING;
