@@ -1,7 +1,7 @@
 """Server-numbered steps, the adapter: what the fold's numbering needs of the batch's orders, read under
 their locks (the first verdicts it decided are written with the batch's other rows, in its one write statement:
-`batch_rows.write_rows`, `plan_steps`, migration 0016). The rules are in `nexus.core.numbering`, the decider in `nexus.core.decide.numbering`; nothing here
-decides.
+`batch_rows.write_rows`, `plan_steps`, migration 0016). The rules are in `nexus.core.numbering`, the decider in
+`nexus.core.decide.numbering`; nothing here decides.
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ def limits_of(settings: Settings) -> InputLimits:
         max_string_length=settings.max_string_length,
         max_events=settings.max_events_per_request,
     )
-    if len(_LIMITS) >= 16:
-        _LIMITS.clear()
+    if len(_LIMITS) >= 16:  # the oldest goes: a settings object in use stays known (clearing all lost it too)
+        del _LIMITS[next(iter(_LIMITS))]
     _LIMITS[id(settings)] = (settings, limits)
     return limits
 
