@@ -19,9 +19,7 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import statistics
-import subprocess
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,19 +27,12 @@ from typing import Any
 
 from nexus_lab.bench import create_database, drop_database, start_embedded
 from nexus_lab.bench.noisy import make_keys, start_gateway
-from nexus_lab.bench.wrk import ORDER_STEPS, _script, tree_cpu_s
+from nexus_lab.bench.wrk import _script, run_wrk, tree_cpu_s
 
 
 def wrk(base: str, key: str, connections: int, seconds: float, script: Path) -> float:
     """One wrk run of `wrk_orders.lua` with `key`: the requests it had answered per second."""
-    command = ["wrk", "-t", str(connections), "-c", str(connections), "-d", f"{round(seconds)}s", "--timeout",
-               "10s", "-s", str(script), base, "--", uuid.uuid4().hex[:8], f"Bearer {key}", ",".join(ORDER_STEPS),
-               "events"]  # fmt: skip
-    out = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60, check=True).stdout
-    match = re.search(r"^NEXUS_WRK (\{.*\})$", out, re.MULTILINE)
-    if match is None:
-        raise RuntimeError(f"wrk printed no summary:\n{out[-2000:]}")
-    summary = json.loads(match.group(1))
+    summary = run_wrk(base, connections, seconds, uuid.uuid4().hex[:8], script, authorization=f"Bearer {key}")
     return float(summary["requests"]) / (summary["duration_us"] / 1e6)
 
 

@@ -102,10 +102,18 @@ ORDER_STEPS = definitions.main_plan(shipped("order"))
 
 
 def run_wrk(
-    base: str, connections: int, seconds: float, run_id: str, script: Path, mode: str = "events"
+    base: str,
+    connections: int,
+    seconds: float,
+    run_id: str,
+    script: Path,
+    mode: str = "events",
+    authorization: str | None = None,
 ) -> dict[str, Any]:
-    """One wrk run of `wrk_orders.lua` in `mode` (events, rest or mcp); its `done()` prints one JSON line, read here."""
-    authorization = ClientConfig.from_env().headers().get("authorization", "")
+    """One wrk run of `wrk_orders.lua` in `mode` (events, rest or mcp); its `done()` prints one JSON line, read here.
+    `authorization`: the header's value (by default the client's, from NEXUS_API_KEY)."""
+    if authorization is None:
+        authorization = ClientConfig.from_env().headers().get("authorization", "")
     command = ["wrk", "-t", str(connections), "-c", str(connections), "-d", f"{max(1, round(seconds))}s",
                "--timeout", "10s", "-s", str(script), base, "--", run_id, authorization,
                ",".join(ORDER_STEPS), mode]  # fmt: skip
