@@ -25,7 +25,7 @@ async def write(conn: asyncpg.Connection, *orders: tuple[str, str, int, bool]) -
         for o, status, seq, finished in orders
     ]
     await conn.execute(
-        query("gateway.sql", "write_batch"), json.dumps(rows), "[]", "[]", datetime.now(UTC), [], [], "[]"
+        query("gateway.sql", "write_batch"), json.dumps(rows), "[]", "[]", datetime.now(UTC), [], [], "[]", "[]"
     )
 
 
