@@ -145,7 +145,7 @@ async def write_rows(
         await conn.execute(
             query("gateway.sql", "write_batch"),
             json_rows(orders), json_rows(notifications), json_rows(logged.rows), logged.at, *pairs(sorted(set(wake))),
-            json_rows(decisions), json_rows(_verdict_columns(v) for v in first_verdicts),
+            json_rows(decisions), json_rows(first_verdicts),
         )  # fmt: skip
     elif wake:
         await lifecycle_records.notify_orders(conn, wake)
@@ -153,14 +153,6 @@ async def write_rows(
         rows = await conn.fetch(query("gateway.sql", "insert_dead_letters"), *columns(dead, 8))
         return [r["id"] for r in rows]
     return []
-
-
-def _verdict_columns(v: FirstVerdictRow) -> tuple[Any, ...]:
-    """A first verdict as write_batch's `plan_steps` row (its columns in order)."""
-    return (
-        v.tenant_id, v.order_id, v.event_id, v.seq_id, v.keyed, v.digest, v.decision, v.code, v.check, v.message,
-        v.decided_at,
-    )  # fmt: skip
 
 
 async def write_plan(

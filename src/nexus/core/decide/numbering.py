@@ -20,7 +20,7 @@ import dataclasses
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from nexus.core.audit_chain import Entry
 from nexus.core.decide.answers import Outcome
@@ -52,9 +52,9 @@ class NumberingReads:
     last_applied: FirstVerdict | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class FirstVerdictRow:
-    """The first verdict on a newly numbered step, as `plan_steps` stores it."""
+class FirstVerdictRow(NamedTuple):
+    """The first verdict on a newly numbered step, as `plan_steps` stores it (its columns in order: written as
+    a row of the batch's write, `batch_rows.write_rows`)."""
 
     tenant_id: str
     order_id: str
