@@ -295,7 +295,7 @@ async def run_phases(
                 | ({} if decided is None else {"a_envelopes_per_s": round(decided / seconds)})
                 | probed
             )
-            progress(f"noisy: {name}: {rows[-1]}")
+            progress(f"noisy: {name}: { {k: v for k, v in rows[-1].items() if k != 'latencies_ms'} }")
             await asyncio.sleep(1.0)  # the pattern's sockets close before the next phase
     finally:
         await c.stop()

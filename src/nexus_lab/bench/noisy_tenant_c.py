@@ -89,7 +89,8 @@ class Sample:
                 "refused": sum(self.refusals.values()), "refusals": dict(self.refusals),
                 "by_kind": {kind: quantiles(lats) for kind, lats in sorted(self.by_kind.items())},
                 "parts": {name: quantiles([p[i] for _, p in self.parts]) for i, name in enumerate(PARTS)},
-                "tail": self.tail(), "c_loop": quantiles(self.lags)}  # fmt: skip
+                "tail": self.tail(), "c_loop": quantiles(self.lags),
+                "latencies_ms": [round(x * 1000, 2) for x in self.latencies]}  # fmt: skip
 
     def tail(self) -> dict[str, float]:
         """The mean of each part (ms) over the slowest 1 % of the requests whose parts are known."""
