@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 import orjson
 
+from nexus import plan_steps
 from nexus.audit.log import Records, record_rows
 from nexus.core.decide import rows as decide_rows
 from nexus.core.decide.expiry import BufferedStep
@@ -49,12 +50,23 @@ def pairs(keys: Sequence[OrderKey]) -> tuple[list[str], list[str]]:
     return [t for t, _ in keys], [o for _, o in keys]
 
 
-async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, validated: bool) -> BatchReads:
+async def read_batch(
+    conn: asyncpg.Connection,
+    order_ids: list[OrderKey],
+    *,
+    validated: bool,
+    numbering: tuple[Sequence[OrderKey], Sequence[uuid.UUID]] = ((), ()),
+) -> BatchReads:
     """The orders' rows and buffered steps, their rejected steps by event_id and the tenants' limits
-    (when steps are `validated`), the removal markers of removed orders, and their decision-log chain
-    heads: one statement."""
+    (when steps are `validated`), the removal markers of removed orders, their decision-log chain
+    heads, and the numbering's reads of the orders `numbering` names (`plan_steps.asked`: orders with
+    proposals or plan ends, the proposals' event ids): one statement."""
     tenants = sorted({tenant for tenant, _ in order_ids})
-    rows = await conn.fetch(query("gateway.sql", "read_batch"), *pairs(order_ids), tenants, validated)
+    numbered_keys, event_ids = numbering
+    rows = await conn.fetch(
+        query("gateway.sql", "read_batch"), *pairs(order_ids), tenants, validated, *pairs(numbered_keys), event_ids
+    )
+    numbering_rows = []
     pending: dict[OrderKey, dict[int, EventEnvelope]] = defaultdict(dict)
     numbered: dict[OrderKey, set[uuid.UUID]] = defaultdict(set)
     rejected: dict[OrderKey, dict[uuid.UUID, Verdict]] = defaultdict(dict)
@@ -77,11 +89,27 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
                 numbered[(row["tenant_id"], row["order_id"])].add(step.event_id)
         elif kind == "removed":
             markers.append(row)
+        elif kind in plan_steps.KINDS:
+            numbering_rows.append(row)
         elif kind == "rejected":
             verdict = Verdict(ErrorCode(row["code"]), row["message"], row["check_id"])
             rejected[(row["tenant_id"], row["order_id"])][row["event_id"]] = verdict
         else:
             limits[row["tenant_id"]] = tenant_limits(Decimal(row["max_order_amount"]), row["max_list_items"])
+    states = _states(order_rows, markers, held, pending)
+    numbered_steps = {k: frozenset(v) for k, v in numbered.items()}
+    numbering_reads = plan_steps.numbering_of(numbering_rows, numbered_keys)
+    return BatchReads(states, pending, rejected, limits, heads, numbered_steps, numbering=numbering_reads)
+
+
+def _states(
+    order_rows: Sequence[asyncpg.Record],
+    markers: Sequence[asyncpg.Record],
+    held: Sequence[asyncpg.Record],
+    pending: Mapping[OrderKey, Mapping[int, EventEnvelope]],
+) -> dict[OrderKey, OrderState]:
+    """The batch's orders' states from their rows (`read_batch`'s 'order', 'removed' and 'held' rows) and
+    buffered steps."""
     states = {(r["tenant_id"], r["order_id"]): state_of(r, pending) for r in order_rows}
     for row in markers:  # a removed order: its marker decides its steps (core/decide/removed.py)
         states.setdefault((row["tenant_id"], row["order_id"]), removed_state(row))
@@ -94,7 +122,7 @@ async def read_batch(conn: asyncpg.Connection, order_ids: list[OrderKey], *, val
         key = (row["tenant_id"], row["order_id"])
         state = states.get(key) or OrderState(row["order_id"], plan_id=row["plan_id"])
         states[key] = dataclasses.replace(state, held=row["event_id"])
-    return BatchReads(states, pending, rejected, limits, heads, {k: frozenset(v) for k, v in numbered.items()})
+    return states
 
 
 def _buffered_step(r: asyncpg.Record) -> BufferedStep:

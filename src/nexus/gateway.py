@@ -184,12 +184,11 @@ class Gateway:
     async def _read(
         self, conn: asyncpg.Connection, order_ids: list[OrderKey], items: Sequence[Incoming], kind: IngressKind
     ) -> BatchReads:
-        reads = await read_batch(conn, order_ids, validated=self.parts.checks.checks)
+        numbering = plan_steps.asked(items)  # the steps API's: the numbering's reads, in the same statement
+        reads = await read_batch(conn, order_ids, validated=self.parts.checks.checks, numbering=numbering)
         if kind is IngressKind.DEADLINE:  # the sweeper's aborts: plans started with no step, and their deadlines
             timeout_s = self.db.settings.plan_start_timeout_s
             reads = await lifecycle_records.with_unstarted_plans(conn, reads, order_ids, timeout_s)
-        if any(item.proposal is not None or item.ending is not None for item in items):  # the steps API's
-            reads = dataclasses.replace(reads, numbering=await plan_steps.read(conn, items))
         if self.effect_processes:  # the sagas holding the batch's orders
             first = {order_key(i.envelope): i.envelope.process_name for i in reversed(items) if i.envelope}
             states = dict(reads.states)

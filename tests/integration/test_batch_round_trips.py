@@ -98,9 +98,9 @@ async def test_a_batch_takes_five_statements_waking_its_orders_waiters(db: Datab
 async def test_an_orders_proposals_in_one_batch_are_numbered_and_decided_in_one_transaction(db: Database) -> None:
     """Three proposals of one order in one batch (the second a wrong step, the third the right one) are
     numbered in the fold one after another: APPLY 1, REJECTED 2, APPLY 2 (the rejection freed its number),
-    in one transaction of seven statements (BEGIN, lock, read, read numbering, the rejected step, the write with
-    the first verdicts, COMMIT; the first verdicts were a statement of their own before round 21), each first
-    verdict stored once."""
+    in one transaction of six statements (BEGIN, lock, the read with the numbering's reads, the rejected step, the
+    write with the first verdicts, COMMIT; the first verdicts were a statement of their own before round 21, the
+    numbering's reads before round 22), each first verdict stored once."""
     from nexus.core.envelope import parse_envelope
     from nexus.core.numbering import Proposal, data_digest
 
@@ -127,6 +127,6 @@ async def test_an_orders_proposals_in_one_batch_are_numbered_and_decided_in_one_
     assert [(o.decision, o.seq_id) for o in outcomes] == [
         (Decision.APPLY, 1), (Decision.REJECTED, 2), (Decision.APPLY, 2),
     ]  # fmt: skip
-    assert len(statements) == 7, [s.strip()[:60] for s in statements]
+    assert len(statements) == 6, [s.strip()[:60] for s in statements]
     stored = await db.fetch("SELECT seq_id, decision FROM plan_steps WHERE order_id = 'nb' ORDER BY decided_at, seq_id")
     assert sorted((r["seq_id"], r["decision"]) for r in stored) == [(1, "APPLY"), (2, "APPLY"), (2, "REJECTED")]

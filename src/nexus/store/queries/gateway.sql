@@ -71,8 +71,10 @@ FROM unnest($1::text[], $2::text[]) AS u(t, o);
 -- rows ('order'), buffered steps ('pending'), rejected steps ('rejected'), the tenants' limits ('limit',
 -- only when $4; max_list_items NULL when the tenant has none of its own), the steps held for approval
 -- ('held': event_id and plan_id, only when $4), the removal markers of removed orders ('removed': used when
--- the order has no row, nexus.retention) and the decision log's chain heads ('head', nexus_chain_heads). $1/$2 the
--- (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL. A buffered step's `numbered`:
+-- the order has no row, nexus.retention), the decision log's chain heads ('head', nexus_chain_heads), and for the
+-- server-numbered steps of the orders $5/$6 (those with proposals or plan ends; empty: none) their started plans
+-- ('plan'), the stored first verdicts of the event ids $7 ('known') and each one's last applied numbered step
+-- ('last'). $1/$2 the (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL. A buffered step's `numbered`:
 -- the server numbered it (it has a first verdict in plan_steps), so a refused predecessor settles it.
 -- Each order is read by its key (a lateral look-up, LIMIT 1 on the primary key): a join the planner may turn into
 -- a hash join over every order when its statistics still say the table is small (a busy new table between two
@@ -81,41 +83,66 @@ SELECT 'order' AS kind, o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq
        o.process, o.process_version, o.facts::text AS facts, NULL::int AS seq_id, NULL::text AS envelope,
        NULL::uuid AS event_id, NULL::text AS code, NULL::text AS check_id, NULL::text AS message,
        NULL::text AS max_order_amount, NULL::int AS max_list_items, NULL::int AS position, NULL::bytea AS hash,
-       o.superseded_plans, o.deadline_at, NULL::bool AS numbered
+       o.superseded_plans, o.deadline_at, NULL::bool AS numbered, NULL::text AS digest, NULL::text AS decision,
+       NULL::timestamptz AS decided_at
 FROM unnest($1::text[], $2::text[]) AS u(t, oid)
 CROSS JOIN LATERAL (SELECT * FROM orders WHERE tenant_id = u.t AND order_id = u.oid LIMIT 1) AS o
 UNION ALL
 SELECT 'pending', p.tenant_id, p.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, p.seq_id,
        p.envelope::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        EXISTS (SELECT 1 FROM plan_steps AS s
-               WHERE s.tenant_id = p.tenant_id AND s.order_id = p.order_id AND s.event_id = p.event_id)
+               WHERE s.tenant_id = p.tenant_id AND s.order_id = p.order_id AND s.event_id = p.event_id),
+       NULL, NULL, NULL
 FROM pending_events AS p
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid
 UNION ALL
 SELECT 'rejected', r.tenant_id, r.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       r.event_id, r.code, r.check_id, r.message, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       r.event_id, r.code, r.check_id, r.message, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM rejected_events AS r
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON r.tenant_id = u.t AND r.order_id = u.oid
 WHERE $4::bool
 UNION ALL
 SELECT 'limit', tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, max_order_amount::text, max_list_items, NULL, NULL, NULL, NULL, NULL
+       NULL, max_order_amount::text, max_list_items, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM tenant_limits WHERE $4::bool AND tenant_id = ANY($3::text[])
 UNION ALL
 SELECT 'held', a.tenant_id, a.order_id, a.plan_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       a.event_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       a.event_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM approvals AS a
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON a.tenant_id = u.t AND a.order_id = u.oid
 WHERE $4::bool AND a.status = 'pending'
 UNION ALL
 SELECT 'removed', m.tenant_id, m.order_id, m.plan_id, m.final_status, m.last_seq, m.tombstone, m.notifications,
-       m.process, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       m.process, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL
 FROM removed_orders AS m
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON m.tenant_id = u.t AND m.order_id = u.oid
 UNION ALL
 SELECT 'head', h.tenant_id, h.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, h.position, h.hash, NULL, NULL, NULL
-FROM nexus_chain_heads($1::text[], $2::text[]) AS h;
+       NULL, NULL, NULL, NULL, h.position, h.hash, NULL, NULL, NULL, NULL, NULL, NULL
+FROM nexus_chain_heads($1::text[], $2::text[]) AS h
+UNION ALL
+SELECT 'plan', pl.tenant_id, pl.order_id, pl.plan_id, NULL, NULL, NULL, NULL, pl.process, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, pl.deadline_at, NULL, NULL, NULL, NULL
+FROM plans AS pl
+JOIN unnest($5::text[], $6::text[]) AS u(t, oid) ON pl.tenant_id = u.t AND pl.order_id = u.oid
+UNION ALL
+SELECT 'known', s.tenant_id, s.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.seq_id, NULL,
+       s.event_id, s.code, s."check", s.message, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.digest, s.decision,
+       s.decided_at
+FROM plan_steps AS s
+JOIN unnest($5::text[], $6::text[]) AS u(t, oid) ON s.tenant_id = u.t AND s.order_id = u.oid
+WHERE s.event_id = ANY($7::uuid[])
+UNION ALL
+SELECT 'last', l.tenant_id, l.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, l.seq_id, NULL,
+       l.event_id, l.code, l."check", l.message, NULL, NULL, NULL, NULL, NULL, NULL, NULL, l.digest, l.decision,
+       l.decided_at
+FROM unnest($5::text[], $6::text[]) AS k(t, oid)
+CROSS JOIN LATERAL (
+    SELECT * FROM plan_steps AS s
+    WHERE s.tenant_id = k.t AND s.order_id = k.oid AND s.decision = 'APPLY'
+    ORDER BY s.seq_id DESC LIMIT 1
+) AS l;
 
 -- name: write_batch
 -- (Its decision-log part repeats audit.sql `insert_records`, kept in this one statement for the round trip.)

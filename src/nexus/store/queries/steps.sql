@@ -23,25 +23,3 @@ FROM (SELECT $1::text AS tenant_id, $2::text AS order_id) k
 LEFT JOIN plans p ON p.tenant_id = k.tenant_id AND p.order_id = k.order_id
 LEFT JOIN orders o ON o.tenant_id = k.tenant_id AND o.order_id = k.order_id
 WHERE p.order_id IS NOT NULL OR o.order_id IS NOT NULL;
-
--- name: read_numbering
--- Under the orders' locks: the plans, the stored first verdicts of the given event ids, and each order's
--- last applied numbered step. $1, $2: tenants and order ids (pairs); $3: event ids.
-SELECT 'plan' AS kind, tenant_id, order_id, plan_id, process, deadline_at,
-       NULL::uuid AS event_id, NULL::integer AS seq_id, NULL::text AS digest, NULL::text AS decision,
-       NULL::text AS code, NULL::text AS "check", NULL::text AS message, NULL::timestamptz AS decided_at
-FROM plans WHERE (tenant_id, order_id) IN (SELECT * FROM unnest($1::text[], $2::text[]))
-UNION ALL
-SELECT 'known', tenant_id, order_id, NULL, NULL, NULL, event_id, seq_id, digest, decision, code, "check",
-       message, decided_at
-FROM plan_steps
-WHERE (tenant_id, order_id) IN (SELECT * FROM unnest($1::text[], $2::text[])) AND event_id = ANY($3::uuid[])
-UNION ALL
-SELECT 'last', l.* FROM unnest($1::text[], $2::text[]) AS k(tenant_id, order_id)
-CROSS JOIN LATERAL (
-    SELECT s.tenant_id, s.order_id, NULL, NULL, NULL::timestamptz, s.event_id, s.seq_id, s.digest, s.decision,
-           s.code, s."check", s.message, s.decided_at
-    FROM plan_steps s
-    WHERE s.tenant_id = k.tenant_id AND s.order_id = k.order_id AND s.decision = 'APPLY'
-    ORDER BY s.seq_id DESC LIMIT 1
-) l;
