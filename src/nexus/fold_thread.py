@@ -43,7 +43,10 @@ ELEMENTS_PER_UNIT = 16
 def weight_of(item: Incoming) -> int:
     """An item's share of a transaction's work: one unit, plus one per `ELEMENTS_PER_UNIT` elements of the
     lists in it (a process's checks run over every element: a step of 1,000 order lines weighs 63 single
-    steps); an item kept as text, one per KiB."""
+    steps); an item kept as text, one per KiB. An item weighed where it was parsed (`Incoming.weight`) is not
+    walked again."""
+    if item.weight:
+        return item.weight
     raw = item.raw
     if isinstance(raw, str):
         return 1 + len(raw) // 1024

@@ -35,6 +35,7 @@ from nexus.core.decide.items import Incoming
 from nexus.core.strict_json import InputLimits
 from nexus.error_shape import error_body, request_id_for, reset_request_id, use_request_id
 from nexus.errors import ErrorCode, NexusError, QuotaExceededError
+from nexus.fold_thread import weight_of
 from nexus.ingress import http_errors, tenants
 from nexus.ingress.batcher import GroupCommitter
 from nexus.ingress.events_body import (
@@ -71,7 +72,7 @@ async def answer_events(
     with `db`, a request that would take its tenant beyond a quota (nexus.auth.quotas) is refused 429."""
     limits = limits_of(settings)
     if in_thread(body, settings):  # a large body: decoded and bound in a worker thread, the loop goes on
-        parsed, bound = await asyncio.to_thread(_parse_bound, body, traceparent, limits, principal)
+        parsed, bound = await asyncio.to_thread(_parse_bound, body, traceparent, limits, principal, weigh=True)
     else:  # a small body (a step): decoded at once, no coroutine
         parsed, bound = _parse_bound(body, traceparent, limits, principal)
     if isinstance(parsed, Refusal):
@@ -118,15 +119,19 @@ took several milliseconds of the event loop in one piece, which every other tena
 
 
 def _parse_bound(
-    body: bytes, traceparent: str | None, limits: InputLimits, principal: Principal
+    body: bytes, traceparent: str | None, limits: InputLimits, principal: Principal, *, weigh: bool = False
 ) -> tuple[Parsed | Refusal, list[Incoming | None]]:
     """The body decoded (`parse_body`) and its items bound to the principal's tenant and actor (`tenants.bind`:
-    None for an envelope naming another tenant): pure, so a large body's run in a worker thread."""
+    None for an envelope naming another tenant): pure, so a large body's run in a worker thread, where its items
+    are weighed too (`weigh`: `Incoming.weight`, which the group commit would otherwise walk on the loop)."""
     parsed = parse_body(body, traceparent, limits)
     if isinstance(parsed, Refusal):
         return parsed, []
     tenant, actor, name = principal.tenant_id, principal.actor, principal.name
-    return parsed, [tenants.bind(item, tenant, actor, name) for item in parsed.items]
+    bound = [tenants.bind(item, tenant, actor, name) for item in parsed.items]
+    if weigh:
+        bound = [None if item is None else dataclasses.replace(item, weight=weight_of(item)) for item in bound]
+    return parsed, bound
 
 
 def _as_json(outcomes: list[Outcome]) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ dead-lettered, not refusals.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from typing import Any
@@ -33,9 +34,10 @@ from nexus.auth.keys import KeyCache
 from nexus.auth.roles import ALL_TENANTS
 from nexus.auth.slots import ProcessingSlots, cost_of, processing
 from nexus.core import strict_json, wording
+from nexus.core.strict_json import InputLimits
 from nexus.error_shape import error_response
 from nexus.errors import ErrorCode, InvalidEventError, NexusError
-from nexus.ingress.events_body import Disconnected, has_nul, limits_of, receive_body
+from nexus.ingress.events_body import Disconnected, has_nul, in_thread, limits_of, receive_body
 from nexus.ingress.http_server import CLIENT_GONE
 from nexus.lifecycle.waiting import CLIENT, WaitingClient
 from nexus.settings import Settings
@@ -183,21 +185,30 @@ class RequestGuard(HttpMiddleware):
         return body
 
     async def _strict(self, body: bytes, scope: Any, receive: Any, send: Any) -> bool:
-        """Whether the JSON body is strict; False once the refusal has been sent."""
+        """Whether the JSON body is strict; False once the refusal has been sent. A large body is checked in a
+        worker thread (`in_thread`: decoding it holds the GIL in slices, the event loop goes on)."""
         limits = limits_of(self.settings)
-        try:
-            value = strict_json.loads(body, limits)
-            strict_json.check_strings(value, limits)
-        except InvalidEventError as exc:
-            status = {ErrorCode.PAYLOAD_TOO_LARGE: 413}.get(exc.code, 400)
-            await error_response(status, exc.code, exc.message)(scope, receive, send)
-            return False
-        if has_nul(value):
-            message = "a string in the body contains a NUL character"
-            await error_response(422, ErrorCode.INVALID_REQUEST, message)(scope, receive, send)
-            return False
-        if strict_json.find_oversized_int(value) is not None:
-            code = ErrorCode.INVALID_EVENT if scope["path"].startswith(_STEP_PATHS) else ErrorCode.INVALID_REQUEST
-            await error_response(422, code, "an integer in the body is outside the 64-bit range")(scope, receive, send)
+        step_path = scope["path"].startswith(_STEP_PATHS)
+        if in_thread(body, self.settings):
+            refusal = await asyncio.to_thread(_refusal_of, body, limits, step_path)
+        else:
+            refusal = _refusal_of(body, limits, step_path)
+        if refusal is not None:
+            await error_response(*refusal)(scope, receive, send)
             return False
         return True
+
+
+def _refusal_of(body: bytes, limits: InputLimits, step_path: bool) -> tuple[int, ErrorCode, str] | None:
+    """Why a JSON body is not strict (status, code, message), or None: pure, so a large body's runs in a thread."""
+    try:
+        value = strict_json.loads(body, limits)
+        strict_json.check_strings(value, limits)
+    except InvalidEventError as exc:
+        return {ErrorCode.PAYLOAD_TOO_LARGE: 413}.get(exc.code, 400), exc.code, exc.message
+    if has_nul(value):
+        return 422, ErrorCode.INVALID_REQUEST, "a string in the body contains a NUL character"
+    if strict_json.find_oversized_int(value) is not None:
+        code = ErrorCode.INVALID_EVENT if step_path else ErrorCode.INVALID_REQUEST
+        return 422, code, "an integer in the body is outside the 64-bit range"
+    return None

@@ -43,6 +43,9 @@ class Incoming:
     refused: EventEnvelope | None = None
     """An item the database refused alone (`core/decide/isolation.py`): the envelope it had, so that its dead
     letter keeps the order, plan and tenant."""
+    weight: int = 0
+    """Its share of a transaction's work (`nexus.fold_thread.weight_of`) when its parser weighed it (a large
+    body's, in a worker thread); 0: weighed when asked."""
 
     @classmethod
     def parse(
