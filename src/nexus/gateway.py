@@ -45,6 +45,7 @@ from nexus.store import sagas as saga_records
 from nexus.store.database import Database
 from nexus.store.errors import wrap_db_errors
 from nexus.store.lifecycle import ApprovalDecision
+from nexus.store.locked import locked_transaction
 from nexus.store.queries import query
 from nexus.store.saga_keys import SagaSecret
 from nexus_wire.codes import Decision
@@ -169,10 +170,10 @@ class Gateway:
         order_ids = sorted({order_key(item.envelope) for item in items if item.envelope is not None})
         now = dt.datetime.now(dt.UTC)  # the clock of deadlines and of the repeat window
         with wrap_db_errors():
-            async with self.db.lane_pool.acquire() as conn, conn.transaction():  # a heavy lane's: its own pool
+            # a heavy lane's connection from its own pool; BEGIN and the locks in one round trip
+            async with self.db.lane_pool.acquire() as conn, locked_transaction(conn, order_ids):
                 reads = BatchReads()
                 if order_ids:
-                    await conn.execute(query("gateway.sql", "lock_orders"), *pairs(order_ids))
                     reads = await self._read(conn, order_ids, items, kind)
                     if decided:  # an approval is answered once, under its order's lock
                         await lifecycle_records.decide_approvals(conn, decided)
@@ -293,8 +294,7 @@ class Gateway:
         (ORDER_EXISTS: nothing written for it), or None once started."""
         keys = sorted({(s.tenant_id, s.order_id) for s in starts})
         with wrap_db_errors():
-            async with self.db.pool.acquire() as conn, conn.transaction():
-                await conn.execute(query("gateway.sql", "lock_orders"), *pairs(keys))
+            async with self.db.pool.acquire() as conn, locked_transaction(conn, keys):
                 rows = await conn.fetch(query("steps.sql", "orders_known"), *pairs(keys))
                 reads = BatchReads(known={(r[0], r[1]): OrderKnown(*tuple(r)[2:]) for r in rows})
                 plan = plan_batch([], reads, self.parts, kind=IngressKind.HTTP, now=None, starts=starts)

@@ -51,8 +51,9 @@ async def test_an_order_over_several_batches_continues_its_state_buffer_and_chai
 
 
 @pytest.mark.parametrize("kind", [IngressKind.HTTP, IngressKind.KAFKA])
-async def test_a_batch_takes_five_statements_waking_its_orders_waiters(db: Database, kind: IngressKind) -> None:
-    """A batch of new orders' first steps runs BEGIN, lock, read, write, COMMIT and nothing else: the held
+async def test_a_batch_takes_four_round_trips_waking_its_orders_waiters(db: Database, kind: IngressKind) -> None:
+    """A batch of new orders' first steps runs BEGIN with the locks (one round trip, `nexus.store.locked`), read,
+    write, COMMIT and nothing else: the held
     steps are read with the rest, the waiters' wake-up is written with the rest, and so are a Kafka batch's
     decisions for the decisions topic (in the items' order); the waiters of each order are still notified
     at commit."""
@@ -77,7 +78,8 @@ async def test_a_batch_takes_five_statements_waking_its_orders_waiters(db: Datab
         items = [Incoming.parse(step_json(order, f"p{order}", 1)) for order in orders]
         outcomes = await gateway.submit(items, source=kind)
         assert [o.decision for o in outcomes] == [Decision.APPLY] * 3
-        assert len(statements) == 5, statements
+        assert len(statements) == 4, statements
+        assert statements[0].startswith("BEGIN; SELECT pg_advisory_xact_lock"), statements[0]
         decided = await db.fetch(
             "SELECT order_id, value FROM decisions_outbox WHERE order_id LIKE $1 ORDER BY id", f"{prefix}-_"
         )
@@ -98,9 +100,9 @@ async def test_a_batch_takes_five_statements_waking_its_orders_waiters(db: Datab
 async def test_an_orders_proposals_in_one_batch_are_numbered_and_decided_in_one_transaction(db: Database) -> None:
     """Three proposals of one order in one batch (the second a wrong step, the third the right one) are
     numbered in the fold one after another: APPLY 1, REJECTED 2, APPLY 2 (the rejection freed its number),
-    in one transaction of six statements (BEGIN, lock, the read with the numbering's reads, the rejected step, the
-    write with the first verdicts, COMMIT; the first verdicts were a statement of their own before round 21, the
-    numbering's reads before round 22), each first verdict stored once."""
+    in one transaction of five round trips (BEGIN with the locks, the read with the numbering's reads, the
+    rejected step, the write with the first verdicts, COMMIT; the first verdicts were a statement of their own
+    before round 21, the numbering's reads and the locks before round 22), each first verdict stored once."""
     from nexus.core.envelope import parse_envelope
     from nexus.core.numbering import Proposal, data_digest
 
@@ -127,6 +129,6 @@ async def test_an_orders_proposals_in_one_batch_are_numbered_and_decided_in_one_
     assert [(o.decision, o.seq_id) for o in outcomes] == [
         (Decision.APPLY, 1), (Decision.REJECTED, 2), (Decision.APPLY, 2),
     ]  # fmt: skip
-    assert len(statements) == 6, [s.strip()[:60] for s in statements]
+    assert len(statements) == 5, [s.strip()[:60] for s in statements]
     stored = await db.fetch("SELECT seq_id, decision FROM plan_steps WHERE order_id = 'nb' ORDER BY decided_at, seq_id")
     assert sorted((r["seq_id"], r["decision"]) for r in stored) == [(1, "APPLY"), (2, "APPLY"), (2, "REJECTED")]
