@@ -78,6 +78,7 @@ HOT_PATH = {
 QUERY_EXCEPTIONS = {
     ("gateway.sql", "lock_orders"): "advisory locks on a hash of (tenant, order): no table; under Citus taken on "
     "the coordinator, as today, or on the worker of the order's shard",
+    ("gateway.sql", "begin_locked"): "BEGIN and lock_orders' locks in one query: no table, as lock_orders",
     ("gateway.sql", "notify_orders"): "pg_notify of the orders written, no table",
     ("delivery.sql", "claim"): "the dispatcher claims the oldest due deliveries of every tenant (a multi-shard "
     "query): under Citus each dispatcher claims per shard group",

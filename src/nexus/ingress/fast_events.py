@@ -128,10 +128,9 @@ def _parse_bound(
     if isinstance(parsed, Refusal):
         return parsed, []
     tenant, actor, name = principal.tenant_id, principal.actor, principal.name
-    bound = [tenants.bind(item, tenant, actor, name) for item in parsed.items]
     if weigh:
-        bound = [None if item is None else dataclasses.replace(item, weight=weight_of(item)) for item in bound]
-    return parsed, bound
+        return parsed, [tenants.bind(i, tenant, actor, name, weight=weight_of(i)) for i in parsed.items]
+    return parsed, [tenants.bind(item, tenant, actor, name) for item in parsed.items]
 
 
 def _as_json(outcomes: list[Outcome]) -> list[dict[str, Any]]:

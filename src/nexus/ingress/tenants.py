@@ -16,21 +16,30 @@ from nexus.errors import ErrorCode, InvalidEventError
 
 
 def bind(
-    item: Incoming, tenant: str | None, actor: str | None = None, actor_name: str | None = None
+    item: Incoming,
+    tenant: str | None,
+    actor: str | None = None,
+    actor_name: str | None = None,
+    *,
+    weight: int = 0,
 ) -> Incoming | None:
     """`item` bound to `tenant` (None: a caller spanning every tenant, the envelope's own tenant stands) and
-    to who proposed it (`actor`, `actor_name`: the decision log's, core/actors.py); None if the envelope
-    explicitly names another tenant."""
+    to who proposed it (`actor`, `actor_name`: the decision log's, core/actors.py), with its `weight` when its
+    parser weighed it (`Incoming.weight`; 0 keeps the item's); None if the envelope explicitly names another
+    tenant."""
     env = item.envelope
+    weight = weight or item.weight
     if env is None:
-        return dataclasses.replace(item, tenant_id=tenant or "default", actor=actor, actor_name=actor_name)
+        return dataclasses.replace(
+            item, tenant_id=tenant or "default", actor=actor, actor_name=actor_name, weight=weight
+        )
     if tenant is None:
-        return dataclasses.replace(item, tenant_id=env.tenant_id, actor=actor, actor_name=actor_name)
+        return dataclasses.replace(item, tenant_id=env.tenant_id, actor=actor, actor_name=actor_name, weight=weight)
     if "tenant_id" in env.model_fields_set and env.tenant_id != tenant:
         return None
     if env.tenant_id != tenant:
         env = env.model_copy(update={"tenant_id": tenant})
-    return dataclasses.replace(item, envelope=env, tenant_id=tenant, actor=actor, actor_name=actor_name)
+    return dataclasses.replace(item, envelope=env, tenant_id=tenant, actor=actor, actor_name=actor_name, weight=weight)
 
 
 def bind_or_dead_letter(

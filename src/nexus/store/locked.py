@@ -4,8 +4,8 @@
 before the batch's read, each a turn of the event loop that waits behind whatever else the loop holds. Here BEGIN
 and the locks go in one simple-protocol query (several statements in one message: asyncpg's `execute` without
 arguments). That protocol takes no parameters, so the orders' keys go in the text as the hex of their JSON (only
-`0-9a-f`: nothing a key holds can reach the SQL), and the locks are those of `lock_orders` (the same keys, taken
-in the same order), so a writer taking its locks either way excludes the other.
+`0-9a-f`: nothing a key holds can reach the SQL), and the locks are those of `lock_orders` (the same keys,
+`nexus_order_lock`'s, taken in the same order), so a writer taking its locks either way excludes the other.
 
 The transaction ends with COMMIT when the block ends, ROLLBACK when it raises (the pool's reset would roll back a
 connection left inside one anyway).
@@ -19,19 +19,16 @@ from collections.abc import AsyncIterator, Sequence
 import asyncpg
 import orjson
 
-_BEGIN_LOCKED = (
-    "BEGIN; SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT hashtextextended((r->>0) || chr(31) || (r->>1), 0)"
-    " AS k FROM jsonb_array_elements(convert_from(decode('{keys}', 'hex'), 'UTF8')::jsonb) AS r ORDER BY k OFFSET 0)"
-    " AS keys"
-)
-"""BEGIN and gateway.sql `lock_orders` in one query, the (tenant, order) pairs as the hex of their JSON array."""
+from nexus.store.queries import query
 
 
 def begin_locked(keys: Sequence[tuple[str, str]]) -> str:
-    """The query beginning a transaction with `keys`' locks (BEGIN alone when there are none)."""
+    """The query beginning a transaction with `keys`' locks (gateway.sql `begin_locked` without its comment;
+    BEGIN alone when there are none)."""
     if not keys:
         return "BEGIN"
-    return _BEGIN_LOCKED.format(keys=orjson.dumps([list(k) for k in keys]).hex())
+    sql = "\n".join(line for line in query("gateway.sql", "begin_locked").splitlines() if not line.startswith("--"))
+    return sql.replace("{keys}", orjson.dumps([list(k) for k in keys]).hex())
 
 
 @contextlib.asynccontextmanager

@@ -1,11 +1,20 @@
 -- Queries of Gateway.submit: one transaction per batch, set-based whatever the batch size.
 
 -- name: lock_orders
--- Advisory locks in one fixed order (by key), so two batches never deadlock on each other. An order is
--- (tenant, order_id) (migration 0005); chr(31) cannot occur in either, so keys of different pairs differ.
+-- Advisory locks in one fixed order (by key), so two batches never deadlock on each other; an order's key is
+-- nexus_order_lock's (migration 0044).
 SELECT pg_advisory_xact_lock(k)
-FROM (SELECT DISTINCT hashtextextended(t || chr(31) || o, 0) AS k
+FROM (SELECT DISTINCT nexus_order_lock(t, o) AS k
       FROM unnest($1::text[], $2::text[]) AS u(t, o) ORDER BY k OFFSET 0) AS keys;
+
+-- name: begin_locked
+-- BEGIN and lock_orders' locks in one simple-protocol query (nexus.store.locked): that protocol takes no
+-- parameters, so the placeholder `keys` in braces below is replaced by the hex of the (tenant, order) pairs'
+-- JSON array (only 0-9a-f reaches the text).
+BEGIN; SELECT pg_advisory_xact_lock(k)
+FROM (SELECT DISTINCT nexus_order_lock(r->>0, r->>1) AS k
+      FROM jsonb_array_elements(convert_from(decode('{keys}', 'hex'), 'UTF8')::jsonb) AS r
+      ORDER BY k OFFSET 0) AS keys;
 
 -- name: insert_rejected
 INSERT INTO rejected_events (event_id, order_id, plan_id, tenant_id, seq_id, event_type, code, check_id, message,
@@ -74,8 +83,9 @@ FROM unnest($1::text[], $2::text[]) AS u(t, o);
 -- the order has no row, nexus.retention), the decision log's chain heads ('head', nexus_chain_heads), and for the
 -- server-numbered steps of the orders $5/$6 (those with proposals or plan ends; empty: none) their started plans
 -- ('plan'), the stored first verdicts of the event ids $7 ('known') and each one's last applied numbered step
--- ('last'). $1/$2 the (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL. A buffered step's `numbered`:
--- the server numbered it (it has a first verdict in plan_steps), so a refused predecessor settles it.
+-- ('last'). $1/$2 the (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL. A buffered
+-- step's `numbered`: the server numbered it (it has a first verdict in plan_steps), so a refused predecessor
+-- settles it.
 -- Each order is read by its key (a lateral look-up, LIMIT 1 on the primary key): a join the planner may turn into
 -- a hash join over every order when its statistics still say the table is small (a busy new table between two
 -- autoanalyze runs), the plan then kept by the prepared statement while orders grows.

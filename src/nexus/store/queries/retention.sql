@@ -44,7 +44,7 @@ LIMIT $3;
 WITH free AS MATERIALIZED (
     SELECT t AS tenant_id, o AS order_id
     FROM unnest($1::text[], $2::text[]) AS u(t, o)
-    WHERE pg_try_advisory_xact_lock(hashtextextended(t || chr(31) || o, 0))
+    WHERE pg_try_advisory_xact_lock(nexus_order_lock(t, o))
 )
 SELECT f.tenant_id, f.order_id, d.delivered, d.dead, d.pending
 FROM free AS f
