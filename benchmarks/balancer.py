@@ -23,7 +23,7 @@ from pathlib import Path
 
 from nexus_lab.balancer import Balancer
 from nexus_lab.bench import create_database, drop_database, start_embedded
-from nexus_lab.bench.wrk import _script, run_wrk, tree_cpu_s
+from nexus_lab.bench.wrk import lab_script, run_wrk, tree_cpu_s
 from nexus_lab.procs import NEXUS_CMD, Proc, free_port, wait_http
 
 
@@ -57,7 +57,7 @@ async def main(args: argparse.Namespace, admin: str, work: Path) -> None:
         balancer = await Balancer([f"127.0.0.1:{port}"] * 2, work / "haproxy.log").start()
         assert balancer.proc.proc is not None
         haproxy_pid = balancer.proc.proc.pid
-        lua = _script("wrk_orders.lua")
+        lua = lab_script("wrk_orders.lua")
         run_wrk(direct, args.connections, args.warmup, uuid.uuid4().hex[:8], lua)
         rows = []
         for index in range(args.rounds):

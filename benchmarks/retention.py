@@ -46,7 +46,7 @@ from nexus.store.embedded import EmbeddedPostgres
 from nexus_lab.bench import create_database
 from nexus_lab.bench import retained as retained_mod
 from nexus_lab.bench.scenarios import UNLIMITED_KEY, start_server
-from nexus_lab.bench.wrk import _script, postmaster_pid, run_wrk, tree_cpu_s
+from nexus_lab.bench.wrk import lab_script, postmaster_pid, run_wrk, tree_cpu_s
 
 FREE_GB_PER_MILLION = 15.0
 """Disk a million retained orders take (with WAL while loading), measured here: the bench refuses to grow
@@ -92,7 +92,7 @@ async def database_gb(url: str) -> float:
 async def bench(args: argparse.Namespace, url: str, say: Any) -> dict[str, Any]:
     """0, then each of `args.retained` (the same database grown), wrk at each with the remover idle; then, at
     the largest size reached, the remover working vs idle and its cost per 1,000 orders."""
-    lua = _script("wrk_orders.lua")
+    lua = lab_script("wrk_orders.lua")
     base = f"http://127.0.0.1:{args.port}"
     postgres = await postmaster_pid(url)
     results: dict[str, Any] = {"retained": {}, "generate": {}}
@@ -226,7 +226,7 @@ async def alone(url: str, statement: str, pids: tuple[int, int], seconds: float)
 async def interleaved(args: argparse.Namespace, admin: str, say: Any) -> dict[str, Any]:
     """0 vs `args.interleave` retained orders, A/B/A/B: two databases, two gateways, wrk on each in turn (the
     machine's load changing between runs weighs on both alike)."""
-    lua = _script("wrk_orders.lua")
+    lua = lab_script("wrk_orders.lua")
     empty = await create_database(admin, "retention_empty", migrate=True)
     full = await create_database(admin, "retention_full", migrate=True)
     for url in (empty, full):

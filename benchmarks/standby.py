@@ -24,7 +24,7 @@ import asyncpg
 
 from nexus_lab.bench.comparison import machine_line, run_comparison, scratch
 from nexus_lab.bench.scenarios import start_server
-from nexus_lab.bench.wrk import _script, run_wrk
+from nexus_lab.bench.wrk import lab_script, run_wrk
 from nexus_lab.chaos.failover import STANDBY_NAME, ReplicatedDatabase
 from nexus_lab.chaos.harness import clean_env, register_lab_key
 from nexus_lab.procs import free_port
@@ -65,7 +65,7 @@ async def _measure(url: str, mode: str, args: argparse.Namespace, lua: Path) -> 
 
 async def main(args: argparse.Namespace) -> list[str]:
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
-    lua = _script("wrk_orders.lua")
+    lua = lab_script("wrk_orders.lua")
     with scratch("nexus-standby-bench-") as directory:
         replica = ReplicatedDatabase(directory, clean_env())
         try:

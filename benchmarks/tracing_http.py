@@ -37,7 +37,7 @@ from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.bench import create_database, drop_database, start_embedded
-from nexus_lab.bench.wrk import _script, run_wrk, tree_cpu_s
+from nexus_lab.bench.wrk import lab_script, run_wrk, tree_cpu_s
 from nexus_lab.procs import NEXUS_CMD, free_port, wait_http
 
 MODES: dict[str, float | None] = {"off": None, "on 100%": 1.0, "on 1%": 0.01}
@@ -108,7 +108,7 @@ def main(args: argparse.Namespace, admin: str) -> dict[str, Any]:
     collector = Collector()
     threading.Thread(target=collector.serve_forever, daemon=True).start()
     endpoint = f"http://127.0.0.1:{collector.server_address[1]}"
-    lua = _script("wrk_orders.lua")
+    lua = lab_script("wrk_orders.lua")
     runs: list[dict[str, Any]] = []
     try:
         for r in range(args.rounds):

@@ -27,7 +27,7 @@ from typing import Any
 
 from nexus_lab.bench import create_database, drop_database, start_embedded
 from nexus_lab.bench.noisy import make_keys, start_gateway
-from nexus_lab.bench.wrk import _script, run_wrk, tree_cpu_s
+from nexus_lab.bench.wrk import lab_script, run_wrk, tree_cpu_s
 
 
 def wrk(base: str, key: str, connections: int, seconds: float, script: Path) -> float:
@@ -52,7 +52,7 @@ def one_variant(admin: str, env: dict[str, str], args: argparse.Namespace) -> di
     url = asyncio.run(create_database(admin, name, migrate=True))
     a_keys, c_key = asyncio.run(make_keys(url))
     proc, base = start_gateway(url, env)
-    script = _script("wrk_orders.lua")
+    script = lab_script("wrk_orders.lua")
     try:
         assert proc.proc is not None
         pid, half = proc.proc.pid, args.connections // 2

@@ -25,6 +25,7 @@ from nexus.ingress.dead_letters import dead_letter_json
 from nexus.kafka_io import EventProducer, StoredRecord, read_topic
 from nexus.settings import Settings
 from nexus.store.database import Database
+from nexus.store.found import require_row
 from nexus.store.queries import query
 
 
@@ -176,9 +177,9 @@ async def _redrive(settings: Settings, args: argparse.Namespace) -> int:
 
 async def redrive_to_topic(db: Database, settings: Settings, dead_letter_id: int) -> dict[str, Any]:
     """Produce a dead letter's payload to the main topic (key = its order), await the ack, mark it redriven."""
-    row = await db.fetchrow(query("api.sql", "dead_letter"), dead_letter_id, None)
-    if row is None:
-        raise NotFoundError(f"no dead letter {dead_letter_id}")
+    row = await require_row(
+        db, query("api.sql", "dead_letter"), dead_letter_id, None, missing=f"no dead letter {dead_letter_id}"
+    )
     # Claimed first (a primary key: a second redrive is ALREADY_REDRIVEN), withdrawn if the send fails.
     if await db.fetchrow(query("api.sql", "claim_redrive"), dead_letter_id, None) is None:
         raise AlreadyRedrivenError(f"dead letter {dead_letter_id} was already redriven")

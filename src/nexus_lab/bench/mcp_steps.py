@@ -30,7 +30,7 @@ from nexus.auth.roles import Role
 from nexus.settings import Settings
 from nexus.store.database import Database
 from nexus_lab.bench.scenarios import UNLIMITED_KEY
-from nexus_lab.bench.wrk import _script, run_wrk
+from nexus_lab.bench.wrk import lab_script, run_wrk
 from nexus_lab.procs import Proc, free_port, nexus, wait_ready
 from nexus_lab.tables import text_table
 
@@ -62,7 +62,7 @@ async def make_plans(url: str, run_id: str, connections: int, orders: int) -> No
 
 def wrk_once(base: str, target: str, connections: int, seconds: float, run_id: str) -> dict[str, Any]:
     mode = target if target in ("events", "mcp") else "rest"
-    return run_wrk(base, connections, seconds, run_id, _script("wrk_orders.lua"), mode=mode)
+    return run_wrk(base, connections, seconds, run_id, lab_script("wrk_orders.lua"), mode=mode)
 
 
 async def measure(

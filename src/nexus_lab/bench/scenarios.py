@@ -12,10 +12,12 @@ import datetime as dt
 import os
 import statistics
 import subprocess
+import tempfile
 import time
 import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -27,7 +29,7 @@ from nexus.core.envelope import EventEnvelope
 from nexus.gateway import Gateway
 from nexus.processes import shipped
 from nexus.store.database import Database
-from nexus_lab.procs import NEXUS_CMD, wait_http
+from nexus_lab.procs import NEXUS_CMD, Proc, wait_http
 
 UNLIMITED_KEY = {"NEXUS_RATE_LIMIT_AGENT": "0", "NEXUS_RATE_LIMIT_TENANT": "0"}
 """The environment of a gateway a bench starts: it measures the gateway's capacity, not the per-key limit of
@@ -273,7 +275,8 @@ async def bench_http(
 
 def start_server(url: str, port: int, command: Sequence[str] | None = None) -> subprocess.Popen[bytes]:
     """`nexus serve` (HTTP + group commit, no dispatcher) on the bench database, ready to answer; `command`
-    starts another build's gateway instead (e.g. the previous commit's, for a same-run comparison)."""
+    starts another build's gateway instead (e.g. the previous commit's, for a same-run comparison). Ready means
+    its /healthz answers and the port is its own; a process that exits first fails at once, with its output."""
     env = {
         **UNLIMITED_KEY,  # unless the caller's environment sets it
         **os.environ,
@@ -281,15 +284,12 @@ def start_server(url: str, port: int, command: Sequence[str] | None = None) -> s
         "NEXUS_HTTP_PORT": str(port),
         "NEXUS_LOG_LEVEL": "WARNING",
     }
-    proc = subprocess.Popen(  # noqa: S603 - our own gateway, or the command the operator gave
-        list(command or [*NEXUS_CMD, "serve", "--no-dispatcher"]),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = Path(tempfile.mkdtemp(prefix="nexus-bench-")) / "serve.log"
+    proc = Proc("nexus serve", list(command or [*NEXUS_CMD, "serve", "--no-dispatcher"]), env, log).start()
+    assert proc.proc is not None
     try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=120)  # a loaded machine starts Python slowly
-    except TimeoutError:
+        wait_http(f"http://127.0.0.1:{port}/healthz", timeout=120, proc=proc)  # a loaded machine starts Python slowly
+    except (TimeoutError, RuntimeError) as exc:
         proc.kill()
-        raise RuntimeError("nexus serve did not start") from None
-    return proc
+        raise RuntimeError(f"nexus serve did not start: {exc}") from None
+    return proc.proc

@@ -91,7 +91,9 @@ async def applied_events(url: str, run_id: str) -> int:
         await conn.close()
 
 
-def _script(name: str) -> Path:
+def lab_script(name: str) -> Path:
+    """A file shipped beside this module (a wrk Lua script, pgbench's SQL) copied to a temporary directory, for
+    a tool that wants a path."""
     path = Path(tempfile.mkdtemp(prefix="nexus-wrk-")) / name
     path.write_text(resources.files("nexus_lab.bench").joinpath(name).read_text(encoding="utf-8"))
     return path
@@ -167,7 +169,7 @@ async def bench_wrk(
     """The wrk rows (one per connection count), each with its floor; `add` reports each as it is done."""
     if shutil.which("wrk") is None:
         raise Skipped("wrk not installed (make bench installs it: apt-get install -y wrk)")
-    lua, floor_sql = _script("wrk_orders.lua"), _script("pgbench_floor.sql")
+    lua, floor_sql = lab_script("wrk_orders.lua"), lab_script("pgbench_floor.sql")
     postgres = await postmaster_pid(url)
     rows = []
     for conc in connections:

@@ -1,5 +1,5 @@
 -- the decision log. Every decision the gateway takes about a step is one row, written in the
--- transaction of its effects, chained per order (tenant_id, order_id) by hash: see nexus/core/audit.py for
+-- transaction of its effects, chained per order (tenant_id, order_id) by hash: see nexus/core/audit_chain.py for
 -- the canonical record. Append-only: a trigger refuses UPDATE, DELETE and TRUNCATE.
 
 CREATE TABLE decision_log (
@@ -32,7 +32,7 @@ CREATE INDEX decision_log_blocked_tenant ON decision_log (tenant_id, at) WHERE d
 CREATE INDEX decision_log_blocked_plan ON decision_log (plan_id, at) WHERE decision = 'REJECTED';
 CREATE INDEX decision_log_blocked_code ON decision_log (code, at) WHERE decision = 'REJECTED';
 
--- Signed commitments to the chain heads changed since the previous checkpoint (nexus/core/audit.py).
+-- Signed commitments to the chain heads changed since the previous checkpoint (nexus/core/audit_chain.py).
 CREATE TABLE audit_checkpoints (
     id          bigserial PRIMARY KEY,
     at          timestamptz NOT NULL,
