@@ -10,14 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from nexus_lab.procs import free_port
+
 pytestmark = pytest.mark.slow
 
 
 def bench(*args: str, timeout: float = 90, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`nexus bench ARGS` on its own embedded PostgreSQL (the caller's database URL dropped), `env` added."""
+    """`nexus bench ARGS` on its own embedded PostgreSQL (the caller's database URL dropped) and a port of its own
+    for the gateway it starts (two benches at once would share the default), `env` added."""
     base = {k: v for k, v in os.environ.items() if k != "NEXUS_DATABASE_URL"}
     return subprocess.run(
-        [sys.executable, "-m", "nexus_cli", "bench", *args],
+        [sys.executable, "-m", "nexus_cli", "bench", "--port", str(free_port()), *args],
         capture_output=True, text=True, timeout=timeout, env=base | (env or {}), check=False,
     )  # fmt: skip
 
