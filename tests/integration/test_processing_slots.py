@@ -87,7 +87,7 @@ async def test_waits_and_shared_transactions_hold_no_slot(  # type: ignore[no-un
             lock = conn.transaction()
             await lock.start()
             # the order's advisory lock, as Gateway.submit takes it (gateway.sql lock_orders)
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('globex' || chr(31) || 'g-1', 0))")
+            await conn.execute("SELECT pg_advisory_xact_lock(nexus_order_lock('globex', 'g-1'))")
             body = {"step": "OrderCreated", "data": order_data()}
             step = asyncio.create_task(api.post("/v1/orders/g-1/steps", json=body, headers=bearer(globex)))
             await asyncio.sleep(1.0)  # the step in its transaction, waiting for the lock

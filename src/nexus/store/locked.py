@@ -14,6 +14,7 @@ connection left inside one anyway).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Sequence
 
 import asyncpg
@@ -27,8 +28,15 @@ def begin_locked(keys: Sequence[tuple[str, str]]) -> str:
     BEGIN alone when there are none)."""
     if not keys:
         return "BEGIN"
-    sql = "\n".join(line for line in query("gateway.sql", "begin_locked").splitlines() if not line.startswith("--"))
-    return sql.replace("{keys}", orjson.dumps([list(k) for k in keys]).hex())
+    return _statement(query("gateway.sql", "begin_locked")).replace(
+        "{keys}", orjson.dumps([list(k) for k in keys]).hex()
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _statement(text: str) -> str:
+    """A named query's text without its comment lines (sent with every transaction), once per text."""
+    return "\n".join(line for line in text.splitlines() if not line.startswith("--"))
 
 
 @contextlib.asynccontextmanager

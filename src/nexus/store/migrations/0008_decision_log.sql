@@ -1,6 +1,6 @@
 -- the decision log. Every decision the gateway takes about a step is one row, written in the
--- transaction of its effects, chained per order (tenant_id, order_id) by hash: see nexus/core/audit_chain.py for
--- the canonical record. Append-only: a trigger refuses UPDATE, DELETE and TRUNCATE.
+-- transaction of its effects, chained per order (tenant_id, order_id) by hash: see nexus/core/audit_chain.py
+-- for the canonical record. Append-only: a trigger refuses UPDATE, DELETE and TRUNCATE.
 
 CREATE TABLE decision_log (
     id          bigserial PRIMARY KEY,
