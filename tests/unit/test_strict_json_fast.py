@@ -97,3 +97,28 @@ def test_integers_beyond_int64_stay_markers() -> None:
     """An integer past int64 is still the marker (never orjson's float), so its item is INVALID_EVENT."""
     value = loads(b'{"a": [1, 9223372036854775808]}')
     assert isinstance(value["a"][1], OversizedInt)
+
+
+def test_a_wide_shallow_document_takes_the_compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1,000-item step or batch has thousands of brackets but nests three deep: it is decoded by orjson
+    alone (the standard-library path, several times slower, is not called)."""
+    items = [{"product_id": f"p{i}", "quantity": 1, "unit_price": 1} for i in range(1000)]
+    body = json.dumps({"data": {"items": items, "total_amount": 1}}).encode()
+
+    def not_called(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the standard-library decoder was called")
+
+    monkeypatch.setattr(strict_json.json, "loads", not_called)
+    assert loads(body, InputLimits(max_depth=4))["data"]["items"][999]["product_id"] == "p999"
+
+
+@pytest.mark.parametrize("depth", [3, 4, 5])
+def test_nesting_is_measured_on_wide_documents(depth: int) -> None:
+    """Many containers, the deepest `depth` levels down (an empty list at the bottom: an empty container is a
+    level too): within a limit of 4 it decodes as the strict path does, past it NESTING_TOO_DEEP on both."""
+    inner: Any = []
+    for _ in range(depth - 3):  # the outer list and its objects are the first two levels, [] the third
+        inner = [inner]
+    body = json.dumps([{"a": inner} for _ in range(300)] + [[] for _ in range(300)]).encode()
+    assert outcome(body, loads) == outcome(body, strict_only)
+    assert (outcome(body, loads)[0] == "error") == (depth > 4)

@@ -140,38 +140,41 @@ def _fast(raw: bytes, max_depth: int) -> Any:
     """orjson's decoding of `raw` when it is provably what the strict decoder below returns, else `_SLOW`.
 
     orjson (compiled) refuses what the strict decoder refuses (NaN, infinities, non-UTF-8, lone
-    surrogates, a BOM) but two things: it keeps the last of duplicate keys, and it turns an integer
-    beyond 64 bits into a float. So it is used only when no integer literal has 19 digits and the
-    document has as many key/value pairs once decoded as key separators (colons outside strings) in the
-    text; anything else, an error included, goes the strict decoder's way, which says exactly why. Depth
-    needs no scan when the document has no more opening brackets than `max_depth`.
+    surrogates, a BOM, nesting past 1,024) but two things: it keeps the last of duplicate keys, and it turns
+    an integer beyond 64 bits into a float. So it is used only when no integer literal has 19 digits and
+    the document has as many key/value pairs once decoded as key separators (colons outside strings) in
+    the text, and nests no deeper than `max_depth` (both counted in one walk of the decoded value); anything
+    else, an error included, goes the strict decoder's way, which says exactly why.
     """
-    if raw.count(b"[") + raw.count(b"{") > max_depth:
-        return _SLOW
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return _SLOW
     plain = _ESCAPE.sub(b"", raw) if b"\\" in raw else raw
     outside = b"".join(plain.split(b'"')[::2])  # escapes gone, every other piece is outside the strings
-    if _LONG_NUMBER.search(outside) is not None or outside.count(b":") != _pairs(value):
+    if _LONG_NUMBER.search(outside) is not None or outside.count(b":") != _pairs_within(value, max_depth):
         return _SLOW
     return value
 
 
-def _pairs(value: Any) -> int:
-    """The key/value pairs of every object in a decoded document."""
+def _pairs_within(value: Any, max_depth: int) -> int:
+    """The key/value pairs of every object in a decoded document, or -1 when it nests deeper than
+    `max_depth` (walked a level at a time: no recursion, and no bookkeeping per value)."""
     pairs = 0
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            pairs += len(item)
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-    return pairs
+    level = [value]
+    for _ in range(max_depth):  # the containers of level i nest i + 1 deep
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is dict:
+                pairs += len(item)
+                below.extend(item.values())
+            elif kind is list:
+                below.extend(item)
+        if not below:
+            return pairs
+        level = below
+    return -1 if any(type(item) is dict or type(item) is list for item in level) else pairs
 
 
 def check_strings(obj: Any, limits: InputLimits) -> None:
