@@ -143,8 +143,9 @@ def _fast(raw: bytes, max_depth: int) -> Any:
     surrogates, a BOM, nesting past 1,024) but two things: it keeps the last of duplicate keys, and it turns
     an integer beyond 64 bits into a float. So it is used only when no integer literal has 19 digits and
     the document has as many key/value pairs once decoded as key separators (colons outside strings) in
-    the text, and nests no deeper than `max_depth` (both counted in one walk of the decoded value); anything
-    else, an error included, goes the strict decoder's way, which says exactly why.
+    the text, and nests no deeper than `max_depth` (both counted in one walk of the decoded value, unless the
+    text has too few brackets to nest deeper); anything else, an error included, goes the strict decoder's
+    way, which says exactly why.
     """
     try:
         value = orjson.loads(raw)
@@ -152,9 +153,30 @@ def _fast(raw: bytes, max_depth: int) -> Any:
         return _SLOW
     plain = _ESCAPE.sub(b"", raw) if b"\\" in raw else raw
     outside = b"".join(plain.split(b'"')[::2])  # escapes gone, every other piece is outside the strings
-    if _LONG_NUMBER.search(outside) is not None or outside.count(b":") != _pairs_within(value, max_depth):
+    if _LONG_NUMBER.search(outside) is not None:
+        return _SLOW
+    if raw.count(b"[") + raw.count(b"{") <= max_depth:  # too few brackets to nest deeper: the pairs alone
+        pairs = _pairs(value)
+    else:
+        pairs = _pairs_within(value, max_depth)
+    if outside.count(b":") != pairs:  # a duplicate key, or nested too deep (-1)
         return _SLOW
     return value
+
+
+def _pairs(value: Any) -> int:
+    """The key/value pairs of every object in a decoded document."""
+    pairs = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            pairs += len(item)
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+    return pairs
 
 
 def _pairs_within(value: Any, max_depth: int) -> int:
