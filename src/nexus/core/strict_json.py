@@ -155,10 +155,8 @@ def _fast(raw: bytes, max_depth: int) -> Any:
     outside = b"".join(plain.split(b'"')[::2])  # escapes gone, every other piece is outside the strings
     if _LONG_NUMBER.search(outside) is not None:
         return _SLOW
-    if raw.count(b"[") + raw.count(b"{") <= max_depth:  # too few brackets to nest deeper: the pairs alone
-        pairs = _pairs(value)
-    else:
-        pairs = _pairs_within(value, max_depth)
+    shallow = raw.count(b"[") + raw.count(b"{") <= max_depth  # too few brackets to nest deeper: the pairs alone
+    pairs = _pairs(value) if shallow else _pairs_within(value, max_depth)
     if outside.count(b":") != pairs:  # a duplicate key, or nested too deep (-1)
         return _SLOW
     return value
