@@ -100,7 +100,7 @@ def test_integers_beyond_int64_stay_markers() -> None:
 
 
 def test_a_wide_shallow_document_takes_the_compiled_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A 1,000-item step or batch has thousands of brackets but nests three deep: it is decoded by orjson
+    """A 1,000-item step or batch has thousands of brackets but nests four deep: it is decoded by orjson
     alone (the standard-library path, several times slower, is not called)."""
     items = [{"product_id": f"p{i}", "quantity": 1, "unit_price": 1} for i in range(1000)]
     body = json.dumps({"data": {"items": items, "total_amount": 1}}).encode()
