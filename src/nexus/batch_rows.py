@@ -99,7 +99,8 @@ async def read_batch(
     states = _states(order_rows, markers, held, pending)
     numbered_steps = {k: frozenset(v) for k, v in numbered.items()}
     numbering_reads = plan_steps.numbering_of(numbering_rows, numbered_keys)
-    return BatchReads(states, pending, rejected, limits, heads, numbered_steps, numbering=numbering_reads)
+    live = {(r["tenant_id"], r["order_id"]): r["live"] for r in order_rows}
+    return BatchReads(states, pending, rejected, limits, heads, numbered_steps, numbering=numbering_reads, live=live)
 
 
 def _states(
@@ -139,9 +140,41 @@ async def read_buffered(conn: asyncpg.Connection, order_ids: list[OrderKey]) -> 
     return steps, rows[0]["now"] if rows else None
 
 
+class UnreadOrderError(RuntimeError):
+    """An order row to write whose order was not read under its lock: its count cannot be known."""
+
+
+def order_counts(
+    orders: Sequence[decide_rows.OrderRow], live: Mapping[OrderKey, bool], read: Iterable[OrderKey]
+) -> tuple[list[str], list[int], list[str], list[str]]:
+    """What writing `orders` changes of their tenants' counts (migration 0045): the live_orders delta of each tenant
+    whose count changes ((live after) - (live before): an order is live while its finished_at is NULL, and a row's
+    finished_at is NULL exactly when it is not `finished`), as two arrays, and the orders it inserts (stored
+    before: in `live`, from `read_batch`), as two arrays. Each order must be among those `read` (under its lock, in
+    this transaction): one that was not is refused (`UnreadOrderError`), never counted as new."""
+    deltas: dict[str, int] = {}
+    inserted: list[OrderKey] = []
+    known: set[OrderKey] | None = None
+    for row in orders:
+        key = (row.tenant_id, row.order_id)
+        before = live.get(key)
+        if before is None:
+            known = set(read) if known is None else known
+            if key not in known:
+                raise UnreadOrderError(f"order {key} written without being read under its lock")
+            inserted.append(key)
+        delta = (not row.finished) - (before is True)
+        if delta:
+            deltas[row.tenant_id] = deltas.get(row.tenant_id, 0) + delta
+    tenants = [t for t, n in deltas.items() if n]
+    return tenants, [deltas[t] for t in tenants], *pairs(inserted)
+
+
 async def write_rows(
     conn: asyncpg.Connection,
     *,
+    live: Mapping[OrderKey, bool] | None = None,
+    read: Iterable[OrderKey] = (),
     orders: Sequence[decide_rows.OrderRow] = (),
     notifications: Sequence[decide_rows.OutboxRow] = (),
     buffered: Sequence[decide_rows.PendingRow] = (),
@@ -155,11 +188,11 @@ async def write_rows(
     decisions: Sequence[decide_rows.DecisionRecord] = (),
     first_verdicts: Sequence[FirstVerdictRow] = (),
 ) -> list[int]:
-    """Write the rows; `records`: the decision log's records (audit.log.record_rows); `wake`: the orders
-    whose waiters wake at commit; `decisions`: a Kafka batch's, for the decisions topic; `first_verdicts`: the
-    newly numbered steps' (`plan_steps`). The usual rows (orders, notifications and their deliveries, decision
-    log, decisions, first verdicts) and the wake-ups go in one statement. Returns the dead letters' ids, in
-    order."""
+    """Write the rows; `live` and `read`: what was read of the orders (`order_counts`: what their write counts);
+    `records`: the decision log's records (audit.log.record_rows); `wake`: the orders whose waiters wake at
+    commit; `decisions`: a Kafka batch's, for the decisions topic; `first_verdicts`: the newly numbered steps'
+    (`plan_steps`). The usual rows (orders, notifications and their deliveries, decision log, decisions, first
+    verdicts), their counts and the wake-ups go in one statement. Returns the dead letters' ids, in order."""
     await lifecycle_records.write_approvals(conn, list(approvals), list(cancelled))
     if rejected:
         await conn.execute(query("gateway.sql", "insert_rejected"), *columns(rejected, 11))
@@ -170,10 +203,11 @@ async def write_rows(
     if orders or notifications or decisions or first_verdicts or (records is not None and records.rows):
         # Notifications wake the dispatchers at commit, and only then, without waiting for their poll.
         logged = records or Records([])
+        counts = order_counts(orders, live or {}, read) if orders else ([], [], [], [])
         await conn.execute(
             query("gateway.sql", "write_batch"),
             json_rows(orders), json_rows(notifications), json_rows(logged.rows), logged.at, *pairs(sorted(set(wake))),
-            json_rows(decisions), json_rows(first_verdicts),
+            json_rows(decisions), json_rows(first_verdicts), *counts,
         )  # fmt: skip
     elif wake:
         await lifecycle_records.notify_orders(conn, wake)
@@ -184,13 +218,15 @@ async def write_rows(
 
 
 async def write_plan(
-    conn: asyncpg.Connection, plan: BatchPlan, heads: Mapping[OrderKey, tuple[int, bytes]], known: Iterable[OrderKey]
+    conn: asyncpg.Connection, plan: BatchPlan, reads: BatchReads, read: Iterable[OrderKey]
 ) -> list[int]:
     """Write everything a plan decided (its orders' waiters woken at commit), in the caller's transaction;
-    the dead letters' ids, in order. `heads`: the decision-log heads of the `known` chains, read with the batch."""
-    records = await record_rows(conn, plan.log, heads, set(known))
+    the dead letters' ids, in order. `reads`: what `read_batch` read of the orders `read` (their decision-log
+    chain heads, and whether each is stored and live: what their write counts)."""
+    known = set(read)
+    records = await record_rows(conn, plan.log, reads.heads, known)
     return await write_rows(
-        conn, orders=plan.orders, notifications=plan.notifications, buffered=plan.buffered,
+        conn, live=reads.live, read=known, orders=plan.orders, notifications=plan.notifications, buffered=plan.buffered,
         unbuffered=plan.unbuffered, rejected=plan.rejected, dead=plan.dead_letters, approvals=plan.approvals,
         cancelled=plan.cancelled_approvals, records=records, wake=plan.wake, decisions=plan.decisions,
         first_verdicts=plan.first_verdicts,

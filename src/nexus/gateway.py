@@ -201,7 +201,7 @@ class Gateway:
     async def _write(
         self, conn: asyncpg.Connection, plan: BatchPlan, reads: BatchReads, order_ids: list[OrderKey]
     ) -> list[int]:
-        dead_ids = await write_plan(conn, plan, reads.heads, order_ids)  # the numbered steps' first verdicts too
+        dead_ids = await write_plan(conn, plan, reads, order_ids)  # the numbered steps' first verdicts too
         if self.effect_processes:
             await saga_records.record(conn, plan.resolutions, self.catalog, plan.traces, self.saga_secret, plan.turns)
         return dead_ids
@@ -244,7 +244,7 @@ class Gateway:
         reads = await read_batch(conn, done, validated=self.parts.checks.checks) if done else BatchReads()
         reads = dataclasses.replace(reads, sagas=sagas, retrying=retrying)
         plan = plan_batch([], reads, self.parts, kind=IngressKind.SAGA, now=now, effects=outcomes)
-        await write_plan(conn, plan, reads.heads, done)
+        await write_plan(conn, plan, reads, done)
         if plan.resolutions:
             await saga_records.record(conn, plan.resolutions, self.catalog, {}, self.saga_secret, plan.turns)
         await saga_records.finish_compensations(conn, plan.compensated, plan.outbox_counts)
@@ -280,7 +280,7 @@ class Gateway:
         reads = dataclasses.replace(reads, states=states, gates=gates)
         item = Incoming.of(abort, actor=SYSTEM_SAGA)
         plan = plan_batch([item], reads, self.parts, kind=IngressKind.SAGA, now=None)
-        await write_plan(conn, plan, reads.heads, [key])
+        await write_plan(conn, plan, reads, [key])
         await saga_records.record(conn, plan.resolutions, self.catalog, {}, self.saga_secret, plan.turns)
         return True
 
@@ -350,7 +350,7 @@ class Gateway:
                 plan = plan_batch([], BatchReads(), self.parts, kind=IngressKind.BUFFER, now=now, expiry=expiry)
                 if not plan.dead_letters:
                     return []
-                ids = await write_plan(conn, plan, {}, ())
+                ids = await write_plan(conn, plan, BatchReads(), ())
         metrics.record_buffer_timeouts(len(ids))
         log.info("buffered steps expired", extra={"action": "buffer_timeout", "count": len(ids)})
         return ids

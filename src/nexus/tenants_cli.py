@@ -1,5 +1,8 @@
-"""`nexus tenants set-limit|list|erase`: a tenant's limits (nexus.processes.cli) and its erasure.
+"""`nexus tenants set-limit|list|recount|erase`: a tenant's limits (nexus.processes.cli), its usage counted again,
+and its erasure.
 
+nexus tenants recount [T]       count every tenant's usage (or T's) again from the rows (`nexus_recount_usage`,
+                                migration 0045); print it as JSON, tenant by tenant
 nexus tenants erase T --yes     revoke T's keys, wait the auth cache's TTL, sign an erasure record over its
                                 decision-log chains, remove every row of T; print what left, table by table
 """
@@ -18,6 +21,11 @@ from nexus.processes.cli import run_tenants as run_limits
 
 def configure(parser: argparse.ArgumentParser) -> None:
     sub = configure_limits(parser)
+    recount = sub.add_parser(
+        "recount", help="count every tenant's usage (or one's) again from the rows, for counts that drifted"
+    )
+    add_common(recount)
+    recount.add_argument("tenant", nargs="?", default=None)
     erase = sub.add_parser("erase", help="remove every row of a tenant (keys revoked first); needs --yes")
     add_common(erase)
     erase.add_argument("tenant")
@@ -25,6 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "recount":
+        return _recount(args)
     if args.action != "erase":
         return run_limits(args)
     if not args.yes:
@@ -58,3 +68,30 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(go())
+
+
+def _recount(args: argparse.Namespace) -> int:
+    """Count the usage again (`nexus_recount_usage`) and print it: {tenant: {quota: used}}."""
+    settings = settings_from(args)
+    missing = missing_database(settings)
+    if missing is not None:
+        print(f"nexus tenants recount: {missing}", file=sys.stderr)
+        return 1
+    from nexus.store.database import Database
+    from nexus.store.queries import query
+
+    async def go() -> dict[str, dict[str, int]]:
+        db = await Database(settings).open()
+        try:
+            async with db.pool.acquire() as conn, conn.transaction():
+                await conn.execute(query("quotas.sql", "recount_usage"), args.tenant)
+                rows = await conn.fetch(query("quotas.sql", "usage_of"), args.tenant)
+        finally:
+            await db.close()
+        usage: dict[str, dict[str, int]] = {}
+        for row in rows:
+            usage.setdefault(row["tenant_id"], {})[row["quota"]] = row["used"]
+        return usage
+
+    print(json.dumps(asyncio.run(go()), indent=2, sort_keys=True))
+    return 0

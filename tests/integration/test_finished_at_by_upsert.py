@@ -4,14 +4,11 @@ reading any process, an order finished keeping its first; no trigger decides it 
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
-from typing import Any
-
 import asyncpg
 
+from nexus.batch_rows import read_batch, write_rows
+from nexus.core.decide.rows import OrderRow
 from nexus.store.database import Database
-from nexus.store.queries import query
 
 LIVE = "SELECT coalesce(sum(used), 0) FROM tenant_usage WHERE tenant_id = 'acme' AND quota = 'live_orders'"
 FINISHED = "SELECT order_id, finished_at FROM orders WHERE finished_at IS NOT NULL ORDER BY 1"
@@ -19,14 +16,13 @@ PROCESS_SCANS = "SELECT seq_scan + coalesce(idx_scan, 0) FROM pg_stat_xact_user_
 
 
 async def write(conn: asyncpg.Connection, *orders: tuple[str, str, int, bool]) -> None:
-    """Upsert orders (order, status, last_seq, finished) of tenant acme with write_batch, as the gateway does."""
-    rows: list[list[Any]] = [
-        [o, "acme", f"p-{o}", status, seq, False, seq, "order", 2, "{}", "", None, finished]
-        for o, status, seq, finished in orders
-    ]
-    await conn.execute(
-        query("gateway.sql", "write_batch"), json.dumps(rows), "[]", "[]", datetime.now(UTC), [], [], "[]", "[]"
-    )
+    """Read and upsert orders (order, status, last_seq, finished) of tenant acme with `read_batch` and `write_rows`
+    (gateway.sql `write_batch`), as the gateway does."""
+    keys = [("acme", o) for o, _, _, _ in orders]
+    reads = await read_batch(conn, keys, validated=False)
+    rows = [OrderRow(o, "acme", f"p-{o}", status, seq, False, seq, "order", 2, "{}", "", None, finished)
+            for o, status, seq, finished in orders]  # fmt: skip
+    await write_rows(conn, live=reads.live, read=keys, orders=rows)
 
 
 async def test_the_upsert_writes_finished_at_from_the_rows_flag_and_reads_no_process(db: Database) -> None:

@@ -1,7 +1,8 @@
 """Quotas on what a tenant stores, checked at every door before anything is written.
 
-Counted in PostgreSQL (migration 0023: statement-level triggers append signed deltas to `tenant_usage`),
-so every gateway process reads one count. Each door reads its tenant's usage, quotas and the orders it
+Counted in PostgreSQL (signed deltas appended to `tenant_usage`: by the group commit's own statement for the
+orders it writes, migration 0045, and by statement-level triggers for every other table, migration 0023), so
+every gateway process reads one count. Each door reads its tenant's usage, quotas and the orders it
 names in one query, and refuses the whole request (`QuotaExceededError`: 429 QUOTA_EXCEEDED with `quota`)
 when its worth (nexus.core.quotas) would take the tenant beyond one. The Kafka ingress admits record by
 record instead (`admit_items`): a record over a quota goes to the DLQ topic and the stream goes on.
@@ -17,7 +18,8 @@ quota takes effect within the interval.
 Races: the check and the write are separate transactions, so requests of one tenant checked at the same
 moment (by any processes) each see the usage before the others' writes; the count can overshoot its limit
 by what those concurrent requests add (at most one request's worth each), never more, and the next request
-sees it and is refused. Nothing is counted twice or lost: the triggers count what was written.
+sees it and is refused. Nothing is counted twice or lost: what was written is counted by the statement that
+wrote it.
 """
 
 from __future__ import annotations

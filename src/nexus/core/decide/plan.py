@@ -110,6 +110,9 @@ class BatchReads:
     """The sagas of the batch's orders, read with their states (`decide/saga_abort.py`; absent: none)."""
     known: Mapping[OrderKey, OrderKnown] = dataclasses.field(default_factory=dict)
     """Of a batch of plan starts: what the tenant knows of each order, read under its lock (absent: nothing)."""
+    live: Mapping[OrderKey, bool] = dataclasses.field(default_factory=dict)
+    """The orders stored, each live or not (`finished_at` NULL): the store counts what it writes against this
+    (`batch_rows.write_plan`, the live_orders quota); the fold does not read it."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

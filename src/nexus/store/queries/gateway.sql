@@ -85,7 +85,7 @@ FROM unnest($1::text[], $2::text[]) AS u(t, o);
 -- ('plan'), the stored first verdicts of the event ids $7 ('known') and each one's last applied numbered step
 -- ('last'). $1/$2 the (tenant, order) pairs, $3 the tenants. Columns a kind does not use are NULL. A buffered
 -- step's `numbered`: the server numbered it (it has a first verdict in plan_steps), so a refused predecessor
--- settles it.
+-- settles it. An order's `live`: its finished_at is NULL (what write_batch counts its write against).
 -- Each order is read by its key (a lateral look-up, LIMIT 1 on the primary key): a join the planner may turn into
 -- a hash join over every order when its statistics still say the table is small (a busy new table between two
 -- autoanalyze runs), the plan then kept by the prepared statement while orders grows.
@@ -94,7 +94,8 @@ SELECT 'order' AS kind, o.tenant_id, o.order_id, o.plan_id, o.status, o.last_seq
        NULL::uuid AS event_id, NULL::text AS code, NULL::text AS check_id, NULL::text AS message,
        NULL::text AS max_order_amount, NULL::int AS max_list_items, NULL::int AS position, NULL::bytea AS hash,
        o.superseded_plans, o.deadline_at, NULL::bool AS numbered, NULL::text AS digest, NULL::text AS decision,
-       NULL::timestamptz AS decided_at
+       NULL::timestamptz AS decided_at,
+       o.finished_at IS NULL AS live
 FROM unnest($1::text[], $2::text[]) AS u(t, oid)
 CROSS JOIN LATERAL (SELECT * FROM orders WHERE tenant_id = u.t AND order_id = u.oid LIMIT 1) AS o
 UNION ALL
@@ -102,51 +103,51 @@ SELECT 'pending', p.tenant_id, p.order_id, NULL, NULL, NULL, NULL, NULL, NULL, N
        p.envelope::text, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        EXISTS (SELECT 1 FROM plan_steps AS s
                WHERE s.tenant_id = p.tenant_id AND s.order_id = p.order_id AND s.event_id = p.event_id),
-       NULL, NULL, NULL
+       NULL, NULL, NULL, NULL
 FROM pending_events AS p
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON p.tenant_id = u.t AND p.order_id = u.oid
 UNION ALL
 SELECT 'rejected', r.tenant_id, r.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       r.event_id, r.code, r.check_id, r.message, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       r.event_id, r.code, r.check_id, r.message, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM rejected_events AS r
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON r.tenant_id = u.t AND r.order_id = u.oid
 WHERE $4::bool
 UNION ALL
 SELECT 'limit', tenant_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, max_order_amount::text, max_list_items, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, max_order_amount::text, max_list_items, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM tenant_limits WHERE $4::bool AND tenant_id = ANY($3::text[])
 UNION ALL
 SELECT 'held', a.tenant_id, a.order_id, a.plan_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       a.event_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       a.event_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM approvals AS a
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON a.tenant_id = u.t AND a.order_id = u.oid
 WHERE $4::bool AND a.status = 'pending'
 UNION ALL
 SELECT 'removed', m.tenant_id, m.order_id, m.plan_id, m.final_status, m.last_seq, m.tombstone, m.notifications,
        m.process, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL
+       NULL, NULL
 FROM removed_orders AS m
 JOIN unnest($1::text[], $2::text[]) AS u(t, oid) ON m.tenant_id = u.t AND m.order_id = u.oid
 UNION ALL
 SELECT 'head', h.tenant_id, h.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, h.position, h.hash, NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, h.position, h.hash, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM nexus_chain_heads($1::text[], $2::text[]) AS h
 UNION ALL
 SELECT 'plan', pl.tenant_id, pl.order_id, pl.plan_id, NULL, NULL, NULL, NULL, pl.process, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, pl.deadline_at, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, pl.deadline_at, NULL, NULL, NULL, NULL, NULL
 FROM plans AS pl
 JOIN unnest($5::text[], $6::text[]) AS u(t, oid) ON pl.tenant_id = u.t AND pl.order_id = u.oid
 UNION ALL
 SELECT 'known', s.tenant_id, s.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.seq_id, NULL,
        s.event_id, s.code, s."check", s.message, NULL, NULL, NULL, NULL, NULL, NULL, NULL, s.digest, s.decision,
-       s.decided_at
+       s.decided_at, NULL
 FROM plan_steps AS s
 JOIN unnest($5::text[], $6::text[]) AS u(t, oid) ON s.tenant_id = u.t AND s.order_id = u.oid
 WHERE s.event_id = ANY($7::uuid[])
 UNION ALL
 SELECT 'last', l.tenant_id, l.order_id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, l.seq_id, NULL,
        l.event_id, l.code, l."check", l.message, NULL, NULL, NULL, NULL, NULL, NULL, NULL, l.digest, l.decision,
-       l.decided_at
+       l.decided_at, NULL
 FROM unnest($5::text[], $6::text[]) AS k(t, oid)
 CROSS JOIN LATERAL (
     SELECT * FROM plan_steps AS s
@@ -166,7 +167,19 @@ CROSS JOIN LATERAL (
 -- of $3 in hex): one parameter per table rather than one array per column, which cost the gateway more to
 -- encode (per element) than everything else it sends. An order's finished_at follows its row's `finished` (the
 -- fold decides it, core/decide/finished.py; migration 0043): stamped now() the first time, kept afterwards.
-WITH upserted AS (
+-- The orders' counts (migration 0045, no trigger on orders): live_orders deltas per tenant ($9/$10, from what
+-- read_batch read of each order under its lock: (live after) - (live before); a tenant whose count is unchanged is
+-- not passed), and unstarted_plans -1 per order inserted ($11/$12) that has a plan row (one row each: a plan
+-- started by POST /v1/plans; an order started by its first step has none), looked up by key (a lateral LIMIT 1, as
+-- read_batch reads orders: never a hash join over every plan).
+WITH counted AS (
+    INSERT INTO tenant_usage (tenant_id, quota, used)
+    SELECT t, 'live_orders', n FROM unnest($9::text[], $10::int[]) AS c(t, n)
+    UNION ALL
+    SELECT k.t, 'unstarted_plans', -1
+    FROM unnest($11::text[], $12::text[]) AS k(t, o)
+    CROSS JOIN LATERAL (SELECT FROM plans WHERE tenant_id = k.t AND order_id = k.o LIMIT 1) AS pl
+), upserted AS (
     INSERT INTO orders (order_id, tenant_id, plan_id, status, last_seq, tombstone, outbox_count, process,
                         process_version, facts, superseded_plans, deadline_at, finished_at)
     SELECT r->>0, r->>1, r->>2, r->>3, (r->>4)::int, (r->>5)::bool, (r->>6)::int, r->>7, (r->>8)::int,

@@ -15,6 +15,15 @@ UNION ALL
 SELECT 'order', o.order_id, o.last_seq, 0
 FROM unnest($2::text[]) AS k(order_id) JOIN orders o ON o.tenant_id = $1 AND o.order_id = k.order_id;
 
+-- name: recount_usage
+-- Every tenant's usage ($1 NULL), or one tenant's, counted again from the rows (migration 0045).
+SELECT nexus_recount_usage($1::text);
+
+-- name: usage_of
+-- Every tenant's usage ($1 NULL), or one tenant's, by quota.
+SELECT tenant_id, quota, sum(used)::bigint AS used FROM tenant_usage
+WHERE $1::text IS NULL OR tenant_id = $1 GROUP BY tenant_id, quota ORDER BY tenant_id, quota;
+
 -- name: compact_usage
 -- Fold one tenant's delta rows into one row per quota. Each row is deleted by one statement only (a
 -- concurrent compaction skips the rows this one deleted, and cannot see the sums it inserts), so the
