@@ -9,7 +9,11 @@ slice records events/s and the CPU seconds per 1,000 events of the driven gatewa
 PostgreSQL (utime + stime from /proc; the idle gateway's own CPU is recorded too). The summary: each build's
 medians, and the tree's ratio to the base per round, their median and a 90 % bootstrap interval of it.
 
-    python benchmarks/wrk_alternating.py --base /work/wt/base --rounds 24 --seconds 5 --out /tmp/alt
+Each gateway process has its own luck (hash seeds, memory layout, the core it runs on): two runs of the same two
+builds once disagreed by 6 %, well beyond one run's interval (benchmarks/RESULTS.md, "Round 25"). `--sessions K`
+starts both gateways again on fresh databases K times, `--rounds` each, so the rounds pooled sample that too.
+
+    python benchmarks/wrk_alternating.py --base /work/wt/base --sessions 6 --rounds 8 --seconds 3 --out /tmp/alt
 
 The base is another checkout, run with its own venv if it has one (as in `wrk_interleaved.py`), else with this
 venv and its `src` first on the path, as the tree is (`--tree`, this checkout by default). Each gateway migrates
@@ -154,6 +158,36 @@ def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
+def run_session(args: argparse.Namespace, admin_url: str, lua: Path, session: int) -> list[dict[str, dict[str, Any]]]:
+    """One session: both gateways started on fresh databases, warmed up, then `args.rounds` alternating rounds."""
+    base = Build(f"base{session}", args.base, args.base_env, args.base_sql, admin_url, args.out)
+    tree = Build(f"tree{session}", args.tree, args.tree_env, args.tree_sql, admin_url, args.out)
+    rounds: list[dict[str, dict[str, Any]]] = []
+    try:
+        for build in (base, tree):
+            build.start(admin_url)
+        postgres = asyncio.run(postmaster_pid(admin_url))
+        for build, other in ((base, tree), (tree, base)):  # warm-up: each build's caches, plans and pools
+            slice_of(build, other, postgres, args.warmup, args.connections, lua)
+        for n in range(1, args.rounds + 1):
+            order = ((base, tree), (tree, base)) if n % 2 else ((tree, base), (base, tree))
+            row = {
+                ("base" if build is base else "tree"): slice_of(
+                    build, other, postgres, args.seconds, args.connections, lua
+                )
+                for build, other in order
+            }
+            rounds.append(row)
+            ratio = row["tree"]["events_per_s"] / row["base"]["events_per_s"]
+            print(f"session {session} round {n}/{args.rounds}: base {row['base']['events_per_s']:,.0f}/s "
+                  f"{row['base']['gateway']:.3f} s/1k, tree {row['tree']['events_per_s']:,.0f}/s "
+                  f"{row['tree']['gateway']:.3f} s/1k; events/s ratio {ratio:.3f}", flush=True)  # fmt: skip
+    finally:
+        for build in (base, tree):
+            build.stop()
+    return rounds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=Path, required=True, help="the base checkout (with its own .venv)")
@@ -162,7 +196,13 @@ def main() -> None:
     parser.add_argument("--tree-env", action="append", default=[], help="NAME=VALUE for the tree's gateway")
     parser.add_argument("--base-sql", default="", help="SQL run on the base's database once migrated")
     parser.add_argument("--tree-sql", default="", help="SQL run on the tree's database once migrated")
-    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=20, help="rounds per session")
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=1,
+        help="each with fresh gateways and databases: the processes' own luck sampled",
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="each slice's wrk run")
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--connections", type=int, default=64)
@@ -171,31 +211,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("NEXUS_API_KEY", generate_key())  # one key, registered in both databases
     lua = lab_script("wrk_orders.lua")
+    rounds: list[dict[str, dict[str, Any]]] = []
     with admin_postgres() as admin_url:
-        base = Build("base", args.base, args.base_env, args.base_sql, admin_url, args.out)
-        tree = Build("tree", args.tree, args.tree_env, args.tree_sql, admin_url, args.out)
-        builds = {"base": base, "tree": tree}
-        try:
-            for build in builds.values():
-                build.start(admin_url)
-            postgres = asyncio.run(postmaster_pid(admin_url))
-            for build in builds.values():  # warm-up: each build's caches, plans and pools
-                slice_of(build, tree if build is base else base, postgres, args.warmup, args.connections, lua)
-            rounds: list[dict[str, dict[str, Any]]] = []
-            for n in range(1, args.rounds + 1):
-                order = ("base", "tree") if n % 2 else ("tree", "base")
-                row: dict[str, dict[str, Any]] = {}
-                for name in order:
-                    other = tree if name == "base" else base
-                    row[name] = slice_of(builds[name], other, postgres, args.seconds, args.connections, lua)
-                rounds.append(row)
-                ratio = row["tree"]["events_per_s"] / row["base"]["events_per_s"]
-                print(f"round {n}/{args.rounds}: base {row['base']['events_per_s']:,.0f}/s "
-                      f"{row['base']['gateway']:.3f} s/1k, tree {row['tree']['events_per_s']:,.0f}/s "
-                      f"{row['tree']['gateway']:.3f} s/1k; events/s ratio {ratio:.3f}", flush=True)  # fmt: skip
-        finally:
-            for build in builds.values():
-                build.stop()
+        for session in range(1, args.sessions + 1):
+            rounds += run_session(args, admin_url, lua, session)
     result = {"args": {k: str(v) for k, v in vars(args).items()}, "rounds": rounds, **summary(rounds)}
     (args.out / "alternating.json").write_text(json.dumps(result, indent=2))
     print(json.dumps({k: result[k] for k in ("medians", "tree_over_base")}, indent=2))
