@@ -13,7 +13,7 @@ import json
 import re
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -145,7 +145,7 @@ class UnreadOrderError(RuntimeError):
 
 
 def order_counts(
-    orders: Sequence[decide_rows.OrderRow], live: Mapping[OrderKey, bool], read: Iterable[OrderKey]
+    orders: Sequence[decide_rows.OrderRow], live: Mapping[OrderKey, bool], read: Collection[OrderKey]
 ) -> tuple[list[str], list[int], list[str], list[str]]:
     """What writing `orders` changes of their tenants' counts (migration 0045): the live_orders delta of each tenant
     whose count changes ((live after) - (live before): an order is live while its finished_at is NULL, and a row's
@@ -154,13 +154,11 @@ def order_counts(
     this transaction): one that was not is refused (`UnreadOrderError`), never counted as new."""
     deltas: dict[str, int] = {}
     inserted: list[OrderKey] = []
-    known: set[OrderKey] | None = None
     for row in orders:
         key = (row.tenant_id, row.order_id)
         before = live.get(key)
         if before is None:
-            known = set(read) if known is None else known
-            if key not in known:
+            if key not in read:
                 raise UnreadOrderError(f"order {key} written without being read under its lock")
             inserted.append(key)
         delta = (not row.finished) - (before is True)
@@ -174,7 +172,7 @@ async def write_rows(
     conn: asyncpg.Connection,
     *,
     live: Mapping[OrderKey, bool] | None = None,
-    read: Iterable[OrderKey] = (),
+    read: Collection[OrderKey] = (),
     orders: Sequence[decide_rows.OrderRow] = (),
     notifications: Sequence[decide_rows.OutboxRow] = (),
     buffered: Sequence[decide_rows.PendingRow] = (),

@@ -13,10 +13,14 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from nexus.cli_common import add_common, missing_database, settings_from
+from nexus.cli_common import add_common, missing_database, settings_from, with_database
 from nexus.processes.cli import configure_tenants as configure_limits
 from nexus.processes.cli import run_tenants as run_limits
+
+if TYPE_CHECKING:
+    from nexus.store.database import Database
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -77,21 +81,16 @@ def _recount(args: argparse.Namespace) -> int:
     if missing is not None:
         print(f"nexus tenants recount: {missing}", file=sys.stderr)
         return 1
-    from nexus.store.database import Database
     from nexus.store.queries import query
 
-    async def go() -> dict[str, dict[str, int]]:
-        db = await Database(settings).open()
-        try:
-            async with db.pool.acquire() as conn, conn.transaction():
-                await conn.execute(query("quotas.sql", "recount_usage"), args.tenant)
-                rows = await conn.fetch(query("quotas.sql", "usage_of"), args.tenant)
-        finally:
-            await db.close()
+    async def recount(db: Database) -> dict[str, dict[str, int]]:
+        async with db.pool.acquire() as conn, conn.transaction():
+            await conn.execute(query("quotas.sql", "recount_usage"), args.tenant)
+            rows = await conn.fetch(query("quotas.sql", "usage_of"), args.tenant)
         usage: dict[str, dict[str, int]] = {}
         for row in rows:
             usage.setdefault(row["tenant_id"], {})[row["quota"]] = row["used"]
         return usage
 
-    print(json.dumps(asyncio.run(go()), indent=2, sort_keys=True))
+    print(json.dumps(with_database(settings, recount), indent=2, sort_keys=True))
     return 0
