@@ -14,6 +14,7 @@ import pytest
 
 from nexus.auth.keys import create_key
 from nexus.auth.roles import Role
+from nexus.ingress.http_server import _Deadline
 from nexus.settings import Settings
 from nexus.store.database import Database
 from tests.conftest import TEST_API_KEY, api_headers, root_headers
@@ -98,6 +99,43 @@ async def test_a_slow_request_head_is_dropped_after_the_head_timeout(start_gatew
         assert closed and time.monotonic() - started < 3.0, (opening, time.monotonic() - started)
     async with httpx.AsyncClient(base_url=base) as api:
         assert (await api.get("/healthz")).status_code == 200
+
+
+async def test_a_deadline_armed_again_counts_from_its_last_arming() -> None:
+    """The connection deadlines are lazy (one timer, woken at the due time it was set for): a deadline armed
+    again before its timer wakes is kept to its new due time, a disarmed one never closes, an armed one closes
+    once its last due time passes, and `stop` leaves no timer behind."""
+    loop = asyncio.get_running_loop()
+    closed: list[float] = []
+
+    class Recording(asyncio.Transport):
+        def is_closing(self) -> bool:
+            return bool(closed)
+
+        def close(self) -> None:
+            closed.append(loop.time())
+
+    deadline = _Deadline(Recording(), loop, 0.3, "request head", "http_head_timeout")
+    deadline.arm()
+    armed_at = loop.time()
+    for _ in range(4):  # armed again every 0.1 s, past the first due time
+        await asyncio.sleep(0.1)
+        deadline.disarm()
+        deadline.arm()
+        armed_at = loop.time()
+    assert not closed
+    await asyncio.sleep(0.5)
+    assert len(closed) == 1 and closed[0] >= armed_at + 0.3 - 0.01, (closed, armed_at)
+    closed.clear()
+    deadline.arm()
+    deadline.disarm()
+    await asyncio.sleep(0.5)
+    assert not closed and not deadline.armed
+    deadline.arm()
+    deadline.stop()
+    assert deadline._handle is None
+    await asyncio.sleep(0.5)
+    assert not closed
 
 
 async def read_answer(port: int, request: bytes) -> bytes:

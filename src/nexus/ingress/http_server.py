@@ -161,6 +161,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._closes_later = False
         self._opened = self.loop.time()
         super().connection_made(transport)
+        self._writer = _OneWritePerResponse(transport, self.loop)  # every response of the connection writes here
         self._read = _Deadline(transport, self.loop, self.read_timeout_s, "request", "http_read_timeout")
         self._head = _Deadline(transport, self.loop, self.head_timeout_s, "request head", "http_head_timeout")
         self._read.arm()
@@ -184,8 +185,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         for _, queued in self.pipeline:  # requests queued behind one in flight never run now: not in flight
             if isinstance(queued, _Entry) and queued.ticket is not None:
                 queued.ticket.release()
-        self._read.disarm()
-        self._head.disarm()
+        self._read.stop()
+        self._head.stop()
         if self.turns is not None and self._holds:
             self._holds = False
             self.turns.release(self._share)
@@ -278,7 +279,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             else:
                 self._admit(entry, app, tasks)
             # Its task has not run yet: it starts on the next turn of the loop.
-            self.cycle.transport = _OneWritePerResponse(self.transport, self.loop)  # type: ignore[assignment]  # a Transport wrapper where uvicorn declares the concrete class
+            self.cycle.transport = self._writer  # type: ignore[assignment]  # a Transport wrapper where uvicorn declares the concrete class
 
     def _admit(self, entry: _Entry, app: Any, tasks: int) -> None:
         """Count the request whose head is complete in its share (`Gatekeeper.share_of`) and set what `entry`
@@ -341,9 +342,15 @@ class _Deadline:
     past it the connection is closed. It holds the connection's transport, not its protocol: the protocol
     holds it, and a reference back would make every closed connection a cycle that only the garbage collector
     frees (a burst of a thousand connections closing became tens of thousands of objects for one collection,
-    a pause of the whole loop)."""
+    a pause of the whole loop).
 
-    __slots__ = ("_action", "_handle", "_loop", "_seconds", "_transport", "_what")
+    Lazy: arming and disarming only move the due time; one timer per deadline wakes at the due time it saw when
+    it was set, and either closes the connection, sets itself again for a later due time, or ends when there is
+    none. Every request of a keep-alive connection arms and disarms both deadlines (a timer scheduled and one
+    cancelled for each, per request, before); now each deadline's timer wakes once per its length at most. `stop` (the
+    connection lost) cancels the timer."""
+
+    __slots__ = ("_action", "_due", "_handle", "_loop", "_seconds", "_transport", "_what")
 
     def __init__(
         self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop, seconds: float, what: str, action: str
@@ -353,23 +360,36 @@ class _Deadline:
         self._seconds = seconds
         self._what = what
         self._action = action
+        self._due: float | None = None
         self._handle: asyncio.TimerHandle | None = None
 
     @property
     def armed(self) -> bool:
-        return self._handle is not None
+        return self._due is not None
 
     def arm(self) -> None:
-        self.disarm()
-        self._handle = self._loop.call_later(self._seconds, self._passed)
+        self._due = due = self._loop.time() + self._seconds
+        if self._handle is None:
+            self._handle = self._loop.call_at(due, self._wake)
 
     def disarm(self) -> None:
+        self._due = None  # the timer, if set, wakes to nothing due and ends
+
+    def stop(self) -> None:
+        self._due = None
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
-    def _passed(self) -> None:
+    def _wake(self) -> None:
+        due = self._due
+        if due is not None and due > self._loop.time():  # armed again since the timer was set
+            self._handle = self._loop.call_at(due, self._wake)
+            return
         self._handle = None
+        if due is None:
+            return
+        self._due = None
         if not self._transport.is_closing():
             log.debug("%s not received in time; closing", self._what, extra={"action": self._action})
             self._transport.close()
