@@ -1,6 +1,7 @@
 """Every write of an order's state goes through the fold (issue 33 item 1): of the store's named queries only
-gateway.sql `write_batch` inserts or upserts orders (the BatchPlan's rows, `finished` included), and the one other
-statement updating orders, saga.sql `set_outbox_counts`, sets no column the fold decides a state from."""
+gateway.sql `write_batch` inserts or upserts orders (the BatchPlan's rows, `finished` included; through the function
+`nexus_write_batch` since migration 0046), and the one other statement updating orders, saga.sql `set_outbox_counts`,
+sets no column the fold decides a state from."""
 
 from __future__ import annotations
 
@@ -10,13 +11,32 @@ from importlib import resources
 from nexus.store.queries import load
 
 WRITES = re.compile(r"\b(INSERT\s+INTO|UPDATE)\s+orders\b", re.IGNORECASE)
+FUNCTION = re.compile(
+    r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\((.*?)\$\$(.*?)\$\$", re.IGNORECASE | re.DOTALL
+)
+
+
+def functions() -> dict[str, str]:
+    """The SQL functions the migrations define, each by its last definition's text."""
+    folder = resources.files("nexus.store").joinpath("migrations")
+    texts = [f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name) if f.name.endswith(".sql")]
+    return {m.group(1).lower(): m.group(0) for text in texts for m in FUNCTION.finditer(text)}
+
+
+def writes_orders(sql: str, defined: dict[str, str]) -> bool:
+    """Whether `sql` inserts or updates orders, itself or through a function it calls."""
+    called = (body for name, body in defined.items() if re.search(rf"\b{name}\s*\(", sql, re.IGNORECASE))
+    return bool(WRITES.search(sql)) or any(WRITES.search(body) for body in called)
+
+
 STATE = re.compile(r"\b(status|tombstone|finished_at|last_seq|plan_id)\s*=", re.IGNORECASE)
 
 
 def order_writers() -> dict[tuple[str, str], str]:
     """Every named query writing the orders table, by (file, name)."""
     files = [f.name for f in resources.files("nexus.store").joinpath("queries").iterdir() if f.name.endswith(".sql")]
-    return {(f, name): sql for f in sorted(files) for name, sql in load(f).items() if WRITES.search(sql)}
+    defined = functions()
+    return {(f, name): sql for f in sorted(files) for name, sql in load(f).items() if writes_orders(sql, defined)}
 
 
 def test_only_write_batch_writes_an_orders_state() -> None:
@@ -25,3 +45,9 @@ def test_only_write_batch_writes_an_orders_state() -> None:
     assert sorted(writers) == [("gateway.sql", "write_batch"), ("saga.sql", "set_outbox_counts")]
     counts = writers[("saga.sql", "set_outbox_counts")]
     assert not re.search(r"INSERT\s+INTO\s+orders", counts, re.IGNORECASE) and not STATE.search(counts)
+
+
+def test_the_one_function_writing_orders_is_the_group_commits() -> None:
+    """Of the functions the migrations define, only `nexus_write_batch` (the group commit's write) inserts or updates
+    orders: no trigger or helper writes an order's state beside the fold."""
+    assert [name for name, body in functions().items() if WRITES.search(body)] == ["nexus_write_batch"]
