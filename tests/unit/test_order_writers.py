@@ -9,34 +9,16 @@ import re
 from importlib import resources
 
 from nexus.store.queries import load
+from tests.sql_functions import functions, with_called
 
 WRITES = re.compile(r"\b(INSERT\s+INTO|UPDATE)\s+orders\b", re.IGNORECASE)
-FUNCTION = re.compile(
-    r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\((.*?)\$\$(.*?)\$\$", re.IGNORECASE | re.DOTALL
-)
-
-
-def functions() -> dict[str, str]:
-    """The SQL functions the migrations define, each by its last definition's text."""
-    folder = resources.files("nexus.store").joinpath("migrations")
-    texts = [f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name) if f.name.endswith(".sql")]
-    return {m.group(1).lower(): m.group(0) for text in texts for m in FUNCTION.finditer(text)}
-
-
-def writes_orders(sql: str, defined: dict[str, str]) -> bool:
-    """Whether `sql` inserts or updates orders, itself or through a function it calls."""
-    called = (body for name, body in defined.items() if re.search(rf"\b{name}\s*\(", sql, re.IGNORECASE))
-    return bool(WRITES.search(sql)) or any(WRITES.search(body) for body in called)
-
-
 STATE = re.compile(r"\b(status|tombstone|finished_at|last_seq|plan_id)\s*=", re.IGNORECASE)
 
 
 def order_writers() -> dict[tuple[str, str], str]:
     """Every named query writing the orders table, by (file, name)."""
     files = [f.name for f in resources.files("nexus.store").joinpath("queries").iterdir() if f.name.endswith(".sql")]
-    defined = functions()
-    return {(f, name): sql for f in sorted(files) for name, sql in load(f).items() if writes_orders(sql, defined)}
+    return {(f, name): sql for f in sorted(files) for name, sql in load(f).items() if WRITES.search(with_called(sql))}
 
 
 def test_only_write_batch_writes_an_orders_state() -> None:
