@@ -7,14 +7,15 @@
 -- from the statistics of the time: planned while those tables were small (a few hundred rows, analyzed), it
 -- hash-joins or scans them, and a tenant's legal load (steps buffered, rejected or held by the thousand) can grow
 -- them a hundredfold before autovacuum analyzes them again (at 10 % changed rows, once a naptime). Measured:
--- planned at 100 rows a table, grown to 20,100 without an ANALYZE, one read of 16 orders took 54-63 ms instead of
--- 0.3-0.8 ms, for every tenant's group commit; a lateral look-up per key alone did not help (its inner scan is
+-- planned at 100 rows a table, grown to 20,100 without an ANALYZE, one read of 16 orders took 32-63 ms instead of
+-- about 0.6 ms, for every tenant's group commit; a lateral look-up per key alone did not help (its inner scan is
 -- chosen by the same statistics: 170 ms).
 --
 -- Run by a PL/pgSQL function whose SET clauses turn sequential scans, hash joins and merge joins off while it
 -- plans and runs, the read is planned as what it is (a nested loop over at most a batch of keys, each an index
--- look-up) for a table of any size: 0.7 ms in the same case, and no slower on empty or small tables (0.3 and
--- 0.6 ms). Every table read here has an index leading with (tenant_id, order_id). The body is gateway.sql's
+-- look-up) for a table of any size: 0.64-0.77 ms in the same case; 0.58-0.60 ms at 100 rows analyzed (the plain
+-- statement 0.66-0.68), and about 50 us slower than the plain statement's plan once the statistics are fresh at
+-- 20,100 rows (the function's call). Every table read here has an index leading with (tenant_id, order_id). The body is gateway.sql's
 -- statement as it was, its parameters $1-$7 the same; its documentation:
 -- Everything `Gateway.submit` reads of a batch's orders after `lock_orders`, in one statement: their
 -- rows ('order'), buffered steps ('pending'), rejected steps ('rejected'), the tenants' limits ('limit',
