@@ -26,8 +26,8 @@ import asyncpg
 
 from nexus_lab.bench import create_database, drop_database, start_embedded
 
-MIGRATION = Path(__file__).resolve().parents[1] / "src" / "nexus" / "store" / "migrations"
-MIGRATION = MIGRATION / "0046_batch_statements_by_key.sql"
+MIGRATIONS = Path(__file__).resolve().parents[1] / "src" / "nexus" / "store" / "migrations"
+MIGRATION = MIGRATIONS / "0046_batch_statements_by_key.sql"
 
 FILL = """
 INSERT INTO orders (tenant_id, order_id, plan_id, status, last_seq, process, process_version)

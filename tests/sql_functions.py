@@ -8,9 +8,7 @@ import functools
 import re
 from importlib import resources
 
-FUNCTION = re.compile(
-    r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\((.*?)\$\$(.*?)\$\$", re.IGNORECASE | re.DOTALL
-)
+FUNCTION = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?FUNCTION\s+(\w+)\s*\(.*?\$\$.*?\$\$", re.IGNORECASE | re.DOTALL)
 
 
 @functools.cache
